@@ -1,0 +1,275 @@
+/*
+ * h2o.h — the public C API of h2o, an embeddable runtime for Llama-family language models that
+ * runs in constant memory.
+ *
+ * If it is not in this file, it is not API. Everything here is plain C99.
+ *
+ * Conventions
+ * -----------
+ * - Objects are opaque handles: h2o_model (read-only weights + tokenizer) and h2o_session
+ *   (one conversation: KV cache, sampler state, scratch).
+ * - Every fallible call returns an h2o_status. H2O_OK is 0; other codes are stable small integers
+ *   that will never be renumbered. h2o_status_string() names a code.
+ * - The message of the most recent failure is available from h2o_last_error() (thread-local, for
+ *   every call) and from h2o_session_last_error() (per session). Messages stay valid until the
+ *   next h2o call on the same thread (respectively the same session).
+ * - On failure, output pointers are left untouched unless documented otherwise, and the state of
+ *   the objects involved is unchanged unless documented otherwise.
+ * - Parameter structs begin with `uint32_t struct_size`. Fill them with the matching
+ *   h2o_*_params_default() function, then change the fields you need. A struct_size smaller than
+ *   the first version of a struct, or larger than this library knows, is rejected with
+ *   H2O_ERR_INVALID_ARGUMENT (a larger one means the caller was built against a newer header).
+ * - Free functions accept NULL and do nothing.
+ *
+ * Threading contract
+ * ------------------
+ * - A model is immutable after h2o_model_load(). One model may be shared by any number of
+ *   sessions used concurrently on different threads. h2o_model_free() must be called only after
+ *   every session created from it has been freed.
+ * - A session is used by one thread at a time. Different sessions may run on different threads
+ *   at the same time. Callbacks run on the thread that called into the library.
+ * - h2o_set_log_callback() should be called before other threads use the library.
+ */
+#ifndef H2O_H2O_H
+#define H2O_H2O_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && defined(H2O_BUILDING_SHARED)
+#define H2O_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(H2O_USING_SHARED)
+#define H2O_API __declspec(dllimport)
+#elif defined(__GNUC__) && defined(H2O_BUILDING_SHARED)
+#define H2O_API __attribute__((visibility("default")))
+#else
+#define H2O_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+
+#define H2O_VERSION_MAJOR 0
+#define H2O_VERSION_MINOR 1
+#define H2O_VERSION_PATCH 0
+#define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
+
+/* The library's version as "MAJOR.MINOR.PATCH". Compare h2o_version_number() with
+ * H2O_VERSION_NUMBER to detect a header/library mismatch. */
+H2O_API const char *h2o_version(void);
+H2O_API uint32_t h2o_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes and errors
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum h2o_status {
+    H2O_OK = 0,
+    H2O_ERR_INVALID_ARGUMENT = 1,    /* NULL handle, bad parameter, struct_size mismatch */
+    H2O_ERR_OUT_OF_MEMORY = 2,       /* an allocation failed; nothing was changed */
+    H2O_ERR_IO = 3,                  /* a file could not be opened, mapped or read */
+    H2O_ERR_MODEL_FORMAT = 4,        /* the model file is malformed, truncated or inconsistent */
+    H2O_ERR_UNSUPPORTED = 5,         /* well-formed, but uses an architecture/type we do not run */
+    H2O_ERR_CONTEXT_FULL = 6,        /* the session's KV cache cannot take more tokens */
+    H2O_ERR_BACKEND_UNAVAILABLE = 7, /* the requested compute backend or device is not present */
+    H2O_ERR_INVALID_TEXT = 8,        /* text is not valid UTF-8 */
+    H2O_ERR_BUFFER_TOO_SMALL = 9,    /* an output buffer is too small; the needed size is reported */
+    H2O_ERR_TOKENIZER = 10,          /* the tokenizer could not be built or failed */
+    H2O_ERR_INTERNAL = 11            /* a bug in h2o; please report it with the message */
+} h2o_status;
+
+/* A constant English name for a status code, e.g. "invalid argument". Never NULL. */
+H2O_API const char *h2o_status_string(h2o_status status);
+
+/* The message of the most recent failed call made on this thread ("" if none). Valid until the
+ * next h2o call on this thread. */
+H2O_API const char *h2o_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Logging
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum h2o_log_level {
+    H2O_LOG_DEBUG = 0,
+    H2O_LOG_INFO = 1,
+    H2O_LOG_WARN = 2,
+    H2O_LOG_ERROR = 3,
+    H2O_LOG_NONE = 4
+} h2o_log_level;
+
+typedef void (*h2o_log_callback)(h2o_log_level level, const char *message, void *user_data);
+
+/* Routes library log messages at or above min_level to callback (NULL silences the library).
+ * The default writes WARN and above to stderr. */
+H2O_API void h2o_set_log_callback(h2o_log_callback callback, void *user_data, h2o_log_level min_level);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct h2o_model h2o_model;
+
+typedef struct h2o_model_params {
+    uint32_t struct_size;
+    /* Optional path of a sentencepiece .model file to use instead of the vocabulary embedded in
+     * the GGUF file. NULL: use the embedded vocabulary. */
+    const char *tokenizer_path;
+} h2o_model_params;
+
+H2O_API h2o_model_params h2o_model_params_default(void);
+
+/* Loads a GGUF (v2 or v3) Llama model. The file is memory-mapped and validated before any field
+ * is used. On success *out_model receives the model. Errors: H2O_ERR_INVALID_ARGUMENT (NULL path
+ * or out pointer), H2O_ERR_IO (cannot open/map, or path is a directory), H2O_ERR_MODEL_FORMAT
+ * (malformed or truncated file; the message names the key, tensor or offset),
+ * H2O_ERR_UNSUPPORTED (architecture or tensor type), H2O_ERR_TOKENIZER, H2O_ERR_OUT_OF_MEMORY. */
+H2O_API h2o_status h2o_model_load(const char *path, const h2o_model_params *params, h2o_model **out_model);
+H2O_API void h2o_model_free(h2o_model *model);
+
+typedef struct h2o_model_info {
+    uint32_t struct_size;
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;   /* context length from the metadata */
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t n_ff;
+    uint32_t head_dim;
+    int32_t bos_token;      /* -1 when the model has none */
+    int32_t eos_token;      /* -1 when the model has none */
+    uint64_t n_params;      /* number of weight elements */
+    uint64_t weight_bytes;  /* bytes of all weight tensors as stored */
+} h2o_model_info;
+
+/* Fills *info (set info->struct_size first; fields beyond it are not written). */
+H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *info);
+
+/* Tokenizes UTF-8 text (text_len bytes; text need not be NUL-terminated). A leading space is
+ * added as sentencepiece does. add_bos != 0 prepends the BOS token. Writes at most capacity ids;
+ * *n_tokens always receives the number of ids the text needs. Errors: H2O_ERR_BUFFER_TOO_SMALL
+ * (nothing useful written beyond capacity), H2O_ERR_INVALID_TEXT. tokens may be NULL when
+ * capacity is 0, to ask for the size. */
+H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, int add_bos,
+                                int32_t *tokens, size_t capacity, size_t *n_tokens);
+
+/* Converts ids back to UTF-8 text (the leading space of the first piece is removed, special
+ * tokens render as nothing). *n_bytes receives the needed size, excluding the NUL terminator that
+ * is written when it fits. Errors: H2O_ERR_BUFFER_TOO_SMALL, H2O_ERR_INVALID_ARGUMENT (an id
+ * outside the vocabulary). */
+H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text,
+                                  size_t capacity, size_t *n_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sessions
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct h2o_session h2o_session;
+
+typedef struct h2o_session_params {
+    uint32_t struct_size;
+    /* Maximum number of tokens held in the KV cache. 0: the model's context length. */
+    uint32_t n_ctx;
+    /* Worker threads for compute. 0: the number of online cores (at most 8). */
+    uint32_t n_threads;
+    /* Prompt tokens processed per batch. 0: 256. */
+    uint32_t n_batch;
+    /* Seed of the sampler's random generator. The same seed, model, parameters and input give
+     * the same text. */
+    uint64_t seed;
+} h2o_session_params;
+
+H2O_API h2o_session_params h2o_session_params_default(void);
+
+/* Creates a session. All memory of the session is allocated here. */
+H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params,
+                                      h2o_session **out_session);
+H2O_API void h2o_session_free(h2o_session *session);
+
+/* Forgets the conversation (KV cache, positions, sampler history) and reseeds the sampler with
+ * the session's seed. No memory is allocated or freed. */
+H2O_API h2o_status h2o_session_reset(h2o_session *session);
+
+/* The message of the session's most recent failed call ("" if none); valid until the next call
+ * on this session. NULL session: "". */
+H2O_API const char *h2o_session_last_error(const h2o_session *session);
+
+/* ---------------------------------------------------------------------------------------------
+ * Generation
+ * ------------------------------------------------------------------------------------------- */
+
+/* Receives generated text. Each call carries complete UTF-8 characters (a character split across
+ * tokens is held back until it is complete). Return 0 to continue, non-zero to stop generation;
+ * stopping this way is not an error. */
+typedef int (*h2o_token_callback)(const char *text, size_t length, void *user_data);
+
+typedef struct h2o_generate_params {
+    uint32_t struct_size;
+    uint32_t max_tokens;      /* tokens to generate at most; must be > 0. Default 256. */
+    float temperature;        /* 0: greedy (argmax). Default 0.8. */
+    uint32_t top_k;           /* 0: disabled. Default 40. */
+    float top_p;              /* 1: disabled. Default 0.95. */
+    float min_p;              /* 0: disabled. Default 0.05. */
+    float repeat_penalty;     /* 1: disabled. Default 1.0. */
+    uint32_t repeat_last_n;   /* window of recent tokens the penalty looks at. Default 64. */
+    /* Generation stops when the generated text contains one of these strings; the stop string
+     * itself is not delivered to the callback. NULL/0: none. */
+    const char *const *stop_strings;
+    size_t n_stop_strings;
+    /* Stop at the model's end-of-sequence token. Default 1. */
+    int stop_at_eos;
+} h2o_generate_params;
+
+H2O_API h2o_generate_params h2o_generate_params_default(void);
+
+typedef enum h2o_stop_reason {
+    H2O_STOP_NONE = 0,
+    H2O_STOP_MAX_TOKENS = 1,
+    H2O_STOP_EOS = 2,
+    H2O_STOP_STRING = 3,
+    H2O_STOP_CALLBACK = 4
+} h2o_stop_reason;
+
+/* Appends prompt (UTF-8, NUL-terminated; may be empty) to the session and generates up to
+ * params->max_tokens tokens, streaming text to callback (which may be NULL). The first text of a
+ * session (or after a reset) starts with the BOS token. Calling it again continues the same
+ * conversation. Errors: H2O_ERR_INVALID_ARGUMENT, H2O_ERR_INVALID_TEXT (prompt is not UTF-8;
+ * nothing is added), H2O_ERR_CONTEXT_FULL (the cache is full; tokens processed before are kept). */
+H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, const h2o_generate_params *params,
+                                h2o_token_callback callback, void *user_data);
+
+typedef struct h2o_generate_stats {
+    uint32_t struct_size;
+    uint32_t n_prompt_tokens;     /* tokens of the last h2o_generate prompt (with BOS) */
+    uint32_t n_generated_tokens;  /* tokens sampled by the last h2o_generate */
+    uint32_t n_past;              /* tokens the session has processed in total */
+    h2o_stop_reason stop_reason;
+    double prompt_seconds;        /* wall time of prompt processing */
+    double generate_seconds;      /* wall time of generation (sampling included) */
+} h2o_generate_stats;
+
+/* Statistics of the session's last h2o_generate (set stats->struct_size first). */
+H2O_API h2o_status h2o_session_get_stats(const h2o_session *session, h2o_generate_stats *stats);
+
+/* ---------------------------------------------------------------------------------------------
+ * Lower level: feed tokens, read logits (for evaluation tools and custom samplers)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Runs the model over n_tokens ids appended to the session (batched). Afterwards the logits of
+ * the last token are available through h2o_session_get_logits. Ids are validated against the
+ * vocabulary before anything is processed. */
+H2O_API h2o_status h2o_session_decode(h2o_session *session, const int32_t *tokens, size_t n_tokens);
+
+/* Copies the logits (n_vocab floats) of the last processed token into logits. */
+H2O_API h2o_status h2o_session_get_logits(const h2o_session *session, float *logits, size_t capacity);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* H2O_H2O_H */
