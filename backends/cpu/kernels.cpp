@@ -1,0 +1,412 @@
+// Run-time dispatch, the threading of matmul, and the portable (scalar) kernels.
+//
+// The scalar kernels compute exactly what the AVX2 ones do, in plain C++: the same 8-bit
+// activation quants, the same integer block sums and the same per-block scales, so the two differ
+// only in the order floating-point sums are taken.
+#include "cpu/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu/kernels_internal.h"
+#include "quant.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // _mm_pause (SSE2, part of every x86-64)
+#define H2O_KERNELS_X86 1
+#endif
+
+namespace h2o::cpu {
+
+using detail::ActBlockPair;
+using detail::KernelTable;
+using detail::kGroupTokens;
+using detail::MatmulProblem;
+
+namespace {
+
+[[noreturn]] void fatal(const char *what) {
+    std::fprintf(stderr, "h2o: cpu kernels: %s\n", what);
+    std::abort();
+}
+
+// fp16 -> float for every bit pattern; one load per conversion in the inner loops. Built on first
+// use (256 KiB, once per process).
+const float *fp16_table() {
+    struct Table {
+        float v[65536];
+        Table() {
+            for (uint32_t i = 0; i < 65536; ++i) v[i] = fp16_to_fp32(static_cast<uint16_t>(i));
+        }
+    };
+    static const Table table;
+    return table.v;
+}
+
+uint16_t load_u16(const uint8_t *p) {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// ---- scalar kernels -------------------------------------------------------------------------
+
+// Quantizes 32 activations the way quantize_row(Q8_0) does, keeping the scale as a float (it never
+// leaves this process, and an fp16 scale would only add rounding). Returns the scale.
+float quantize_block_q8(const float *x, int8_t *q, int32_t *sum) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < 32; ++j) {
+        amax = std::max(amax, std::fabs(x[j]));
+        finite = finite && std::fabs(x[j]) <= FLT_MAX;
+    }
+    const float d = finite ? amax / 127.0f : NAN;
+    const float id = (finite && d != 0.0f) ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) {
+        const float r = std::roundf(x[j] * id);
+        q[j] = static_cast<int8_t>(r >= -127.0f && r <= 127.0f ? r : 0.0f);
+        s += q[j];
+    }
+    *sum = s;
+    return d;
+}
+
+void quantize_activations_scalar(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
+                                 ActBlockPair *act) {
+    const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
+    for (int64_t g = g0; g < g1; ++g) {
+        for (int64_t p = 0; p < n_pairs; ++p) {
+            ActBlockPair &a = act[g * n_pairs + p];
+            std::memset(&a, 0, sizeof a);  // padding tokens and a missing odd block stay zero
+            for (int t = 0; t < kGroupTokens; ++t) {
+                const int64_t token = g * kGroupTokens + t;
+                if (token >= n_tokens) break;
+                for (int half = 0; half < 2; ++half) {
+                    const int64_t b = 2 * p + half;
+                    if (b >= n_blocks) break;
+                    int8_t q[32];
+                    int32_t sum;
+                    a.d[half * kGroupTokens + t] = quantize_block_q8(x + token * cols + b * 32, q, &sum);
+                    a.offset[half * kGroupTokens + t] = 8 * sum;
+                    std::memcpy(&a.lo[t][16 * half], q, 16);
+                    std::memcpy(&a.hi[t][16 * half], q + 16, 16);
+                }
+            }
+        }
+    }
+}
+
+// One weight block as signed integers in the activations' lo/hi order, with its scale.
+template <TensorType kType>
+float unpack_block(const uint8_t *row, int64_t b, const float *fp16_table, int8_t lo[16], int8_t hi[16]) {
+    if constexpr (kType == TensorType::Q4_0) {
+        const uint8_t *blk = row + b * sizeof(BlockQ4_0);
+        for (int j = 0; j < 16; ++j) {
+            lo[j] = static_cast<int8_t>((blk[2 + j] & 0x0F) - 8);
+            hi[j] = static_cast<int8_t>((blk[2 + j] >> 4) - 8);
+        }
+        return fp16_table[load_u16(blk)];
+    } else {
+        const uint8_t *blk = row + b * sizeof(BlockQ8_0);
+        std::memcpy(lo, blk + 2, 16);
+        std::memcpy(hi, blk + 18, 16);
+        return fp16_table[load_u16(blk)];
+    }
+}
+
+// Dot products of one quantized weight row with the n_tok tokens of one group.
+template <TensorType kType>
+void dot_quant_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPair *act, int n_tok, float *out) {
+    float sum[kGroupTokens] = {};
+    const int64_t n_blocks = p.cols / 32;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        int8_t lo[16], hi[16];
+        const float dw = unpack_block<kType>(row, b, p.fp16_table, lo, hi);
+        for (int t = 0; t < n_tok; ++t) {
+            const int8_t *ylo = &a.lo[t][16 * half], *yhi = &a.hi[t][16 * half];
+            int32_t s = 0;
+            for (int j = 0; j < 16; ++j) s += lo[j] * ylo[j] + hi[j] * yhi[j];
+            sum[t] += (dw * a.d[half * kGroupTokens + t]) * static_cast<float>(s);
+        }
+    }
+    for (int t = 0; t < n_tok; ++t) out[t] = sum[t];
+}
+
+float dot_f32_scalar(const float *a, const float *b, int64_t n) {
+    // Eight independent partial sums: no long dependency chain, and the compiler can keep them in
+    // SIMD registers without reassociating anything.
+    float acc[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+    }
+    for (; i < n; ++i) acc[0] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// F16 row: converted in stack-sized pieces, each reused for all tokens of the group.
+void dot_f16_row(const MatmulProblem &p, const uint8_t *row, const float *x, int n_tok, float *out) {
+    constexpr int64_t kPiece = 256;
+    float buf[kPiece];
+    float sum[kGroupTokens] = {};
+    for (int64_t c0 = 0; c0 < p.cols; c0 += kPiece) {
+        const int64_t n = std::min(kPiece, p.cols - c0);
+        for (int64_t i = 0; i < n; ++i) buf[i] = p.fp16_table[load_u16(row + 2 * (c0 + i))];
+        for (int t = 0; t < n_tok; ++t) sum[t] += dot_f32_scalar(buf, x + t * p.cols + c0, n);
+    }
+    for (int t = 0; t < n_tok; ++t) out[t] = sum[t];
+}
+
+void matmul_range_scalar(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+        const int n_tok = static_cast<int>(std::min<int64_t>(kGroupTokens, p.n_tokens - g * kGroupTokens));
+        const float *x = p.x + g * kGroupTokens * p.cols;
+        const ActBlockPair *act = p.act ? p.act + g * p.n_pairs : nullptr;
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t *row = p.w + r * p.w_row_bytes;
+            float out[kGroupTokens];
+            switch (p.wtype) {
+                case TensorType::Q4_0: dot_quant_row<TensorType::Q4_0>(p, row, act, n_tok, out); break;
+                case TensorType::Q8_0: dot_quant_row<TensorType::Q8_0>(p, row, act, n_tok, out); break;
+                case TensorType::F16: dot_f16_row(p, row, x, n_tok, out); break;
+                default:
+                    for (int t = 0; t < n_tok; ++t) {
+                        out[t] = dot_f32_scalar(reinterpret_cast<const float *>(row), x + t * p.cols, p.cols);
+                    }
+                    break;
+            }
+            for (int t = 0; t < n_tok; ++t) p.y[(g * kGroupTokens + t) * p.rows + r] = out[t];
+        }
+    }
+}
+
+void dequantize_scalar(TensorType type, const void *src, float *dst, int64_t n, const float *fp16_table) {
+    if (type == TensorType::F16) {
+        const auto *in = static_cast<const uint8_t *>(src);
+        for (int64_t i = 0; i < n; ++i) dst[i] = fp16_table[load_u16(in + 2 * i)];
+        return;
+    }
+    dequantize_row(type, src, dst, n);
+}
+
+void axpy_scalar(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float exp_sub_sum_scalar(float *x, float max, int64_t n) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    return static_cast<float>(sum);
+}
+
+void silu_mul_scalar(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// ---- dispatch -------------------------------------------------------------------------------
+
+std::atomic<int> g_isa{-1};  // a KernelIsa, or -1 before the first use
+
+KernelIsa choose_isa() {
+    const char *env = std::getenv("H2O_CPU_KERNELS");
+    if (env && std::strcmp(env, "scalar") == 0) return KernelIsa::Scalar;
+    return cpu_supports(KernelIsa::Avx2) ? KernelIsa::Avx2 : KernelIsa::Scalar;
+}
+
+const KernelTable &kernels() {
+    int isa = g_isa.load(std::memory_order_acquire);
+    if (isa < 0) {
+        isa = static_cast<int>(choose_isa());
+        int expected = -1;  // a concurrent first use makes the same choice; keep whichever landed
+        if (!g_isa.compare_exchange_strong(expected, isa)) isa = expected;
+    }
+    return isa == static_cast<int>(KernelIsa::Avx2) ? detail::kAvx2Kernels : detail::kScalarKernels;
+}
+
+bool is_quantized(TensorType t) { return t == TensorType::Q4_0 || t == TensorType::Q8_0; }
+
+constexpr size_t kScratchAlign = 64;
+
+ActBlockPair *aligned_act(void *scratch) {
+    const auto addr = reinterpret_cast<uintptr_t>(scratch);
+    return reinterpret_cast<ActBlockPair *>((addr + kScratchAlign - 1) & ~(uintptr_t{kScratchAlign} - 1));
+}
+
+void cpu_relax() {
+#ifdef H2O_KERNELS_X86
+    _mm_pause();
+#endif
+}
+
+}  // namespace
+
+namespace detail {
+const KernelTable kScalarKernels = {
+    quantize_activations_scalar, matmul_range_scalar, dequantize_scalar, dot_f32_scalar,
+    axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
+};
+}  // namespace detail
+
+const char *kernel_isa_name(KernelIsa isa) { return isa == KernelIsa::Avx2 ? "avx2" : "scalar"; }
+
+bool cpu_supports(KernelIsa isa) {
+    if (isa == KernelIsa::Scalar) return true;
+#ifdef H2O_KERNELS_X86
+    __builtin_cpu_init();
+    // libgcc reports AVX features only when the OS also saves the YMM registers.
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+KernelIsa current_kernel_isa() {
+    return &kernels() == &detail::kAvx2Kernels ? KernelIsa::Avx2 : KernelIsa::Scalar;
+}
+
+bool set_kernel_isa(KernelIsa isa) {
+    if (!cpu_supports(isa)) return false;
+    g_isa.store(static_cast<int>(isa), std::memory_order_release);
+    return true;
+}
+
+bool matmul_supports(TensorType wtype) {
+    return wtype == TensorType::F32 || wtype == TensorType::F16 || is_quantized(wtype);
+}
+
+size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens) {
+    if (!is_quantized(wtype) || cols <= 0 || n_tokens <= 0) return 0;
+    const int64_t n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
+    const int64_t n_pairs = (cols / 32 + 1) / 2;
+    return static_cast<size_t>(n_groups * n_pairs) * sizeof(ActBlockPair) + kScratchAlign;
+}
+
+void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
+            int64_t n_tokens, float *y, void *scratch) {
+    if (rows <= 0 || n_tokens <= 0) return;
+    if (!matmul_supports(wtype)) fatal("matmul: unsupported weight type");
+    const bool quantized = is_quantized(wtype);
+    if (quantized && cols % 32 != 0) fatal("matmul: Q4_0/Q8_0 rows must be a multiple of 32 long");
+    if (quantized && !scratch) fatal("matmul: Q4_0/Q8_0 weights need scratch");
+
+    const KernelTable &k = kernels();
+    MatmulProblem p{};
+    p.wtype = wtype;
+    p.w = static_cast<const uint8_t *>(w);
+    p.w_row_bytes = row_bytes(wtype, cols);
+    p.rows = rows;
+    p.cols = cols;
+    p.n_tokens = n_tokens;
+    p.x = x;
+    p.y = y;
+    p.n_pairs = (cols / 32 + 1) / 2;
+    p.fp16_table = fp16_table();
+    ActBlockPair *act = quantized ? aligned_act(scratch) : nullptr;
+    p.act = act;
+
+    // Work units: chunks of rows whose weights stay in cache (about 32 KiB) while every token group
+    // passes over them, times slices of the token groups when there are too few row chunks to keep
+    // every thread busy. Each thread takes a contiguous run of units in row-chunk-major order, so it
+    // writes disjoint parts of y.
+    const int n_threads = pool.size();
+    const int64_t n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
+    const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~int64_t{3}, 4, 64);
+    const int64_t n_chunks = (rows + chunk - 1) / chunk;
+    int64_t n_slices = 1;
+    while (n_chunks * n_slices < 4 * n_threads && n_slices < n_groups) n_slices *= 2;
+    n_slices = std::min(n_slices, n_groups);
+    const int64_t n_units = n_chunks * n_slices;
+
+    // The activations are quantized once, up front. For a few tokens that is cheaper than any
+    // synchronisation, so the calling thread does it; for many, all threads share it and meet at a
+    // barrier inside the single pool job.
+    const bool parallel_quantize = quantized && n_threads > 1 && n_groups >= 2 * n_threads;
+    if (quantized && !parallel_quantize) k.quantize_activations(x, cols, n_tokens, 0, n_groups, act);
+    std::atomic<int> done_quantizing{0};
+
+    pool.run([&](int thread, int count) {
+        int64_t begin, end;
+        if (parallel_quantize) {
+            ThreadPool::split(n_groups, thread, count, &begin, &end);
+            k.quantize_activations(x, cols, n_tokens, begin, end, act);
+            done_quantizing.fetch_add(1, std::memory_order_acq_rel);
+            while (done_quantizing.load(std::memory_order_acquire) < count) cpu_relax();
+        }
+        ThreadPool::split(n_units, thread, count, &begin, &end);
+        for (int64_t u = begin; u < end;) {
+            // Consecutive units of one row chunk become a single call over their token groups.
+            const int64_t c = u / n_slices;
+            const int64_t u_end = std::min(end, (c + 1) * n_slices);
+            const int64_t g0 = (u - c * n_slices) * n_groups / n_slices;
+            const int64_t g1 = (u_end - c * n_slices) * n_groups / n_slices;
+            k.matmul_range(p, c * chunk, std::min(rows, (c + 1) * chunk), g0, g1);
+            u = u_end;
+        }
+    });
+}
+
+void dequantize(TensorType type, const void *src, float *dst, int64_t n) {
+    if (!matmul_supports(type)) fatal("dequantize: unsupported type");
+    kernels().dequantize(type, src, dst, n, fp16_table());
+}
+
+void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t *ids, int64_t n_ids, float *out) {
+    if (!matmul_supports(type)) fatal("dequantize_rows: unsupported type");
+    const KernelTable &k = kernels();
+    const size_t rb = row_bytes(type, cols);
+    for (int64_t i = 0; i < n_ids; ++i) {
+        k.dequantize(type, static_cast<const uint8_t *>(w) + static_cast<size_t>(ids[i]) * rb, out + i * cols, cols,
+                     fp16_table());
+    }
+}
+
+float dot_f32(const float *a, const float *b, int64_t n) { return kernels().dot_f32(a, b, n); }
+
+void axpy(float *y, float a, const float *x, int64_t n) { kernels().axpy(y, a, x, n); }
+
+void add(float *out, const float *a, const float *b, int64_t n) {
+    // Plain element-wise work: the compiler vectorizes it, and it is bound by memory anyway.
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void rmsnorm(float *out, const float *in, const float *weight, int64_t n, float eps) {
+    // Sum of squares in double, in four chains (as ggml sums in double): the rest of the layer
+    // depends on this one number.
+    double s[4] = {};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        for (int k = 0; k < 4; ++k) s[k] += static_cast<double>(in[i + k]) * in[i + k];
+    }
+    for (; i < n; ++i) s[0] += static_cast<double>(in[i]) * in[i];
+    const double mean = ((s[0] + s[1]) + (s[2] + s[3])) / static_cast<double>(n);
+    const float scale = static_cast<float>(1.0 / std::sqrt(mean + eps));
+    for (i = 0; i < n; ++i) out[i] = in[i] * scale * weight[i];
+}
+
+void softmax(float *x, int64_t n) {
+    if (n <= 0) return;
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+    if (max == -INFINITY) {  // everything masked: no distribution; return uniform zeros, not NaN
+        std::memset(x, 0, static_cast<size_t>(n) * sizeof(float));
+        return;
+    }
+    const float sum = kernels().exp_sub_sum(x, max, n);
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void silu_mul(float *out, const float *gate, const float *up, int64_t n) { kernels().silu_mul(out, gate, up, n); }
+
+}  // namespace h2o::cpu

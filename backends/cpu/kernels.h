@@ -1,0 +1,82 @@
+// CPU compute kernels: matrix multiplication against weights in their stored format, and the
+// small vector operations of a Llama layer.
+//
+// Every function has a portable implementation and an AVX2/FMA/F16C one; the choice is made at run
+// time (see KernelIsa), so the library runs on any x86-64 CPU. The two give the same results up to
+// the order of floating-point additions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor_types.h"
+#include "thread_pool.h"
+
+namespace h2o::cpu {
+
+// ---- instruction set selection --------------------------------------------------------------
+
+enum class KernelIsa { Scalar, Avx2 };
+
+const char *kernel_isa_name(KernelIsa isa);
+
+// Whether this CPU can run the kernels of `isa` (Avx2 needs AVX2, FMA and F16C).
+bool cpu_supports(KernelIsa isa);
+
+// The kernels in use. Chosen at first use: the best the CPU supports, or Scalar when the
+// environment variable H2O_CPU_KERNELS is "scalar".
+KernelIsa current_kernel_isa();
+
+// Switches kernels, for tests and benchmarks; not while other threads run kernels. Returns false,
+// changing nothing, if the CPU cannot run `isa`.
+bool set_kernel_isa(KernelIsa isa);
+
+// ---- matrix multiplication ------------------------------------------------------------------
+
+// Weight types matmul and dequantize accept: F32, F16, Q8_0, Q4_0.
+bool matmul_supports(TensorType wtype);
+
+// Bytes of scratch matmul needs for these sizes (the same whichever KernelIsa is in use). For
+// Q4_0/Q8_0 it holds the activations quantized to 8 bits; 0 for F32/F16.
+size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
+
+// y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tokens, r < rows.
+//
+// W is row-major [rows x cols] in its stored format: row r starts at w + r * row_bytes(wtype, cols).
+// x is [n_tokens x cols] floats, y is [n_tokens x rows] floats (token-major), and y must not
+// overlap x or W. scratch holds matmul_scratch_bytes(wtype, cols, n_tokens) bytes, any alignment.
+// For Q4_0/Q8_0 weights cols must be a multiple of 32 and the activations are quantized to Q8_0
+// blocks (one scale per 32 values, as llama.cpp does) so the dot products run on 8-bit integers.
+// Work is split over the pool's threads with a single ThreadPool::run.
+void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
+            int64_t n_tokens, float *y, void *scratch);
+
+// ---- weight rows ----------------------------------------------------------------------------
+
+// n values of a supported type (n a multiple of its block size) to floats.
+void dequantize(TensorType type, const void *src, float *dst, int64_t n);
+
+// The rows ids[0..n_ids) of a [rows x cols] weight tensor as floats: out[i*cols ...] = row ids[i]
+// (an embedding lookup). The ids must be valid row numbers.
+void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t *ids, int64_t n_ids, float *out);
+
+// ---- vector operations ----------------------------------------------------------------------
+
+float dot_f32(const float *a, const float *b, int64_t n);
+
+// y[i] += a * x[i]
+void axpy(float *y, float a, const float *x, int64_t n);
+
+// out[i] = a[i] + b[i]; out may alias a or b.
+void add(float *out, const float *a, const float *b, int64_t n);
+
+// out[i] = in[i] / sqrt(mean(in^2) + eps) * weight[i]; out may alias in.
+void rmsnorm(float *out, const float *in, const float *weight, int64_t n, float eps);
+
+// In place: x[i] = exp(x[i] - max) / sum. Entries of -inf become exactly 0 (masked positions).
+void softmax(float *x, int64_t n);
+
+// SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); out may alias gate or up.
+void silu_mul(float *out, const float *gate, const float *up, int64_t n);
+
+}  // namespace h2o::cpu

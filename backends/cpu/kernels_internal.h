@@ -1,0 +1,67 @@
+// Private to backends/cpu: what the portable kernels.cpp and kernels_avx2.cpp share.
+//
+// Only plain data and declarations belong here. An inline function defined in a header would be
+// compiled twice, once with -mavx2 and once without, and the linker may keep the AVX2 copy for
+// both callers, putting AVX2 instructions on the path meant for older CPUs. For the same reason
+// kernels_avx2.cpp uses no standard-library templates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor_types.h"
+
+namespace h2o::cpu::detail {
+
+// Tokens are processed in groups of this many; the last group is padded with zero tokens.
+constexpr int kGroupTokens = 4;
+
+// The activations of one token group, quantized to 8 bits for the integer dot products against
+// Q4_0/Q8_0 weights, covering two weight blocks b and b+1 (64 columns). The byte order matches what
+// an AVX2 register holds after loading the quants of blocks b and b+1 side by side: for Q4_0, the
+// low nibbles of both blocks' 16 bytes are elements 0..15 of b and of b+1; the high nibbles,
+// elements 16..31. So no shuffles are needed in the inner loop.
+struct ActBlockPair {
+    int8_t lo[kGroupTokens][32];  // token t: [b elements 0..15 | b+1 elements 0..15]
+    int8_t hi[kGroupTokens][32];  // token t: [b elements 16..31 | b+1 elements 16..31]
+    float d[2 * kGroupTokens];    // scales: [b: tokens 0..3 | b+1: tokens 0..3]
+    // 8 * sum of the block's quants, same order: what Q4_0's implicit -8 offset contributes.
+    int32_t offset[2 * kGroupTokens];
+};
+static_assert(sizeof(ActBlockPair) == 320, "ActBlockPair must be 5 cache lines");
+
+// One matmul, as the ISA-specific range functions see it.
+struct MatmulProblem {
+    TensorType wtype;
+    const uint8_t *w;
+    size_t w_row_bytes;
+    int64_t rows, cols, n_tokens;
+    const float *x;  // [n_tokens][cols]
+    float *y;        // [n_tokens][rows]
+    // For Q4_0/Q8_0 weights: the quantized activations, [n_groups][n_pairs].
+    const ActBlockPair *act;
+    int64_t n_pairs;            // (cols + 63) / 64
+    const float *fp16_table;    // fp16 bits -> float, 65536 entries
+};
+
+// Entry points an instruction set provides. Each works on plain pointers; threading, scratch
+// layout and dispatch live in kernels.cpp.
+struct KernelTable {
+    // Quantizes token groups [g0, g1) of x into act (group g starts at act + g * n_pairs).
+    void (*quantize_activations)(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
+                                 ActBlockPair *act);
+    // y for rows [r0, r1) and token groups [g0, g1).
+    void (*matmul_range)(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1);
+    // n elements of type (F32, F16, Q8_0 or Q4_0) to floats.
+    void (*dequantize)(TensorType type, const void *src, float *dst, int64_t n, const float *fp16_table);
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n);
+    // exp(x[i] - max) in place; returns their sum.
+    float (*exp_sub_sum)(float *x, float max, int64_t n);
+    void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
+};
+
+extern const KernelTable kScalarKernels;  // kernels.cpp
+extern const KernelTable kAvx2Kernels;    // kernels_avx2.cpp; only for CPUs with AVX2, FMA and F16C
+
+}  // namespace h2o::cpu::detail
