@@ -171,17 +171,64 @@ H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens,
 
 typedef struct h2o_session h2o_session;
 
+/* KV eviction policies: which cached token of a (layer, kv head) gives up its slot when the KV
+ * cache is full. Eviction is decided per (layer, kv head) from attention statistics that the
+ * attention computation gathers as a by-product; under grouped-query attention the query heads
+ * of a group add up. Pinned tokens are never evicted by any policy. */
+typedef enum h2o_kv_policy {
+    /* No eviction. When the budget is used up, calls return H2O_ERR_CONTEXT_FULL. */
+    H2O_KV_FULL = 0,
+    /* Heavy-Hitter Oracle: keep a recent window plus the tokens with the largest attention
+     * accumulated since they entered. Window: kv_recent (or kv_recent_ratio of the budget). */
+    H2O_KV_H2O = 1,
+    /* Keep the most recent tokens only. */
+    H2O_KV_WINDOW = 2,
+    /* StreamingLLM: keep the first kv_sinks tokens of the stream (default 4) plus the most recent. */
+    H2O_KV_SINK_WINDOW = 3,
+    /* Scissorhands: recent window plus the tokens that were most persistently important (received
+     * more than a uniform share of attention), counted with an exponential decay of 0.9 per step. */
+    H2O_KV_SCISSORHANDS = 4,
+    /* TOVA: evict the token with the lowest attention at the latest step (no recent window). */
+    H2O_KV_TOVA = 5,
+    /* RoCo-style: recent window plus the tokens with the highest mean attention since they
+     * entered; the standard deviation breaks ties. */
+    H2O_KV_ROCO = 6,
+    /* A uniformly random unprotected token: a sanity baseline. */
+    H2O_KV_RANDOM = 7,
+    /* Sinks + recent window + heavy hitters by mean (not accumulated) attention since entry. */
+    H2O_KV_MEAN_H2O = 8
+} h2o_kv_policy;
+
 typedef struct h2o_session_params {
     uint32_t struct_size;
-    /* Maximum number of tokens held in the KV cache. 0: the model's context length. */
+    /* Longest stream the session accepts when position rolling is off: rotary positions stay below
+     * n_ctx. 0: the model's context length. */
     uint32_t n_ctx;
     /* Worker threads for compute. 0: the number of online cores (at most 8). */
     uint32_t n_threads;
     /* Prompt tokens processed per batch. 0: 256. */
     uint32_t n_batch;
-    /* Seed of the sampler's random generator. The same seed, model, parameters and input give
-     * the same text. */
+    /* Seed of the sampler's random generator (and of the random eviction policy). The same seed,
+     * model, parameters and input give the same text. */
     uint64_t seed;
+    /* KV slots per (layer, kv head), allocated once at creation: the session's KV memory never
+     * grows. 0 or >= n_ctx: n_ctx slots, a full cache that never evicts. */
+    uint32_t kv_budget;
+    /* Used when kv_budget < n_ctx. Default: H2O_KV_SINK_WINDOW. */
+    h2o_kv_policy kv_policy;
+    /* Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
+    uint32_t kv_recent;
+    /* Recent window as a fraction of the budget, when kv_recent is 0. Default 0.5. */
+    float kv_recent_ratio;
+    /* First tokens of the stream that are never evicted (attention sinks); used by
+     * H2O_KV_SINK_WINDOW and H2O_KV_MEAN_H2O. Default 4. */
+    uint32_t kv_sinks;
+    /* Position rolling: rotary positions are the tokens' ranks in the cache (0..kv_budget-1),
+     * not their positions in the stream, so a session can run without end, far past the model's
+     * context length. Keys are stored rotated by their rank; evicting a token rotates the keys
+     * after it back by one position (O(budget × head_dim) per layer and kv head per eviction).
+     * Off: the stream ends at n_ctx tokens (H2O_ERR_CONTEXT_FULL). Default 0. */
+    int position_rolling;
 } h2o_session_params;
 
 H2O_API h2o_session_params h2o_session_params_default(void);
@@ -198,6 +245,27 @@ H2O_API h2o_status h2o_session_reset(h2o_session *session);
 /* The message of the session's most recent failed call ("" if none); valid until the next call
  * on this session. NULL session: "". */
 H2O_API const char *h2o_session_last_error(const h2o_session *session);
+
+/* Bytes of memory a session uses, by part. Everything is allocated in h2o_session_create; these
+ * numbers do not change afterwards. */
+typedef struct h2o_memory_report {
+    uint32_t struct_size;
+    uint64_t weight_bytes;   /* model weights (shared by all sessions of the model) */
+    uint64_t kv_bytes;       /* keys, values and per-slot eviction statistics */
+    uint64_t scratch_bytes;  /* activations and kernel scratch of this session */
+} h2o_memory_report;
+
+/* Fills *report (set report->struct_size first). */
+H2O_API h2o_status h2o_session_memory(const h2o_session *session, h2o_memory_report *report);
+
+/* Flags for h2o_session_add_text. */
+#define H2O_TEXT_PIN 1u /* the text's tokens are never evicted (system prompts, instructions) */
+
+/* Appends UTF-8 text to the session without generating (the first text of a session starts with
+ * BOS). With H2O_TEXT_PIN the tokens are pinned: they count against kv_budget and survive every
+ * eviction. Pinning more than kv_budget - 1 tokens in total is H2O_ERR_INVALID_ARGUMENT and adds
+ * nothing. Text longer than the free slots is processed in chunks with eviction between them. */
+H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, uint32_t flags);
 
 /* ---------------------------------------------------------------------------------------------
  * Generation

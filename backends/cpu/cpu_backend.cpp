@@ -1,0 +1,267 @@
+#include "cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "kv_cache.h"
+#include "thread_pool.h"
+
+namespace h2o {
+
+namespace {
+
+template <typename T>
+T *host(const Tensor &t) {
+    return reinterpret_cast<T *>(t.buffer + t.offset);
+}
+
+struct AlignedFree {
+    void operator()(void *p) const { std::free(p); }
+};
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend(int n_threads, int max_batch) : pool_(n_threads), max_batch_(max_batch) {}
+
+    const char *name() const override { return "cpu"; }
+
+    Status alloc(TensorType type, int64_t cols, int64_t rows, Tensor *out) override {
+        const size_t bytes = row_bytes(type, cols) * static_cast<size_t>(rows);
+        void *p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!p) return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes");
+        std::memset(p, 0, bytes);
+        buffers_.emplace_back(p);
+        allocated_ += bytes;
+        *out = Tensor{reinterpret_cast<uintptr_t>(p), 0, type, cols, rows};
+        return Status::Ok();
+    }
+
+    Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) override {
+        // The mapped file is used in place: weights cost no extra memory and are shared by every
+        // session of the model.
+        *out = Tensor{reinterpret_cast<uintptr_t>(host_data), 0, type, cols, rows};
+        const size_t scratch = cpu::matmul_scratch_bytes(type, cols, max_batch_);
+        if (scratch > matmul_scratch_.size()) matmul_scratch_.resize(scratch);
+        return Status::Ok();
+    }
+
+    void upload(const Tensor &dst, const void *src, size_t bytes) override { std::memcpy(host<uint8_t>(dst), src, bytes); }
+    void download(const Tensor &src, void *dst, size_t bytes) override { std::memcpy(dst, host<const uint8_t>(src), bytes); }
+    void synchronize() override {}
+    size_t allocated_bytes() const override {
+        return allocated_ + matmul_scratch_.size() + attention_scratch_.size() * sizeof(float) + kv_.bytes();
+    }
+
+    void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
+        cpu::dequantize_rows(table.type, host<const void>(table), table.cols, host<const int32_t>(ids), n, host<float>(out));
+    }
+
+    void rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override {
+        for (int t = 0; t < n; ++t) {
+            cpu::rmsnorm(host<float>(out) + t * out.cols, host<const float>(in) + t * in.cols, host<const float>(weight), in.cols, eps);
+        }
+    }
+
+    void matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override {
+        cpu::matmul(pool_, weight.type, host<const void>(weight), weight.rows, weight.cols, host<const float>(in), n,
+                    host<float>(out), matmul_scratch_.data());
+    }
+
+    void rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override {
+        const int32_t *pos = host<const int32_t>(positions);
+        const int half = shape.rope_dims / 2;
+        for (int t = 0; t < n; ++t) {
+            // The GGUF Llama convention rotates adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/d).
+            for (int i = 0; i < half; ++i) {
+                // Angles in double precision: positions reach tens of thousands, where float angles
+                // would lose the low bits that distinguish neighbouring positions.
+                const double theta = pos[t] * std::pow(static_cast<double>(shape.rope_freq_base), -2.0 * i / shape.rope_dims);
+                const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+                auto rotate = [&](float *x, int heads) {
+                    for (int h = 0; h < heads; ++h) {
+                        float *p = x + h * shape.head_dim + 2 * i;
+                        const float a = p[0], b = p[1];
+                        p[0] = a * c - b * s;
+                        p[1] = a * s + b * c;
+                    }
+                };
+                rotate(host<float>(q) + t * q.cols, shape.n_head);
+                rotate(host<float>(k) + t * k.cols, shape.n_head_kv);
+            }
+        }
+    }
+
+    void swiglu(const Tensor &gate, const Tensor &up, int n) override {
+        float *g = host<float>(gate);
+        const float *u = host<const float>(up);
+        const int64_t count = gate.cols * n;
+        pool_.run([&](int index, int threads) {
+            int64_t begin, end;
+            ThreadPool::split(count, index, threads, &begin, &end);
+            cpu::silu_mul(g + begin, g + begin, u + begin, end - begin);
+        });
+    }
+
+    void add(const Tensor &acc, const Tensor &x, int n) override {
+        cpu::add(host<float>(acc), host<const float>(acc), host<const float>(x), acc.cols * n);
+    }
+
+    Status create_kv(const KvConfig &config) override {
+        H2O_TRY(kv_.init(config));
+        // Per thread: the attention weights of one query head and of its kv-head group, and the
+        // partial statistics of every (kv head, slot).
+        per_thread_ = static_cast<size_t>(config.n_slots) * (2 + 4 * static_cast<size_t>(config.n_head_kv));
+        try {
+            attention_scratch_.assign(per_thread_ * pool_.size(), 0.0f);
+        } catch (const std::bad_alloc &) {
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate attention scratch");
+        }
+        return Status::Ok();
+    }
+
+    void clear_kv() override { kv_.clear(); }
+    size_t kv_bytes() const override { return kv_.bytes(); }
+
+    void download_kv_stream_indices(int64_t *out) override {
+        const KvConfig &c = kv_.config();
+        for (int l = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h) {
+                const KvCache::HeadView view = kv_.head(l, h);
+                out = std::copy(view.stream_index, view.stream_index + c.n_slots, out);
+            }
+        }
+    }
+
+    void attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                   const AttentionBatch &batch, const ModelShape &shape) override;
+
+private:
+    struct AttentionScratch {
+        float *weight, *group_weight;                            // [n_slots]
+        float *accumulated, *squared, *steps, *persistence;     // [n_head_kv × n_slots]
+        void clear_partials(size_t count) {
+            for (float *p : {accumulated, squared, steps, persistence}) std::fill(p, p + count, 0.0f);
+        }
+    };
+    AttentionScratch attention_scratch(int thread) {
+        const size_t n_slots = static_cast<size_t>(kv_.config().n_slots);
+        const size_t partial = n_slots * kv_.config().n_head_kv;
+        float *base = attention_scratch_.data() + per_thread_ * thread;
+        return AttentionScratch{base, base + n_slots, base + 2 * n_slots, base + 2 * n_slots + partial,
+                                base + 2 * n_slots + 2 * partial, base + 2 * n_slots + 3 * partial};
+    }
+
+    ThreadPool pool_;
+    int max_batch_;
+    std::vector<std::unique_ptr<void, AlignedFree>> buffers_;
+    size_t allocated_ = 0;
+    std::vector<uint8_t> matmul_scratch_;
+    KvCache kv_;
+    size_t per_thread_ = 0;
+    std::vector<float> attention_scratch_;
+};
+
+void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                           const AttentionBatch &batch, const ModelShape &shape) {
+    const int n = batch.n_tokens, hd = shape.head_dim, n_kv = shape.n_head_kv;
+    const int group = shape.n_head / n_kv;
+    const int32_t *pos = host<const int32_t>(batch.positions);
+    const KvPolicyConfig &policy = kv_.config().policy;
+
+    // Make room (evicting by the policy when the cache is full), then store the batch's keys and
+    // values in their slots.
+    for (int h = 0; h < n_kv; ++h) {
+        kv_.make_room(layer, h, n, batch.first_index);
+        KvCache::HeadView view = kv_.head(layer, h);
+        for (int t = 0; t < n; ++t) {
+            const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[t], batch.pinned);
+            std::memcpy(view.keys + static_cast<size_t>(slot) * hd, host<const float>(k) + t * k.cols + h * hd, sizeof(float) * hd);
+            std::memcpy(view.values + static_cast<size_t>(slot) * hd, host<const float>(v) + t * v.cols + h * hd, sizeof(float) * hd);
+        }
+    }
+
+    // Statistics are summed per thread and reduced afterwards, so no two threads write one slot.
+    // Persistence decays once per query: over this batch, a query t's indicator is worth
+    // decay^(n-1-t) and the old value decay^n.
+    const int n_slots = kv_.config().n_slots;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float decay = policy.persistence_decay;
+    const int64_t units = static_cast<int64_t>(n) * n_kv;  // (token, kv head) pairs
+    pool_.run([&](int index, int threads) {
+        AttentionScratch scratch = attention_scratch(index);
+        scratch.clear_partials(static_cast<size_t>(n_kv) * n_slots);
+        int64_t begin, end;
+        ThreadPool::split(units, index, threads, &begin, &end);
+        for (int64_t u = begin; u < end; ++u) {
+            const int t = static_cast<int>(u / n_kv), h = static_cast<int>(u % n_kv);
+            const int64_t query_index = batch.first_index + t;
+            const int used = kv_.used(layer, h);
+            const KvCache::HeadView view = kv_.head(layer, h);
+            int visible = 0;
+            for (int s = 0; s < used; ++s) {
+                scratch.group_weight[s] = 0.0f;
+                visible += view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
+            }
+            for (int g = 0; g < group; ++g) {
+                const int head = h * group + g;
+                const float *qh = host<const float>(q) + t * q.cols + head * hd;
+                for (int s = 0; s < used; ++s) {
+                    const bool seen = view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
+                    scratch.weight[s] = seen ? cpu::dot_f32(qh, view.keys + static_cast<size_t>(s) * hd, hd) * scale : -INFINITY;
+                }
+                cpu::softmax(scratch.weight, used);
+                float *o = host<float>(out) + t * out.cols + head * hd;
+                std::fill(o, o + hd, 0.0f);
+                for (int s = 0; s < used; ++s) {
+                    const float w = scratch.weight[s];
+                    if (w == 0.0f) continue;
+                    cpu::axpy(o, w, view.values + static_cast<size_t>(s) * hd, hd);
+                    scratch.group_weight[s] += w;
+                }
+            }
+            // Bookkeeping for the eviction policies (kv_policy.h).
+            const size_t at = static_cast<size_t>(h) * n_slots;
+            const float important = static_cast<float>(group) / static_cast<float>(visible);
+            const float persistence_weight = std::pow(decay, static_cast<float>(n - 1 - t));
+            for (int s = 0; s < used; ++s) {
+                if (view.stream_index[s] < 0 || view.stream_index[s] > query_index) continue;
+                const float w = scratch.group_weight[s];
+                scratch.accumulated[at + s] += w;
+                scratch.squared[at + s] += w * w;
+                scratch.steps[at + s] += 1.0f;
+                if (w > important) scratch.persistence[at + s] += persistence_weight;
+                if (t == n - 1) view.last[s] = w;  // only this unit writes the last query's weights
+            }
+        }
+    });
+    const float old_persistence_weight = std::pow(decay, static_cast<float>(n));
+    for (int h = 0; h < n_kv; ++h) {
+        const KvCache::HeadView view = kv_.head(layer, h);
+        const int used = kv_.used(layer, h);
+        for (int s = 0; s < used; ++s) view.persistence[s] *= old_persistence_weight;
+        for (int th = 0; th < pool_.size(); ++th) {
+            const AttentionScratch scratch = attention_scratch(th);
+            const size_t at = static_cast<size_t>(h) * n_slots;
+            for (int s = 0; s < used; ++s) {
+                view.accumulated[s] += scratch.accumulated[at + s];
+                view.squared[s] += scratch.squared[at + s];
+                view.steps[s] += scratch.steps[at + s];
+                view.persistence[s] += scratch.persistence[at + s];
+            }
+        }
+    }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, int max_batch) {
+    return std::make_unique<CpuBackend>(n_threads, max_batch);
+}
+
+}  // namespace h2o

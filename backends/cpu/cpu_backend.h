@@ -1,0 +1,14 @@
+// The CPU backend: the reference implementation of every operation, multi-threaded over a
+// fork-join pool, with SIMD kernels chosen at run time (kernels.h).
+#pragma once
+
+#include <memory>
+
+#include "backend.h"
+
+namespace h2o {
+
+// max_batch: the most tokens one operation will see (sizes the matmul scratch).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, int max_batch);
+
+}  // namespace h2o

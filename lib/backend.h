@@ -1,0 +1,136 @@
+// The internal compute-backend interface. The model graph (model.cpp) is written once against it;
+// each backend (CPU reference, Vulkan, CUDA) implements the operations on memory it owns.
+//
+// Tensors are descriptors of backend memory, never host pointers, so a GPU backend can keep
+// weights, activations, the KV cache and its eviction statistics resident on the device. Only
+// upload() and download() move data between the host and the backend.
+//
+// A backend may execute operations as they are issued (CPU) or record them and execute at
+// synchronize() (GPU). Operations issued on one backend execute in order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kv_policy.h"
+#include "status.h"
+#include "tensor_types.h"
+
+namespace h2o {
+
+// A region of backend memory holding a matrix of `rows` rows of `cols` elements of `type`,
+// rows contiguous. `buffer` is the backend's own handle (the CPU backend: a host address).
+struct Tensor {
+    uintptr_t buffer = 0;
+    size_t offset = 0;
+    TensorType type = TensorType::F32;
+    int64_t cols = 0;
+    int64_t rows = 0;
+
+    size_t bytes() const { return row_bytes(type, cols) * static_cast<size_t>(rows); }
+    // The rows [first, first + count) of this tensor.
+    Tensor slice_rows(int64_t first, int64_t count) const {
+        Tensor t = *this;
+        t.offset += row_bytes(type, cols) * static_cast<size_t>(first);
+        t.rows = count;
+        return t;
+    }
+};
+
+// Model shape the kernels need (head layout, rotary parameters, normalisation epsilon).
+struct ModelShape {
+    int n_embd = 0;
+    int n_layer = 0;
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    int n_ff = 0;
+    int n_vocab = 0;
+    int rope_dims = 0;  // leading dimensions of each head that are rotated
+    float rope_freq_base = 10000.0f;
+    float rms_eps = 1e-5f;
+};
+
+// A session's KV cache: a fixed number of slots per (layer, kv head), allocated once. Which slot a
+// new token takes (a free one, or the victim chosen by the eviction policy) is decided inside the
+// attention operation, per (layer, kv head), where the attention statistics live.
+struct KvConfig {
+    int n_layer = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    int n_slots = 0;
+    TensorType type = TensorType::F32;
+    KvPolicyConfig policy;
+    // Position rolling: rotary positions are ranks in the cache (0 = the oldest kept token), not
+    // stream indices. Keys are stored rotated by their rank; when eviction removes a token, the
+    // keys of the tokens after it are rotated back by one position per removed predecessor.
+    bool rolling = false;
+    int rope_dims = 0;
+    float rope_freq_base = 10000.0f;
+};
+
+// The tokens of one batch are consecutive in the stream: token t has stream index
+// first_index + t and rotary position positions[t] (its rank in the cache when rolling).
+struct AttentionBatch {
+    int n_tokens = 0;
+    int64_t first_index = 0;
+    Tensor positions;  // I32, one per token
+    bool pinned = false;  // the batch's tokens are never evicted
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual const char *name() const = 0;
+
+    // ---- memory -------------------------------------------------------------------------
+    // Allocates a tensor of rows × cols elements. Errors: H2O_ERR_OUT_OF_MEMORY.
+    virtual Status alloc(TensorType type, int64_t cols, int64_t rows, Tensor *out) = 0;
+    // Makes a weight tensor available to the backend. `host_data` stays valid for the backend's
+    // lifetime (it points into the mapped model file), so a host backend may use it in place.
+    virtual Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data,
+                                Tensor *out) = 0;
+    virtual void upload(const Tensor &dst, const void *src, size_t bytes) = 0;
+    virtual void download(const Tensor &src, void *dst, size_t bytes) = 0;
+    // Waits until every issued operation has finished.
+    virtual void synchronize() = 0;
+    // Bytes the backend has allocated (weights adopted in place are not counted).
+    virtual size_t allocated_bytes() const = 0;
+
+    // ---- operations (all tensors F32 unless stated) -------------------------------------------
+    // out[t] = row ids[t] of `table` (any weight type), dequantized. ids: I32.
+    virtual void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) = 0;
+    // out[t] = in[t] / rms(in[t]) * weight, for the first n rows.
+    virtual void rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) = 0;
+    // out[t] = W · in[t] for the first n rows of in; W is a weight tensor [rows_out × cols].
+    virtual void matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) = 0;
+    // Rotates the first rope_dims of each head of q (n_head heads) and k (n_head_kv heads) in
+    // place, for the first n rows, by `positions` (I32).
+    virtual void rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) = 0;
+    // gate[t] = silu(gate[t]) * up[t].
+    virtual void swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
+    // acc[t] += x[t].
+    virtual void add(const Tensor &acc, const Tensor &x, int n) = 0;
+
+    // ---- KV cache and attention ---------------------------------------------------------------
+    // Allocates the KV cache (all of its memory, once). Errors: H2O_ERR_OUT_OF_MEMORY.
+    virtual Status create_kv(const KvConfig &config) = 0;
+    // Forgets every cached token (no memory is freed).
+    virtual void clear_kv() = 0;
+    // Bytes of the KV cache: keys, values and per-slot bookkeeping.
+    virtual size_t kv_bytes() const = 0;
+    // Copies the stream index held by every slot (-1: free), ordered [layer][kv head][slot], to
+    // the host. For tests and evaluation: which tokens each (layer, kv head) kept.
+    virtual void download_kv_stream_indices(int64_t *out) = 0;
+    // For each kv head of `layer`: if fewer than n slots are free, evicts victims by the policy
+    // (kv_policy.h) until n are; stores the batch's k and v in free slots; then computes causal
+    // attention of q over the occupied slots (a slot is visible to a query when its stream index
+    // is not after the query's), writing out [n × n_head*head_dim], and updates the visible
+    // slots' statistics. The caller guarantees that n slots can be freed (pinned tokens excepted).
+    virtual void attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                           const AttentionBatch &batch, const ModelShape &shape) = 0;
+};
+
+}  // namespace h2o

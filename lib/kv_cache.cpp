@@ -1,0 +1,164 @@
+#include "kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <string>
+
+namespace h2o {
+
+Status KvCache::init(const KvConfig &config) {
+    if (config.type != TensorType::F32) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("KV cache type ") + type_name(config.type) + " is not supported");
+    }
+    config_ = config;
+    const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;
+    const size_t slots = heads * config.n_slots;
+    try {
+        keys_.assign(slots * config.head_dim, 0.0f);
+        values_.assign(slots * config.head_dim, 0.0f);
+        stream_index_.assign(slots, -1);
+        position_.assign(slots, 0);
+        pinned_.assign(slots, 0);
+        for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) v->assign(slots, 0.0f);
+        used_.assign(heads, 0);
+        free_list_.assign(slots, 0);
+        free_count_.assign(heads, 0);
+        candidates_.assign(config.n_slots, 0);
+        evicted_indices_.assign(config.n_slots, 0);
+    } catch (const std::bad_alloc &) {
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (" + std::to_string(slots) + " slots)");
+    }
+    inv_freq_.resize(config.rope_dims / 2);
+    for (size_t i = 0; i < inv_freq_.size(); ++i) {
+        inv_freq_[i] = std::pow(static_cast<double>(config.rope_freq_base), -2.0 * static_cast<double>(i) / config.rope_dims);
+    }
+    clear();
+    return Status::Ok();
+}
+
+void KvCache::clear() {
+    std::fill(stream_index_.begin(), stream_index_.end(), -1);
+    std::fill(pinned_.begin(), pinned_.end(), 0);
+    std::fill(used_.begin(), used_.end(), 0);
+    std::fill(free_count_.begin(), free_count_.end(), 0);
+    random_state_ = config_.policy.seed ^ 0x9E3779B97F4A7C15ull;
+}
+
+size_t KvCache::bytes() const {
+    const size_t slots = stream_index_.size();
+    return (keys_.size() + values_.size()) * sizeof(float) +
+           slots * (sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + 5 * sizeof(float)) +
+           free_list_.size() * sizeof(int32_t);
+}
+
+KvCache::HeadView KvCache::head(int layer, int kv_head) {
+    const size_t base = slot_base(layer, kv_head);
+    const size_t hd = static_cast<size_t>(config_.head_dim);
+    return HeadView{keys_.data() + base * hd, values_.data() + base * hd, stream_index_.data() + base,
+                    position_.data() + base, pinned_.data() + base, accumulated_.data() + base,
+                    squared_.data() + base, steps_.data() + base, last_.data() + base, persistence_.data() + base};
+}
+
+int KvCache::free_slots(int layer, int kv_head) const {
+    const size_t h = head_index(layer, kv_head);
+    return config_.n_slots - used_[h] + free_count_[h];
+}
+
+uint64_t KvCache::next_random() {
+    // xorshift64*: deterministic for a given seed and sequence of evictions.
+    random_state_ ^= random_state_ >> 12;
+    random_state_ ^= random_state_ << 25;
+    random_state_ ^= random_state_ >> 27;
+    return random_state_ * 0x2545F4914F6CDD1Dull;
+}
+
+void KvCache::rotate_back(float *key, int shift) const {
+    const int n_heads_dims = config_.rope_dims / 2;
+    for (int i = 0; i < n_heads_dims; ++i) {
+        const double theta = -static_cast<double>(shift) * inv_freq_[i];
+        const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+        const float a = key[2 * i], b = key[2 * i + 1];
+        key[2 * i] = a * c - b * s;
+        key[2 * i + 1] = a * s + b * c;
+    }
+}
+
+int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
+    const int needed = n - free_slots(layer, kv_head);
+    if (needed <= 0) return 0;
+    HeadView v = head(layer, kv_head);
+    const KvPolicyConfig &policy = config_.policy;
+    const int used = used_[head_index(layer, kv_head)];
+    // The recent window counts the incoming tokens: protect the newest (recent - n) cached ones.
+    const int64_t recent_from = next_index - std::max(0, policy.recent - n);
+
+    int n_candidates = 0;
+    for (int s = 0; s < used; ++s) {
+        const int64_t index = v.stream_index[s];
+        if (index < 0 || v.pinned[s] || index >= recent_from || index < policy.sinks) continue;
+        candidates_[n_candidates++] = s;
+    }
+    int n_victims = std::min(needed, n_candidates);
+    if (policy.policy == KvPolicy::Random) {
+        // A partial Fisher-Yates shuffle puts n_victims random candidates first.
+        for (int i = 0; i < n_victims; ++i) {
+            const int j = i + static_cast<int>(next_random() % static_cast<uint64_t>(n_candidates - i));
+            std::swap(candidates_[i], candidates_[j]);
+        }
+    } else {
+        auto before = [&](int32_t a, int32_t b) {
+            const SlotStats sa{v.accumulated[a], v.squared[a], v.steps[a], v.last[a], v.persistence[a]};
+            const SlotStats sb{v.accumulated[b], v.squared[b], v.steps[b], v.last[b], v.persistence[b]};
+            const double pa = kv_priority(policy, sa, v.stream_index[a]);
+            const double pb = kv_priority(policy, sb, v.stream_index[b]);
+            return pa < pb || (pa == pb && v.stream_index[a] < v.stream_index[b]);
+        };
+        std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates, before);
+    }
+    if (n_victims < needed) {
+        // Everything evictable is protected by the windows: fall back to the oldest unpinned tokens.
+        n_candidates = 0;
+        for (int s = 0; s < used; ++s) {
+            if (v.stream_index[s] >= 0 && !v.pinned[s]) candidates_[n_candidates++] = s;
+        }
+        n_victims = std::min(needed, n_candidates);
+        std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates,
+                          [&](int32_t a, int32_t b) { return v.stream_index[a] < v.stream_index[b]; });
+    }
+
+    const size_t h = head_index(layer, kv_head);
+    int32_t *free_list = free_list_.data() + slot_base(layer, kv_head);
+    for (int i = 0; i < n_victims; ++i) {
+        const int s = candidates_[i];
+        evicted_indices_[i] = v.stream_index[s];
+        v.stream_index[s] = -1;
+        free_list[free_count_[h]++] = s;
+    }
+    if (config_.rolling && n_victims > 0) {
+        // Each kept token moves back one rank per evicted token that preceded it.
+        std::sort(evicted_indices_.begin(), evicted_indices_.begin() + n_victims);
+        for (int s = 0; s < used; ++s) {
+            if (v.stream_index[s] < 0) continue;
+            const int shift = static_cast<int>(std::lower_bound(evicted_indices_.begin(), evicted_indices_.begin() + n_victims,
+                                                                v.stream_index[s]) - evicted_indices_.begin());
+            if (shift == 0) continue;
+            v.position[s] -= shift;
+            rotate_back(v.keys + static_cast<size_t>(s) * config_.head_dim, shift);
+        }
+    }
+    return n_victims;
+}
+
+int KvCache::claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, bool pinned) {
+    const size_t h = head_index(layer, kv_head);
+    const int slot = free_count_[h] > 0 ? free_list_[slot_base(layer, kv_head) + --free_count_[h]] : used_[h]++;
+    const size_t at = slot_base(layer, kv_head) + slot;
+    stream_index_[at] = stream_index;
+    position_[at] = position;
+    pinned_[at] = pinned ? 1 : 0;
+    accumulated_[at] = squared_[at] = steps_[at] = last_[at] = persistence_[at] = 0.0f;
+    return slot;
+}
+
+}  // namespace h2o

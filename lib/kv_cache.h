@@ -1,0 +1,71 @@
+// Host-resident KV cache: the reference layout and eviction bookkeeping, used by the CPU backend.
+//
+// Every (layer, kv head) owns `n_slots` slots. A slot holds a key and a value vector and what
+// eviction needs: the token's stream index (-1 when free), its rotary position, whether it is
+// pinned, and its attention statistics (kv_policy.h). Memory is allocated once in init(); tokens
+// take slots in place and nothing is ever compacted or copied.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend.h"
+#include "kv_policy.h"
+
+namespace h2o {
+
+class KvCache {
+public:
+    Status init(const KvConfig &config);
+    void clear();
+
+    const KvConfig &config() const { return config_; }
+    size_t bytes() const;
+
+    // Views of one (layer, kv head): n_slots entries each (keys/values: n_slots × head_dim).
+    struct HeadView {
+        float *keys;
+        float *values;
+        int64_t *stream_index;
+        int32_t *position;
+        uint8_t *pinned;
+        float *accumulated, *squared, *steps, *last, *persistence;
+    };
+    HeadView head(int layer, int kv_head);
+
+    // Slots [0, used(layer, head)) have been written at least once; later slots are untouched.
+    int used(int layer, int kv_head) const { return used_[head_index(layer, kv_head)]; }
+    int free_slots(int layer, int kv_head) const;
+
+    // Frees slots for n incoming tokens (the first of which has stream index next_index) by
+    // evicting victims as the policy says, then, with rolling, rotates the remaining keys back by
+    // the number of evicted tokens before each of them. Returns the number of evictions.
+    int make_room(int layer, int kv_head, int n, int64_t next_index);
+
+    // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
+    int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, bool pinned);
+
+private:
+    size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
+    size_t slot_base(int layer, int kv_head) const { return head_index(layer, kv_head) * config_.n_slots; }
+    void rotate_back(float *key, int shift) const;
+    uint64_t next_random();
+
+    KvConfig config_;
+    std::vector<float> keys_, values_;
+    std::vector<int64_t> stream_index_;
+    std::vector<int32_t> position_;
+    std::vector<uint8_t> pinned_;
+    std::vector<float> accumulated_, squared_, steps_, last_, persistence_;
+    std::vector<int> used_;
+    // Per (layer, head): slots freed by eviction and not yet reused (a stack of n_slots capacity).
+    std::vector<int32_t> free_list_;
+    std::vector<int> free_count_;
+    // Scratch for victim selection (n_slots entries), allocated once.
+    std::vector<int32_t> candidates_;
+    std::vector<int64_t> evicted_indices_;
+    std::vector<double> inv_freq_;  // rotary inverse frequencies, rope_dims / 2 entries
+    uint64_t random_state_ = 0;
+};
+
+}  // namespace h2o

@@ -1,0 +1,65 @@
+// KV eviction policies: which cached token of a (layer, kv head) gives up its slot when a new
+// token needs one and none is free. This file is the specification every backend follows; the
+// CPU backend runs it as written (kv_cache.cpp), GPU backends reimplement it in their kernels.
+//
+// Per slot, attention maintains these statistics, where w is the attention weight a query gives
+// the slot summed over the query heads that share the kv head (so it lies in [0, group size]):
+//   accumulated  Σ w over every query since the token entered           (H2O)
+//   squared      Σ w²                                                    (RoCo: variance)
+//   steps        number of queries that have seen the token              (RoCo: mean)
+//   last         w of the most recent query                              (TOVA)
+//   persistence  decay·persistence + [w > group/visible], per query      (Scissorhands)
+// Prompt processing is causal: a query only updates slots at or before its own stream index.
+//
+// Victim selection for a batch of n new tokens, per (layer, kv head):
+//   - pinned tokens are never evicted;
+//   - the newest max(0, recent - n) cached tokens are protected (the recent window counts the
+//     incoming tokens, as in the H2O paper);
+//   - for sink_window, the first `sinks` tokens of the stream are protected;
+//   - among the rest, the token with the smallest priority is evicted (ties: the oldest);
+//   - if nothing is left after the protections, the oldest unpinned token is evicted.
+#pragma once
+
+#include <cstdint>
+
+namespace h2o {
+
+enum class KvPolicy : uint32_t {
+    Full = 0,          // no eviction: a full cache is an error (H2O_ERR_CONTEXT_FULL)
+    H2O = 1,           // recent window + heavy hitters by accumulated attention
+    Window = 2,        // most recent tokens only (priority: stream index)
+    SinkWindow = 3,    // first `sinks` tokens + most recent (StreamingLLM)
+    Scissorhands = 4,  // recent window + tokens that were persistently important
+    Tova = 5,          // lowest attention at the latest step
+    RoCo = 6,          // recent window + mean attention, ties broken by its standard deviation
+    Random = 7,        // sanity baseline: a uniformly random unprotected token
+    MeanH2O = 8,       // sinks + recent window + heavy hitters by mean attention since entry
+};
+
+constexpr uint32_t kKvPolicyCount = 9;
+
+const char *kv_policy_name(KvPolicy policy);
+// Parses a name as kv_policy_name prints it; false if unknown.
+bool parse_kv_policy(const char *name, KvPolicy *out);
+
+struct KvPolicyConfig {
+    KvPolicy policy = KvPolicy::Full;
+    int recent = 0;             // protected recent window (tokens)
+    int sinks = 0;              // protected first tokens of the stream
+    float persistence_decay = 0.9f;  // Scissorhands
+    uint64_t seed = 0;          // Random
+};
+
+// The statistics of one slot (see above).
+struct SlotStats {
+    float accumulated = 0;
+    float squared = 0;
+    float steps = 0;
+    float last = 0;
+    float persistence = 0;
+};
+
+// The policy's priority of a slot: the victim is the eligible slot with the smallest value.
+double kv_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index);
+
+}  // namespace h2o

@@ -1,0 +1,97 @@
+#include "llama_graph.h"
+
+namespace h2o {
+
+Status LlamaGraph::create(const Model &model, Backend &backend, int max_batch, std::unique_ptr<LlamaGraph> *out) {
+    std::unique_ptr<LlamaGraph> graph(new LlamaGraph(model, backend, max_batch));
+    H2O_TRY(graph->adopt_weights());
+    H2O_TRY(graph->alloc_activations());
+    *out = std::move(graph);
+    return Status::Ok();
+}
+
+Status LlamaGraph::adopt_weights() {
+    auto adopt = [&](const WeightView &w, Tensor *t) { return backend_.adopt_weight(w.type, w.cols, w.rows, w.data, t); };
+    const ModelWeights &w = model_.weights();
+    H2O_TRY(adopt(w.token_embd, &token_embd_));
+    H2O_TRY(adopt(w.output_norm, &output_norm_));
+    if (w.output.data == w.token_embd.data) {
+        output_ = token_embd_;
+    } else {
+        H2O_TRY(adopt(w.output, &output_));
+    }
+    layers_.resize(w.layers.size());
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+        const LayerWeights &src = w.layers[l];
+        LayerTensors &dst = layers_[l];
+        H2O_TRY(adopt(src.attn_norm, &dst.attn_norm));
+        H2O_TRY(adopt(src.wq, &dst.wq));
+        H2O_TRY(adopt(src.wk, &dst.wk));
+        H2O_TRY(adopt(src.wv, &dst.wv));
+        H2O_TRY(adopt(src.wo, &dst.wo));
+        H2O_TRY(adopt(src.ffn_norm, &dst.ffn_norm));
+        H2O_TRY(adopt(src.w_gate, &dst.w_gate));
+        H2O_TRY(adopt(src.w_up, &dst.w_up));
+        H2O_TRY(adopt(src.w_down, &dst.w_down));
+    }
+    return Status::Ok();
+}
+
+Status LlamaGraph::alloc_activations() {
+    const ModelShape &s = model_.shape();
+    const int64_t kv_dim = static_cast<int64_t>(s.head_dim) * s.n_head_kv;
+    const int64_t n = max_batch_;
+    H2O_TRY(backend_.alloc(TensorType::I32, 1, n, &ids_));
+    H2O_TRY(backend_.alloc(TensorType::I32, 1, n, &positions_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &x_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &xn_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &q_));
+    H2O_TRY(backend_.alloc(TensorType::F32, kv_dim, n, &k_));
+    H2O_TRY(backend_.alloc(TensorType::F32, kv_dim, n, &v_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &attn_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &proj_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_ff, n, &gate_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_ff, n, &up_));
+    H2O_TRY(backend_.alloc(TensorType::F32, s.n_vocab, 1, &logits_));
+    return Status::Ok();
+}
+
+void LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned) {
+    const ModelShape &s = model_.shape();
+    Backend &be = backend_;
+    be.upload(ids_, tokens, sizeof(int32_t) * n);
+    be.upload(positions_, positions, sizeof(int32_t) * n);
+    AttentionBatch batch{n, first_index, positions_, pinned};
+
+    be.get_rows(x_, token_embd_, ids_, n);
+    for (int l = 0; l < s.n_layer; ++l) {
+        const LayerTensors &w = layers_[l];
+        be.rms_norm(xn_, x_, w.attn_norm, n, s.rms_eps);
+        be.matmul(q_, w.wq, xn_, n);
+        be.matmul(k_, w.wk, xn_, n);
+        be.matmul(v_, w.wv, xn_, n);
+        be.rope(q_, k_, positions_, n, s);
+        be.attention(attn_, q_, k_, v_, l, batch, s);
+        be.matmul(proj_, w.wo, attn_, n);
+        be.add(x_, proj_, n);
+
+        be.rms_norm(xn_, x_, w.ffn_norm, n, s.rms_eps);
+        be.matmul(gate_, w.w_gate, xn_, n);
+        be.matmul(up_, w.w_up, xn_, n);
+        be.swiglu(gate_, up_, n);
+        be.matmul(proj_, w.w_down, gate_, n);
+        be.add(x_, proj_, n);
+    }
+    // Only the last token's logits are needed: generation samples from them, and evaluation
+    // feeds one token at a time.
+    const Tensor last = x_.slice_rows(n - 1, 1);
+    const Tensor last_norm = xn_.slice_rows(0, 1);
+    be.rms_norm(last_norm, last, output_norm_, 1, s.rms_eps);
+    be.matmul(logits_, output_, last_norm, 1);
+}
+
+void LlamaGraph::download_logits(float *host_logits) {
+    backend_.download(logits_, host_logits, logits_.bytes());
+}
+
+}  // namespace h2o

@@ -1,0 +1,52 @@
+// The Llama forward pass, written once against the Backend interface.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend.h"
+#include "model.h"
+
+namespace h2o {
+
+class LlamaGraph {
+public:
+    // Adopts the model's weights into `backend` and allocates activations for batches of up to
+    // max_batch tokens. All memory is allocated here, none during evaluate().
+    static Status create(const Model &model, Backend &backend, int max_batch, std::unique_ptr<LlamaGraph> *out);
+
+    // Runs n (1..max_batch) tokens whose stream indices start at first_index, with rotary
+    // positions `positions`; pinned tokens are never evicted from the KV cache. Afterwards
+    // download_logits copies the last token's logits to the host.
+    void evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned);
+    void download_logits(float *host_logits);
+
+    int max_batch() const { return max_batch_; }
+
+private:
+    struct LayerTensors {
+        Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    };
+
+    LlamaGraph(const Model &model, Backend &backend, int max_batch)
+        : model_(model), backend_(backend), max_batch_(max_batch) {}
+    Status adopt_weights();
+    Status alloc_activations();
+
+    const Model &model_;
+    Backend &backend_;
+    int max_batch_;
+
+    Tensor token_embd_, output_norm_, output_;
+    std::vector<LayerTensors> layers_;
+
+    // Activations, max_batch rows each.
+    Tensor ids_, positions_;   // I32
+    Tensor x_, xn_;            // residual stream and its normalised copy [n_embd]
+    Tensor q_, k_, v_, attn_;  // [n_embd], [kv_dim], [kv_dim], [n_embd]
+    Tensor proj_;              // [n_embd]: output of attn_output / ffn_down before the residual add
+    Tensor gate_, up_;         // [n_ff]
+    Tensor logits_;            // [n_vocab], one row
+};
+
+}  // namespace h2o

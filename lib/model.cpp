@@ -1,0 +1,155 @@
+#include "model.h"
+
+#include <cmath>
+#include <string>
+
+namespace h2o {
+
+namespace {
+
+bool is_supported_weight_type(TensorType type) {
+    switch (type) {
+        case TensorType::F32:
+        case TensorType::F16:
+        case TensorType::Q4_0:
+        case TensorType::Q8_0:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// Upper bounds that no real Llama comes near; they keep products of dimensions far from overflow
+// and reject files whose metadata would make us allocate absurd activation buffers.
+constexpr uint32_t kMaxEmbedding = 1u << 16;
+constexpr uint32_t kMaxLayers = 1024;
+constexpr uint32_t kMaxVocab = 1u << 20;
+constexpr uint32_t kMaxFeedForward = 1u << 18;
+
+}  // namespace
+
+Status Model::load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out) {
+    std::unique_ptr<Model> model(new Model());
+    H2O_TRY(GgufFile::open(path, &model->file_));
+    H2O_TRY(model->read_hyper_parameters());
+    H2O_TRY(model->bind_weights());
+    if (tokenizer_path.empty()) {
+        H2O_TRY(Tokenizer::from_gguf(*model->file_, &model->tokenizer_));
+    } else {
+        H2O_TRY(Tokenizer::from_model_file(tokenizer_path, &model->tokenizer_));
+    }
+    if (model->tokenizer_->n_vocab() != model->shape_.n_vocab) {
+        return make_error(H2O_ERR_TOKENIZER, "tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
+                                                 " tokens but the model's embedding has " +
+                                                 std::to_string(model->shape_.n_vocab) + " rows");
+    }
+    *out = std::move(model);
+    return Status::Ok();
+}
+
+Status Model::read_hyper_parameters() {
+    std::string_view arch;
+    H2O_TRY(file_->get_string("general.architecture", &arch));
+    if (arch != "llama") {
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          "model architecture '" + std::string(arch) + "' is not supported (only 'llama')");
+    }
+    std::string_view name;
+    if (file_->get_string("general.name", &name).ok()) name_ = std::string(name);
+
+    uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, rope_dims = 0;
+    H2O_TRY(file_->get_u32("llama.embedding_length", &n_embd));
+    H2O_TRY(file_->get_u32("llama.block_count", &n_layer));
+    H2O_TRY(file_->get_u32("llama.attention.head_count", &n_head));
+    H2O_TRY(file_->get_u32_or("llama.attention.head_count_kv", n_head, &n_head_kv));
+    H2O_TRY(file_->get_u32("llama.feed_forward_length", &n_ff));
+    H2O_TRY(file_->get_u32("llama.context_length", &n_ctx));
+    float eps = 0, freq_base = 0;
+    H2O_TRY(file_->get_f32_or("llama.attention.layer_norm_rms_epsilon", 1e-5f, &eps));
+    H2O_TRY(file_->get_f32_or("llama.rope.freq_base", 10000.0f, &freq_base));
+
+    auto bad = [](const std::string &what) { return make_error(H2O_ERR_MODEL_FORMAT, what); };
+    if (n_embd == 0 || n_embd > kMaxEmbedding) return bad("llama.embedding_length " + std::to_string(n_embd) + " is out of range");
+    if (n_layer == 0 || n_layer > kMaxLayers) return bad("llama.block_count " + std::to_string(n_layer) + " is out of range");
+    if (n_head == 0 || n_embd % n_head != 0)
+        return bad("llama.attention.head_count " + std::to_string(n_head) + " does not divide embedding_length " + std::to_string(n_embd));
+    if (n_head_kv == 0 || n_head % n_head_kv != 0)
+        return bad("llama.attention.head_count_kv " + std::to_string(n_head_kv) + " does not divide head_count " + std::to_string(n_head));
+    if (n_ff == 0 || n_ff > kMaxFeedForward) return bad("llama.feed_forward_length " + std::to_string(n_ff) + " is out of range");
+    if (n_ctx == 0) return bad("llama.context_length is 0");
+    if (!(eps > 0.0f) || !std::isfinite(eps)) return bad("llama.attention.layer_norm_rms_epsilon must be a positive number");
+    if (!(freq_base > 0.0f) || !std::isfinite(freq_base)) return bad("llama.rope.freq_base must be a positive number");
+    const uint32_t head_dim = n_embd / n_head;
+    H2O_TRY(file_->get_u32_or("llama.rope.dimension_count", head_dim, &rope_dims));
+    if (rope_dims == 0 || rope_dims > head_dim || rope_dims % 2 != 0)
+        return bad("llama.rope.dimension_count " + std::to_string(rope_dims) + " must be even and at most the head size " + std::to_string(head_dim));
+
+    const GgufTensor *embd = file_->find_tensor("token_embd.weight");
+    if (!embd) return bad("missing tensor 'token_embd.weight'");
+    if (embd->n_dims != 2 || embd->ne[1] <= 0 || embd->ne[1] > kMaxVocab)
+        return bad("tensor 'token_embd.weight' must be 2-D with at most " + std::to_string(kMaxVocab) + " rows");
+
+    shape_.n_embd = static_cast<int>(n_embd);
+    shape_.n_layer = static_cast<int>(n_layer);
+    shape_.n_head = static_cast<int>(n_head);
+    shape_.n_head_kv = static_cast<int>(n_head_kv);
+    shape_.head_dim = static_cast<int>(head_dim);
+    shape_.n_ff = static_cast<int>(n_ff);
+    shape_.n_vocab = static_cast<int>(embd->ne[1]);
+    shape_.rope_dims = static_cast<int>(rope_dims);
+    shape_.rope_freq_base = freq_base;
+    shape_.rms_eps = eps;
+    n_ctx_train_ = n_ctx;
+    return Status::Ok();
+}
+
+Status Model::bind(const std::string &name, int64_t cols, int64_t rows, WeightView *out) {
+    const GgufTensor *t = file_->find_tensor(name);
+    if (!t) return make_error(H2O_ERR_MODEL_FORMAT, "missing tensor '" + name + "'");
+    const bool is_vector = rows == 1;
+    const bool shape_ok = is_vector ? (t->n_dims == 1 && t->ne[0] == cols)
+                                    : (t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows);
+    if (!shape_ok) {
+        std::string got;
+        for (uint32_t d = 0; d < t->n_dims; ++d) got += (d ? " x " : "") + std::to_string(t->ne[d]);
+        return make_error(H2O_ERR_MODEL_FORMAT, "tensor '" + name + "' has shape [" + got + "], expected [" +
+                                                    std::to_string(cols) + (is_vector ? "" : " x " + std::to_string(rows)) + "]");
+    }
+    if (!is_supported_weight_type(t->type) || (is_vector && t->type != TensorType::F32)) {
+        return make_error(H2O_ERR_UNSUPPORTED, "tensor '" + name + "' has type " + type_name(t->type) +
+                                                   (is_vector ? ", norm weights must be F32" : ", which this runtime does not run"));
+    }
+    *out = WeightView{name, t->type, cols, rows, t->data};
+    n_params_ += static_cast<uint64_t>(t->n_elements());
+    weight_bytes_ += t->n_bytes;
+    return Status::Ok();
+}
+
+Status Model::bind_weights() {
+    const int64_t d = shape_.n_embd, ff = shape_.n_ff, hd = shape_.head_dim;
+    const int64_t kv = hd * shape_.n_head_kv;
+    H2O_TRY(bind("token_embd.weight", d, shape_.n_vocab, &weights_.token_embd));
+    H2O_TRY(bind("output_norm.weight", d, 1, &weights_.output_norm));
+    if (file_->find_tensor("output.weight")) {
+        H2O_TRY(bind("output.weight", d, shape_.n_vocab, &weights_.output));
+    } else {
+        weights_.output = weights_.token_embd;  // tied embeddings
+    }
+    weights_.layers.resize(shape_.n_layer);
+    for (int l = 0; l < shape_.n_layer; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        LayerWeights &w = weights_.layers[l];
+        H2O_TRY(bind(p + "attn_norm.weight", d, 1, &w.attn_norm));
+        H2O_TRY(bind(p + "attn_q.weight", d, d, &w.wq));
+        H2O_TRY(bind(p + "attn_k.weight", d, kv, &w.wk));
+        H2O_TRY(bind(p + "attn_v.weight", d, kv, &w.wv));
+        H2O_TRY(bind(p + "attn_output.weight", d, d, &w.wo));
+        H2O_TRY(bind(p + "ffn_norm.weight", d, 1, &w.ffn_norm));
+        H2O_TRY(bind(p + "ffn_gate.weight", d, ff, &w.w_gate));
+        H2O_TRY(bind(p + "ffn_up.weight", d, ff, &w.w_up));
+        H2O_TRY(bind(p + "ffn_down.weight", ff, d, &w.w_down));
+    }
+    return Status::Ok();
+}
+
+}  // namespace h2o

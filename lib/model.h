@@ -1,0 +1,63 @@
+// A loaded Llama model: hyper-parameters and weight descriptors validated against the GGUF file,
+// plus the tokenizer. Immutable after load, so many sessions may share it across threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "gguf.h"
+#include "tokenizer.h"
+
+namespace h2o {
+
+// A weight tensor as stored in the mapped file.
+struct WeightView {
+    std::string name;
+    TensorType type = TensorType::F32;
+    int64_t cols = 0;  // row length
+    int64_t rows = 0;
+    const void *data = nullptr;
+};
+
+struct LayerWeights {
+    WeightView attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+};
+
+struct ModelWeights {
+    WeightView token_embd, output_norm, output;  // output aliases token_embd when tied
+    std::vector<LayerWeights> layers;
+};
+
+class Model {
+public:
+    // Loads and validates a GGUF Llama model. tokenizer_path: optional sentencepiece .model file
+    // that replaces the embedded vocabulary (it must have the model's vocabulary size).
+    static Status load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out);
+
+    const ModelShape &shape() const { return shape_; }
+    const ModelWeights &weights() const { return weights_; }
+    const Tokenizer &tokenizer() const { return *tokenizer_; }
+    uint32_t n_ctx_train() const { return n_ctx_train_; }
+    uint64_t n_params() const { return n_params_; }
+    uint64_t weight_bytes() const { return weight_bytes_; }
+    const std::string &name() const { return name_; }
+
+private:
+    Model() = default;
+    Status read_hyper_parameters();
+    Status bind_weights();
+    Status bind(const std::string &name, int64_t cols, int64_t rows, WeightView *out);
+
+    std::unique_ptr<GgufFile> file_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    ModelShape shape_;
+    ModelWeights weights_;
+    uint32_t n_ctx_train_ = 0;
+    uint64_t n_params_ = 0;
+    uint64_t weight_bytes_ = 0;
+    std::string name_;
+};
+
+}  // namespace h2o

@@ -1,0 +1,55 @@
+// Token sampling: greedy, temperature, top-k, top-p, min-p and a repetition penalty, driven by a
+// seeded generator whose output is the same on every platform.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace h2o {
+
+struct SamplerSettings {
+    float temperature = 0.8f;  // <= 0: greedy
+    uint32_t top_k = 40;       // 0: off
+    float top_p = 0.95f;       // >= 1: off
+    float min_p = 0.05f;       // <= 0: off
+    float repeat_penalty = 1.0f;
+    uint32_t repeat_last_n = 64;
+};
+
+// The most recent tokens of a session, for the repetition penalty. Fixed capacity, allocated once.
+class TokenHistory {
+public:
+    static constexpr uint32_t kCapacity = 4096;
+    TokenHistory() : ring_(kCapacity, 0) {}
+    void push(int32_t token) {
+        ring_[next_] = token;
+        next_ = (next_ + 1) % kCapacity;
+        if (size_ < kCapacity) ++size_;
+    }
+    void clear() { size_ = next_ = 0; }
+    uint32_t size() const { return size_; }
+    // The i-th most recent token (0 = newest), i < size().
+    int32_t recent(uint32_t i) const { return ring_[(next_ + kCapacity - 1 - i) % kCapacity]; }
+
+private:
+    std::vector<int32_t> ring_;
+    uint32_t next_ = 0, size_ = 0;
+};
+
+class Sampler {
+public:
+    Sampler(int n_vocab, uint64_t seed);
+    void reseed(uint64_t seed);
+    // Picks a token from logits (modified in place by the penalty).
+    int32_t sample(float *logits, const SamplerSettings &settings, const TokenHistory &history);
+
+private:
+    double next_uniform();  // in [0, 1)
+
+    int n_vocab_;
+    uint64_t state_[4];
+    std::vector<std::pair<float, int32_t>> candidates_;  // sized n_vocab once
+};
+
+}  // namespace h2o

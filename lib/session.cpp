@@ -1,0 +1,227 @@
+#include "session.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "cpu/cpu_backend.h"
+#include "utf8.h"
+
+namespace h2o {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of one of the stop strings: that
+// much text must be held back, since the next token may complete a stop string.
+size_t stop_prefix_overlap(const std::string &text, const std::vector<std::string> &stops) {
+    size_t longest = 0;
+    for (const std::string &stop : stops) {
+        for (size_t len = std::min(stop.size() - 1, text.size()); len > longest; --len) {
+            if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
+                longest = len;
+                break;
+            }
+        }
+    }
+    return longest;
+}
+
+}  // namespace
+
+Session::Session(const Model &model, const SessionSettings &settings)
+    : model_(model), settings_(settings), sampler_(model.shape().n_vocab, settings.seed) {}
+
+Status Session::create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out) {
+    std::unique_ptr<Session> s(new Session(model, settings));
+    const ModelShape &shape = model.shape();
+    s->backend_ = make_cpu_backend(settings.n_threads, settings.n_batch);
+    H2O_TRY(LlamaGraph::create(model, *s->backend_, settings.n_batch, &s->graph_));
+    KvConfig kv;
+    kv.n_layer = shape.n_layer;
+    kv.n_head_kv = shape.n_head_kv;
+    kv.head_dim = shape.head_dim;
+    kv.n_slots = settings.kv_budget;
+    kv.policy = settings.policy;
+    kv.rolling = settings.rolling;
+    kv.rope_dims = shape.rope_dims;
+    kv.rope_freq_base = shape.rope_freq_base;
+    H2O_TRY(s->backend_->create_kv(kv));
+    s->logits_.assign(shape.n_vocab, 0.0f);
+    s->positions_.assign(settings.n_batch, 0);
+    *out = std::move(s);
+    return Status::Ok();
+}
+
+void Session::reset() {
+    backend_->clear_kv();
+    sampler_.reseed(settings_.seed);
+    history_.clear();
+    n_past_ = n_cached_ = n_pinned_ = 0;
+    last_token_ = pending_token_ = -1;
+    has_logits_ = false;
+    stats_ = h2o_generate_stats{};
+}
+
+h2o_memory_report Session::memory() const {
+    h2o_memory_report r{};
+    r.struct_size = sizeof(r);
+    r.weight_bytes = model_.weight_bytes();
+    r.kv_bytes = backend_->kv_bytes();
+    r.scratch_bytes = backend_->allocated_bytes() - backend_->kv_bytes() + logits_.size() * sizeof(float) +
+                      positions_.size() * sizeof(int32_t);
+    return r;
+}
+
+Status Session::check_room(size_t n, bool pinned) const {
+    const int64_t budget = settings_.kv_budget;
+    if (!settings_.rolling && n_past_ + static_cast<int64_t>(n) > settings_.n_ctx) {
+        return make_error(H2O_ERR_CONTEXT_FULL, "the context is full: the stream has " + std::to_string(n_past_) + " tokens, " +
+                                                    std::to_string(n) + " more would pass n_ctx = " + std::to_string(settings_.n_ctx) +
+                                                    " (turn on position_rolling to continue past it)");
+    }
+    if (settings_.policy.policy == KvPolicy::Full && n_cached_ + static_cast<int64_t>(n) > budget) {
+        return make_error(H2O_ERR_CONTEXT_FULL, "the KV cache is full: " + std::to_string(n_cached_) + " of " +
+                                                    std::to_string(budget) + " slots used, " + std::to_string(n) +
+                                                    " more tokens do not fit and the policy is 'full' (no eviction)");
+    }
+    if (pinned && n_pinned_ + static_cast<int64_t>(n) > budget - 1) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot pin " + std::to_string(n) + " more tokens: " +
+                                                        std::to_string(n_pinned_) + " are pinned and at most " +
+                                                        std::to_string(budget - 1) + " (kv_budget - 1) may be");
+    }
+    return Status::Ok();
+}
+
+Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned) {
+    H2O_TRY(check_room(n, pinned));
+    const int64_t budget = settings_.kv_budget;
+    for (size_t done = 0; done < n;) {
+        // Without eviction a batch may take every free slot. When the batch must evict, it
+        // evicts all its victims at once from scores gathered before it, so batches are kept to
+        // a quarter of the evictable slots: the rest keep their place by those scores.
+        int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
+        if (n_cached_ + chunk > budget) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (budget - n_pinned_) / 4));
+        const int64_t evicted = std::max<int64_t>(0, n_cached_ + chunk - budget);
+        const int64_t first_rank = n_cached_ - evicted;
+        for (int64_t i = 0; i < chunk; ++i) {
+            positions_[i] = static_cast<int32_t>(settings_.rolling ? first_rank + i : n_past_ + i);
+        }
+        graph_->evaluate(tokens + done, positions_.data(), static_cast<int>(chunk), n_past_, pinned);
+        n_past_ += chunk;
+        n_cached_ = first_rank + chunk;
+        if (pinned) n_pinned_ += chunk;
+        done += static_cast<size_t>(chunk);
+    }
+    graph_->download_logits(logits_.data());
+    last_token_ = tokens[n - 1];
+    has_logits_ = true;
+    return Status::Ok();
+}
+
+Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
+    const int32_t n_vocab = model_.shape().n_vocab;
+    for (size_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            return make_error(H2O_ERR_INVALID_ARGUMENT, "token " + std::to_string(i) + " has id " + std::to_string(tokens[i]) +
+                                                            ", outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+        }
+    }
+    // Check before feeding the pending token, so that a refused call changes nothing.
+    H2O_TRY(check_room(n + (pending_token_ >= 0 ? 1 : 0), false));
+    if (n > 0) H2O_TRY(check_room(n, pinned));
+    if (pending_token_ >= 0) {
+        const int32_t pending = pending_token_;
+        H2O_TRY(evaluate(&pending, 1, false));
+        pending_token_ = -1;
+    }
+    if (n == 0) return Status::Ok();
+    for (size_t i = 0; i < n; ++i) history_.push(tokens[i]);
+    return evaluate(tokens, n, pinned);
+}
+
+Status Session::add_text(std::string_view text, bool pinned) {
+    const Tokenizer &tok = model_.tokenizer();
+    const bool fresh = n_past_ == 0 && pending_token_ < 0;
+    H2O_TRY(tok.encode(text, fresh && tok.bos() >= 0, &prompt_tokens_));
+    if (prompt_tokens_.empty()) return Status::Ok();
+    return decode(prompt_tokens_.data(), prompt_tokens_.size(), pinned);
+}
+
+Status Session::generate(std::string_view prompt, const GenerateSettings &settings, TextSink sink, void *user_data) {
+    const Tokenizer &tok = model_.tokenizer();
+    const auto start = std::chrono::steady_clock::now();
+    stats_ = h2o_generate_stats{};
+    stats_.struct_size = sizeof(stats_);
+
+    // The prompt: the pending token of the previous call (if any), BOS for a fresh session, text.
+    const bool fresh = n_past_ == 0 && pending_token_ < 0;
+    H2O_TRY(tok.encode(prompt, fresh && tok.bos() >= 0, &prompt_tokens_));
+    if (prompt_tokens_.empty() && !has_logits_ && pending_token_ < 0) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "nothing to generate from: the prompt is empty and the model has no BOS token");
+    }
+    H2O_TRY(decode(prompt_tokens_.data(), prompt_tokens_.size()));
+    stats_.n_prompt_tokens = static_cast<uint32_t>(prompt_tokens_.size());
+    stats_.prompt_seconds = seconds_since(start);
+
+    const auto gen_start = std::chrono::steady_clock::now();
+    std::string pending_text;  // decoded bytes not yet delivered (incomplete UTF-8, possible stop-string prefix)
+    std::string ready;
+    Status status = Status::Ok();
+    auto deliver = [&](std::string &text) {
+        if (text.empty()) return false;
+        const bool stop = sink && sink(text.data(), text.size(), user_data);
+        text.clear();
+        return stop;
+    };
+
+    for (uint32_t i = 0; i < settings.max_tokens; ++i) {
+        if (pending_token_ >= 0) {
+            status = decode(nullptr, 0);  // feeds the token sampled in the previous iteration
+            if (!status.ok()) break;
+        }
+        const int32_t token = sampler_.sample(logits_.data(), settings.sampler, history_);
+        ++stats_.n_generated_tokens;
+        history_.push(token);
+        pending_token_ = token;
+        if (settings.stop_at_eos && token == tok.eos()) {
+            stats_.stop_reason = H2O_STOP_EOS;
+            break;
+        }
+        tok.append_piece(token, last_token_ == tok.bos(), &pending_text);
+
+        if (!settings.stop_strings.empty()) {
+            size_t found = std::string::npos;
+            for (const std::string &stop : settings.stop_strings) found = std::min(found, pending_text.find(stop));
+            if (found != std::string::npos) {
+                pending_text.resize(found);
+                take_complete_utf8(&pending_text, &ready, /*flush=*/true);
+                deliver(ready);
+                stats_.stop_reason = H2O_STOP_STRING;
+                pending_text.clear();
+                break;
+            }
+        }
+        const size_t hold = stop_prefix_overlap(pending_text, settings.stop_strings);
+        std::string held = pending_text.substr(pending_text.size() - hold);
+        pending_text.resize(pending_text.size() - hold);
+        take_complete_utf8(&pending_text, &ready, /*flush=*/false);
+        pending_text += held;
+        if (deliver(ready)) {
+            stats_.stop_reason = H2O_STOP_CALLBACK;
+            pending_text.clear();
+            break;
+        }
+    }
+    if (stats_.stop_reason == H2O_STOP_NONE && status.ok()) stats_.stop_reason = H2O_STOP_MAX_TOKENS;
+    // Whatever is still held back is final now (an unfinished character becomes U+FFFD).
+    take_complete_utf8(&pending_text, &ready, /*flush=*/true);
+    deliver(ready);
+    stats_.generate_seconds = seconds_since(gen_start);
+    stats_.n_past = static_cast<uint32_t>(n_past_);
+    return status;
+}
+
+}  // namespace h2o

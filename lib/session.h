@@ -1,0 +1,83 @@
+// A session: one conversation over a shared model. Owns its backend, activations, KV cache and
+// sampler; all of them are allocated in create() and never grow afterwards.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "llama_graph.h"
+#include "model.h"
+#include "sampler.h"
+
+namespace h2o {
+
+struct SessionSettings {
+    int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
+    int kv_budget = 0;  // KV slots per (layer, kv head); n_ctx for a full cache
+    KvPolicyConfig policy;
+    bool rolling = false;
+    int n_threads = 1;
+    int n_batch = 256;
+    uint64_t seed = 0;
+};
+
+struct GenerateSettings {
+    uint32_t max_tokens = 256;
+    SamplerSettings sampler;
+    std::vector<std::string> stop_strings;
+    bool stop_at_eos = true;
+};
+
+// Receives complete UTF-8 text; returns true to stop.
+using TextSink = bool (*)(const char *text, size_t length, void *user_data);
+
+class Session {
+public:
+    static Status create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out);
+
+    void reset();
+    // Appends tokens (batched) and leaves the last token's logits in logits(). Pinned tokens are
+    // never evicted.
+    Status decode(const int32_t *tokens, size_t n, bool pinned = false);
+    // Tokenizes text (BOS first in a fresh session) and appends it.
+    Status add_text(std::string_view text, bool pinned);
+    Status generate(std::string_view prompt, const GenerateSettings &settings, TextSink sink, void *user_data);
+
+    const std::vector<float> &logits() const { return logits_; }
+    bool has_logits() const { return has_logits_; }
+    int64_t n_past() const { return n_past_; }
+    const h2o_generate_stats &stats() const { return stats_; }
+    const Model &model() const { return model_; }
+    Backend &backend() { return *backend_; }
+    const SessionSettings &settings() const { return settings_; }
+    h2o_memory_report memory() const;
+
+private:
+    Session(const Model &model, const SessionSettings &settings);
+    // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning).
+    Status check_room(size_t n, bool pinned) const;
+    // Runs tokens through the model in batches, evicting between batches when the cache is full.
+    Status evaluate(const int32_t *tokens, size_t n, bool pinned);
+
+    const Model &model_;
+    SessionSettings settings_;
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<LlamaGraph> graph_;
+    Sampler sampler_;
+    TokenHistory history_;
+
+    int64_t n_past_ = 0;           // tokens in the stream so far
+    int64_t n_cached_ = 0;         // tokens in the cache of every (layer, kv head)
+    int64_t n_pinned_ = 0;         // pinned tokens among them
+    int32_t last_token_ = -1;      // the most recent token fed to the model
+    int32_t pending_token_ = -1;   // sampled and delivered but not yet fed to the model
+    bool has_logits_ = false;
+    std::vector<float> logits_;
+    std::vector<int32_t> positions_;  // scratch for one batch
+    std::vector<int32_t> prompt_tokens_;
+    h2o_generate_stats stats_{};
+};
+
+}  // namespace h2o

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds h2o if needed and generates text with the default model.
+# Usage: scripts/run.sh [PROMPT] [h2o-cli options...]
+# The model is $H2O_MODEL, or ../shared/models/stories260K.gguf beside the checkout.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/build.sh" "$root/build" >/dev/null
+model="${H2O_MODEL:-$root/../shared/models/stories260K.gguf}"
+if [ ! -f "$model" ]; then
+  echo "h2o: no model at $model. Set H2O_MODEL to a GGUF Llama model, or place the project's" >&2
+  echo "     shared data folder beside the checkout (../shared/models/stories260K.gguf)." >&2
+  exit 1
+fi
+prompt="${1:-Once upon a time}"
+shift || true
+exec "$root/build/tools/h2o-cli" -m "$model" -p "$prompt" -n 128 "$@"

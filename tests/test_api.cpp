@@ -1,0 +1,268 @@
+// The C API's contract: argument validation, documented status codes, error messages, and what
+// state is left after each failure.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "h2o/h2o.h"
+#include "test_util.h"
+
+namespace {
+
+struct ModelAndSession {
+    h2o_model *model = nullptr;
+    h2o_session *session = nullptr;
+    explicit ModelAndSession(const std::string &path, uint32_t n_ctx = 0) {
+        REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+        h2o_session_params sp = h2o_session_params_default();
+        sp.n_threads = 1;
+        sp.n_ctx = n_ctx;
+        REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+    }
+    ~ModelAndSession() {
+        h2o_session_free(session);
+        h2o_model_free(model);
+    }
+};
+
+int collect(const char *text, size_t length, void *user_data) {
+    static_cast<std::string *>(user_data)->append(text, length);
+    return 0;
+}
+
+int stop_after_first(const char *, size_t, void *user_data) {
+    ++*static_cast<int *>(user_data);
+    return 1;
+}
+
+}  // namespace
+
+TEST_CASE("version and status strings") {
+    CHECK(h2o_version_number() == H2O_VERSION_NUMBER);
+    CHECK(std::string(h2o_version()) == "0.1.0");
+    for (int code = H2O_OK; code <= H2O_ERR_INTERNAL; ++code) {
+        CHECK(std::strlen(h2o_status_string(static_cast<h2o_status>(code))) > 0);
+    }
+    CHECK(std::string(h2o_status_string(static_cast<h2o_status>(999))) == "unknown status");
+}
+
+TEST_CASE("model loading rejects bad arguments and paths with clear errors") {
+    h2o_model *model = nullptr;
+    CHECK(h2o_model_load(nullptr, nullptr, &model) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("path is NULL") != std::string::npos);
+    CHECK(h2o_model_load("x.gguf", nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_model_load("/nonexistent/model.gguf", nullptr, &model) == H2O_ERR_IO);
+    CHECK(std::string(h2o_last_error()).find("/nonexistent/model.gguf") != std::string::npos);
+    CHECK(model == nullptr);
+
+    const std::string dir = h2o_test::temp_path("a_directory.gguf");
+    std::filesystem::create_directories(dir);
+    CHECK(h2o_model_load(dir.c_str(), nullptr, &model) == H2O_ERR_IO);
+    CHECK(std::string(h2o_last_error()).find("directory") != std::string::npos);
+    CHECK(model == nullptr);
+
+    h2o_model_params mp = h2o_model_params_default();
+    mp.struct_size = 4;
+    CHECK(h2o_model_load("x.gguf", &mp, &model) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("struct_size") != std::string::npos);
+    mp.struct_size = sizeof(mp) + 8;
+    CHECK(h2o_model_load("x.gguf", &mp, &model) == H2O_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("calls with NULL handles fail with H2O_ERR_INVALID_ARGUMENT") {
+    h2o_session *session = nullptr;
+    h2o_generate_params gen = h2o_generate_params_default();
+    size_t n = 0;
+    int32_t ids[4];
+    char text[8];
+    float logits[4];
+    CHECK(h2o_session_create(nullptr, nullptr, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_reset(nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_generate(nullptr, "", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_tokenize(nullptr, "a", 1, 1, ids, 4, &n) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_detokenize(nullptr, ids, 0, text, sizeof(text), &n) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_decode(nullptr, ids, 1) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_get_logits(nullptr, logits, 4) == H2O_ERR_INVALID_ARGUMENT);
+    h2o_model_info info;
+    info.struct_size = sizeof(info);
+    CHECK(h2o_model_get_info(nullptr, &info) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_session_last_error(nullptr)).empty());
+    h2o_session_free(nullptr);
+    h2o_model_free(nullptr);
+}
+
+TEST_CASE("session and generation parameters are validated") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    ModelAndSession m(path);
+
+    SUBCASE("struct_size too small or too large") {
+        h2o_session_params sp = h2o_session_params_default();
+        h2o_session *other = nullptr;
+        sp.struct_size = 8;
+        CHECK(h2o_session_create(m.model, &sp, &other) == H2O_ERR_INVALID_ARGUMENT);
+        sp.struct_size = sizeof(sp) + 4;
+        CHECK(h2o_session_create(m.model, &sp, &other) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(other == nullptr);
+
+        h2o_generate_params gen = h2o_generate_params_default();
+        gen.struct_size = 3;
+        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_session_last_error(m.session)).find("struct_size") != std::string::npos);
+    }
+    SUBCASE("zero max tokens and out-of-range sampling values") {
+        h2o_generate_params gen = h2o_generate_params_default();
+        gen.max_tokens = 0;
+        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_session_last_error(m.session)).find("max_tokens") != std::string::npos);
+        gen = h2o_generate_params_default();
+        gen.top_p = 0.0f;
+        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        gen = h2o_generate_params_default();
+        gen.temperature = -1.0f;
+        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        gen = h2o_generate_params_default();
+        gen.n_stop_strings = 1;
+        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        // Nothing was added to the session by the failed calls.
+        h2o_generate_stats stats;
+        stats.struct_size = sizeof(stats);
+        REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+        CHECK(stats.n_past == 0);
+    }
+    SUBCASE("a NULL prompt is an error, invalid UTF-8 is H2O_ERR_INVALID_TEXT and adds nothing") {
+        h2o_generate_params gen = h2o_generate_params_default();
+        CHECK(h2o_generate(m.session, nullptr, &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_generate(m.session, "bad \xC3\x28 text", &gen, nullptr, nullptr) == H2O_ERR_INVALID_TEXT);
+        CHECK(std::string(h2o_session_last_error(m.session)).find("UTF-8") != std::string::npos);
+        h2o_generate_stats stats;
+        stats.struct_size = sizeof(stats);
+        REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+        CHECK(stats.n_past == 0);
+    }
+    SUBCASE("out-of-vocabulary ids are rejected before anything is processed") {
+        const int32_t ids[3] = {1, 5, 100000};
+        CHECK(h2o_session_decode(m.session, ids, 3) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_session_last_error(m.session)).find("100000") != std::string::npos);
+        float logits[512];
+        CHECK(h2o_session_get_logits(m.session, logits, 512) == H2O_ERR_INVALID_ARGUMENT);  // nothing processed
+        CHECK(h2o_session_get_logits(m.session, logits, 10) == H2O_ERR_BUFFER_TOO_SMALL);
+    }
+}
+
+TEST_CASE("an empty prompt is valid and generates from BOS alone") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    ModelAndSession m(path);
+    h2o_generate_params gen = h2o_generate_params_default();
+    gen.max_tokens = 10;
+    gen.temperature = 0.0f;
+    std::string text;
+    REQUIRE(h2o_generate(m.session, "", &gen, collect, &text) == H2O_OK);
+    CHECK(text.rfind("Once upon a time", 0) == 0);
+    h2o_generate_stats stats;
+    stats.struct_size = sizeof(stats);
+    REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+    CHECK(stats.n_prompt_tokens == 1);
+    CHECK(stats.n_generated_tokens == 10);
+    CHECK(stats.stop_reason == H2O_STOP_MAX_TOKENS);
+}
+
+TEST_CASE("a callback returning non-zero stops generation cleanly") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    ModelAndSession m(path);
+    h2o_generate_params gen = h2o_generate_params_default();
+    gen.max_tokens = 50;
+    int calls = 0;
+    REQUIRE(h2o_generate(m.session, "Once", &gen, stop_after_first, &calls) == H2O_OK);
+    CHECK(calls == 1);
+    h2o_generate_stats stats;
+    stats.struct_size = sizeof(stats);
+    REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+    CHECK(stats.stop_reason == H2O_STOP_CALLBACK);
+    // The session continues afterwards.
+    std::string more;
+    REQUIRE(h2o_generate(m.session, "", &gen, collect, &more) == H2O_OK);
+    CHECK(!more.empty());
+}
+
+TEST_CASE("stop strings end generation and are not delivered") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    ModelAndSession m(path);
+    h2o_generate_params gen = h2o_generate_params_default();
+    gen.max_tokens = 100;
+    gen.temperature = 0.0f;
+    const char *stops[] = {"Lily"};
+    gen.stop_strings = stops;
+    gen.n_stop_strings = 1;
+    std::string text;
+    REQUIRE(h2o_generate(m.session, "Once upon a time", &gen, collect, &text) == H2O_OK);
+    // Greedy: ", there was a little girl named Lily. ..." stops right before "Lily".
+    CHECK(text == ", there was a little girl named ");
+    h2o_generate_stats stats;
+    stats.struct_size = sizeof(stats);
+    REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+    CHECK(stats.stop_reason == H2O_STOP_STRING);
+}
+
+TEST_CASE("a full context returns H2O_ERR_CONTEXT_FULL and keeps what was processed") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    ModelAndSession m(path, 16);
+    h2o_generate_params gen = h2o_generate_params_default();
+    gen.max_tokens = 100;
+    gen.temperature = 0.0f;
+    std::string text;
+    CHECK(h2o_generate(m.session, "Once upon a time", &gen, collect, &text) == H2O_ERR_CONTEXT_FULL);
+    CHECK(std::string(h2o_session_last_error(m.session)).find("full") != std::string::npos);
+    CHECK(!text.empty());
+    h2o_generate_stats stats;
+    stats.struct_size = sizeof(stats);
+    REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+    CHECK(stats.n_past == 16);
+    // A prompt that cannot fit is refused whole.
+    CHECK(h2o_generate(m.session, "more text here", &gen, collect, &text) == H2O_ERR_CONTEXT_FULL);
+    REQUIRE(h2o_session_reset(m.session) == H2O_OK);
+    REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+    CHECK(stats.n_past == 0);
+}
+
+TEST_CASE("tokenize and detokenize report needed sizes") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    ModelAndSession m(path);
+    const char *text = "Once upon a time";
+    size_t n = 0;
+    CHECK(h2o_tokenize(m.model, text, std::strlen(text), 1, nullptr, 0, &n) == H2O_ERR_BUFFER_TOO_SMALL);
+    REQUIRE(n > 1);
+    std::vector<int32_t> ids(n);
+    REQUIRE(h2o_tokenize(m.model, text, std::strlen(text), 1, ids.data(), ids.size(), &n) == H2O_OK);
+    CHECK(ids[0] == 1);
+    size_t bytes = 0;
+    CHECK(h2o_detokenize(m.model, ids.data(), ids.size(), nullptr, 0, &bytes) == H2O_ERR_BUFFER_TOO_SMALL);
+    std::vector<char> out(bytes + 1);
+    REQUIRE(h2o_detokenize(m.model, ids.data(), ids.size(), out.data(), out.size(), &bytes) == H2O_OK);
+    CHECK(std::string(out.data()) == text);
+    const int32_t bad = 4096;
+    CHECK(h2o_detokenize(m.model, &bad, 1, out.data(), out.size(), &bytes) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_tokenize(m.model, "\xFF", 1, 0, ids.data(), ids.size(), &n) == H2O_ERR_INVALID_TEXT);
+
+    h2o_model_info info;
+    info.struct_size = sizeof(info);
+    REQUIRE(h2o_model_get_info(m.model, &info) == H2O_OK);
+    CHECK(info.n_vocab == 512);
+    CHECK(info.n_layer == 5);
+    CHECK(info.n_head == 8);
+    CHECK(info.n_head_kv == 4);
+    CHECK(info.n_embd == 64);
+    CHECK(info.head_dim == 8);
+    CHECK(info.n_ff == 172);
+    CHECK(info.n_ctx_train == 2048);
+    CHECK(info.bos_token == 1);
+    CHECK(info.eos_token == 2);
+    // embeddings + output + final norm + 5 layers of (q, o: 64x64; k, v: 64x32; 2 norms; 3 FFN: 64x172)
+    const uint64_t params = 512 * 64 * 2 + 64 + 5 * (2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 + 3 * 64 * 172);
+    CHECK(info.n_params == params);
+    CHECK(info.weight_bytes == params * 4);  // all F32
+    info.struct_size = 12;
+    CHECK(h2o_model_get_info(m.model, &info) == H2O_ERR_INVALID_ARGUMENT);
+}

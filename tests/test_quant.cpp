@@ -1,0 +1,667 @@
+// Weight formats (lib/quant.*) and the CPU kernels (backends/cpu/kernels*): exact values where
+// they are defined exactly, stated error bounds where they are not, and the AVX2 kernels against
+// the portable ones.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/kernels_internal.h"
+#include "quant.h"
+#include "thread_pool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+using namespace h2o;
+
+namespace {
+
+uint32_t bits_of(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+
+float float_of(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+bool have_avx2() {
+    if (cpu::cpu_supports(cpu::KernelIsa::Avx2)) return true;
+    std::printf("H2O-SKIP: this CPU lacks AVX2/FMA/F16C; the AVX2 kernel comparisons were skipped\n");
+    return false;
+}
+
+// Restores the kernel choice a test changed.
+struct IsaGuard {
+    cpu::KernelIsa saved = cpu::current_kernel_isa();
+    ~IsaGuard() { cpu::set_kernel_isa(saved); }
+};
+
+std::vector<float> random_vector(std::mt19937 &rng, size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto &x : v) x = nd(rng);
+    return v;
+}
+
+std::vector<uint8_t> quantize_matrix(TensorType type, const std::vector<float> &w, int64_t rows, int64_t cols) {
+    const size_t rb = row_bytes(type, cols);
+    std::vector<uint8_t> out(rb * rows);
+    for (int64_t r = 0; r < rows; ++r) REQUIRE(quantize_row(type, w.data() + r * cols, out.data() + r * rb, cols));
+    return out;
+}
+
+const TensorType kAllTypes[] = {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0};
+
+}  // namespace
+
+// ---- fp16 -----------------------------------------------------------------------------------
+
+TEST_CASE("fp16: exact values, rounding and special cases") {
+    struct Case {
+        float f;
+        uint16_t h;
+    };
+    const Case cases[] = {
+        {0.0f, 0x0000},
+        {-0.0f, 0x8000},
+        {1.0f, 0x3C00},
+        {-2.0f, 0xC000},
+        {0.5f, 0x3800},
+        {65504.0f, 0x7BFF},                    // largest half
+        {65519.0f, 0x7BFF},                    // below the midpoint to 65536: stays finite
+        {65520.0f, 0x7C00},                    // the midpoint ties to even, which is infinity
+        {1e10f, 0x7C00},
+        {-1e10f, 0xFC00},
+        {INFINITY, 0x7C00},
+        {-INFINITY, 0xFC00},
+        {0x1p-14f, 0x0400},                    // smallest normal
+        {0x1p-24f, 0x0001},                    // smallest subnormal
+        {-0x1p-24f, 0x8001},
+        {1023 * 0x1p-24f, 0x03FF},             // largest subnormal
+        {0x1p-25f, 0x0000},                    // half of the smallest subnormal ties to even (0)
+        {0x1.000002p-25f, 0x0001},             // just above that half rounds up
+        {3 * 0x1p-25f, 0x0002},                // 1.5 units ties to even (2)
+        {1023.5f * 0x1p-24f, 0x0400},          // ties to even, carrying into the smallest normal
+        {1e-30f, 0x0000},
+        {1.0f + 0x1p-11f, 0x3C00},             // tie between 0x3C00 and 0x3C01: even
+        {1.0f + 3 * 0x1p-11f, 0x3C02},         // tie between 0x3C01 and 0x3C02: even
+        {1.0f + 0x1p-11f + 0x1p-23f, 0x3C01},  // just above the tie
+        {0.333333333f, 0x3555},
+        {31.0f / 127.0f, 0x33D0},
+    };
+    for (const Case &c : cases) {
+        CAPTURE(c.f);
+        CHECK(fp32_to_fp16(c.f) == c.h);
+    }
+    CHECK(fp16_to_fp32(0x3555) == 0.333251953125f);
+    CHECK(fp16_to_fp32(0x0001) == 0x1p-24f);
+    CHECK(fp16_to_fp32(0x83FF) == -1023 * 0x1p-24f);
+    CHECK(fp16_to_fp32(0x7BFF) == 65504.0f);
+    CHECK(fp16_to_fp32(0x7C00) == INFINITY);
+    CHECK(fp16_to_fp32(0xFC00) == -INFINITY);
+    CHECK(bits_of(fp16_to_fp32(0x8000)) == 0x80000000u);
+    // NaN stays NaN, keeps its sign, and comes out quiet.
+    CHECK(std::isnan(fp16_to_fp32(0x7E00)));
+    CHECK(std::isnan(fp16_to_fp32(0x7C01)));  // signalling NaN in, quiet NaN out
+    CHECK((bits_of(fp16_to_fp32(0x7C01)) & 0x400000u) != 0);
+    CHECK(std::signbit(fp16_to_fp32(0xFE00)));
+    CHECK(fp32_to_fp16(std::numeric_limits<float>::quiet_NaN()) == 0x7E00);
+    CHECK(fp32_to_fp16(-std::numeric_limits<float>::quiet_NaN()) == 0xFE00);
+    CHECK(fp32_to_fp16(float_of(0x7F800001)) == 0x7E00);  // signalling NaN with a low payload
+}
+
+TEST_CASE("fp16: every half survives a round trip through float") {
+    for (uint32_t h = 0; h < 65536; ++h) {
+        const float f = fp16_to_fp32(static_cast<uint16_t>(h));
+        const bool nan = ((h >> 10) & 0x1F) == 0x1F && (h & 0x3FF) != 0;
+        if (nan) {
+            REQUIRE(std::isnan(f));
+            REQUIRE((fp32_to_fp16(f) & 0x7E00) == 0x7E00);
+        } else {
+            REQUIRE(fp32_to_fp16(f) == h);
+        }
+    }
+}
+
+TEST_CASE("fp16: float to half is the nearest half, ties to even") {
+    // Independent check: brackets each float between consecutive finite halves (ordered by their
+    // bit patterns) and verifies the chosen one is nearest, using double arithmetic.
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<uint32_t> any_bits;
+    for (int i = 0; i < 200000; ++i) {
+        // Mostly within the half range, to exercise rounding rather than overflow.
+        uint32_t u = any_bits(rng);
+        u = (u & 0x80000000u) | ((u & 0x7FFFFFFFu) % 0x47800000u);
+        const float f = float_of(u);
+        const uint16_t h = fp32_to_fp16(f);
+        const double v = std::fabs(static_cast<double>(f));
+        const uint16_t mag = h & 0x7FFF;
+        CAPTURE(f);
+        REQUIRE((h & 0x8000) == ((u >> 16) & 0x8000));
+        if (mag == 0x7C00) {
+            REQUIRE(v >= 65520.0);
+            continue;
+        }
+        const double chosen = fp16_to_fp32(mag);
+        const double below = mag > 0 ? static_cast<double>(fp16_to_fp32(static_cast<uint16_t>(mag - 1))) : -1.0;
+        const double above = mag < 0x7BFF ? static_cast<double>(fp16_to_fp32(static_cast<uint16_t>(mag + 1))) : 65536.0;
+        const double err = std::fabs(v - chosen);
+        REQUIRE(err <= v - below);
+        REQUIRE(err <= above - v);
+        if (err == v - below && mag > 0) REQUIRE((mag & 1) == 0);
+        if (err == above - v) REQUIRE((mag & 1) == 0);
+    }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+__attribute__((target("f16c"))) uint16_t hw_fp32_to_fp16(float f) {
+    return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
+}
+__attribute__((target("f16c"))) float hw_fp16_to_fp32(uint16_t h) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+}  // namespace
+
+TEST_CASE("fp16: matches the F16C instructions bit for bit") {
+    if (!have_avx2()) return;
+    for (uint32_t h = 0; h < 65536; ++h) {
+        REQUIRE(bits_of(fp16_to_fp32(static_cast<uint16_t>(h))) == bits_of(hw_fp16_to_fp32(static_cast<uint16_t>(h))));
+    }
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<uint32_t> any_bits;
+    for (int i = 0; i < 1000000; ++i) {
+        const float f = float_of(any_bits(rng));
+        CAPTURE(f);
+        REQUIRE(fp32_to_fp16(f) == hw_fp32_to_fp16(f));
+    }
+}
+#endif
+
+// ---- block formats --------------------------------------------------------------------------
+
+TEST_CASE("Q8_0 and Q4_0 blocks dequantize to hand-computed values") {
+    BlockQ8_0 q8{};
+    q8.d = 0x3800;  // 0.5
+    const int8_t qs8[8] = {-128, -127, -1, 0, 1, 2, 100, 127};
+    std::memcpy(q8.qs, qs8, sizeof qs8);
+    float out[32];
+    REQUIRE(dequantize_row(TensorType::Q8_0, &q8, out, 32));
+    const float want8[8] = {-64.0f, -63.5f, -0.5f, 0.0f, 0.5f, 1.0f, 50.0f, 63.5f};
+    for (int j = 0; j < 8; ++j) CHECK(out[j] == want8[j]);
+    for (int j = 8; j < 32; ++j) CHECK(out[j] == 0.0f);
+
+    BlockQ4_0 q4{};
+    q4.d = 0xC000;  // -2
+    // Byte j holds element j (low nibble) and element j + 16 (high nibble).
+    q4.qs[0] = 0xF0;   // element 0: (0 - 8) * -2 = 16;  element 16: (15 - 8) * -2 = -14
+    q4.qs[1] = 0x08;   // element 1: 0;                  element 17: (0 - 8) * -2 = 16
+    q4.qs[15] = 0x9A;  // element 15: (10 - 8) * -2 = -4; element 31: (9 - 8) * -2 = -2
+    for (int j = 2; j < 15; ++j) q4.qs[j] = 0x88;  // zeros
+    REQUIRE(dequantize_row(TensorType::Q4_0, &q4, out, 32));
+    CHECK(out[0] == 16.0f);
+    CHECK(out[16] == -14.0f);
+    CHECK(out[1] == 0.0f);
+    CHECK(out[17] == 16.0f);
+    CHECK(out[15] == -4.0f);
+    CHECK(out[31] == -2.0f);
+    for (int j = 2; j < 15; ++j) {
+        CHECK(out[j] == 0.0f);
+        CHECK(out[j + 16] == 0.0f);
+    }
+}
+
+TEST_CASE("Q8_0 quantization gives llama.cpp's bytes for a known vector") {
+    // x = 0, 1, ..., 31: d = 31/127 (fp16 0x33D0); quant j = round(j * 127 / 31). No value is
+    // within 0.01 of a rounding tie, so float error cannot flip one.
+    float x[32];
+    for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j);
+    BlockQ8_0 b{};
+    REQUIRE(quantize_row(TensorType::Q8_0, x, &b, 32));
+    const int8_t want[32] = {0,  4,  8,  12, 16, 20, 25, 29, 33,  37,  41,  45,  49,  53,  57,  61,
+                             66, 70, 74, 78, 82, 86, 90, 94, 98, 102, 107, 111, 115, 119, 123, 127};
+    CHECK(b.d == 0x33D0);
+    for (int j = 0; j < 32; ++j) {
+        CAPTURE(j);
+        CHECK(b.qs[j] == want[j]);
+    }
+    // Negated input: same scale, negated quants (roundf is symmetric).
+    for (float &v : x) v = -v;
+    REQUIRE(quantize_row(TensorType::Q8_0, x, &b, 32));
+    CHECK(b.d == 0x33D0);
+    for (int j = 0; j < 32; ++j) CHECK(b.qs[j] == -want[j]);
+    // All zeros: scale 0, quants 0.
+    std::fill(x, x + 32, 0.0f);
+    REQUIRE(quantize_row(TensorType::Q8_0, x, &b, 32));
+    CHECK(b.d == 0);
+    for (int j = 0; j < 32; ++j) CHECK(b.qs[j] == 0);
+}
+
+TEST_CASE("Q4_0 quantization gives llama.cpp's bytes for known vectors") {
+    // x[j] = j - 8 and x[16 + j] = (j - 8) / 2 for j < 16. The largest magnitude is x[0] = -8, so
+    // d = -8 / -8 = 1 exactly; nibble = min(15, trunc(x + 8.5)): j for the first half and
+    // 4 + floor((j + 1) / 2) for the second (ties such as -3.5 go up).
+    float x[32];
+    for (int j = 0; j < 16; ++j) {
+        x[j] = static_cast<float>(j - 8);
+        x[16 + j] = static_cast<float>(j - 8) * 0.5f;
+    }
+    BlockQ4_0 b{};
+    REQUIRE(quantize_row(TensorType::Q4_0, x, &b, 32));
+    const uint8_t want[16] = {0x40, 0x51, 0x52, 0x63, 0x64, 0x75, 0x76, 0x87,
+                              0x88, 0x99, 0x9A, 0xAB, 0xAC, 0xBD, 0xBE, 0xCF};
+    CHECK(b.d == 0x3C00);
+    for (int j = 0; j < 16; ++j) {
+        CAPTURE(j);
+        CHECK(b.qs[j] == want[j]);
+    }
+
+    // A positive extreme gives a negative scale: x = [8, -8, 4, 0...]: d = 8 / -8 = -1. 8 maps to
+    // nibble 0, 4 to trunc(-4 + 8.5) = 4, 0 to 8, and -8 to trunc(16.5) = 16, clamped to 15 (so
+    // it comes back as -7: the one value Q4_0 cannot represent).
+    std::fill(x, x + 32, 0.0f);
+    x[0] = 8.0f;
+    x[1] = -8.0f;
+    x[2] = 4.0f;
+    REQUIRE(quantize_row(TensorType::Q4_0, x, &b, 32));
+    CHECK(b.d == 0xBC00);
+    CHECK(b.qs[0] == 0x80);
+    CHECK(b.qs[1] == 0x8F);
+    CHECK(b.qs[2] == 0x84);
+    for (int j = 3; j < 16; ++j) CHECK(b.qs[j] == 0x88);
+    float back[32];
+    REQUIRE(dequantize_row(TensorType::Q4_0, &b, back, 32));
+    CHECK(back[0] == 8.0f);
+    CHECK(back[1] == -7.0f);
+    CHECK(back[2] == 4.0f);
+}
+
+TEST_CASE("non-finite inputs give a NaN scale instead of undefined quants") {
+    float x[32] = {};
+    x[3] = INFINITY;
+    BlockQ8_0 b8{};
+    REQUIRE(quantize_row(TensorType::Q8_0, x, &b8, 32));
+    CHECK(std::isnan(fp16_to_fp32(b8.d)));
+    for (int j = 0; j < 32; ++j) CHECK(b8.qs[j] == 0);
+    x[3] = NAN;
+    BlockQ4_0 b4{};
+    REQUIRE(quantize_row(TensorType::Q4_0, x, &b4, 32));
+    CHECK(std::isnan(fp16_to_fp32(b4.d)));
+    for (int j = 0; j < 16; ++j) CHECK(b4.qs[j] == 0x88);
+}
+
+TEST_CASE("quantize then dequantize stays within each format's error bound") {
+    std::mt19937 rng(3);
+    const int64_t n = 32 * 64;
+    std::vector<float> x = random_vector(rng, n, 3.0f);
+    x[5] = 0.0f;
+    x[100] = 1e-3f;
+    std::vector<float> back(n);
+
+    SUBCASE("F16: relative error at most 2^-11") {
+        std::vector<uint16_t> h(n);
+        REQUIRE(quantize_row(TensorType::F16, x.data(), h.data(), n));
+        REQUIRE(dequantize_row(TensorType::F16, h.data(), back.data(), n));
+        for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(back[i] - x[i]) <= std::fabs(x[i]) * 0x1p-11f);
+    }
+    SUBCASE("Q8_0: at most half a step, plus the fp16 rounding of the scale") {
+        // |x - q*d16| <= |x - q*d| + |q|*|d - d16| <= d/2 + 127 * d * 2^-11.
+        std::vector<BlockQ8_0> q(n / 32);
+        REQUIRE(quantize_row(TensorType::Q8_0, x.data(), q.data(), n));
+        REQUIRE(dequantize_row(TensorType::Q8_0, q.data(), back.data(), n));
+        for (int64_t b = 0; b < n / 32; ++b) {
+            float amax = 0.0f;
+            for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+            const float d = amax / 127.0f;
+            for (int j = 0; j < 32; ++j) {
+                CHECK(std::fabs(back[b * 32 + j] - x[b * 32 + j]) <= d * (0.5f + 127.0f * 0x1p-11f) * 1.0001f);
+            }
+        }
+    }
+    SUBCASE("Q4_0: at most half a step, except the clamped opposite extreme (one step)") {
+        std::vector<BlockQ4_0> q(n / 32);
+        REQUIRE(quantize_row(TensorType::Q4_0, x.data(), q.data(), n));
+        REQUIRE(dequantize_row(TensorType::Q4_0, q.data(), back.data(), n));
+        for (int64_t b = 0; b < n / 32; ++b) {
+            float amax = 0.0f, max = 0.0f;
+            for (int j = 0; j < 32; ++j) {
+                if (amax < std::fabs(x[b * 32 + j])) {
+                    amax = std::fabs(x[b * 32 + j]);
+                    max = x[b * 32 + j];
+                }
+            }
+            const float d = amax / 8.0f;
+            for (int j = 0; j < 32; ++j) {
+                const float v = x[b * 32 + j];
+                // Values beyond +7 steps on the side opposite the extreme are clamped to 7 steps.
+                const bool clamped = (v * max < 0.0f) && std::fabs(v) > 7.5f * d;
+                const float bound = clamped ? std::fabs(v) - 7.0f * d : 0.5f * d;
+                CHECK(std::fabs(back[b * 32 + j] - v) <= bound + 8.0f * d * 0x1p-11f + 1e-6f * d);
+            }
+        }
+    }
+}
+
+TEST_CASE("unsupported types are reported, not guessed") {
+    float x[256] = {};
+    uint8_t buf[256];
+    CHECK_FALSE(quant_supported(TensorType::Q4_K));
+    CHECK_FALSE(quantize_row(TensorType::Q4_K, x, buf, 256));
+    CHECK_FALSE(dequantize_row(TensorType::Q6_K, buf, x, 256));
+    CHECK_FALSE(cpu::matmul_supports(TensorType::Q5_K));
+    for (TensorType t : kAllTypes) {
+        CHECK(quant_supported(t));
+        CHECK(cpu::matmul_supports(t));
+    }
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+TEST_CASE("kernel selection can be forced to the portable path") {
+    IsaGuard guard;
+    CHECK(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
+    CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Scalar);
+    CHECK(std::strcmp(cpu::kernel_isa_name(cpu::KernelIsa::Scalar), "scalar") == 0);
+    if (cpu::cpu_supports(cpu::KernelIsa::Avx2)) {
+        CHECK(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
+        CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Avx2);
+    } else {
+        CHECK_FALSE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
+        CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Scalar);
+    }
+}
+
+TEST_CASE("activation quantization: AVX2 and scalar write identical bytes, with quantize_row's quants") {
+    if (!have_avx2()) return;
+    using cpu::detail::ActBlockPair;
+    std::mt19937 rng(5);
+    const int64_t cols = 32 * 5, n_tokens = 7;  // an odd block count and a partial token group
+    std::vector<float> x = random_vector(rng, cols * n_tokens, 2.0f);
+    // Edge cases: an all-zero block, exact rounding ties, a tiny block, and non-finite blocks.
+    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+    for (int j = 0; j < 32; ++j) x[cols + j] = (j - 16) * 0.5f;
+    for (int j = 0; j < 32; ++j) x[cols + 32 + j] = 1e-40f * static_cast<float>(j);
+    x[2 * cols + 70] = INFINITY;
+    x[3 * cols + 100] = NAN;
+    const int64_t n_groups = 2, n_pairs = 3;
+    std::vector<ActBlockPair> a(n_groups * n_pairs), b(n_groups * n_pairs);
+    std::memset(a.data(), 0x55, a.size() * sizeof(ActBlockPair));  // stale bytes must be overwritten
+    std::memset(b.data(), 0xAA, b.size() * sizeof(ActBlockPair));
+    cpu::detail::kScalarKernels.quantize_activations(x.data(), cols, n_tokens, 0, n_groups, a.data());
+    cpu::detail::kAvx2Kernels.quantize_activations(x.data(), cols, n_tokens, 0, n_groups, b.data());
+    for (size_t i = 0; i < a.size(); ++i) {
+        for (int k = 0; k < 8; ++k) {
+            // Compare scales by bits, treating any two NaNs as equal.
+            const bool both_nan = std::isnan(a[i].d[k]) && std::isnan(b[i].d[k]);
+            CHECK((both_nan || bits_of(a[i].d[k]) == bits_of(b[i].d[k])));
+            CHECK(a[i].offset[k] == b[i].offset[k]);
+        }
+        CHECK(std::memcmp(a[i].lo, b[i].lo, sizeof a[i].lo) == 0);
+        CHECK(std::memcmp(a[i].hi, b[i].hi, sizeof a[i].hi) == 0);
+    }
+    // The quants are exactly those of the reference Q8_0 quantizer (only its scale is fp16).
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t blk = 0; blk < cols / 32; ++blk) {
+            BlockQ8_0 ref;
+            REQUIRE(quantize_row(TensorType::Q8_0, &x[t * cols + blk * 32], &ref, 32));
+            const ActBlockPair &p = a[(t / 4) * n_pairs + blk / 2];
+            const int half = static_cast<int>(blk % 2), tt = static_cast<int>(t % 4);
+            CAPTURE(t);
+            CAPTURE(blk);
+            CHECK(std::memcmp(&p.lo[tt][16 * half], ref.qs, 16) == 0);
+            CHECK(std::memcmp(&p.hi[tt][16 * half], ref.qs + 16, 16) == 0);
+            int32_t sum = 0;
+            for (int j = 0; j < 32; ++j) sum += ref.qs[j];
+            CHECK(p.offset[half * 4 + tt] == 8 * sum);
+        }
+    }
+    // Padding: token 7 of group 1 and block 5 (the missing half of pair 2) are zero.
+    CHECK(a[1 * n_pairs + 0].d[3] == 0.0f);
+    CHECK(a[0 * n_pairs + 2].d[4] == 0.0f);
+    CHECK(a[0 * n_pairs + 2].lo[0][20] == 0);
+}
+
+namespace {
+
+struct MatmulCase {
+    TensorType type;
+    int64_t rows, cols, n_tokens;
+};
+
+// Runs matmul with the current kernels; checks it writes exactly y and leaves the guards alone.
+std::vector<float> run_matmul(ThreadPool &pool, const MatmulCase &c, const std::vector<uint8_t> &w,
+                              const std::vector<float> &x) {
+    const float sentinel = -12345.0f;
+    std::vector<float> y(c.rows * c.n_tokens + 16, sentinel);
+    // Scratch at an odd address: matmul must align it itself.
+    std::vector<uint8_t> scratch(cpu::matmul_scratch_bytes(c.type, c.cols, c.n_tokens) + 1);
+    cpu::matmul(pool, c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, y.data() + 8, scratch.data() + 1);
+    for (int i = 0; i < 8; ++i) {
+        REQUIRE(y[i] == sentinel);
+        REQUIRE(y[y.size() - 1 - i] == sentinel);
+    }
+    return std::vector<float>(y.begin() + 8, y.end() - 8);
+}
+
+}  // namespace
+
+TEST_CASE("matmul: scalar and AVX2 against a double-precision reference") {
+    IsaGuard guard;
+    const bool avx2 = have_avx2();
+    std::mt19937 rng(42);
+    std::vector<MatmulCase> cases;
+    for (TensorType type : kAllTypes) {
+        const bool quant = type == TensorType::Q4_0 || type == TensorType::Q8_0;
+        // Rows that are not multiples of any tile; odd block counts; for float types, a row length
+        // that leaves a remainder after 8-wide vectors.
+        for (int64_t rows : {1, 7, 70}) {
+            for (int64_t cols : {32, 96, 320}) {
+                for (int64_t n_tokens : {1, 3, 17, 64}) cases.push_back({type, rows, cols, n_tokens});
+            }
+        }
+        if (!quant) cases.push_back({type, 9, 37, 5});
+    }
+    for (const MatmulCase &c : cases) {
+        CAPTURE(type_name(c.type));
+        CAPTURE(c.rows);
+        CAPTURE(c.cols);
+        CAPTURE(c.n_tokens);
+        const std::vector<float> wf = random_vector(rng, c.rows * c.cols, 0.1f);
+        std::vector<float> x = random_vector(rng, c.n_tokens * c.cols);
+        // Give token 0 a wide dynamic range: a few large values coarsen its 8-bit blocks.
+        for (int64_t j = 0; j < c.cols; j += 29) x[j] *= 20.0f;
+        const std::vector<uint8_t> w = quantize_matrix(c.type, wf, c.rows, c.cols);
+        std::vector<float> wd(c.rows * c.cols);
+        REQUIRE(dequantize_row(c.type, w.data(), wd.data(), c.rows * c.cols));
+        const bool quant = c.type == TensorType::Q4_0 || c.type == TensorType::Q8_0;
+
+        // Reference in double on the dequantized weights, with two error bounds per output:
+        //  - float accumulation: a few float roundings per term, at most n * 2^-24 relative to
+        //    sum |w x|; 1e-5 covers n <= 320 with room to spare.
+        //  - for Q4_0/Q8_0 the activations are quantized to 8 bits per 32-value block with scale
+        //    d = amax/127, so each x is off by at most d/2 (times 1 + 1e-6 for the rounding of
+        //    d and 1/d): the output is off by at most sum over blocks of d/2 * sum |w| there.
+        std::vector<double> ref(c.rows * c.n_tokens), tol(c.rows * c.n_tokens), mags(c.rows * c.n_tokens);
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+            const float *xt = &x[t * c.cols];
+            for (int64_t r = 0; r < c.rows; ++r) {
+                const float *wr = &wd[r * c.cols];
+                double s = 0.0, mag = 0.0, act = 0.0;
+                for (int64_t j = 0; j < c.cols; ++j) {
+                    s += static_cast<double>(wr[j]) * xt[j];
+                    mag += std::fabs(static_cast<double>(wr[j]) * xt[j]);
+                }
+                if (quant) {
+                    for (int64_t b = 0; b < c.cols / 32; ++b) {
+                        double amax = 0.0, wsum = 0.0;
+                        for (int j = 0; j < 32; ++j) {
+                            amax = std::max(amax, static_cast<double>(std::fabs(xt[b * 32 + j])));
+                            wsum += std::fabs(wr[b * 32 + j]);
+                        }
+                        act += amax / 127.0 * 0.5 * (1.0 + 1e-6) * wsum;
+                    }
+                }
+                ref[t * c.rows + r] = s;
+                mags[t * c.rows + r] = mag;
+                tol[t * c.rows + r] = act + 1e-5 * mag + 1e-30;
+            }
+        }
+        for (int threads : {1, 2, 3}) {
+            CAPTURE(threads);
+            ThreadPool pool(threads);
+            REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
+            const std::vector<float> ys = run_matmul(pool, c, w, x);
+            for (size_t i = 0; i < ref.size(); ++i) {
+                CAPTURE(i);
+                REQUIRE(std::fabs(ys[i] - ref[i]) <= tol[i]);
+            }
+            if (!avx2) continue;
+            REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
+            const std::vector<float> ya = run_matmul(pool, c, w, x);
+            for (size_t i = 0; i < ref.size(); ++i) {
+                CAPTURE(i);
+                REQUIRE(std::fabs(ya[i] - ref[i]) <= tol[i]);
+                // Same integer sums and scales in both; only the float summation order differs,
+                // so the two agree to float accumulation error (twice the bound above), far
+                // inside the quantization bound.
+                REQUIRE(std::fabs(ya[i] - ys[i]) <= 2e-5 * mags[i] + 1e-30);
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul: a NaN activation makes its outputs NaN, for every type and path") {
+    IsaGuard guard;
+    std::mt19937 rng(9);
+    const int64_t rows = 6, cols = 64, n_tokens = 5;
+    ThreadPool pool(2);
+    for (TensorType type : kAllTypes) {
+        CAPTURE(type_name(type));
+        const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
+        std::vector<float> x = random_vector(rng, n_tokens * cols);
+        x[2 * cols + 40] = NAN;  // token 2
+        for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
+            if (!cpu::set_kernel_isa(isa)) continue;
+            const std::vector<float> y = run_matmul(pool, {type, rows, cols, n_tokens}, w, x);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                for (int64_t r = 0; r < rows; ++r) CHECK(std::isnan(y[t * rows + r]) == (t == 2));
+            }
+        }
+    }
+}
+
+TEST_CASE("dequantize and dequantize_rows: AVX2 equals the reference exactly") {
+    IsaGuard guard;
+    std::mt19937 rng(13);
+    const int64_t rows = 5, cols = 96;
+    for (TensorType type : kAllTypes) {
+        CAPTURE(type_name(type));
+        const std::vector<float> wf = random_vector(rng, rows * cols);
+        const std::vector<uint8_t> w = quantize_matrix(type, wf, rows, cols);
+        std::vector<float> ref(rows * cols);
+        REQUIRE(dequantize_row(type, w.data(), ref.data(), rows * cols));
+        const int32_t ids[3] = {4, 0, 4};
+        for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
+            if (!cpu::set_kernel_isa(isa)) continue;
+            std::vector<float> all(rows * cols), some(3 * cols);
+            cpu::dequantize(type, w.data(), all.data(), rows * cols);
+            CHECK(std::memcmp(all.data(), ref.data(), all.size() * sizeof(float)) == 0);
+            cpu::dequantize_rows(type, w.data(), cols, ids, 3, some.data());
+            for (int i = 0; i < 3; ++i) {
+                CHECK(std::memcmp(&some[i * cols], &ref[ids[i] * cols], cols * sizeof(float)) == 0);
+            }
+        }
+    }
+    // Every fp16 bit pattern (NaNs compared as NaN), including an odd-length tail.
+    std::vector<uint16_t> all_halves(65536 + 3);
+    for (uint32_t h = 0; h < all_halves.size(); ++h) all_halves[h] = static_cast<uint16_t>(h * 40503u);
+    std::vector<float> ref(all_halves.size()), got(all_halves.size());
+    REQUIRE(dequantize_row(TensorType::F16, all_halves.data(), ref.data(), static_cast<int64_t>(ref.size())));
+    for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
+        if (!cpu::set_kernel_isa(isa)) continue;
+        cpu::dequantize(TensorType::F16, all_halves.data(), got.data(), static_cast<int64_t>(got.size()));
+        for (size_t i = 0; i < ref.size(); ++i) {
+            REQUIRE((std::isnan(ref[i]) ? std::isnan(got[i]) : bits_of(got[i]) == bits_of(ref[i])));
+        }
+    }
+}
+
+TEST_CASE("vector operations against double-precision references, both paths") {
+    IsaGuard guard;
+    std::mt19937 rng(17);
+    for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
+        if (!cpu::set_kernel_isa(isa)) continue;
+        CAPTURE(cpu::kernel_isa_name(isa));
+        for (int64_t n : {1, 7, 8, 33, 100, 1000}) {
+            CAPTURE(n);
+            const std::vector<float> a = random_vector(rng, n), b = random_vector(rng, n), wt = random_vector(rng, n);
+
+            double dot = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < n; ++i) {
+                dot += static_cast<double>(a[i]) * b[i];
+                mag += std::fabs(static_cast<double>(a[i]) * b[i]);
+            }
+            CHECK(std::fabs(cpu::dot_f32(a.data(), b.data(), n) - dot) <= 1e-5 * mag);
+
+            std::vector<float> y = b;
+            cpu::axpy(y.data(), 0.75f, a.data(), n);
+            for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(y[i] - (b[i] + 0.75 * a[i])) <= 1e-6 * (std::fabs(b[i]) + std::fabs(a[i])));
+
+            cpu::add(y.data(), a.data(), b.data(), n);
+            for (int64_t i = 0; i < n; ++i) CHECK(y[i] == a[i] + b[i]);
+
+            // rmsnorm: a few float roundings per element.
+            double ss = 0.0;
+            for (float v : a) ss += static_cast<double>(v) * v;
+            const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+            cpu::rmsnorm(y.data(), a.data(), wt.data(), n, 1e-5f);
+            for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(y[i] - a[i] * scale * wt[i]) <= 1e-6 * std::fabs(a[i] * scale * wt[i]) + 1e-30);
+
+            // softmax, with scaled-up scores and one masked (-inf) entry. The vector exp is good to
+            // a few ulp, so 1e-6 relative per probability.
+            std::vector<float> s(n);
+            for (int64_t i = 0; i < n; ++i) s[i] = a[i] * 8.0f;
+            if (n > 1) s[n / 2] = -INFINITY;
+            double mx = -INFINITY, sum = 0.0;
+            for (float v : s) mx = std::max(mx, static_cast<double>(v));
+            std::vector<double> e(n);
+            for (int64_t i = 0; i < n; ++i) sum += e[i] = std::exp(s[i] - mx);
+            cpu::softmax(s.data(), n);
+            double total = 0.0;
+            for (int64_t i = 0; i < n; ++i) {
+                CHECK(std::fabs(s[i] - e[i] / sum) <= 1e-6 * e[i] / sum + 1e-12);
+                total += s[i];
+            }
+            CHECK(std::fabs(total - 1.0) <= 1e-5);
+            if (n > 1) CHECK(s[n / 2] == 0.0f);
+
+            // silu(g) * u over a wide range of g, including where exp(-g) over- or underflows.
+            std::vector<float> g(n);
+            for (int64_t i = 0; i < n; ++i) g[i] = a[i] * 30.0f;
+            g[0] = -200.0f;
+            cpu::silu_mul(y.data(), g.data(), b.data(), n);
+            for (int64_t i = 0; i < n; ++i) {
+                const double want = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * b[i];
+                CHECK(std::fabs(y[i] - want) <= 2e-6 * std::fabs(want) + 1e-30);
+            }
+        }
+        // Fully masked softmax: zeros, not NaN.
+        float masked[3] = {-INFINITY, -INFINITY, -INFINITY};
+        cpu::softmax(masked, 3);
+        for (float v : masked) CHECK(v == 0.0f);
+    }
+}

@@ -1,0 +1,119 @@
+// h2o-bench: prompt-processing and decode speed of a model, median of repeated runs.
+//
+//   h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]
+//
+// pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
+// `depth` tokens are already cached (the sampler is not involved, as in llama.cpp's llama-bench).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "h2o/h2o.h"
+
+namespace {
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+[[noreturn]] void die(const char *what, h2o_status st, const char *message) {
+    std::fprintf(stderr, "h2o-bench: %s: %s (%s)\n", what, message, h2o_status_string(st));
+    std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    std::string model_path;
+    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (i + 1 >= argc) {
+            std::fprintf(stderr, "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]\n");
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (arg == "-m") model_path = v;
+        else if (arg == "-p") n_prompt = std::atoi(v);
+        else if (arg == "-n") n_gen = std::atoi(v);
+        else if (arg == "-r") reps = std::max(1, std::atoi(v));
+        else if (arg == "-t") threads = std::atoi(v);
+        else if (arg == "--depth") depth = std::atoi(v);
+        else {
+            std::fprintf(stderr, "h2o-bench: unknown option '%s'\n", arg.c_str());
+            return 2;
+        }
+    }
+    model_path = h2o_tools::resolve_model_path(model_path);
+    if (model_path.empty()) {
+        std::fprintf(stderr, "h2o-bench: pass -m MODEL or set H2O_MODEL\n");
+        return 2;
+    }
+
+    h2o_model *model = nullptr;
+    h2o_status st = h2o_model_load(model_path.c_str(), nullptr, &model);
+    if (st != H2O_OK) die("cannot load model", st, h2o_last_error());
+    h2o_model_info info;
+    info.struct_size = sizeof(info);
+    h2o_model_get_info(model, &info);
+
+    h2o_session_params sp = h2o_session_params_default();
+    sp.n_threads = static_cast<uint32_t>(threads);
+    sp.n_batch = static_cast<uint32_t>(std::max(n_prompt, 1));
+    sp.n_ctx = static_cast<uint32_t>(std::max(n_prompt, depth + n_gen) + 1);
+    h2o_session *session = nullptr;
+    st = h2o_session_create(model, &sp, &session);
+    if (st != H2O_OK) die("cannot create session", st, h2o_last_error());
+
+    // Arbitrary but fixed token ids (BOS first), so every run does the same work.
+    std::vector<int32_t> tokens(std::max(n_prompt, depth) + n_gen);
+    uint32_t x = 12345;
+    for (auto &t : tokens) {
+        x = x * 1664525u + 1013904223u;
+        t = static_cast<int32_t>((x >> 8) % info.n_vocab);
+    }
+    if (info.bos_token >= 0) tokens[0] = info.bos_token;
+
+    std::vector<double> pp, tg;
+    for (int r = 0; r < reps; ++r) {
+        if (n_prompt > 0) {
+            h2o_session_reset(session);
+            const double t0 = h2o_tools::now_seconds();
+            st = h2o_session_decode(session, tokens.data(), n_prompt);
+            if (st != H2O_OK) die("prompt decode failed", st, h2o_session_last_error(session));
+            pp.push_back(n_prompt / (h2o_tools::now_seconds() - t0));
+        }
+        if (n_gen > 0) {
+            h2o_session_reset(session);
+            size_t fed = 0;
+            if (depth > 0) {
+                st = h2o_session_decode(session, tokens.data(), depth);
+                if (st != H2O_OK) die("depth decode failed", st, h2o_session_last_error(session));
+                fed = depth;
+            } else {
+                fed = 0;
+            }
+            const double t0 = h2o_tools::now_seconds();
+            for (int i = 0; i < n_gen; ++i) {
+                st = h2o_session_decode(session, &tokens[fed + i], 1);
+                if (st != H2O_OK) die("decode failed", st, h2o_session_last_error(session));
+            }
+            tg.push_back(n_gen / (h2o_tools::now_seconds() - t0));
+        }
+    }
+    std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
+                info.weight_bytes / 1048576.0);
+    std::printf("threads: %d, repetitions: %d\n", threads, reps);
+    if (!pp.empty()) std::printf("pp%-5d %8.1f tok/s (median; min %.1f, max %.1f)\n", n_prompt, median(pp),
+                                 *std::min_element(pp.begin(), pp.end()), *std::max_element(pp.begin(), pp.end()));
+    if (!tg.empty()) std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
+                                 *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
+    std::printf("peak RSS: %.1f MiB\n", h2o_tools::peak_rss_bytes() / 1048576.0);
+    h2o_session_free(session);
+    h2o_model_free(model);
+    return 0;
+}
