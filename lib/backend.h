@@ -124,6 +124,9 @@ public:
     // Copies the stream index held by every slot (-1: free), ordered [layer][kv head][slot], to
     // the host. For tests and evaluation: which tokens each (layer, kv head) kept.
     virtual void download_kv_stream_indices(int64_t *out) = 0;
+    // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
+    // For tests and evaluation only.
+    virtual void download_kv_statistics(SlotStats *out) = 0;
     // For each kv head of `layer`: if fewer than n slots are free, evicts victims by the policy
     // (kv_policy.h) until n are; stores the batch's k and v in free slots; then computes causal
     // attention of q over the occupied slots (a slot is visible to a query when its stream index

@@ -30,6 +30,12 @@ void usage() {
                  "  --seed S               sampler seed (default 0x5EED)\n"
                  "  -t, --threads N        compute threads (default: cores, at most 8)\n"
                  "  -c, --ctx N            KV cache size in tokens (default: model context)\n"
+                 "  --kv-budget N          KV slots per layer and kv head (default: the context, no eviction)\n"
+                 "  --kv-policy NAME       eviction policy: full, h2o, window, sink_window, scissorhands, tova,\n"
+                 "                         roco, random, mean_h2o (default sink_window)\n"
+                 "  --kv-recent N          protected recent window in tokens (default: half the budget)\n"
+                 "  --rolling              position rolling: run past the model's context length\n"
+                 "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
                  "  --tokenizer FILE       sentencepiece .model file instead of the embedded vocab\n"
                  "  --json                 print one JSON summary line instead of streaming\n");
 }
@@ -59,7 +65,7 @@ bool parse_number(const char *text, double *out) {
 
 int main(int argc, char **argv) {
     std::string model_path, prompt, tokenizer_path;
-    bool json = false;
+    bool json = false, pin_prompt = false;
     h2o_generate_params gen = h2o_generate_params_default();
     gen.max_tokens = 128;
     h2o_session_params sp = h2o_session_params_default();
@@ -94,6 +100,17 @@ int main(int argc, char **argv) {
         else if (arg == "--seed") { value(&v); sp.seed = static_cast<uint64_t>(v); }
         else if (arg == "-t" || arg == "--threads") { value(&v); sp.n_threads = static_cast<uint32_t>(v); }
         else if (arg == "-c" || arg == "--ctx") { value(&v); sp.n_ctx = static_cast<uint32_t>(v); }
+        else if (arg == "--kv-budget") { value(&v); sp.kv_budget = static_cast<uint32_t>(v); }
+        else if (arg == "--kv-recent") { value(&v); sp.kv_recent = static_cast<uint32_t>(v); }
+        else if (arg == "--kv-policy") {
+            const std::string name = text();
+            if (!h2o_tools::parse_policy(name, &sp.kv_policy)) {
+                std::fprintf(stderr, "h2o-cli: unknown policy '%s'\n", name.c_str());
+                return 2;
+            }
+        }
+        else if (arg == "--rolling") sp.position_rolling = 1;
+        else if (arg == "--pin-prompt") pin_prompt = true;
         else if (arg == "--json") json = true;
         else if (arg == "-h" || arg == "--help") { usage(); return 0; }
         else {
@@ -130,7 +147,12 @@ int main(int argc, char **argv) {
         std::fwrite(prompt.data(), 1, prompt.size(), stdout);
         std::fflush(stdout);
     }
-    st = h2o_generate(session, prompt.c_str(), &gen, on_text, &out);
+    if (pin_prompt) {
+        st = h2o_session_add_text(session, prompt.c_str(), H2O_TEXT_PIN);
+        if (st == H2O_OK) st = h2o_generate(session, "", &gen, on_text, &out);
+    } else {
+        st = h2o_generate(session, prompt.c_str(), &gen, on_text, &out);
+    }
     if (out.stream) std::fputc('\n', stdout);
     h2o_generate_stats stats;
     stats.struct_size = sizeof(stats);

@@ -3,9 +3,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace h2o_tools {
 
@@ -50,10 +52,122 @@ std::string json_escape(const std::string &text) {
     return out;
 }
 
+namespace {
+const char *const kPolicyNames[] = {"full", "h2o", "window", "sink_window", "scissorhands",
+                                    "tova", "roco", "random", "mean_h2o"};
+constexpr int kPolicyCount = sizeof(kPolicyNames) / sizeof(kPolicyNames[0]);
+}  // namespace
+
+bool parse_policy(const std::string &name, h2o_kv_policy *out) {
+    for (int i = 0; i < kPolicyCount; ++i) {
+        if (name == kPolicyNames[i]) {
+            *out = static_cast<h2o_kv_policy>(i);
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *policy_name(h2o_kv_policy policy) {
+    const int i = static_cast<int>(policy);
+    return i >= 0 && i < kPolicyCount ? kPolicyNames[i] : "unknown";
+}
+
 std::string resolve_model_path(const std::string &given) {
     if (!given.empty()) return given;
     if (const char *env = std::getenv("H2O_MODEL"); env && *env) return env;
     return "";
+}
+
+bool parse_double(const char *text, double *out) {
+    char *end = nullptr;
+    errno = 0;
+    const double v = std::strtod(text, &end);
+    if (end == text || *end != '\0' || errno == ERANGE) return false;
+    *out = v;
+    return true;
+}
+
+bool parse_uint(const char *text, uint64_t *out) {
+    if (*text < '0' || *text > '9') return false;
+    char *end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (*end != '\0' || errno == ERANGE) return false;
+    *out = v;
+    return true;
+}
+
+std::vector<std::string> split(const std::string &text, char sep) {
+    std::vector<std::string> items;
+    size_t start = 0;
+    for (;;) {
+        const size_t end = text.find(sep, start);
+        items.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+        if (end == std::string::npos) return items;
+        start = end + 1;
+    }
+}
+
+bool read_file(const std::string &path, std::string *out, std::string *error) {
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (!f) {
+        *error = std::strerror(errno);
+        return false;
+    }
+    std::string text;
+    char buf[65536];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) {
+        *error = "read error (is it a directory?)";
+        return false;
+    }
+    *out = std::move(text);
+    return true;
+}
+
+bool write_file(const std::string &path, const std::string &text, std::string *error) {
+    FILE *f = std::fopen(path.c_str(), "wb");
+    if (!f) {
+        *error = std::strerror(errno);
+        return false;
+    }
+    const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !written) {
+        *error = "write error";
+        return false;
+    }
+    return true;
+}
+
+namespace {
+const char *const kPolicyNames[] = {"full", "h2o", "window", "sink_window", "scissorhands",
+                                    "tova", "roco", "random", "mean_h2o"};
+constexpr int kPolicyCount = sizeof(kPolicyNames) / sizeof(kPolicyNames[0]);
+}  // namespace
+
+const char *kv_policy_name(h2o_kv_policy policy) {
+    const int i = static_cast<int>(policy);
+    return i >= 0 && i < kPolicyCount ? kPolicyNames[i] : "unknown";
+}
+
+bool parse_kv_policy(const std::string &name, h2o_kv_policy *out) {
+    for (int i = 0; i < kPolicyCount; ++i) {
+        if (name == kPolicyNames[i]) {
+            *out = static_cast<h2o_kv_policy>(i);
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string kv_policy_names() {
+    std::string names;
+    for (int i = 0; i < kPolicyCount; ++i) names += (i ? ", " : "") + std::string(kPolicyNames[i]);
+    return names;
 }
 
 }  // namespace h2o_tools

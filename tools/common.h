@@ -3,6 +3,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "h2o/h2o.h"
+
+#include "h2o/h2o.h"
 
 namespace h2o_tools {
 
@@ -13,7 +18,30 @@ uint64_t current_rss_bytes();
 double now_seconds();
 // Escapes text for a JSON string literal (without the quotes).
 std::string json_escape(const std::string &text);
+// Parses an eviction policy name (full, h2o, window, sink_window, scissorhands, tova, roco,
+// random, mean_h2o); false if unknown.
+bool parse_policy(const std::string &name, h2o_kv_policy *out);
+// The name parse_policy accepts for a policy.
+const char *policy_name(h2o_kv_policy policy);
+
 // The model to use: the given path, else $H2O_MODEL, else "".
 std::string resolve_model_path(const std::string &given);
+
+// Strict number parsing: the whole text must be the number. parse_uint rejects signs.
+bool parse_double(const char *text, double *out);
+bool parse_uint(const char *text, uint64_t *out);
+// Splits "a,b,c" at sep; empty items are kept (callers reject them).
+std::vector<std::string> split(const std::string &text, char sep);
+// Reads a whole file; on failure *error says why.
+bool read_file(const std::string &path, std::string *out, std::string *error);
+// Writes a whole file; on failure *error says why.
+bool write_file(const std::string &path, const std::string &text, std::string *error);
+
+// KV policy names as the library documents them: full, h2o, window, sink_window, scissorhands,
+// tova, roco, random, mean_h2o.
+const char *kv_policy_name(h2o_kv_policy policy);
+bool parse_kv_policy(const std::string &name, h2o_kv_policy *out);
+// "full, h2o, ..." for messages.
+std::string kv_policy_names();
 
 }  // namespace h2o_tools

@@ -128,6 +128,18 @@ public:
     void clear_kv() override { kv_.clear(); }
     size_t kv_bytes() const override { return kv_.bytes(); }
 
+    void download_kv_statistics(SlotStats *out) override {
+        const KvConfig &c = kv_.config();
+        for (int l = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h) {
+                const KvCache::HeadView view = kv_.head(l, h);
+                for (int s = 0; s < c.n_slots; ++s) {
+                    *out++ = SlotStats{view.accumulated[s], view.squared[s], view.steps[s], view.last[s], view.persistence[s]};
+                }
+            }
+        }
+    }
+
     void download_kv_stream_indices(int64_t *out) override {
         const KvConfig &c = kv_.config();
         for (int l = 0; l < c.n_layer; ++l) {

@@ -1,0 +1,379 @@
+// The KV ring and its eviction policies: victims on hand-made statistics where the right answer is
+// known, attention statistics (causal, summed over a GQA group), rolling re-rotation, and
+// end-to-end invariants on the real model (budget, pinning, rolling past the context, chunked
+// long prompts, constant memory).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "h2o/h2o.h"
+#include "kv_cache.h"
+#include "model.h"
+#include "session.h"
+#include "test_util.h"
+
+using namespace h2o;
+
+namespace {
+
+// A cache of one (layer, kv head) with n slots holding stream indices 0..n-1.
+struct SmallCache {
+    KvCache cache;
+    explicit SmallCache(KvPolicyConfig policy, int n = 8, bool rolling = false) {
+        KvConfig c;
+        c.n_layer = 1;
+        c.n_head_kv = 1;
+        c.head_dim = 4;
+        c.n_slots = n;
+        c.policy = policy;
+        c.rolling = rolling;
+        c.rope_dims = 4;
+        c.rope_freq_base = 10000.0f;
+        REQUIRE(cache.init(c).ok());
+        for (int i = 0; i < n; ++i) cache.claim_slot(0, 0, i, i, false);
+    }
+    KvCache::HeadView view() { return cache.head(0, 0); }
+    // Evicts for one incoming token (stream index n) and returns the evicted stream indices.
+    std::set<int64_t> evict(int n_new = 1) {
+        std::vector<int64_t> before(view().stream_index, view().stream_index + cache.config().n_slots);
+        cache.make_room(0, 0, n_new, cache.config().n_slots);
+        std::set<int64_t> gone;
+        for (int s = 0; s < cache.config().n_slots; ++s) {
+            if (before[s] >= 0 && view().stream_index[s] < 0) gone.insert(before[s]);
+        }
+        return gone;
+    }
+};
+
+KvPolicyConfig policy_of(KvPolicy p, int recent = 0, int sinks = 0) {
+    KvPolicyConfig c;
+    c.policy = p;
+    c.recent = recent;
+    c.sinks = sinks;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("policies pick the victim their definition names") {
+    SUBCASE("h2o: smallest accumulated attention outside the recent window") {
+        SmallCache c(policy_of(KvPolicy::H2O, /*recent=*/3));
+        const float acc[8] = {5, 0.5f, 2, 0.2f, 3, 4, 0.1f, 0.0f};
+        std::copy(acc, acc + 8, c.view().accumulated);
+        // Indices 6 and 7 are the newest two cached tokens (recent 3 counts the incoming one).
+        CHECK(c.evict() == std::set<int64_t>{3});
+    }
+    SUBCASE("window: the oldest") {
+        SmallCache c(policy_of(KvPolicy::Window));
+        c.view().accumulated[0] = 100;  // statistics do not matter
+        CHECK(c.evict() == std::set<int64_t>{0});
+    }
+    SUBCASE("sink_window: the oldest after the sinks") {
+        SmallCache c(policy_of(KvPolicy::SinkWindow, 0, /*sinks=*/2));
+        CHECK(c.evict() == std::set<int64_t>{2});
+        CHECK(c.evict(3).size() == 2);  // one slot is still free
+    }
+    SUBCASE("scissorhands: least persistent importance") {
+        SmallCache c(policy_of(KvPolicy::Scissorhands, 2));
+        const float persistence[8] = {3, 2, 0.5f, 4, 1, 2, 5, 0};
+        std::copy(persistence, persistence + 8, c.view().persistence);
+        CHECK(c.evict() == std::set<int64_t>{2});
+    }
+    SUBCASE("tova: lowest attention at the last step, no recent window") {
+        SmallCache c(policy_of(KvPolicy::Tova));
+        const float last[8] = {0.3f, 0.2f, 0.1f, 0.2f, 0.05f, 0.05f, 0.08f, 0.02f};
+        std::copy(last, last + 8, c.view().last);
+        CHECK(c.evict() == std::set<int64_t>{7});
+    }
+    SUBCASE("roco: lowest mean attention since entry") {
+        SmallCache c(policy_of(KvPolicy::RoCo, 2));
+        // Slot 0 accumulated most but over many steps; slot 4 has the lowest mean.
+        const float acc[8] = {8, 3, 3, 3, 1, 3, 2, 0};
+        const float steps[8] = {8, 2, 2, 2, 4, 2, 1, 1};
+        std::copy(acc, acc + 8, c.view().accumulated);
+        std::copy(steps, steps + 8, c.view().steps);
+        CHECK(c.evict() == std::set<int64_t>{4});
+    }
+    SUBCASE("mean_h2o: lowest mean attention, sinks and recent window protected") {
+        SmallCache c(policy_of(KvPolicy::MeanH2O, 2, 1));
+        const float acc[8] = {0, 4, 1, 3, 3, 3, 2, 0};
+        const float steps[8] = {8, 7, 6, 5, 4, 3, 2, 1};
+        std::copy(acc, acc + 8, c.view().accumulated);
+        std::copy(steps, steps + 8, c.view().steps);
+        CHECK(c.evict() == std::set<int64_t>{2});
+    }
+    SUBCASE("random: deterministic for a seed and never a protected token") {
+        std::set<int64_t> first;
+        for (int run = 0; run < 2; ++run) {
+            KvPolicyConfig p = policy_of(KvPolicy::Random, 3, 0);
+            p.seed = 11;
+            SmallCache c(p);
+            c.view().pinned[2] = 1;
+            const std::set<int64_t> gone = c.evict(2);
+            REQUIRE(gone.size() == 2);
+            for (int64_t i : gone) CHECK((i != 2 && i < 6));
+            if (run == 0) first = gone;
+            else CHECK(gone == first);
+        }
+    }
+    SUBCASE("ties go to the oldest") {
+        SmallCache c(policy_of(KvPolicy::H2O, 1));
+        CHECK(c.evict() == std::set<int64_t>{0});
+    }
+}
+
+TEST_CASE("pinned tokens are never evicted, and a fully protected cache evicts the oldest unpinned") {
+    SmallCache c(policy_of(KvPolicy::H2O, /*recent=*/8));  // the window covers everything
+    for (int s = 0; s < 3; ++s) c.view().pinned[s] = 1;
+    c.view().accumulated[5] = -1;                            // would be the H2O victim if allowed
+    CHECK(c.evict() == std::set<int64_t>{3});
+    CHECK(c.evict(3) == std::set<int64_t>{4, 5});  // one slot is still free: two more go
+}
+
+TEST_CASE("rolling: evicting a token rotates the keys after it back by one position") {
+    SmallCache c(policy_of(KvPolicy::Window), 4, /*rolling=*/true);
+    const float key[4] = {1.0f, 0.5f, -0.25f, 2.0f};
+    // Keys are stored rotated by their rank; slot 3 holds rank 3.
+    auto rotated = [&](int position, float *out) {
+        for (int i = 0; i < 2; ++i) {
+            const double theta = position * std::pow(10000.0, -2.0 * i / 4);
+            out[2 * i] = static_cast<float>(key[2 * i] * std::cos(theta) - key[2 * i + 1] * std::sin(theta));
+            out[2 * i + 1] = static_cast<float>(key[2 * i] * std::sin(theta) + key[2 * i + 1] * std::cos(theta));
+        }
+    };
+    for (int s = 0; s < 4; ++s) rotated(s, c.view().keys + 4 * s);
+    CHECK(c.evict() == std::set<int64_t>{0});
+    float expected[4];
+    for (int s = 1; s < 4; ++s) {
+        CHECK(c.view().position[s] == s - 1);
+        rotated(s - 1, expected);
+        for (int d = 0; d < 4; ++d) CHECK(c.view().keys[4 * s + d] == doctest::Approx(expected[d]).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("attention statistics are causal and sum the query heads of a kv group") {
+    // 1 layer, 2 kv heads, 4 query heads (groups of 2), head_dim 4, 8 slots. Zero queries give
+    // uniform attention, so query t gives each of the t+1 visible slots 1/(t+1) per head.
+    ModelShape shape;
+    shape.n_head = 4;
+    shape.n_head_kv = 2;
+    shape.head_dim = 4;
+    shape.n_embd = 16;
+    auto backend = make_cpu_backend(2, 8);
+    KvConfig kv;
+    kv.n_layer = 1;
+    kv.n_head_kv = 2;
+    kv.head_dim = 4;
+    kv.n_slots = 8;
+    kv.policy = policy_of(KvPolicy::H2O, 4);
+    REQUIRE(backend->create_kv(kv).ok());
+    Tensor q, k, v, out, positions;
+    REQUIRE(backend->alloc(TensorType::F32, 16, 3, &q).ok());
+    REQUIRE(backend->alloc(TensorType::F32, 8, 3, &k).ok());
+    REQUIRE(backend->alloc(TensorType::F32, 8, 3, &v).ok());
+    REQUIRE(backend->alloc(TensorType::F32, 16, 3, &out).ok());
+    REQUIRE(backend->alloc(TensorType::I32, 1, 3, &positions).ok());
+    std::vector<float> values(24);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    backend->upload(v, values.data(), values.size() * sizeof(float));
+    const int32_t pos[3] = {0, 1, 2};
+    backend->upload(positions, pos, sizeof(pos));
+    backend->attention(out, q, k, v, 0, AttentionBatch{3, 0, positions, false}, shape);
+
+    // Output of query 2, head 0 (kv head 0): the mean of the three value vectors of kv head 0.
+    std::vector<float> o(48);
+    backend->download(out, o.data(), o.size() * sizeof(float));
+    for (int d = 0; d < 4; ++d) CHECK(o[2 * 16 + d] == doctest::Approx((values[d] + values[8 + d] + values[16 + d]) / 3));
+
+    // Slot j of each kv head: steps = queries at or after it; accumulated = 2 heads × Σ_{t>=j} 1/(t+1).
+    std::vector<int64_t> indices(2 * 8);
+    backend->download_kv_stream_indices(indices.data());
+    std::vector<SlotStats> stats(2 * 8);
+    backend->download_kv_statistics(stats.data());
+    const double expected_acc[3] = {2 * (1.0 + 0.5 + 1.0 / 3), 2 * (0.5 + 1.0 / 3), 2 * (1.0 / 3)};
+    for (int h = 0; h < 2; ++h) {
+        for (int j = 0; j < 3; ++j) {
+            const SlotStats &st = stats[h * 8 + j];
+            CHECK(indices[h * 8 + j] == j);
+            CHECK(st.accumulated == doctest::Approx(expected_acc[j]));
+            CHECK(st.steps == 3 - j);
+            CHECK(st.last == doctest::Approx(2.0 / 3));  // the last query's weight
+        }
+        CHECK(indices[h * 8 + 3] == -1);
+    }
+    // Persistence: query t counts slots above a uniform share 2/(t+1); uniform weights equal it
+    // exactly, so nothing is counted.
+    CHECK(stats[0].persistence == 0.0f);
+}
+
+namespace {
+
+struct RealSession {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Session> session;
+    RealSession(const std::string &path, int budget, KvPolicy policy, bool rolling, int recent = -1, int n_ctx = 0) {
+        REQUIRE(Model::load(path, "", &model).ok());
+        SessionSettings s;
+        s.n_ctx = n_ctx ? n_ctx : static_cast<int>(model->n_ctx_train());
+        s.kv_budget = budget;
+        s.policy = policy_of(policy, recent < 0 ? budget / 2 : recent, policy == KvPolicy::SinkWindow ? 4 : 0);
+        s.rolling = rolling;
+        s.n_threads = 1;  // the model is tiny: a second thread costs more than it brings
+        s.n_batch = 64;
+        s.seed = 3;
+        REQUIRE(Session::create(*model, s, &session).ok());
+    }
+    // Stream indices held by every (layer, kv head), [layer * n_head_kv + head] -> sorted list.
+    std::vector<std::vector<int64_t>> kept() {
+        const ModelShape &sh = model->shape();
+        const int slots = session->settings().kv_budget;
+        std::vector<int64_t> all(static_cast<size_t>(sh.n_layer) * sh.n_head_kv * slots);
+        session->backend().download_kv_stream_indices(all.data());
+        std::vector<std::vector<int64_t>> heads(static_cast<size_t>(sh.n_layer) * sh.n_head_kv);
+        for (size_t h = 0; h < heads.size(); ++h) {
+            for (int s = 0; s < slots; ++s) {
+                if (all[h * slots + s] >= 0) heads[h].push_back(all[h * slots + s]);
+            }
+            std::sort(heads[h].begin(), heads[h].end());
+        }
+        return heads;
+    }
+};
+
+GenerateSettings greedy(uint32_t n) {
+    GenerateSettings g;
+    g.max_tokens = n;
+    g.sampler.temperature = 0.0f;
+    g.stop_at_eos = false;
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("every (layer, kv head) holds exactly the budget, and heads keep different tokens") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    RealSession r(path, 32, KvPolicy::H2O, /*rolling=*/true, 8);
+    REQUIRE(r.session->generate("Once upon a time", greedy(600), nullptr, nullptr).ok());
+    const auto heads = r.kept();
+    const int64_t n_past = r.session->n_past();
+    bool heads_differ = false;
+    for (const auto &h : heads) {
+        CHECK(h.size() == 32);
+        CHECK(std::set<int64_t>(h.begin(), h.end()).size() == h.size());
+        CHECK(h.back() == n_past - 1);           // the newest token is always kept
+        CHECK(h[h.size() - 8] == n_past - 8);    // and the whole recent window
+        heads_differ |= h != heads[0];
+    }
+    CHECK(heads_differ);
+}
+
+TEST_CASE("pinned tokens survive tens of thousands of tokens of heavy eviction in every head") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    RealSession r(path, 48, KvPolicy::H2O, /*rolling=*/true);
+    REQUIRE(r.session->add_text("You are a storyteller. Always tell happy stories about a cat named Tom.", true).ok());
+    const int64_t n_pinned = r.session->n_past();
+    REQUIRE(n_pinned > 10);
+    for (int turn = 0; turn < 5; ++turn) {
+        GenerateSettings g = greedy(4000);
+        g.sampler.temperature = 0.8f;  // varied text, so eviction keeps changing
+        REQUIRE(r.session->generate("", g, nullptr, nullptr).ok());
+    }
+    CHECK(r.session->n_past() > 20000);
+    for (const auto &h : r.kept()) {
+        for (int64_t i = 0; i < n_pinned; ++i) CHECK(std::binary_search(h.begin(), h.end(), i));
+        CHECK(h.size() == 48);
+    }
+}
+
+TEST_CASE("pinning more than the budget allows is refused and adds nothing") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    RealSession r(path, 8, KvPolicy::H2O, true);
+    const Status s = r.session->add_text("Once upon a time there was a little girl who liked to play", true);
+    CHECK(s.code == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(s.message.find("pin") != std::string::npos);
+    CHECK(r.session->n_past() == 0);
+}
+
+TEST_CASE("position rolling runs far past the model's context; without it the context ends") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    {
+        RealSession r(path, 64, KvPolicy::SinkWindow, /*rolling=*/true, 60, /*n_ctx=*/512);
+        for (int i = 0; i < 3; ++i) REQUIRE(r.session->generate(i == 0 ? "Once upon a time" : "", greedy(1000), nullptr, nullptr).ok());
+        CHECK(r.session->n_past() > 3000);
+    }
+    {
+        RealSession r(path, 64, KvPolicy::SinkWindow, /*rolling=*/false, 60, /*n_ctx=*/512);
+        const Status s = r.session->generate("Once upon a time", greedy(1000), nullptr, nullptr);
+        CHECK(s.code == H2O_ERR_CONTEXT_FULL);
+        CHECK(s.message.find("position_rolling") != std::string::npos);
+        CHECK(r.session->n_past() == 512);
+    }
+}
+
+TEST_CASE("a long document is fed in chunks with eviction in between") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    H2O_SHARED_FILE_OR_SKIP(text_path, "data/tinystories_val.txt");
+    RealSession r(path, 128, KvPolicy::H2O, /*rolling=*/true);
+    std::vector<int32_t> tokens;
+    std::string text(60000, ' ');
+    FILE *f = std::fopen(text_path.c_str(), "rb");
+    REQUIRE(f);
+    text.resize(std::fread(text.data(), 1, text.size(), f));
+    std::fclose(f);
+    REQUIRE(r.model->tokenizer().encode(text, true, &tokens).ok());
+    REQUIRE(tokens.size() > 10000);
+    REQUIRE(r.session->decode(tokens.data(), tokens.size()).ok());
+    CHECK(r.session->n_past() == static_cast<int64_t>(tokens.size()));
+    for (const auto &h : r.kept()) CHECK(h.size() == 128);
+    // The model still predicts sensibly: the logits are finite and not flat.
+    const auto &logits = r.session->logits();
+    const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
+    CHECK(std::isfinite(*lo));
+    CHECK(*hi - *lo > 1.0f);
+}
+
+TEST_CASE("the full policy refuses to evict") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    RealSession r(path, 32, KvPolicy::Full, false);
+    const Status s = r.session->generate("Once upon a time", greedy(100), nullptr, nullptr);
+    CHECK(s.code == H2O_ERR_CONTEXT_FULL);
+    CHECK(r.session->n_past() == 32);
+}
+
+TEST_CASE("session memory is fixed at creation") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_session_params sp = h2o_session_params_default();
+    sp.kv_budget = 64;
+    sp.position_rolling = 1;
+    sp.n_threads = 1;
+    h2o_session *session = nullptr;
+    REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+    h2o_memory_report before{}, after{};
+    before.struct_size = after.struct_size = sizeof(h2o_memory_report);
+    REQUIRE(h2o_session_memory(session, &before) == H2O_OK);
+    // 5 layers x 4 kv heads x 64 slots x 8 dims x (key + value) x 4 bytes, plus bookkeeping.
+    CHECK(before.kv_bytes >= 5u * 4 * 64 * 8 * 2 * 4);
+    CHECK(before.kv_bytes < 5u * 4 * 64 * (8 * 2 * 4 + 64));
+    CHECK(before.weight_bytes > 1000000);
+    h2o_generate_params gen = h2o_generate_params_default();
+    gen.max_tokens = 2000;
+    gen.stop_at_eos = 0;
+    REQUIRE(h2o_generate(session, "Once upon a time", &gen, nullptr, nullptr) == H2O_OK);
+    REQUIRE(h2o_session_memory(session, &after) == H2O_OK);
+    CHECK(std::memcmp(&before, &after, sizeof(before)) == 0);
+    h2o_memory_report bad{};
+    bad.struct_size = 4;
+    CHECK(h2o_session_memory(session, &bad) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_add_text(session, "x", 0x80) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_add_text(session, nullptr, 0) == H2O_ERR_INVALID_ARGUMENT);
+    h2o_session_free(session);
+    h2o_model_free(model);
+}
