@@ -143,27 +143,6 @@ bool write_file(const std::string &path, const std::string &text, std::string *e
     return true;
 }
 
-namespace {
-const char *const kPolicyNames[] = {"full", "h2o", "window", "sink_window", "scissorhands",
-                                    "tova", "roco", "random", "mean_h2o"};
-constexpr int kPolicyCount = sizeof(kPolicyNames) / sizeof(kPolicyNames[0]);
-}  // namespace
-
-const char *kv_policy_name(h2o_kv_policy policy) {
-    const int i = static_cast<int>(policy);
-    return i >= 0 && i < kPolicyCount ? kPolicyNames[i] : "unknown";
-}
-
-bool parse_kv_policy(const std::string &name, h2o_kv_policy *out) {
-    for (int i = 0; i < kPolicyCount; ++i) {
-        if (name == kPolicyNames[i]) {
-            *out = static_cast<h2o_kv_policy>(i);
-            return true;
-        }
-    }
-    return false;
-}
-
 std::string kv_policy_names() {
     std::string names;
     for (int i = 0; i < kPolicyCount; ++i) names += (i ? ", " : "") + std::string(kPolicyNames[i]);

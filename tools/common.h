@@ -7,8 +7,6 @@
 
 #include "h2o/h2o.h"
 
-#include "h2o/h2o.h"
-
 namespace h2o_tools {
 
 // Peak resident set size of this process in bytes.
@@ -36,12 +34,7 @@ std::vector<std::string> split(const std::string &text, char sep);
 bool read_file(const std::string &path, std::string *out, std::string *error);
 // Writes a whole file; on failure *error says why.
 bool write_file(const std::string &path, const std::string &text, std::string *error);
-
-// KV policy names as the library documents them: full, h2o, window, sink_window, scissorhands,
-// tova, roco, random, mean_h2o.
-const char *kv_policy_name(h2o_kv_policy policy);
-bool parse_kv_policy(const std::string &name, h2o_kv_policy *out);
-// "full, h2o, ..." for messages.
+// The names parse_policy accepts, "full, h2o, ...", for messages.
 std::string kv_policy_names();
 
 }  // namespace h2o_tools

@@ -1,0 +1,68 @@
+# Runs h2o-eval on the real model with small settings and checks its JSON lines, then checks that
+# usage errors exit with code 2. Arguments: -DEVAL=<h2o-eval> -DMODEL=<gguf> -DTEXT=<text file>.
+if(NOT EXISTS "${MODEL}" OR NOT EXISTS "${TEXT}")
+  message("H2O-SKIP: ${MODEL} or ${TEXT} is absent")
+  return()
+endif()
+
+execute_process(
+  COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies full,h2o,window
+          --json --quiet -t 1
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "h2o-eval failed (${rc}): ${err}")
+endif()
+if(NOT err STREQUAL "")
+  message(FATAL_ERROR "h2o-eval --quiet wrote to stderr: ${err}")
+endif()
+string(STRIP "${out}" out)
+string(REPLACE "\n" ";" lines "${out}")
+list(LENGTH lines n)
+if(NOT n EQUAL 3)
+  message(FATAL_ERROR "expected 3 JSON lines (full, h2o/32, window/32), got ${n}:\n${out}")
+endif()
+
+set(seen "")
+foreach(line IN LISTS lines)
+  foreach(key policy budget tokens mean_nll ppl greedy_agreement)
+    string(JSON ${key} ERROR_VARIABLE json_error GET "${line}" ${key})
+    if(json_error)
+      message(FATAL_ERROR "bad JSON line (${json_error}): ${line}")
+    endif()
+  endforeach()
+  list(APPEND seen "${policy}/${budget}")
+  if(NOT tokens EQUAL 127)
+    message(FATAL_ERROR "${policy}: scored ${tokens} tokens, expected 127: ${line}")
+  endif()
+  # A trained model beats the uniform guess (vocab 512) by far; agreement is a fraction.
+  if(NOT (ppl GREATER 1 AND ppl LESS 20 AND mean_nll GREATER 0))
+    message(FATAL_ERROR "${policy}: implausible perplexity: ${line}")
+  endif()
+  if(greedy_agreement LESS 0.5 OR greedy_agreement GREATER 1)
+    message(FATAL_ERROR "${policy}: implausible greedy agreement: ${line}")
+  endif()
+  if(policy STREQUAL "full" AND NOT greedy_agreement EQUAL 1)
+    message(FATAL_ERROR "the full cache must agree with itself: ${line}")
+  endif()
+endforeach()
+if(NOT seen STREQUAL "full/128;h2o/32;window/32")
+  message(FATAL_ERROR "unexpected rows: ${seen}")
+endif()
+
+# Usage errors: exit code 2 and a message naming the problem.
+foreach(case "--policies;full,nonsense;unknown policy" "--budgets;1;at least 2" "--chunk;1;--chunk")
+  list(GET case 0 option)
+  list(GET case 1 value)
+  list(GET case 2 expected)
+  execute_process(COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} ${option} ${value}
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "${expected}")
+    message(FATAL_ERROR "h2o-eval ${option} ${value}: expected exit 2 and '${expected}', got ${rc}: ${err}")
+  endif()
+endforeach()
+execute_process(COMMAND ${EVAL} -m ${MODEL} -f ${TEXT}.does-not-exist
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "cannot read")
+  message(FATAL_ERROR "h2o-eval with a missing text: expected exit 2, got ${rc}: ${err}")
+endif()
+message(STATUS "h2o-eval: ${seen}")

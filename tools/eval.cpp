@@ -1,0 +1,660 @@
+// h2o-eval: perplexity and greedy agreement of KV-cache eviction policies, through the public API.
+//
+//   h2o-eval -m MODEL -f TEXT [--policies full,h2o,window,...] [--budgets 32,64,128] [--chunk 512]
+//            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
+//            [--segment N] [--rolling 0|1] [--n-ctx N] [-t THREADS] [-j JOBS] [--json] [--svg FILE]
+//            [--quiet]
+//
+// Chunk mode (default, the "chunk-512" protocol of ../shared/README.md): the whole text is
+// tokenized without BOS, cut into consecutive chunks of chunk-1 tokens, and each chunk, behind a
+// BOS, is fed to a fresh session one token at a time. Every token after BOS is scored with the
+// log-softmax (double precision) of the previous step's logits. Greedy agreement compares each
+// step's argmax with the full cache's argmax at the same position.
+//
+// Stream mode (--stream TOKENS): BOS and the first TOKENS tokens of the text go through one
+// session per configuration, token by token, with position rolling on unless --rolling 0; the
+// perplexity is reported per segment of --segment tokens and overall.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "h2o/h2o.h"
+#include "svg_plot.h"
+
+namespace {
+
+using h2o_tools::policy_name;
+
+void usage() {
+    std::fprintf(stderr,
+                 "usage: h2o-eval -m MODEL -f TEXT [options]\n"
+                 "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
+                 "  -f, --file FILE        UTF-8 text to score\n"
+                 "  --policies LIST        comma-separated policies (default full,h2o,window,sink_window):\n"
+                 "                         %s\n"
+                 "  --budgets LIST         KV slots per (layer, kv head), comma-separated (default 32,64,128);\n"
+                 "                         'full' ignores them\n"
+                 "  --chunk N              chunk length with BOS (default 512)\n"
+                 "  --chunks N             chunks to score (default 10)\n"
+                 "  --recent N             protected recent window in tokens (default: --recent-ratio)\n"
+                 "  --recent-ratio R       recent window as a fraction of the budget (default 0.5)\n"
+                 "  --sinks N              attention sinks for sink_window and mean_h2o (default 4)\n"
+                 "  --stream TOKENS        stream mode: one stream of BOS + TOKENS tokens per configuration\n"
+                 "  --segment N            stream mode: report perplexity per N tokens (default 1000)\n"
+                 "  --rolling 0|1          position rolling (default: 0 in chunk mode, 1 in stream mode)\n"
+                 "  --n-ctx N              session n_ctx; the full cache's size (default: chunk length,\n"
+                 "                         or TOKENS + 1 in stream mode)\n"
+                 "  -t, --threads N        compute threads per session (default: library default)\n"
+                 "  -j, --jobs N           configurations evaluated at the same time (default 1)\n"
+                 "  --json                 one JSON object per line and configuration instead of a table\n"
+                 "  --svg FILE             write a perplexity chart as SVG\n"
+                 "  --quiet                no progress or library messages on stderr\n",
+                 h2o_tools::kv_policy_names().c_str());
+}
+
+[[noreturn]] void usage_error(const std::string &message) {
+    std::fprintf(stderr, "h2o-eval: %s\n", message.c_str());
+    std::exit(2);
+}
+
+struct Options {
+    std::string model_path, text_path, svg_path;
+    std::vector<h2o_kv_policy> policies = {H2O_KV_FULL, H2O_KV_H2O, H2O_KV_WINDOW, H2O_KV_SINK_WINDOW};
+    std::vector<uint32_t> budgets = {32, 64, 128};
+    uint32_t chunk = 512, chunks = 10;
+    uint32_t recent = 0;        // 0: recent_ratio of the budget
+    float recent_ratio = 0.5f;
+    uint32_t sinks = 4;
+    uint32_t stream = 0;        // 0: chunk mode
+    uint32_t segment = 1000;
+    int rolling = -1;           // -1: the mode's default
+    uint32_t n_ctx = 0;         // 0: the mode's default
+    uint32_t threads = 0, jobs = 1;
+    bool json = false, quiet = false;
+};
+
+uint32_t parse_count(const std::string &option, const std::string &text, uint64_t min, uint64_t max) {
+    uint64_t v = 0;
+    if (!h2o_tools::parse_uint(text.c_str(), &v) || v < min || v > max) {
+        usage_error(option + " needs a whole number in [" + std::to_string(min) + ", " + std::to_string(max) + "], not '" +
+                    text + "'");
+    }
+    return static_cast<uint32_t>(v);
+}
+
+Options parse_options(int argc, char **argv) {
+    Options o;
+    bool recent_given = false, ratio_given = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) usage_error(arg + " needs a value");
+            return argv[++i];
+        };
+        if (arg == "-h" || arg == "--help") {
+            usage();
+            std::exit(0);
+        } else if (arg == "-m" || arg == "--model") {
+            o.model_path = value();
+        } else if (arg == "-f" || arg == "--file") {
+            o.text_path = value();
+        } else if (arg == "--policies") {
+            o.policies.clear();
+            for (const std::string &name : h2o_tools::split(value(), ',')) {
+                h2o_kv_policy p;
+                if (!h2o_tools::parse_policy(name, &p)) {
+                    usage_error("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
+                }
+                if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end()) o.policies.push_back(p);
+            }
+        } else if (arg == "--budgets") {
+            o.budgets.clear();
+            for (const std::string &item : h2o_tools::split(value(), ',')) {
+                uint64_t b = 0;
+                if (!h2o_tools::parse_uint(item.c_str(), &b)) usage_error("budget '" + item + "' is not a whole number");
+                if (b < 2) usage_error("budget " + item + " is too small: a budget must be at least 2");
+                if (b > (1u << 22)) usage_error("budget " + item + " is too large");
+                if (std::find(o.budgets.begin(), o.budgets.end(), b) == o.budgets.end()) o.budgets.push_back(static_cast<uint32_t>(b));
+            }
+        } else if (arg == "--chunk") {
+            o.chunk = parse_count(arg, value(), 2, 1u << 22);
+        } else if (arg == "--chunks") {
+            o.chunks = parse_count(arg, value(), 1, 1u << 30);
+        } else if (arg == "--recent") {
+            o.recent = parse_count(arg, value(), 1, 1u << 22);
+            recent_given = true;
+        } else if (arg == "--recent-ratio") {
+            double r = 0;
+            const std::string text = value();
+            if (!h2o_tools::parse_double(text.c_str(), &r) || !(r >= 0 && r <= 1)) {
+                usage_error("--recent-ratio needs a number in [0, 1], not '" + text + "'");
+            }
+            o.recent_ratio = static_cast<float>(r);
+            ratio_given = true;
+        } else if (arg == "--sinks") {
+            o.sinks = parse_count(arg, value(), 0, 1u << 22);
+        } else if (arg == "--stream") {
+            o.stream = parse_count(arg, value(), 1, (1u << 22) - 1);
+        } else if (arg == "--segment") {
+            o.segment = parse_count(arg, value(), 1, 1u << 30);
+        } else if (arg == "--rolling") {
+            o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
+        } else if (arg == "--n-ctx") {
+            o.n_ctx = parse_count(arg, value(), 2, 1u << 22);
+        } else if (arg == "-t" || arg == "--threads") {
+            o.threads = parse_count(arg, value(), 1, 256);
+        } else if (arg == "-j" || arg == "--jobs") {
+            o.jobs = parse_count(arg, value(), 1, 256);
+        } else if (arg == "--json") {
+            o.json = true;
+        } else if (arg == "--svg") {
+            o.svg_path = value();
+        } else if (arg == "--quiet") {
+            o.quiet = true;
+        } else {
+            std::fprintf(stderr, "h2o-eval: unknown option '%s'\n", arg.c_str());
+            usage();
+            std::exit(2);
+        }
+    }
+    if (recent_given && ratio_given) usage_error("give --recent or --recent-ratio, not both");
+    o.model_path = h2o_tools::resolve_model_path(o.model_path);
+    if (o.model_path.empty()) usage_error("no model given: pass -m MODEL or set H2O_MODEL");
+    if (o.text_path.empty()) usage_error("no text given: pass -f TEXT");
+    if (o.policies.empty()) usage_error("--policies is empty");
+    if (o.rolling < 0) o.rolling = o.stream > 0 ? 1 : 0;
+    const uint32_t length = o.stream > 0 ? o.stream + 1 : o.chunk;  // tokens of one sequence, BOS included
+    if (o.n_ctx == 0) o.n_ctx = length;
+    if (!o.rolling && o.n_ctx < length) {
+        usage_error("--n-ctx " + std::to_string(o.n_ctx) + " is shorter than the " + std::to_string(length) +
+                    " tokens of a sequence; raise it or turn on --rolling 1");
+    }
+    return o;
+}
+
+// One (policy, budget) pair. The full cache has budget n_ctx.
+struct Config {
+    h2o_kv_policy policy;
+    uint32_t budget;
+};
+
+// How the session divides its budget, as the library does it (h2o.h: kv_recent, kv_recent_ratio,
+// kv_sinks): protected first tokens, protected recent window, and the rest chosen by the policy.
+struct Split {
+    uint32_t sinks = 0, recent = 0, rest = 0;
+    std::string text;
+};
+
+Split budget_split(const Options &o, const Config &c) {
+    Split s;
+    if (c.policy == H2O_KV_FULL || (c.budget >= o.n_ctx && !o.rolling)) {
+        s.text = "no eviction";
+        return s;
+    }
+    s.recent = o.recent ? o.recent : static_cast<uint32_t>(o.recent_ratio * static_cast<float>(c.budget));
+    if (c.policy == H2O_KV_SINK_WINDOW || c.policy == H2O_KV_MEAN_H2O) s.sinks = o.sinks;
+    if (c.policy == H2O_KV_WINDOW) s.recent = c.budget;
+    if (c.policy == H2O_KV_SINK_WINDOW) s.recent = c.budget - s.sinks;  // the oldest non-sink token goes first
+    s.recent = std::min(s.recent, c.budget - s.sinks);
+    s.rest = c.budget - s.sinks - s.recent;
+    if (s.sinks) s.text = std::to_string(s.sinks) + " sinks + ";
+    s.text += std::to_string(s.recent) + " recent";
+    if (s.rest) s.text += " + " + std::to_string(s.rest) + (c.policy == H2O_KV_RANDOM ? " random" : " heavy");
+    return s;
+}
+
+std::string config_label(const Config &c) {
+    return std::string(policy_name(c.policy)) + "/" + std::to_string(c.budget);
+}
+
+h2o_session_params session_params(const Options &o, const Config &c) {
+    h2o_session_params p = h2o_session_params_default();
+    p.n_ctx = o.n_ctx;
+    p.n_threads = o.threads;
+    p.n_batch = 1;  // tokens go in one at a time
+    p.kv_budget = c.policy == H2O_KV_FULL ? 0 : c.budget;
+    p.kv_policy = c.policy;
+    p.kv_recent = o.recent;
+    p.kv_recent_ratio = o.recent_ratio;
+    p.kv_sinks = o.sinks;
+    p.position_rolling = o.rolling;
+    return p;
+}
+
+// Per scored token: -log p(token | prefix) and the argmax of the logits that predicted it.
+struct Run {
+    std::vector<double> nll;
+    std::vector<int32_t> argmax;
+    uint64_t kv_bytes = 0;
+    double seconds = 0;
+    std::string error;  // empty: success
+};
+
+double negative_log_prob(const std::vector<float> &logits, int32_t token, int32_t *argmax) {
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i) {
+        if (logits[i] > logits[best]) best = i;
+    }
+    const double max = logits[best];
+    double exp_sum = 0;
+    for (float v : logits) exp_sum += std::exp(static_cast<double>(v) - max);
+    *argmax = static_cast<int32_t>(best);
+    return -(static_cast<double>(logits[token]) - max - std::log(exp_sum));
+}
+
+double sum(const std::vector<double> &values) {
+    double total = 0;
+    for (double v : values) total += v;
+    return total;
+}
+
+// Progress lines on stderr, from any worker thread.
+class Progress {
+public:
+    Progress(bool quiet, size_t total) : quiet_(quiet), total_(total) {}
+
+    void note(const std::string &line) {
+        if (quiet_) return;
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::fprintf(stderr, "h2o-eval: %s\n", line.c_str());
+    }
+    void finished(const std::string &label, const Run &run) {
+        char buf[256];
+        const double mean = run.nll.empty() ? 0 : sum(run.nll) / run.nll.size();
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++done_;
+        if (quiet_) return;
+        if (run.error.empty()) {
+            std::snprintf(buf, sizeof(buf), "[%zu/%zu] %s: ppl %.4f over %zu tokens in %.1f s", done_, total_, label.c_str(),
+                          std::exp(mean), run.nll.size(), run.seconds);
+        } else {
+            std::snprintf(buf, sizeof(buf), "[%zu/%zu] %s: failed", done_, total_, label.c_str());
+        }
+        std::fprintf(stderr, "h2o-eval: %s\n", buf);
+    }
+private:
+    bool quiet_;
+    size_t total_, done_ = 0;
+    std::mutex mutex_;
+};
+
+// Feeds every sequence (BOS first) to one session, token by token, scoring each token after BOS.
+Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &config,
+             const std::vector<std::vector<int32_t>> &sequences, Progress &progress) {
+    Run run;
+    const double start = h2o_tools::now_seconds();
+    const h2o_session_params params = session_params(o, config);
+    h2o_session *session = nullptr;
+    h2o_status st = h2o_session_create(model, &params, &session);
+    if (st != H2O_OK) {
+        run.error = std::string("cannot create the session: ") + h2o_last_error() + " (" + h2o_status_string(st) + ")";
+        return run;
+    }
+    h2o_memory_report memory;
+    memory.struct_size = sizeof(memory);
+    if (h2o_session_memory(session, &memory) == H2O_OK) run.kv_bytes = memory.kv_bytes;
+
+    std::vector<float> logits(n_vocab);
+    size_t total = 0;
+    for (const auto &seq : sequences) total += seq.size() - 1;
+    run.nll.reserve(total);
+    run.argmax.reserve(total);
+    double last_report = start;
+    for (size_t s = 0; s < sequences.size() && run.error.empty(); ++s) {
+        const std::vector<int32_t> &seq = sequences[s];
+        st = h2o_session_reset(session);
+        for (size_t i = 0; i < seq.size() && st == H2O_OK; ++i) {
+            if (i > 0) {
+                int32_t argmax = 0;
+                run.nll.push_back(negative_log_prob(logits, seq[i], &argmax));
+                run.argmax.push_back(argmax);
+            }
+            if (i + 1 == seq.size()) break;  // the last token predicts nothing we score
+            st = h2o_session_decode(session, &seq[i], 1);
+            if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
+            if (h2o_tools::now_seconds() - last_report > 10) {
+                last_report = h2o_tools::now_seconds();
+                char buf[160];
+                std::snprintf(buf, sizeof(buf), "  %s: %zu/%zu tokens, ppl so far %.4f", config_label(config).c_str(),
+                              run.nll.size(), total, std::exp(sum(run.nll) / std::max<size_t>(1, run.nll.size())));
+                progress.note(buf);
+            }
+        }
+        if (st != H2O_OK) {
+            run.error = "decoding sequence " + std::to_string(s) + " failed: " + h2o_session_last_error(session) + " (" +
+                        h2o_status_string(st) + ")";
+        }
+    }
+    h2o_session_free(session);
+    run.seconds = h2o_tools::now_seconds() - start;
+    return run;
+}
+
+// What a row of the report says about one configuration.
+struct Summary {
+    Config config;
+    Split split;
+    const Run *run;
+    double mean_nll, ppl;
+    double agreement;  // NaN without a full-cache baseline
+    std::vector<double> segment_ppl;
+};
+
+Summary summarize(const Options &o, const Config &config, const Run &run, const Run *baseline) {
+    Summary s{config, budget_split(o, config), &run, 0, 0, NAN, {}};
+    s.mean_nll = sum(run.nll) / static_cast<double>(run.nll.size());
+    s.ppl = std::exp(s.mean_nll);
+    if (baseline) {
+        size_t agree = 0;
+        for (size_t i = 0; i < run.argmax.size(); ++i) agree += run.argmax[i] == baseline->argmax[i];
+        s.agreement = static_cast<double>(agree) / static_cast<double>(run.argmax.size());
+    }
+    if (o.stream > 0) {
+        for (size_t first = 0; first < run.nll.size(); first += o.segment) {
+            const size_t end = std::min(run.nll.size(), first + o.segment);
+            const std::vector<double> segment(run.nll.begin() + first, run.nll.begin() + end);
+            s.segment_ppl.push_back(std::exp(sum(segment) / static_cast<double>(segment.size())));
+        }
+    }
+    return s;
+}
+
+// JSON has no NaN or infinity.
+std::string json_number(double v, const char *fmt = "%.6f") {
+    if (!std::isfinite(v)) return "null";
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), fmt, v);
+    return buf;
+}
+
+void print_json(const Options &o, const std::vector<Summary> &rows, const Summary *full) {
+    for (const Summary &r : rows) {
+        std::string line = "{\"mode\":\"" + std::string(o.stream ? "stream" : "chunks") + "\"";
+        line += ",\"policy\":\"" + std::string(policy_name(r.config.policy)) + "\"";
+        line += ",\"budget\":" + std::to_string(r.config.budget);
+        line += ",\"sinks\":" + std::to_string(r.split.sinks) + ",\"recent\":" + std::to_string(r.split.recent) +
+                ",\"heavy\":" + std::to_string(r.split.rest);
+        line += ",\"rolling\":" + std::string(o.rolling ? "true" : "false");
+        line += ",\"tokens\":" + std::to_string(r.run->nll.size());
+        line += ",\"mean_nll\":" + json_number(r.mean_nll) + ",\"ppl\":" + json_number(r.ppl);
+        line += ",\"ppl_vs_full_pct\":" + json_number(full ? 100 * (r.ppl / full->ppl - 1) : NAN, "%.3f");
+        line += ",\"greedy_agreement\":" + json_number(r.agreement);
+        line += ",\"kv_bytes\":" + std::to_string(r.run->kv_bytes) + ",\"seconds\":" + json_number(r.run->seconds, "%.2f");
+        if (o.stream) {
+            line += ",\"segment_tokens\":" + std::to_string(o.segment) + ",\"segment_ppl\":[";
+            for (size_t i = 0; i < r.segment_ppl.size(); ++i) line += (i ? "," : "") + json_number(r.segment_ppl[i], "%.4f");
+            line += "]";
+        }
+        std::printf("%s}\n", line.c_str());
+    }
+}
+
+void print_table(const Options &o, const std::vector<Summary> &rows, const Summary *full, const std::string &setup) {
+    std::printf("%s", setup.c_str());
+    std::printf("%-13s %7s  %-31s %9s %7s %9s %9s %8s %7s\n", "policy", "budget", "split", "KV KiB", "tokens", "mean NLL",
+                "ppl", "vs full", "agree");
+    for (const Summary &r : rows) {
+        char vs_full[32] = "-", agree[32] = "-";
+        if (full) std::snprintf(vs_full, sizeof(vs_full), "%+.2f%%", 100 * (r.ppl / full->ppl - 1));
+        if (std::isfinite(r.agreement)) std::snprintf(agree, sizeof(agree), "%.4f", r.agreement);
+        std::printf("%-13s %7u  %-31s %9.1f %7zu %9.4f %9.4f %8s %7s\n", policy_name(r.config.policy), r.config.budget,
+                    r.split.text.c_str(), r.run->kv_bytes / 1024.0, r.run->nll.size(), r.mean_nll, r.ppl, vs_full, agree);
+    }
+    if (!o.stream) return;
+    // Per segment: one row per segment, one perplexity column per configuration.
+    std::printf("\nperplexity per segment of %u tokens (token range = stream positions scored; BOS is 0)\n", o.segment);
+    std::printf("%7s  %-13s", "segment", "tokens");
+    std::vector<int> widths;
+    for (const Summary &r : rows) {
+        const std::string label = config_label(r.config);
+        widths.push_back(static_cast<int>(std::max<size_t>(label.size(), 9)));
+        std::printf(" %*s", widths.back(), label.c_str());
+    }
+    std::printf("\n");
+    const size_t n_segments = rows.empty() ? 0 : rows[0].segment_ppl.size();
+    for (size_t s = 0; s < n_segments; ++s) {
+        const size_t first = s * o.segment + 1, last = std::min<size_t>((s + 1) * o.segment, o.stream);
+        const std::string range = std::to_string(first) + "-" + std::to_string(last);
+        std::printf("%7zu  %-13s", s, range.c_str());
+        for (size_t i = 0; i < rows.size(); ++i) std::printf(" %*.4f", widths[i], rows[i].segment_ppl[s]);
+        std::printf("\n");
+    }
+}
+
+h2o_tools::Plot make_plot(const Options &o, const std::vector<Summary> &rows, const Summary *full,
+                          const std::string &model_name) {
+    h2o_tools::Plot plot;
+    plot.y_label = "perplexity";
+    if (o.stream) {
+        plot.title = "h2o-eval: perplexity per " + std::to_string(o.segment) + "-token segment (" + model_name +
+                     (o.rolling ? ", position rolling)" : ", absolute positions)");
+        plot.x_label = "tokens into the stream (end of segment)";
+        plot.x_from_zero = true;
+        double lo = INFINITY, hi = 0;
+        for (const Summary &r : rows) {
+            h2o_tools::PlotSeries series;
+            series.label = config_label(r.config);
+            for (size_t s = 0; s < r.segment_ppl.size(); ++s) {
+                series.x.push_back(static_cast<double>(std::min<size_t>((s + 1) * o.segment, o.stream)));
+                series.y.push_back(r.segment_ppl[s]);
+                lo = std::min(lo, r.segment_ppl[s]);
+                hi = std::max(hi, r.segment_ppl[s]);
+            }
+            plot.series.push_back(series);
+        }
+        // A cache past the trained context can explode; a log axis keeps the others readable.
+        plot.log_y = hi > 8 * lo;
+        if (plot.log_y) plot.y_label = "perplexity (log scale)";
+        return plot;
+    }
+    plot.title = "h2o-eval: perplexity vs KV budget (" + model_name + ", " + std::to_string(o.chunks) + " chunks of " +
+                 std::to_string(o.chunk) + ")";
+    plot.x_label = "KV budget per (layer, kv head), log scale";
+    plot.log_x = true;
+    plot.x_ticks.assign(o.budgets.begin(), o.budgets.end());
+    if (full) plot.lines.push_back({"full cache (" + std::to_string(full->config.budget) + ")", full->ppl});
+    for (h2o_kv_policy policy : o.policies) {
+        if (policy == H2O_KV_FULL) continue;
+        h2o_tools::PlotSeries series;
+        series.label = policy_name(policy);
+        for (const Summary &r : rows) {
+            if (r.config.policy != policy) continue;
+            series.x.push_back(r.config.budget);
+            series.y.push_back(r.ppl);
+        }
+        plot.series.push_back(series);
+    }
+    return plot;
+}
+
+std::string base_name(const std::string &path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The two comment lines above the table.
+std::string setup_text(const Options &o, size_t scored, double seconds) {
+    char line[512];
+    if (o.stream) {
+        std::snprintf(line, sizeof(line), "# h2o-eval  %s on %s: stream of BOS + %u tokens, token by token, n_ctx %u, position rolling %s\n",
+                      base_name(o.model_path).c_str(), base_name(o.text_path).c_str(), o.stream, o.n_ctx, o.rolling ? "on" : "off");
+    } else {
+        std::snprintf(line, sizeof(line),
+                      "# h2o-eval  %s on %s: %u chunks of BOS + %u tokens (%zu scored), token by token, position rolling %s\n",
+                      base_name(o.model_path).c_str(), base_name(o.text_path).c_str(), o.chunks, o.chunk - 1, scored,
+                      o.rolling ? "on" : "off");
+    }
+    std::string text = line;
+    const std::string recent = o.recent ? std::to_string(o.recent) + " tokens" : "ratio " + json_number(o.recent_ratio, "%g");
+    std::snprintf(line, sizeof(line), "# kv_sinks %u, recent window %s; %.1f s\n", o.sinks, recent.c_str(), seconds);
+    return text + line;
+}
+
+// The text as tokens, without BOS. Exits on failure (2 for text that is not UTF-8).
+std::vector<int32_t> tokenize_text(h2o_model *model, const Options &o, const std::string &text) {
+    size_t n_tokens = 0;
+    h2o_status st = h2o_tokenize(model, text.data(), text.size(), 0, nullptr, 0, &n_tokens);
+    std::vector<int32_t> tokens(n_tokens);
+    if (st == H2O_OK || st == H2O_ERR_BUFFER_TOO_SMALL) {
+        st = h2o_tokenize(model, text.data(), text.size(), 0, tokens.data(), tokens.size(), &n_tokens);
+    }
+    if (st != H2O_OK) {
+        std::fprintf(stderr, "h2o-eval: cannot tokenize '%s': %s (%s)\n", o.text_path.c_str(), h2o_last_error(),
+                     h2o_status_string(st));
+        std::exit(st == H2O_ERR_INVALID_TEXT ? 2 : 1);
+    }
+    return tokens;
+}
+
+// The sequences every configuration sees, each starting with BOS: one stream, or the chunks (then
+// o->chunks becomes the number of whole chunks there are, at most the number asked for).
+std::vector<std::vector<int32_t>> make_sequences(Options *o, const std::vector<int32_t> &tokens, int32_t bos) {
+    std::vector<std::vector<int32_t>> sequences;
+    if (o->stream > 0) {
+        if (tokens.size() < o->stream) {
+            usage_error("'" + o->text_path + "' has " + std::to_string(tokens.size()) + " tokens, fewer than --stream " +
+                        std::to_string(o->stream));
+        }
+        sequences.push_back({bos});
+        sequences[0].insert(sequences[0].end(), tokens.begin(), tokens.begin() + o->stream);
+        return sequences;
+    }
+    const size_t per_chunk = o->chunk - 1;
+    const size_t available = tokens.size() / per_chunk;
+    if (available == 0) {
+        usage_error("'" + o->text_path + "' has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
+                    std::to_string(per_chunk));
+    }
+    if (available < o->chunks && !o->quiet) {
+        std::fprintf(stderr, "h2o-eval: note: the text has %zu tokens: only %zu chunks of %zu\n", tokens.size(), available,
+                     per_chunk);
+    }
+    o->chunks = static_cast<uint32_t>(std::min<size_t>(o->chunks, available));
+    for (size_t c = 0; c < o->chunks; ++c) {
+        sequences.push_back({bos});
+        sequences.back().insert(sequences.back().end(), tokens.begin() + c * per_chunk, tokens.begin() + (c + 1) * per_chunk);
+    }
+    return sequences;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    Options o = parse_options(argc, argv);
+
+    std::string text, error;
+    if (!h2o_tools::read_file(o.text_path, &text, &error)) usage_error("cannot read '" + o.text_path + "': " + error);
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) usage_error("'" + o.text_path + "' has no text");
+    // Fail now rather than after a long run.
+    if (!o.svg_path.empty() && !h2o_tools::write_file(o.svg_path, "", &error)) {
+        usage_error("cannot write '" + o.svg_path + "': " + error);
+    }
+    // Configurations in the order asked for; the full cache has n_ctx slots.
+    std::vector<Config> configs;
+    for (h2o_kv_policy p : o.policies) {
+        if (p == H2O_KV_FULL) {
+            configs.push_back({p, o.n_ctx});
+            continue;
+        }
+        for (uint32_t b : o.budgets) {
+            if (o.recent > b) usage_error("--recent " + std::to_string(o.recent) + " exceeds budget " + std::to_string(b));
+            if (o.sinks >= b) usage_error("--sinks " + std::to_string(o.sinks) + " must be smaller than budget " + std::to_string(b));
+            configs.push_back({p, b});
+        }
+    }
+    const bool full_requested = std::find(o.policies.begin(), o.policies.end(), H2O_KV_FULL) != o.policies.end();
+    for (uint32_t b : o.budgets) {
+        if (b >= o.n_ctx && !o.rolling && !o.quiet && configs.size() > (full_requested ? 1u : 0u)) {
+            std::fprintf(stderr, "h2o-eval: note: budget %u >= n_ctx %u: those sessions never evict (like 'full')\n", b, o.n_ctx);
+        }
+    }
+    if (o.quiet) h2o_set_log_callback(nullptr, nullptr, H2O_LOG_NONE);
+
+    h2o_model *model = nullptr;
+    h2o_status st = h2o_model_load(o.model_path.c_str(), nullptr, &model);
+    if (st != H2O_OK) {
+        std::fprintf(stderr, "h2o-eval: cannot load model '%s': %s (%s)\n", o.model_path.c_str(), h2o_last_error(),
+                     h2o_status_string(st));
+        return st == H2O_ERR_IO ? 2 : 1;  // a path that cannot be opened is a usage error
+    }
+    h2o_model_info info;
+    info.struct_size = sizeof(info);
+    h2o_model_get_info(model, &info);
+    if (info.bos_token < 0) {
+        std::fprintf(stderr, "h2o-eval: the model has no BOS token, which every sequence starts with\n");
+        h2o_model_free(model);
+        return 1;
+    }
+    const std::vector<std::vector<int32_t>> sequences = make_sequences(&o, tokenize_text(model, o, text), info.bos_token);
+
+    // The full cache runs first: the others compare their argmaxes with it. Chunk mode always
+    // needs it; a long stream only when it is asked for.
+    const Config full_config{H2O_KV_FULL, o.n_ctx};
+    const bool have_full = full_requested || o.stream == 0;
+    const double start = h2o_tools::now_seconds();
+    Progress progress(o.quiet, configs.size() + (have_full && !full_requested ? 1 : 0));
+    Run full_run;
+    if (have_full) {
+        full_run = evaluate(model, info.n_vocab, o, full_config, sequences, progress);
+        progress.finished(config_label(full_config), full_run);
+    }
+    // The others, o.jobs at a time, each with its own session. Rows of 'full' use full_run.
+    std::vector<Run> runs(configs.size());
+    std::atomic<size_t> next{0};
+    auto worker = [&]() {
+        for (size_t i = next++; i < configs.size(); i = next++) {
+            if (configs[i].policy == H2O_KV_FULL) continue;
+            runs[i] = evaluate(model, info.n_vocab, o, configs[i], sequences, progress);
+            progress.finished(config_label(configs[i]), runs[i]);
+        }
+    };
+    std::vector<std::thread> workers;
+    for (size_t j = 1; j < std::min<size_t>(o.jobs, configs.size()); ++j) workers.emplace_back(worker);
+    worker();
+    for (std::thread &t : workers) t.join();
+    const double seconds = h2o_tools::now_seconds() - start;
+    auto run_of = [&](size_t i) -> const Run & { return configs[i].policy == H2O_KV_FULL ? full_run : runs[i]; };
+
+    int rc = 0;
+    if (!full_run.error.empty()) {
+        std::fprintf(stderr, "h2o-eval: %s: %s\n", config_label(full_config).c_str(), full_run.error.c_str());
+        rc = 1;
+    }
+    for (size_t i = 0; i < configs.size(); ++i) {
+        if (configs[i].policy == H2O_KV_FULL || runs[i].error.empty()) continue;
+        std::fprintf(stderr, "h2o-eval: %s: %s\n", config_label(configs[i]).c_str(), runs[i].error.c_str());
+        rc = 1;
+    }
+    if (rc) {
+        h2o_model_free(model);
+        return rc;
+    }
+
+    const Run *baseline = have_full ? &full_run : nullptr;
+    std::vector<Summary> rows;
+    for (size_t i = 0; i < configs.size(); ++i) rows.push_back(summarize(o, configs[i], run_of(i), baseline));
+    const Summary full_summary = summarize(o, full_config, full_run, baseline);
+    const Summary *full = have_full ? &full_summary : nullptr;
+
+    if (o.json) {
+        print_json(o, rows, full);
+    } else {
+        print_table(o, rows, full, setup_text(o, sequences.size() * (sequences[0].size() - 1), seconds));
+    }
+    if (!o.svg_path.empty()) {
+        const std::string svg = h2o_tools::render_svg(make_plot(o, rows, full, base_name(o.model_path)));
+        if (!h2o_tools::write_file(o.svg_path, svg, &error)) {
+            std::fprintf(stderr, "h2o-eval: cannot write '%s': %s\n", o.svg_path.c_str(), error.c_str());
+            rc = 1;
+        }
+    }
+    h2o_model_free(model);
+    return rc;
+}
