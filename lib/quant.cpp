@@ -63,13 +63,15 @@ void quantize_q4_0(const float *x, BlockQ4_0 *out, int64_t n_blocks) {
         const float d = finite ? max / -8.0f : std::numeric_limits<float>::quiet_NaN();
         const float id = (finite && d != 0.0f) ? 1.0f / d : 0.0f;
         out[b].d = fp32_to_fp16(d);
+        // llama.cpp: nibble = min(15, trunc(x / d + 8.5)), i.e. round half up, then clamp the
+        // value +8 steps that lands on 16. x / d lies in [-8, 8], so the sum is at least 0.5. The
+        // guards only matter where llama.cpp's cast would be undefined: NaN in a non-finite block
+        // (nibble 8, zero), and +-inf when 1/d overflows for a block of values below ~1e-37.
+        auto nibble = [id](float v) {
+            const float t = v * id + 8.5f;
+            return t >= 0.0f ? (t < 15.0f ? static_cast<int>(t) : 15) : 8;
+        };
         for (int j = 0; j < kQK / 2; ++j) {
-            // llama.cpp: nibble = min(15, trunc(x / d + 8.5)), i.e. round half up, then clamp the
-            // one value (+8 * |d|) that lands on 16. x / d lies in [-8, 8], so the sum is >= 0.5.
-            auto nibble = [&](float v) {
-                const float t = v * id + 8.5f;
-                return static_cast<uint8_t>(t >= 0.0f && t < 16.0f ? static_cast<int>(t) : (t >= 16.0f ? 15 : 8));
-            };
             out[b].qs[j] = static_cast<uint8_t>(nibble(x[j]) | (nibble(x[j + kQK / 2]) << 4));
         }
     }

@@ -302,6 +302,12 @@ TEST_CASE("non-finite inputs give a NaN scale instead of undefined quants") {
     REQUIRE(quantize_row(TensorType::Q4_0, x, &b4, 32));
     CHECK(std::isnan(fp16_to_fp32(b4.d)));
     for (int j = 0; j < 16; ++j) CHECK(b4.qs[j] == 0x88);
+    // Values so small that 1/d overflows: defined results (the fp16 scale is 0 anyway).
+    for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 1e-39f;
+    REQUIRE(quantize_row(TensorType::Q8_0, x, &b8, 32));
+    REQUIRE(quantize_row(TensorType::Q4_0, x, &b4, 32));
+    CHECK(b8.d == 0);
+    CHECK((b4.d & 0x7FFF) == 0);
 }
 
 TEST_CASE("quantize then dequantize stays within each format's error bound") {
@@ -459,23 +465,33 @@ std::vector<float> run_matmul(ThreadPool &pool, const MatmulCase &c, const std::
 
 }  // namespace
 
-TEST_CASE("matmul: scalar and AVX2 against a double-precision reference") {
-    IsaGuard guard;
-    const bool avx2 = have_avx2();
-    std::mt19937 rng(42);
+namespace {
+
+std::vector<MatmulCase> matmul_cases() {
     std::vector<MatmulCase> cases;
     for (TensorType type : kAllTypes) {
         const bool quant = type == TensorType::Q4_0 || type == TensorType::Q8_0;
-        // Rows that are not multiples of any tile; odd block counts; for float types, a row length
-        // that leaves a remainder after 8-wide vectors.
+        // Rows that are not multiples of any tile; odd block counts (32, 96 columns); full and
+        // partial groups of 4 tokens.
         for (int64_t rows : {1, 7, 70}) {
             for (int64_t cols : {32, 96, 320}) {
                 for (int64_t n_tokens : {1, 3, 17, 64}) cases.push_back({type, rows, cols, n_tokens});
             }
         }
+        // Long rows: the kernels work on column slices of 4096 (this has an odd block at the end).
+        cases.push_back({type, 3, 32 * 131, 5});
+        // Float types: a row length that leaves a remainder after 8-wide vectors.
         if (!quant) cases.push_back({type, 9, 37, 5});
     }
-    for (const MatmulCase &c : cases) {
+    return cases;
+}
+
+// Checks matmul with `isa` against a double-precision reference on the dequantized weights, for
+// 1, 2 and 3 threads, and (for AVX2) against the scalar path.
+void check_matmul(cpu::KernelIsa isa) {
+    IsaGuard guard;
+    std::mt19937 rng(42);
+    for (const MatmulCase &c : matmul_cases()) {
         CAPTURE(type_name(c.type));
         CAPTURE(c.rows);
         CAPTURE(c.cols);
@@ -489,21 +505,22 @@ TEST_CASE("matmul: scalar and AVX2 against a double-precision reference") {
         REQUIRE(dequantize_row(c.type, w.data(), wd.data(), c.rows * c.cols));
         const bool quant = c.type == TensorType::Q4_0 || c.type == TensorType::Q8_0;
 
-        // Reference in double on the dequantized weights, with two error bounds per output:
-        //  - float accumulation: a few float roundings per term, at most n * 2^-24 relative to
-        //    sum |w x|; 1e-5 covers n <= 320 with room to spare.
+        // Reference in double, with an error bound per output:
+        //  - float accumulation: each term and partial sum is rounded a bounded number of times,
+        //    so the error is at most about (log2(n) + 2) * 2^-24 relative to sum |w x| for pairwise
+        //    and blocked sums; 1e-5 covers every n here with a wide margin.
         //  - for Q4_0/Q8_0 the activations are quantized to 8 bits per 32-value block with scale
-        //    d = amax/127, so each x is off by at most d/2 (times 1 + 1e-6 for the rounding of
-        //    d and 1/d): the output is off by at most sum over blocks of d/2 * sum |w| there.
-        std::vector<double> ref(c.rows * c.n_tokens), tol(c.rows * c.n_tokens), mags(c.rows * c.n_tokens);
+        //    d = amax/127, so each x is off by at most d/2 (times 1 + 1e-6 for the float rounding of
+        //    d and 1/d), and the output by at most the sum over blocks of d/2 * sum |w| there.
+        std::vector<double> ref(c.rows * c.n_tokens), tol(c.rows * c.n_tokens), mag(c.rows * c.n_tokens);
         for (int64_t t = 0; t < c.n_tokens; ++t) {
             const float *xt = &x[t * c.cols];
             for (int64_t r = 0; r < c.rows; ++r) {
                 const float *wr = &wd[r * c.cols];
-                double s = 0.0, mag = 0.0, act = 0.0;
+                double s = 0.0, m = 0.0, act = 0.0;
                 for (int64_t j = 0; j < c.cols; ++j) {
                     s += static_cast<double>(wr[j]) * xt[j];
-                    mag += std::fabs(static_cast<double>(wr[j]) * xt[j]);
+                    m += std::fabs(static_cast<double>(wr[j]) * xt[j]);
                 }
                 if (quant) {
                     for (int64_t b = 0; b < c.cols / 32; ++b) {
@@ -516,36 +533,49 @@ TEST_CASE("matmul: scalar and AVX2 against a double-precision reference") {
                     }
                 }
                 ref[t * c.rows + r] = s;
-                mags[t * c.rows + r] = mag;
-                tol[t * c.rows + r] = act + 1e-5 * mag + 1e-30;
+                mag[t * c.rows + r] = m;
+                tol[t * c.rows + r] = act + 1e-5 * m + 1e-30;
             }
         }
         for (int threads : {1, 2, 3}) {
             CAPTURE(threads);
             ThreadPool pool(threads);
+            REQUIRE(cpu::set_kernel_isa(isa));
+            const std::vector<float> y = run_matmul(pool, c, w, x);
+            for (size_t i = 0; i < ref.size(); ++i) {
+                CAPTURE(i);
+                REQUIRE(std::fabs(y[i] - ref[i]) <= tol[i]);
+            }
+            if (isa == cpu::KernelIsa::Scalar) continue;
             REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
             const std::vector<float> ys = run_matmul(pool, c, w, x);
             for (size_t i = 0; i < ref.size(); ++i) {
                 CAPTURE(i);
-                REQUIRE(std::fabs(ys[i] - ref[i]) <= tol[i]);
-            }
-            if (!avx2) continue;
-            REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
-            const std::vector<float> ya = run_matmul(pool, c, w, x);
-            for (size_t i = 0; i < ref.size(); ++i) {
-                CAPTURE(i);
-                REQUIRE(std::fabs(ya[i] - ref[i]) <= tol[i]);
-                // Same integer sums and scales in both; only the float summation order differs,
-                // so the two agree to float accumulation error (twice the bound above), far
-                // inside the quantization bound.
-                REQUIRE(std::fabs(ya[i] - ys[i]) <= 2e-5 * mags[i] + 1e-30);
+                // Same integer block sums and scales in both; only the float summation order
+                // differs, so they agree to twice the accumulation bound, far inside the
+                // quantization bound.
+                REQUIRE(std::fabs(y[i] - ys[i]) <= 2e-5 * mag[i] + 1e-30);
             }
         }
     }
 }
 
-TEST_CASE("matmul: a NaN activation makes its outputs NaN, for every type and path") {
+}  // namespace
+
+TEST_CASE("matmul: scalar path against a double-precision reference") { check_matmul(cpu::KernelIsa::Scalar); }
+
+TEST_CASE("matmul: AVX2 path against the reference and the scalar path") {
+    if (!have_avx2()) return;
+    check_matmul(cpu::KernelIsa::Avx2);
+}
+
+namespace {
+
+// A NaN in one token's activations must reach that token's outputs (and only those) instead of
+// being quantized away.
+void check_nan_propagation(cpu::KernelIsa isa) {
     IsaGuard guard;
+    REQUIRE(cpu::set_kernel_isa(isa));
     std::mt19937 rng(9);
     const int64_t rows = 6, cols = 64, n_tokens = 5;
     ThreadPool pool(2);
@@ -554,18 +584,17 @@ TEST_CASE("matmul: a NaN activation makes its outputs NaN, for every type and pa
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
         std::vector<float> x = random_vector(rng, n_tokens * cols);
         x[2 * cols + 40] = NAN;  // token 2
-        for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
-            if (!cpu::set_kernel_isa(isa)) continue;
-            const std::vector<float> y = run_matmul(pool, {type, rows, cols, n_tokens}, w, x);
-            for (int64_t t = 0; t < n_tokens; ++t) {
-                for (int64_t r = 0; r < rows; ++r) CHECK(std::isnan(y[t * rows + r]) == (t == 2));
-            }
+        const std::vector<float> y = run_matmul(pool, {type, rows, cols, n_tokens}, w, x);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < rows; ++r) CHECK(std::isnan(y[t * rows + r]) == (t == 2));
         }
     }
 }
 
-TEST_CASE("dequantize and dequantize_rows: AVX2 equals the reference exactly") {
+// dequantize/dequantize_rows with `isa` equal the reference dequantize_row exactly.
+void check_dequantize(cpu::KernelIsa isa) {
     IsaGuard guard;
+    REQUIRE(cpu::set_kernel_isa(isa));
     std::mt19937 rng(13);
     const int64_t rows = 5, cols = 96;
     for (TensorType type : kAllTypes) {
@@ -575,93 +604,108 @@ TEST_CASE("dequantize and dequantize_rows: AVX2 equals the reference exactly") {
         std::vector<float> ref(rows * cols);
         REQUIRE(dequantize_row(type, w.data(), ref.data(), rows * cols));
         const int32_t ids[3] = {4, 0, 4};
-        for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
-            if (!cpu::set_kernel_isa(isa)) continue;
-            std::vector<float> all(rows * cols), some(3 * cols);
-            cpu::dequantize(type, w.data(), all.data(), rows * cols);
-            CHECK(std::memcmp(all.data(), ref.data(), all.size() * sizeof(float)) == 0);
-            cpu::dequantize_rows(type, w.data(), cols, ids, 3, some.data());
-            for (int i = 0; i < 3; ++i) {
-                CHECK(std::memcmp(&some[i * cols], &ref[ids[i] * cols], cols * sizeof(float)) == 0);
-            }
-        }
+        std::vector<float> all(rows * cols), some(3 * cols);
+        cpu::dequantize(type, w.data(), all.data(), rows * cols);
+        CHECK(std::memcmp(all.data(), ref.data(), all.size() * sizeof(float)) == 0);
+        cpu::dequantize_rows(type, w.data(), cols, ids, 3, some.data());
+        for (int i = 0; i < 3; ++i) CHECK(std::memcmp(&some[i * cols], &ref[ids[i] * cols], cols * sizeof(float)) == 0);
     }
     // Every fp16 bit pattern (NaNs compared as NaN), including an odd-length tail.
     std::vector<uint16_t> all_halves(65536 + 3);
     for (uint32_t h = 0; h < all_halves.size(); ++h) all_halves[h] = static_cast<uint16_t>(h * 40503u);
     std::vector<float> ref(all_halves.size()), got(all_halves.size());
     REQUIRE(dequantize_row(TensorType::F16, all_halves.data(), ref.data(), static_cast<int64_t>(ref.size())));
-    for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
-        if (!cpu::set_kernel_isa(isa)) continue;
-        cpu::dequantize(TensorType::F16, all_halves.data(), got.data(), static_cast<int64_t>(got.size()));
-        for (size_t i = 0; i < ref.size(); ++i) {
-            REQUIRE((std::isnan(ref[i]) ? std::isnan(got[i]) : bits_of(got[i]) == bits_of(ref[i])));
-        }
+    cpu::dequantize(TensorType::F16, all_halves.data(), got.data(), static_cast<int64_t>(got.size()));
+    for (size_t i = 0; i < ref.size(); ++i) {
+        REQUIRE((std::isnan(ref[i]) ? std::isnan(got[i]) : bits_of(got[i]) == bits_of(ref[i])));
     }
 }
 
-TEST_CASE("vector operations against double-precision references, both paths") {
+// The vector operations with `isa` against double-precision references.
+void check_vector_ops(cpu::KernelIsa isa) {
     IsaGuard guard;
+    REQUIRE(cpu::set_kernel_isa(isa));
     std::mt19937 rng(17);
-    for (cpu::KernelIsa isa : {cpu::KernelIsa::Scalar, cpu::KernelIsa::Avx2}) {
-        if (!cpu::set_kernel_isa(isa)) continue;
-        CAPTURE(cpu::kernel_isa_name(isa));
-        for (int64_t n : {1, 7, 8, 33, 100, 1000}) {
-            CAPTURE(n);
-            const std::vector<float> a = random_vector(rng, n), b = random_vector(rng, n), wt = random_vector(rng, n);
+    for (int64_t n : {1, 7, 8, 33, 100, 1000}) {
+        CAPTURE(n);
+        const std::vector<float> a = random_vector(rng, n), b = random_vector(rng, n), wt = random_vector(rng, n);
 
-            double dot = 0.0, mag = 0.0;
-            for (int64_t i = 0; i < n; ++i) {
-                dot += static_cast<double>(a[i]) * b[i];
-                mag += std::fabs(static_cast<double>(a[i]) * b[i]);
-            }
-            CHECK(std::fabs(cpu::dot_f32(a.data(), b.data(), n) - dot) <= 1e-5 * mag);
-
-            std::vector<float> y = b;
-            cpu::axpy(y.data(), 0.75f, a.data(), n);
-            for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(y[i] - (b[i] + 0.75 * a[i])) <= 1e-6 * (std::fabs(b[i]) + std::fabs(a[i])));
-
-            cpu::add(y.data(), a.data(), b.data(), n);
-            for (int64_t i = 0; i < n; ++i) CHECK(y[i] == a[i] + b[i]);
-
-            // rmsnorm: a few float roundings per element.
-            double ss = 0.0;
-            for (float v : a) ss += static_cast<double>(v) * v;
-            const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
-            cpu::rmsnorm(y.data(), a.data(), wt.data(), n, 1e-5f);
-            for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(y[i] - a[i] * scale * wt[i]) <= 1e-6 * std::fabs(a[i] * scale * wt[i]) + 1e-30);
-
-            // softmax, with scaled-up scores and one masked (-inf) entry. The vector exp is good to
-            // a few ulp, so 1e-6 relative per probability.
-            std::vector<float> s(n);
-            for (int64_t i = 0; i < n; ++i) s[i] = a[i] * 8.0f;
-            if (n > 1) s[n / 2] = -INFINITY;
-            double mx = -INFINITY, sum = 0.0;
-            for (float v : s) mx = std::max(mx, static_cast<double>(v));
-            std::vector<double> e(n);
-            for (int64_t i = 0; i < n; ++i) sum += e[i] = std::exp(s[i] - mx);
-            cpu::softmax(s.data(), n);
-            double total = 0.0;
-            for (int64_t i = 0; i < n; ++i) {
-                CHECK(std::fabs(s[i] - e[i] / sum) <= 1e-6 * e[i] / sum + 1e-12);
-                total += s[i];
-            }
-            CHECK(std::fabs(total - 1.0) <= 1e-5);
-            if (n > 1) CHECK(s[n / 2] == 0.0f);
-
-            // silu(g) * u over a wide range of g, including where exp(-g) over- or underflows.
-            std::vector<float> g(n);
-            for (int64_t i = 0; i < n; ++i) g[i] = a[i] * 30.0f;
-            g[0] = -200.0f;
-            cpu::silu_mul(y.data(), g.data(), b.data(), n);
-            for (int64_t i = 0; i < n; ++i) {
-                const double want = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * b[i];
-                CHECK(std::fabs(y[i] - want) <= 2e-6 * std::fabs(want) + 1e-30);
-            }
+        double dot = 0.0, mag = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+            dot += static_cast<double>(a[i]) * b[i];
+            mag += std::fabs(static_cast<double>(a[i]) * b[i]);
         }
-        // Fully masked softmax: zeros, not NaN.
-        float masked[3] = {-INFINITY, -INFINITY, -INFINITY};
-        cpu::softmax(masked, 3);
-        for (float v : masked) CHECK(v == 0.0f);
+        CHECK(std::fabs(cpu::dot_f32(a.data(), b.data(), n) - dot) <= 1e-5 * mag);
+
+        std::vector<float> y = b;
+        cpu::axpy(y.data(), 0.75f, a.data(), n);
+        for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(y[i] - (b[i] + 0.75 * a[i])) <= 1e-6 * (std::fabs(b[i]) + std::fabs(a[i])));
+
+        cpu::add(y.data(), a.data(), b.data(), n);
+        for (int64_t i = 0; i < n; ++i) CHECK(y[i] == a[i] + b[i]);
+
+        // rmsnorm: a few float roundings per element.
+        double ss = 0.0;
+        for (float v : a) ss += static_cast<double>(v) * v;
+        const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+        cpu::rmsnorm(y.data(), a.data(), wt.data(), n, 1e-5f);
+        for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(y[i] - a[i] * scale * wt[i]) <= 1e-6 * std::fabs(a[i] * scale * wt[i]) + 1e-30);
+
+        // softmax, with scaled-up scores and one masked (-inf) entry. The vector exp is good to
+        // a few ulp, so 1e-6 relative per probability.
+        std::vector<float> s(n);
+        for (int64_t i = 0; i < n; ++i) s[i] = a[i] * 8.0f;
+        if (n > 1) s[n / 2] = -INFINITY;
+        double mx = -INFINITY, sum = 0.0;
+        for (float v : s) mx = std::max(mx, static_cast<double>(v));
+        std::vector<double> e(n);
+        for (int64_t i = 0; i < n; ++i) sum += e[i] = std::exp(s[i] - mx);
+        cpu::softmax(s.data(), n);
+        double total = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+            CHECK(std::fabs(s[i] - e[i] / sum) <= 1e-6 * e[i] / sum + 1e-12);
+            total += s[i];
+        }
+        CHECK(std::fabs(total - 1.0) <= 1e-5);
+        if (n > 1) CHECK(s[n / 2] == 0.0f);
+
+        // silu(g) * u over a wide range of g, including where exp(-g) over- or underflows.
+        std::vector<float> g(n);
+        for (int64_t i = 0; i < n; ++i) g[i] = a[i] * 30.0f;
+        g[0] = -200.0f;
+        cpu::silu_mul(y.data(), g.data(), b.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            const double want = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * b[i];
+            CHECK(std::fabs(y[i] - want) <= 2e-6 * std::fabs(want) + 1e-30);
+        }
     }
+    // Fully masked softmax: zeros, not NaN.
+    float masked[3] = {-INFINITY, -INFINITY, -INFINITY};
+    cpu::softmax(masked, 3);
+    for (float v : masked) CHECK(v == 0.0f);
+}
+
+}  // namespace
+
+TEST_CASE("matmul: a NaN activation makes its outputs NaN (scalar)") { check_nan_propagation(cpu::KernelIsa::Scalar); }
+
+TEST_CASE("matmul: a NaN activation makes its outputs NaN (AVX2)") {
+    if (!have_avx2()) return;
+    check_nan_propagation(cpu::KernelIsa::Avx2);
+}
+
+TEST_CASE("dequantize and dequantize_rows equal the reference exactly (scalar)") {
+    check_dequantize(cpu::KernelIsa::Scalar);
+}
+
+TEST_CASE("dequantize and dequantize_rows equal the reference exactly (AVX2)") {
+    if (!have_avx2()) return;
+    check_dequantize(cpu::KernelIsa::Avx2);
+}
+
+TEST_CASE("vector operations against double-precision references (scalar)") { check_vector_ops(cpu::KernelIsa::Scalar); }
+
+TEST_CASE("vector operations against double-precision references (AVX2)") {
+    if (!have_avx2()) return;
+    check_vector_ops(cpu::KernelIsa::Avx2);
 }

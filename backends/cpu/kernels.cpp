@@ -296,12 +296,46 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
             int64_t n_tokens, float *y, void *scratch) {
     if (rows <= 0 || n_tokens <= 0) return;
     if (!matmul_supports(wtype)) fatal("matmul: unsupported weight type");
+    if (cols <= 0) {  // empty dot products
+        std::memset(y, 0, static_cast<size_t>(rows * n_tokens) * sizeof(float));
+        return;
+    }
     const bool quantized = is_quantized(wtype);
     if (quantized && cols % 32 != 0) fatal("matmul: Q4_0/Q8_0 rows must be a multiple of 32 long");
     if (quantized && !scratch) fatal("matmul: Q4_0/Q8_0 weights need scratch");
 
-    const KernelTable &k = kernels();
-    MatmulProblem p{};
+    // Everything the threads need, in one object: the pool job captures only its address, so the
+    // std::function holding it needs no heap allocation.
+    struct Job {
+        const KernelTable *k;
+        MatmulProblem p;
+        ActBlockPair *act;
+        int64_t n_groups, chunk, n_slices, n_units;
+        bool parallel_quantize;
+        std::atomic<int> done_quantizing{0};
+
+        void run(int thread, int count) {
+            int64_t begin, end;
+            if (parallel_quantize) {
+                ThreadPool::split(n_groups, thread, count, &begin, &end);
+                k->quantize_activations(p.x, p.cols, p.n_tokens, begin, end, act);
+                done_quantizing.fetch_add(1, std::memory_order_acq_rel);
+                while (done_quantizing.load(std::memory_order_acquire) < count) cpu_relax();
+            }
+            ThreadPool::split(n_units, thread, count, &begin, &end);
+            for (int64_t u = begin; u < end;) {
+                // Consecutive units of one row chunk become a single call over their token groups.
+                const int64_t c = u / n_slices;
+                const int64_t u_end = std::min(end, (c + 1) * n_slices);
+                const int64_t g0 = (u - c * n_slices) * n_groups / n_slices;
+                const int64_t g1 = (u_end - c * n_slices) * n_groups / n_slices;
+                k->matmul_range(p, c * chunk, std::min(p.rows, (c + 1) * chunk), g0, g1);
+                u = u_end;
+            }
+        }
+    } job;
+    job.k = &kernels();
+    MatmulProblem &p = job.p;
     p.wtype = wtype;
     p.w = static_cast<const uint8_t *>(w);
     p.w_row_bytes = row_bytes(wtype, cols);
@@ -312,48 +346,29 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     p.y = y;
     p.n_pairs = (cols / 32 + 1) / 2;
     p.fp16_table = fp16_table();
-    ActBlockPair *act = quantized ? aligned_act(scratch) : nullptr;
-    p.act = act;
+    job.act = quantized ? aligned_act(scratch) : nullptr;
+    p.act = job.act;
 
     // Work units: chunks of rows whose weights stay in cache (about 32 KiB) while every token group
     // passes over them, times slices of the token groups when there are too few row chunks to keep
     // every thread busy. Each thread takes a contiguous run of units in row-chunk-major order, so it
     // writes disjoint parts of y.
     const int n_threads = pool.size();
-    const int64_t n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
-    const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~int64_t{3}, 4, 64);
-    const int64_t n_chunks = (rows + chunk - 1) / chunk;
-    int64_t n_slices = 1;
-    while (n_chunks * n_slices < 4 * n_threads && n_slices < n_groups) n_slices *= 2;
-    n_slices = std::min(n_slices, n_groups);
-    const int64_t n_units = n_chunks * n_slices;
+    job.n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
+    job.chunk = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~int64_t{3}, 4, 64);
+    const int64_t n_chunks = (rows + job.chunk - 1) / job.chunk;
+    job.n_slices = 1;
+    while (n_chunks * job.n_slices < 4 * n_threads && job.n_slices < job.n_groups) job.n_slices *= 2;
+    job.n_slices = std::min(job.n_slices, job.n_groups);
+    job.n_units = n_chunks * job.n_slices;
 
     // The activations are quantized once, up front. For a few tokens that is cheaper than any
     // synchronisation, so the calling thread does it; for many, all threads share it and meet at a
     // barrier inside the single pool job.
-    const bool parallel_quantize = quantized && n_threads > 1 && n_groups >= 2 * n_threads;
-    if (quantized && !parallel_quantize) k.quantize_activations(x, cols, n_tokens, 0, n_groups, act);
-    std::atomic<int> done_quantizing{0};
+    job.parallel_quantize = quantized && n_threads > 1 && job.n_groups >= 2 * n_threads;
+    if (quantized && !job.parallel_quantize) job.k->quantize_activations(x, cols, n_tokens, 0, job.n_groups, job.act);
 
-    pool.run([&](int thread, int count) {
-        int64_t begin, end;
-        if (parallel_quantize) {
-            ThreadPool::split(n_groups, thread, count, &begin, &end);
-            k.quantize_activations(x, cols, n_tokens, begin, end, act);
-            done_quantizing.fetch_add(1, std::memory_order_acq_rel);
-            while (done_quantizing.load(std::memory_order_acquire) < count) cpu_relax();
-        }
-        ThreadPool::split(n_units, thread, count, &begin, &end);
-        for (int64_t u = begin; u < end;) {
-            // Consecutive units of one row chunk become a single call over their token groups.
-            const int64_t c = u / n_slices;
-            const int64_t u_end = std::min(end, (c + 1) * n_slices);
-            const int64_t g0 = (u - c * n_slices) * n_groups / n_slices;
-            const int64_t g1 = (u_end - c * n_slices) * n_groups / n_slices;
-            k.matmul_range(p, c * chunk, std::min(rows, (c + 1) * chunk), g0, g1);
-            u = u_end;
-        }
-    });
+    pool.run([&job](int thread, int count) { job.run(thread, count); });
 }
 
 void dequantize(TensorType type, const void *src, float *dst, int64_t n) {

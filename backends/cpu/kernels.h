@@ -45,9 +45,12 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 // W is row-major [rows x cols] in its stored format: row r starts at w + r * row_bytes(wtype, cols).
 // x is [n_tokens x cols] floats, y is [n_tokens x rows] floats (token-major), and y must not
 // overlap x or W. scratch holds matmul_scratch_bytes(wtype, cols, n_tokens) bytes, any alignment.
-// For Q4_0/Q8_0 weights cols must be a multiple of 32 and the activations are quantized to Q8_0
-// blocks (one scale per 32 values, as llama.cpp does) so the dot products run on 8-bit integers.
-// Work is split over the pool's threads with a single ThreadPool::run.
+// For Q4_0/Q8_0 weights cols must be a multiple of 32, and the activations are quantized to 8 bits
+// per 32-value block as llama.cpp does (its Q8_0 rounding, but the scale kept as a float rather
+// than fp16), so the dot products run on integers.
+// Work is split over the pool's threads with a single ThreadPool::run; nothing is allocated.
+// Breaking these preconditions (an unsupported type, a bad row length, no scratch) is a programming
+// error and aborts with a message: check matmul_supports() when loading a model.
 void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
             int64_t n_tokens, float *y, void *scratch);
 
@@ -73,7 +76,8 @@ void add(float *out, const float *a, const float *b, int64_t n);
 // out[i] = in[i] / sqrt(mean(in^2) + eps) * weight[i]; out may alias in.
 void rmsnorm(float *out, const float *in, const float *weight, int64_t n, float eps);
 
-// In place: x[i] = exp(x[i] - max) / sum. Entries of -inf become exactly 0 (masked positions).
+// In place: x[i] = exp(x[i] - max) / sum. Entries of -inf become exactly 0 (masked positions);
+// if every entry is -inf, all become 0.
 void softmax(float *x, int64_t n);
 
 // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); out may alias gate or up.
