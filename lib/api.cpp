@@ -257,7 +257,10 @@ H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params
         const uint32_t recent = p.kv_recent ? p.kv_recent : static_cast<uint32_t>(p.kv_recent_ratio * s.kv_budget);
         if (recent > static_cast<uint32_t>(s.kv_budget)) return invalid("kv_recent " + std::to_string(recent) + " exceeds kv_budget " + std::to_string(s.kv_budget));
         if (p.kv_sinks >= static_cast<uint32_t>(s.kv_budget)) return invalid("kv_sinks must be smaller than kv_budget");
-        s.policy.recent = static_cast<int>(recent);
+        // The window policies are all window, and TOVA is defined without one.
+        const bool has_recent_window = s.policy.policy != h2o::KvPolicy::Tova && s.policy.policy != h2o::KvPolicy::Window &&
+                                       s.policy.policy != h2o::KvPolicy::SinkWindow;
+        s.policy.recent = has_recent_window ? static_cast<int>(recent) : 0;
         const bool uses_sinks = s.policy.policy == h2o::KvPolicy::SinkWindow || s.policy.policy == h2o::KvPolicy::MeanH2O;
         s.policy.sinks = uses_sinks ? static_cast<int>(p.kv_sinks) : 0;
         s.policy.seed = p.seed;

@@ -25,6 +25,19 @@ bool parse_kv_policy(const char *name, KvPolicy *out) {
     return false;
 }
 
+bool kv_policy_uses_statistics(KvPolicy policy) {
+    switch (policy) {
+        case KvPolicy::H2O:
+        case KvPolicy::Scissorhands:
+        case KvPolicy::Tova:
+        case KvPolicy::RoCo:
+        case KvPolicy::MeanH2O:
+            return true;
+        default:
+            return false;
+    }
+}
+
 double kv_priority(const KvPolicyConfig &config, const SlotStats &s, int64_t stream_index) {
     switch (config.policy) {
         case KvPolicy::H2O:

@@ -59,6 +59,10 @@ struct SlotStats {
     float persistence = 0;
 };
 
+// Whether the policy reads attention statistics; the others (full, window, sink_window, random)
+// let attention skip gathering them.
+bool kv_policy_uses_statistics(KvPolicy policy);
+
 // The policy's priority of a slot: the victim is the eligible slot with the smallest value.
 double kv_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index);
 

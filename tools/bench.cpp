@@ -1,6 +1,7 @@
 // h2o-bench: prompt-processing and decode speed of a model, median of repeated runs.
 //
 //   h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]
+//             [--kv-budget B] [--kv-policy NAME] [--rolling]
 //
 // pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
 // `depth` tokens are already cached (the sampler is not involved, as in llama.cpp's llama-bench).
@@ -29,11 +30,18 @@ double median(std::vector<double> v) {
 
 int main(int argc, char **argv) {
     std::string model_path;
-    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0;
+    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0;
+    bool rolling = false;
+    h2o_kv_policy policy = H2O_KV_H2O;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
+        if (arg == "--rolling") {
+            rolling = true;
+            continue;
+        }
         if (i + 1 >= argc) {
-            std::fprintf(stderr, "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]\n");
+            std::fprintf(stderr, "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
+                                 "[--kv-budget B] [--kv-policy NAME] [--rolling]\n");
             return 2;
         }
         const char *v = argv[++i];
@@ -43,6 +51,13 @@ int main(int argc, char **argv) {
         else if (arg == "-r") reps = std::max(1, std::atoi(v));
         else if (arg == "-t") threads = std::atoi(v);
         else if (arg == "--depth") depth = std::atoi(v);
+        else if (arg == "--kv-budget") budget = std::atoi(v);
+        else if (arg == "--kv-policy") {
+            if (!h2o_tools::parse_policy(v, &policy)) {
+                std::fprintf(stderr, "h2o-bench: unknown policy '%s'\n", v);
+                return 2;
+            }
+        }
         else {
             std::fprintf(stderr, "h2o-bench: unknown option '%s'\n", arg.c_str());
             return 2;
@@ -65,6 +80,9 @@ int main(int argc, char **argv) {
     sp.n_threads = static_cast<uint32_t>(threads);
     sp.n_batch = static_cast<uint32_t>(std::max(n_prompt, 1));
     sp.n_ctx = static_cast<uint32_t>(std::max(n_prompt, depth + n_gen) + 1);
+    sp.kv_budget = static_cast<uint32_t>(budget);
+    sp.kv_policy = policy;
+    sp.position_rolling = rolling ? 1 : 0;
     h2o_session *session = nullptr;
     st = h2o_session_create(model, &sp, &session);
     if (st != H2O_OK) die("cannot create session", st, h2o_last_error());
@@ -107,7 +125,15 @@ int main(int argc, char **argv) {
     }
     std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
                 info.weight_bytes / 1048576.0);
-    std::printf("threads: %d, repetitions: %d\n", threads, reps);
+    h2o_memory_report mem;
+    mem.struct_size = sizeof(mem);
+    h2o_session_memory(session, &mem);
+    std::printf("threads: %d, repetitions: %d, KV: %s\n", threads, reps,
+                budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) +
+                              (rolling ? ", rolling" : "")).c_str()
+                           : "full cache");
+    std::printf("session memory: weights %.2f MiB, KV %.2f MiB, scratch %.2f MiB\n", mem.weight_bytes / 1048576.0,
+                mem.kv_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
     if (!pp.empty()) std::printf("pp%-5d %8.1f tok/s (median; min %.1f, max %.1f)\n", n_prompt, median(pp),
                                  *std::min_element(pp.begin(), pp.end()), *std::max_element(pp.begin(), pp.end()));
     if (!tg.empty()) std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),

@@ -205,9 +205,10 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float decay = policy.persistence_decay;
     const int64_t units = static_cast<int64_t>(n) * n_kv;  // (token, kv head) pairs
+    const bool gather_statistics = kv_policy_uses_statistics(policy.policy);
     pool_.run([&](int index, int threads) {
         AttentionScratch scratch = attention_scratch(index);
-        scratch.clear_partials(static_cast<size_t>(n_kv) * n_slots);
+        if (gather_statistics) scratch.clear_partials(static_cast<size_t>(n_kv) * n_slots);
         int64_t begin, end;
         ThreadPool::split(units, index, threads, &begin, &end);
         for (int64_t u = begin; u < end; ++u) {
@@ -237,6 +238,7 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
                     scratch.group_weight[s] += w;
                 }
             }
+            if (!gather_statistics) continue;
             // Bookkeeping for the eviction policies (kv_policy.h).
             const size_t at = static_cast<size_t>(h) * n_slots;
             const float important = static_cast<float>(group) / static_cast<float>(visible);
@@ -252,6 +254,7 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
             }
         }
     });
+    if (!gather_statistics) return;
     const float old_persistence_weight = std::pow(decay, static_cast<float>(n));
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::HeadView view = kv_.head(layer, h);
