@@ -10,8 +10,9 @@
 namespace h2o {
 
 namespace {
-// About 50-100 microseconds of spinning before a worker goes to sleep.
-constexpr int kSpinIterations = 20000;
+// Tens of microseconds of spinning before a worker sleeps: enough to bridge the gaps between the
+// jobs of one decode step, short enough not to steal a busy machine's cores for long.
+constexpr int kSpinIterations = 2048;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -29,8 +30,8 @@ ThreadPool::~ThreadPool() {
     for (auto &w : workers_) w.join();
 }
 
-void ThreadPool::run(const std::function<void(int, int)> &job) {
-    if (n_threads_ == 1) {
+void ThreadPool::run(const std::function<void(int, int)> &job, int64_t work) {
+    if (n_threads_ == 1 || work < kMinParallelWork) {
         job(0, 1);
         return;
     }
@@ -46,7 +47,7 @@ void ThreadPool::run(const std::function<void(int, int)> &job) {
     // Spin while the workers finish; yield the core now and then in case a worker was preempted
     // (an oversubscribed machine), so that it can run.
     for (int spin = 1; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-        if (spin % 1024 == 0) std::this_thread::yield();
+        if (spin % 256 == 0) std::this_thread::yield();
         else H2O_CPU_RELAX();
     }
     job_ = nullptr;
@@ -57,7 +58,7 @@ void ThreadPool::worker_loop(int index) {
     for (;;) {
         uint64_t current = generation_.load(std::memory_order_acquire);
         for (int spin = 1; current == seen && spin < kSpinIterations; ++spin) {
-            if (spin % 1024 == 0) std::this_thread::yield();
+            if (spin % 256 == 0) std::this_thread::yield();
             else H2O_CPU_RELAX();
             current = generation_.load(std::memory_order_acquire);
         }

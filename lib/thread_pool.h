@@ -24,7 +24,10 @@ public:
 
     // Runs job(thread_index, n_threads) on every thread and returns when all have finished.
     // Not reentrant: a job must not call run() on the same pool.
-    void run(const std::function<void(int, int)> &job);
+    // work: an estimate of the job's size in multiply-adds. Below kMinParallelWork the calling
+    // thread runs the job alone as job(0, 1): waking the other threads would cost more.
+    void run(const std::function<void(int, int)> &job, int64_t work = INT64_MAX);
+    static constexpr int64_t kMinParallelWork = 1 << 15;
 
     // The half-open range [begin, end) of n items that thread `index` of `count` should handle.
     static void split(int64_t n, int index, int count, int64_t *begin, int64_t *end) {

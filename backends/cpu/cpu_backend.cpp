@@ -105,7 +105,7 @@ public:
             int64_t begin, end;
             ThreadPool::split(count, index, threads, &begin, &end);
             cpu::silu_mul(g + begin, g + begin, u + begin, end - begin);
-        });
+        }, count * 8);  // an exp and a few flops per element
     }
 
     void add(const Tensor &acc, const Tensor &x, int n) override {
@@ -206,7 +206,10 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
     const float decay = policy.persistence_decay;
     const int64_t units = static_cast<int64_t>(n) * n_kv;  // (token, kv head) pairs
     const bool gather_statistics = kv_policy_uses_statistics(policy.policy);
+    const int64_t work = units * group * kv_.used(layer, 0) * 2 * hd;  // q·k and the weighted sum of values
+    int threads_used = 1;  // small batches run on the calling thread alone
     pool_.run([&](int index, int threads) {
+        if (index == 0) threads_used = threads;
         AttentionScratch scratch = attention_scratch(index);
         if (gather_statistics) scratch.clear_partials(static_cast<size_t>(n_kv) * n_slots);
         int64_t begin, end;
@@ -253,14 +256,14 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
                 if (t == n - 1) view.last[s] = w;  // only this unit writes the last query's weights
             }
         }
-    });
+    }, work);
     if (!gather_statistics) return;
     const float old_persistence_weight = std::pow(decay, static_cast<float>(n));
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::HeadView view = kv_.head(layer, h);
         const int used = kv_.used(layer, h);
         for (int s = 0; s < used; ++s) view.persistence[s] *= old_persistence_weight;
-        for (int th = 0; th < pool_.size(); ++th) {
+        for (int th = 0; th < threads_used; ++th) {
             const AttentionScratch scratch = attention_scratch(th);
             const size_t at = static_cast<size_t>(h) * n_slots;
             for (int s = 0; s < used; ++s) {

@@ -368,7 +368,7 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     job.parallel_quantize = quantized && n_threads > 1 && job.n_groups >= 2 * n_threads;
     if (quantized && !job.parallel_quantize) job.k->quantize_activations(x, cols, n_tokens, 0, job.n_groups, job.act);
 
-    pool.run([&job](int thread, int count) { job.run(thread, count); });
+    pool.run([&job](int thread, int count) { job.run(thread, count); }, rows * cols * n_tokens);
 }
 
 void dequantize(TensorType type, const void *src, float *dst, int64_t n) {
