@@ -44,7 +44,8 @@ void usage() {
                  "  --chunk N              chunk length with BOS (default 512)\n"
                  "  --chunks N             chunks to score (default 10)\n"
                  "  --recent N             protected recent window in tokens (default: --recent-ratio)\n"
-                 "  --recent-ratio R       recent window as a fraction of the budget (default 0.5)\n"
+                 "  --recent-ratio R       recent window as a fraction of the budget (default: the\n"
+                 "                         policy's, 0.875 for scissorhands, 0.5 for the others)\n"
                  "  --sinks N              attention sinks for sink_window and mean_h2o (default 4)\n"
                  "  --stream TOKENS        stream mode: one stream of BOS + TOKENS tokens per configuration\n"
                  "  --segment N            stream mode: report perplexity per N tokens (default 1000)\n"
@@ -70,7 +71,7 @@ struct Options {
     std::vector<uint32_t> budgets = {32, 64, 128};
     uint32_t chunk = 512, chunks = 10;
     uint32_t recent = 0;        // 0: recent_ratio of the budget
-    float recent_ratio = 0.5f;
+    float recent_ratio = -1.0f;  // negative: the policy's default
     uint32_t sinks = 4;
     uint32_t stream = 0;        // 0: chunk mode
     uint32_t segment = 1000;
@@ -185,28 +186,30 @@ struct Config {
     uint32_t budget;
 };
 
-// How the session divides its budget, as the library does it (h2o.h: kv_recent, kv_recent_ratio,
-// kv_sinks): protected first tokens, protected recent window, and the rest chosen by the policy.
+// How the session divides its budget, as the library reports it (h2o_session_get_kv_layout):
+// protected first tokens, protected recent window, and the rest chosen by the policy.
 struct Split {
     uint32_t sinks = 0, recent = 0, rest = 0;
     std::string text;
 };
 
-Split budget_split(const Options &o, const Config &c) {
+Split budget_split(const h2o_kv_layout &layout) {
     Split s;
-    if (c.policy == H2O_KV_FULL || (c.budget >= o.n_ctx && !o.rolling)) {
+    if (layout.policy == H2O_KV_FULL) {
         s.text = "no eviction";
         return s;
     }
-    s.recent = o.recent ? o.recent : static_cast<uint32_t>(o.recent_ratio * static_cast<float>(c.budget));
-    if (c.policy == H2O_KV_SINK_WINDOW || c.policy == H2O_KV_MEAN_H2O) s.sinks = o.sinks;
-    if (c.policy == H2O_KV_WINDOW) s.recent = c.budget;
-    if (c.policy == H2O_KV_SINK_WINDOW) s.recent = c.budget - s.sinks;  // the oldest non-sink token goes first
-    s.recent = std::min(s.recent, c.budget - s.sinks);
-    s.rest = c.budget - s.sinks - s.recent;
+    s.sinks = layout.sinks;
+    // Window policies evict the oldest unprotected token: everything else is their window.
+    const bool window = layout.policy == H2O_KV_WINDOW || layout.policy == H2O_KV_SINK_WINDOW;
+    s.recent = window ? layout.budget - s.sinks : std::min(layout.recent, layout.budget - s.sinks);
+    s.rest = layout.budget - s.sinks - s.recent;
     if (s.sinks) s.text = std::to_string(s.sinks) + " sinks + ";
-    s.text += std::to_string(s.recent) + " recent";
-    if (s.rest) s.text += " + " + std::to_string(s.rest) + (c.policy == H2O_KV_RANDOM ? " random" : " heavy");
+    if (s.recent) s.text += std::to_string(s.recent) + " recent";
+    if (s.rest) {
+        const char *kind = layout.policy == H2O_KV_RANDOM ? " random" : layout.policy == H2O_KV_TOVA ? " by last attention" : " heavy";
+        s.text += (s.recent ? " + " : "") + std::to_string(s.rest) + kind;
+    }
     return s;
 }
 
@@ -233,6 +236,7 @@ struct Run {
     std::vector<double> nll;
     std::vector<int32_t> argmax;
     uint64_t kv_bytes = 0;
+    h2o_kv_layout layout{};
     double seconds = 0;
     std::string error;  // empty: success
 };
@@ -300,6 +304,8 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
     h2o_memory_report memory;
     memory.struct_size = sizeof(memory);
     if (h2o_session_memory(session, &memory) == H2O_OK) run.kv_bytes = memory.kv_bytes;
+    run.layout.struct_size = sizeof(run.layout);
+    h2o_session_get_kv_layout(session, &run.layout);
 
     std::vector<float> logits(n_vocab);
     size_t total = 0;
@@ -348,7 +354,7 @@ struct Summary {
 };
 
 Summary summarize(const Options &o, const Config &config, const Run &run, const Run *baseline) {
-    Summary s{config, budget_split(o, config), &run, 0, 0, NAN, {}};
+    Summary s{config, budget_split(run.layout), &run, 0, 0, NAN, {}};
     s.mean_nll = sum(run.nll) / static_cast<double>(run.nll.size());
     s.ppl = std::exp(s.mean_nll);
     if (baseline) {
@@ -492,7 +498,8 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
                       o.rolling ? "on" : "off");
     }
     std::string text = line;
-    const std::string recent = o.recent ? std::to_string(o.recent) + " tokens" : "ratio " + json_number(o.recent_ratio, "%g");
+    const std::string recent = o.recent ? std::to_string(o.recent) + " tokens"
+                               : o.recent_ratio < 0 ? "by policy default" : "ratio " + json_number(o.recent_ratio, "%g");
     std::snprintf(line, sizeof(line), "# kv_sinks %u, recent window %s; %.1f s\n", o.sinks, recent.c_str(), seconds);
     return text + line;
 }

@@ -214,11 +214,15 @@ typedef struct h2o_session_params {
     /* KV slots per (layer, kv head), allocated once at creation: the session's KV memory never
      * grows. 0 or >= n_ctx: n_ctx slots, a full cache that never evicts. */
     uint32_t kv_budget;
-    /* Used when kv_budget < n_ctx. Default: H2O_KV_SINK_WINDOW. */
+    /* Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
+     * on our evaluation is better than H2O, a window and StreamingLLM at every budget measured
+     * (see the README's evaluation table). */
     h2o_kv_policy kv_policy;
     /* Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
     uint32_t kv_recent;
-    /* Recent window as a fraction of the budget, when kv_recent is 0. Default 0.5. */
+    /* Recent window as a fraction of the budget, when kv_recent is 0. Negative (the default): the
+     * policy's own default, 0.875 for H2O_KV_SCISSORHANDS and 0.5 for the others. Window policies
+     * and TOVA have no separate recent window. */
     float kv_recent_ratio;
     /* First tokens of the stream that are never evicted (attention sinks); used by
      * H2O_KV_SINK_WINDOW and H2O_KV_MEAN_H2O. Default 4. */
@@ -237,6 +241,19 @@ H2O_API h2o_session_params h2o_session_params_default(void);
 H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params,
                                       h2o_session **out_session);
 H2O_API void h2o_session_free(h2o_session *session);
+
+/* The KV cache layout a session runs with, after defaults are resolved. */
+typedef struct h2o_kv_layout {
+    uint32_t struct_size;
+    uint32_t budget;         /* slots per (layer, kv head) */
+    h2o_kv_policy policy;    /* H2O_KV_FULL when the cache never needs to evict */
+    uint32_t recent;         /* protected recent window (tokens) */
+    uint32_t sinks;          /* protected first tokens of the stream */
+    int position_rolling;
+} h2o_kv_layout;
+
+/* Fills *layout (set layout->struct_size first). */
+H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout);
 
 /* Forgets the conversation (KV cache, positions, sampler history) and reseeds the sampler with
  * the session's seed. No memory is allocated or freed. */
