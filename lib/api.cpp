@@ -1,12 +1,14 @@
 // The C ABI: argument validation, error recording and exception containment around the C++
 // runtime. No exception ever crosses this boundary.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
 #include <thread>
 
 #include "h2o/h2o.h"
+#include "backend_registry.h"
 #include "model.h"
 #include "session.h"
 #include "utf8.h"
@@ -212,6 +214,50 @@ H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens,
     });
 }
 
+// ---- backends --------------------------------------------------------------------------------
+
+namespace {
+
+void fill_backend_info(const h2o::BackendDevice &d, h2o_backend_info *info) {
+    info->kind = d.kind;
+    info->device_index = d.device_index;
+    std::snprintf(info->name, sizeof(info->name), "%s", d.name.c_str());
+    std::snprintf(info->device_type, sizeof(info->device_type), "%s", d.type.c_str());
+    info->memory_bytes = d.memory_bytes;
+}
+
+Status check_backend_info(const h2o_backend_info *info, const char *function) {
+    if (!info) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(function) + ": info is NULL");
+    if (info->struct_size != sizeof(h2o_backend_info)) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_backend_info.struct_size is " + std::to_string(info->struct_size) +
+                                                        ", expected " + std::to_string(sizeof(h2o_backend_info)));
+    }
+    return Status::Ok();
+}
+
+}  // namespace
+
+H2O_API h2o_status h2o_backend_count(size_t *count) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!count) return invalid("h2o_backend_count: count is NULL");
+        *count = h2o::list_backend_devices().size();
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_backend_get_info(size_t index, h2o_backend_info *info) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (Status s = check_backend_info(info, "h2o_backend_get_info"); !s.ok()) return fail(s);
+        const std::vector<h2o::BackendDevice> devices = h2o::list_backend_devices();
+        if (index >= devices.size()) {
+            return invalid("backend index " + std::to_string(index) + " is out of range (" + std::to_string(devices.size()) +
+                           " devices)");
+        }
+        fill_backend_info(devices[index], info);
+        return succeed();
+    });
+}
+
 // ---- sessions --------------------------------------------------------------------------------
 
 H2O_API h2o_session_params h2o_session_params_default(void) {
@@ -228,6 +274,8 @@ H2O_API h2o_session_params h2o_session_params_default(void) {
     p.kv_recent_ratio = -1.0f;
     p.kv_sinks = 4;
     p.position_rolling = 0;
+    p.backend = H2O_BACKEND_AUTO;
+    p.device_index = -1;
     return p;
 }
 
@@ -245,9 +293,15 @@ H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params
             return invalid("kv_policy " + std::to_string(static_cast<uint32_t>(p.kv_policy)) + " is not a known policy");
         if (!(p.kv_recent_ratio <= 1.0f)) return invalid("kv_recent_ratio must be at most 1 (negative: the policy's default)");
 
+        if (static_cast<uint32_t>(p.backend) > H2O_BACKEND_CUDA)
+            return invalid("backend " + std::to_string(static_cast<int>(p.backend)) + " is not a known backend kind");
+        if (p.device_index < -1) return invalid("device_index must be -1 (best) or a device index");
+
         auto session = std::make_unique<h2o_session>();
         session->model = model;
         h2o::SessionSettings &s = session->settings;
+        s.backend = p.backend;
+        s.device_index = p.device_index;
         s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : model->impl->n_ctx_train());
         s.kv_budget = (p.kv_budget == 0 || p.kv_budget > static_cast<uint32_t>(s.n_ctx)) ? s.n_ctx : static_cast<int>(p.kv_budget);
         s.rolling = p.position_rolling != 0;
@@ -278,6 +332,15 @@ H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params
 }
 
 H2O_API void h2o_session_free(h2o_session *session) { delete session; }
+
+H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backend_info *info) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_get_backend: session is NULL");
+        if (Status s = check_backend_info(info, "h2o_session_get_backend"); !s.ok()) return fail(s, session);
+        fill_backend_info(session->impl->device(), info);
+        return succeed(session);
+    });
+}
 
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout) {
     return guarded(session, [&]() -> h2o_status {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cpu/cpu_backend.h"
+#include "log.h"
 #include "utf8.h"
 
 namespace h2o {
@@ -37,7 +37,10 @@ Session::Session(const Model &model, const SessionSettings &settings)
 Status Session::create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out) {
     std::unique_ptr<Session> s(new Session(model, settings));
     const ModelShape &shape = model.shape();
-    s->backend_ = make_cpu_backend(settings.n_threads, settings.n_batch);
+    std::string why;
+    H2O_TRY(make_backend(settings.backend, settings.device_index, settings.n_threads, settings.n_batch, &s->backend_,
+                         &s->device_, &why));
+    log(H2O_LOG_INFO, "session backend: " + s->device_.name + " (" + why + ")");
     H2O_TRY(LlamaGraph::create(model, *s->backend_, settings.n_batch, &s->graph_));
     KvConfig kv;
     kv.n_layer = shape.n_layer;

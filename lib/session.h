@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "backend_registry.h"
 #include "llama_graph.h"
 #include "model.h"
 #include "sampler.h"
@@ -14,6 +15,8 @@
 namespace h2o {
 
 struct SessionSettings {
+    h2o_backend_kind backend = H2O_BACKEND_AUTO;
+    int device_index = -1;
     int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
     int kv_budget = 0;  // KV slots per (layer, kv head); n_ctx for a full cache
     KvPolicyConfig policy;
@@ -52,6 +55,7 @@ public:
     const Model &model() const { return model_; }
     Backend &backend() { return *backend_; }
     const SessionSettings &settings() const { return settings_; }
+    const BackendDevice &device() const { return device_; }
     h2o_memory_report memory() const;
 
 private:
@@ -64,6 +68,7 @@ private:
     const Model &model_;
     SessionSettings settings_;
     std::unique_ptr<Backend> backend_;
+    BackendDevice device_;
     std::unique_ptr<LlamaGraph> graph_;
     Sampler sampler_;
     TokenHistory history_;

@@ -266,3 +266,55 @@ TEST_CASE("tokenize and detokenize report needed sizes") {
     info.struct_size = 12;
     CHECK(h2o_model_get_info(m.model, &info) == H2O_ERR_INVALID_ARGUMENT);
 }
+
+TEST_CASE("backends are listed, selected explicitly or automatically, and unavailable ones refused") {
+    size_t count = 0;
+    REQUIRE(h2o_backend_count(&count) == H2O_OK);
+    REQUIRE(count >= 1);
+    CHECK(h2o_backend_count(nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    h2o_backend_info info;
+    info.struct_size = sizeof(info);
+    REQUIRE(h2o_backend_get_info(0, &info) == H2O_OK);
+    CHECK(info.kind == H2O_BACKEND_CPU);
+    CHECK(std::string(info.device_type) == "cpu");
+    CHECK(h2o_backend_get_info(count, &info) == H2O_ERR_INVALID_ARGUMENT);
+    info.struct_size = 8;
+    CHECK(h2o_backend_get_info(0, &info) == H2O_ERR_INVALID_ARGUMENT);
+
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_session_params sp = h2o_session_params_default();
+    h2o_session *session = nullptr;
+
+    sp.backend = H2O_BACKEND_CUDA;
+    CHECK(h2o_session_create(model, &sp, &session) == H2O_ERR_BACKEND_UNAVAILABLE);
+    CHECK(std::string(h2o_last_error()).find("CUDA") != std::string::npos);
+    sp.backend = H2O_BACKEND_VULKAN;
+    sp.device_index = 99;
+    CHECK(h2o_session_create(model, &sp, &session) == H2O_ERR_BACKEND_UNAVAILABLE);
+    sp.backend = static_cast<h2o_backend_kind>(42);
+    CHECK(h2o_session_create(model, &sp, &session) == H2O_ERR_INVALID_ARGUMENT);
+    sp.backend = H2O_BACKEND_AUTO;
+    sp.device_index = 0;
+    CHECK(h2o_session_create(model, &sp, &session) == H2O_ERR_INVALID_ARGUMENT);  // a device needs a backend
+    CHECK(session == nullptr);
+
+    // Auto always gives a session; which backend it chose is reported.
+    sp.device_index = -1;
+    REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+    h2o_backend_info chosen;
+    chosen.struct_size = sizeof(chosen);
+    REQUIRE(h2o_session_get_backend(session, &chosen) == H2O_OK);
+    CHECK((chosen.kind == H2O_BACKEND_CPU || chosen.kind == H2O_BACKEND_VULKAN));
+    CHECK(std::strlen(chosen.name) > 0);
+    h2o_session_free(session);
+
+    sp.backend = H2O_BACKEND_CPU;
+    REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+    REQUIRE(h2o_session_get_backend(session, &chosen) == H2O_OK);
+    CHECK(chosen.kind == H2O_BACKEND_CPU);
+    CHECK(h2o_session_get_backend(nullptr, &chosen) == H2O_ERR_INVALID_ARGUMENT);
+    h2o_session_free(session);
+    h2o_model_free(model);
+}

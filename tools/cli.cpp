@@ -36,6 +36,8 @@ void usage() {
                  "  --kv-recent N          protected recent window in tokens (default: half the budget)\n"
                  "  --rolling              position rolling: run past the model's context length\n"
                  "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
+                 "  --backend NAME         auto, cpu, vulkan or cuda (default auto)\n"
+                 "  --device N             device index of that backend (default: the best)\n"
                  "  --tokenizer FILE       sentencepiece .model file instead of the embedded vocab\n"
                  "  --json                 print one JSON summary line instead of streaming\n");
 }
@@ -110,6 +112,14 @@ int main(int argc, char **argv) {
             }
         }
         else if (arg == "--rolling") sp.position_rolling = 1;
+        else if (arg == "--device") { value(&v); sp.device_index = static_cast<int32_t>(v); }
+        else if (arg == "--backend") {
+            const std::string name = text();
+            if (!h2o_tools::parse_backend(name, &sp.backend)) {
+                std::fprintf(stderr, "h2o-cli: unknown backend '%s' (auto, cpu, vulkan, cuda)\n", name.c_str());
+                return 2;
+            }
+        }
         else if (arg == "--pin-prompt") pin_prompt = true;
         else if (arg == "--json") json = true;
         else if (arg == "-h" || arg == "--help") { usage(); return 0; }
@@ -141,6 +151,10 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    h2o_backend_info backend;
+    backend.struct_size = sizeof(backend);
+    h2o_session_get_backend(session, &backend);
+
     Output out;
     out.stream = !json;
     if (out.stream) {
@@ -166,13 +180,13 @@ int main(int argc, char **argv) {
         rc = 1;
     }
     if (json) {
-        std::printf("{\"status\":\"%s\",\"prompt_tokens\":%u,\"generated_tokens\":%u,\"prompt_tokens_per_s\":%.2f,"
+        std::printf("{\"status\":\"%s\",\"backend\":\"%s\",\"prompt_tokens\":%u,\"generated_tokens\":%u,\"prompt_tokens_per_s\":%.2f,"
                     "\"generation_tokens_per_s\":%.2f,\"peak_rss_mib\":%.2f,\"text\":\"%s\"}\n",
-                    h2o_status_string(st), stats.n_prompt_tokens, stats.n_generated_tokens, prompt_tps, gen_tps, rss_mib,
+                    h2o_status_string(st), h2o_tools::json_escape(backend.name).c_str(), stats.n_prompt_tokens, stats.n_generated_tokens, prompt_tps, gen_tps, rss_mib,
                     h2o_tools::json_escape(out.text).c_str());
     } else {
-        std::fprintf(stderr, "\nprompt: %u tokens, %.1f tok/s | generation: %u tokens, %.1f tok/s | peak RSS %.1f MiB\n",
-                     stats.n_prompt_tokens, prompt_tps, stats.n_generated_tokens, gen_tps, rss_mib);
+        std::fprintf(stderr, "\n%s | prompt: %u tokens, %.1f tok/s | generation: %u tokens, %.1f tok/s | peak RSS %.1f MiB\n",
+                     backend.name, stats.n_prompt_tokens, prompt_tps, stats.n_generated_tokens, gen_tps, rss_mib);
     }
     h2o_session_free(session);
     h2o_model_free(model);

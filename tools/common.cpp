@@ -73,6 +73,17 @@ const char *policy_name(h2o_kv_policy policy) {
     return i >= 0 && i < kPolicyCount ? kPolicyNames[i] : "unknown";
 }
 
+bool parse_backend(const std::string &name, h2o_backend_kind *out) {
+    static const char *const kNames[] = {"auto", "cpu", "vulkan", "cuda"};
+    for (int i = 0; i < 4; ++i) {
+        if (name == kNames[i]) {
+            *out = static_cast<h2o_backend_kind>(i);
+            return true;
+        }
+    }
+    return false;
+}
+
 std::string resolve_model_path(const std::string &given) {
     if (!given.empty()) return given;
     if (const char *env = std::getenv("H2O_MODEL"); env && *env) return env;

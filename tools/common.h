@@ -22,6 +22,9 @@ bool parse_policy(const std::string &name, h2o_kv_policy *out);
 // The name parse_policy accepts for a policy.
 const char *policy_name(h2o_kv_policy policy);
 
+// Parses a backend name: auto, cpu, vulkan, cuda; false if unknown.
+bool parse_backend(const std::string &name, h2o_backend_kind *out);
+
 // The model to use: the given path, else $H2O_MODEL, else "".
 std::string resolve_model_path(const std::string &given);
 

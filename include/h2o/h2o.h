@@ -171,6 +171,32 @@ H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens,
 
 typedef struct h2o_session h2o_session;
 
+/* Compute backends. The CPU backend is the reference; every other backend is tested against it. */
+typedef enum h2o_backend_kind {
+    /* A GPU through Vulkan when one is present, else the CPU. The session's backend info (and the
+     * log, at INFO level) says which was chosen and why. */
+    H2O_BACKEND_AUTO = 0,
+    H2O_BACKEND_CPU = 1,
+    H2O_BACKEND_VULKAN = 2,
+    H2O_BACKEND_CUDA = 3
+} h2o_backend_kind;
+
+/* One backend device. */
+typedef struct h2o_backend_info {
+    uint32_t struct_size;
+    h2o_backend_kind kind;
+    int32_t device_index;   /* the device_index to pass in h2o_session_params */
+    char name[128];         /* e.g. "cpu (avx2)" or the Vulkan device name */
+    char device_type[16];   /* "cpu", "discrete", "integrated", "virtual", "other" */
+    uint64_t memory_bytes;  /* device-local memory (0 for the CPU: host memory) */
+} h2o_backend_info;
+
+/* Number of usable backend devices: the CPU first, then each Vulkan device. A missing Vulkan
+ * loader or driver is not an error: those devices are simply absent. */
+H2O_API h2o_status h2o_backend_count(size_t *count);
+/* Fills *info for device index (0 <= index < count; set info->struct_size first). */
+H2O_API h2o_status h2o_backend_get_info(size_t index, h2o_backend_info *info);
+
 /* KV eviction policies: which cached token of a (layer, kv head) gives up its slot when the KV
  * cache is full. Eviction is decided per (layer, kv head) from attention statistics that the
  * attention computation gathers as a by-product; under grouped-query attention the query heads
@@ -233,6 +259,12 @@ typedef struct h2o_session_params {
      * after it back by one position (O(budget × head_dim) per layer and kv head per eviction).
      * Off: the stream ends at n_ctx tokens (H2O_ERR_CONTEXT_FULL). Default 0. */
     int position_rolling;
+    /* Compute backend. Default H2O_BACKEND_AUTO. Asking for a backend this build or machine does
+     * not have is H2O_ERR_BACKEND_UNAVAILABLE (auto never fails that way: it falls back). */
+    h2o_backend_kind backend;
+    /* Device of that backend: an index from h2o_backend_get_info's device_index, or -1 (default)
+     * for the best one (discrete GPU, then integrated, then virtual, then CPU implementations). */
+    int32_t device_index;
 } h2o_session_params;
 
 H2O_API h2o_session_params h2o_session_params_default(void);
@@ -251,6 +283,9 @@ typedef struct h2o_kv_layout {
     uint32_t sinks;          /* protected first tokens of the stream */
     int position_rolling;
 } h2o_kv_layout;
+
+/* The backend device the session runs on (set info->struct_size first). */
+H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backend_info *info);
 
 /* Fills *layout (set layout->struct_size first). */
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout);
