@@ -1,0 +1,174 @@
+#include "kv_format.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "quant.h"
+
+namespace h2o {
+
+namespace {
+
+float read_f32(const uint8_t *p) {
+    float f;
+    std::memcpy(&f, p, sizeof(f));
+    return f;
+}
+
+float read_f16(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, sizeof(h));
+    return fp16_to_fp32(h);
+}
+
+void write_f16(uint8_t *p, float f) {
+    const uint16_t h = fp32_to_fp16(f);
+    std::memcpy(p, &h, sizeof(h));
+}
+
+int nibble(const uint8_t *q, int i) { return (q[i / 2] >> (4 * (i & 1))) & 15; }
+
+}  // namespace
+
+const char *kv_type_name(KvType type) {
+    switch (type) {
+        case KvType::F32: return "f32";
+        case KvType::F16: return "f16";
+        case KvType::Q8: return "q8";
+        case KvType::Q4: return "q4";
+    }
+    return "unknown";
+}
+
+size_t kv_row_bytes(KvType type, int head_dim) {
+    const size_t n = static_cast<size_t>(head_dim);
+    switch (type) {
+        case KvType::F32: return 4 * n;
+        case KvType::F16: return 2 * n;
+        case KvType::Q8: return 4 + n;
+        case KvType::Q4: return 4 + n / 2;
+    }
+    return 0;
+}
+
+void kv_store_row(KvType type, const float *src, int n, uint8_t *dst) {
+    switch (type) {
+        case KvType::F32:
+            std::memcpy(dst, src, sizeof(float) * n);
+            return;
+        case KvType::F16:
+            for (int i = 0; i < n; ++i) write_f16(dst + 2 * i, src[i]);
+            return;
+        case KvType::Q8: {
+            float amax = 0;
+            for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(src[i]));
+            const float scale = amax / 127.0f;
+            const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+            std::memcpy(dst, &scale, sizeof(scale));
+            auto *q = reinterpret_cast<int8_t *>(dst + 4);
+            for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::lround(src[i] * inv));
+            return;
+        }
+        case KvType::Q4: {
+            float lo = src[0], hi = src[0];
+            for (int i = 1; i < n; ++i) {
+                lo = std::fmin(lo, src[i]);
+                hi = std::fmax(hi, src[i]);
+            }
+            // Quantize against the stored (half-precision) scale and minimum, so that decoding
+            // reproduces exactly what was rounded here.
+            write_f16(dst, (hi - lo) / 15.0f);
+            write_f16(dst + 2, lo);
+            const float scale = read_f16(dst), min = read_f16(dst + 2);
+            const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+            uint8_t *q = dst + 4;
+            std::memset(q, 0, static_cast<size_t>(n) / 2);
+            for (int i = 0; i < n; ++i) {
+                const long v = std::lround((src[i] - min) * inv);
+                const uint8_t code = static_cast<uint8_t>(v < 0 ? 0 : v > 15 ? 15 : v);
+                q[i / 2] |= static_cast<uint8_t>(code << (4 * (i & 1)));
+            }
+            return;
+        }
+    }
+}
+
+void kv_load_row(KvType type, const uint8_t *src, int n, float *dst) {
+    switch (type) {
+        case KvType::F32:
+            std::memcpy(dst, src, sizeof(float) * n);
+            return;
+        case KvType::F16:
+            for (int i = 0; i < n; ++i) dst[i] = read_f16(src + 2 * i);
+            return;
+        case KvType::Q8: {
+            const float scale = read_f32(src);
+            const auto *q = reinterpret_cast<const int8_t *>(src + 4);
+            for (int i = 0; i < n; ++i) dst[i] = scale * q[i];
+            return;
+        }
+        case KvType::Q4: {
+            const float scale = read_f16(src), min = read_f16(src + 2);
+            for (int i = 0; i < n; ++i) dst[i] = min + scale * static_cast<float>(nibble(src + 4, i));
+            return;
+        }
+    }
+}
+
+float kv_dot_row(KvType type, const float *q, const uint8_t *row, int n) {
+    switch (type) {
+        case KvType::F32: {
+            float sum = 0;
+            const float *k = reinterpret_cast<const float *>(row);  // rows of F32 are 4-byte aligned
+            for (int i = 0; i < n; ++i) sum += q[i] * k[i];
+            return sum;
+        }
+        case KvType::F16: {
+            float sum = 0;
+            for (int i = 0; i < n; ++i) sum += q[i] * read_f16(row + 2 * i);
+            return sum;
+        }
+        case KvType::Q8: {
+            const auto *k = reinterpret_cast<const int8_t *>(row + 4);
+            float sum = 0;
+            for (int i = 0; i < n; ++i) sum += q[i] * static_cast<float>(k[i]);
+            return read_f32(row) * sum;
+        }
+        case KvType::Q4: {
+            // q · (min + scale * c) = min * Σq + scale * Σ q_i c_i
+            float sum_q = 0, sum_qc = 0;
+            for (int i = 0; i < n; ++i) {
+                sum_q += q[i];
+                sum_qc += q[i] * static_cast<float>(nibble(row + 4, i));
+            }
+            return read_f16(row + 2) * sum_q + read_f16(row) * sum_qc;
+        }
+    }
+    return 0;
+}
+
+void kv_axpy_row(KvType type, float *out, float w, const uint8_t *row, int n) {
+    switch (type) {
+        case KvType::F32: {
+            const float *v = reinterpret_cast<const float *>(row);
+            for (int i = 0; i < n; ++i) out[i] += w * v[i];
+            return;
+        }
+        case KvType::F16:
+            for (int i = 0; i < n; ++i) out[i] += w * read_f16(row + 2 * i);
+            return;
+        case KvType::Q8: {
+            const float ws = w * read_f32(row);
+            const auto *v = reinterpret_cast<const int8_t *>(row + 4);
+            for (int i = 0; i < n; ++i) out[i] += ws * static_cast<float>(v[i]);
+            return;
+        }
+        case KvType::Q4: {
+            const float ws = w * read_f16(row), wm = w * read_f16(row + 2);
+            for (int i = 0; i < n; ++i) out[i] += wm + ws * static_cast<float>(nibble(row + 4, i));
+            return;
+        }
+    }
+}
+
+}  // namespace h2o
