@@ -1,0 +1,329 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+// The first step of attention for one layer: per kv head, make room for the batch's n tokens by
+// evicting victims as kv_policy.h specifies (exactly as KvCache::make_room does), re-rotate the
+// kept keys when positions roll, take a slot for each token (KvCache::claim_slot: the most
+// recently freed slot first, else the next never-used one) and store the token's key and value.
+//
+// One workgroup per kv head, except for the random policy: its generator is a single sequence
+// over (layer, kv head) in order, so one workgroup then walks the kv heads in turn.
+
+#define WG 128
+layout(local_size_x = WG) in;
+
+layout(binding = 0) readonly buffer K { float k_in[]; };
+layout(binding = 1) readonly buffer V { float v_in[]; };
+layout(binding = 2) readonly buffer Positions { int positions[]; };
+layout(binding = 3) buffer Keys { float keys[]; };
+layout(binding = 4) writeonly buffer Values { float values[]; };
+// Written by one invocation and read by others of the workgroup after a barrier.
+layout(binding = 5) coherent buffer Meta { uint meta[]; };
+layout(binding = 6) readonly buffer Table { uvec2 turn_fractions[]; };
+
+layout(push_constant) uniform Params {
+    uvec2 first_index;  // stream index of the batch's first token
+    uvec2 recent_from;  // stream indices >= this are in the protected recent window (clamped to >= 0)
+    uint k_off, v_off, pos_off, k_stride, v_stride;
+    uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots][head_dim]
+    uint meta_off, n_cells, n_slots, n_kv, max_batch;
+    uint layer, head_dim, n, pinned, policy, sinks, rolling, pairs;
+} p;
+
+#include "kv_layout.glsl"
+#include "rotary.glsl"
+
+const uint POLICY_H2O = 1u, POLICY_SCISSORHANDS = 4u, POLICY_TOVA = 5u, POLICY_ROCO = 6u, POLICY_RANDOM = 7u,
+           POLICY_MEAN_H2O = 8u;
+const uint NONE = 0xFFFFFFFFu;
+
+KvLayout L;
+
+uvec2 stream_at(uint at) { return uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]); }
+void set_stream(uint at, uvec2 s) {
+    meta[L.stream + 2u * at] = s.x;
+    meta[L.stream + 2u * at + 1u] = s.y;
+}
+float stat(uint at, uint which) { return uintBitsToFloat(meta[L.stats + 5u * at + which]); }
+
+// kv_priority() in float: the victim is the eligible slot with the smallest value, ties going to
+// the oldest. Window-like policies return 0 for all, so the stream index alone decides.
+float priority(uint at) {
+    switch (p.policy) {
+        case POLICY_H2O: return stat(at, STAT_ACCUMULATED);
+        case POLICY_SCISSORHANDS: return stat(at, STAT_PERSISTENCE);
+        case POLICY_TOVA: return stat(at, STAT_LAST);
+        case POLICY_ROCO: {
+            const float steps = stat(at, STAT_STEPS) > 0.0 ? stat(at, STAT_STEPS) : 1.0;
+            const float mean = stat(at, STAT_ACCUMULATED) / steps;
+            const float variance = max(0.0, stat(at, STAT_SQUARED) / steps - mean * mean);
+            return mean + 1e-3 * sqrt(variance);
+        }
+        case POLICY_MEAN_H2O: {
+            const float steps = stat(at, STAT_STEPS);
+            return steps > 0.0 ? stat(at, STAT_ACCUMULATED) / steps : 0.0;
+        }
+        default: return 0.0;
+    }
+}
+
+bool occupied_unpinned(uint at) { return !stream_is_free(stream_at(at)) && meta[L.pinned + at] == 0u; }
+
+// Outside every protection: not pinned, not in the recent window, not a sink.
+bool eligible(uint at) {
+    const uvec2 s = stream_at(at);
+    if (stream_is_free(s) || meta[L.pinned + at] != 0u) return false;
+    if (!stream_lt(s, p.recent_from)) return false;
+    return !(s.y == 0u && s.x < p.sinks);
+}
+
+// ---- workgroup argmin over the slots of a cell ------------------------------------------------
+
+shared float best_priority[WG];
+shared uvec2 best_stream[WG];
+shared uint best_slot[WG];
+
+bool key_less(float pa, uvec2 sa, uint slot_a, float pb, uvec2 sb, uint slot_b) {
+    if (slot_b == NONE) return slot_a != NONE;
+    if (slot_a == NONE) return false;
+    return pa < pb || (pa == pb && stream_lt(sa, sb));
+}
+
+// The slot with the smallest (priority, stream index) among eligible slots (by_age: among
+// occupied unpinned slots, by stream index alone), or NONE.
+uint argmin_slot(uint base, uint used, bool by_age) {
+    const uint tid = gl_LocalInvocationIndex;
+    float bp = 0.0;
+    uvec2 bs = uvec2(0u);
+    uint bslot = NONE;
+    for (uint s = tid; s < used; s += WG) {
+        const uint at = base + s;
+        if (by_age ? !occupied_unpinned(at) : !eligible(at)) continue;
+        const float pr = by_age ? 0.0 : priority(at);
+        const uvec2 st = stream_at(at);
+        if (key_less(pr, st, s, bp, bs, bslot)) {
+            bp = pr;
+            bs = st;
+            bslot = s;
+        }
+    }
+    best_priority[tid] = bp;
+    best_stream[tid] = bs;
+    best_slot[tid] = bslot;
+    barrier();
+    for (uint half_size = WG / 2u; half_size > 0u; half_size >>= 1) {
+        if (tid < half_size) {
+            const uint o = tid + half_size;
+            if (key_less(best_priority[o], best_stream[o], best_slot[o], best_priority[tid], best_stream[tid], best_slot[tid])) {
+                best_priority[tid] = best_priority[o];
+                best_stream[tid] = best_stream[o];
+                best_slot[tid] = best_slot[o];
+            }
+        }
+        barrier();
+    }
+    const uint result = best_slot[0];
+    barrier();
+    return result;
+}
+
+// ---- the random policy's generator (KvCache::next_random: xorshift64*) -------------------------
+
+uvec2 shift_right(uvec2 x, uint k) { return uvec2((x.x >> k) | (x.y << (32u - k)), x.y >> k); }
+uvec2 shift_left(uvec2 x, uint k) { return uvec2(x.x << k, (x.y << k) | (x.x >> (32u - k))); }
+
+uvec2 next_random() {
+    uvec2 x = uvec2(meta[L.rng], meta[L.rng + 1u]);
+    x ^= shift_right(x, 12u);
+    x ^= shift_left(x, 25u);
+    x ^= shift_right(x, 27u);
+    meta[L.rng] = x.x;
+    meta[L.rng + 1u] = x.y;
+    const uvec2 m = uvec2(0x4F6CDD1Du, 0x2545F491u);  // 0x2545F4914F6CDD1D
+    uint hi, lo;
+    umulExtended(x.x, m.x, hi, lo);
+    return uvec2(lo, hi + x.x * m.y + x.y * m.x);
+}
+
+// x mod m for a 64-bit x and 0 < m < 2^31, by binary long division.
+uint mod64(uvec2 x, uint m) {
+    uint r = 0u;
+    for (int bit = 63; bit >= 0; --bit) {
+        const uint b = bit >= 32 ? (x.y >> uint(bit - 32)) & 1u : (x.x >> uint(bit)) & 1u;
+        r = (r << 1) | b;
+        if (r >= m) r -= m;
+    }
+    return r;
+}
+
+// ---- one kv head ------------------------------------------------------------------------------
+
+shared uint sh_used, sh_free_count, sh_count;
+shared uint scan[WG];
+
+void evict(uint base, uint h, uint victim_index, uint slot) {
+    // One invocation: record the victim's stream index (for rolling), free the slot, push it.
+    const uint at = base + slot;
+    const uvec2 s = stream_at(at);
+    meta[L.victims + 2u * (h * p.max_batch + victim_index)] = s.x;
+    meta[L.victims + 2u * (h * p.max_batch + victim_index) + 1u] = s.y;
+    set_stream(at, uvec2(NONE));
+    meta[L.free_list + base + sh_free_count] = slot;
+    sh_free_count += 1u;
+}
+
+// Candidates in slot order into L.candidates (the random policy shuffles this list). Returns
+// their number.
+uint compact_candidates(uint base, uint used) {
+    const uint tid = gl_LocalInvocationIndex;
+    uint total = 0u;
+    for (uint first = 0u; first < used; first += WG) {
+        const uint s = first + tid;
+        const bool take = s < used && eligible(base + s);
+        scan[tid] = take ? 1u : 0u;
+        barrier();
+        // Inclusive Hillis-Steele scan.
+        for (uint offset = 1u; offset < WG; offset <<= 1) {
+            const uint add = tid >= offset ? scan[tid - offset] : 0u;
+            barrier();
+            scan[tid] += add;
+            barrier();
+        }
+        if (take) meta[L.candidates + total + scan[tid] - 1u] = s;
+        total += scan[WG - 1u];
+        barrier();
+    }
+    return total;
+}
+
+void make_room(uint cell, uint h) {
+    const uint tid = gl_LocalInvocationIndex;
+    const uint base = cell * p.n_slots;
+    const uint used = sh_used;
+    const int needed = int(p.n) - int(p.n_slots - used + sh_free_count);
+    if (needed <= 0) return;  // uniform: every invocation sees the same shared values
+
+    if (tid == 0u) sh_count = 0u;
+    barrier();
+    uint mine = 0u;
+    for (uint s = tid; s < used; s += WG) mine += eligible(base + s) ? 1u : 0u;
+    atomicAdd(sh_count, mine);
+    barrier();
+    const uint n_candidates = sh_count;
+    uint n_victims = min(uint(needed), n_candidates);
+
+    if (p.policy == POLICY_RANDOM) {
+        // Partial Fisher-Yates over the candidates in slot order; the draws are made (and the
+        // generator advances) even when the fallback below then replaces the choice.
+        compact_candidates(base, used);
+        memoryBarrierBuffer();
+        barrier();
+        if (tid == 0u) {
+            for (uint i = 0u; i < n_victims; ++i) {
+                const uint j = i + mod64(next_random(), n_candidates - i);
+                const uint a = meta[L.candidates + i];
+                meta[L.candidates + i] = meta[L.candidates + j];
+                meta[L.candidates + j] = a;
+            }
+            if (n_victims == uint(needed)) {
+                for (uint i = 0u; i < n_victims; ++i) evict(base, h, i, meta[L.candidates + i]);
+            }
+        }
+        memoryBarrierBuffer();
+        barrier();
+    } else if (n_victims == uint(needed)) {
+        for (uint i = 0u; i < n_victims; ++i) {
+            const uint slot = argmin_slot(base, used, false);
+            if (tid == 0u) evict(base, h, i, slot);
+            memoryBarrierBuffer();
+            barrier();
+        }
+    }
+    if (n_victims < uint(needed)) {
+        // Everything evictable is protected by the windows: the oldest unpinned tokens go.
+        n_victims = 0u;
+        for (uint i = 0u; i < uint(needed); ++i) {
+            const uint slot = argmin_slot(base, used, true);
+            if (slot == NONE) break;
+            if (tid == 0u) evict(base, h, i, slot);
+            memoryBarrierBuffer();
+            barrier();
+            ++n_victims;
+        }
+    }
+
+    if (p.rolling != 0u && n_victims > 0u) {
+        // Each kept token moves back one rank per evicted token that preceded it in the stream.
+        for (uint s = tid; s < used; s += WG) {
+            const uint at = base + s;
+            const uvec2 st = stream_at(at);
+            if (stream_is_free(st)) continue;
+            int shift = 0;
+            for (uint i = 0u; i < n_victims; ++i) {
+                const uint v = L.victims + 2u * (h * p.max_batch + i);
+                if (stream_lt(uvec2(meta[v], meta[v + 1u]), st)) ++shift;
+            }
+            if (shift == 0) continue;
+            meta[L.position + at] = uint(int(meta[L.position + at]) - shift);
+            const uint key = p.keys_off + (h * p.n_slots + s) * p.head_dim;
+            for (uint i = 0u; i < p.pairs; ++i) {
+                const vec2 r = rotate_pair(vec2(keys[key + 2u * i], keys[key + 2u * i + 1u]),
+                                           rotary_cos_sin(-shift, turn_fractions[p.table_off + i]));
+                keys[key + 2u * i] = r.x;
+                keys[key + 2u * i + 1u] = r.y;
+            }
+        }
+    }
+}
+
+void claim_and_store(uint cell, uint h) {
+    const uint tid = gl_LocalInvocationIndex;
+    const uint base = cell * p.n_slots;
+    if (tid == 0u) {
+        for (uint t = 0u; t < p.n; ++t) {
+            uint slot;
+            if (sh_free_count > 0u) {
+                sh_free_count -= 1u;
+                slot = meta[L.free_list + base + sh_free_count];
+            } else {
+                slot = sh_used;
+                sh_used += 1u;
+            }
+            meta[L.batch_slot + h * p.max_batch + t] = slot;
+            const uint at = base + slot;
+            set_stream(at, stream_add(p.first_index, t));
+            meta[L.position + at] = uint(positions[p.pos_off + t]);
+            meta[L.pinned + at] = p.pinned;
+            for (uint k = 0u; k < 5u; ++k) meta[L.stats + 5u * at + k] = 0u;  // 0.0f
+        }
+        meta[L.used + cell] = sh_used;
+        meta[L.free_count + cell] = sh_free_count;
+    }
+    memoryBarrierBuffer();
+    barrier();
+    for (uint e = tid; e < p.n * p.head_dim; e += WG) {
+        const uint t = e / p.head_dim, d = e % p.head_dim;
+        const uint slot = meta[L.batch_slot + h * p.max_batch + t];
+        const uint dst = (h * p.n_slots + slot) * p.head_dim + d;
+        keys[p.keys_off + dst] = k_in[p.k_off + t * p.k_stride + h * p.head_dim + d];
+        values[p.values_off + dst] = v_in[p.v_off + t * p.v_stride + h * p.head_dim + d];
+    }
+}
+
+void main() {
+    L = kv_layout(p.meta_off, p.n_cells, p.n_slots, p.n_kv, p.max_batch);
+    for (uint h = gl_WorkGroupID.x; h < p.n_kv; h += gl_NumWorkGroups.x) {
+        const uint cell = p.layer * p.n_kv + h;
+        if (gl_LocalInvocationIndex == 0u) {
+            sh_used = meta[L.used + cell];
+            sh_free_count = meta[L.free_count + cell];
+        }
+        barrier();
+        make_room(cell, h);
+        barrier();
+        claim_and_store(cell, h);
+        memoryBarrierBuffer();
+        barrier();
+    }
+}

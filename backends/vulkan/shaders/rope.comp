@@ -1,0 +1,50 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+// Rotates the leading rope_dims of every head of q and k in place, adjacent pairs (x[2i], x[2i+1])
+// by positions[t] * base^(-2i/rope_dims) (the GGUF Llama convention). One invocation per
+// (token, head of q then k, pair).
+
+#define WG 64
+layout(local_size_x = WG) in;
+
+layout(binding = 0) buffer Q { float q[]; };
+layout(binding = 1) buffer K { float k[]; };
+layout(binding = 2) readonly buffer Positions { int positions[]; };
+layout(binding = 3) readonly buffer Table { uvec2 turn_fractions[]; };  // per pair, see rotary.glsl
+
+layout(push_constant) uniform Params {
+    uint q_off;
+    uint k_off;
+    uint pos_off;
+    uint table_off;  // in uvec2 units
+    uint n_head;
+    uint n_head_kv;
+    uint head_dim;
+    uint pairs;      // rope_dims / 2
+    uint n;
+    uint q_stride;   // floats per token row
+    uint k_stride;
+} p;
+
+#include "rotary.glsl"
+
+void main() {
+    const uint i = linear_invocation(WG);
+    const uint heads = p.n_head + p.n_head_kv;
+    if (i >= p.n * heads * p.pairs) return;
+    const uint pair = i % p.pairs, head = (i / p.pairs) % heads, t = i / (p.pairs * heads);
+    const vec2 cs = rotary_cos_sin(positions[p.pos_off + t], turn_fractions[p.table_off + pair]);
+    if (head < p.n_head) {
+        const uint at = p.q_off + t * p.q_stride + head * p.head_dim + 2u * pair;
+        const vec2 r = rotate_pair(vec2(q[at], q[at + 1u]), cs);
+        q[at] = r.x;
+        q[at + 1u] = r.y;
+    } else {
+        const uint at = p.k_off + t * p.k_stride + (head - p.n_head) * p.head_dim + 2u * pair;
+        const vec2 r = rotate_pair(vec2(k[at], k[at + 1u]), cs);
+        k[at] = r.x;
+        k[at + 1u] = r.y;
+    }
+}

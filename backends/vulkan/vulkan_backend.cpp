@@ -1,0 +1,1156 @@
+// The Vulkan backend (vulkan_backend.h).
+//
+// Memory. Tensors are sub-allocated from a few large device-local blocks (one VkBuffer and one
+// VkDeviceMemory each); Tensor::buffer is the block number + 1 and Tensor::offset the byte offset
+// in it. One host-visible buffer serves as the staging area of uploads and downloads: uploads
+// issued while a command buffer is being recorded take consecutive pieces of it (the copy runs in
+// order with the recorded kernels), and it is reused once the command buffer has completed.
+//
+// Execution. Every operation is recorded into one command buffer. Each tensor a kernel uses is a
+// storage buffer binding covering the whole tensor (from an offset the device accepts; the rest
+// of the offset is a push constant), so a descriptor set depends only on which tensors a kernel
+// touches: sets are created the first time and cached, and none are written while decoding. A
+// pipeline barrier is recorded only when an operation touches memory that an operation since the
+// last barrier wrote (or writes memory one read). The command buffer is submitted when the host
+// needs a result (download, synchronize): once per decoded token.
+//
+// Weights are repacked at upload so every row starts on a 4-byte boundary (weights.glsl).
+#include "vulkan/vulkan_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "log.h"
+#include "vulkan/vk_context.h"
+
+namespace h2o {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the weight repacking and stream index copies assume little-endian");
+static_assert(sizeof(SlotStats) == 5 * sizeof(float), "download_kv_statistics copies 5 floats per slot");
+
+constexpr VkDeviceSize kHostBufferBytes = VkDeviceSize{4} << 20;   // staging for uploads and downloads
+constexpr VkDeviceSize kMinBlockBytes = VkDeviceSize{4} << 20;     // first device block
+constexpr VkDeviceSize kMaxPoolBlockBytes = VkDeviceSize{256} << 20;
+constexpr int kMatvecMaxTokens = 8;           // fewer tokens: matvec.comp; more: the tiled matmul.comp
+constexpr uint32_t kMatvecMaxRows = 65535;    // workgroup count limit of one dimension
+constexpr uint32_t kMatmulTileRows = 64, kMatmulTileTokens = 32;
+constexpr uint32_t kElementwiseGroup = 128;   // WG of get_rows / elementwise
+constexpr uint32_t kRopeGroup = 64;
+constexpr uint32_t kStatsGroup = 64;
+constexpr uint32_t kRopeTablePairs = 512;     // rope_dims up to 1024
+constexpr int kMaxHeadDim = 256;              // MAX_HEAD_DIM in attention.comp
+constexpr VkDeviceSize kAttentionScratchBudget = VkDeviceSize{32} << 20;
+constexpr uint32_t kSetsPerPool = 64;
+
+VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
+
+// Words of one repacked weight row (weights.glsl).
+uint32_t weight_row_words(TensorType type, int64_t cols) {
+    const auto c = static_cast<uint32_t>(cols);
+    switch (type) {
+        case TensorType::F16: return (c + 1) / 2;
+        case TensorType::Q8_0: return (c / 32) * 8 + (c / 32 + 1) / 2;
+        case TensorType::Q4_0: return (c / 32) * 4 + (c / 32 + 1) / 2;
+        default: return c;  // F32
+    }
+}
+
+// One weight row from the file's layout into the repacked one (dst: weight_row_words words, zeroed).
+void repack_row(TensorType type, const uint8_t *src, int64_t cols, uint8_t *dst) {
+    const int64_t nb = cols / 32;
+    switch (type) {
+        case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(cols) * 4); break;
+        case TensorType::F16: std::memcpy(dst, src, static_cast<size_t>(cols) * 2); break;
+        case TensorType::Q8_0:
+        case TensorType::Q4_0: {
+            const size_t block = type == TensorType::Q8_0 ? 34 : 18, quants = block - 2;
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *blk = src + b * block;
+                std::memcpy(dst + b * quants, blk + 2, quants);
+                std::memcpy(dst + nb * quants + 2 * b, blk, 2);  // fp16 scale
+            }
+            break;
+        }
+        default: break;
+    }
+}
+
+const char *type_suffix(TensorType type) {
+    switch (type) {
+        case TensorType::F16: return "f16";
+        case TensorType::Q8_0: return "q8_0";
+        case TensorType::Q4_0: return "q4_0";
+        default: return "f32";
+    }
+}
+
+// Offsets (in words) of the KV bookkeeping regions; mirrors kv_layout.glsl.
+struct KvLayout {
+    uint32_t stream = 0, position = 0, pinned = 0, stats = 0, free_list = 0, used = 0, free_count = 0, rng = 0,
+             batch_slot = 0, victims = 0, candidates = 0, total = 0;
+    KvLayout() = default;
+    KvLayout(uint32_t n_cells, uint32_t n_slots, uint32_t n_kv, uint32_t max_batch) {
+        const uint32_t slots = n_cells * n_slots;
+        stream = 0;
+        position = stream + 2 * slots;
+        pinned = position + slots;
+        stats = pinned + slots;
+        free_list = stats + 5 * slots;
+        used = free_list + slots;
+        free_count = used + n_cells;
+        rng = free_count + n_cells;
+        batch_slot = rng + 2;
+        victims = batch_slot + n_kv * max_batch;
+        candidates = victims + 2 * n_kv * max_batch;
+        total = candidates + n_slots;
+    }
+};
+
+// ---- push constants (mirror the shaders' Params blocks) -----------------------------------------
+
+struct GetRowsPush {
+    uint32_t table_off, ids_off, out_off, cols, n, row_first, row_count;
+};
+struct RmsNormPush {
+    uint32_t in_off, weight_off, out_off, cols;
+    float eps;
+};
+struct MatmulPush {
+    uint32_t w_off, x_off, y_off, cols, rows, y_stride, row_first, n;
+};
+struct RopePush {
+    uint32_t q_off, k_off, pos_off, table_off, n_head, n_head_kv, head_dim, pairs, n, q_stride, k_stride;
+};
+struct ElementwisePush {
+    uint32_t a_off, b_off, count;
+};
+struct KvClaimPush {
+    uint32_t first_index[2], recent_from[2];
+    uint32_t k_off, v_off, pos_off, k_stride, v_stride;
+    uint32_t keys_off, values_off, table_off;
+    uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
+    uint32_t layer, head_dim, n, pinned, policy, sinks, rolling, pairs;
+};
+struct AttentionPush {
+    uint32_t first_index[2];
+    uint32_t q_off, q_stride, out_off, out_stride;
+    uint32_t keys_off, values_off, meta_off, scratch_off;
+    uint32_t n_cells, n_slots, n_kv, max_batch;
+    uint32_t layer, head_dim, group, chunk_capacity;
+    float scale;
+};
+struct StatsPush {
+    uint32_t first_index[2];
+    uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
+    uint32_t layer, scratch_off, chunk_capacity;
+    uint32_t chunk_tokens, t0, n, group;
+    float decay;
+};
+static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes,
+              "push constants are limited to 128 bytes");
+
+void split64(int64_t v, uint32_t out[2]) {
+    const auto u = static_cast<uint64_t>(v);
+    out[0] = static_cast<uint32_t>(u);
+    out[1] = static_cast<uint32_t>(u >> 32);
+}
+
+uint64_t handle_bits(VkBuffer b) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &b, sizeof b);
+    return bits;
+}
+
+// Per rotary pair i, base^(-2i/dims) in turns as a 64-bit fixed-point fraction (rotary.glsl).
+// The frequency is computed exactly as the CPU reference computes it, in double precision.
+std::vector<uint64_t> rope_turn_fractions(int rope_dims, float base) {
+    std::vector<uint64_t> table(static_cast<size_t>(rope_dims / 2));
+    const long double two_pi = 6.283185307179586476925286766559L;
+    for (size_t i = 0; i < table.size(); ++i) {
+        const double freq = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / rope_dims);
+        long double turns = static_cast<long double>(freq) / two_pi;
+        turns -= std::floor(turns);
+        const long double scaled = std::ldexp(turns, 64);
+        table[i] = scaled >= 18446744073709551615.0L ? 0 : static_cast<uint64_t>(scaled + 0.5L);
+    }
+    return table;
+}
+
+class VulkanBackend final : public Backend {
+public:
+    VulkanBackend(std::unique_ptr<vk::Context> ctx, int max_batch) : ctx_(std::move(ctx)), vk_(ctx_->vk()), max_batch_(max_batch) {}
+    ~VulkanBackend() override;
+
+    Status init();
+
+    const char *name() const override { return "vulkan"; }
+
+    Status alloc(TensorType type, int64_t cols, int64_t rows, Tensor *out) override;
+    Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) override;
+    void upload(const Tensor &dst, const void *src, size_t bytes) override;
+    void download(const Tensor &src, void *dst, size_t bytes) override;
+    void synchronize() override { flush(); }
+    size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes); }
+
+    void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
+    void rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
+    void matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override;
+    void rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override;
+    void swiglu(const Tensor &gate, const Tensor &up, int n) override;
+    void add(const Tensor &acc, const Tensor &x, int n) override;
+
+    Status create_kv(const KvConfig &config) override;
+    void clear_kv() override;
+    size_t kv_bytes() const override { return static_cast<size_t>(kv_bytes_); }
+    void download_kv_stream_indices(int64_t *out) override;
+    void download_kv_statistics(SlotStats *out) override;
+    void attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                   const AttentionBatch &batch, const ModelShape &shape) override;
+
+    VulkanCounters counters() const;
+
+private:
+    struct Block {
+        VkBuffer buffer = VK_NULL_HANDLE;
+        VkDeviceMemory memory = VK_NULL_HANDLE;
+        VkDeviceSize size = 0, used = 0;
+        bool pooled = false;  // shared by many tensors (else: one large tensor)
+    };
+    // A range of a buffer an operation reads or writes.
+    struct Access {
+        VkBuffer buffer = VK_NULL_HANDLE;
+        VkDeviceSize offset = 0, bytes = 0;
+        bool write = false;
+    };
+    // A storage buffer binding: the range `access` of a buffer, starting at an offset the device
+    // accepts; the kernel finds the data `word` words in.
+    struct Bound {
+        Access access;  // [binding start, binding end): what the kernel may touch
+        uint32_t word = 0;
+    };
+
+    // ---- memory
+    Status allocate(VkDeviceSize bytes, Tensor *out);
+    Status create_buffer(VkDeviceSize bytes, bool host_visible, VkBuffer *buffer, VkDeviceMemory *memory);
+    const Block &block(const Tensor &t) const { return blocks_[t.buffer - 1]; }
+    // Bytes of a tensor in device memory (weights as repacked; F32/I32 as row_bytes says).
+    static VkDeviceSize extent(const Tensor &t) {
+        return VkDeviceSize{4} * weight_row_words(t.type, t.cols) * static_cast<VkDeviceSize>(t.rows);
+    }
+    // Rows of a weight tensor that fit one storage buffer binding.
+    int64_t rows_per_binding(const Tensor &w, VkDeviceSize row_bytes) const;
+
+    // ---- recording
+    bool begin();
+    void flush();
+    void fail(const std::string &what);
+    // Records the barrier `accesses` need against what was recorded since the last one.
+    void track(const Access *accesses, size_t count, VkPipelineStageFlags stage);
+    // Bindings cover whole tensors (so descriptor sets do not depend on the batch size, and the
+    // validation layer sees the ranges the hazard tracking assumes), or a window of weight rows.
+    Bound bind(const Tensor &t, bool write) { return bind_range(block(t).buffer, t.offset, extent(t), write); }
+    Bound bind_rows(const Tensor &w, int64_t first, int64_t count) {
+        const VkDeviceSize row = extent(w) / static_cast<VkDeviceSize>(w.rows);
+        return bind_range(block(w).buffer, w.offset + row * first, row * count, false);
+    }
+    Bound bind_range(VkBuffer buffer, VkDeviceSize offset, VkDeviceSize bytes, bool write);
+    VkDescriptorSet descriptor_set(const Bound *bound, size_t count);
+    void dispatch(const std::string &kernel, std::initializer_list<Bound> bound, const void *push, size_t push_bytes,
+                  uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
+    // A 1-D problem of `count` invocations as a grid of at most 65535 x N workgroups.
+    void grid_1d(uint64_t count, uint32_t group, uint32_t *gx, uint32_t *gy) const;
+    std::string reduction_kernel(const std::string &name) const { return ctx_->subgroups() ? name : name + "_shared"; }
+    // A piece of the host buffer for this command buffer (flushing first if it is full).
+    bool reserve_host(VkDeviceSize bytes, VkDeviceSize *offset);
+    void record_upload(VkBuffer dst, VkDeviceSize dst_offset, const void *src, VkDeviceSize bytes);
+    void record_fill(VkBuffer dst, VkDeviceSize offset, VkDeviceSize bytes, uint32_t value);
+    void download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes);
+    void ensure_rope_table(int slot, int rope_dims, float base);
+
+    std::unique_ptr<vk::Context> ctx_;
+    const vk::DeviceFunctions &vk_;
+    int max_batch_;
+    bool failed_ = false;
+
+    std::vector<Block> blocks_;
+    VkDeviceSize device_bytes_ = 0;   // VkDeviceMemory of the blocks
+    VkDeviceSize tensor_bytes_ = 0;   // sub-allocated from them
+    VkDeviceSize alignment_ = 256;
+    VkDeviceSize binding_limit_ = 0;  // bytes one storage buffer binding may cover
+    uint32_t device_memory_type_ = 0;
+    uint32_t device_heap_ = 0;
+
+    VkBuffer host_buffer_ = VK_NULL_HANDLE;
+    VkDeviceMemory host_memory_ = VK_NULL_HANDLE;
+    uint8_t *host_ptr_ = nullptr;
+    bool host_coherent_ = true;
+    VkDeviceSize host_used_ = 0;
+
+    VkCommandPool command_pool_ = VK_NULL_HANDLE;
+    VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+    VkFence fence_ = VK_NULL_HANDLE;
+    bool recording_ = false;
+
+    std::vector<VkDescriptorPool> descriptor_pools_;
+    uint32_t sets_in_last_pool_ = kSetsPerPool;
+    // Key: (buffer, offset, range) of every binding.
+    using DescriptorKey = std::array<uint64_t, 3 * vk::kBindings>;
+    std::map<DescriptorKey, VkDescriptorSet> descriptor_sets_;
+
+    // Accesses recorded since the last barrier.
+    std::vector<Access> pending_;
+    VkPipelineStageFlags pending_stages_ = 0;
+    VkAccessFlags pending_writes_ = 0;
+
+    uint64_t bytes_to_device_ = 0, bytes_to_host_ = 0, submissions_ = 0, dispatches_ = 0, barriers_ = 0;
+
+    // Rotary tables: slot 0 for rope(), slot 1 for re-rotating rolled keys.
+    Tensor rope_table_;
+    int rope_dims_[2] = {-1, -1};
+    float rope_base_[2] = {0, 0};
+
+    // KV cache.
+    bool has_kv_ = false;
+    KvConfig kv_;
+    KvLayout layout_;
+    std::vector<Tensor> keys_, values_;  // per layer: [n_kv][n_slots][head_dim]
+    Tensor meta_, scratch_;
+    uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
+    VkDeviceSize kv_bytes_ = 0;
+};
+
+// ---- set-up -------------------------------------------------------------------------------------
+
+Status VulkanBackend::init() {
+    const VkPhysicalDeviceLimits &limits = ctx_->limits();
+    alignment_ = std::max<VkDeviceSize>({256, limits.minStorageBufferOffsetAlignment, limits.nonCoherentAtomSize});
+    binding_limit_ = limits.maxStorageBufferRange;
+    // Test hook: a smaller binding limit, so small tensors exercise the paths that split weights
+    // larger than one binding.
+    if (const char *limit = std::getenv("H2O_VULKAN_BINDING_LIMIT"); limit && *limit) {
+        binding_limit_ = std::clamp<VkDeviceSize>(std::strtoull(limit, nullptr, 10), 4096, binding_limit_);
+    }
+
+    // Memory types: device-local for tensors; host-visible and coherent (cached if possible) for
+    // staging. The buffer requirements say which types a storage buffer may use.
+    auto probe = vk::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+    probe.size = 4096;
+    probe.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    VkBuffer probe_buffer = VK_NULL_HANDLE;
+    VkResult r = vk_.vkCreateBuffer(ctx_->device(), &probe, nullptr, &probe_buffer);
+    if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkCreateBuffer: ") + vk::result_name(r));
+    VkMemoryRequirements req;
+    vk_.vkGetBufferMemoryRequirements(ctx_->device(), probe_buffer, &req);
+    vk_.vkDestroyBuffer(ctx_->device(), probe_buffer, nullptr);
+    const VkPhysicalDeviceMemoryProperties &mem = ctx_->memory_properties();
+    int device_type = -1;
+    for (uint32_t i = 0; i < mem.memoryTypeCount && device_type < 0; ++i) {
+        if ((req.memoryTypeBits & (1u << i)) && (mem.memoryTypes[i].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) {
+            device_type = static_cast<int>(i);
+        }
+    }
+    for (uint32_t i = 0; i < mem.memoryTypeCount && device_type < 0; ++i) {
+        if (req.memoryTypeBits & (1u << i)) device_type = static_cast<int>(i);
+    }
+    if (device_type < 0) return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "Vulkan: no memory type can hold storage buffers");
+    device_memory_type_ = static_cast<uint32_t>(device_type);
+    device_heap_ = mem.memoryTypes[device_memory_type_].heapIndex;
+
+    H2O_TRY(create_buffer(kHostBufferBytes, true, &host_buffer_, &host_memory_));
+    void *mapped = nullptr;
+    r = vk_.vkMapMemory(ctx_->device(), host_memory_, 0, VK_WHOLE_SIZE, 0, &mapped);
+    if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkMapMemory: ") + vk::result_name(r));
+    host_ptr_ = static_cast<uint8_t *>(mapped);
+
+    auto pool_info = vk::make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
+    pool_info.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+    pool_info.queueFamilyIndex = ctx_->queue_family();
+    r = vk_.vkCreateCommandPool(ctx_->device(), &pool_info, nullptr, &command_pool_);
+    if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkCreateCommandPool: ") + vk::result_name(r));
+    auto cmd_info = vk::make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+    cmd_info.commandPool = command_pool_;
+    cmd_info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cmd_info.commandBufferCount = 1;
+    r = vk_.vkAllocateCommandBuffers(ctx_->device(), &cmd_info, &cmd_);
+    if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkAllocateCommandBuffers: ") + vk::result_name(r));
+    auto fence_info = vk::make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+    r = vk_.vkCreateFence(ctx_->device(), &fence_info, nullptr, &fence_);
+    if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkCreateFence: ") + vk::result_name(r));
+
+    return allocate(2 * kRopeTablePairs * sizeof(uint64_t), &rope_table_);
+}
+
+VulkanBackend::~VulkanBackend() {
+    VkDevice device = ctx_->device();
+    if (recording_) {
+        vk_.vkEndCommandBuffer(cmd_);
+        recording_ = false;
+    }
+    vk_.vkDeviceWaitIdle(device);
+    for (VkDescriptorPool pool : descriptor_pools_) vk_.vkDestroyDescriptorPool(device, pool, nullptr);
+    if (fence_) vk_.vkDestroyFence(device, fence_, nullptr);
+    if (command_pool_) vk_.vkDestroyCommandPool(device, command_pool_, nullptr);
+    if (host_ptr_) vk_.vkUnmapMemory(device, host_memory_);
+    if (host_buffer_) vk_.vkDestroyBuffer(device, host_buffer_, nullptr);
+    if (host_memory_) vk_.vkFreeMemory(device, host_memory_, nullptr);
+    for (Block &b : blocks_) {
+        vk_.vkDestroyBuffer(device, b.buffer, nullptr);
+        vk_.vkFreeMemory(device, b.memory, nullptr);
+    }
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+
+Status VulkanBackend::create_buffer(VkDeviceSize bytes, bool host_visible, VkBuffer *buffer, VkDeviceMemory *memory) {
+    VkDevice device = ctx_->device();
+    const std::string device_name = ctx_->properties().deviceName;
+    auto info = vk::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+    info.size = bytes;
+    info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VkResult r = vk_.vkCreateBuffer(device, &info, nullptr, buffer);
+    if (r != VK_SUCCESS) {
+        *buffer = VK_NULL_HANDLE;
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot create a buffer of " +
+                                                     std::to_string(bytes) + " bytes (" + vk::result_name(r) + ")");
+    }
+    VkMemoryRequirements req;
+    vk_.vkGetBufferMemoryRequirements(device, *buffer, &req);
+    const VkPhysicalDeviceMemoryProperties &mem = ctx_->memory_properties();
+    uint32_t type = device_memory_type_;
+    if (host_visible) {
+        // Coherent host memory, cached when available (downloads read it).
+        int best = -1, best_score = -1;
+        for (uint32_t i = 0; i < mem.memoryTypeCount; ++i) {
+            const VkMemoryPropertyFlags f = mem.memoryTypes[i].propertyFlags;
+            if (!(req.memoryTypeBits & (1u << i)) || !(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) continue;
+            const int score = ((f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) ? 2 : 0) + ((f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 1 : 0);
+            if (score > best_score) {
+                best = static_cast<int>(i);
+                best_score = score;
+            }
+        }
+        if (best < 0) {
+            vk_.vkDestroyBuffer(device, *buffer, nullptr);
+            *buffer = VK_NULL_HANDLE;
+            return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "Vulkan device '" + device_name + "' has no host-visible memory");
+        }
+        type = static_cast<uint32_t>(best);
+        host_coherent_ = (mem.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
+    } else {
+        // Stay within the heap: some drivers accept allocations past it and fail later.
+        const VkDeviceSize heap = mem.memoryHeaps[device_heap_].size;
+        if (device_bytes_ + req.size > heap) {
+            vk_.vkDestroyBuffer(device, *buffer, nullptr);
+            *buffer = VK_NULL_HANDLE;
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': not enough device memory for " +
+                                                         std::to_string(req.size >> 20) + " MiB more (" +
+                                                         std::to_string(device_bytes_ >> 20) + " MiB allocated, heap of " +
+                                                         std::to_string(heap >> 20) + " MiB)");
+        }
+    }
+    auto alloc = vk::make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
+    alloc.allocationSize = req.size;
+    alloc.memoryTypeIndex = type;
+    r = vk_.vkAllocateMemory(device, &alloc, nullptr, memory);
+    if (r == VK_SUCCESS) r = vk_.vkBindBufferMemory(device, *buffer, *memory, 0);
+    if (r != VK_SUCCESS) {
+        if (*memory) vk_.vkFreeMemory(device, *memory, nullptr);
+        vk_.vkDestroyBuffer(device, *buffer, nullptr);
+        *buffer = VK_NULL_HANDLE;
+        *memory = VK_NULL_HANDLE;
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot allocate " +
+                                                     std::to_string(req.size >> 20) + " MiB of " +
+                                                     (host_visible ? "host-visible" : "device") + " memory (" +
+                                                     vk::result_name(r) + "; " + std::to_string(device_bytes_ >> 20) +
+                                                     " MiB already allocated)");
+    }
+    if (!host_visible) device_bytes_ += req.size;
+    return Status::Ok();
+}
+
+Status VulkanBackend::allocate(VkDeviceSize bytes, Tensor *out) {
+    bytes = round_up(std::max<VkDeviceSize>(bytes, 4), 4);
+    const VkDeviceSize range = binding_limit_;
+    if (!blocks_.empty() && blocks_.back().pooled) {
+        Block &b = blocks_.back();
+        const VkDeviceSize at = round_up(b.used, alignment_);
+        if (at + bytes <= b.size) {
+            b.used = at + bytes;
+            tensor_bytes_ += bytes;
+            *out = Tensor{blocks_.size(), static_cast<size_t>(at), TensorType::F32, static_cast<int64_t>(bytes / 4), 1};
+            return Status::Ok();
+        }
+    }
+    if (bytes > ctx_->max_allocation()) {
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + std::string(ctx_->properties().deviceName) + "': a tensor of " +
+                                                     std::to_string(bytes >> 20) + " MiB exceeds the largest allocation (" +
+                                                     std::to_string(ctx_->max_allocation() >> 20) + " MiB)");
+    }
+    // Pooled blocks grow with what is allocated so far (small models stay small) and stay
+    // within one storage buffer binding, so kernels bind them whole; a tensor larger than the
+    // next pooled block gets a block of its own.
+    const VkDeviceSize pool_limit = std::min({kMaxPoolBlockBytes, static_cast<VkDeviceSize>(range), ctx_->max_allocation()});
+    const VkDeviceSize pooled_size = std::min(pool_limit, std::max(kMinBlockBytes, device_bytes_));
+    Block b;
+    b.pooled = bytes <= pooled_size / 2;
+    b.size = b.pooled ? pooled_size : bytes;
+    H2O_TRY(create_buffer(b.size, false, &b.buffer, &b.memory));
+    b.used = bytes;
+    blocks_.push_back(b);
+    tensor_bytes_ += bytes;
+    *out = Tensor{blocks_.size(), 0, TensorType::F32, static_cast<int64_t>(bytes / 4), 1};
+    return Status::Ok();
+}
+
+int64_t VulkanBackend::rows_per_binding(const Tensor &w, VkDeviceSize row_bytes) const {
+    // A binding starts up to one offset alignment before the first row.
+    const VkDeviceSize range = binding_limit_;
+    const VkDeviceSize slack = std::max<VkDeviceSize>(4, ctx_->limits().minStorageBufferOffsetAlignment);
+    const VkDeviceSize usable = range > slack ? range - slack : 0;
+    return std::min<int64_t>(w.rows, static_cast<int64_t>(usable / row_bytes));
+}
+
+Status VulkanBackend::alloc(TensorType type, int64_t cols, int64_t rows, Tensor *out) {
+    // Activations are F32 or I32; other types are meant for adopt_weight, which repacks them.
+    const Tensor shape{0, 0, type, cols, rows};
+    const VkDeviceSize bytes = extent(shape);
+    H2O_TRY(allocate(bytes, out));
+    out->type = type;
+    out->cols = cols;
+    out->rows = rows;
+    // Zeroed, as the CPU backend's tensors are.
+    record_fill(block(*out).buffer, out->offset, bytes, 0);
+    return Status::Ok();
+}
+
+Status VulkanBackend::adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) {
+    if (type != TensorType::F32 && type != TensorType::F16 && type != TensorType::Q8_0 && type != TensorType::Q4_0) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("the Vulkan backend does not support ") + type_name(type) + " weights");
+    }
+    if ((type == TensorType::Q8_0 || type == TensorType::Q4_0) && cols % 32 != 0) {
+        return make_error(H2O_ERR_UNSUPPORTED, "quantized weight rows must be a multiple of 32 long");
+    }
+    const VkDeviceSize row_words = weight_row_words(type, cols), row_out = 4 * row_words;
+    H2O_TRY(allocate(row_out * static_cast<VkDeviceSize>(rows), out));
+    out->type = type;
+    out->cols = cols;
+    out->rows = rows;
+    if (rows_per_binding(*out, row_out) < 1) {
+        return make_error(H2O_ERR_UNSUPPORTED, "a weight row is longer than the device's storage buffer range");
+    }
+    // Repacked straight into the staging buffer, as many rows per copy as fit.
+    const auto *src = static_cast<const uint8_t *>(host_data);
+    const size_t row_in = row_bytes(type, cols);
+    const int64_t rows_per_copy = std::max<int64_t>(1, static_cast<int64_t>(kHostBufferBytes / row_out));
+    if (row_out > kHostBufferBytes) return make_error(H2O_ERR_UNSUPPORTED, "a weight row is larger than the staging buffer");
+    for (int64_t r0 = 0; r0 < rows && !failed_; r0 += rows_per_copy) {
+        const int64_t count = std::min(rows_per_copy, rows - r0);
+        VkDeviceSize at = 0;
+        if (!reserve_host(row_out * count, &at)) break;
+        std::memset(host_ptr_ + at, 0, row_out * count);
+        for (int64_t r = 0; r < count; ++r) repack_row(type, src + (r0 + r) * row_in, cols, host_ptr_ + at + r * row_out);
+        const VkDeviceSize dst = out->offset + row_out * r0;
+        const Access accesses[] = {{block(*out).buffer, dst, row_out * count, true}};
+        track(accesses, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
+        const VkBufferCopy copy{at, dst, row_out * count};
+        vk_.vkCmdCopyBuffer(cmd_, host_buffer_, block(*out).buffer, 1, &copy);
+        bytes_to_device_ += row_out * count;
+    }
+    if (failed_) return make_error(H2O_ERR_INTERNAL, "Vulkan: uploading a weight failed");
+    return Status::Ok();
+}
+
+// ---- recording ----------------------------------------------------------------------------------
+
+void VulkanBackend::fail(const std::string &what) {
+    if (!failed_) log(H2O_LOG_ERROR, "vulkan backend: " + what + "; further operations are skipped");
+    failed_ = true;
+}
+
+bool VulkanBackend::begin() {
+    if (failed_) return false;
+    if (recording_) return true;
+    auto info = vk::make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+    info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    const VkResult r = vk_.vkBeginCommandBuffer(cmd_, &info);
+    if (r != VK_SUCCESS) {
+        fail(std::string("vkBeginCommandBuffer: ") + vk::result_name(r));
+        return false;
+    }
+    recording_ = true;
+    return true;
+}
+
+void VulkanBackend::flush() {
+    if (!recording_) return;
+    recording_ = false;
+    pending_.clear();
+    pending_stages_ = 0;
+    pending_writes_ = 0;
+    host_used_ = 0;
+    VkResult r = vk_.vkEndCommandBuffer(cmd_);
+    if (r == VK_SUCCESS) {
+        auto submit = vk::make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+        submit.commandBufferCount = 1;
+        submit.pCommandBuffers = &cmd_;
+        r = vk_.vkQueueSubmit(ctx_->queue(), 1, &submit, fence_);
+        ++submissions_;
+    }
+    if (r == VK_SUCCESS) r = vk_.vkWaitForFences(ctx_->device(), 1, &fence_, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS) r = vk_.vkResetFences(ctx_->device(), 1, &fence_);
+    if (r == VK_SUCCESS) r = vk_.vkResetCommandPool(ctx_->device(), command_pool_, 0);
+    if (r != VK_SUCCESS) fail(std::string("submitting work failed: ") + vk::result_name(r));
+}
+
+void VulkanBackend::track(const Access *accesses, size_t count, VkPipelineStageFlags stage) {
+    auto overlaps = [](const Access &a, const Access &b) {
+        return a.buffer == b.buffer && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+    };
+    bool hazard = false;
+    for (size_t i = 0; i < count && !hazard; ++i) {
+        for (const Access &p : pending_) {
+            // Read after write, write after write, write after read.
+            if ((p.write || accesses[i].write) && overlaps(accesses[i], p)) {
+                hazard = true;
+                break;
+            }
+        }
+    }
+    const bool compute = stage == VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    if (hazard) {
+        // The barrier orders everything recorded so far before every later kernel and copy (not
+        // just the one at hand), so what it covered can be forgotten.
+        auto barrier = vk::make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+        barrier.srcAccessMask = pending_writes_;
+        barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                                VK_ACCESS_TRANSFER_WRITE_BIT;
+        vk_.vkCmdPipelineBarrier(cmd_, pending_stages_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                                 &barrier, 0, nullptr, 0, nullptr);
+        ++barriers_;
+        pending_.clear();
+        pending_stages_ = 0;
+        pending_writes_ = 0;
+    }
+    for (size_t i = 0; i < count; ++i) {
+        pending_.push_back(accesses[i]);
+        if (accesses[i].write) pending_writes_ |= compute ? VK_ACCESS_SHADER_WRITE_BIT : VK_ACCESS_TRANSFER_WRITE_BIT;
+    }
+    pending_stages_ |= stage;
+}
+
+VulkanBackend::Bound VulkanBackend::bind_range(VkBuffer buffer, VkDeviceSize offset, VkDeviceSize bytes, bool write) {
+    // Binding offsets must be multiples of minStorageBufferOffsetAlignment: start at the aligned
+    // offset below and pass the rest to the kernel as a word offset.
+    const VkDeviceSize align = std::max<VkDeviceSize>(4, ctx_->limits().minStorageBufferOffsetAlignment);
+    const VkDeviceSize base = offset / align * align;
+    Bound b;
+    b.access = Access{buffer, base, std::max<VkDeviceSize>(offset + bytes - base, 4), write};
+    b.word = static_cast<uint32_t>((offset - base) / 4);
+    if (b.access.bytes > binding_limit_ || (offset - base) % 4 != 0) {
+        fail("a tensor of " + std::to_string(bytes) + " bytes does not fit one storage buffer binding");
+    }
+    return b;
+}
+
+VkDescriptorSet VulkanBackend::descriptor_set(const Bound *bound, size_t count) {
+    // Unused bindings repeat the first buffer: every binding of the set must be valid.
+    DescriptorKey key;
+    for (uint32_t i = 0; i < vk::kBindings; ++i) {
+        const Bound &b = bound[i < count ? i : 0];
+        key[3 * i] = handle_bits(b.access.buffer);
+        key[3 * i + 1] = b.access.offset;
+        key[3 * i + 2] = b.access.bytes;
+    }
+    if (auto it = descriptor_sets_.find(key); it != descriptor_sets_.end()) return it->second;
+
+    VkDevice device = ctx_->device();
+    if (sets_in_last_pool_ == kSetsPerPool) {
+        const VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * vk::kBindings};
+        auto info = vk::make<VkDescriptorPoolCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO);
+        info.maxSets = kSetsPerPool;
+        info.poolSizeCount = 1;
+        info.pPoolSizes = &size;
+        VkDescriptorPool pool = VK_NULL_HANDLE;
+        const VkResult r = vk_.vkCreateDescriptorPool(device, &info, nullptr, &pool);
+        if (r != VK_SUCCESS) {
+            fail(std::string("vkCreateDescriptorPool: ") + vk::result_name(r));
+            return VK_NULL_HANDLE;
+        }
+        descriptor_pools_.push_back(pool);
+        sets_in_last_pool_ = 0;
+    }
+    const VkDescriptorSetLayout layout = ctx_->set_layout();
+    auto alloc = vk::make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
+    alloc.descriptorPool = descriptor_pools_.back();
+    alloc.descriptorSetCount = 1;
+    alloc.pSetLayouts = &layout;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    const VkResult r = vk_.vkAllocateDescriptorSets(device, &alloc, &set);
+    if (r != VK_SUCCESS) {
+        fail(std::string("vkAllocateDescriptorSets: ") + vk::result_name(r));
+        return VK_NULL_HANDLE;
+    }
+    ++sets_in_last_pool_;
+    VkDescriptorBufferInfo infos[vk::kBindings];
+    VkWriteDescriptorSet writes[vk::kBindings];
+    for (uint32_t i = 0; i < vk::kBindings; ++i) {
+        const Bound &b = bound[i < count ? i : 0];
+        infos[i] = VkDescriptorBufferInfo{b.access.buffer, b.access.offset, b.access.bytes};
+        writes[i] = vk::make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
+        writes[i].dstSet = set;
+        writes[i].dstBinding = i;
+        writes[i].descriptorCount = 1;
+        writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        writes[i].pBufferInfo = &infos[i];
+    }
+    vk_.vkUpdateDescriptorSets(device, vk::kBindings, writes, 0, nullptr);
+    descriptor_sets_.emplace(key, set);
+    return set;
+}
+
+void VulkanBackend::dispatch(const std::string &kernel, std::initializer_list<Bound> bound, const void *push, size_t push_bytes,
+                             uint32_t gx, uint32_t gy, uint32_t gz) {
+    if (failed_ || gx == 0 || gy == 0 || gz == 0) return;
+    const VkPipeline pipeline = ctx_->pipeline(kernel);
+    if (!pipeline) {
+        fail("the kernel " + kernel + " is unavailable");
+        return;
+    }
+    const VkDescriptorSet set = descriptor_set(bound.begin(), bound.size());
+    if (!set || !begin()) return;
+    std::array<Access, vk::kBindings> accesses;
+    size_t count = 0;
+    for (const Bound &b : bound) accesses[count++] = b.access;
+    track(accesses.data(), count, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT);
+    vk_.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
+    vk_.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_->pipeline_layout(), 0, 1, &set, 0, nullptr);
+    vk_.vkCmdPushConstants(cmd_, ctx_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(push_bytes), push);
+    vk_.vkCmdDispatch(cmd_, gx, gy, gz);
+    ++dispatches_;
+}
+
+void VulkanBackend::grid_1d(uint64_t count, uint32_t group, uint32_t *gx, uint32_t *gy) const {
+    const uint64_t groups = (count + group - 1) / group;
+    const uint64_t x = std::min<uint64_t>(groups, 65535);
+    *gx = static_cast<uint32_t>(x);
+    *gy = static_cast<uint32_t>(x == 0 ? 0 : (groups + x - 1) / x);
+}
+
+bool VulkanBackend::reserve_host(VkDeviceSize bytes, VkDeviceSize *offset) {
+    if (bytes > kHostBufferBytes) {
+        fail("a transfer larger than the staging buffer");
+        return false;
+    }
+    VkDeviceSize at = round_up(host_used_, 16);
+    if (at + bytes > kHostBufferBytes) {
+        flush();  // the pieces handed out so far are in use until this command buffer completes
+        at = 0;
+    }
+    if (!begin()) return false;
+    host_used_ = at + bytes;
+    *offset = at;
+    return true;
+}
+
+void VulkanBackend::record_upload(VkBuffer dst, VkDeviceSize dst_offset, const void *src, VkDeviceSize bytes) {
+    for (VkDeviceSize done = 0; done < bytes && !failed_;) {
+        const VkDeviceSize piece = std::min(bytes - done, kHostBufferBytes);
+        VkDeviceSize at = 0;
+        if (!reserve_host(piece, &at)) return;
+        std::memcpy(host_ptr_ + at, static_cast<const uint8_t *>(src) + done, piece);
+        const Access a{dst, dst_offset + done, piece, true};
+        track(&a, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
+        const VkBufferCopy copy{at, dst_offset + done, piece};
+        vk_.vkCmdCopyBuffer(cmd_, host_buffer_, dst, 1, &copy);
+        bytes_to_device_ += piece;
+        done += piece;
+    }
+}
+
+void VulkanBackend::record_fill(VkBuffer dst, VkDeviceSize offset, VkDeviceSize bytes, uint32_t value) {
+    if (bytes == 0 || !begin()) return;
+    const Access a{dst, offset, bytes, true};
+    track(&a, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
+    vk_.vkCmdFillBuffer(cmd_, dst, offset, bytes, value);
+}
+
+void VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes) {
+    for (VkDeviceSize done = 0; done < bytes;) {
+        const VkDeviceSize piece = std::min(bytes - done, kHostBufferBytes);
+        VkDeviceSize at = 0;
+        if (failed_ || !reserve_host(piece, &at)) {
+            std::memset(static_cast<uint8_t *>(dst) + done, 0, bytes - done);
+            return;
+        }
+        const Access a{src, offset + done, piece, false};
+        track(&a, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
+        const VkBufferCopy copy{offset + done, at, piece};
+        vk_.vkCmdCopyBuffer(cmd_, src, host_buffer_, 1, &copy);
+        // Make the copy visible to host reads once the fence has signalled.
+        auto barrier = vk::make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+        barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+        vk_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0,
+                                 nullptr);
+        flush();
+        if (failed_) {
+            std::memset(static_cast<uint8_t *>(dst) + done, 0, bytes - done);
+            return;
+        }
+        if (!host_coherent_) {
+            auto range = vk::make<VkMappedMemoryRange>(VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE);
+            range.memory = host_memory_;
+            range.offset = 0;
+            range.size = VK_WHOLE_SIZE;
+            vk_.vkInvalidateMappedMemoryRanges(ctx_->device(), 1, &range);
+        }
+        std::memcpy(static_cast<uint8_t *>(dst) + done, host_ptr_ + at, piece);
+        bytes_to_host_ += piece;
+        done += piece;
+    }
+}
+
+void VulkanBackend::upload(const Tensor &dst, const void *src, size_t bytes) {
+    if (failed_ || bytes == 0) return;
+    record_upload(block(dst).buffer, dst.offset, src, bytes);
+}
+
+void VulkanBackend::download(const Tensor &src, void *dst, size_t bytes) {
+    if (bytes == 0) return;
+    download_range(block(src).buffer, src.offset, dst, bytes);
+}
+
+// ---- operations ---------------------------------------------------------------------------------
+
+void VulkanBackend::get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) {
+    if (failed_ || n <= 0) return;
+    const VkDeviceSize row_out = 4 * static_cast<VkDeviceSize>(weight_row_words(table.type, table.cols));
+    const int64_t window = rows_per_binding(table, row_out);
+    // A table larger than one binding is looked up window by window; each id is in one of them.
+    for (int64_t r0 = 0; r0 < table.rows; r0 += window) {
+        const int64_t count = std::min(window, table.rows - r0);
+        const Bound t = bind_rows(table, r0, count);
+        const Bound i = bind(ids, false);
+        const Bound o = bind(out, true);
+        const GetRowsPush push{t.word, i.word, o.word, static_cast<uint32_t>(table.cols), static_cast<uint32_t>(n),
+                               static_cast<uint32_t>(r0), static_cast<uint32_t>(count)};
+        uint32_t gx, gy;
+        grid_1d(static_cast<uint64_t>(n) * table.cols, kElementwiseGroup, &gx, &gy);
+        dispatch(std::string("get_rows_") + type_suffix(table.type), {t, i, o}, &push, sizeof push, gx, gy);
+    }
+}
+
+void VulkanBackend::rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) {
+    if (failed_ || n <= 0) return;
+    const Bound i = bind(in, false);
+    const Bound w = bind(weight, false);
+    const Bound o = bind(out, true);
+    const RmsNormPush push{i.word, w.word, o.word, static_cast<uint32_t>(in.cols), eps};
+    dispatch(reduction_kernel("rms_norm"), {i, w, o}, &push, sizeof push, static_cast<uint32_t>(n));
+}
+
+void VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) {
+    if (failed_ || n <= 0) return;
+    const VkDeviceSize row_out = 4 * static_cast<VkDeviceSize>(weight_row_words(weight.type, weight.cols));
+    const bool few_tokens = n < kMatvecMaxTokens;
+    int64_t window = rows_per_binding(weight, row_out);
+    if (few_tokens) window = std::min<int64_t>(window, kMatvecMaxRows);  // one workgroup per row
+    const Bound x = bind(in, false);
+    const Bound y = bind(out, true);
+    for (int64_t r0 = 0; r0 < weight.rows; r0 += window) {
+        const int64_t count = std::min(window, weight.rows - r0);
+        const Bound w = bind_rows(weight, r0, count);
+        const MatmulPush push{w.word, x.word, y.word, static_cast<uint32_t>(weight.cols), static_cast<uint32_t>(count),
+                              static_cast<uint32_t>(out.cols), static_cast<uint32_t>(r0), static_cast<uint32_t>(n)};
+        const std::string type = type_suffix(weight.type);
+        if (few_tokens) {
+            dispatch(reduction_kernel("matvec_" + type), {w, x, y}, &push, sizeof push, static_cast<uint32_t>(count),
+                     static_cast<uint32_t>(n));
+        } else {
+            dispatch("matmul_" + type, {w, x, y}, &push, sizeof push,
+                     static_cast<uint32_t>((count + kMatmulTileRows - 1) / kMatmulTileRows),
+                     static_cast<uint32_t>((n + kMatmulTileTokens - 1) / kMatmulTileTokens));
+        }
+    }
+}
+
+void VulkanBackend::ensure_rope_table(int slot, int rope_dims, float base) {
+    if (rope_dims_[slot] == rope_dims && rope_base_[slot] == base) return;
+    const std::vector<uint64_t> table = rope_turn_fractions(rope_dims, base);
+    record_upload(block(rope_table_).buffer, rope_table_.offset + slot * kRopeTablePairs * sizeof(uint64_t), table.data(),
+                  table.size() * sizeof(uint64_t));
+    rope_dims_[slot] = rope_dims;
+    rope_base_[slot] = base;
+}
+
+void VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) {
+    const int pairs = shape.rope_dims / 2;
+    if (failed_ || n <= 0 || pairs <= 0) return;
+    if (pairs > static_cast<int>(kRopeTablePairs)) {
+        fail("rope_dims " + std::to_string(shape.rope_dims) + " is larger than supported (" + std::to_string(2 * kRopeTablePairs) + ")");
+        return;
+    }
+    ensure_rope_table(0, shape.rope_dims, shape.rope_freq_base);
+    const Bound bq = bind(q, true);
+    const Bound bk = bind(k, true);
+    const Bound bp = bind(positions, false);
+    const Bound bt = bind(rope_table_, false);
+    const RopePush push{bq.word, bk.word, bp.word, bt.word / 2, static_cast<uint32_t>(shape.n_head),
+                        static_cast<uint32_t>(shape.n_head_kv), static_cast<uint32_t>(shape.head_dim), static_cast<uint32_t>(pairs),
+                        static_cast<uint32_t>(n), static_cast<uint32_t>(q.cols), static_cast<uint32_t>(k.cols)};
+    uint32_t gx, gy;
+    grid_1d(static_cast<uint64_t>(n) * (shape.n_head + shape.n_head_kv) * pairs, kRopeGroup, &gx, &gy);
+    dispatch("rope", {bq, bk, bp, bt}, &push, sizeof push, gx, gy);
+}
+
+void VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) {
+    if (failed_ || n <= 0) return;
+    const uint64_t count = static_cast<uint64_t>(gate.cols) * n;
+    const Bound a = bind(gate, true);
+    const Bound b = bind(up, false);
+    const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count)};
+    uint32_t gx, gy;
+    grid_1d(count, kElementwiseGroup, &gx, &gy);
+    dispatch("swiglu", {a, b}, &push, sizeof push, gx, gy);
+}
+
+void VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) {
+    if (failed_ || n <= 0) return;
+    const uint64_t count = static_cast<uint64_t>(acc.cols) * n;
+    const Bound a = bind(acc, true);
+    const Bound b = bind(x, false);
+    const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count)};
+    uint32_t gx, gy;
+    grid_1d(count, kElementwiseGroup, &gx, &gy);
+    dispatch("add", {a, b}, &push, sizeof push, gx, gy);
+}
+
+// ---- KV cache -----------------------------------------------------------------------------------
+
+Status VulkanBackend::create_kv(const KvConfig &config) {
+    if (config.type != TensorType::F32) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("KV cache type ") + type_name(config.type) + " is not supported by the Vulkan backend");
+    }
+    if (has_kv_) return make_error(H2O_ERR_INVALID_ARGUMENT, "the KV cache was already created");
+    if (config.n_slots <= 0 || config.n_layer <= 0 || config.n_head_kv <= 0 || config.head_dim <= 0) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "empty KV cache configuration");
+    }
+    if (config.head_dim > kMaxHeadDim) {
+        return make_error(H2O_ERR_UNSUPPORTED, "head_dim " + std::to_string(config.head_dim) + " is larger than the Vulkan backend supports (" +
+                                                   std::to_string(kMaxHeadDim) + ")");
+    }
+    if (config.rolling && config.rope_dims / 2 > static_cast<int>(kRopeTablePairs)) {
+        return make_error(H2O_ERR_UNSUPPORTED, "rope_dims " + std::to_string(config.rope_dims) + " is too large");
+    }
+    const VkDeviceSize range = binding_limit_;
+    const auto n_cells = static_cast<uint32_t>(config.n_layer * config.n_head_kv);
+    const auto n_slots = static_cast<uint32_t>(config.n_slots), n_kv = static_cast<uint32_t>(config.n_head_kv);
+    const VkDeviceSize layer_bytes = VkDeviceSize{4} * n_kv * n_slots * config.head_dim;
+    const KvLayout layout(n_cells, n_slots, n_kv, static_cast<uint32_t>(max_batch_));
+    const VkDeviceSize meta_bytes = VkDeviceSize{4} * layout.total;
+    // Attention weights of a chunk of queries (weights and group weights per slot) and the
+    // visible-slot counts: as many tokens as the budget allows.
+    const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * n_slots + n_kv);
+    const auto capacity = static_cast<uint32_t>(std::clamp<VkDeviceSize>(kAttentionScratchBudget / per_token, 1, max_batch_));
+    const VkDeviceSize scratch_bytes = per_token * capacity;
+    for (VkDeviceSize bytes : {layer_bytes, meta_bytes, scratch_bytes}) {
+        if (bytes + alignment_ > range) {
+            return make_error(H2O_ERR_UNSUPPORTED, "the KV cache needs a " + std::to_string(bytes >> 20) +
+                                                       " MiB region, more than the device's storage buffer range (" +
+                                                       std::to_string(range >> 20) + " MiB); use fewer slots");
+        }
+    }
+    keys_.resize(config.n_layer);
+    values_.resize(config.n_layer);
+    for (int l = 0; l < config.n_layer; ++l) {
+        H2O_TRY(allocate(layer_bytes, &keys_[l]));
+        H2O_TRY(allocate(layer_bytes, &values_[l]));
+    }
+    H2O_TRY(allocate(meta_bytes, &meta_));
+    H2O_TRY(allocate(scratch_bytes, &scratch_));
+    kv_ = config;
+    layout_ = layout;
+    chunk_capacity_ = capacity;
+    kv_bytes_ = 2 * layer_bytes * config.n_layer + meta_bytes;
+    has_kv_ = true;
+    if (config.rolling && config.rope_dims >= 2) ensure_rope_table(1, config.rope_dims, config.rope_freq_base);
+    clear_kv();
+    return failed_ ? make_error(H2O_ERR_INTERNAL, "Vulkan: initialising the KV cache failed") : Status::Ok();
+}
+
+void VulkanBackend::clear_kv() {
+    if (!has_kv_ || failed_) return;
+    const VkBuffer meta = block(meta_).buffer;
+    const uint32_t slots = layout_.position - layout_.stream;  // 2 words per slot
+    record_fill(meta, meta_.offset, VkDeviceSize{4} * slots, 0xFFFFFFFFu);  // every slot free (-1)
+    record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.position, VkDeviceSize{4} * (layout_.rng - layout_.position), 0);
+    const uint64_t rng = kv_.policy.seed ^ 0x9E3779B97F4A7C15ull;  // KvCache::clear
+    record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.rng, &rng, sizeof rng);
+}
+
+void VulkanBackend::download_kv_stream_indices(int64_t *out) {
+    if (!has_kv_) return;
+    const VkDeviceSize slots = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
+    download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stream, out, slots * sizeof(int64_t));
+}
+
+void VulkanBackend::download_kv_statistics(SlotStats *out) {
+    if (!has_kv_) return;
+    const VkDeviceSize slots = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
+    download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stats, out, slots * sizeof(SlotStats));
+}
+
+void VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                              const AttentionBatch &batch, const ModelShape &shape) {
+    const int n = batch.n_tokens;
+    if (failed_ || n <= 0) return;
+    if (!has_kv_ || n > max_batch_ || shape.head_dim != kv_.head_dim || shape.n_head_kv != kv_.n_head_kv ||
+        shape.n_head % shape.n_head_kv != 0) {
+        fail("attention called without a matching KV cache or with more than max_batch tokens");
+        return;
+    }
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
+    const auto hd = static_cast<uint32_t>(kv_.head_dim);
+    const auto n_cells = static_cast<uint32_t>(kv_.n_layer) * n_kv;
+    const uint32_t group = static_cast<uint32_t>(shape.n_head) / n_kv;
+    const KvPolicyConfig &policy = kv_.policy;
+
+    const Bound bkeys = bind(keys_[layer], true);
+    const Bound bvalues = bind(values_[layer], true);
+    const Bound bmeta = bind(meta_, true);
+
+    // 1. Make room, take slots, store the batch's keys and values.
+    {
+        const Bound bk = bind(k, false);
+        const Bound bv = bind(v, false);
+        const Bound bp = bind(batch.positions, false);
+        const Bound bt = bind(rope_table_, false);
+        KvClaimPush push{};
+        split64(batch.first_index, push.first_index);
+        // The recent window counts the incoming tokens (KvCache::make_room).
+        const int64_t recent_from = std::max<int64_t>(0, batch.first_index - std::max(0, policy.recent - n));
+        split64(recent_from, push.recent_from);
+        push.k_off = bk.word;
+        push.v_off = bv.word;
+        push.pos_off = bp.word;
+        push.k_stride = static_cast<uint32_t>(k.cols);
+        push.v_stride = static_cast<uint32_t>(v.cols);
+        push.keys_off = bkeys.word;
+        push.values_off = bvalues.word;
+        push.table_off = bt.word / 2 + kRopeTablePairs;  // slot 1, in uvec2 units
+        push.meta_off = bmeta.word;
+        push.n_cells = n_cells;
+        push.n_slots = n_slots;
+        push.n_kv = n_kv;
+        push.max_batch = static_cast<uint32_t>(max_batch_);
+        push.layer = static_cast<uint32_t>(layer);
+        push.head_dim = hd;
+        push.n = static_cast<uint32_t>(n);
+        push.pinned = batch.pinned ? 1 : 0;
+        push.policy = static_cast<uint32_t>(policy.policy);
+        push.sinks = static_cast<uint32_t>(std::max(0, policy.sinks));
+        push.rolling = kv_.rolling ? 1 : 0;
+        push.pairs = static_cast<uint32_t>(kv_.rope_dims / 2);
+        // The random policy draws from one generator in (layer, kv head) order: one workgroup.
+        const uint32_t groups = policy.policy == KvPolicy::Random ? 1 : n_kv;
+        dispatch("kv_claim", {bk, bv, bp, bkeys, bvalues, bmeta, bt}, &push, sizeof push, groups);
+    }
+
+    // 2. Attention and statistics, a chunk of queries at a time (the scratch holds one chunk).
+    const Bound bq = bind(q, false);
+    const Bound bo = bind(out, true);
+    const Bound bscratch = bind(scratch_, true);
+    for (uint32_t t0 = 0; t0 < static_cast<uint32_t>(n); t0 += chunk_capacity_) {
+        const uint32_t chunk = std::min<uint32_t>(chunk_capacity_, static_cast<uint32_t>(n) - t0);
+        AttentionPush push{};
+        split64(batch.first_index + t0, push.first_index);
+        push.q_off = bq.word + t0 * static_cast<uint32_t>(q.cols);
+        push.q_stride = static_cast<uint32_t>(q.cols);
+        push.out_off = bo.word + t0 * static_cast<uint32_t>(out.cols);
+        push.out_stride = static_cast<uint32_t>(out.cols);
+        push.keys_off = bkeys.word;
+        push.values_off = bvalues.word;
+        push.meta_off = bmeta.word;
+        push.scratch_off = bscratch.word;
+        push.n_cells = n_cells;
+        push.n_slots = n_slots;
+        push.n_kv = n_kv;
+        push.max_batch = static_cast<uint32_t>(max_batch_);
+        push.layer = static_cast<uint32_t>(layer);
+        push.head_dim = hd;
+        push.group = group;
+        push.chunk_capacity = chunk_capacity_;
+        push.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        Bound read_keys = bkeys, read_values = bvalues, read_meta = bmeta;
+        read_keys.access.write = read_values.access.write = read_meta.access.write = false;
+        dispatch(reduction_kernel("attention"), {bq, bo, read_keys, read_values, read_meta, bscratch}, &push, sizeof push, n_kv, chunk);
+
+        // Policies that never read the statistics (full, window, sinks, random) skip them, as
+        // the CPU backend does; claimed slots still start from zero.
+        if (!kv_policy_uses_statistics(policy.policy)) continue;
+        StatsPush stats{};
+        split64(batch.first_index + t0, stats.first_index);
+        stats.meta_off = bmeta.word;
+        stats.n_cells = n_cells;
+        stats.n_slots = n_slots;
+        stats.n_kv = n_kv;
+        stats.max_batch = static_cast<uint32_t>(max_batch_);
+        stats.layer = static_cast<uint32_t>(layer);
+        stats.scratch_off = bscratch.word;
+        stats.chunk_capacity = chunk_capacity_;
+        stats.chunk_tokens = chunk;
+        stats.t0 = t0;
+        stats.n = static_cast<uint32_t>(n);
+        stats.group = group;
+        stats.decay = policy.persistence_decay;
+        Bound read_scratch = bscratch;
+        read_scratch.access.write = false;
+        dispatch("attention_stats", {bmeta, read_scratch}, &stats, sizeof stats, (n_slots + kStatsGroup - 1) / kStatsGroup, n_kv);
+    }
+}
+
+VulkanCounters VulkanBackend::counters() const {
+    VulkanCounters c;
+    c.device_name = ctx_->properties().deviceName;
+    c.subgroups = ctx_->subgroups();
+    c.validation = ctx_->validation();
+    c.bytes_to_device = bytes_to_device_;
+    c.bytes_to_host = bytes_to_host_;
+    c.submissions = submissions_;
+    c.dispatches = dispatches_;
+    c.barriers = barriers_;
+    c.device_memory_bytes = device_bytes_;
+    c.host_memory_bytes = kHostBufferBytes;
+    c.validation_messages = ctx_->validation_messages();
+    return c;
+}
+
+}  // namespace
+
+Status make_vulkan_backend(int device_index, int max_batch, std::unique_ptr<Backend> *out) {
+    if (max_batch <= 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "max_batch must be positive");
+    std::unique_ptr<vk::Context> ctx;
+    H2O_TRY(vk::Context::create(device_index, &ctx));
+    auto backend = std::make_unique<VulkanBackend>(std::move(ctx), max_batch);
+    H2O_TRY(backend->init());
+    *out = std::move(backend);
+    return Status::Ok();
+}
+
+bool vulkan_counters(const Backend &backend, VulkanCounters *out) {
+    const auto *vulkan = dynamic_cast<const VulkanBackend *>(&backend);
+    if (!vulkan) return false;
+    *out = vulkan->counters();
+    return true;
+}
+
+}  // namespace h2o

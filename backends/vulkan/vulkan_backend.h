@@ -1,0 +1,64 @@
+// The Vulkan compute backend: weights, activations, the KV cache and its eviction statistics live
+// in device memory; every operation of an evaluation is recorded into one command buffer and
+// submitted once, when the host needs a result (download/synchronize).
+//
+// Environment:
+//   H2O_VULKAN_VALIDATION=1  enable VK_LAYER_KHRONOS_validation (core and synchronization checks)
+//                            with a debug messenger; warnings and errors are logged and counted
+//                            (VulkanCounters::validation_messages). Read when a backend is made.
+//   H2O_VULKAN_SUBGROUPS=0   use the shared-memory reductions even where subgroup arithmetic is
+//                            supported (for testing both paths).
+//   H2O_VULKAN_BINDING_LIMIT=<bytes>  pretend storage buffer bindings cover at most this much (for
+//                            testing how weights larger than one binding are split).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+
+namespace h2o {
+
+enum class VulkanDeviceType { Other, Discrete, Integrated, Virtual, Cpu };
+
+const char *vulkan_device_type_name(VulkanDeviceType type);
+
+struct VulkanDeviceInfo {
+    int index = 0;  // the device_index to pass to make_vulkan_backend
+    std::string name;
+    VulkanDeviceType type = VulkanDeviceType::Other;
+    uint64_t device_local_bytes = 0;  // size of the largest device-local memory heap
+    uint32_t api_version = 0;         // VK_MAKE_API_VERSION encoding
+};
+
+// The Vulkan devices present. Errors: H2O_ERR_BACKEND_UNAVAILABLE when there is no Vulkan loader
+// or the instance cannot be created (an empty list is not an error).
+Status list_vulkan_devices(std::vector<VulkanDeviceInfo> *out);
+
+// A backend on device `device_index` (as listed by list_vulkan_devices), or on the best device
+// when -1: discrete, then integrated, then virtual, then CPU. max_batch: the most tokens one
+// operation will see. Errors: H2O_ERR_BACKEND_UNAVAILABLE (no loader, no device, bad index, a
+// device without the needed features), H2O_ERR_OUT_OF_MEMORY.
+Status make_vulkan_backend(int device_index, int max_batch, std::unique_ptr<Backend> *out);
+
+// What a Vulkan backend has done so far, for measurements and tests.
+struct VulkanCounters {
+    std::string device_name;
+    bool subgroups = false;           // subgroup-arithmetic kernels in use
+    bool validation = false;          // the validation layer is active
+    uint64_t bytes_to_device = 0;     // host -> device copies (weights, uploads)
+    uint64_t bytes_to_host = 0;       // device -> host copies (downloads)
+    uint64_t submissions = 0;         // vkQueueSubmit calls
+    uint64_t dispatches = 0;
+    uint64_t barriers = 0;            // pipeline barriers recorded
+    uint64_t device_memory_bytes = 0; // VkDeviceMemory allocated for tensors, weights and the KV cache
+    uint64_t host_memory_bytes = 0;   // host-visible staging and upload memory
+    uint64_t validation_messages = 0; // validation warnings and errors (H2O_VULKAN_VALIDATION=1)
+};
+
+// The counters of a backend made by make_vulkan_backend; false for any other backend.
+bool vulkan_counters(const Backend &backend, VulkanCounters *out);
+
+}  // namespace h2o
