@@ -276,6 +276,7 @@ H2O_API h2o_session_params h2o_session_params_default(void) {
     p.position_rolling = 0;
     p.backend = H2O_BACKEND_AUTO;
     p.device_index = -1;
+    p.kv_type = H2O_KV_TYPE_F32;
     return p;
 }
 
@@ -296,12 +297,15 @@ H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params
         if (static_cast<uint32_t>(p.backend) > H2O_BACKEND_CUDA)
             return invalid("backend " + std::to_string(static_cast<int>(p.backend)) + " is not a known backend kind");
         if (p.device_index < -1) return invalid("device_index must be -1 (best) or a device index");
+        if (static_cast<uint32_t>(p.kv_type) >= h2o::kKvTypeCount)
+            return invalid("kv_type " + std::to_string(static_cast<int>(p.kv_type)) + " is not a known KV format");
 
         auto session = std::make_unique<h2o_session>();
         session->model = model;
         h2o::SessionSettings &s = session->settings;
         s.backend = p.backend;
         s.device_index = p.device_index;
+        s.kv_type = static_cast<h2o::KvType>(p.kv_type);
         s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : model->impl->n_ctx_train());
         s.kv_budget = (p.kv_budget == 0 || p.kv_budget > static_cast<uint32_t>(s.n_ctx)) ? s.n_ctx : static_cast<int>(p.kv_budget);
         s.rolling = p.position_rolling != 0;
@@ -356,6 +360,7 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         layout->recent = static_cast<uint32_t>(s.policy.recent);
         layout->sinks = static_cast<uint32_t>(s.policy.sinks);
         layout->position_rolling = s.rolling ? 1 : 0;
+        layout->type = static_cast<h2o_kv_type>(s.kv_type);
         return succeed(session);
     });
 }

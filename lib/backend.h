@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "kv_format.h"
 #include "kv_policy.h"
 #include "status.h"
 #include "tensor_types.h"
@@ -61,7 +62,7 @@ struct KvConfig {
     int n_head_kv = 0;
     int head_dim = 0;
     int n_slots = 0;
-    TensorType type = TensorType::F32;
+    KvType type = KvType::F32;  // element format of stored keys and values
     KvPolicyConfig policy;
     // Position rolling: rotary positions are ranks in the cache (0 = the oldest kept token), not
     // stream indices. Keys are stored rotated by their rank; when eviction removes a token, the

@@ -8,15 +8,21 @@
 namespace h2o {
 
 Status KvCache::init(const KvConfig &config) {
-    if (config.type != TensorType::F32) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("KV cache type ") + type_name(config.type) + " is not supported");
-    }
     config_ = config;
+    key_format_ = kv_key_format(config.type);
+    value_format_ = kv_value_format(config.type);
+    if ((key_format_ == KvRowFormat::Q4 || value_format_ == KvRowFormat::Q4) && config.head_dim % 2 != 0) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("the ") + kv_type_name(config.type) +
+                                                   " KV format needs an even head size, not " + std::to_string(config.head_dim));
+    }
+    key_row_bytes_ = kv_row_bytes(key_format_, config.head_dim);
+    value_row_bytes_ = kv_row_bytes(value_format_, config.head_dim);
     const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;
     const size_t slots = heads * config.n_slots;
     try {
-        keys_.assign(slots * config.head_dim, 0.0f);
-        values_.assign(slots * config.head_dim, 0.0f);
+        keys_.assign(slots * key_row_bytes_, 0);
+        values_.assign(slots * value_row_bytes_, 0);
+        rotate_scratch_.assign(config.head_dim, 0.0f);
         stream_index_.assign(slots, -1);
         position_.assign(slots, 0);
         pinned_.assign(slots, 0);
@@ -47,15 +53,14 @@ void KvCache::clear() {
 
 size_t KvCache::bytes() const {
     const size_t slots = stream_index_.size();
-    return (keys_.size() + values_.size()) * sizeof(float) +
+    return keys_.size() + values_.size() +
            slots * (sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + 5 * sizeof(float)) +
            free_list_.size() * sizeof(int32_t);
 }
 
 KvCache::HeadView KvCache::head(int layer, int kv_head) {
     const size_t base = slot_base(layer, kv_head);
-    const size_t hd = static_cast<size_t>(config_.head_dim);
-    return HeadView{keys_.data() + base * hd, values_.data() + base * hd, stream_index_.data() + base,
+    return HeadView{keys_.data() + base * key_row_bytes_, values_.data() + base * value_row_bytes_, stream_index_.data() + base,
                     position_.data() + base, pinned_.data() + base, accumulated_.data() + base,
                     squared_.data() + base, steps_.data() + base, last_.data() + base, persistence_.data() + base};
 }
@@ -73,15 +78,19 @@ uint64_t KvCache::next_random() {
     return random_state_ * 0x2545F4914F6CDD1Dull;
 }
 
-void KvCache::rotate_back(float *key, int shift) const {
-    const int n_heads_dims = config_.rope_dims / 2;
-    for (int i = 0; i < n_heads_dims; ++i) {
+void KvCache::rotate_back(uint8_t *stored_key, int shift) {
+    // Quantized keys are decoded, rotated and stored again (one more rounding per eviction).
+    float *key = rotate_scratch_.data();
+    kv_load_row(key_format_, stored_key, config_.head_dim, key);
+    const int n_pairs = config_.rope_dims / 2;
+    for (int i = 0; i < n_pairs; ++i) {
         const double theta = -static_cast<double>(shift) * inv_freq_[i];
         const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
         const float a = key[2 * i], b = key[2 * i + 1];
         key[2 * i] = a * c - b * s;
         key[2 * i + 1] = a * s + b * c;
     }
+    kv_store_row(key_format_, key, config_.head_dim, stored_key);
 }
 
 int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
@@ -144,7 +153,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
                                                                 v.stream_index[s]) - evicted_indices_.begin());
             if (shift == 0) continue;
             v.position[s] -= shift;
-            rotate_back(v.keys + static_cast<size_t>(s) * config_.head_dim, shift);
+            rotate_back(v.keys + static_cast<size_t>(s) * key_row_bytes_, shift);
         }
     }
     return n_victims;

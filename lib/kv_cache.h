@@ -21,11 +21,14 @@ public:
 
     const KvConfig &config() const { return config_; }
     size_t bytes() const;
+    size_t key_row_bytes() const { return key_row_bytes_; }
+    size_t value_row_bytes() const { return value_row_bytes_; }
 
-    // Views of one (layer, kv head): n_slots entries each (keys/values: n_slots × head_dim).
+    // Views of one (layer, kv head): n_slots entries each; keys and values are rows of
+    // key_row_bytes() and value_row_bytes() in the cache type's row formats (kv_format.h).
     struct HeadView {
-        float *keys;
-        float *values;
+        uint8_t *keys;
+        uint8_t *values;
         int64_t *stream_index;
         int32_t *position;
         uint8_t *pinned;
@@ -48,11 +51,13 @@ public:
 private:
     size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
     size_t slot_base(int layer, int kv_head) const { return head_index(layer, kv_head) * config_.n_slots; }
-    void rotate_back(float *key, int shift) const;
+    void rotate_back(uint8_t *key, int shift);
     uint64_t next_random();
 
     KvConfig config_;
-    std::vector<float> keys_, values_;
+    KvRowFormat key_format_ = KvRowFormat::F32, value_format_ = KvRowFormat::F32;
+    size_t key_row_bytes_ = 0, value_row_bytes_ = 0;
+    std::vector<uint8_t> keys_, values_;
     std::vector<int64_t> stream_index_;
     std::vector<int32_t> position_;
     std::vector<uint8_t> pinned_;
@@ -65,6 +70,7 @@ private:
     std::vector<int32_t> candidates_;
     std::vector<int64_t> evicted_indices_;
     std::vector<double> inv_freq_;  // rotary inverse frequencies, rope_dims / 2 entries
+    std::vector<float> rotate_scratch_;  // one key as floats (head_dim)
     uint64_t random_state_ = 0;
 };
 

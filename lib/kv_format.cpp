@@ -30,36 +30,69 @@ int nibble(const uint8_t *q, int i) { return (q[i / 2] >> (4 * (i & 1))) & 15; }
 
 }  // namespace
 
+const char *kv_row_format_name(KvRowFormat type) {
+    switch (type) {
+        case KvRowFormat::F32: return "f32";
+        case KvRowFormat::F16: return "f16";
+        case KvRowFormat::Q8: return "q8";
+        case KvRowFormat::Q4: return "q4";
+    }
+    return "unknown";
+}
+
 const char *kv_type_name(KvType type) {
     switch (type) {
         case KvType::F32: return "f32";
         case KvType::F16: return "f16";
         case KvType::Q8: return "q8";
         case KvType::Q4: return "q4";
+        case KvType::K8V4: return "k8v4";
     }
     return "unknown";
 }
 
-size_t kv_row_bytes(KvType type, int head_dim) {
+KvRowFormat kv_key_format(KvType type) {
+    switch (type) {
+        case KvType::F16: return KvRowFormat::F16;
+        case KvType::Q8:
+        case KvType::K8V4: return KvRowFormat::Q8;
+        case KvType::Q4: return KvRowFormat::Q4;
+        case KvType::F32: break;
+    }
+    return KvRowFormat::F32;
+}
+
+KvRowFormat kv_value_format(KvType type) {
+    switch (type) {
+        case KvType::F16: return KvRowFormat::F16;
+        case KvType::Q8: return KvRowFormat::Q8;
+        case KvType::Q4:
+        case KvType::K8V4: return KvRowFormat::Q4;
+        case KvType::F32: break;
+    }
+    return KvRowFormat::F32;
+}
+
+size_t kv_row_bytes(KvRowFormat type, int head_dim) {
     const size_t n = static_cast<size_t>(head_dim);
     switch (type) {
-        case KvType::F32: return 4 * n;
-        case KvType::F16: return 2 * n;
-        case KvType::Q8: return 4 + n;
-        case KvType::Q4: return 4 + n / 2;
+        case KvRowFormat::F32: return 4 * n;
+        case KvRowFormat::F16: return 2 * n;
+        case KvRowFormat::Q8: return 4 + n;
+        case KvRowFormat::Q4: return 4 + n / 2;
     }
     return 0;
 }
 
-void kv_store_row(KvType type, const float *src, int n, uint8_t *dst) {
+void kv_store_row(KvRowFormat type, const float *src, int n, uint8_t *dst) {
     switch (type) {
-        case KvType::F32:
+        case KvRowFormat::F32:
             std::memcpy(dst, src, sizeof(float) * n);
             return;
-        case KvType::F16:
+        case KvRowFormat::F16:
             for (int i = 0; i < n; ++i) write_f16(dst + 2 * i, src[i]);
             return;
-        case KvType::Q8: {
+        case KvRowFormat::Q8: {
             float amax = 0;
             for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(src[i]));
             const float scale = amax / 127.0f;
@@ -69,7 +102,7 @@ void kv_store_row(KvType type, const float *src, int n, uint8_t *dst) {
             for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::lround(src[i] * inv));
             return;
         }
-        case KvType::Q4: {
+        case KvRowFormat::Q4: {
             float lo = src[0], hi = src[0];
             for (int i = 1; i < n; ++i) {
                 lo = std::fmin(lo, src[i]);
@@ -93,21 +126,21 @@ void kv_store_row(KvType type, const float *src, int n, uint8_t *dst) {
     }
 }
 
-void kv_load_row(KvType type, const uint8_t *src, int n, float *dst) {
+void kv_load_row(KvRowFormat type, const uint8_t *src, int n, float *dst) {
     switch (type) {
-        case KvType::F32:
+        case KvRowFormat::F32:
             std::memcpy(dst, src, sizeof(float) * n);
             return;
-        case KvType::F16:
+        case KvRowFormat::F16:
             for (int i = 0; i < n; ++i) dst[i] = read_f16(src + 2 * i);
             return;
-        case KvType::Q8: {
+        case KvRowFormat::Q8: {
             const float scale = read_f32(src);
             const auto *q = reinterpret_cast<const int8_t *>(src + 4);
             for (int i = 0; i < n; ++i) dst[i] = scale * q[i];
             return;
         }
-        case KvType::Q4: {
+        case KvRowFormat::Q4: {
             const float scale = read_f16(src), min = read_f16(src + 2);
             for (int i = 0; i < n; ++i) dst[i] = min + scale * static_cast<float>(nibble(src + 4, i));
             return;
@@ -115,26 +148,26 @@ void kv_load_row(KvType type, const uint8_t *src, int n, float *dst) {
     }
 }
 
-float kv_dot_row(KvType type, const float *q, const uint8_t *row, int n) {
+float kv_dot_row(KvRowFormat type, const float *q, const uint8_t *row, int n) {
     switch (type) {
-        case KvType::F32: {
+        case KvRowFormat::F32: {
             float sum = 0;
             const float *k = reinterpret_cast<const float *>(row);  // rows of F32 are 4-byte aligned
             for (int i = 0; i < n; ++i) sum += q[i] * k[i];
             return sum;
         }
-        case KvType::F16: {
+        case KvRowFormat::F16: {
             float sum = 0;
             for (int i = 0; i < n; ++i) sum += q[i] * read_f16(row + 2 * i);
             return sum;
         }
-        case KvType::Q8: {
+        case KvRowFormat::Q8: {
             const auto *k = reinterpret_cast<const int8_t *>(row + 4);
             float sum = 0;
             for (int i = 0; i < n; ++i) sum += q[i] * static_cast<float>(k[i]);
             return read_f32(row) * sum;
         }
-        case KvType::Q4: {
+        case KvRowFormat::Q4: {
             // q · (min + scale * c) = min * Σq + scale * Σ q_i c_i
             float sum_q = 0, sum_qc = 0;
             for (int i = 0; i < n; ++i) {
@@ -147,23 +180,23 @@ float kv_dot_row(KvType type, const float *q, const uint8_t *row, int n) {
     return 0;
 }
 
-void kv_axpy_row(KvType type, float *out, float w, const uint8_t *row, int n) {
+void kv_axpy_row(KvRowFormat type, float *out, float w, const uint8_t *row, int n) {
     switch (type) {
-        case KvType::F32: {
+        case KvRowFormat::F32: {
             const float *v = reinterpret_cast<const float *>(row);
             for (int i = 0; i < n; ++i) out[i] += w * v[i];
             return;
         }
-        case KvType::F16:
+        case KvRowFormat::F16:
             for (int i = 0; i < n; ++i) out[i] += w * read_f16(row + 2 * i);
             return;
-        case KvType::Q8: {
+        case KvRowFormat::Q8: {
             const float ws = w * read_f32(row);
             const auto *v = reinterpret_cast<const int8_t *>(row + 4);
             for (int i = 0; i < n; ++i) out[i] += ws * static_cast<float>(v[i]);
             return;
         }
-        case KvType::Q4: {
+        case KvRowFormat::Q4: {
             const float ws = w * read_f16(row), wm = w * read_f16(row + 2);
             for (int i = 0; i < n; ++i) out[i] += wm + ws * static_cast<float>(nibble(row + 4, i));
             return;

@@ -47,6 +47,7 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     kv.n_head_kv = shape.n_head_kv;
     kv.head_dim = shape.head_dim;
     kv.n_slots = settings.kv_budget;
+    kv.type = settings.kv_type;
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
     kv.rope_dims = shape.rope_dims;

@@ -147,13 +147,14 @@ TEST_CASE("rolling: evicting a token rotates the keys after it back by one posit
             out[2 * i + 1] = static_cast<float>(key[2 * i] * std::sin(theta) + key[2 * i + 1] * std::cos(theta));
         }
     };
-    for (int s = 0; s < 4; ++s) rotated(s, c.view().keys + 4 * s);
+    auto key_of = [&](int s) { return reinterpret_cast<float *>(c.view().keys + 16 * s); };  // F32 rows
+    for (int s = 0; s < 4; ++s) rotated(s, key_of(s));
     CHECK(c.evict() == std::set<int64_t>{0});
     float expected[4];
     for (int s = 1; s < 4; ++s) {
         CHECK(c.view().position[s] == s - 1);
         rotated(s - 1, expected);
-        for (int d = 0; d < 4; ++d) CHECK(c.view().keys[4 * s + d] == doctest::Approx(expected[d]).epsilon(1e-5));
+        for (int d = 0; d < 4; ++d) CHECK(key_of(s)[d] == doctest::Approx(expected[d]).epsilon(1e-5));
     }
 }
 
@@ -376,4 +377,34 @@ TEST_CASE("session memory is fixed at creation") {
     CHECK(h2o_session_add_text(session, nullptr, 0) == H2O_ERR_INVALID_ARGUMENT);
     h2o_session_free(session);
     h2o_model_free(model);
+}
+
+TEST_CASE("every KV format works with every policy and with rolling, and its memory is exact") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    for (uint32_t t = 0; t < kKvTypeCount; ++t) {
+        for (uint32_t p = 1; p < kKvPolicyCount; ++p) {
+            const KvType type = static_cast<KvType>(t);
+            CAPTURE(kv_type_name(type));
+            CAPTURE(kv_policy_name(static_cast<KvPolicy>(p)));
+            SessionSettings s;
+            s.n_ctx = 2048;
+            s.kv_budget = 32;
+            s.kv_type = type;
+            s.policy = policy_of(static_cast<KvPolicy>(p), 8, 2);
+            s.rolling = (p % 2) == 1;
+            s.n_threads = 1;
+            s.n_batch = 16;
+            std::unique_ptr<Session> session;
+            REQUIRE(Session::create(*model, s, &session).ok());
+            REQUIRE(session->generate("Once upon a time", greedy(120), nullptr, nullptr).ok());
+            CHECK(session->n_past() > 100);
+            // 5 layers x 4 kv heads x 32 slots, keys and values of 8 dimensions in their formats,
+            // plus the per-slot bookkeeping (stream index, position, pin, 5 statistics, free list).
+            const size_t slots = 5 * 4 * 32;
+            const size_t rows = kv_row_bytes(kv_key_format(type), 8) + kv_row_bytes(kv_value_format(type), 8);
+            CHECK(session->memory().kv_bytes == slots * (rows + 8 + 4 + 1 + 5 * 4 + 4));
+        }
+    }
 }

@@ -1,7 +1,8 @@
 // h2o-bench: prompt-processing and decode speed of a model, median of repeated runs.
 //
 //   h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]
-//             [--kv-budget B] [--kv-policy NAME] [--rolling]
+//             [--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type f32|f16|q8|q4|k8v4]
+//             [--backend cpu|vulkan|auto]
 //
 // pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
 // `depth` tokens are already cached (the sampler is not involved, as in llama.cpp's llama-bench).
@@ -33,6 +34,8 @@ int main(int argc, char **argv) {
     int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0;
     bool rolling = false;
     h2o_kv_policy policy = H2O_KV_H2O;
+    h2o_kv_type kv_type = H2O_KV_TYPE_F32;
+    h2o_backend_kind backend = H2O_BACKEND_CPU;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--rolling") {
@@ -41,7 +44,7 @@ int main(int argc, char **argv) {
         }
         if (i + 1 >= argc) {
             std::fprintf(stderr, "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
-                                 "[--kv-budget B] [--kv-policy NAME] [--rolling]\n");
+                                 "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B]\n");
             return 2;
         }
         const char *v = argv[++i];
@@ -52,6 +55,18 @@ int main(int argc, char **argv) {
         else if (arg == "-t") threads = std::atoi(v);
         else if (arg == "--depth") depth = std::atoi(v);
         else if (arg == "--kv-budget") budget = std::atoi(v);
+        else if (arg == "--kv-type") {
+            if (!h2o_tools::parse_kv_type(v, &kv_type)) {
+                std::fprintf(stderr, "h2o-bench: unknown KV type '%s' (f32, f16, q8, q4, k8v4)\n", v);
+                return 2;
+            }
+        }
+        else if (arg == "--backend") {
+            if (!h2o_tools::parse_backend(v, &backend)) {
+                std::fprintf(stderr, "h2o-bench: unknown backend '%s'\n", v);
+                return 2;
+            }
+        }
         else if (arg == "--kv-policy") {
             if (!h2o_tools::parse_policy(v, &policy)) {
                 std::fprintf(stderr, "h2o-bench: unknown policy '%s'\n", v);
@@ -83,6 +98,8 @@ int main(int argc, char **argv) {
     sp.kv_budget = static_cast<uint32_t>(budget);
     sp.kv_policy = policy;
     sp.position_rolling = rolling ? 1 : 0;
+    sp.kv_type = kv_type;
+    sp.backend = backend;
     h2o_session *session = nullptr;
     st = h2o_session_create(model, &sp, &session);
     if (st != H2O_OK) die("cannot create session", st, h2o_last_error());
@@ -128,7 +145,11 @@ int main(int argc, char **argv) {
     h2o_memory_report mem;
     mem.struct_size = sizeof(mem);
     h2o_session_memory(session, &mem);
-    std::printf("threads: %d, repetitions: %d, KV: %s\n", threads, reps,
+    h2o_backend_info device;
+    device.struct_size = sizeof(device);
+    h2o_session_get_backend(session, &device);
+    std::printf("backend: %s\n", device.name);
+    std::printf("threads: %d, repetitions: %d, KV %s: %s\n", threads, reps, h2o_tools::kv_type_name(kv_type),
                 budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) +
                               (rolling ? ", rolling" : "")).c_str()
                            : "full cache");

@@ -35,6 +35,7 @@ void usage() {
                  "                         roco, random, mean_h2o (default sink_window)\n"
                  "  --kv-recent N          protected recent window in tokens (default: half the budget)\n"
                  "  --rolling              position rolling: run past the model's context length\n"
+                 "  --kv-type T            KV cache format: f32 (default), f16, q8, q4, k8v4\n"
                  "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
                  "  --backend NAME         auto, cpu, vulkan or cuda (default auto)\n"
                  "  --device N             device index of that backend (default: the best)\n"
@@ -112,6 +113,13 @@ int main(int argc, char **argv) {
             }
         }
         else if (arg == "--rolling") sp.position_rolling = 1;
+        else if (arg == "--kv-type") {
+            const std::string name = text();
+            if (!h2o_tools::parse_kv_type(name, &sp.kv_type)) {
+                std::fprintf(stderr, "h2o-cli: unknown KV type '%s' (f32, f16, q8, q4, k8v4)\n", name.c_str());
+                return 2;
+            }
+        }
         else if (arg == "--device") { value(&v); sp.device_index = static_cast<int32_t>(v); }
         else if (arg == "--backend") {
             const std::string name = text();

@@ -73,6 +73,26 @@ const char *policy_name(h2o_kv_policy policy) {
     return i >= 0 && i < kPolicyCount ? kPolicyNames[i] : "unknown";
 }
 
+namespace {
+const char *const kKvTypeNames[] = {"f32", "f16", "q8", "q4", "k8v4"};
+constexpr int kKvTypeCount = sizeof(kKvTypeNames) / sizeof(kKvTypeNames[0]);
+}  // namespace
+
+bool parse_kv_type(const std::string &name, h2o_kv_type *out) {
+    for (int i = 0; i < kKvTypeCount; ++i) {
+        if (name == kKvTypeNames[i]) {
+            *out = static_cast<h2o_kv_type>(i);
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *kv_type_name(h2o_kv_type type) {
+    const int i = static_cast<int>(type);
+    return i >= 0 && i < kKvTypeCount ? kKvTypeNames[i] : "unknown";
+}
+
 bool parse_backend(const std::string &name, h2o_backend_kind *out) {
     static const char *const kNames[] = {"auto", "cpu", "vulkan", "cuda"};
     for (int i = 0; i < 4; ++i) {

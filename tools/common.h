@@ -22,6 +22,10 @@ bool parse_policy(const std::string &name, h2o_kv_policy *out);
 // The name parse_policy accepts for a policy.
 const char *policy_name(h2o_kv_policy policy);
 
+// Parses a KV element format: f32, f16, q8, q4; false if unknown.
+bool parse_kv_type(const std::string &name, h2o_kv_type *out);
+const char *kv_type_name(h2o_kv_type type);
+
 // Parses a backend name: auto, cpu, vulkan, cuda; false if unknown.
 bool parse_backend(const std::string &name, h2o_backend_kind *out);
 

@@ -47,6 +47,7 @@ void usage() {
                  "  --recent-ratio R       recent window as a fraction of the budget (default: the\n"
                  "                         policy's, 0.875 for scissorhands, 0.5 for the others)\n"
                  "  --sinks N              attention sinks for sink_window and mean_h2o (default 4)\n"
+                 "  --kv-type T            KV cache format: f32 (default), f16, q8, q4, k8v4\n"
                  "  --stream TOKENS        stream mode: one stream of BOS + TOKENS tokens per configuration\n"
                  "  --segment N            stream mode: report perplexity per N tokens (default 1000)\n"
                  "  --rolling 0|1          position rolling (default: 0 in chunk mode, 1 in stream mode)\n"
@@ -73,6 +74,7 @@ struct Options {
     uint32_t recent = 0;        // 0: recent_ratio of the budget
     float recent_ratio = -1.0f;  // negative: the policy's default
     uint32_t sinks = 4;
+    h2o_kv_type kv_type = H2O_KV_TYPE_F32;
     uint32_t stream = 0;        // 0: chunk mode
     uint32_t segment = 1000;
     int rolling = -1;           // -1: the mode's default
@@ -139,6 +141,9 @@ Options parse_options(int argc, char **argv) {
             }
             o.recent_ratio = static_cast<float>(r);
             ratio_given = true;
+        } else if (arg == "--kv-type") {
+            const std::string name = value();
+            if (!h2o_tools::parse_kv_type(name, &o.kv_type)) usage_error("unknown --kv-type '" + name + "' (f32, f16, q8, q4, k8v4)");
         } else if (arg == "--sinks") {
             o.sinks = parse_count(arg, value(), 0, 1u << 22);
         } else if (arg == "--stream") {
@@ -227,6 +232,7 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     p.kv_recent = o.recent;
     p.kv_recent_ratio = o.recent_ratio;
     p.kv_sinks = o.sinks;
+    p.kv_type = o.kv_type;
     p.position_rolling = o.rolling;
     return p;
 }
@@ -500,7 +506,8 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
     std::string text = line;
     const std::string recent = o.recent ? std::to_string(o.recent) + " tokens"
                                : o.recent_ratio < 0 ? "by policy default" : "ratio " + json_number(o.recent_ratio, "%g");
-    std::snprintf(line, sizeof(line), "# kv_sinks %u, recent window %s; %.1f s\n", o.sinks, recent.c_str(), seconds);
+    std::snprintf(line, sizeof(line), "# KV %s, kv_sinks %u, recent window %s; %.1f s\n", h2o_tools::kv_type_name(o.kv_type),
+                  o.sinks, recent.c_str(), seconds);
     return text + line;
 }
 

@@ -185,6 +185,17 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
     const int group = shape.n_head / n_kv;
     const int32_t *pos = host<const int32_t>(batch.positions);
     const KvPolicyConfig &policy = kv_.config().policy;
+    const KvRowFormat key_format = kv_key_format(kv_.config().type), value_format = kv_value_format(kv_.config().type);
+    const size_t key_row = kv_.key_row_bytes(), value_row = kv_.value_row_bytes();
+    // F32 rows go through the SIMD kernels; the other formats are read in place (kv_format.h).
+    auto dot = [&](const float *q_head, const uint8_t *key) {
+        return key_format == KvRowFormat::F32 ? cpu::dot_f32(q_head, reinterpret_cast<const float *>(key), hd)
+                                              : kv_dot_row(key_format, q_head, key, hd);
+    };
+    auto accumulate = [&](float *o, float w, const uint8_t *value) {
+        if (value_format == KvRowFormat::F32) cpu::axpy(o, w, reinterpret_cast<const float *>(value), hd);
+        else kv_axpy_row(value_format, o, w, value, hd);
+    };
 
     // Make room (evicting by the policy when the cache is full), then store the batch's keys and
     // values in their slots.
@@ -193,8 +204,8 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
         KvCache::HeadView view = kv_.head(layer, h);
         for (int t = 0; t < n; ++t) {
             const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[t], batch.pinned);
-            std::memcpy(view.keys + static_cast<size_t>(slot) * hd, host<const float>(k) + t * k.cols + h * hd, sizeof(float) * hd);
-            std::memcpy(view.values + static_cast<size_t>(slot) * hd, host<const float>(v) + t * v.cols + h * hd, sizeof(float) * hd);
+            kv_store_row(key_format, host<const float>(k) + t * k.cols + h * hd, hd, view.keys + slot * key_row);
+            kv_store_row(value_format, host<const float>(v) + t * v.cols + h * hd, hd, view.values + slot * value_row);
         }
     }
 
@@ -229,7 +240,7 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
                 const float *qh = host<const float>(q) + t * q.cols + head * hd;
                 for (int s = 0; s < used; ++s) {
                     const bool seen = view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
-                    scratch.weight[s] = seen ? cpu::dot_f32(qh, view.keys + static_cast<size_t>(s) * hd, hd) * scale : -INFINITY;
+                    scratch.weight[s] = seen ? dot(qh, view.keys + s * key_row) * scale : -INFINITY;
                 }
                 cpu::softmax(scratch.weight, used);
                 float *o = host<float>(out) + t * out.cols + head * hd;
@@ -237,7 +248,7 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
                 for (int s = 0; s < used; ++s) {
                     const float w = scratch.weight[s];
                     if (w == 0.0f) continue;
-                    cpu::axpy(o, w, view.values + static_cast<size_t>(s) * hd, hd);
+                    accumulate(o, w, view.values + s * value_row);
                     scratch.group_weight[s] += w;
                 }
             }

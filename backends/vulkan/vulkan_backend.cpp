@@ -937,8 +937,8 @@ void VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) {
 // ---- KV cache -----------------------------------------------------------------------------------
 
 Status VulkanBackend::create_kv(const KvConfig &config) {
-    if (config.type != TensorType::F32) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("KV cache type ") + type_name(config.type) + " is not supported by the Vulkan backend");
+    if (config.type != KvType::F32) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("KV cache type ") + kv_type_name(config.type) + " is not supported by the Vulkan backend");
     }
     if (has_kv_) return make_error(H2O_ERR_INVALID_ARGUMENT, "the KV cache was already created");
     if (config.n_slots <= 0 || config.n_layer <= 0 || config.n_head_kv <= 0 || config.head_dim <= 0) {
