@@ -26,7 +26,9 @@ Status KvCache::init(const KvConfig &config) {
         stream_index_.assign(slots, -1);
         position_.assign(slots, 0);
         pinned_.assign(slots, 0);
-        for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) v->assign(slots, 0.0f);
+        // Attention statistics cost 20 bytes a slot; only policies that read them get them.
+        const size_t stat_slots = kv_policy_uses_statistics(config.policy.policy) ? slots : 0;
+        for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) v->assign(stat_slots, 0.0f);
         used_.assign(heads, 0);
         free_list_.assign(slots, 0);
         free_count_.assign(heads, 0);
@@ -53,16 +55,22 @@ void KvCache::clear() {
 
 size_t KvCache::bytes() const {
     const size_t slots = stream_index_.size();
-    return keys_.size() + values_.size() +
-           slots * (sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + 5 * sizeof(float)) +
+    return keys_.size() + values_.size() + slots * (sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t)) +
+           (accumulated_.size() + squared_.size() + steps_.size() + last_.size() + persistence_.size()) * sizeof(float) +
            free_list_.size() * sizeof(int32_t);
 }
 
 KvCache::HeadView KvCache::head(int layer, int kv_head) {
     const size_t base = slot_base(layer, kv_head);
+    auto stats = [&](std::vector<float> &v) { return v.empty() ? nullptr : v.data() + base; };
     return HeadView{keys_.data() + base * key_row_bytes_, values_.data() + base * value_row_bytes_, stream_index_.data() + base,
-                    position_.data() + base, pinned_.data() + base, accumulated_.data() + base,
-                    squared_.data() + base, steps_.data() + base, last_.data() + base, persistence_.data() + base};
+                    position_.data() + base, pinned_.data() + base, stats(accumulated_), stats(squared_), stats(steps_),
+                    stats(last_), stats(persistence_)};
+}
+
+SlotStats KvCache::slot_stats(const HeadView &v, int slot) {
+    if (!v.accumulated) return SlotStats{};
+    return SlotStats{v.accumulated[slot], v.squared[slot], v.steps[slot], v.last[slot], v.persistence[slot]};
 }
 
 int KvCache::free_slots(int layer, int kv_head) const {
@@ -117,10 +125,8 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
         }
     } else {
         auto before = [&](int32_t a, int32_t b) {
-            const SlotStats sa{v.accumulated[a], v.squared[a], v.steps[a], v.last[a], v.persistence[a]};
-            const SlotStats sb{v.accumulated[b], v.squared[b], v.steps[b], v.last[b], v.persistence[b]};
-            const double pa = kv_priority(policy, sa, v.stream_index[a]);
-            const double pb = kv_priority(policy, sb, v.stream_index[b]);
+            const double pa = kv_priority(policy, slot_stats(v, a), v.stream_index[a]);
+            const double pb = kv_priority(policy, slot_stats(v, b), v.stream_index[b]);
             return pa < pb || (pa == pb && v.stream_index[a] < v.stream_index[b]);
         };
         std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates, before);
@@ -166,7 +172,7 @@ int KvCache::claim_slot(int layer, int kv_head, int64_t stream_index, int32_t po
     stream_index_[at] = stream_index;
     position_[at] = position;
     pinned_[at] = pinned ? 1 : 0;
-    accumulated_[at] = squared_[at] = steps_[at] = last_[at] = persistence_[at] = 0.0f;
+    if (!accumulated_.empty()) accumulated_[at] = squared_[at] = steps_[at] = last_[at] = persistence_[at] = 0.0f;
     return slot;
 }
 

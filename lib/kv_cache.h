@@ -32,8 +32,10 @@ public:
         int64_t *stream_index;
         int32_t *position;
         uint8_t *pinned;
-        float *accumulated, *squared, *steps, *last, *persistence;
+        float *accumulated, *squared, *steps, *last, *persistence;  // null when the policy reads none
     };
+    // A slot's statistics (zeros when the policy keeps none).
+    static SlotStats slot_stats(const HeadView &view, int slot);
     HeadView head(int layer, int kv_head);
 
     // Slots [0, used(layer, head)) have been written at least once; later slots are untouched.

@@ -2,7 +2,7 @@
 //
 //   h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]
 //             [--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type f32|f16|q8|q4|k8v4]
-//             [--backend cpu|vulkan|auto]
+//             [--backend cpu|vulkan|auto] [-c CTX]
 //
 // pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
 // `depth` tokens are already cached (the sampler is not involved, as in llama.cpp's llama-bench).
@@ -31,7 +31,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char **argv) {
     std::string model_path;
-    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0;
+    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0, n_ctx = 0;
     bool rolling = false;
     h2o_kv_policy policy = H2O_KV_H2O;
     h2o_kv_type kv_type = H2O_KV_TYPE_F32;
@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
         }
         if (i + 1 >= argc) {
             std::fprintf(stderr, "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
-                                 "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B]\n");
+                                 "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B] [-c CTX]\n");
             return 2;
         }
         const char *v = argv[++i];
@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
         else if (arg == "-r") reps = std::max(1, std::atoi(v));
         else if (arg == "-t") threads = std::atoi(v);
         else if (arg == "--depth") depth = std::atoi(v);
+        else if (arg == "-c" || arg == "--ctx") n_ctx = std::atoi(v);
         else if (arg == "--kv-budget") budget = std::atoi(v);
         else if (arg == "--kv-type") {
             if (!h2o_tools::parse_kv_type(v, &kv_type)) {
@@ -94,7 +95,7 @@ int main(int argc, char **argv) {
     h2o_session_params sp = h2o_session_params_default();
     sp.n_threads = static_cast<uint32_t>(threads);
     sp.n_batch = static_cast<uint32_t>(std::max(n_prompt, 1));
-    sp.n_ctx = static_cast<uint32_t>(std::max(n_prompt, depth + n_gen) + 1);
+    sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, std::max(n_prompt, depth + n_gen) + 1));
     sp.kv_budget = static_cast<uint32_t>(budget);
     sp.kv_policy = policy;
     sp.position_rolling = rolling ? 1 : 0;

@@ -134,7 +134,7 @@ public:
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
                 for (int s = 0; s < c.n_slots; ++s) {
-                    *out++ = SlotStats{view.accumulated[s], view.squared[s], view.steps[s], view.last[s], view.persistence[s]};
+                    *out++ = KvCache::slot_stats(view, s);
                 }
             }
         }
