@@ -12,19 +12,14 @@
 
 namespace {
 
-struct ModelAndSession {
-    h2o_model *model = nullptr;
-    h2o_session *session = nullptr;
+// The model on the CPU backend with one thread (the tests are about the API, not speed).
+struct ModelAndSession : h2o_test::ApiSession {
     explicit ModelAndSession(const std::string &path, uint32_t n_ctx = 0) {
-        REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
         h2o_session_params sp = h2o_session_params_default();
+        sp.backend = H2O_BACKEND_CPU;
         sp.n_threads = 1;
         sp.n_ctx = n_ctx;
-        REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
-    }
-    ~ModelAndSession() {
-        h2o_session_free(session);
-        h2o_model_free(model);
+        REQUIRE_MESSAGE(open(path, sp), h2o_last_error());
     }
 };
 

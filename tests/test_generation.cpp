@@ -15,23 +15,15 @@
 
 namespace {
 
-struct Loaded {
-    h2o_model *model = nullptr;
-    h2o_session *session = nullptr;
-    ~Loaded() {
-        h2o_session_free(session);
-        h2o_model_free(model);
-    }
-};
+using h2o_test::ApiSession;
 
-bool load(const std::string &path, Loaded *out, uint32_t n_threads = 2, uint32_t n_batch = 0, uint64_t seed = 0x5EED) {
-    REQUIRE(h2o_model_load(path.c_str(), nullptr, &out->model) == H2O_OK);
+void load(const std::string &path, ApiSession *out, uint32_t n_threads = 2, uint32_t n_batch = 0, uint64_t seed = 0x5EED) {
     h2o_session_params sp = h2o_session_params_default();
+    sp.backend = H2O_BACKEND_CPU;  // the reference
     sp.n_threads = n_threads;
     sp.n_batch = n_batch;
     sp.seed = seed;
-    REQUIRE(h2o_session_create(out->model, &sp, &out->session) == H2O_OK);
-    return true;
+    REQUIRE_MESSAGE(out->open(path, sp), h2o_last_error());
 }
 
 int append_text(const char *text, size_t length, void *user_data) {
@@ -50,66 +42,17 @@ std::string generate(h2o_session *session, const std::string &prompt, uint32_t m
     return text;
 }
 
-std::string read_file(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-// The value of a string field in a one-line JSON object (handles the escapes JSON allows).
-std::string json_string_field(const std::string &line, const std::string &field) {
-    const std::string key = "\"" + field + "\": \"";
-    size_t i = line.find(key);
-    REQUIRE(i != std::string::npos);
-    i += key.size();
-    std::string out;
-    while (i < line.size() && line[i] != '"') {
-        char c = line[i++];
-        if (c != '\\') {
-            out += c;
-            continue;
-        }
-        c = line[i++];
-        switch (c) {
-            case 'n': out += '\n'; break;
-            case 't': out += '\t'; break;
-            case 'r': out += '\r'; break;
-            case 'b': out += '\b'; break;
-            case 'f': out += '\f'; break;
-            case 'u': {
-                const unsigned cp = static_cast<unsigned>(std::stoul(line.substr(i, 4), nullptr, 16));
-                i += 4;
-                REQUIRE(cp < 0xD800);  // the golden files hold no surrogate pairs
-                if (cp < 0x80) {
-                    out += static_cast<char>(cp);
-                } else if (cp < 0x800) {
-                    out += static_cast<char>(0xC0 | (cp >> 6));
-                    out += static_cast<char>(0x80 | (cp & 0x3F));
-                } else {
-                    out += static_cast<char>(0xE0 | (cp >> 12));
-                    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-                    out += static_cast<char>(0x80 | (cp & 0x3F));
-                }
-                break;
-            }
-            default: out += c;  // \" \\ \/
-        }
-    }
-    return out;
-}
-
 }  // namespace
 
 TEST_CASE("greedy decoding from BOS reproduces llama2.c's output for 200 positions") {
     H2O_SHARED_FILE_OR_SKIP(model_path, "models/stories260K.gguf");
     H2O_SHARED_FILE_OR_SKIP(golden_path, "golden/stories260K-greedy200-llama2c.txt");
-    Loaded m;
+    ApiSession m;
     load(model_path, &m);
     // llama2.c runs 200 forward passes, at positions 0 (BOS) to 199, and prints the token each
     // one predicts: 200 generated tokens.
     const std::string text = generate(m.session, "", 200);
-    std::string golden = read_file(golden_path);
+    std::string golden = h2o_test::read_text_file(golden_path);
     while (!golden.empty() && golden.back() == '\n') golden.pop_back();
     CHECK(text == golden);
 }
@@ -117,26 +60,20 @@ TEST_CASE("greedy decoding from BOS reproduces llama2.c's output for 200 positio
 TEST_CASE("greedy continuations match llama.cpp for the golden prompts") {
     H2O_SHARED_FILE_OR_SKIP(model_path, "models/stories260K.gguf");
     H2O_SHARED_FILE_OR_SKIP(golden_path, "golden/stories260K-greedy-llamacpp.jsonl");
-    std::ifstream in(golden_path);
-    std::string line;
-    int cases = 0;
-    while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        const std::string prompt = json_string_field(line, "prompt");
-        const std::string expected = json_string_field(line, "continuation");
-        Loaded m;
+    const auto cases = h2o_test::read_golden_continuations(golden_path);
+    CHECK(cases.size() == 5);
+    for (const auto &golden : cases) {
+        ApiSession m;
         load(model_path, &m);
-        const std::string text = generate(m.session, prompt, 120);
-        INFO("prompt: " << prompt);
-        CHECK(text == expected);
-        ++cases;
+        const std::string text = generate(m.session, golden.prompt, 120);
+        INFO("prompt: " << golden.prompt);
+        CHECK(text == golden.continuation);
     }
-    CHECK(cases == 5);
 }
 
 TEST_CASE("batched prompt processing gives the same logits as token-by-token processing") {
     H2O_SHARED_FILE_OR_SKIP(model_path, "models/stories260K.gguf");
-    Loaded batched, single;
+    ApiSession batched, single;
     load(model_path, &batched, 2, 64);
     load(model_path, &single, 1, 1);
     const char *text = "Tom and his dog went to the park. They saw a big tree and a little bird. The bird sang a song.";
@@ -168,14 +105,14 @@ TEST_CASE("the same seed gives the same text, another seed another text") {
     std::string texts[3];
     const uint64_t seeds[3] = {42, 42, 7};
     for (int i = 0; i < 3; ++i) {
-        Loaded m;
+        ApiSession m;
         load(model_path, &m, 2, 0, seeds[i]);
         texts[i] = generate(m.session, "Once upon a time", 80, 1.0f);
     }
     CHECK(texts[0] == texts[1]);
     CHECK(texts[0] != texts[2]);
     // Reset restores the seed: the same session repeats itself.
-    Loaded m;
+    ApiSession m;
     load(model_path, &m, 2, 0, 42);
     const std::string first = generate(m.session, "Once upon a time", 80, 1.0f);
     REQUIRE(h2o_session_reset(m.session) == H2O_OK);

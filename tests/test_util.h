@@ -4,7 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "h2o/h2o.h"
 
 namespace h2o_test {
 
@@ -29,6 +35,90 @@ inline std::string temp_path(const std::string &name) {
     std::filesystem::create_directories(dir);
     return (dir / name).string();
 }
+
+inline std::string read_text_file(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// The value of a string field in a one-line JSON object (the escapes JSON allows; code points
+// below U+D800, which is all the golden files hold). Throws on a missing field.
+inline std::string json_string_field(const std::string &line, const std::string &field) {
+    const std::string key = "\"" + field + "\": \"";
+    size_t i = line.find(key);
+    if (i == std::string::npos) throw std::runtime_error("no field '" + field + "' in: " + line);
+    std::string out;
+    for (i += key.size(); i < line.size() && line[i] != '"'; ++i) {
+        char c = line[i];
+        if (c != '\\') {
+            out += c;
+            continue;
+        }
+        c = line[++i];
+        switch (c) {
+            case 'n': out += '\n'; break;
+            case 't': out += '\t'; break;
+            case 'r': out += '\r'; break;
+            case 'b': out += '\b'; break;
+            case 'f': out += '\f'; break;
+            case 'u': {
+                const unsigned cp = static_cast<unsigned>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
+                i += 4;
+                if (cp >= 0xD800) throw std::runtime_error("surrogate escapes are not supported");
+                if (cp < 0x80) {
+                    out += static_cast<char>(cp);
+                } else if (cp < 0x800) {
+                    out += static_cast<char>(0xC0 | (cp >> 6));
+                    out += static_cast<char>(0x80 | (cp & 0x3F));
+                } else {
+                    out += static_cast<char>(0xE0 | (cp >> 12));
+                    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+                    out += static_cast<char>(0x80 | (cp & 0x3F));
+                }
+                break;
+            }
+            default: out += c;  // \" \\ \/
+        }
+    }
+    return out;
+}
+
+// A prompt and the greedy continuation an independent implementation produced for it.
+struct GoldenContinuation {
+    std::string prompt, continuation;
+};
+
+// The cases of golden/stories260K-greedy-llamacpp.jsonl (one JSON object per line).
+inline std::vector<GoldenContinuation> read_golden_continuations(const std::string &path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot read " + path);
+    std::vector<GoldenContinuation> cases;
+    for (std::string line; std::getline(in, line);) {
+        if (!line.empty()) cases.push_back({json_string_field(line, "prompt"), json_string_field(line, "continuation")});
+    }
+    return cases;
+}
+
+// A model and one session through the public API, freed together.
+struct ApiSession {
+    h2o_model *model = nullptr;
+    h2o_session *session = nullptr;
+    ApiSession() = default;
+    ApiSession(const ApiSession &) = delete;
+    ApiSession &operator=(const ApiSession &) = delete;
+    ~ApiSession() {
+        h2o_session_free(session);
+        h2o_model_free(model);
+    }
+    // Loads the model and creates the session; false (with h2o_last_error()) on failure.
+    bool open(const std::string &path, const h2o_session_params &params) {
+        return h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK &&
+               h2o_session_create(model, &params, &session) == H2O_OK;
+    }
+};
 
 }  // namespace h2o_test
 
