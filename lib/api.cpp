@@ -346,6 +346,23 @@ H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backe
     });
 }
 
+H2O_API h2o_status h2o_session_get_device_traffic(const h2o_session *session, h2o_device_traffic *traffic) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_get_device_traffic: session is NULL");
+        if (!traffic) return invalid("h2o_session_get_device_traffic: traffic is NULL", session);
+        if (traffic->struct_size != sizeof(h2o_device_traffic)) {
+            return invalid("h2o_device_traffic.struct_size is " + std::to_string(traffic->struct_size) + ", expected " +
+                               std::to_string(sizeof(h2o_device_traffic)), session);
+        }
+        const h2o::Backend::Traffic t = session->impl->backend().traffic();
+        traffic->bytes_to_device = t.bytes_to_device;
+        traffic->bytes_to_host = t.bytes_to_host;
+        traffic->submissions = t.submissions;
+        traffic->device_memory_bytes = t.device_memory_bytes;
+        return succeed(session);
+    });
+}
+
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_get_kv_layout: session is NULL");

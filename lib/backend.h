@@ -100,6 +100,13 @@ public:
     // Bytes the backend has allocated (weights adopted in place are not counted).
     virtual size_t allocated_bytes() const = 0;
 
+    // Data moved between the host and a device backend since creation. A host backend moves
+    // nothing and reports zeros.
+    struct Traffic {
+        uint64_t bytes_to_device = 0, bytes_to_host = 0, submissions = 0, device_memory_bytes = 0;
+    };
+    virtual Traffic traffic() const { return {}; }
+
     // ---- operations (all tensors F32 unless stated) -------------------------------------------
     // out[t] = row ids[t] of `table` (any weight type), dequantized. ids: I32.
     virtual void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) = 0;

@@ -55,6 +55,7 @@ public:
     const h2o_generate_stats &stats() const { return stats_; }
     const Model &model() const { return model_; }
     Backend &backend() { return *backend_; }
+    const Backend &backend() const { return *backend_; }
     const SessionSettings &settings() const { return settings_; }
     const BackendDevice &device() const { return device_; }
     h2o_memory_report memory() const;

@@ -309,6 +309,16 @@ TEST_CASE("backends are listed, selected explicitly or automatically, and unavai
     REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
     REQUIRE(h2o_session_get_backend(session, &chosen) == H2O_OK);
     CHECK(chosen.kind == H2O_BACKEND_CPU);
+    // The CPU backend works in host memory: nothing is transferred.
+    h2o_device_traffic traffic;
+    traffic.struct_size = sizeof(traffic);
+    REQUIRE(h2o_generate(session, "Once", nullptr, nullptr, nullptr) == H2O_OK);
+    REQUIRE(h2o_session_get_device_traffic(session, &traffic) == H2O_OK);
+    CHECK(traffic.bytes_to_device == 0);
+    CHECK(traffic.submissions == 0);
+    traffic.struct_size = 3;
+    CHECK(h2o_session_get_device_traffic(session, &traffic) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_get_device_traffic(nullptr, &traffic) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(h2o_session_get_backend(nullptr, &chosen) == H2O_ERR_INVALID_ARGUMENT);
     h2o_session_free(session);
     h2o_model_free(model);

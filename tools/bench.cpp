@@ -2,7 +2,7 @@
 //
 //   h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]
 //             [--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type f32|f16|q8|q4|k8v4]
-//             [--backend cpu|vulkan|auto] [-c CTX]
+//             [--backend cpu,vulkan,...] [-c CTX]
 //
 // pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
 // `depth` tokens are already cached (the sampler is not involved, as in llama.cpp's llama-bench).
@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     bool rolling = false;
     h2o_kv_policy policy = H2O_KV_H2O;
     h2o_kv_type kv_type = H2O_KV_TYPE_F32;
-    h2o_backend_kind backend = H2O_BACKEND_CPU;
+    std::vector<h2o_backend_kind> backends = {H2O_BACKEND_CPU};
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--rolling") {
@@ -63,9 +63,14 @@ int main(int argc, char **argv) {
             }
         }
         else if (arg == "--backend") {
-            if (!h2o_tools::parse_backend(v, &backend)) {
-                std::fprintf(stderr, "h2o-bench: unknown backend '%s'\n", v);
-                return 2;
+            backends.clear();
+            for (const std::string &name : h2o_tools::split(v, ',')) {
+                h2o_backend_kind kind;
+                if (!h2o_tools::parse_backend(name, &kind)) {
+                    std::fprintf(stderr, "h2o-bench: unknown backend '%s'\n", name.c_str());
+                    return 2;
+                }
+                backends.push_back(kind);
             }
         }
         else if (arg == "--kv-policy") {
@@ -92,19 +97,6 @@ int main(int argc, char **argv) {
     info.struct_size = sizeof(info);
     h2o_model_get_info(model, &info);
 
-    h2o_session_params sp = h2o_session_params_default();
-    sp.n_threads = static_cast<uint32_t>(threads);
-    sp.n_batch = static_cast<uint32_t>(std::max(n_prompt, 1));
-    sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, std::max(n_prompt, depth + n_gen) + 1));
-    sp.kv_budget = static_cast<uint32_t>(budget);
-    sp.kv_policy = policy;
-    sp.position_rolling = rolling ? 1 : 0;
-    sp.kv_type = kv_type;
-    sp.backend = backend;
-    h2o_session *session = nullptr;
-    st = h2o_session_create(model, &sp, &session);
-    if (st != H2O_OK) die("cannot create session", st, h2o_last_error());
-
     // Arbitrary but fixed token ids (BOS first), so every run does the same work.
     std::vector<int32_t> tokens(std::max(n_prompt, depth) + n_gen);
     uint32_t x = 12345;
@@ -114,54 +106,79 @@ int main(int argc, char **argv) {
     }
     if (info.bos_token >= 0) tokens[0] = info.bos_token;
 
-    std::vector<double> pp, tg;
-    for (int r = 0; r < reps; ++r) {
-        if (n_prompt > 0) {
-            h2o_session_reset(session);
-            const double t0 = h2o_tools::now_seconds();
-            st = h2o_session_decode(session, tokens.data(), n_prompt);
-            if (st != H2O_OK) die("prompt decode failed", st, h2o_session_last_error(session));
-            pp.push_back(n_prompt / (h2o_tools::now_seconds() - t0));
-        }
-        if (n_gen > 0) {
-            h2o_session_reset(session);
-            size_t fed = 0;
-            if (depth > 0) {
-                st = h2o_session_decode(session, tokens.data(), depth);
-                if (st != H2O_OK) die("depth decode failed", st, h2o_session_last_error(session));
-                fed = depth;
-            } else {
-                fed = 0;
-            }
-            const double t0 = h2o_tools::now_seconds();
-            for (int i = 0; i < n_gen; ++i) {
-                st = h2o_session_decode(session, &tokens[fed + i], 1);
-                if (st != H2O_OK) die("decode failed", st, h2o_session_last_error(session));
-            }
-            tg.push_back(n_gen / (h2o_tools::now_seconds() - t0));
-        }
-    }
     std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
                 info.weight_bytes / 1048576.0);
-    h2o_memory_report mem;
-    mem.struct_size = sizeof(mem);
-    h2o_session_memory(session, &mem);
-    h2o_backend_info device;
-    device.struct_size = sizeof(device);
-    h2o_session_get_backend(session, &device);
-    std::printf("backend: %s\n", device.name);
     std::printf("threads: %d, repetitions: %d, KV %s: %s\n", threads, reps, h2o_tools::kv_type_name(kv_type),
                 budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) +
                               (rolling ? ", rolling" : "")).c_str()
                            : "full cache");
-    std::printf("session memory: weights %.2f MiB, KV %.2f MiB, scratch %.2f MiB\n", mem.weight_bytes / 1048576.0,
-                mem.kv_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
-    if (!pp.empty()) std::printf("pp%-5d %8.1f tok/s (median; min %.1f, max %.1f)\n", n_prompt, median(pp),
-                                 *std::min_element(pp.begin(), pp.end()), *std::max_element(pp.begin(), pp.end()));
-    if (!tg.empty()) std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
-                                 *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
+    // Several backends are measured in one run, so that their figures can be compared.
+    for (const h2o_backend_kind backend : backends) {
+        h2o_session_params sp = h2o_session_params_default();
+        sp.n_threads = static_cast<uint32_t>(threads);
+        sp.n_batch = static_cast<uint32_t>(std::max(n_prompt, 1));
+        sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, std::max(n_prompt, depth + n_gen) + 1));
+        sp.kv_budget = static_cast<uint32_t>(budget);
+        sp.kv_policy = policy;
+        sp.position_rolling = rolling ? 1 : 0;
+        sp.kv_type = kv_type;
+        sp.backend = backend;
+        h2o_session *session = nullptr;
+        st = h2o_session_create(model, &sp, &session);
+        if (st != H2O_OK) die("cannot create session", st, h2o_last_error());
+        h2o_device_traffic created, before, after;
+        created.struct_size = before.struct_size = after.struct_size = sizeof(h2o_device_traffic);
+        h2o_session_get_device_traffic(session, &created);
+
+        std::vector<double> pp, tg;
+        for (int r = 0; r < reps; ++r) {
+            if (n_prompt > 0) {
+                h2o_session_reset(session);
+                const double t0 = h2o_tools::now_seconds();
+                st = h2o_session_decode(session, tokens.data(), n_prompt);
+                if (st != H2O_OK) die("prompt decode failed", st, h2o_session_last_error(session));
+                pp.push_back(n_prompt / (h2o_tools::now_seconds() - t0));
+            }
+            if (n_gen > 0) {
+                h2o_session_reset(session);
+                if (depth > 0) {
+                    st = h2o_session_decode(session, tokens.data(), depth);
+                    if (st != H2O_OK) die("depth decode failed", st, h2o_session_last_error(session));
+                }
+                h2o_session_get_device_traffic(session, &before);
+                const double t0 = h2o_tools::now_seconds();
+                for (int i = 0; i < n_gen; ++i) {
+                    st = h2o_session_decode(session, &tokens[depth + i], 1);
+                    if (st != H2O_OK) die("decode failed", st, h2o_session_last_error(session));
+                }
+                tg.push_back(n_gen / (h2o_tools::now_seconds() - t0));
+                h2o_session_get_device_traffic(session, &after);
+            }
+        }
+        h2o_memory_report mem;
+        mem.struct_size = sizeof(mem);
+        h2o_session_memory(session, &mem);
+        h2o_backend_info device;
+        device.struct_size = sizeof(device);
+        h2o_session_get_backend(session, &device);
+        std::printf("\nbackend: %s\n", device.name);
+        std::printf("session memory: weights %.2f MiB, KV %.2f MiB, scratch %.2f MiB\n", mem.weight_bytes / 1048576.0,
+                    mem.kv_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
+        if (!pp.empty()) std::printf("pp%-5d %8.1f tok/s (median; min %.1f, max %.1f)\n", n_prompt, median(pp),
+                                     *std::min_element(pp.begin(), pp.end()), *std::max_element(pp.begin(), pp.end()));
+        if (!tg.empty()) std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
+                                     *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
+        if (!tg.empty() && after.submissions > 0) {
+            std::printf("per decoded token: %.1f bytes to the device, %.1f bytes back, %.2f submissions; device memory "
+                        "%.2f MiB after creation, %.2f MiB after the run\n",
+                        double(after.bytes_to_device - before.bytes_to_device) / n_gen,
+                        double(after.bytes_to_host - before.bytes_to_host) / n_gen,
+                        double(after.submissions - before.submissions) / n_gen, created.device_memory_bytes / 1048576.0,
+                        after.device_memory_bytes / 1048576.0);
+        }
+        h2o_session_free(session);
+    }
     std::printf("peak RSS: %.1f MiB\n", h2o_tools::peak_rss_bytes() / 1048576.0);
-    h2o_session_free(session);
     h2o_model_free(model);
     return 0;
 }

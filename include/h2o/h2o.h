@@ -303,6 +303,20 @@ typedef struct h2o_kv_layout {
 /* The backend device the session runs on (set info->struct_size first). */
 H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backend_info *info);
 
+/* What a device backend has moved since the session was created: bytes copied host -> device
+ * and device -> host, command submissions, and device memory allocated. All zero on the CPU
+ * backend, which works in host memory. */
+typedef struct h2o_device_traffic {
+    uint32_t struct_size;
+    uint64_t bytes_to_device;
+    uint64_t bytes_to_host;
+    uint64_t submissions;
+    uint64_t device_memory_bytes;
+} h2o_device_traffic;
+
+/* Fills *traffic (set traffic->struct_size first). */
+H2O_API h2o_status h2o_session_get_device_traffic(const h2o_session *session, h2o_device_traffic *traffic);
+
 /* Fills *layout (set layout->struct_size first). */
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout);
 
