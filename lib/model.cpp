@@ -13,6 +13,9 @@ bool is_supported_weight_type(TensorType type) {
         case TensorType::F16:
         case TensorType::Q4_0:
         case TensorType::Q8_0:
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K:
             return true;
         default:
             return false;

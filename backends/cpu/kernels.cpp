@@ -30,6 +30,8 @@ using detail::MatmulProblem;
 
 namespace {
 
+bool is_kquant(TensorType t) { return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K; }
+
 [[noreturn]] void fatal(const char *what) {
     std::fprintf(stderr, "h2o: cpu kernels: %s\n", what);
     std::abort();
@@ -140,6 +142,86 @@ void dot_quant_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPai
     for (int t = 0; t < n_tok; ++t) out[t] = sum[t];
 }
 
+// One K-quant super-block as integer quants in element order, with the weight scale (and for
+// Q4_K/Q5_K the min) of each 32-element block: value = step[j] * q - off[j] (Q4_K/Q5_K), or
+// d * scale16[e / 16] * q (Q6_K; step, off unused).
+struct KSuperBlock {
+    int8_t q[256];
+    float step[8], off[8];
+    float d;
+    int8_t scale16[16];
+};
+
+template <TensorType kType>
+void unpack_super_block(const uint8_t *blk, const float *fp16_table, KSuperBlock *out) {
+    if constexpr (kType == TensorType::Q6_K) {
+        BlockQ6_K b;
+        std::memcpy(&b, blk, sizeof b);
+        out->d = fp16_table[b.d];
+        std::memcpy(out->scale16, b.scales, 16);
+        for (int e = 0; e < 256; ++e) {
+            const int h = e / 128, i = (e % 128) / 32, l = e % 32;
+            const int low = (b.ql[64 * h + l + 32 * (i & 1)] >> (4 * (i / 2))) & 0x0F;
+            const int high = (b.qh[32 * h + l] >> (2 * i)) & 3;
+            out->q[e] = static_cast<int8_t>((low | (high << 4)) - 32);
+        }
+    } else {
+        // Q4_K and Q5_K share the header: fp16 d, fp16 dmin, 12 bytes of packed scales.
+        const float d = fp16_table[load_u16(blk)], dmin = fp16_table[load_u16(blk + 2)];
+        uint8_t sc[8], m[8];
+        unpack_k_scales(blk + 4, sc, m);
+        const uint8_t *qh = blk + 16;                                            // Q5_K only
+        const uint8_t *qs = blk + (kType == TensorType::Q5_K ? 16 + 32 : 16);
+        for (int j = 0; j < 8; ++j) {
+            out->step[j] = d * static_cast<float>(sc[j]);
+            out->off[j] = dmin * static_cast<float>(m[j]);
+            for (int l = 0; l < 32; ++l) {
+                int v = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F;
+                if constexpr (kType == TensorType::Q5_K) v |= ((qh[l] >> j) & 1) << 4;
+                out->q[32 * j + l] = static_cast<int8_t>(v);
+            }
+        }
+    }
+}
+
+// Dot products of one K-quant weight row with the n_tok tokens of one group. Per 32-element block
+// b and token t, with activation scale a and integer sums over the block:
+//   Q4_K/Q5_K: a * (step * sum(q * y) - off * sum(y))
+//   Q6_K:      a * d * (scale16[lo] * sum_lo(q * y) + scale16[hi] * sum_hi(q * y))
+// sum(y) is the activation block's offset / 8 (see ActBlockPair).
+template <TensorType kType>
+void dot_kquant_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPair *act, int n_tok, float *out) {
+    const size_t block_bytes = traits(kType).block_bytes;
+    float sum[kGroupTokens] = {};
+    KSuperBlock sb;
+    for (int64_t s = 0; s < p.cols / 256; ++s) {
+        unpack_super_block<kType>(row + s * block_bytes, p.fp16_table, &sb);
+        for (int j = 0; j < 8; ++j) {
+            const int64_t b = 8 * s + j;
+            const ActBlockPair &a = act[b / 2];
+            const int half = static_cast<int>(b & 1);
+            const int8_t *q = sb.q + 32 * j;
+            for (int t = 0; t < n_tok; ++t) {
+                const int8_t *ylo = &a.lo[t][16 * half], *yhi = &a.hi[t][16 * half];
+                int32_t slo = 0, shi = 0;
+                for (int l = 0; l < 16; ++l) {
+                    slo += q[l] * ylo[l];
+                    shi += q[16 + l] * yhi[l];
+                }
+                const float ad = a.d[half * kGroupTokens + t];
+                if constexpr (kType == TensorType::Q6_K) {
+                    const int32_t s16 = sb.scale16[2 * j] * slo + sb.scale16[2 * j + 1] * shi;
+                    sum[t] += (sb.d * ad) * static_cast<float>(s16);
+                } else {
+                    const float ysum = static_cast<float>(a.offset[half * kGroupTokens + t] / 8);
+                    sum[t] += (sb.step[j] * ad) * static_cast<float>(slo + shi) - sb.off[j] * (ad * ysum);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < n_tok; ++t) out[t] = sum[t];
+}
+
 float dot_f32_scalar(const float *a, const float *b, int64_t n) {
     // Eight independent partial sums: no long dependency chain, and the compiler can keep them in
     // SIMD registers without reassociating anything.
@@ -176,6 +258,9 @@ void matmul_range_scalar(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             switch (p.wtype) {
                 case TensorType::Q4_0: dot_quant_row<TensorType::Q4_0>(p, row, act, n_tok, out); break;
                 case TensorType::Q8_0: dot_quant_row<TensorType::Q8_0>(p, row, act, n_tok, out); break;
+                case TensorType::Q4_K: dot_kquant_row<TensorType::Q4_K>(p, row, act, n_tok, out); break;
+                case TensorType::Q5_K: dot_kquant_row<TensorType::Q5_K>(p, row, act, n_tok, out); break;
+                case TensorType::Q6_K: dot_kquant_row<TensorType::Q6_K>(p, row, act, n_tok, out); break;
                 case TensorType::F16: dot_f16_row(p, row, x, n_tok, out); break;
                 default:
                     for (int t = 0; t < n_tok; ++t) {
@@ -234,7 +319,10 @@ const KernelTable &kernels() {
     return isa == static_cast<int>(KernelIsa::Avx2) ? detail::kAvx2Kernels : detail::kScalarKernels;
 }
 
-bool is_quantized(TensorType t) { return t == TensorType::Q4_0 || t == TensorType::Q8_0; }
+// Weight types multiplied on integers, against activations quantized to 8 bits per 32 values.
+bool is_quantized(TensorType t) {
+    return t == TensorType::Q4_0 || t == TensorType::Q8_0 || is_kquant(t);
+}
 
 constexpr size_t kScratchAlign = 64;
 
@@ -301,8 +389,10 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
         return;
     }
     const bool quantized = is_quantized(wtype);
-    if (quantized && cols % 32 != 0) fatal("matmul: Q4_0/Q8_0 rows must be a multiple of 32 long");
-    if (quantized && !scratch) fatal("matmul: Q4_0/Q8_0 weights need scratch");
+    if (quantized && cols % traits(wtype).block_elements != 0) {
+        fatal("matmul: quantized rows must be a multiple of the block size long (32, or 256 for K-quants)");
+    }
+    if (quantized && !scratch) fatal("matmul: quantized weights need scratch");
 
     // Everything the threads need, in one object: the pool job captures only its address, so the
     // std::function holding it needs no heap allocation.
@@ -373,6 +463,11 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
 
 void dequantize(TensorType type, const void *src, float *dst, int64_t n) {
     if (!matmul_supports(type)) fatal("dequantize: unsupported type");
+    // K-quant rows are only ever looked up (embeddings), never streamed: the reference is enough.
+    if (is_kquant(type)) {
+        dequantize_row(type, src, dst, n);
+        return;
+    }
     kernels().dequantize(type, src, dst, n, fp16_table());
 }
 
@@ -381,8 +476,9 @@ void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t
     const KernelTable &k = kernels();
     const size_t rb = row_bytes(type, cols);
     for (int64_t i = 0; i < n_ids; ++i) {
-        k.dequantize(type, static_cast<const uint8_t *>(w) + static_cast<size_t>(ids[i]) * rb, out + i * cols, cols,
-                     fp16_table());
+        const uint8_t *row = static_cast<const uint8_t *>(w) + static_cast<size_t>(ids[i]) * rb;
+        if (is_kquant(type)) dequantize_row(type, row, out + i * cols, cols);
+        else k.dequantize(type, row, out + i * cols, cols, fp16_table());
     }
 }
 

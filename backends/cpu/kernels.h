@@ -33,11 +33,11 @@ bool set_kernel_isa(KernelIsa isa);
 
 // ---- matrix multiplication ------------------------------------------------------------------
 
-// Weight types matmul and dequantize accept: F32, F16, Q8_0, Q4_0.
+// Weight types matmul and dequantize accept: F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K.
 bool matmul_supports(TensorType wtype);
 
-// Bytes of scratch matmul needs for these sizes (the same whichever KernelIsa is in use). For
-// Q4_0/Q8_0 it holds the activations quantized to 8 bits; 0 for F32/F16.
+// Bytes of scratch matmul needs for these sizes (the same whichever KernelIsa is in use). For the
+// quantized types it holds the activations quantized to 8 bits; 0 for F32/F16.
 size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 
 // y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tokens, r < rows.
@@ -45,9 +45,11 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 // W is row-major [rows x cols] in its stored format: row r starts at w + r * row_bytes(wtype, cols).
 // x is [n_tokens x cols] floats, y is [n_tokens x rows] floats (token-major), and y must not
 // overlap x or W. scratch holds matmul_scratch_bytes(wtype, cols, n_tokens) bytes, any alignment.
-// For Q4_0/Q8_0 weights cols must be a multiple of 32, and the activations are quantized to 8 bits
-// per 32-value block as llama.cpp does (its Q8_0 rounding, but the scale kept as a float rather
-// than fp16), so the dot products run on integers.
+// For Q4_0/Q8_0 weights cols must be a multiple of 32, for the K-quants (Q4_K, Q5_K, Q6_K) of 256.
+// The activations are quantized to 8 bits per 32-value block as llama.cpp's Q8_0 does (its
+// rounding, but the scale kept as a float rather than fp16), so the dot products run on integers;
+// the K-quants use the same activation blocks (rather than llama.cpp's Q8_K with one scale per
+// 256), which keeps the activation error the same for every quantized type.
 // Work is split over the pool's threads with a single ThreadPool::run; nothing is allocated.
 // Breaking these preconditions (an unsupported type, a bad row length, no scratch) is a programming
 // error and aborts with a message: check matmul_supports() when loading a model.

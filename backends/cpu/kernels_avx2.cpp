@@ -4,8 +4,8 @@
 // This file must not instantiate standard-library templates or inline functions shared with other
 // files (see kernels_internal.h): every helper here has internal linkage.
 //
-// Quantized weights (Q4_0, Q8_0) are multiplied with the activations quantized to 8 bits, on
-// integers, two weight blocks at a time:
+// Quantized weights (Q4_0, Q8_0; the K-quants further down work the same way) are multiplied with
+// the activations quantized to 8 bits, on integers, two weight blocks at a time:
 //   - _mm256_maddubs_epi16 multiplies unsigned by signed bytes and adds neighbours into int16.
 //     Q4_0 nibbles are used as they are (0..15, unsigned); their -8 offset is applied afterwards by
 //     subtracting 8 * sum(activation quants), precomputed per block. Q8_0 weights are signed, so
@@ -410,6 +410,361 @@ void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
     }
 }
 
+// ---- K-quant weights ------------------------------------------------------------------------
+//
+// Q4_K, Q5_K and Q6_K use the same activation blocks of 32 as Q4_0, so each 32-element weight
+// block b meets one activation scale a_b:
+//   Q4_K/Q5_K: a_b * (d * sc_b * sum(q * y) - dmin * m_b * sum(y)), q unsigned (0..15 or 0..31)
+//   Q6_K:      a_b * d * (s_lo * sum_lo(q * y) + s_hi * sum_hi(q * y)), q signed (-32..31), with
+//              one 8-bit scale per 16 elements, applied on integers (madd with int16 scales).
+// The quants of a block pair are unpacked to bytes in the activations' lo/hi order, so the
+// integer work is the Q4_0/Q8_0 work; sum(y) is the activation block's offset / 8.
+
+constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
+
+template <TensorType kType>
+constexpr int64_t kblock_bytes() {
+    return kType == TensorType::Q4_K ? kQ4KBytes : kType == TensorType::Q5_K ? kQ5KBytes : kQ6KBytes;
+}
+
+// Pair k (0..3) of a super-block, i.e. blocks 2k and 2k+1, as bytes:
+// lo = [2k elements 0..15 | 2k+1 elements 0..15], hi = [2k 16..31 | 2k+1 16..31].
+struct KPair {
+    __m256i lo, hi;
+};
+
+// Q4_K/Q5_K: the 32 bytes of nibble group k hold block 2k in their low nibbles and block 2k+1 in
+// their high nibbles. Broadcasting 16 bytes to both lanes and shifting the upper lane by 4 gives
+// [low nibbles | high nibbles] of those bytes. Q5_K adds bit 2k / 2k+1 of qh as bit 4.
+template <TensorType kType>
+inline KPair load_kpair_affine(const uint8_t *blk, int k) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const __m256i nib_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const uint8_t *qs = blk + (kType == TensorType::Q5_K ? 48 : 16) + 32 * k;
+    KPair w;
+    w.lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(qs)), nib_shift), mask);
+    w.hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(qs + 16)), nib_shift), mask);
+    if constexpr (kType == TensorType::Q5_K) {
+        const uint8_t *qh = blk + 16;
+        const __m256i bit_shift = _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1);
+        const __m256i one = _mm256_set1_epi8(1);
+        // Each byte's bit becomes 0 or 1, then 0 or 16 (a shift within the byte: no carries).
+        const __m256i hlo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(qh)), bit_shift), one);
+        const __m256i hhi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(qh + 16)), bit_shift), one);
+        w.lo = _mm256_or_si256(w.lo, _mm256_slli_epi16(hlo, 4));
+        w.hi = _mm256_or_si256(w.hi, _mm256_slli_epi16(hhi, 4));
+    }
+    return w;
+}
+
+// Q6_K: pair k lies in half h = k / 2 as its blocks i, i+1 (i = 0 for even k, 2 for odd k). Their
+// low 4 bits are the low (i = 0) or high (i = 2) nibbles of ql[64h + 0..31] (block i) and
+// ql[64h + 32..63] (block i+1); their top 2 bits are bits 2i.. and 2i+2.. of qh[32h + 0..31].
+// Returned signed: q - 32.
+inline KPair load_kpair_q6(const uint8_t *blk, int k) {
+    const int h = k / 2, i = 2 * (k & 1);
+    const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+    const __m256i nib_shift = _mm256_set1_epi32(4 * (i / 2));
+    const __m256i bit_shift = _mm256_setr_epi32(2 * i, 2 * i, 2 * i, 2 * i, 2 * i + 2, 2 * i + 2, 2 * i + 2, 2 * i + 2);
+    const __m256i mask4 = _mm256_set1_epi8(0x0F), mask2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    auto half = [&](int off) {  // off 0: elements 0..15 of both blocks; 16: elements 16..31
+        const __m256i low = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(ql + off)), load128(ql + 32 + off), 1);
+        const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(low, nib_shift), mask4);
+        const __m256i top = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(qh + off)), bit_shift), mask2);
+        return _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_slli_epi16(top, 4)), m32);
+    };
+    return {half(0), half(16)};
+}
+
+template <TensorType kType>
+inline KPair load_kpair(const uint8_t *blk, int k) {
+    if constexpr (kType == TensorType::Q6_K) return load_kpair_q6(blk, k);
+    else return load_kpair_affine<kType>(blk, k);
+}
+
+// Scales of a Q4_K/Q5_K super-block as floats: d * sc[j] and dmin * m[j], in the block order
+// given by a byte shuffle of [sc0..7 | m0..7] (identity, or [0 2 4 6 1 3 5 7] for decoding).
+// The 6-bit codes are unpacked four at a time from 32-bit words (see BlockQ4_K in quant.h): the
+// top 2 bits of sc[4..7] (m[4..7]) are bits 6-7 of bytes 0-3 (4-7), moved to bits 4-5.
+inline void k_affine_scales(const uint8_t *blk, const float *fp16_table, __m128i order, __m256 *d8, __m256 *m8) {
+    uint32_t w[3];
+    std::memcpy(w, blk + 4, sizeof w);
+    const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
+    const __m128i codes = _mm_shuffle_epi8(
+        _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi)),
+        order);
+    *d8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), _mm256_broadcast_ss(fp16_table + load_u16(blk)));
+    *m8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))),
+                        _mm256_broadcast_ss(fp16_table + load_u16(blk + 2)));
+}
+
+// Q6_K's 8-bit scales of pair k as int16 vectors matching the int16 lanes of maddubs results:
+// lo = [s(4k) x8 | s(4k+2) x8], hi = [s(4k+1) x8 | s(4k+3) x8].
+inline void q6_pair_scales(__m128i scales16, int k, __m256i *slo, __m256i *shi) {
+    const __m128i lo_idx = _mm_setr_epi8(4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 2, 4 * k + 2,
+                                         4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2);
+    const __m128i hi_idx = _mm_add_epi8(lo_idx, _mm_set1_epi8(1));
+    *slo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales16, lo_idx));
+    *shi = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales16, hi_idx));
+}
+
+// Integer sums of a pair with one token's activations (ylo, yhi), lanes [2k: 4 partial sums |
+// 2k+1: 4 partial sums]. For Q6_K the sub-block scales are already applied.
+template <TensorType kType>
+inline __m256i ktoken_sums(const KPair &w, __m256i ylo, __m256i yhi, __m256i slo, __m256i shi) {
+    if constexpr (kType == TensorType::Q6_K) {
+        // |w| * (y with w's sign): int16 pairs of at most 2 * 32 * 127, times scales <= 128.
+        const __m256i plo = _mm256_maddubs_epi16(_mm256_sign_epi8(w.lo, w.lo), _mm256_sign_epi8(ylo, w.lo));
+        const __m256i phi = _mm256_maddubs_epi16(_mm256_sign_epi8(w.hi, w.hi), _mm256_sign_epi8(yhi, w.hi));
+        return _mm256_add_epi32(_mm256_madd_epi16(plo, slo), _mm256_madd_epi16(phi, shi));
+    } else {
+        // Unsigned quants times signed activations: 4 products of at most 31 * 127 per int16 lane.
+        const __m256i h = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, ylo), _mm256_maddubs_epi16(w.hi, yhi));
+        return _mm256_madd_epi16(h, _mm256_set1_epi16(1));
+    }
+}
+
+// The same for the 4 tokens of a group, lanes [2k: tokens 0..3 | 2k+1: tokens 0..3].
+template <TensorType kType>
+inline __m256i kgroup_sums(const KPair &w, const ActBlockPair &a, __m256i slo, __m256i shi) {
+    if constexpr (kType == TensorType::Q4_K) {
+        // As Q4_0's group_step: 16 products of at most 15 * 127 fit an int16 lane.
+        __m256i h[kGroupTokens];
+#pragma GCC unroll 4
+        for (int t = 0; t < kGroupTokens; ++t) {
+            h[t] = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, load256(a.lo[t])), _mm256_maddubs_epi16(w.hi, load256(a.hi[t])));
+        }
+        const __m256i h4 = _mm256_hadd_epi16(_mm256_hadd_epi16(h[0], h[1]), _mm256_hadd_epi16(h[2], h[3]));
+        return _mm256_madd_epi16(h4, _mm256_set1_epi16(1));
+    } else {
+        // 5- and 6-bit quants: widen to int32 before folding the tokens together.
+        __m256i s[kGroupTokens];
+#pragma GCC unroll 4
+        for (int t = 0; t < kGroupTokens; ++t) s[t] = ktoken_sums<kType>(w, load256(a.lo[t]), load256(a.hi[t]), slo, shi);
+        return _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    }
+}
+
+// kRows rows x the 4 tokens of group g over the pairs [q0, q1) (whole super-blocks): y is set for
+// the first column slice and added to for the others.
+template <TensorType kType, int kRows>
+void kquant_group_rows(const MatmulProblem &p, int64_t r, int64_t g, int64_t q0, int64_t q1) {
+    constexpr int64_t kBytes = kblock_bytes<kType>();
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *row[kRows];
+    __m256 acc[kRows];
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+        row[i] = p.w + (r + i) * p.w_row_bytes;
+        acc[i] = _mm256_setzero_ps();
+    }
+    const __m128i identity = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t sb = q0 / 4; sb < q1 / 4; ++sb) {
+        // Per row: the super-block's scales (and mins), in block order.
+        __m256 wd[kRows], wm[kRows];
+        __m128i sc16[kRows];
+#pragma GCC unroll 4
+        for (int i = 0; i < kRows; ++i) {
+            const uint8_t *blk = row[i] + sb * kBytes;
+            if constexpr (kType == TensorType::Q6_K) {
+                wd[i] = _mm256_broadcast_ss(p.fp16_table + load_u16(blk + 208));
+                sc16[i] = load128(blk + 192);
+            } else {
+                k_affine_scales(blk, p.fp16_table, identity, &wd[i], &wm[i]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const ActBlockPair &a = act[4 * sb + k];
+            const __m256 ad = _mm256_loadu_ps(a.d);
+            // [b: tokens 0..3 | b+1: tokens 0..3] lane selectors and the activation sums a * sum(y).
+            const __m256i sel = _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1);
+            const __m256 ysum = _mm256_mul_ps(ad, _mm256_cvtepi32_ps(_mm256_srai_epi32(load256(a.offset), 3)));
+#pragma GCC unroll 4
+            for (int i = 0; i < kRows; ++i) {
+                const uint8_t *blk = row[i] + sb * kBytes;
+                __m256i slo = _mm256_setzero_si256(), shi = _mm256_setzero_si256();
+                if constexpr (kType == TensorType::Q6_K) q6_pair_scales(sc16[i], k, &slo, &shi);
+                const __m256 sums = _mm256_cvtepi32_ps(kgroup_sums<kType>(load_kpair<kType>(blk, k), a, slo, shi));
+                if constexpr (kType == TensorType::Q6_K) {
+                    acc[i] = _mm256_fmadd_ps(sums, _mm256_mul_ps(wd[i], ad), acc[i]);
+                } else {
+                    acc[i] = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_permutevar8x32_ps(wd[i], sel), ad), acc[i]);
+                    acc[i] = _mm256_fnmadd_ps(_mm256_permutevar8x32_ps(wm[i], sel), ysum, acc[i]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+        alignas(16) float out[4];
+        _mm_store_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1)));
+        for (int t = 0; t < kGroupTokens; ++t) {
+            float &y = p.y[(g * kGroupTokens + t) * p.rows + r + i];
+            y = q0 == 0 ? out[t] : y + out[t];
+        }
+    }
+}
+
+// Q4_K/Q5_K, kRows rows x one token (token t of group g): decoding. The four pair sums of a
+// super-block are folded into one vector of its 8 block sums, in the order [0 2 4 6 | 1 3 5 7],
+// so the float work is two multiply-adds (quants and mins) per super-block and row. Scales and
+// activation factors are arranged in that order too.
+template <TensorType kType, int kRows>
+void kquant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
+    static_assert(kType == TensorType::Q4_K || kType == TensorType::Q5_K, "Q6_K has q6_token_rows");
+    constexpr int64_t kBytes = kblock_bytes<kType>();
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *row[kRows];
+    __m256 acc[kRows];
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+        row[i] = p.w + (r + i) * p.w_row_bytes;
+        acc[i] = _mm256_setzero_ps();
+    }
+    // Bytes [sc0..7 | m0..7] to [sc0 sc2 sc4 sc6 sc1 sc3 sc5 sc7 | m in the same order].
+    const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    const __m256i none = _mm256_setzero_si256();  // ktoken_sums' Q6_K scales, unused here
+    for (int64_t sb = 0; sb < p.cols / 256; ++sb) {
+        const ActBlockPair *a = act + 4 * sb;
+        // Block 2k is half 0 of pair k (scale d[t]), block 2k+1 half 1 (scale d[4 + t]).
+        const __m256 ad = _mm256_setr_ps(a[0].d[t], a[1].d[t], a[2].d[t], a[3].d[t], a[0].d[4 + t], a[1].d[4 + t],
+                                         a[2].d[4 + t], a[3].d[4 + t]);
+        const __m256i off = _mm256_setr_epi32(a[0].offset[t], a[1].offset[t], a[2].offset[t], a[3].offset[t],
+                                              a[0].offset[4 + t], a[1].offset[4 + t], a[2].offset[4 + t],
+                                              a[3].offset[4 + t]);
+        const __m256 ysum = _mm256_mul_ps(ad, _mm256_cvtepi32_ps(_mm256_srai_epi32(off, 3)));  // a * sum(y)
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) prefetch_ahead(row[i] + sb * kBytes);
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) {
+            const uint8_t *blk = row[i] + sb * kBytes;
+            __m256i s[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+                s[k] = ktoken_sums<kType>(load_kpair<kType>(blk, k), load256(a[k].lo[t]), load256(a[k].hi[t]), none, none);
+            }
+            const __m256 sums = _mm256_cvtepi32_ps(
+                _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
+            __m256 wd, wm;
+            k_affine_scales(blk, p.fp16_table, order, &wd, &wm);
+            acc[i] = _mm256_fmadd_ps(sums, _mm256_mul_ps(wd, ad), acc[i]);
+            acc[i] = _mm256_fnmadd_ps(wm, ysum, acc[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) p.y[(g * kGroupTokens + t) * p.rows + r + i] = hsum(acc[i]);
+}
+
+// Scale bytes i (low lane) and j (high lane) of `scales` (16 int8 scales in both lanes) as int16
+// in every 16-bit lane: the shuffle puts the byte into each lane's high byte (index 0x80 zeroes
+// the low byte), and an arithmetic shift sign-extends it.
+inline __m256i q6_scales16(__m256i scales, int i, int j) {
+    const __m128i lo = _mm_set1_epi16(static_cast<int16_t>((i << 8) | 0x80));
+    const __m128i hi = _mm_set1_epi16(static_cast<int16_t>((j << 8) | 0x80));
+    const __m256i idx = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(scales, idx), 8);
+}
+
+// Q6_K decoding, with the blocks of each half paired differently: (i, i+2) instead of (i, i+1).
+// Blocks i and i+2 (i = 0, 1) of half h share their ql bytes (low and high nibbles of
+// ql[64h + 32i + l]) and their qh bytes (bits 2i.. and 2i+4.. of qh[32h + l]), so a pair unpacks
+// from two broadcast loads with the Q4_K shift trick and no lane insert. The activations are
+// re-paired to match once per super-block, shared by all rows of the tile.
+template <int kRows>
+void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *row[kRows];
+    __m256 acc[kRows];
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+        row[i] = p.w + (r + i) * p.w_row_bytes;
+        acc[i] = _mm256_setzero_ps();
+    }
+    const __m256i mask4 = _mm256_set1_epi8(0x0F), mask2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i nib_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    for (int64_t sb = 0; sb < p.cols / 256; ++sb) {
+        const ActBlockPair *a = act + 4 * sb;
+        // Pair j = (h, c): blocks 4h + c and 4h + c + 2 (super-block-local), which are half c of
+        // activation pairs 2h and 2h + 1.
+        __m256i ylo[4], yhi[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const int h = j / 2, c = j % 2;
+            ylo[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(&a[2 * h].lo[t][16 * c])),
+                                             load128(&a[2 * h + 1].lo[t][16 * c]), 1);
+            yhi[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(&a[2 * h].hi[t][16 * c])),
+                                             load128(&a[2 * h + 1].hi[t][16 * c]), 1);
+        }
+        // The folded block sums come out in the order [0 1 4 5 | 2 3 6 7] (see below).
+        const __m256 ad = _mm256_setr_ps(a[0].d[t], a[0].d[4 + t], a[2].d[t], a[2].d[4 + t], a[1].d[t], a[1].d[4 + t],
+                                         a[3].d[t], a[3].d[4 + t]);
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) prefetch_ahead(row[i] + sb * kQ6KBytes);
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) {
+            const uint8_t *blk = row[i] + sb * kQ6KBytes;
+            const __m256i scales = _mm256_broadcastsi128_si256(load128(blk + 192));
+            __m256i s[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) {
+                const int h = j / 2, c = j % 2, b = 4 * h + c;
+                const uint8_t *ql = blk + 64 * h + 32 * c, *qh = blk + 128 + 32 * h;
+                const int lo_bit = 2 * c, hi_bit = 2 * c + 4;
+                const __m256i bit_shift = _mm256_setr_epi32(lo_bit, lo_bit, lo_bit, lo_bit, hi_bit, hi_bit, hi_bit, hi_bit);
+                auto quants = [&](int off) {  // elements off..off+15 of blocks b and b+2, minus 32
+                    const __m256i low = _mm256_broadcastsi128_si256(load128(ql + off));
+                    const __m256i high = _mm256_broadcastsi128_si256(load128(qh + off));
+                    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(low, nib_shift), mask4);
+                    const __m256i top = _mm256_and_si256(_mm256_srlv_epi32(high, bit_shift), mask2);
+                    return _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_slli_epi16(top, 4)), m32);
+                };
+                const __m256i wlo = quants(0), whi = quants(16);
+                // int16 scales [s(2b) x8 | s(2b+4) x8] and [s(2b+1) x8 | s(2b+5) x8].
+                const __m256i slo = q6_scales16(scales, 2 * b, 2 * b + 4), shi = q6_scales16(scales, 2 * b + 1, 2 * b + 5);
+                s[j] = ktoken_sums<TensorType::Q6_K>(KPair{wlo, whi}, ylo[j], yhi[j], slo, shi);
+            }
+            // s[j] lanes: [b partials x4 | b+2 partials x4] for b = 0, 1, 4, 5.
+            const __m256 sums = _mm256_cvtepi32_ps(
+                _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
+            const __m256 d = _mm256_broadcast_ss(p.fp16_table + load_u16(blk + 208));
+            acc[i] = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, ad), acc[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) p.y[(g * kGroupTokens + t) * p.rows + r + i] = hsum(acc[i]);
+}
+
+template <TensorType kType>
+void kquant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int kGroupRows = 2, kTokenRows = 4;
+    constexpr int64_t kSlicePairs = 64;  // 4096 columns, 16 super-blocks: as in quant_range
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            for (int64_t q0 = 0; q0 < p.n_pairs; q0 += kSlicePairs) {
+                const int64_t q1 = q0 + kSlicePairs < p.n_pairs ? q0 + kSlicePairs : p.n_pairs;
+                int64_t r = r0;
+                for (; r + kGroupRows <= r1; r += kGroupRows) kquant_group_rows<kType, kGroupRows>(p, r, g, q0, q1);
+                for (; r < r1; ++r) kquant_group_rows<kType, 1>(p, r, g, q0, q1);
+            }
+        } else {
+            for (int t = 0; t < n_tok; ++t) {
+                int64_t r = r0;
+                if constexpr (kType == TensorType::Q6_K) {
+                    for (; r + kTokenRows <= r1; r += kTokenRows) q6_token_rows<kTokenRows>(p, r, g, t);
+                    for (; r < r1; ++r) q6_token_rows<1>(p, r, g, t);
+                } else {
+                    for (; r + kTokenRows <= r1; r += kTokenRows) kquant_token_rows<kType, kTokenRows>(p, r, g, t);
+                    for (; r < r1; ++r) kquant_token_rows<kType, 1>(p, r, g, t);
+                }
+            }
+        }
+    }
+}
+
 // ---- float weights --------------------------------------------------------------------------
 
 template <bool kF16>
@@ -492,6 +847,9 @@ void matmul_range_avx2(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
     switch (p.wtype) {
         case TensorType::Q4_0: quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1); break;
         case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
+        case TensorType::Q4_K: kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1); break;
+        case TensorType::Q5_K: kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1); break;
+        case TensorType::Q6_K: kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1); break;
         case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
         default: float_range<false>(p, r0, r1, g0, g1); break;
     }

@@ -17,7 +17,8 @@ namespace h2o::cpu::detail {
 constexpr int kGroupTokens = 4;
 
 // The activations of one token group, quantized to 8 bits for the integer dot products against
-// Q4_0/Q8_0 weights, covering two weight blocks b and b+1 (64 columns). The byte order matches what
+// quantized weights (Q4_0, Q8_0 and the K-quants), covering two 32-column blocks b and b+1 (64
+// columns). The byte order matches what
 // an AVX2 register holds after loading the quants of blocks b and b+1 side by side: for Q4_0, the
 // low nibbles of both blocks' 16 bytes are elements 0..15 of b and of b+1; the high nibbles,
 // elements 16..31. So no shuffles are needed in the inner loop.
@@ -38,7 +39,7 @@ struct MatmulProblem {
     int64_t rows, cols, n_tokens;
     const float *x;  // [n_tokens][cols]
     float *y;        // [n_tokens][rows]
-    // For Q4_0/Q8_0 weights: the quantized activations, [n_groups][n_pairs].
+    // For quantized weights: the quantized activations, [n_groups][n_pairs].
     const ActBlockPair *act;
     int64_t n_pairs;            // (cols + 63) / 64
     const float *fp16_table;    // fp16 bits -> float, 65536 entries
@@ -52,7 +53,7 @@ struct KernelTable {
                                  ActBlockPair *act);
     // y for rows [r0, r1) and token groups [g0, g1).
     void (*matmul_range)(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1);
-    // n elements of type (F32, F16, Q8_0 or Q4_0) to floats.
+    // n elements of type (F32, F16, Q8_0 or Q4_0) to floats. (K-quants go to dequantize_row.)
     void (*dequantize)(TensorType type, const void *src, float *dst, int64_t n, const float *fp16_table);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n);
