@@ -1,6 +1,6 @@
 // h2o-synth: writes a random-weight Llama model as GGUF, for benchmarks and tests.
 //
-//   h2o-synth -o OUT.gguf [--type Q4_0|Q8_0|F16|F32] [--dim 768] [--layers 12] [--heads 12]
+//   h2o-synth -o OUT.gguf [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768] [--layers 12] [--heads 12]
 //             [--kv-heads 12] [--ff 2048] [--vocab 32000] [--ctx 2048] [--tied] [--seed 1]
 //
 // The defaults give the ~110M-parameter shape used by the benchmarks.
@@ -38,8 +38,10 @@ int main(int argc, char **argv) {
             else if (v == "F16") spec.type = h2o::TensorType::F16;
             else if (v == "Q8_0") spec.type = h2o::TensorType::Q8_0;
             else if (v == "Q4_0") spec.type = h2o::TensorType::Q4_0;
+            else if (v == "Q4_K") spec.type = h2o::TensorType::Q4_K;
+            else if (v == "Q6_K") spec.type = h2o::TensorType::Q6_K;
             else {
-                std::fprintf(stderr, "h2o-synth: unknown type '%s' (F32, F16, Q8_0, Q4_0)\n", v.c_str());
+                std::fprintf(stderr, "h2o-synth: unknown type '%s' (F32, F16, Q8_0, Q4_0, Q4_K, Q6_K)\n", v.c_str());
                 return 2;
             }
         } else {
