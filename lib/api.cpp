@@ -83,6 +83,17 @@ Status read_params(const Params *src, size_t first_version_size, const char *wha
     return Status::Ok();
 }
 
+// The integer a caller stored in an enum field. Read through memcpy: a C caller (or a newer
+// header) may store values outside this build's enumerators, and loading such a value through
+// the enum type is undefined behaviour in C++.
+template <typename Enum>
+uint32_t raw_enum(const Enum &field) {
+    static_assert(sizeof(Enum) == sizeof(uint32_t), "C enums of this API are 32 bits");
+    uint32_t raw;
+    std::memcpy(&raw, &field, sizeof(raw));
+    return raw;
+}
+
 int default_thread_count() {
     const unsigned cores = std::thread::hardware_concurrency();
     return static_cast<int>(cores == 0 ? 1 : (cores > 8 ? 8 : cores));
@@ -290,15 +301,15 @@ H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params
         if (p.n_threads > kMaxThreads) return invalid("n_threads " + std::to_string(p.n_threads) + " exceeds the maximum " + std::to_string(kMaxThreads));
         if (p.n_batch > kMaxBatch) return invalid("n_batch " + std::to_string(p.n_batch) + " exceeds the maximum " + std::to_string(kMaxBatch));
 
-        if (static_cast<uint32_t>(p.kv_policy) >= h2o::kKvPolicyCount)
-            return invalid("kv_policy " + std::to_string(static_cast<uint32_t>(p.kv_policy)) + " is not a known policy");
+        if (raw_enum(p.kv_policy) >= h2o::kKvPolicyCount)
+            return invalid("kv_policy " + std::to_string(raw_enum(p.kv_policy)) + " is not a known policy");
         if (!(p.kv_recent_ratio <= 1.0f)) return invalid("kv_recent_ratio must be at most 1 (negative: the policy's default)");
 
-        if (static_cast<uint32_t>(p.backend) > H2O_BACKEND_CUDA)
-            return invalid("backend " + std::to_string(static_cast<int>(p.backend)) + " is not a known backend kind");
+        if (raw_enum(p.backend) > H2O_BACKEND_CUDA)
+            return invalid("backend " + std::to_string(raw_enum(p.backend)) + " is not a known backend kind");
         if (p.device_index < -1) return invalid("device_index must be -1 (best) or a device index");
-        if (static_cast<uint32_t>(p.kv_type) >= h2o::kKvTypeCount)
-            return invalid("kv_type " + std::to_string(static_cast<int>(p.kv_type)) + " is not a known KV format");
+        if (raw_enum(p.kv_type) >= h2o::kKvTypeCount)
+            return invalid("kv_type " + std::to_string(raw_enum(p.kv_type)) + " is not a known KV format");
 
         auto session = std::make_unique<h2o_session>();
         session->model = model;

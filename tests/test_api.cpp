@@ -288,7 +288,8 @@ TEST_CASE("backends are listed, selected explicitly or automatically, and unavai
     sp.backend = H2O_BACKEND_VULKAN;
     sp.device_index = 99;
     CHECK(h2o_session_create(model, &sp, &session) == H2O_ERR_BACKEND_UNAVAILABLE);
-    sp.backend = static_cast<h2o_backend_kind>(42);
+    const uint32_t unknown_backend = 42;  // as a C caller could store it
+    std::memcpy(&sp.backend, &unknown_backend, sizeof(unknown_backend));
     CHECK(h2o_session_create(model, &sp, &session) == H2O_ERR_INVALID_ARGUMENT);
     sp.backend = H2O_BACKEND_AUTO;
     sp.device_index = 0;
