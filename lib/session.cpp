@@ -36,27 +36,40 @@ Session::Session(const Model &model, const SessionSettings &settings)
 
 Status Session::create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out) {
     std::unique_ptr<Session> s(new Session(model, settings));
+    Status st = s->build(settings.backend, settings.device_index);
+    if (!st.ok() && settings.backend == H2O_BACKEND_AUTO && s->device_.kind != H2O_BACKEND_CPU) {
+        // Auto never fails for want of a GPU feature (a weight type its shaders lack, too little
+        // device memory): it falls back to the CPU and says so.
+        log(H2O_LOG_WARN, "auto backend: " + s->device_.name + " cannot run this model (" + st.message + "); using the CPU");
+        st = s->build(H2O_BACKEND_CPU, -1);
+    }
+    H2O_TRY(st);
     const ModelShape &shape = model.shape();
-    std::string why;
-    H2O_TRY(make_backend(settings.backend, settings.device_index, settings.n_threads, settings.n_batch, &s->backend_,
-                         &s->device_, &why));
-    log(H2O_LOG_INFO, "session backend: " + s->device_.name + " (" + why + ")");
-    H2O_TRY(LlamaGraph::create(model, *s->backend_, settings.n_batch, &s->graph_));
-    KvConfig kv;
-    kv.n_layer = shape.n_layer;
-    kv.n_head_kv = shape.n_head_kv;
-    kv.head_dim = shape.head_dim;
-    kv.n_slots = settings.kv_budget;
-    kv.type = settings.kv_type;
-    kv.policy = settings.policy;
-    kv.rolling = settings.rolling;
-    kv.rope_dims = shape.rope_dims;
-    kv.rope_freq_base = shape.rope_freq_base;
-    H2O_TRY(s->backend_->create_kv(kv));
     s->logits_.assign(shape.n_vocab, 0.0f);
     s->positions_.assign(settings.n_batch, 0);
     *out = std::move(s);
     return Status::Ok();
+}
+
+Status Session::build(h2o_backend_kind kind, int device_index) {
+    graph_.reset();
+    backend_.reset();
+    std::string why;
+    H2O_TRY(make_backend(kind, device_index, settings_.n_threads, settings_.n_batch, &backend_, &device_, &why));
+    log(H2O_LOG_INFO, "session backend: " + device_.name + " (" + why + ")");
+    H2O_TRY(LlamaGraph::create(model_, *backend_, settings_.n_batch, &graph_));
+    const ModelShape &shape = model_.shape();
+    KvConfig kv;
+    kv.n_layer = shape.n_layer;
+    kv.n_head_kv = shape.n_head_kv;
+    kv.head_dim = shape.head_dim;
+    kv.n_slots = settings_.kv_budget;
+    kv.type = settings_.kv_type;
+    kv.policy = settings_.policy;
+    kv.rolling = settings_.rolling;
+    kv.rope_dims = shape.rope_dims;
+    kv.rope_freq_base = shape.rope_freq_base;
+    return backend_->create_kv(kv);
 }
 
 void Session::reset() {

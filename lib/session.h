@@ -62,6 +62,8 @@ public:
 
 private:
     Session(const Model &model, const SessionSettings &settings);
+    // Makes the backend, adopts the weights and allocates the KV cache.
+    Status build(h2o_backend_kind kind, int device_index);
     // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning).
     Status check_room(size_t n, bool pinned) const;
     // Runs tokens through the model in batches, evicting between batches when the cache is full.
