@@ -18,6 +18,7 @@ TEST_CASE("vulkan: backend") { std::printf("H2O-SKIP: built without the Vulkan b
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -540,21 +541,83 @@ KvConfig small_kv(int n_slots, KvPolicy policy = KvPolicy::Full, int recent = 0,
     return kv;
 }
 
+KvConfig with_type(KvConfig kv, KvType type) {
+    kv.type = type;
+    return kv;
+}
+
+const KvType kKvTypes[] = {KvType::F32, KvType::F16, KvType::Q8, KvType::Q4, KvType::K8V4};
+
 }  // namespace
 
-TEST_CASE("vulkan: attention and its statistics match the CPU (no eviction, GQA)") {
-    for (bool subgroups : {true, false}) {
-        INFO("subgroups " << subgroups);
-        BACKENDS_OR_SKIP(b, 32, subgroups);
-        // H2O gathers statistics; with 64 slots nothing is evicted.
-        AttentionRun run(b, small_kv(64, KvPolicy::H2O, 8), /*n_head=*/4, 32);
-        REQUIRE(run.step(17));
-        for (int i = 0; i < 6; ++i) REQUIRE(run.step(1));
-        REQUIRE(run.step(32));
-        b.cpu->clear_kv();
-        b.gpu->clear_kv();
-        run.next_index = run.n_cached = 0;
-        REQUIRE(run.step(5));
+TEST_CASE("vulkan: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
+    // The GPU stores the CPU's rows bit for bit (see the next test), so quantized caches differ
+    // from the CPU only by the order of float additions, as F32 does: same tolerances.
+    for (KvType type : kKvTypes) {
+        for (bool subgroups : {true, false}) {
+            INFO("kv " << std::string(kv_type_name(type)) << ", subgroups " << subgroups);
+            BACKENDS_OR_SKIP(b, 32, subgroups);
+            // H2O gathers statistics; with 64 slots nothing is evicted.
+            AttentionRun run(b, with_type(small_kv(64, KvPolicy::H2O, 8), type), /*n_head=*/4, 32);
+            REQUIRE(run.step(17));
+            for (int i = 0; i < 6; ++i) REQUIRE(run.step(1));
+            REQUIRE(run.step(32));
+            b.cpu->clear_kv();
+            b.gpu->clear_kv();
+            run.next_index = run.n_cached = 0;
+            REQUIRE(run.step(5));
+            CHECK(b.gpu->kv_bytes() > 0);
+            check_validation_clean(*b.gpu);
+        }
+    }
+}
+
+TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every KV type") {
+    // One token in an empty cache gets attention weight 1, so the output is its value row as
+    // decoded: equal to the CPU's only if the GPU rounded every scale, code and half as
+    // kv_store_row() does. The rows include rounding ties (lround goes away from zero, halves to
+    // even), a constant row (Q4 scale 0), a zero row and magnitudes from 1e-3 to 1e3.
+    const std::vector<std::vector<float>> special = {
+        {127, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 64.5f, -126.5f},                    // Q8 scale 1: ties
+        {15, 0.5f, 2.5f, 14.5f, 0, 1.5f, 7.5f, 8.5f},                             // Q4 scale 1, min 0: ties
+        {1 + 0x1p-11f, 1 + 0x3p-11f, -(1 + 0x1p-11f), 2049, 65519, 0x1p-14f, 0, 1},  // half ties, the top
+        {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f},                 // constant
+        {0, 0, 0, 0, 0, 0, 0, 0},
+    };
+    for (KvType type : kKvTypes) {
+        INFO("kv " << std::string(kv_type_name(type)));
+        BACKENDS_OR_SKIP(b, 1);
+        KvConfig kv = with_type(small_kv(4), type);
+        AttentionRun run(b, kv, /*n_head=*/4, 1);
+        const int row = kv.n_head_kv * kv.head_dim;
+        int trials = 0, mismatches = 0;
+        for (size_t trial = 0; trial < special.size() + 40; ++trial) {
+            std::vector<float> values(row);
+            const bool is_special = trial < special.size();
+            for (int h = 0; h < kv.n_head_kv; ++h) {
+                // Special rows as they are (kv head 0) and scaled (1); random rows at scales from
+                // 1e-3 to 1e3, each kv head at its own.
+                const std::vector<float> r = is_special ? special[trial] : random_floats(kv.head_dim, 500 + static_cast<uint32_t>(trial));
+                const float magnitude = is_special ? (h == 0 ? 1.0f : -0.37f) : std::pow(10.0f, (trial % 7) - 3.0f + 0.3f * h);
+                for (int d = 0; d < kv.head_dim; ++d) values[h * kv.head_dim + d] = r[d] * magnitude;
+            }
+            b.cpu->clear_kv();
+            b.gpu->clear_kv();
+            run.upload(run.v, values);
+            run.upload(run.k, random_floats(row, 900 + static_cast<uint32_t>(trial)));
+            run.upload(run.q, random_floats(run.shape.n_embd, 700 + static_cast<uint32_t>(trial)));
+            const int32_t position = 0;
+            b.cpu->upload(run.pos.cpu, &position, sizeof position);
+            b.gpu->upload(run.pos.gpu, &position, sizeof position);
+            const AttentionBatch cb{1, 0, run.pos.cpu, false}, gb{1, 0, run.pos.gpu, false};
+            b.cpu->attention(run.out.cpu, run.q.cpu, run.k.cpu, run.v.cpu, 0, cb, run.shape);
+            b.gpu->attention(run.out.gpu, run.q.gpu, run.k.gpu, run.v.gpu, 0, gb, run.shape);
+            const auto c = b.cpu_floats(run.out.cpu, run.shape.n_embd), g = b.gpu_floats(run.out.gpu, run.shape.n_embd);
+            if (g != c && mismatches++ < 3) MESSAGE("trial " << trial << ": max difference " << max_abs_diff(c, g));
+            ++trials;
+        }
+        CHECK(trials == static_cast<int>(special.size()) + 40);
+        CHECK(mismatches == 0);
         check_validation_clean(*b.gpu);
     }
 }
@@ -571,7 +634,16 @@ TEST_CASE("vulkan: attention over a batch larger than the scratch processes it i
     check_validation_clean(*b.gpu);
 }
 
-TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU") {
+TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU, with every KV type") {
+    // Quantized caches: the stored rows are the CPU's bit for bit, so the statistics differ from
+    // the CPU's only by the order of float additions, as with F32, and the victims are the same
+    // (exactly equal priorities are not met with random data). Re-rotated keys pass
+    // through the GPU's sine and cosine (within about an ulp of the CPU's), so a rolled key may
+    // round to a neighbouring code when its value lies within an ulp of a rounding boundary: not
+    // met with these data. To keep the run short, F32 runs every policy with and without rolling;
+    // the other types run the policies whose victims depend on the stored values (those reading
+    // the statistics) and sinks + window, each once, rolling for every other one (alternating per
+    // type so that each policy meets both).
     const struct {
         KvPolicy policy;
         int recent, sinks;
@@ -580,18 +652,25 @@ TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU") {
         {KvPolicy::Scissorhands, 6, 0}, {KvPolicy::Tova, 0, 0}, {KvPolicy::RoCo, 6, 0},   {KvPolicy::Random, 4, 0},
         {KvPolicy::MeanH2O, 5, 2},
     };
-    for (const auto &c : cases) {
-        for (bool rolling : {false, true}) {
-            INFO("policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
-            BACKENDS_OR_SKIP(b, 8);
-            AttentionRun run(b, small_kv(16, c.policy, c.recent, c.sinks, rolling), 4, 8);
-            // Two pinned tokens, a prompt that fills most of the cache, single tokens that evict,
-            // then batches that evict several at once.
-            bool ok = run.step(2, /*pinned=*/true) && run.step(8);
-            for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
-            for (int i = 0; i < 4 && ok; ++i) ok = run.step(3);
-            CHECK(ok);
-            check_validation_clean(*b.gpu);
+    for (KvType type : kKvTypes) {
+        for (size_t ci = 0; ci < std::size(cases); ++ci) {
+            const auto &c = cases[ci];
+            for (bool rolling : {false, true}) {
+                if (type != KvType::F32) {
+                    if (!kv_policy_uses_statistics(c.policy) && c.policy != KvPolicy::SinkWindow) continue;
+                    if (rolling != ((ci + static_cast<size_t>(type)) % 2 == 1)) continue;
+                }
+                INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
+                BACKENDS_OR_SKIP(b, 8);
+                AttentionRun run(b, with_type(small_kv(16, c.policy, c.recent, c.sinks, rolling), type), 4, 8);
+                // Two pinned tokens, a prompt that fills most of the cache, single tokens that
+                // evict, then batches that evict several at once.
+                bool ok = run.step(2, /*pinned=*/true) && run.step(8);
+                for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
+                for (int i = 0; i < 4 && ok; ++i) ok = run.step(3);
+                CHECK(ok);
+                check_validation_clean(*b.gpu);
+            }
         }
     }
 }
@@ -608,7 +687,7 @@ struct ModelRun {
     KvConfig kv;
 
     ModelRun(const std::string &path, std::unique_ptr<Backend> b, int max_batch, int n_slots, KvPolicyConfig policy = {},
-             bool rolling = false)
+             bool rolling = false, KvType type = KvType::F32)
         : backend(std::move(b)) {
         REQUIRE(Model::load(path, "", &model).ok());
         REQUIRE(LlamaGraph::create(*model, *backend, max_batch, &graph).ok());
@@ -617,6 +696,7 @@ struct ModelRun {
         kv.n_head_kv = s.n_head_kv;
         kv.head_dim = s.head_dim;
         kv.n_slots = n_slots;
+        kv.type = type;
         kv.policy = policy;
         kv.rolling = rolling;
         kv.rope_dims = s.rope_dims;
@@ -737,24 +817,32 @@ TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CP
     // 64 slots for about 215 tokens: H2O (with and without rolling positions) and sinks + window
     // run far past the budget; the kept tokens of every (layer, kv head) must be the CPU's too.
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    // Quantized caches (rows stored as the CPU stores them) run H2O with rolling positions, for
+    // 120 tokens (still twice the budget) to keep the test short.
     const struct {
         KvPolicy policy;
         bool rolling;
-    } cases[] = {{KvPolicy::H2O, true}, {KvPolicy::H2O, false}, {KvPolicy::SinkWindow, true}};
-    for (const auto &[policy, rolling] : cases) {
-        INFO("policy " << kv_policy_name(policy) << (rolling ? ", rolling" : ""));
+        KvType type;
+        int generated;
+    } cases[] = {{KvPolicy::H2O, true, KvType::F32, 200},
+                 {KvPolicy::H2O, false, KvType::F32, 200},
+                 {KvPolicy::SinkWindow, true, KvType::F32, 200},
+                 {KvPolicy::H2O, true, KvType::Q8, 120},
+                 {KvPolicy::H2O, true, KvType::K8V4, 120}};
+    for (const auto &[policy, rolling, type, generated] : cases) {
+        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(policy) << (rolling ? ", rolling" : ""));
         KvPolicyConfig config;
         config.policy = policy;
         config.recent = 32;
         config.sinks = policy == KvPolicy::SinkWindow ? 4 : 0;
         VULKAN_OR_SKIP(vk, 16);
-        ModelRun gpu(path, std::move(vk), 16, 64, config, rolling);
-        ModelRun cpu(path, make_cpu_backend(2, 16), 16, 64, config, rolling);
+        ModelRun gpu(path, std::move(vk), 16, 64, config, rolling, type);
+        ModelRun cpu(path, make_cpu_backend(2, 16), 16, 64, config, rolling, type);
         std::vector<int32_t> tokens;
         REQUIRE(gpu.model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
         auto g = gpu.feed(tokens), c = cpu.feed(tokens);
         std::vector<int32_t> gpu_tokens, cpu_tokens;
-        for (int i = 0; i < 200; ++i) {
+        for (int i = 0; i < generated; ++i) {
             gpu_tokens.push_back(argmax(g));
             cpu_tokens.push_back(argmax(c));
             g = gpu.feed({gpu_tokens.back()});
@@ -773,39 +861,52 @@ TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CP
 
 TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded token") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    VULKAN_OR_SKIP(vk, 64);
-    const VulkanCounters created = counters_of(*vk);
-    ModelRun run(path, std::move(vk), 64, 512);
-    const VulkanCounters ready = counters_of(*run.backend);
-    std::vector<int32_t> tokens;
-    REQUIRE(run.model->tokenizer().encode("Once upon a time", true, &tokens).ok());
-    auto logits = run.feed(tokens);
-    const VulkanCounters after_prompt = counters_of(*run.backend);
-    const int kTokens = 32;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kTokens; ++i) logits = run.feed({argmax(logits)});
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kTokens;
-    const VulkanCounters after = counters_of(*run.backend);
-    const double per_token_up = static_cast<double>(after.bytes_to_device - after_prompt.bytes_to_device) / kTokens;
-    const double per_token_down = static_cast<double>(after.bytes_to_host - after_prompt.bytes_to_host) / kTokens;
-    const double submissions = static_cast<double>(after.submissions - after_prompt.submissions) / kTokens;
-    const double dispatches = static_cast<double>(after.dispatches - after_prompt.dispatches) / kTokens;
-    const double barriers = static_cast<double>(after.barriers - after_prompt.barriers) / kTokens;
-    MESSAGE("Vulkan on " << after.device_name << std::string(after.subgroups ? ", subgroup reductions" : ", shared-memory reductions")
-                         << std::string(after.validation ? ", validation layer on" : ", no validation layer"));
-    MESSAGE("device memory: " << created.device_memory_bytes << " bytes after creation, " << ready.device_memory_bytes
-                              << " with stories260K's weights, activations and a 512-slot KV cache; host staging "
-                              << after.host_memory_bytes << " bytes");
-    MESSAGE("weights uploaded: " << ready.bytes_to_device << " bytes; allocated_bytes() " << run.backend->allocated_bytes()
-                                 << ", kv_bytes() " << run.backend->kv_bytes());
-    MESSAGE("per decoded token: " << per_token_up << " bytes to the device, " << per_token_down << " bytes to the host, "
-                                  << submissions << " submissions, " << dispatches << " dispatches, " << barriers << " barriers, "
-                                  << ms << " ms (with validation when on)");
-    CHECK(submissions == 1.0);
-    CHECK(per_token_up == 8.0);  // the token id and its position
-    CHECK(per_token_down == 4.0 * run.model->shape().n_vocab);  // the logits
-    CHECK(after.device_memory_bytes == ready.device_memory_bytes);  // nothing is allocated while decoding
-    check_validation_clean(*run.backend);
+    // F32 and the smallest cache that keeps keys at 8 bits.
+    size_t f32_kv_bytes = 0;
+    for (KvType type : {KvType::F32, KvType::K8V4}) {
+        INFO("kv " << std::string(kv_type_name(type)));
+        VULKAN_OR_SKIP(vk, 64);
+        const VulkanCounters created = counters_of(*vk);
+        ModelRun run(path, std::move(vk), 64, 512, {}, false, type);
+        const VulkanCounters ready = counters_of(*run.backend);
+        std::vector<int32_t> tokens;
+        REQUIRE(run.model->tokenizer().encode("Once upon a time", true, &tokens).ok());
+        auto logits = run.feed(tokens);
+        const VulkanCounters after_prompt = counters_of(*run.backend);
+        const int kTokens = 32;
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < kTokens; ++i) logits = run.feed({argmax(logits)});
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kTokens;
+        const VulkanCounters after = counters_of(*run.backend);
+        const double per_token_up = static_cast<double>(after.bytes_to_device - after_prompt.bytes_to_device) / kTokens;
+        const double per_token_down = static_cast<double>(after.bytes_to_host - after_prompt.bytes_to_host) / kTokens;
+        const double submissions = static_cast<double>(after.submissions - after_prompt.submissions) / kTokens;
+        const double dispatches = static_cast<double>(after.dispatches - after_prompt.dispatches) / kTokens;
+        const double barriers = static_cast<double>(after.barriers - after_prompt.barriers) / kTokens;
+        MESSAGE("KV cache " << std::string(kv_type_name(type)) << ": Vulkan on " << after.device_name
+                             << std::string(after.subgroups ? ", subgroup reductions" : ", shared-memory reductions")
+                             << std::string(after.validation ? ", validation layer on" : ", no validation layer"));
+        MESSAGE("device memory: " << created.device_memory_bytes << " bytes after creation, " << ready.device_memory_bytes
+                                  << " with stories260K's weights, activations and a 512-slot KV cache; host staging "
+                                  << after.host_memory_bytes << " bytes");
+        MESSAGE("weights uploaded: " << ready.bytes_to_device << " bytes; allocated_bytes() " << run.backend->allocated_bytes()
+                                     << ", kv_bytes() " << run.backend->kv_bytes());
+        MESSAGE("per decoded token: " << per_token_up << " bytes to the device, " << per_token_down << " bytes to the host, "
+                                      << submissions << " submissions, " << dispatches << " dispatches, " << barriers << " barriers, "
+                                      << ms << " ms (with validation when on)");
+        CHECK(submissions == 1.0);
+        CHECK(per_token_up == 8.0);  // the token id and its position
+        CHECK(per_token_down == 4.0 * run.model->shape().n_vocab);  // the logits
+        CHECK(after.device_memory_bytes == ready.device_memory_bytes);  // nothing is allocated while decoding
+        // Rows of head_dim 8 are whole words in every format, so the device holds the CPU's row
+        // sizes (kv_format.h) exactly; the bookkeeping does not depend on the type.
+        const KvConfig &kv = run.kv;
+        const size_t rows = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
+        const size_t row_bytes = kv_row_bytes(kv_key_format(type), kv.head_dim) + kv_row_bytes(kv_value_format(type), kv.head_dim);
+        if (type == KvType::F32) f32_kv_bytes = run.backend->kv_bytes() - rows * row_bytes;
+        CHECK(run.backend->kv_bytes() == f32_kv_bytes + rows * row_bytes);
+        check_validation_clean(*run.backend);
+    }
 }
 
 #endif  // H2O_HAVE_VULKAN

@@ -14,7 +14,9 @@
 // last barrier wrote (or writes memory one read). The command buffer is submitted when the host
 // needs a result (download, synchronize): once per decoded token.
 //
-// Weights are repacked at upload so every row starts on a 4-byte boundary (weights.glsl).
+// Weights are repacked at upload so every row starts on a 4-byte boundary (weights.glsl); so are
+// the rows of the KV cache, in every KvType (kv_row.glsl), which the kernels encode exactly as the
+// CPU does and read in place.
 #include "vulkan/vulkan_backend.h"
 
 #include <algorithm>
@@ -83,6 +85,22 @@ void repack_row(TensorType type, const uint8_t *src, int64_t cols, uint8_t *dst)
     }
 }
 
+// Words of one KV row on the device: the CPU's row (kv_format.h) padded to whole words, so that
+// every row starts on a word boundary; mirrors kv_row_words() in kv_row.glsl.
+static_assert(static_cast<uint32_t>(KvRowFormat::F32) == 0 && static_cast<uint32_t>(KvRowFormat::F16) == 1 &&
+                  static_cast<uint32_t>(KvRowFormat::Q8) == 2 && static_cast<uint32_t>(KvRowFormat::Q4) == 3,
+              "the shaders take KvRowFormat values as push constants (KV_F32.. in kv_row.glsl)");
+uint32_t kv_row_words(KvRowFormat format, int head_dim) {
+    const auto n = static_cast<uint32_t>(head_dim);
+    switch (format) {
+        case KvRowFormat::F16: return (n + 1) / 2;
+        case KvRowFormat::Q8: return 1 + (n + 3) / 4;
+        case KvRowFormat::Q4: return 1 + (n + 7) / 8;
+        case KvRowFormat::F32: break;
+    }
+    return n;
+}
+
 const char *type_suffix(TensorType type) {
     switch (type) {
         case TensorType::F16: return "f16";
@@ -138,6 +156,7 @@ struct KvClaimPush {
     uint32_t keys_off, values_off, table_off;
     uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
     uint32_t layer, head_dim, n, pinned, policy, sinks, rolling, pairs;
+    uint32_t key_format, value_format;
 };
 struct AttentionPush {
     uint32_t first_index[2];
@@ -146,6 +165,7 @@ struct AttentionPush {
     uint32_t n_cells, n_slots, n_kv, max_batch;
     uint32_t layer, head_dim, group, chunk_capacity;
     float scale;
+    uint32_t key_format, value_format;
 };
 struct StatsPush {
     uint32_t first_index[2];
@@ -216,6 +236,11 @@ public:
                    const AttentionBatch &batch, const ModelShape &shape) override;
 
     VulkanCounters counters() const;
+
+    Traffic traffic() const override {
+        const VulkanCounters c = counters();
+        return Traffic{c.bytes_to_device, c.bytes_to_host, c.submissions, c.device_memory_bytes};
+    }
 
 private:
     struct Block {
@@ -321,7 +346,7 @@ private:
     bool has_kv_ = false;
     KvConfig kv_;
     KvLayout layout_;
-    std::vector<Tensor> keys_, values_;  // per layer: [n_kv][n_slots][head_dim]
+    std::vector<Tensor> keys_, values_;  // per layer: [n_kv][n_slots] rows (kv_row.glsl)
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
@@ -937,9 +962,7 @@ void VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) {
 // ---- KV cache -----------------------------------------------------------------------------------
 
 Status VulkanBackend::create_kv(const KvConfig &config) {
-    if (config.type != KvType::F32) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("KV cache type ") + kv_type_name(config.type) + " is not supported by the Vulkan backend");
-    }
+    if (static_cast<uint32_t>(config.type) >= kKvTypeCount) return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown KV cache type");
     if (has_kv_) return make_error(H2O_ERR_INVALID_ARGUMENT, "the KV cache was already created");
     if (config.n_slots <= 0 || config.n_layer <= 0 || config.n_head_kv <= 0 || config.head_dim <= 0) {
         return make_error(H2O_ERR_INVALID_ARGUMENT, "empty KV cache configuration");
@@ -948,13 +971,19 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
         return make_error(H2O_ERR_UNSUPPORTED, "head_dim " + std::to_string(config.head_dim) + " is larger than the Vulkan backend supports (" +
                                                    std::to_string(kMaxHeadDim) + ")");
     }
+    const KvRowFormat key_format = kv_key_format(config.type), value_format = kv_value_format(config.type);
+    if ((key_format == KvRowFormat::Q4 || value_format == KvRowFormat::Q4) && config.head_dim % 2 != 0) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("the ") + kv_type_name(config.type) +
+                                                   " KV format needs an even head size, not " + std::to_string(config.head_dim));
+    }
     if (config.rolling && config.rope_dims / 2 > static_cast<int>(kRopeTablePairs)) {
         return make_error(H2O_ERR_UNSUPPORTED, "rope_dims " + std::to_string(config.rope_dims) + " is too large");
     }
     const VkDeviceSize range = binding_limit_;
     const auto n_cells = static_cast<uint32_t>(config.n_layer * config.n_head_kv);
     const auto n_slots = static_cast<uint32_t>(config.n_slots), n_kv = static_cast<uint32_t>(config.n_head_kv);
-    const VkDeviceSize layer_bytes = VkDeviceSize{4} * n_kv * n_slots * config.head_dim;
+    const VkDeviceSize key_layer_bytes = VkDeviceSize{4} * n_kv * n_slots * kv_row_words(key_format, config.head_dim);
+    const VkDeviceSize value_layer_bytes = VkDeviceSize{4} * n_kv * n_slots * kv_row_words(value_format, config.head_dim);
     const KvLayout layout(n_cells, n_slots, n_kv, static_cast<uint32_t>(max_batch_));
     const VkDeviceSize meta_bytes = VkDeviceSize{4} * layout.total;
     // Attention weights of a chunk of queries (weights and group weights per slot) and the
@@ -962,7 +991,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * n_slots + n_kv);
     const auto capacity = static_cast<uint32_t>(std::clamp<VkDeviceSize>(kAttentionScratchBudget / per_token, 1, max_batch_));
     const VkDeviceSize scratch_bytes = per_token * capacity;
-    for (VkDeviceSize bytes : {layer_bytes, meta_bytes, scratch_bytes}) {
+    for (VkDeviceSize bytes : {key_layer_bytes, value_layer_bytes, meta_bytes, scratch_bytes}) {
         if (bytes + alignment_ > range) {
             return make_error(H2O_ERR_UNSUPPORTED, "the KV cache needs a " + std::to_string(bytes >> 20) +
                                                        " MiB region, more than the device's storage buffer range (" +
@@ -972,15 +1001,15 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     keys_.resize(config.n_layer);
     values_.resize(config.n_layer);
     for (int l = 0; l < config.n_layer; ++l) {
-        H2O_TRY(allocate(layer_bytes, &keys_[l]));
-        H2O_TRY(allocate(layer_bytes, &values_[l]));
+        H2O_TRY(allocate(key_layer_bytes, &keys_[l]));
+        H2O_TRY(allocate(value_layer_bytes, &values_[l]));
     }
     H2O_TRY(allocate(meta_bytes, &meta_));
     H2O_TRY(allocate(scratch_bytes, &scratch_));
     kv_ = config;
     layout_ = layout;
     chunk_capacity_ = capacity;
-    kv_bytes_ = 2 * layer_bytes * config.n_layer + meta_bytes;
+    kv_bytes_ = (key_layer_bytes + value_layer_bytes) * config.n_layer + meta_bytes;
     has_kv_ = true;
     if (config.rolling && config.rope_dims >= 2) ensure_rope_table(1, config.rope_dims, config.rope_freq_base);
     clear_kv();
@@ -1060,6 +1089,8 @@ void VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         push.sinks = static_cast<uint32_t>(std::max(0, policy.sinks));
         push.rolling = kv_.rolling ? 1 : 0;
         push.pairs = static_cast<uint32_t>(kv_.rope_dims / 2);
+        push.key_format = static_cast<uint32_t>(kv_key_format(kv_.type));
+        push.value_format = static_cast<uint32_t>(kv_value_format(kv_.type));
         // The random policy draws from one generator in (layer, kv head) order: one workgroup.
         const uint32_t groups = policy.policy == KvPolicy::Random ? 1 : n_kv;
         dispatch("kv_claim", {bk, bv, bp, bkeys, bvalues, bmeta, bt}, &push, sizeof push, groups);
@@ -1090,6 +1121,8 @@ void VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         push.group = group;
         push.chunk_capacity = chunk_capacity_;
         push.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        push.key_format = static_cast<uint32_t>(kv_key_format(kv_.type));
+        push.value_format = static_cast<uint32_t>(kv_value_format(kv_.type));
         Bound read_keys = bkeys, read_values = bvalues, read_meta = bmeta;
         read_keys.access.write = read_values.access.write = read_meta.access.write = false;
         dispatch(reduction_kernel("attention"), {bq, bo, read_keys, read_values, read_meta, bscratch}, &push, sizeof push, n_kv, chunk);

@@ -18,8 +18,9 @@ layout(local_size_x = WG) in;
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 1) writeonly buffer Out { float out_data[]; };
-layout(binding = 2) readonly buffer Keys { float keys[]; };
-layout(binding = 3) readonly buffer Values { float values[]; };
+// Rows in the formats of kv_row.glsl, read in place.
+layout(binding = 2) readonly buffer Keys { uint keys[]; };
+layout(binding = 3) readonly buffer Values { uint values[]; };
 layout(binding = 4) readonly buffer Meta { uint meta[]; };
 // Per (token of the chunk, kv head): n_slots weights of the current query head, n_slots group
 // weights, and (after both) one visible-slot count per (token, kv head). Written and read back
@@ -34,13 +35,55 @@ layout(push_constant) uniform Params {
     uint layer, head_dim, group;
     uint chunk_capacity;  // tokens the scratch holds (the visible counts follow the weights)
     float scale;
+    uint key_format, value_format;  // KvRowFormat
 } p;
 
 #include "kv_layout.glsl"
+#include "kv_row.glsl"
 #include "reduce.glsl"
 
 shared float q_shared[MAX_HEAD_DIM];
 shared float partial[WG];
+
+// q_shared · the key row starting at word `row`, computed on the stored form as kv_dot_row() does.
+float key_dot(uint row) {
+    const uint hd = p.head_dim;
+    float sum = 0.0;
+    switch (p.key_format) {
+        case KV_F16:
+            for (uint d = 0u; d < hd; ++d) sum += q_shared[d] * unpackHalf2x16(keys[row + d / 2u])[d & 1u];
+            return sum;
+        case KV_Q8:
+            for (uint d = 0u; d < hd; ++d) sum += q_shared[d] * kv_q8(keys[row + 1u + d / 4u], d);
+            return uintBitsToFloat(keys[row]) * sum;
+        case KV_Q4: {
+            // q · (min + scale * c) = min * sum(q) + scale * sum(q c)
+            float sum_q = 0.0;
+            for (uint d = 0u; d < hd; ++d) {
+                sum_q += q_shared[d];
+                sum += q_shared[d] * kv_q4(keys[row + 1u + d / 8u], d);
+            }
+            const vec2 scale_min = unpackHalf2x16(keys[row]);
+            return scale_min.y * sum_q + scale_min.x * sum;
+        }
+        default:
+            for (uint d = 0u; d < hd; ++d) sum += q_shared[d] * uintBitsToFloat(keys[row + d]);
+            return sum;
+    }
+}
+
+// w * element d of the value row starting at word `row`, grouped as kv_axpy_row() does.
+float weighted_value(uint row, uint d, float w) {
+    switch (p.value_format) {
+        case KV_F16: return w * unpackHalf2x16(values[row + d / 2u])[d & 1u];
+        case KV_Q8: return (w * uintBitsToFloat(values[row])) * kv_q8(values[row + 1u + d / 4u], d);
+        case KV_Q4: {
+            const vec2 scale_min = unpackHalf2x16(values[row]);
+            return w * scale_min.y + (w * scale_min.x) * kv_q4(values[row + 1u + d / 8u], d);
+        }
+        default: return w * uintBitsToFloat(values[row + d]);
+    }
+}
 
 void main() {
     const uint tid = gl_LocalInvocationIndex;
@@ -55,6 +98,7 @@ void main() {
     const uint group_at = weights_at + p.n_slots;             // summed over the group
     const uint visible_at = p.scratch_off + 2u * p.chunk_capacity * p.n_kv * p.n_slots + t * p.n_kv + h;
     const uint kv_base = h * p.n_slots;
+    const uint key_words = kv_row_words(p.key_format, hd), value_words = kv_row_words(p.value_format, hd);
 
     float visible = 0.0;
     for (uint s = tid; s < used; s += WG) {
@@ -75,10 +119,7 @@ void main() {
             const uint at = cell * p.n_slots + s;
             const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
             if (stream_is_free(st) || !stream_le(st, query_index)) continue;
-            float dot_qk = 0.0;
-            const uint key = p.keys_off + (kv_base + s) * hd;
-            for (uint d = 0u; d < hd; ++d) dot_qk += q_shared[d] * keys[key + d];
-            const float x = dot_qk * p.scale;
+            const float x = key_dot(p.keys_off + (kv_base + s) * key_words) * p.scale;
             if (x > m) {
                 l = l * exp(m - x) + 1.0;
                 m = x;
@@ -96,10 +137,7 @@ void main() {
             const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
             float w = 0.0;
             if (!stream_is_free(st) && stream_le(st, query_index)) {
-                float dot_qk = 0.0;
-                const uint key = p.keys_off + (kv_base + s) * hd;
-                for (uint d = 0u; d < hd; ++d) dot_qk += q_shared[d] * keys[key + d];
-                w = exp(dot_qk * p.scale - m_all) * inv;
+                w = exp(key_dot(p.keys_off + (kv_base + s) * key_words) * p.scale - m_all) * inv;
             }
             scratch[weights_at + s] = w;
             scratch[group_at + s] = (g == 0u ? 0.0 : scratch[group_at + s]) + w;
@@ -116,7 +154,7 @@ void main() {
             if (part < parts) {
                 for (uint s = part; s < used; s += parts) {
                     const float w = scratch[weights_at + s];
-                    if (w != 0.0) acc += w * values[p.values_off + (kv_base + s) * hd + d];
+                    if (w != 0.0) acc += weighted_value(p.values_off + (kv_base + s) * value_words, d, w);
                 }
             }
             partial[tid] = acc;
@@ -131,7 +169,7 @@ void main() {
                 float acc = 0.0;
                 for (uint s = 0u; s < used; ++s) {
                     const float w = scratch[weights_at + s];
-                    if (w != 0.0) acc += w * values[p.values_off + (kv_base + s) * hd + d];
+                    if (w != 0.0) acc += weighted_value(p.values_off + (kv_base + s) * value_words, d, w);
                 }
                 out_data[out_row + d] = acc;
             }

@@ -9,15 +9,20 @@
 //
 // One workgroup per kv head, except for the random policy: its generator is a single sequence
 // over (layer, kv head) in order, so one workgroup then walks the kv heads in turn.
+//
+// Keys and values are rows in the formats of kv_row.glsl. Storing encodes a row exactly as
+// kv_store_row() does; re-rotating a rolled key decodes it, rotates it and encodes it again, as
+// KvCache::rotate_back() does.
 
 #define WG 128
+#define MAX_HEAD_DIM 256
 layout(local_size_x = WG) in;
 
 layout(binding = 0) readonly buffer K { float k_in[]; };
 layout(binding = 1) readonly buffer V { float v_in[]; };
 layout(binding = 2) readonly buffer Positions { int positions[]; };
-layout(binding = 3) buffer Keys { float keys[]; };
-layout(binding = 4) writeonly buffer Values { float values[]; };
+layout(binding = 3) buffer Keys { uint keys[]; };
+layout(binding = 4) writeonly buffer Values { uint values[]; };
 // Written by one invocation and read by others of the workgroup after a barrier.
 layout(binding = 5) coherent buffer Meta { uint meta[]; };
 layout(binding = 6) readonly buffer Table { uvec2 turn_fractions[]; };
@@ -26,12 +31,14 @@ layout(push_constant) uniform Params {
     uvec2 first_index;  // stream index of the batch's first token
     uvec2 recent_from;  // stream indices >= this are in the protected recent window (clamped to >= 0)
     uint k_off, v_off, pos_off, k_stride, v_stride;
-    uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots][head_dim]
+    uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots] rows
     uint meta_off, n_cells, n_slots, n_kv, max_batch;
     uint layer, head_dim, n, pinned, policy, sinks, rolling, pairs;
+    uint key_format, value_format;  // KvRowFormat
 } p;
 
 #include "kv_layout.glsl"
+#include "kv_row.glsl"
 #include "rotary.glsl"
 
 const uint POLICY_H2O = 1u, POLICY_SCISSORHANDS = 4u, POLICY_TOVA = 5u, POLICY_ROCO = 6u, POLICY_RANDOM = 7u,
@@ -157,6 +164,33 @@ uint mod64(uvec2 x, uint m) {
     return r;
 }
 
+// ---- rows of keys and values (kv_row.glsl) ------------------------------------------------------
+
+// Decodes the key row starting at word `row` into kv_row.
+void load_key(uint row) {
+    const uint data = row + kv_header_words(p.key_format), per_word = kv_elements_per_word(p.key_format);
+    const uint header = keys[row];  // (a data word for the float formats; unused there)
+    for (uint j = 0u; j < p.head_dim; ++j) kv_row[j] = kv_element(p.key_format, header, keys[data + j / per_word], j);
+}
+
+// Encodes kv_row into the key row starting at word `row`.
+void store_key(uint row) {
+    const uint header = kv_encode_header(p.key_format, p.head_dim), skip = kv_header_words(p.key_format);
+    if (skip != 0u) keys[row] = header;
+    for (uint w = 0u; w + skip < kv_row_words(p.key_format, p.head_dim); ++w) {
+        keys[row + skip + w] = kv_encode_word(p.key_format, p.head_dim, w);
+    }
+}
+
+// Encodes kv_row into the value row starting at word `row`.
+void store_value(uint row) {
+    const uint header = kv_encode_header(p.value_format, p.head_dim), skip = kv_header_words(p.value_format);
+    if (skip != 0u) values[row] = header;
+    for (uint w = 0u; w + skip < kv_row_words(p.value_format, p.head_dim); ++w) {
+        values[row + skip + w] = kv_encode_word(p.value_format, p.head_dim, w);
+    }
+}
+
 // ---- one kv head ------------------------------------------------------------------------------
 
 shared uint sh_used, sh_free_count, sh_count;
@@ -266,13 +300,15 @@ void make_room(uint cell, uint h) {
             }
             if (shift == 0) continue;
             meta[L.position + at] = uint(int(meta[L.position + at]) - shift);
-            const uint key = p.keys_off + (h * p.n_slots + s) * p.head_dim;
+            const uint key = p.keys_off + (h * p.n_slots + s) * kv_row_words(p.key_format, p.head_dim);
+            load_key(key);
             for (uint i = 0u; i < p.pairs; ++i) {
-                const vec2 r = rotate_pair(vec2(keys[key + 2u * i], keys[key + 2u * i + 1u]),
+                const vec2 r = rotate_pair(vec2(kv_row[2u * i], kv_row[2u * i + 1u]),
                                            rotary_cos_sin(-shift, turn_fractions[p.table_off + i]));
-                keys[key + 2u * i] = r.x;
-                keys[key + 2u * i + 1u] = r.y;
+                kv_row[2u * i] = r.x;
+                kv_row[2u * i + 1u] = r.y;
             }
+            store_key(key);
         }
     }
 }
@@ -302,12 +338,15 @@ void claim_and_store(uint cell, uint h) {
     }
     memoryBarrierBuffer();
     barrier();
-    for (uint e = tid; e < p.n * p.head_dim; e += WG) {
-        const uint t = e / p.head_dim, d = e % p.head_dim;
+    // One invocation per token: a quantized row is encoded as a whole (its scale depends on all
+    // of its elements).
+    const uint key_words = kv_row_words(p.key_format, p.head_dim), value_words = kv_row_words(p.value_format, p.head_dim);
+    for (uint t = tid; t < p.n; t += WG) {
         const uint slot = meta[L.batch_slot + h * p.max_batch + t];
-        const uint dst = (h * p.n_slots + slot) * p.head_dim + d;
-        keys[p.keys_off + dst] = k_in[p.k_off + t * p.k_stride + h * p.head_dim + d];
-        values[p.values_off + dst] = v_in[p.v_off + t * p.v_stride + h * p.head_dim + d];
+        for (uint d = 0u; d < p.head_dim; ++d) kv_row[d] = k_in[p.k_off + t * p.k_stride + h * p.head_dim + d];
+        store_key(p.keys_off + (h * p.n_slots + slot) * key_words);
+        for (uint d = 0u; d < p.head_dim; ++d) kv_row[d] = v_in[p.v_off + t * p.v_stride + h * p.head_dim + d];
+        store_value(p.values_off + (h * p.n_slots + slot) * value_words);
     }
 }
 
