@@ -301,7 +301,7 @@ TEST_CASE("pinning more than the budget allows is refused and adds nothing") {
     CHECK(r.session->n_past() == 0);
 }
 
-TEST_CASE("position rolling runs far past the model's context; without it the context ends") {
+TEST_CASE("position rolling runs far past the model's context, and without it the context ends") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     {
         RealSession r(path, 64, KvPolicy::SinkWindow, /*rolling=*/true, 60, /*n_ctx=*/512);

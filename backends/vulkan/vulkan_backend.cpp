@@ -226,6 +226,7 @@ public:
     void rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override;
     void swiglu(const Tensor &gate, const Tensor &up, int n) override;
     void add(const Tensor &acc, const Tensor &x, int n) override;
+    void elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n);
 
     Status create_kv(const KvConfig &config) override;
     void clear_kv() override;
@@ -937,26 +938,20 @@ void VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positio
     dispatch("rope", {bq, bk, bp, bt}, &push, sizeof push, gx, gy);
 }
 
-void VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) {
-    if (failed_ || n <= 0) return;
-    const uint64_t count = static_cast<uint64_t>(gate.cols) * n;
-    const Bound a = bind(gate, true);
-    const Bound b = bind(up, false);
-    const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count)};
-    uint32_t gx, gy;
-    grid_1d(count, kElementwiseGroup, &gx, &gy);
-    dispatch("swiglu", {a, b}, &push, sizeof push, gx, gy);
-}
+void VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) { elementwise("swiglu", gate, up, n); }
 
-void VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) {
+void VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) { elementwise("add", acc, x, n); }
+
+// out[t] = op(out[t], in[t]) over the first n rows: the shaders of elementwise.comp.
+void VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n) {
     if (failed_ || n <= 0) return;
-    const uint64_t count = static_cast<uint64_t>(acc.cols) * n;
-    const Bound a = bind(acc, true);
-    const Bound b = bind(x, false);
+    const uint64_t count = static_cast<uint64_t>(out.cols) * n;
+    const Bound a = bind(out, true);
+    const Bound b = bind(in, false);
     const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count)};
     uint32_t gx, gy;
     grid_1d(count, kElementwiseGroup, &gx, &gy);
-    dispatch("add", {a, b}, &push, sizeof push, gx, gy);
+    dispatch(pipeline, {a, b}, &push, sizeof push, gx, gy);
 }
 
 // ---- KV cache -----------------------------------------------------------------------------------
