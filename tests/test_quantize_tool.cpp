@@ -84,28 +84,19 @@ void check_metadata_copied(const GgufFile &in, const GgufFile &out, uint32_t fil
     CHECK(out.alignment() == in.alignment());
 }
 
-struct Loaded {
-    h2o_model *model = nullptr;
-    h2o_session *session = nullptr;
-    ~Loaded() {
-        h2o_session_free(session);
-        h2o_model_free(model);
-    }
-};
+using h2o_test::ApiSession;
 
-void load(const std::string &path, Loaded *out) {
-    const h2o_status st = h2o_model_load(path.c_str(), nullptr, &out->model);
-    INFO(h2o_last_error());
-    REQUIRE(st == H2O_OK);
+void load(const std::string &path, ApiSession *out) {
     h2o_session_params sp = h2o_session_params_default();
+    sp.backend = H2O_BACKEND_CPU;
     sp.n_threads = 2;
     sp.n_ctx = 64;
-    REQUIRE(h2o_session_create(out->model, &sp, &out->session) == H2O_OK);
+    REQUIRE_MESSAGE(out->open(path, sp), h2o_last_error());
 }
 
 // Logits after a fixed token sequence.
 std::vector<float> logits_after(const std::string &path, const std::vector<int32_t> &tokens) {
-    Loaded m;
+    ApiSession m;
     load(path, &m);
     h2o_model_info info{};
     info.struct_size = sizeof info;
@@ -132,7 +123,7 @@ int append_text(const char *text, size_t length, void *user_data) {
 
 // Greedy generation through the public API; returns the number of tokens generated.
 uint32_t generate(const std::string &path, const char *prompt) {
-    Loaded m;
+    ApiSession m;
     load(path, &m);
     h2o_generate_params gen = h2o_generate_params_default();
     gen.max_tokens = 12;
@@ -440,7 +431,7 @@ TEST_CASE("quantize tool: malformed K-quant tensors are H2O_ERR_MODEL_FORMAT") {
         model_bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     }
     {
-        Loaded ok;
+        ApiSession ok;
         load(path, &ok);  // the unpatched file is fine
     }
     patch_u64(&model_bytes, dims_offset(model_bytes, "blk.0.attn_q.weight"), 128);
