@@ -324,3 +324,43 @@ TEST_CASE("backends are listed, selected explicitly or automatically, and unavai
     h2o_session_free(session);
     h2o_model_free(model);
 }
+
+TEST_CASE("the resolved KV layout is reported, and bad arguments are refused") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_session_params sp = h2o_session_params_default();
+    sp.backend = H2O_BACKEND_CPU;
+    sp.kv_budget = 64;
+    sp.kv_type = H2O_KV_TYPE_K8V4;
+    h2o_test::ApiSession m;
+    REQUIRE_MESSAGE(m.open(path, sp), h2o_last_error());
+    h2o_kv_layout layout;
+    layout.struct_size = sizeof(layout);
+    REQUIRE(h2o_session_get_kv_layout(m.session, &layout) == H2O_OK);
+    CHECK(layout.budget == 64);
+    CHECK(layout.policy == H2O_KV_SCISSORHANDS);
+    CHECK(layout.recent == 56);  // the default 7/8 of the budget
+    CHECK(layout.type == H2O_KV_TYPE_K8V4);
+    CHECK(h2o_session_get_kv_layout(nullptr, &layout) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_get_kv_layout(m.session, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    layout.struct_size = 2;
+    CHECK(h2o_session_get_kv_layout(m.session, &layout) == H2O_ERR_INVALID_ARGUMENT);
+
+    h2o_generate_stats stats;
+    stats.struct_size = 2;
+    CHECK(h2o_session_get_stats(m.session, &stats) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_get_stats(m.session, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_get_stats(nullptr, &stats) == H2O_ERR_INVALID_ARGUMENT);
+
+    h2o_session_params bad = h2o_session_params_default();
+    const uint32_t unknown = 99;
+    std::memcpy(&bad.kv_type, &unknown, sizeof(unknown));
+    h2o_session *session = nullptr;
+    CHECK(h2o_session_create(m.model, &bad, &session) == H2O_ERR_INVALID_ARGUMENT);
+    bad = h2o_session_params_default();
+    std::memcpy(&bad.kv_policy, &unknown, sizeof(unknown));
+    CHECK(h2o_session_create(m.model, &bad, &session) == H2O_ERR_INVALID_ARGUMENT);
+    bad = h2o_session_params_default();
+    bad.kv_recent_ratio = 1.5f;
+    CHECK(h2o_session_create(m.model, &bad, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(session == nullptr);
+}
