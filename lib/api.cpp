@@ -1,6 +1,9 @@
 // The C ABI: argument validation, error recording and exception containment around the C++
 // runtime. No exception ever crosses this boundary.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <iterator>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -13,14 +16,17 @@
 #include "session.h"
 #include "utf8.h"
 
+// A model handle holds one reference; every session holds another, so the model outlives
+// h2o_model_free for as long as a session uses it.
 struct h2o_model {
-    std::unique_ptr<h2o::Model> impl;
+    std::shared_ptr<const h2o::Model> impl;
 };
 
 struct h2o_session {
+    std::shared_ptr<const h2o::Model> model;  // declared first: destroyed after the session
     std::unique_ptr<h2o::Session> impl;
-    h2o_model *model = nullptr;
     h2o::SessionSettings settings;
+    std::string piece;  // the text h2o_generate_next returned last
     mutable std::string last_error;
 };
 
@@ -33,20 +39,20 @@ thread_local std::string t_last_error;
 
 // Limits that keep every size computed from parameters far from overflow.
 constexpr uint32_t kMaxContext = 1u << 22;
+// n_ctx of a default session: a file's context length alone does not size a session's memory.
+constexpr uint32_t kDefaultMaxContext = 4096;
 constexpr uint32_t kMaxThreads = 256;
 constexpr uint32_t kMaxBatch = 4096;
 
 // Records a failure for h2o_last_error() (and the session's message) and returns its code.
 h2o_status fail(const Status &status, const h2o_session *session = nullptr) {
-    t_last_error = status.message;
     if (session) session->last_error = status.message;
-    return status.code;
+    return h2o::record_failure(status);
 }
 
 h2o_status succeed(const h2o_session *session = nullptr) {
-    t_last_error.clear();
     if (session) session->last_error.clear();
-    return H2O_OK;
+    return h2o::record_success();
 }
 
 h2o_status invalid(const std::string &message, const h2o_session *session = nullptr) {
@@ -67,31 +73,125 @@ h2o_status guarded(const h2o_session *session, Body &&body) {
     }
 }
 
-// Copies a caller's params struct over the defaults, honouring its struct_size. Every struct is
-// at its first version, so the smallest accepted size is the full size; later versions will
-// accept the sizes of earlier ones.
-template <typename Params>
-Status read_params(const Params *src, size_t first_version_size, const char *what, Params *dst) {
-    if (!src) return Status::Ok();  // NULL: defaults
-    if (src->struct_size < first_version_size || src->struct_size > sizeof(Params)) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ".struct_size is " + std::to_string(src->struct_size) +
-                                                        "; this library accepts " + std::to_string(first_version_size) +
-                                                        " to " + std::to_string(sizeof(Params)) +
-                                                        " (was the caller built against a different h2o.h?)");
-    }
-    std::memcpy(static_cast<void *>(dst), src, src->struct_size);
+// The size of a public struct's first published version: its bytes up to the end of `field`.
+// Later versions only append fields, so every struct_size from this one up is accepted.
+#define H2O_SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)nullptr)->field))
+template <typename T> constexpr size_t kFirstVersion = sizeof(T);
+template <> constexpr size_t kFirstVersion<h2o_model_params> = H2O_SIZE_THROUGH(h2o_model_params, progress_user_data);
+template <> constexpr size_t kFirstVersion<h2o_session_params> = H2O_SIZE_THROUGH(h2o_session_params, max_memory_bytes);
+template <> constexpr size_t kFirstVersion<h2o_generate_params> = H2O_SIZE_THROUGH(h2o_generate_params, stop_at_eos);
+template <> constexpr size_t kFirstVersion<h2o_model_info> = H2O_SIZE_THROUGH(h2o_model_info, weight_bytes);
+template <> constexpr size_t kFirstVersion<h2o_backend_info> = H2O_SIZE_THROUGH(h2o_backend_info, memory_bytes);
+template <> constexpr size_t kFirstVersion<h2o_kv_layout> = H2O_SIZE_THROUGH(h2o_kv_layout, n_ctx);
+template <> constexpr size_t kFirstVersion<h2o_device_traffic> = H2O_SIZE_THROUGH(h2o_device_traffic, device_memory_bytes);
+template <> constexpr size_t kFirstVersion<h2o_memory_report> = H2O_SIZE_THROUGH(h2o_memory_report, scratch_bytes);
+template <> constexpr size_t kFirstVersion<h2o_generate_stats> = H2O_SIZE_THROUGH(h2o_generate_stats, generate_seconds);
+
+Status check_struct_size(size_t size, size_t first, const char *what) {
+    if (size >= first) return Status::Ok();
+    return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ".struct_size is " + std::to_string(size) +
+                                                    "; the smallest version this library accepts has " + std::to_string(first) +
+                                                    " bytes (set it to sizeof the struct)");
+}
+
+// Writes defaults into the first `size` bytes of a caller's struct: the fields this library knows,
+// then zeros for the fields of a newer header (zero means "unused" to read_params).
+template <typename T>
+Status init_struct(T *dst, size_t size, const T &defaults, const char *what) {
+    if (!dst) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL");
+    if (size > UINT32_MAX) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": struct_size is absurdly large");
+    H2O_TRY(check_struct_size(size, kFirstVersion<T>, what));
+    const size_t known = std::min(size, sizeof(T));
+    std::memcpy(static_cast<void *>(dst), &defaults, known);
+    if (size > known) std::memset(reinterpret_cast<char *>(dst) + known, 0, size - known);
+    dst->struct_size = static_cast<uint32_t>(size);
     return Status::Ok();
 }
 
-// The integer a caller stored in an enum field. Read through memcpy: a C caller (or a newer
-// header) may store values outside this build's enumerators, and loading such a value through
-// the enum type is undefined behaviour in C++.
-template <typename Enum>
-uint32_t raw_enum(const Enum &field) {
-    static_assert(sizeof(Enum) == sizeof(uint32_t), "C enums of this API are 32 bits");
-    uint32_t raw;
-    std::memcpy(&raw, &field, sizeof(raw));
-    return raw;
+// Copies a caller's input struct over the defaults in *dst, honouring its struct_size. NULL
+// means defaults. Fields of a newer header that this library does not know must be zero.
+template <typename T>
+Status read_params(const T *src, const char *what, T *dst) {
+    if (!src) return Status::Ok();
+    H2O_TRY(check_struct_size(src->struct_size, kFirstVersion<T>, what));
+    const auto *bytes = reinterpret_cast<const unsigned char *>(src);
+    for (size_t i = sizeof(T); i < src->struct_size; ++i) {
+        if (bytes[i] != 0) {
+            return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + " sets a field at byte " + std::to_string(i) +
+                                                            " that this library (h2o " + h2o_version() + ") does not know");
+        }
+    }
+    std::memcpy(static_cast<void *>(dst), src, std::min<size_t>(src->struct_size, sizeof(T)));
+    dst->struct_size = sizeof(T);
+    return Status::Ok();
+}
+
+// Writes an output struct into a caller's, honouring its struct_size: an older caller gets the
+// prefix it knows, a newer caller zeros in the fields this library does not know.
+template <typename T>
+Status write_result(const T &value, T *dst, const char *what) {
+    if (!dst) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL");
+    const uint32_t size = dst->struct_size;
+    H2O_TRY(check_struct_size(size, kFirstVersion<T>, what));
+    const size_t known = std::min<size_t>(size, sizeof(T));
+    std::memcpy(static_cast<void *>(dst), &value, known);
+    if (size > known) std::memset(reinterpret_cast<char *>(dst) + known, 0, size - known);
+    dst->struct_size = size;
+    return Status::Ok();
+}
+
+// The defaults, in one place for the init functions and for NULL params.
+h2o_model_params default_model_params() {
+    h2o_model_params p;
+    std::memset(&p, 0, sizeof(p));
+    p.struct_size = sizeof(p);
+    return p;
+}
+
+h2o_session_params default_session_params() {
+    h2o_session_params p;
+    std::memset(&p, 0, sizeof(p));
+    p.struct_size = sizeof(p);
+    p.seed = 0x5EED;
+    p.kv_policy = H2O_KV_SCISSORHANDS;
+    p.kv_recent_ratio = -1.0f;
+    p.kv_sinks = 4;
+    p.backend = H2O_BACKEND_AUTO;
+    p.device_index = -1;
+    p.kv_type = H2O_KV_TYPE_F32;
+    return p;
+}
+
+h2o_generate_params default_generate_params() {
+    h2o_generate_params p;
+    std::memset(&p, 0, sizeof(p));
+    p.struct_size = sizeof(p);
+    p.max_tokens = 256;
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    p.stop_at_eos = 1;
+    return p;
+}
+
+const char *const kBackendKindNames[] = {"auto", "cpu", "vulkan", "cuda"};
+
+// Looks a name up in a table of names indexed by value.
+template <size_t N>
+Status value_from_name(const char *const (&names)[N], const char *name, uint32_t *out, const char *what) {
+    if (!name || !out) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": name or out pointer is NULL");
+    std::string known;
+    for (size_t i = 0; i < N; ++i) {
+        if (std::strcmp(name, names[i]) == 0) {
+            *out = static_cast<uint32_t>(i);
+            return Status::Ok();
+        }
+        known += (i ? ", " : "") + std::string(names[i]);
+    }
+    return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": unknown name '" + name + "' (known: " + known + ")");
 }
 
 int default_thread_count() {
@@ -100,6 +200,20 @@ int default_thread_count() {
 }
 
 }  // namespace
+
+namespace h2o {
+
+h2o_status record_failure(const Status &status) {
+    t_last_error = status.message;
+    return status.code;
+}
+
+h2o_status record_success() {
+    t_last_error.clear();
+    return H2O_OK;
+}
+
+}  // namespace h2o
 
 extern "C" {
 
@@ -111,7 +225,7 @@ H2O_API const char *h2o_version(void) {
 
 H2O_API uint32_t h2o_version_number(void) { return H2O_VERSION_NUMBER; }
 
-H2O_API const char *h2o_status_string(h2o_status status) {
+H2O_API const char *h2o_status_string(int32_t status) {
     switch (status) {
         case H2O_OK: return "ok";
         case H2O_ERR_INVALID_ARGUMENT: return "invalid argument";
@@ -125,32 +239,37 @@ H2O_API const char *h2o_status_string(h2o_status status) {
         case H2O_ERR_BUFFER_TOO_SMALL: return "buffer too small";
         case H2O_ERR_TOKENIZER: return "tokenizer error";
         case H2O_ERR_INTERNAL: return "internal error";
+        case H2O_ERR_CANCELLED: return "cancelled";
+        case H2O_ERR_STATE_FORMAT: return "malformed session state";
     }
     return "unknown status";
 }
 
 H2O_API const char *h2o_last_error(void) { return t_last_error.c_str(); }
 
+
 // ---- models ----------------------------------------------------------------------------------
 
-H2O_API h2o_model_params h2o_model_params_default(void) {
-    h2o_model_params p;
-    std::memset(&p, 0, sizeof(p));
-    p.struct_size = sizeof(p);
-    p.tokenizer_path = nullptr;
-    return p;
+H2O_API h2o_status h2o_model_params_init(h2o_model_params *params, size_t struct_size) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (Status s = init_struct(params, struct_size, default_model_params(), "h2o_model_params"); !s.ok()) return fail(s);
+        return succeed();
+    });
 }
 
 H2O_API h2o_status h2o_model_load(const char *path, const h2o_model_params *params, h2o_model **out_model) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!path) return invalid("h2o_model_load: path is NULL");
         if (!out_model) return invalid("h2o_model_load: out_model is NULL");
-        h2o_model_params p = h2o_model_params_default();
-        if (Status s = read_params(params, sizeof(h2o_model_params), "h2o_model_params", &p); !s.ok()) return fail(s);
-        auto model = std::make_unique<h2o_model>();
-        if (Status s = h2o::Model::load(path, p.tokenizer_path ? p.tokenizer_path : "", &model->impl); !s.ok()) {
-            return fail(make_error(s.code, std::string(path) + ": " + s.message));
+        h2o_model_params p = default_model_params();
+        if (Status s = read_params(params, "h2o_model_params", &p); !s.ok()) return fail(s);
+        h2o::LoadProgress progress{p.progress, p.progress_user_data};
+        std::unique_ptr<h2o::Model> loaded;
+        if (Status s = h2o::Model::load(path, p.tokenizer_path ? p.tokenizer_path : "", &loaded, progress); !s.ok()) {
+            return fail(s);
         }
+        auto model = std::make_unique<h2o_model>();
+        model->impl = std::move(loaded);
         *out_model = model.release();
         return succeed();
     });
@@ -161,13 +280,11 @@ H2O_API void h2o_model_free(h2o_model *model) { delete model; }
 H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *info) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_model_get_info: model is NULL");
-        if (!info) return invalid("h2o_model_get_info: info is NULL");
-        if (info->struct_size < sizeof(h2o_model_info) || info->struct_size > sizeof(h2o_model_info)) {
-            return invalid("h2o_model_info.struct_size is " + std::to_string(info->struct_size) + ", expected " +
-                           std::to_string(sizeof(h2o_model_info)));
-        }
         const h2o::Model &m = *model->impl;
         const h2o::ModelShape &s = m.shape();
+        h2o_model_info out{};
+        h2o_model_info *info_in = info;
+        info = &out;
         info->n_vocab = static_cast<uint32_t>(s.n_vocab);
         info->n_ctx_train = m.n_ctx_train();
         info->n_embd = static_cast<uint32_t>(s.n_embd);
@@ -180,6 +297,7 @@ H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *in
         info->eos_token = m.tokenizer().eos();
         info->n_params = m.n_params();
         info->weight_bytes = m.weight_bytes();
+        if (Status st = write_result(out, info_in, "h2o_model_get_info: info"); !st.ok()) return fail(st);
         return succeed();
     });
 }
@@ -219,7 +337,7 @@ H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens,
             return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "the text needs " + std::to_string(out.size()) +
                                                                  " bytes; capacity is " + std::to_string(capacity)));
         }
-        std::memcpy(text, out.data(), out.size());
+        if (!out.empty()) std::memcpy(text, out.data(), out.size());  // text may be NULL when nothing is copied
         if (out.size() < capacity) text[out.size()] = '\0';
         return succeed();
     });
@@ -229,21 +347,14 @@ H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens,
 
 namespace {
 
-void fill_backend_info(const h2o::BackendDevice &d, h2o_backend_info *info) {
-    info->kind = d.kind;
-    info->device_index = d.device_index;
-    std::snprintf(info->name, sizeof(info->name), "%s", d.name.c_str());
-    std::snprintf(info->device_type, sizeof(info->device_type), "%s", d.type.c_str());
-    info->memory_bytes = d.memory_bytes;
-}
-
-Status check_backend_info(const h2o_backend_info *info, const char *function) {
-    if (!info) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(function) + ": info is NULL");
-    if (info->struct_size != sizeof(h2o_backend_info)) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_backend_info.struct_size is " + std::to_string(info->struct_size) +
-                                                        ", expected " + std::to_string(sizeof(h2o_backend_info)));
-    }
-    return Status::Ok();
+Status write_backend_info(const h2o::BackendDevice &d, h2o_backend_info *info, const char *what) {
+    h2o_backend_info out{};
+    out.kind = d.kind;
+    out.device_index = d.device_index;
+    std::snprintf(out.name, sizeof(out.name), "%s", d.name.c_str());
+    std::snprintf(out.device_type, sizeof(out.device_type), "%s", d.type.c_str());
+    out.memory_bytes = d.memory_bytes;
+    return write_result(out, info, what);
 }
 
 }  // namespace
@@ -258,69 +369,82 @@ H2O_API h2o_status h2o_backend_count(size_t *count) {
 
 H2O_API h2o_status h2o_backend_get_info(size_t index, h2o_backend_info *info) {
     return guarded(nullptr, [&]() -> h2o_status {
-        if (Status s = check_backend_info(info, "h2o_backend_get_info"); !s.ok()) return fail(s);
+        if (!info) return invalid("h2o_backend_get_info: info is NULL");
         const std::vector<h2o::BackendDevice> devices = h2o::list_backend_devices();
         if (index >= devices.size()) {
             return invalid("backend index " + std::to_string(index) + " is out of range (" + std::to_string(devices.size()) +
                            " devices)");
         }
-        fill_backend_info(devices[index], info);
+        if (Status s = write_backend_info(devices[index], info, "h2o_backend_get_info: info"); !s.ok()) return fail(s);
         return succeed();
     });
 }
 
+H2O_API const char *h2o_backend_kind_name(uint32_t kind) {
+    return kind < std::size(kBackendKindNames) ? kBackendKindNames[kind] : nullptr;
+}
+
+H2O_API h2o_status h2o_backend_kind_from_name(const char *name, uint32_t *kind) {
+    if (Status s = value_from_name(kBackendKindNames, name, kind, "h2o_backend_kind_from_name"); !s.ok()) return fail(s);
+    return succeed();
+}
+
+H2O_API const char *h2o_kv_policy_name(uint32_t policy) {
+    return policy < h2o::kKvPolicyCount ? h2o::kv_policy_name(static_cast<h2o::KvPolicy>(policy)) : nullptr;
+}
+
+H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy) {
+    if (Status s = value_from_name(h2o::kKvPolicyNames, name, policy, "h2o_kv_policy_from_name"); !s.ok()) return fail(s);
+    return succeed();
+}
+
+H2O_API const char *h2o_kv_type_name(uint32_t type) {
+    return type < h2o::kKvTypeCount ? h2o::kv_type_name(static_cast<h2o::KvType>(type)) : nullptr;
+}
+
+H2O_API h2o_status h2o_kv_type_from_name(const char *name, uint32_t *type) {
+    if (Status s = value_from_name(h2o::kKvTypeNames, name, type, "h2o_kv_type_from_name"); !s.ok()) return fail(s);
+    return succeed();
+}
+
 // ---- sessions --------------------------------------------------------------------------------
 
-H2O_API h2o_session_params h2o_session_params_default(void) {
-    h2o_session_params p;
-    std::memset(&p, 0, sizeof(p));
-    p.struct_size = sizeof(p);
-    p.n_ctx = 0;
-    p.n_threads = 0;
-    p.n_batch = 0;
-    p.seed = 0x5EED;
-    p.kv_budget = 0;
-    p.kv_policy = H2O_KV_SCISSORHANDS;
-    p.kv_recent = 0;
-    p.kv_recent_ratio = -1.0f;
-    p.kv_sinks = 4;
-    p.position_rolling = 0;
-    p.backend = H2O_BACKEND_AUTO;
-    p.device_index = -1;
-    p.kv_type = H2O_KV_TYPE_F32;
-    return p;
+H2O_API h2o_status h2o_session_params_init(h2o_session_params *params, size_t struct_size) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (Status s = init_struct(params, struct_size, default_session_params(), "h2o_session_params"); !s.ok()) return fail(s);
+        return succeed();
+    });
 }
 
 H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params, h2o_session **out_session) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_session_create: model is NULL");
         if (!out_session) return invalid("h2o_session_create: out_session is NULL");
-        h2o_session_params p = h2o_session_params_default();
-        if (Status s = read_params(params, sizeof(h2o_session_params), "h2o_session_params", &p); !s.ok()) return fail(s);
+        h2o_session_params p = default_session_params();
+        if (Status s = read_params(params, "h2o_session_params", &p); !s.ok()) return fail(s);
+        if (p.n_ctx == 1) return invalid("n_ctx must be at least 2 (0: the model's context length, at most " + std::to_string(kDefaultMaxContext) + ")");
         if (p.n_ctx > kMaxContext) return invalid("n_ctx " + std::to_string(p.n_ctx) + " exceeds the maximum " + std::to_string(kMaxContext));
         if (p.n_threads > kMaxThreads) return invalid("n_threads " + std::to_string(p.n_threads) + " exceeds the maximum " + std::to_string(kMaxThreads));
         if (p.n_batch > kMaxBatch) return invalid("n_batch " + std::to_string(p.n_batch) + " exceeds the maximum " + std::to_string(kMaxBatch));
 
-        if (raw_enum(p.kv_policy) >= h2o::kKvPolicyCount)
-            return invalid("kv_policy " + std::to_string(raw_enum(p.kv_policy)) + " is not a known policy");
+        if (p.kv_policy >= h2o::kKvPolicyCount) return invalid("kv_policy " + std::to_string(p.kv_policy) + " is not a known policy");
         if (!(p.kv_recent_ratio <= 1.0f)) return invalid("kv_recent_ratio must be at most 1 (negative: the policy's default)");
 
-        if (raw_enum(p.backend) > H2O_BACKEND_CUDA)
-            return invalid("backend " + std::to_string(raw_enum(p.backend)) + " is not a known backend kind");
+        if (p.backend > H2O_BACKEND_CUDA) return invalid("backend " + std::to_string(p.backend) + " is not a known backend kind");
         if (p.device_index < -1) return invalid("device_index must be -1 (best) or a device index");
-        if (raw_enum(p.kv_type) >= h2o::kKvTypeCount)
-            return invalid("kv_type " + std::to_string(raw_enum(p.kv_type)) + " is not a known KV format");
+        if (p.kv_type >= h2o::kKvTypeCount) return invalid("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
+        if (p.position_rolling != 0 && p.position_rolling != 1) return invalid("position_rolling must be 0 or 1");
 
         auto session = std::make_unique<h2o_session>();
-        session->model = model;
+        session->model = model->impl;
         h2o::SessionSettings &s = session->settings;
         s.backend = p.backend;
         s.device_index = p.device_index;
         s.kv_type = static_cast<h2o::KvType>(p.kv_type);
-        s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : model->impl->n_ctx_train());
+        s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : std::min(model->impl->n_ctx_train(), kDefaultMaxContext));
         s.kv_budget = (p.kv_budget == 0 || p.kv_budget > static_cast<uint32_t>(s.n_ctx)) ? s.n_ctx : static_cast<int>(p.kv_budget);
         s.rolling = p.position_rolling != 0;
-        if (s.kv_budget < 2) return invalid("kv_budget must be at least 2");
+        if (s.kv_budget < 2) return invalid("kv_budget must be at least 2 (0: n_ctx slots, a full cache)");
         const bool evicting = s.kv_budget < s.n_ctx || s.rolling;
         s.policy.policy = evicting ? static_cast<h2o::KvPolicy>(p.kv_policy) : h2o::KvPolicy::Full;
         // Scissorhands' default keeps 7/8 of the budget recent: on our evaluation that is what
@@ -329,17 +453,21 @@ H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params
                             : s.policy.policy == h2o::KvPolicy::Scissorhands ? 0.875f : 0.5f;
         const uint32_t recent = p.kv_recent ? p.kv_recent : static_cast<uint32_t>(ratio * s.kv_budget);
         if (recent > static_cast<uint32_t>(s.kv_budget)) return invalid("kv_recent " + std::to_string(recent) + " exceeds kv_budget " + std::to_string(s.kv_budget));
-        if (p.kv_sinks >= static_cast<uint32_t>(s.kv_budget)) return invalid("kv_sinks must be smaller than kv_budget");
         // The window policies are all window, and TOVA is defined without one.
         const bool has_recent_window = s.policy.policy != h2o::KvPolicy::Tova && s.policy.policy != h2o::KvPolicy::Window &&
                                        s.policy.policy != h2o::KvPolicy::SinkWindow;
         s.policy.recent = has_recent_window ? static_cast<int>(recent) : 0;
         const bool uses_sinks = s.policy.policy == h2o::KvPolicy::SinkWindow || s.policy.policy == h2o::KvPolicy::MeanH2O;
+        if (uses_sinks && p.kv_sinks >= static_cast<uint32_t>(s.kv_budget)) {
+            return invalid("kv_sinks " + std::to_string(p.kv_sinks) + " must be smaller than kv_budget " + std::to_string(s.kv_budget) +
+                           " for the " + h2o::kv_policy_name(s.policy.policy) + " policy");
+        }
         s.policy.sinks = uses_sinks ? static_cast<int>(p.kv_sinks) : 0;
         s.policy.seed = p.seed;
         s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
         s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
         s.seed = p.seed;
+        s.max_memory_bytes = p.max_memory_bytes;
         if (Status st = h2o::Session::create(*model->impl, s, &session->impl); !st.ok()) return fail(st);
         *out_session = session.release();
         return succeed();
@@ -351,8 +479,7 @@ H2O_API void h2o_session_free(h2o_session *session) { delete session; }
 H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backend_info *info) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_get_backend: session is NULL");
-        if (Status s = check_backend_info(info, "h2o_session_get_backend"); !s.ok()) return fail(s, session);
-        fill_backend_info(session->impl->device(), info);
+        if (Status s = write_backend_info(session->impl->device(), info, "h2o_session_get_backend: info"); !s.ok()) return fail(s, session);
         return succeed(session);
     });
 }
@@ -360,16 +487,13 @@ H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backe
 H2O_API h2o_status h2o_session_get_device_traffic(const h2o_session *session, h2o_device_traffic *traffic) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_get_device_traffic: session is NULL");
-        if (!traffic) return invalid("h2o_session_get_device_traffic: traffic is NULL", session);
-        if (traffic->struct_size != sizeof(h2o_device_traffic)) {
-            return invalid("h2o_device_traffic.struct_size is " + std::to_string(traffic->struct_size) + ", expected " +
-                               std::to_string(sizeof(h2o_device_traffic)), session);
-        }
         const h2o::Backend::Traffic t = session->impl->backend().traffic();
-        traffic->bytes_to_device = t.bytes_to_device;
-        traffic->bytes_to_host = t.bytes_to_host;
-        traffic->submissions = t.submissions;
-        traffic->device_memory_bytes = t.device_memory_bytes;
+        h2o_device_traffic out{};
+        out.bytes_to_device = t.bytes_to_device;
+        out.bytes_to_host = t.bytes_to_host;
+        out.submissions = t.submissions;
+        out.device_memory_bytes = t.device_memory_bytes;
+        if (Status s = write_result(out, traffic, "h2o_session_get_device_traffic: traffic"); !s.ok()) return fail(s, session);
         return succeed(session);
     });
 }
@@ -377,18 +501,18 @@ H2O_API h2o_status h2o_session_get_device_traffic(const h2o_session *session, h2
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_get_kv_layout: session is NULL");
-        if (!layout) return invalid("h2o_session_get_kv_layout: layout is NULL", session);
-        if (layout->struct_size != sizeof(h2o_kv_layout)) {
-            return invalid("h2o_kv_layout.struct_size is " + std::to_string(layout->struct_size) + ", expected " +
-                               std::to_string(sizeof(h2o_kv_layout)), session);
-        }
         const h2o::SessionSettings &s = session->settings;
-        layout->budget = static_cast<uint32_t>(s.kv_budget);
-        layout->policy = static_cast<h2o_kv_policy>(s.policy.policy);
-        layout->recent = static_cast<uint32_t>(s.policy.recent);
-        layout->sinks = static_cast<uint32_t>(s.policy.sinks);
-        layout->position_rolling = s.rolling ? 1 : 0;
-        layout->type = static_cast<h2o_kv_type>(s.kv_type);
+        h2o_kv_layout out{};
+        out.budget = static_cast<uint32_t>(s.kv_budget);
+        out.policy = static_cast<uint32_t>(s.policy.policy);
+        out.recent = static_cast<uint32_t>(s.policy.recent);
+        out.sinks = static_cast<uint32_t>(s.policy.sinks);
+        const bool evicting = s.policy.policy != h2o::KvPolicy::Full;
+        out.heavy = evicting ? static_cast<uint32_t>(std::max(0, s.kv_budget - s.policy.recent - s.policy.sinks)) : 0;
+        out.position_rolling = s.rolling ? 1 : 0;
+        out.type = static_cast<uint32_t>(s.kv_type);
+        out.n_ctx = static_cast<uint32_t>(s.n_ctx);
+        if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
         return succeed(session);
     });
 }
@@ -401,27 +525,25 @@ H2O_API h2o_status h2o_session_reset(h2o_session *session) {
     });
 }
 
+H2O_API h2o_status h2o_session_cancel(h2o_session *session) {
+    // No guarded() and no message: this runs beside the session's own thread, whose messages it
+    // must not touch.
+    if (!session) return h2o::record_failure(make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_session_cancel: session is NULL"));
+    session->impl->cancel();
+    return H2O_OK;
+}
+
 H2O_API const char *h2o_session_last_error(const h2o_session *session) {
     return session ? session->last_error.c_str() : "";
 }
 
 // ---- generation ------------------------------------------------------------------------------
 
-H2O_API h2o_generate_params h2o_generate_params_default(void) {
-    h2o_generate_params p;
-    std::memset(&p, 0, sizeof(p));
-    p.struct_size = sizeof(p);
-    p.max_tokens = 256;
-    p.temperature = 0.8f;
-    p.top_k = 40;
-    p.top_p = 0.95f;
-    p.min_p = 0.05f;
-    p.repeat_penalty = 1.0f;
-    p.repeat_last_n = 64;
-    p.stop_strings = nullptr;
-    p.n_stop_strings = 0;
-    p.stop_at_eos = 1;
-    return p;
+H2O_API h2o_status h2o_generate_params_init(h2o_generate_params *params, size_t struct_size) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (Status s = init_struct(params, struct_size, default_generate_params(), "h2o_generate_params"); !s.ok()) return fail(s);
+        return succeed();
+    });
 }
 
 namespace {
@@ -437,6 +559,7 @@ Status to_generate_settings(const h2o_generate_params &p, h2o::GenerateSettings 
         return bad("repeat_last_n must be at most " + std::to_string(h2o::TokenHistory::kCapacity));
     if (p.n_stop_strings > 0 && !p.stop_strings) return bad("stop_strings is NULL but n_stop_strings is not 0");
     if (p.n_stop_strings > 64) return bad("n_stop_strings must be at most 64");
+    if (p.stop_at_eos != 0 && p.stop_at_eos != 1) return bad("stop_at_eos must be 0 or 1");
     out->stop_strings.clear();
     for (size_t i = 0; i < p.n_stop_strings; ++i) {
         const char *stop = p.stop_strings[i];
@@ -467,17 +590,60 @@ bool call_token_callback(const char *text, size_t length, void *bridge) {
 
 }  // namespace
 
-H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, const h2o_generate_params *params,
-                                h2o_token_callback callback, void *user_data) {
+namespace {
+
+// The checks and conversions h2o_generate and h2o_generate_begin share.
+Status read_generate_call(h2o_session *session, const char *prompt, size_t prompt_len, const h2o_generate_params *params,
+                          const char *function, h2o::GenerateSettings *settings) {
+    if (!prompt && prompt_len > 0) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(function) + ": prompt is NULL but prompt_len is not 0");
+    }
+    h2o_generate_params p = default_generate_params();
+    H2O_TRY(read_params(params, "h2o_generate_params", &p));
+    return to_generate_settings(p, settings);
+}
+
+std::string_view text_view(const char *text, size_t length) { return length ? std::string_view(text, length) : std::string_view(); }
+
+}  // namespace
+
+H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t prompt_len,
+                                const h2o_generate_params *params, h2o_token_callback callback, void *user_data) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_generate: session is NULL");
-        if (!prompt) return invalid("h2o_generate: prompt is NULL (pass \"\" to generate from the current state)", session);
-        h2o_generate_params p = h2o_generate_params_default();
-        if (Status s = read_params(params, sizeof(h2o_generate_params), "h2o_generate_params", &p); !s.ok()) return fail(s, session);
+        session->impl->begin_call();
         h2o::GenerateSettings settings;
-        if (Status s = to_generate_settings(p, &settings); !s.ok()) return fail(s, session);
+        if (Status s = read_generate_call(session, prompt, prompt_len, params, "h2o_generate", &settings); !s.ok()) return fail(s, session);
         CallbackBridge bridge{callback, user_data};
-        if (Status s = session->impl->generate(prompt, settings, call_token_callback, &bridge); !s.ok()) return fail(s, session);
+        if (Status s = session->impl->generate(text_view(prompt, prompt_len), settings, call_token_callback, &bridge); !s.ok()) {
+            return fail(s, session);
+        }
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_generate_begin(h2o_session *session, const char *prompt, size_t prompt_len,
+                                      const h2o_generate_params *params) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_generate_begin: session is NULL");
+        session->impl->begin_call();
+        h2o::GenerateSettings settings;
+        if (Status s = read_generate_call(session, prompt, prompt_len, params, "h2o_generate_begin", &settings); !s.ok()) return fail(s, session);
+        if (Status s = session->impl->begin_generation(text_view(prompt, prompt_len), settings); !s.ok()) return fail(s, session);
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_generate_next(h2o_session *session, const char **text, size_t *length, uint32_t *stop_reason) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_generate_next: session is NULL");
+        if (!text || !length || !stop_reason) return invalid("h2o_generate_next: text, length and stop_reason must not be NULL", session);
+        session->impl->begin_call();
+        h2o_stop_reason reason = H2O_STOP_NONE;
+        if (Status s = session->impl->next_piece(&session->piece, &reason); !s.ok()) return fail(s, session);
+        *text = session->piece.c_str();
+        *length = session->piece.size();
+        *stop_reason = reason;
         return succeed(session);
     });
 }
@@ -485,14 +651,9 @@ H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, const 
 H2O_API h2o_status h2o_session_get_stats(const h2o_session *session, h2o_generate_stats *stats) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_get_stats: session is NULL");
-        if (!stats) return invalid("h2o_session_get_stats: stats is NULL", session);
-        if (stats->struct_size != sizeof(h2o_generate_stats)) {
-            return invalid("h2o_generate_stats.struct_size is " + std::to_string(stats->struct_size) + ", expected " +
-                               std::to_string(sizeof(h2o_generate_stats)), session);
-        }
-        *stats = session->impl->stats();
-        stats->struct_size = sizeof(h2o_generate_stats);
-        stats->n_past = static_cast<uint32_t>(session->impl->n_past());
+        h2o_generate_stats out = session->impl->stats();
+        out.n_past = static_cast<uint64_t>(session->impl->n_past());
+        if (Status s = write_result(out, stats, "h2o_session_get_stats: stats"); !s.ok()) return fail(s, session);
         return succeed(session);
     });
 }
@@ -500,22 +661,19 @@ H2O_API h2o_status h2o_session_get_stats(const h2o_session *session, h2o_generat
 H2O_API h2o_status h2o_session_memory(const h2o_session *session, h2o_memory_report *report) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_memory: session is NULL");
-        if (!report) return invalid("h2o_session_memory: report is NULL", session);
-        if (report->struct_size != sizeof(h2o_memory_report)) {
-            return invalid("h2o_memory_report.struct_size is " + std::to_string(report->struct_size) + ", expected " +
-                               std::to_string(sizeof(h2o_memory_report)), session);
-        }
-        *report = session->impl->memory();
+        if (Status s = write_result(session->impl->memory(), report, "h2o_session_memory: report"); !s.ok()) return fail(s, session);
         return succeed(session);
     });
 }
 
-H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, uint32_t flags) {
+H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, size_t text_len, uint32_t flags) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_add_text: session is NULL");
-        if (!text) return invalid("h2o_session_add_text: text is NULL", session);
+        if (!text && text_len > 0) return invalid("h2o_session_add_text: text is NULL but text_len is not 0", session);
         if (flags & ~H2O_TEXT_PIN) return invalid("h2o_session_add_text: unknown flags " + std::to_string(flags), session);
-        if (Status s = session->impl->add_text(text, (flags & H2O_TEXT_PIN) != 0); !s.ok()) return fail(s, session);
+        session->impl->begin_call();
+        session->impl->abandon_generation();
+        if (Status s = session->impl->add_text(text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0); !s.ok()) return fail(s, session);
         return succeed(session);
     });
 }
@@ -525,6 +683,8 @@ H2O_API h2o_status h2o_session_decode(h2o_session *session, const int32_t *token
         if (!session) return invalid("h2o_session_decode: session is NULL");
         if (!tokens && n_tokens > 0) return invalid("h2o_session_decode: tokens is NULL", session);
         if (n_tokens == 0) return invalid("h2o_session_decode: n_tokens is 0", session);
+        session->impl->begin_call();
+        session->impl->abandon_generation();
         if (Status s = session->impl->decode(tokens, n_tokens); !s.ok()) return fail(s, session);
         return succeed(session);
     });

@@ -53,11 +53,14 @@ void KvCache::clear() {
     random_state_ = config_.policy.seed ^ 0x9E3779B97F4A7C15ull;
 }
 
-size_t KvCache::bytes() const {
-    const size_t slots = stream_index_.size();
-    return keys_.size() + values_.size() + slots * (sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t)) +
-           (accumulated_.size() + squared_.size() + steps_.size() + last_.size() + persistence_.size()) * sizeof(float) +
-           free_list_.size() * sizeof(int32_t);
+size_t KvCache::planned_bytes(const KvConfig &config) {
+    const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;
+    const size_t slots = heads * config.n_slots;
+    const size_t row_bytes = kv_row_bytes(kv_key_format(config.type), config.head_dim) +
+                             kv_row_bytes(kv_value_format(config.type), config.head_dim);
+    const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? 5 * sizeof(float) : 0;
+    // Per slot: key and value rows, stream index, position, pinned flag, free-list entry, statistics.
+    return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats);
 }
 
 KvCache::HeadView KvCache::head(int layer, int kv_head) {

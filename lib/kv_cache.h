@@ -20,7 +20,10 @@ public:
     void clear();
 
     const KvConfig &config() const { return config_; }
-    size_t bytes() const;
+    size_t bytes() const { return planned_bytes(config_); }
+    // Bytes init(config) allocates: keys, values, slot bookkeeping and (for the policies that
+    // read them) attention statistics.
+    static size_t planned_bytes(const KvConfig &config);
     size_t key_row_bytes() const { return key_row_bytes_; }
     size_t value_row_bytes() const { return value_row_bytes_; }
 

@@ -40,15 +40,11 @@ const char *kv_row_format_name(KvRowFormat type) {
     return "unknown";
 }
 
+const char *const kKvTypeNames[kKvTypeCount] = {"f32", "f16", "q8", "q4", "k8v4"};
+
 const char *kv_type_name(KvType type) {
-    switch (type) {
-        case KvType::F32: return "f32";
-        case KvType::F16: return "f16";
-        case KvType::Q8: return "q8";
-        case KvType::Q4: return "q4";
-        case KvType::K8V4: return "k8v4";
-    }
-    return "unknown";
+    const auto i = static_cast<uint32_t>(type);
+    return i < kKvTypeCount ? kKvTypeNames[i] : "unknown";
 }
 
 KvRowFormat kv_key_format(KvType type) {

@@ -28,6 +28,8 @@ const char *kv_row_format_name(KvRowFormat type);
 enum class KvType : uint32_t { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, K8V4 = 4 };
 
 constexpr uint32_t kKvTypeCount = 5;
+// Names by type value, as tools and the C API print and parse them.
+extern const char *const kKvTypeNames[kKvTypeCount];
 
 const char *kv_type_name(KvType type);
 KvRowFormat kv_key_format(KvType type);

@@ -5,19 +5,17 @@
 
 namespace h2o {
 
-namespace {
-const char *const kNames[kKvPolicyCount] = {"full", "h2o", "window", "sink_window", "scissorhands",
-                                            "tova", "roco", "random", "mean_h2o"};
-}  // namespace
+const char *const kKvPolicyNames[kKvPolicyCount] = {"full", "h2o", "window", "sink_window", "scissorhands",
+                                                    "tova", "roco", "random", "mean_h2o"};
 
 const char *kv_policy_name(KvPolicy policy) {
     const auto i = static_cast<uint32_t>(policy);
-    return i < kKvPolicyCount ? kNames[i] : "unknown";
+    return i < kKvPolicyCount ? kKvPolicyNames[i] : "unknown";
 }
 
 bool parse_kv_policy(const char *name, KvPolicy *out) {
     for (uint32_t i = 0; i < kKvPolicyCount; ++i) {
-        if (std::strcmp(name, kNames[i]) == 0) {
+        if (std::strcmp(name, kKvPolicyNames[i]) == 0) {
             *out = static_cast<KvPolicy>(i);
             return true;
         }

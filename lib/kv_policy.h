@@ -37,6 +37,8 @@ enum class KvPolicy : uint32_t {
 };
 
 constexpr uint32_t kKvPolicyCount = 9;
+// Names by policy value, as tools and the C API print and parse them.
+extern const char *const kKvPolicyNames[kKvPolicyCount];
 
 const char *kv_policy_name(KvPolicy policy);
 // Parses a name as kv_policy_name prints it; false if unknown.

@@ -37,22 +37,27 @@ Status LlamaGraph::adopt_weights() {
     return Status::Ok();
 }
 
-Status LlamaGraph::alloc_activations() {
-    const ModelShape &s = model_.shape();
+std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const ModelShape &s, int max_batch) {
     const int64_t kv_dim = static_cast<int64_t>(s.head_dim) * s.n_head_kv;
-    const int64_t n = max_batch_;
-    H2O_TRY(backend_.alloc(TensorType::I32, 1, n, &ids_));
-    H2O_TRY(backend_.alloc(TensorType::I32, 1, n, &positions_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &x_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &xn_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &q_));
-    H2O_TRY(backend_.alloc(TensorType::F32, kv_dim, n, &k_));
-    H2O_TRY(backend_.alloc(TensorType::F32, kv_dim, n, &v_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &attn_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_embd, n, &proj_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_ff, n, &gate_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_ff, n, &up_));
-    H2O_TRY(backend_.alloc(TensorType::F32, s.n_vocab, 1, &logits_));
+    const int64_t n = max_batch;
+    return {
+        {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n},
+        {&LlamaGraph::x_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::xn_, TensorType::F32, s.n_embd, n},
+        {&LlamaGraph::q_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::k_, TensorType::F32, kv_dim, n},
+        {&LlamaGraph::v_, TensorType::F32, kv_dim, n},       {&LlamaGraph::attn_, TensorType::F32, s.n_embd, n},
+        {&LlamaGraph::proj_, TensorType::F32, s.n_embd, n},  {&LlamaGraph::gate_, TensorType::F32, s.n_ff, n},
+        {&LlamaGraph::up_, TensorType::F32, s.n_ff, n},      {&LlamaGraph::logits_, TensorType::F32, s.n_vocab, 1},
+    };
+}
+
+size_t LlamaGraph::activation_bytes(const ModelShape &shape, int max_batch) {
+    size_t total = 0;
+    for (const ActivationSpec &a : activation_specs(shape, max_batch)) total += row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
+    return total;
+}
+
+Status LlamaGraph::alloc_activations() {
+    for (const ActivationSpec &a : activation_specs(model_.shape(), max_batch_)) H2O_TRY(backend_.alloc(a.type, a.cols, a.rows, &(this->*a.member)));
     return Status::Ok();
 }
 

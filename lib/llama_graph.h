@@ -22,8 +22,17 @@ public:
     void download_logits(float *host_logits);
 
     int max_batch() const { return max_batch_; }
+    // Bytes of the activations create() allocates for batches of max_batch tokens.
+    static size_t activation_bytes(const ModelShape &shape, int max_batch);
 
 private:
+    struct ActivationSpec {
+        Tensor LlamaGraph::*member;
+        TensorType type;
+        int64_t cols, rows;
+    };
+    static std::vector<ActivationSpec> activation_specs(const ModelShape &shape, int max_batch);
+
     struct LayerTensors {
         Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
     };

@@ -3,6 +3,9 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <string>
+
+#include "status.h"
 
 namespace {
 
@@ -25,21 +28,34 @@ LogSink &sink() {
 
 }  // namespace
 
-extern "C" H2O_API void h2o_set_log_callback(h2o_log_callback callback, void *user_data, h2o_log_level min_level) {
+extern "C" H2O_API h2o_status h2o_set_log_callback(h2o_log_callback callback, void *user_data, int32_t min_level) {
+    if (min_level < H2O_LOG_DEBUG || min_level > H2O_LOG_NONE) {
+        return h2o::record_failure(h2o::make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_set_log_callback: min_level " + std::to_string(min_level) +
+                                                                   " is not a log level (0 debug .. 4 none)"));
+    }
     LogSink &s = sink();
     std::lock_guard<std::mutex> lock(s.mutex);
     s.callback = callback;
     s.user_data = user_data;
-    s.min_level = min_level;
+    s.min_level = static_cast<h2o_log_level>(min_level);
+    return h2o::record_success();
 }
 
 namespace h2o {
 
 void log(h2o_log_level level, const std::string &message) {
     LogSink &s = sink();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.callback || level < s.min_level || level >= H2O_LOG_NONE) return;
-    s.callback(level, message.c_str(), s.user_data);
+    h2o_log_callback callback;
+    void *user_data;
+    {
+        // The callback runs after the lock is released, so that it may call into the library
+        // (even h2o_set_log_callback) without deadlocking.
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (!s.callback || level < s.min_level || level >= H2O_LOG_NONE) return;
+        callback = s.callback;
+        user_data = s.user_data;
+    }
+    callback(level, message.c_str(), user_data);
 }
 
 }  // namespace h2o

@@ -28,25 +28,59 @@ constexpr uint32_t kMaxEmbedding = 1u << 16;
 constexpr uint32_t kMaxLayers = 1024;
 constexpr uint32_t kMaxVocab = 1u << 20;
 constexpr uint32_t kMaxFeedForward = 1u << 18;
+// Far beyond any released Llama (128K); larger values are corrupt metadata. Sessions do not
+// trust even this much: by default they use at most 4096 (api.cpp).
+constexpr uint32_t kMaxContextLength = 1u << 24;
+
+Status load_cancelled() { return make_error(H2O_ERR_CANCELLED, "loading was cancelled by the progress callback"); }
 
 }  // namespace
 
-Status Model::load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out) {
+Status Model::load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out,
+                   const LoadProgress &progress) {
     std::unique_ptr<Model> model(new Model());
-    H2O_TRY(GgufFile::open(path, &model->file_));
-    H2O_TRY(model->read_hyper_parameters());
-    H2O_TRY(model->bind_weights());
-    if (tokenizer_path.empty()) {
-        H2O_TRY(Tokenizer::from_gguf(*model->file_, &model->tokenizer_));
-    } else {
-        H2O_TRY(Tokenizer::from_model_file(tokenizer_path, &model->tokenizer_));
+    if (!progress.report(0.0f)) return load_cancelled();
+    H2O_TRY(GgufFile::open(path, &model->file_));  // its messages name the file
+    Status st = model->read_hyper_parameters();
+    if (st.ok()) st = model->bind_weights();
+    if (st.ok()) st = model->prefetch_weights(progress);
+    if (st.ok()) {
+        st = tokenizer_path.empty() ? Tokenizer::from_gguf(*model->file_, &model->tokenizer_)
+                                    : Tokenizer::from_model_file(tokenizer_path, &model->tokenizer_);
     }
-    if (model->tokenizer_->n_vocab() != model->shape_.n_vocab) {
-        return make_error(H2O_ERR_TOKENIZER, "tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
-                                                 " tokens but the model's embedding has " +
-                                                 std::to_string(model->shape_.n_vocab) + " rows");
+    if (st.ok() && model->tokenizer_->n_vocab() != model->shape_.n_vocab) {
+        st = make_error(H2O_ERR_TOKENIZER, "tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
+                                               " tokens but the model's embedding has " + std::to_string(model->shape_.n_vocab) +
+                                               " rows");
     }
+    if (st.ok() && !progress.report(1.0f)) st = load_cancelled();
+    if (!st.ok()) return make_error(st.code, path + ": " + st.message);
     *out = std::move(model);
+    return Status::Ok();
+}
+
+Status Model::prefetch_weights(const LoadProgress &progress) const {
+    std::vector<const WeightView *> views = {&weights_.token_embd, &weights_.output_norm};
+    if (weights_.output.data != weights_.token_embd.data) views.push_back(&weights_.output);
+    for (const LayerWeights &l : weights_.layers) {
+        for (const WeightView *w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(w);
+    }
+    constexpr size_t kPage = 4096;
+    uint64_t done = 0;
+    unsigned char sum = 0;
+    for (const WeightView *w : views) {
+        const auto *bytes = static_cast<const unsigned char *>(w->data);
+        const size_t n = row_bytes(w->type, w->cols) * static_cast<size_t>(w->rows);
+        for (size_t i = 0; i < n; i += kPage) sum ^= bytes[i];
+        done += n;
+        // The weights are 1% to 95% of the load; the tokenizer comes after.
+        if (!progress.report(0.01f + 0.94f * static_cast<float>(static_cast<double>(done) / static_cast<double>(weight_bytes_)))) {
+            return load_cancelled();
+        }
+    }
+    // Keeps the reads from being optimised away.
+    volatile unsigned char keep = sum;
+    (void)keep;
     return Status::Ok();
 }
 
@@ -79,7 +113,9 @@ Status Model::read_hyper_parameters() {
     if (n_head_kv == 0 || n_head % n_head_kv != 0)
         return bad("llama.attention.head_count_kv " + std::to_string(n_head_kv) + " does not divide head_count " + std::to_string(n_head));
     if (n_ff == 0 || n_ff > kMaxFeedForward) return bad("llama.feed_forward_length " + std::to_string(n_ff) + " is out of range");
-    if (n_ctx == 0) return bad("llama.context_length is 0");
+    if (n_ctx == 0 || n_ctx > kMaxContextLength) {
+        return bad("llama.context_length " + std::to_string(n_ctx) + " is out of range (1 to " + std::to_string(kMaxContextLength) + ")");
+    }
     if (!(eps > 0.0f) || !std::isfinite(eps)) return bad("llama.attention.layer_norm_rms_epsilon must be a positive number");
     if (!(freq_base > 0.0f) || !std::isfinite(freq_base)) return bad("llama.rope.freq_base must be a positive number");
     const uint32_t head_dim = n_embd / n_head;

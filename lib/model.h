@@ -30,11 +30,22 @@ struct ModelWeights {
     std::vector<LayerWeights> layers;
 };
 
+// A caller's load-progress callback (h2o_progress_callback); none when callback is null.
+struct LoadProgress {
+    int (*callback)(float fraction, void *user_data) = nullptr;
+    void *user_data = nullptr;
+    // Reports a fraction; false when the caller asked to stop.
+    bool report(float fraction) const { return !callback || callback(fraction, user_data) == 0; }
+};
+
 class Model {
 public:
-    // Loads and validates a GGUF Llama model. tokenizer_path: optional sentencepiece .model file
-    // that replaces the embedded vocabulary (it must have the model's vocabulary size).
-    static Status load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out);
+    // Loads and validates a GGUF Llama model, then reads every weight page once (reporting
+    // progress by bytes). tokenizer_path: optional sentencepiece .model file that replaces the
+    // embedded vocabulary (it must have the model's vocabulary size). Every error message names
+    // the file.
+    static Status load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out,
+                       const LoadProgress &progress = {});
 
     const ModelShape &shape() const { return shape_; }
     const ModelWeights &weights() const { return weights_; }
@@ -48,6 +59,8 @@ private:
     Model() = default;
     Status read_hyper_parameters();
     Status bind_weights();
+    // Touches every page of the weights, so the first token does not wait for the disk.
+    Status prefetch_weights(const LoadProgress &progress) const;
     Status bind(const std::string &name, int64_t cols, int64_t rows, WeightView *out);
 
     std::unique_ptr<GgufFile> file_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kv_cache.h"
 #include "log.h"
 #include "utf8.h"
 
@@ -34,9 +35,41 @@ size_t stop_prefix_overlap(const std::string &text, const std::vector<std::strin
 Session::Session(const Model &model, const SessionSettings &settings)
     : model_(model), settings_(settings), sampler_(model.shape().n_vocab, settings.seed) {}
 
+namespace {
+
+KvConfig kv_config(const Model &model, const SessionSettings &settings) {
+    const ModelShape &shape = model.shape();
+    KvConfig kv;
+    kv.n_layer = shape.n_layer;
+    kv.n_head_kv = shape.n_head_kv;
+    kv.head_dim = shape.head_dim;
+    kv.n_slots = settings.kv_budget;
+    kv.type = settings.kv_type;
+    kv.policy = settings.policy;
+    kv.rolling = settings.rolling;
+    kv.rope_dims = shape.rope_dims;
+    kv.rope_freq_base = shape.rope_freq_base;
+    return kv;
+}
+
+Status memory_cap_error(uint64_t needed, uint64_t allowed, const char *when) {
+    return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("the session needs ") + std::to_string(needed) + " bytes" + when +
+                                                 " but max_memory_bytes allows " + std::to_string(allowed));
+}
+
+}  // namespace
+
+uint64_t Session::planned_bytes(const Model &model, const SessionSettings &settings) {
+    return KvCache::planned_bytes(kv_config(model, settings)) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch);
+}
+
 Status Session::create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out) {
+    const uint64_t cap = settings.max_memory_bytes;
+    if (cap != 0 && planned_bytes(model, settings) > cap) {
+        return memory_cap_error(planned_bytes(model, settings), cap, " for its KV cache and activations alone");
+    }
     std::unique_ptr<Session> s(new Session(model, settings));
-    Status st = s->build(settings.backend, settings.device_index);
+    Status st = s->build(static_cast<h2o_backend_kind>(settings.backend), settings.device_index);
     if (!st.ok() && settings.backend == H2O_BACKEND_AUTO && s->device_.kind != H2O_BACKEND_CPU) {
         // Auto never fails for want of a GPU feature (a weight type its shaders lack, too little
         // device memory): it falls back to the CPU and says so.
@@ -47,6 +80,9 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     const ModelShape &shape = model.shape();
     s->logits_.assign(shape.n_vocab, 0.0f);
     s->positions_.assign(settings.n_batch, 0);
+    // A backend's own scratch is known only once it is made: check the whole again.
+    const h2o_memory_report used = s->memory();
+    if (cap != 0 && used.kv_bytes + used.scratch_bytes > cap) return memory_cap_error(used.kv_bytes + used.scratch_bytes, cap, "");
     *out = std::move(s);
     return Status::Ok();
 }
@@ -58,18 +94,7 @@ Status Session::build(h2o_backend_kind kind, int device_index) {
     H2O_TRY(make_backend(kind, device_index, settings_.n_threads, settings_.n_batch, &backend_, &device_, &why));
     log(H2O_LOG_INFO, "session backend: " + device_.name + " (" + why + ")");
     H2O_TRY(LlamaGraph::create(model_, *backend_, settings_.n_batch, &graph_));
-    const ModelShape &shape = model_.shape();
-    KvConfig kv;
-    kv.n_layer = shape.n_layer;
-    kv.n_head_kv = shape.n_head_kv;
-    kv.head_dim = shape.head_dim;
-    kv.n_slots = settings_.kv_budget;
-    kv.type = settings_.kv_type;
-    kv.policy = settings_.policy;
-    kv.rolling = settings_.rolling;
-    kv.rope_dims = shape.rope_dims;
-    kv.rope_freq_base = shape.rope_freq_base;
-    return backend_->create_kv(kv);
+    return backend_->create_kv(kv_config(model_, settings_));
 }
 
 void Session::reset() {
@@ -80,6 +105,7 @@ void Session::reset() {
     last_token_ = pending_token_ = -1;
     has_logits_ = false;
     stats_ = h2o_generate_stats{};
+    generation_.active = false;
 }
 
 h2o_memory_report Session::memory() const {
@@ -112,10 +138,15 @@ Status Session::check_room(size_t n, bool pinned) const {
     return Status::Ok();
 }
 
-Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned) {
+Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *processed) {
+    *processed = 0;
     H2O_TRY(check_room(n, pinned));
     const int64_t budget = settings_.kv_budget;
     for (size_t done = 0; done < n;) {
+        if (cancel_requested_.load(std::memory_order_relaxed)) {
+            if (done > 0) finish_evaluation(tokens[done - 1]);
+            return make_error(H2O_ERR_CANCELLED, "cancelled after " + std::to_string(done) + " of " + std::to_string(n) + " tokens");
+        }
         // Without eviction a batch may take every free slot. When the batch must evict, it
         // evicts all its victims at once from scores gathered before it, so batches are kept to
         // a quarter of the evictable slots: the rest keep their place by those scores.
@@ -131,11 +162,16 @@ Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned) {
         n_cached_ = first_rank + chunk;
         if (pinned) n_pinned_ += chunk;
         done += static_cast<size_t>(chunk);
+        *processed = done;
     }
-    graph_->download_logits(logits_.data());
-    last_token_ = tokens[n - 1];
-    has_logits_ = true;
+    finish_evaluation(tokens[n - 1]);
     return Status::Ok();
+}
+
+void Session::finish_evaluation(int32_t last_token) {
+    graph_->download_logits(logits_.data());
+    last_token_ = last_token;
+    has_logits_ = true;
 }
 
 Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
@@ -149,14 +185,16 @@ Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
     // Check before feeding the pending token, so that a refused call changes nothing.
     H2O_TRY(check_room(n + (pending_token_ >= 0 ? 1 : 0), false));
     if (n > 0) H2O_TRY(check_room(n, pinned));
+    size_t processed = 0;
     if (pending_token_ >= 0) {
         const int32_t pending = pending_token_;
-        H2O_TRY(evaluate(&pending, 1, false));
-        pending_token_ = -1;
+        H2O_TRY(evaluate(&pending, 1, false, &processed));
+        pending_token_ = -1;  // already in the history: it was pushed when it was sampled
     }
     if (n == 0) return Status::Ok();
-    for (size_t i = 0; i < n; ++i) history_.push(tokens[i]);
-    return evaluate(tokens, n, pinned);
+    const Status st = evaluate(tokens, n, pinned, &processed);
+    for (size_t i = 0; i < processed; ++i) history_.push(tokens[i]);
+    return st;
 }
 
 Status Session::add_text(std::string_view text, bool pinned) {
@@ -167,9 +205,10 @@ Status Session::add_text(std::string_view text, bool pinned) {
     return decode(prompt_tokens_.data(), prompt_tokens_.size(), pinned);
 }
 
-Status Session::generate(std::string_view prompt, const GenerateSettings &settings, TextSink sink, void *user_data) {
+Status Session::begin_generation(std::string_view prompt, const GenerateSettings &settings) {
     const Tokenizer &tok = model_.tokenizer();
     const auto start = std::chrono::steady_clock::now();
+    generation_.active = false;
     stats_ = h2o_generate_stats{};
     stats_.struct_size = sizeof(stats_);
 
@@ -182,63 +221,92 @@ Status Session::generate(std::string_view prompt, const GenerateSettings &settin
     H2O_TRY(decode(prompt_tokens_.data(), prompt_tokens_.size()));
     stats_.n_prompt_tokens = static_cast<uint32_t>(prompt_tokens_.size());
     stats_.prompt_seconds = seconds_since(start);
+    stats_.n_past = static_cast<uint64_t>(n_past_);
+    generation_.settings = settings;
+    generation_.held.clear();
+    generation_.start = std::chrono::steady_clock::now();
+    generation_.active = true;
+    return Status::Ok();
+}
 
-    const auto gen_start = std::chrono::steady_clock::now();
-    std::string pending_text;  // decoded bytes not yet delivered (incomplete UTF-8, possible stop-string prefix)
-    std::string ready;
-    Status status = Status::Ok();
-    auto deliver = [&](std::string &text) {
-        if (text.empty()) return false;
-        const bool stop = sink && sink(text.data(), text.size(), user_data);
-        text.clear();
-        return stop;
-    };
+void Session::finish_generation(h2o_stop_reason reason, std::string *piece) {
+    stats_.stop_reason = reason;
+    // Whatever is still held back is final now (an unfinished character becomes U+FFFD).
+    take_complete_utf8(&generation_.held, piece, /*flush=*/true);
+    generation_.active = false;
+    stats_.generate_seconds = seconds_since(generation_.start);
+    stats_.n_past = static_cast<uint64_t>(n_past_);
+}
 
-    for (uint32_t i = 0; i < settings.max_tokens; ++i) {
+Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
+    piece->clear();
+    *reason = H2O_STOP_NONE;
+    if (!generation_.active) return make_error(H2O_ERR_INVALID_ARGUMENT, "no generation in progress (call h2o_generate_begin first)");
+    const Tokenizer &tok = model_.tokenizer();
+    const GenerateSettings &settings = generation_.settings;
+    std::string &held = generation_.held;
+    while (piece->empty()) {
+        if (stats_.n_generated_tokens >= settings.max_tokens) {
+            finish_generation(*reason = H2O_STOP_MAX_TOKENS, piece);
+            return Status::Ok();
+        }
         if (pending_token_ >= 0) {
-            status = decode(nullptr, 0);  // feeds the token sampled in the previous iteration
-            if (!status.ok()) break;
+            // Feeds the token sampled before. On failure (cancel, full context) the generation
+            // ends; the token stays pending, so the conversation can continue later.
+            if (Status st = decode(nullptr, 0); !st.ok()) {
+                generation_.active = false;
+                stats_.generate_seconds = seconds_since(generation_.start);
+                stats_.n_past = static_cast<uint64_t>(n_past_);
+                return st;
+            }
         }
         const int32_t token = sampler_.sample(logits_.data(), settings.sampler, history_);
         ++stats_.n_generated_tokens;
         history_.push(token);
         pending_token_ = token;
         if (settings.stop_at_eos && token == tok.eos()) {
-            stats_.stop_reason = H2O_STOP_EOS;
-            break;
+            finish_generation(*reason = H2O_STOP_EOS, piece);
+            return Status::Ok();
         }
-        tok.append_piece(token, last_token_ == tok.bos(), &pending_text);
+        tok.append_piece(token, last_token_ == tok.bos(), &held);
 
         if (!settings.stop_strings.empty()) {
             size_t found = std::string::npos;
-            for (const std::string &stop : settings.stop_strings) found = std::min(found, pending_text.find(stop));
+            for (const std::string &stop : settings.stop_strings) found = std::min(found, held.find(stop));
             if (found != std::string::npos) {
-                pending_text.resize(found);
-                take_complete_utf8(&pending_text, &ready, /*flush=*/true);
-                deliver(ready);
-                stats_.stop_reason = H2O_STOP_STRING;
-                pending_text.clear();
-                break;
+                held.resize(found);
+                finish_generation(*reason = H2O_STOP_STRING, piece);
+                return Status::Ok();
             }
         }
-        const size_t hold = stop_prefix_overlap(pending_text, settings.stop_strings);
-        std::string held = pending_text.substr(pending_text.size() - hold);
-        pending_text.resize(pending_text.size() - hold);
-        take_complete_utf8(&pending_text, &ready, /*flush=*/false);
-        pending_text += held;
-        if (deliver(ready)) {
-            stats_.stop_reason = H2O_STOP_CALLBACK;
-            pending_text.clear();
-            break;
+        const size_t hold = stop_prefix_overlap(held, settings.stop_strings);
+        std::string kept = held.substr(held.size() - hold);
+        held.resize(held.size() - hold);
+        take_complete_utf8(&held, piece, /*flush=*/false);
+        held += kept;
+    }
+    return Status::Ok();
+}
+
+Status Session::generate(std::string_view prompt, const GenerateSettings &settings, TextSink sink, void *user_data) {
+    H2O_TRY(begin_generation(prompt, settings));
+    std::string piece;
+    h2o_stop_reason reason = H2O_STOP_NONE;
+    while (reason == H2O_STOP_NONE) {
+        Status st = next_piece(&piece, &reason);
+        if (!st.ok()) {
+            // Deliver what was held back before the failure, then report it.
+            take_complete_utf8(&generation_.held, &piece, /*flush=*/true);
+            if (sink && !piece.empty()) sink(piece.data(), piece.size(), user_data);
+            return st;
+        }
+        if (sink && !piece.empty() && sink(piece.data(), piece.size(), user_data) && reason == H2O_STOP_NONE) {
+            // The caller asked to stop: text held back for a possible stop string is dropped.
+            generation_.held.clear();
+            finish_generation(reason = H2O_STOP_CALLBACK, &piece);
         }
     }
-    if (stats_.stop_reason == H2O_STOP_NONE && status.ok()) stats_.stop_reason = H2O_STOP_MAX_TOKENS;
-    // Whatever is still held back is final now (an unfinished character becomes U+FFFD).
-    take_complete_utf8(&pending_text, &ready, /*flush=*/true);
-    deliver(ready);
-    stats_.generate_seconds = seconds_since(gen_start);
-    stats_.n_past = static_cast<uint32_t>(n_past_);
-    return status;
+    return Status::Ok();
 }
 
 }  // namespace h2o

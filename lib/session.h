@@ -2,6 +2,8 @@
 // sampler; all of them are allocated in create() and never grow afterwards.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +17,7 @@
 namespace h2o {
 
 struct SessionSettings {
-    h2o_backend_kind backend = H2O_BACKEND_AUTO;
+    uint32_t backend = H2O_BACKEND_AUTO;  // h2o_backend_kind
     int device_index = -1;
     int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
     int kv_budget = 0;  // KV slots per (layer, kv head); n_ctx for a full cache
@@ -25,6 +27,7 @@ struct SessionSettings {
     int n_threads = 1;
     int n_batch = 256;
     uint64_t seed = 0;
+    uint64_t max_memory_bytes = 0;  // 0: no cap on KV + activations + scratch
 };
 
 struct GenerateSettings {
@@ -40,13 +43,27 @@ using TextSink = bool (*)(const char *text, size_t length, void *user_data);
 class Session {
 public:
     static Status create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out);
+    // Bytes of KV cache and activations a session with these settings allocates: known from the
+    // shapes alone, so a memory cap is checked before anything is allocated.
+    static uint64_t planned_bytes(const Model &model, const SessionSettings &settings);
 
     void reset();
+    // Makes the running call return H2O_ERR_CANCELLED at its next batch boundary. Any thread.
+    void cancel() { cancel_requested_.store(true, std::memory_order_relaxed); }
+    // Called as each public call starts: a cancel that came while nothing ran is forgotten.
+    void begin_call() { cancel_requested_.store(false, std::memory_order_relaxed); }
     // Appends tokens (batched) and leaves the last token's logits in logits(). Pinned tokens are
     // never evicted.
     Status decode(const int32_t *tokens, size_t n, bool pinned = false);
     // Tokenizes text (BOS first in a fresh session) and appends it.
     Status add_text(std::string_view text, bool pinned);
+    // Generation, pull style: begin_generation appends the prompt; each next_piece samples until
+    // it has complete text to give (or generation ends: *reason becomes the stop reason, and the
+    // text still held back is in *piece). generate() drives both and streams to a sink.
+    Status begin_generation(std::string_view prompt, const GenerateSettings &settings);
+    Status next_piece(std::string *piece, h2o_stop_reason *reason);
+    // Ends a pull-style generation early (another call on the session came between).
+    void abandon_generation() { generation_.active = false; }
     Status generate(std::string_view prompt, const GenerateSettings &settings, TextSink sink, void *user_data);
 
     const std::vector<float> &logits() const { return logits_; }
@@ -67,7 +84,21 @@ private:
     // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning).
     Status check_room(size_t n, bool pinned) const;
     // Runs tokens through the model in batches, evicting between batches when the cache is full.
-    Status evaluate(const int32_t *tokens, size_t n, bool pinned);
+    // A cancel stops it between batches; the batches done before stay.
+    // *processed receives how many tokens were stored (all of them unless it fails).
+    Status evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *processed);
+    // Downloads the logits of the last stored token.
+    void finish_evaluation(int32_t last_token);
+    // Ends the generation in progress with `reason`, moving all text still held back to *piece.
+    void finish_generation(h2o_stop_reason reason, std::string *piece);
+
+    // The state of a generation between next_piece calls.
+    struct Generation {
+        bool active = false;
+        GenerateSettings settings;
+        std::string held;  // decoded bytes not yet given out (incomplete UTF-8, possible stop-string prefix)
+        std::chrono::steady_clock::time_point start;
+    };
 
     const Model &model_;
     SessionSettings settings_;
@@ -87,6 +118,8 @@ private:
     std::vector<int32_t> positions_;  // scratch for one batch
     std::vector<int32_t> prompt_tokens_;
     h2o_generate_stats stats_{};
+    Generation generation_;
+    std::atomic<bool> cancel_requested_{false};
 };
 
 }  // namespace h2o

@@ -7,6 +7,8 @@
  *                 [--every 1000] [--quiet]
  */
 #include <signal.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,46 +55,61 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static const char *const policy_names[] = {"full", "h2o", "window", "sink_window", "scissorhands",
-                                           "tova", "roco", "random", "mean_h2o"};
+/* A whole number in [min, max], with nothing after it. */
+static int parse_count(const char *text, unsigned long long min, unsigned long long max, unsigned long long *out) {
+    char *end = NULL;
+    unsigned long long v;
+    if (*text < '0' || *text > '9') return 0;
+    errno = 0;
+    v = strtoull(text, &end, 10);
+    if (*end != '\0' || errno == ERANGE || v < min || v > max) return 0;
+    *out = v;
+    return 1;
+}
+
+static int usage_error(const char *option, const char *value) {
+    fprintf(stderr, "%s: '%s' is not a valid count\n", option, value);
+    return 2;
+}
 
 int main(int argc, char **argv) {
     h2o_model *model = NULL;
     h2o_session *session = NULL;
-    h2o_session_params sp = h2o_session_params_default();
-    h2o_generate_params gen = h2o_generate_params_default();
-    unsigned long long limit = 0, every = 1000, produced = 0;
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    unsigned long long limit = 0, every = 1000, produced = 0, value = 0;
     double max_rss_first = 0, max_rss_rest = 0, start;
     int quiet = 0, i;
-    unsigned p;
+    const char *pinned = "Once upon a time, there was a kind cat named Tom.";
 
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL.gguf [--budget 128] [--policy NAME] [--tokens N] [--every 1000] [--quiet]\n", argv[0]);
         return 2;
     }
     sp.kv_budget = 128;
-    sp.kv_policy = H2O_KV_H2O;
     sp.position_rolling = 1;
     for (i = 2; i < argc; ++i) {
         if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;
         } else if (i + 1 < argc && strcmp(argv[i], "--budget") == 0) {
-            sp.kv_budget = (uint32_t)strtoul(argv[++i], NULL, 10);
+            if (!parse_count(argv[++i], 2, 1u << 22, &value)) return usage_error("--budget", argv[i]);
+            sp.kv_budget = (uint32_t)value;
         } else if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0) {
-            limit = strtoull(argv[++i], NULL, 10);
+            if (!parse_count(argv[++i], 1, ULLONG_MAX, &limit)) return usage_error("--tokens", argv[i]);
         } else if (i + 1 < argc && strcmp(argv[i], "--every") == 0) {
-            every = strtoull(argv[++i], NULL, 10);
+            if (!parse_count(argv[++i], 1, UINT32_MAX, &every)) return usage_error("--every", argv[i]);
         } else if (i + 1 < argc && strcmp(argv[i], "--policy") == 0) {
-            ++i;
-            for (p = 0; p < sizeof(policy_names) / sizeof(policy_names[0]); ++p) {
-                if (strcmp(argv[i], policy_names[p]) == 0) sp.kv_policy = (h2o_kv_policy)p;
+            if (h2o_kv_policy_from_name(argv[++i], &sp.kv_policy) != H2O_OK) {
+                fprintf(stderr, "%s\n", h2o_last_error());
+                return 2;
             }
         } else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (every == 0) every = 1000;
 
     if (h2o_model_load(argv[1], NULL, &model) != H2O_OK) {
         fprintf(stderr, "load failed: %s\n", h2o_last_error());
@@ -103,19 +120,20 @@ int main(int argc, char **argv) {
         h2o_model_free(model);
         return 1;
     }
+    h2o_model_free(model); /* the session keeps the model alive */
     /* The instructions are pinned: however long the conversation, eviction never drops them. */
-    if (h2o_session_add_text(session, "Once upon a time, there was a kind cat named Tom.", H2O_TEXT_PIN) != H2O_OK) {
+    if (h2o_session_add_text(session, pinned, strlen(pinned), H2O_TEXT_PIN) != H2O_OK) {
         fprintf(stderr, "pin failed: %s\n", h2o_session_last_error(session));
         return 1;
     }
     signal(SIGINT, on_signal);
-    gen.max_tokens = (uint32_t)every;
     gen.stop_at_eos = 0; /* a story ends, the stream goes on */
     start = now_seconds();
     while (!interrupted && (limit == 0 || produced < limit)) {
         double t0 = now_seconds(), rss;
         h2o_generate_stats stats;
-        if (h2o_generate(session, "", &gen, on_text, &quiet) != H2O_OK) {
+        gen.max_tokens = (uint32_t)(limit && limit - produced < every ? limit - produced : every);
+        if (h2o_generate(session, "", 0, &gen, on_text, &quiet) != H2O_OK) {
             fprintf(stderr, "\ngenerate failed: %s\n", h2o_session_last_error(session));
             break;
         }
@@ -136,6 +154,5 @@ int main(int argc, char **argv) {
     fprintf(stderr, "generated %llu tokens in %.1f s; max resident over the first tenth %.3f MiB, over the rest %.3f MiB (growth %.3f MiB)\n",
             produced, now_seconds() - start, max_rss_first, max_rss_rest, max_rss_rest > 0 ? max_rss_rest - max_rss_first : 0.0);
     h2o_session_free(session);
-    h2o_model_free(model);
     return 0;
 }

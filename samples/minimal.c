@@ -3,6 +3,7 @@
  *   h2o-minimal MODEL.gguf "Once upon a time"
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "h2o/h2o.h"
 
@@ -34,11 +35,11 @@ int main(int argc, char **argv) {
         h2o_model_free(model);
         return 1;
     }
-    gen = h2o_generate_params_default();
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 64;
     gen.temperature = 0.0f; /* greedy */
     printf("%s", argv[2]);
-    status = h2o_generate(session, argv[2], &gen, print_text, NULL);
+    status = h2o_generate(session, argv[2], strlen(argv[2]), &gen, print_text, NULL);
     printf("\n");
     if (status != H2O_OK) fprintf(stderr, "generate failed: %s\n", h2o_session_last_error(session));
     h2o_session_free(session);

@@ -25,8 +25,10 @@ static int count_text(const char *text, size_t length, void *user_data) {
 int main(int argc, char **argv) {
     h2o_model *model = NULL;
     h2o_session *session = NULL;
-    h2o_generate_params gen = h2o_generate_params_default();
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     const char *model_path = getenv("H2O_MODEL");
     FILE *probe;
     size_t produced = 0;
@@ -36,7 +38,7 @@ int main(int argc, char **argv) {
     CHECK(strcmp(h2o_status_string(H2O_OK), "ok") == 0);
     CHECK(h2o_model_load(NULL, NULL, &model) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(strlen(h2o_last_error()) > 0);
-    CHECK(h2o_generate(NULL, "x", &gen, NULL, NULL) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_generate(NULL, "x", 1, &gen, NULL, NULL) == H2O_ERR_INVALID_ARGUMENT);
     h2o_model_free(NULL);
     h2o_session_free(NULL);
     CHECK(gen.struct_size == sizeof(gen));
@@ -55,10 +57,11 @@ int main(int argc, char **argv) {
         CHECK(h2o_session_create(model, &sp, &session) == H2O_OK);
         gen.max_tokens = 16;
         gen.temperature = 0.0f;
-        CHECK(h2o_generate(session, "Once upon a time", &gen, count_text, &produced) == H2O_OK);
+        /* The session keeps the model alive: freeing the model first is allowed. */
+        h2o_model_free(model);
+        CHECK(h2o_generate(session, "Once upon a time", 16, &gen, count_text, &produced) == H2O_OK);
         CHECK(produced > 0);
         h2o_session_free(session);
-        h2o_model_free(model);
     }
     printf("c api checks: %d failures\n", failures);
     return failures ? 1 : 0;

@@ -15,7 +15,8 @@ namespace {
 // The model on the CPU backend with one thread (the tests are about the API, not speed).
 struct ModelAndSession : h2o_test::ApiSession {
     explicit ModelAndSession(const std::string &path, uint32_t n_ctx = 0) {
-        h2o_session_params sp = h2o_session_params_default();
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
         sp.backend = H2O_BACKEND_CPU;
         sp.n_threads = 1;
         sp.n_ctx = n_ctx;
@@ -59,7 +60,8 @@ TEST_CASE("model loading rejects bad arguments and paths with clear errors") {
     CHECK(std::string(h2o_last_error()).find("directory") != std::string::npos);
     CHECK(model == nullptr);
 
-    h2o_model_params mp = h2o_model_params_default();
+    h2o_model_params mp;
+    h2o_model_params_init(&mp, sizeof mp);
     mp.struct_size = 4;
     CHECK(h2o_model_load("x.gguf", &mp, &model) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(std::string(h2o_last_error()).find("struct_size") != std::string::npos);
@@ -69,14 +71,15 @@ TEST_CASE("model loading rejects bad arguments and paths with clear errors") {
 
 TEST_CASE("calls with NULL handles fail with H2O_ERR_INVALID_ARGUMENT") {
     h2o_session *session = nullptr;
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     size_t n = 0;
     int32_t ids[4];
     char text[8];
     float logits[4];
     CHECK(h2o_session_create(nullptr, nullptr, &session) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(h2o_session_reset(nullptr) == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(h2o_generate(nullptr, "", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_generate(nullptr, "", std::strlen(""), &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(h2o_tokenize(nullptr, "a", 1, 1, ids, 4, &n) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(h2o_detokenize(nullptr, ids, 0, text, sizeof(text), &n) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(h2o_session_decode(nullptr, ids, 1) == H2O_ERR_INVALID_ARGUMENT);
@@ -94,7 +97,8 @@ TEST_CASE("session and generation parameters are validated") {
     ModelAndSession m(path);
 
     SUBCASE("struct_size too small or too large") {
-        h2o_session_params sp = h2o_session_params_default();
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
         h2o_session *other = nullptr;
         sp.struct_size = 8;
         CHECK(h2o_session_create(m.model, &sp, &other) == H2O_ERR_INVALID_ARGUMENT);
@@ -102,25 +106,27 @@ TEST_CASE("session and generation parameters are validated") {
         CHECK(h2o_session_create(m.model, &sp, &other) == H2O_ERR_INVALID_ARGUMENT);
         CHECK(other == nullptr);
 
-        h2o_generate_params gen = h2o_generate_params_default();
+        h2o_generate_params gen;
+        h2o_generate_params_init(&gen, sizeof gen);
         gen.struct_size = 3;
-        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_generate(m.session, "hi", std::strlen("hi"), &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
         CHECK(std::string(h2o_session_last_error(m.session)).find("struct_size") != std::string::npos);
     }
     SUBCASE("zero max tokens and out-of-range sampling values") {
-        h2o_generate_params gen = h2o_generate_params_default();
+        h2o_generate_params gen;
+        h2o_generate_params_init(&gen, sizeof gen);
         gen.max_tokens = 0;
-        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_generate(m.session, "hi", std::strlen("hi"), &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
         CHECK(std::string(h2o_session_last_error(m.session)).find("max_tokens") != std::string::npos);
-        gen = h2o_generate_params_default();
+        h2o_generate_params_init(&gen, sizeof gen);
         gen.top_p = 0.0f;
-        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
-        gen = h2o_generate_params_default();
+        CHECK(h2o_generate(m.session, "hi", std::strlen("hi"), &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        h2o_generate_params_init(&gen, sizeof gen);
         gen.temperature = -1.0f;
-        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
-        gen = h2o_generate_params_default();
+        CHECK(h2o_generate(m.session, "hi", std::strlen("hi"), &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        h2o_generate_params_init(&gen, sizeof gen);
         gen.n_stop_strings = 1;
-        CHECK(h2o_generate(m.session, "hi", &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_generate(m.session, "hi", std::strlen("hi"), &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
         // Nothing was added to the session by the failed calls.
         h2o_generate_stats stats;
         stats.struct_size = sizeof(stats);
@@ -128,9 +134,10 @@ TEST_CASE("session and generation parameters are validated") {
         CHECK(stats.n_past == 0);
     }
     SUBCASE("a NULL prompt is an error, invalid UTF-8 is H2O_ERR_INVALID_TEXT and adds nothing") {
-        h2o_generate_params gen = h2o_generate_params_default();
-        CHECK(h2o_generate(m.session, nullptr, &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
-        CHECK(h2o_generate(m.session, "bad \xC3\x28 text", &gen, nullptr, nullptr) == H2O_ERR_INVALID_TEXT);
+        h2o_generate_params gen;
+        h2o_generate_params_init(&gen, sizeof gen);
+        CHECK(h2o_generate(m.session, nullptr, 1, &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_generate(m.session, "bad \xC3\x28 text", std::strlen("bad \xC3\x28 text"), &gen, nullptr, nullptr) == H2O_ERR_INVALID_TEXT);
         CHECK(std::string(h2o_session_last_error(m.session)).find("UTF-8") != std::string::npos);
         h2o_generate_stats stats;
         stats.struct_size = sizeof(stats);
@@ -150,11 +157,12 @@ TEST_CASE("session and generation parameters are validated") {
 TEST_CASE("an empty prompt is valid and generates from BOS alone") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     ModelAndSession m(path);
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 10;
     gen.temperature = 0.0f;
     std::string text;
-    REQUIRE(h2o_generate(m.session, "", &gen, collect, &text) == H2O_OK);
+    REQUIRE(h2o_generate(m.session, "", std::strlen(""), &gen, collect, &text) == H2O_OK);
     CHECK(text.rfind("Once upon a time", 0) == 0);
     h2o_generate_stats stats;
     stats.struct_size = sizeof(stats);
@@ -167,10 +175,11 @@ TEST_CASE("an empty prompt is valid and generates from BOS alone") {
 TEST_CASE("a callback returning non-zero stops generation cleanly") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     ModelAndSession m(path);
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 50;
     int calls = 0;
-    REQUIRE(h2o_generate(m.session, "Once", &gen, stop_after_first, &calls) == H2O_OK);
+    REQUIRE(h2o_generate(m.session, "Once", std::strlen("Once"), &gen, stop_after_first, &calls) == H2O_OK);
     CHECK(calls == 1);
     h2o_generate_stats stats;
     stats.struct_size = sizeof(stats);
@@ -178,21 +187,22 @@ TEST_CASE("a callback returning non-zero stops generation cleanly") {
     CHECK(stats.stop_reason == H2O_STOP_CALLBACK);
     // The session continues afterwards.
     std::string more;
-    REQUIRE(h2o_generate(m.session, "", &gen, collect, &more) == H2O_OK);
+    REQUIRE(h2o_generate(m.session, "", std::strlen(""), &gen, collect, &more) == H2O_OK);
     CHECK(!more.empty());
 }
 
 TEST_CASE("stop strings end generation and are not delivered") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     ModelAndSession m(path);
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 100;
     gen.temperature = 0.0f;
     const char *stops[] = {"Lily"};
     gen.stop_strings = stops;
     gen.n_stop_strings = 1;
     std::string text;
-    REQUIRE(h2o_generate(m.session, "Once upon a time", &gen, collect, &text) == H2O_OK);
+    REQUIRE(h2o_generate(m.session, "Once upon a time", std::strlen("Once upon a time"), &gen, collect, &text) == H2O_OK);
     // Greedy: ", there was a little girl named Lily. ..." stops right before "Lily".
     CHECK(text == ", there was a little girl named ");
     h2o_generate_stats stats;
@@ -204,11 +214,12 @@ TEST_CASE("stop strings end generation and are not delivered") {
 TEST_CASE("a full context returns H2O_ERR_CONTEXT_FULL and keeps what was processed") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     ModelAndSession m(path, 16);
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 100;
     gen.temperature = 0.0f;
     std::string text;
-    CHECK(h2o_generate(m.session, "Once upon a time", &gen, collect, &text) == H2O_ERR_CONTEXT_FULL);
+    CHECK(h2o_generate(m.session, "Once upon a time", std::strlen("Once upon a time"), &gen, collect, &text) == H2O_ERR_CONTEXT_FULL);
     CHECK(std::string(h2o_session_last_error(m.session)).find("full") != std::string::npos);
     CHECK(!text.empty());
     h2o_generate_stats stats;
@@ -216,7 +227,7 @@ TEST_CASE("a full context returns H2O_ERR_CONTEXT_FULL and keeps what was proces
     REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
     CHECK(stats.n_past == 16);
     // A prompt that cannot fit is refused whole.
-    CHECK(h2o_generate(m.session, "more text here", &gen, collect, &text) == H2O_ERR_CONTEXT_FULL);
+    CHECK(h2o_generate(m.session, "more text here", std::strlen("more text here"), &gen, collect, &text) == H2O_ERR_CONTEXT_FULL);
     REQUIRE(h2o_session_reset(m.session) == H2O_OK);
     REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
     CHECK(stats.n_past == 0);
@@ -279,7 +290,8 @@ TEST_CASE("backends are listed, selected explicitly or automatically, and unavai
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     h2o_session *session = nullptr;
 
     sp.backend = H2O_BACKEND_CUDA;
@@ -313,7 +325,7 @@ TEST_CASE("backends are listed, selected explicitly or automatically, and unavai
     // The CPU backend works in host memory: nothing is transferred.
     h2o_device_traffic traffic;
     traffic.struct_size = sizeof(traffic);
-    REQUIRE(h2o_generate(session, "Once", nullptr, nullptr, nullptr) == H2O_OK);
+    REQUIRE(h2o_generate(session, "Once", std::strlen("Once"), nullptr, nullptr, nullptr) == H2O_OK);
     REQUIRE(h2o_session_get_device_traffic(session, &traffic) == H2O_OK);
     CHECK(traffic.bytes_to_device == 0);
     CHECK(traffic.submissions == 0);
@@ -327,7 +339,8 @@ TEST_CASE("backends are listed, selected explicitly or automatically, and unavai
 
 TEST_CASE("the resolved KV layout is reported, and bad arguments are refused") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     sp.backend = H2O_BACKEND_CPU;
     sp.kv_budget = 64;
     sp.kv_type = H2O_KV_TYPE_K8V4;
@@ -351,15 +364,16 @@ TEST_CASE("the resolved KV layout is reported, and bad arguments are refused") {
     CHECK(h2o_session_get_stats(m.session, nullptr) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(h2o_session_get_stats(nullptr, &stats) == H2O_ERR_INVALID_ARGUMENT);
 
-    h2o_session_params bad = h2o_session_params_default();
+    h2o_session_params bad;
+    h2o_session_params_init(&bad, sizeof bad);
     const uint32_t unknown = 99;
     std::memcpy(&bad.kv_type, &unknown, sizeof(unknown));
     h2o_session *session = nullptr;
     CHECK(h2o_session_create(m.model, &bad, &session) == H2O_ERR_INVALID_ARGUMENT);
-    bad = h2o_session_params_default();
+    h2o_session_params_init(&bad, sizeof bad);
     std::memcpy(&bad.kv_policy, &unknown, sizeof(unknown));
     CHECK(h2o_session_create(m.model, &bad, &session) == H2O_ERR_INVALID_ARGUMENT);
-    bad = h2o_session_params_default();
+    h2o_session_params_init(&bad, sizeof bad);
     bad.kv_recent_ratio = 1.5f;
     CHECK(h2o_session_create(m.model, &bad, &session) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(session == nullptr);

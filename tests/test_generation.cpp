@@ -18,7 +18,8 @@ namespace {
 using h2o_test::ApiSession;
 
 void load(const std::string &path, ApiSession *out, uint32_t n_threads = 2, uint32_t n_batch = 0, uint64_t seed = 0x5EED) {
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     sp.backend = H2O_BACKEND_CPU;  // the reference
     sp.n_threads = n_threads;
     sp.n_batch = n_batch;
@@ -32,11 +33,12 @@ int append_text(const char *text, size_t length, void *user_data) {
 }
 
 std::string generate(h2o_session *session, const std::string &prompt, uint32_t max_tokens, float temperature = 0.0f) {
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = max_tokens;
     gen.temperature = temperature;
     std::string text;
-    const h2o_status st = h2o_generate(session, prompt.c_str(), &gen, append_text, &text);
+    const h2o_status st = h2o_generate(session, prompt.data(), prompt.size(), &gen, append_text, &text);
     INFO(h2o_session_last_error(session));
     REQUIRE(st == H2O_OK);
     return text;

@@ -351,7 +351,8 @@ TEST_CASE("session memory is fixed at creation") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     sp.kv_budget = 64;
     sp.position_rolling = 1;
     sp.n_threads = 1;
@@ -364,17 +365,18 @@ TEST_CASE("session memory is fixed at creation") {
     CHECK(before.kv_bytes >= 5u * 4 * 64 * 8 * 2 * 4);
     CHECK(before.kv_bytes < 5u * 4 * 64 * (8 * 2 * 4 + 64));
     CHECK(before.weight_bytes > 1000000);
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 2000;
     gen.stop_at_eos = 0;
-    REQUIRE(h2o_generate(session, "Once upon a time", &gen, nullptr, nullptr) == H2O_OK);
+    REQUIRE(h2o_generate(session, "Once upon a time", std::strlen("Once upon a time"), &gen, nullptr, nullptr) == H2O_OK);
     REQUIRE(h2o_session_memory(session, &after) == H2O_OK);
     CHECK(std::memcmp(&before, &after, sizeof(before)) == 0);
     h2o_memory_report bad{};
     bad.struct_size = 4;
     CHECK(h2o_session_memory(session, &bad) == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(h2o_session_add_text(session, "x", 0x80) == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(h2o_session_add_text(session, nullptr, 0) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_add_text(session, "x", 1, 0x80) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_add_text(session, nullptr, 1, 0) == H2O_ERR_INVALID_ARGUMENT);
     h2o_session_free(session);
     h2o_model_free(model);
 }

@@ -87,7 +87,8 @@ void check_metadata_copied(const GgufFile &in, const GgufFile &out, uint32_t fil
 using h2o_test::ApiSession;
 
 void load(const std::string &path, ApiSession *out) {
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     sp.backend = H2O_BACKEND_CPU;
     sp.n_threads = 2;
     sp.n_ctx = 64;
@@ -125,12 +126,13 @@ int append_text(const char *text, size_t length, void *user_data) {
 uint32_t generate(const std::string &path, const char *prompt) {
     ApiSession m;
     load(path, &m);
-    h2o_generate_params gen = h2o_generate_params_default();
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 12;
     gen.temperature = 0.0f;
     gen.stop_at_eos = 0;
     std::string text;
-    const h2o_status st = h2o_generate(m.session, prompt, &gen, append_text, &text);
+    const h2o_status st = h2o_generate(m.session, prompt, std::strlen(prompt), &gen, append_text, &text);
     INFO(h2o_session_last_error(m.session));
     REQUIRE(st == H2O_OK);
     h2o_generate_stats stats{};

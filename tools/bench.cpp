@@ -33,39 +33,55 @@ int main(int argc, char **argv) {
     std::string model_path;
     int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0, n_ctx = 0;
     bool rolling = false;
-    h2o_kv_policy policy = H2O_KV_H2O;
-    h2o_kv_type kv_type = H2O_KV_TYPE_F32;
-    std::vector<h2o_backend_kind> backends = {H2O_BACKEND_CPU};
+    h2o_session_params defaults;
+    h2o_session_params_init(&defaults, sizeof defaults);
+    uint32_t policy = defaults.kv_policy;  // the library's default policy
+    uint32_t kv_type = defaults.kv_type;
+    std::vector<uint32_t> backends = {H2O_BACKEND_CPU};
+    const char *const usage = "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
+                              "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B[,B...]] [-c CTX]\n";
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--rolling") {
             rolling = true;
             continue;
         }
+        if (arg == "-h" || arg == "--help") {
+            std::fputs(usage, stdout);
+            return 0;
+        }
         if (i + 1 >= argc) {
-            std::fprintf(stderr, "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
-                                 "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B] [-c CTX]\n");
+            std::fprintf(stderr, "h2o-bench: %s needs a value\n%s", arg.c_str(), usage);
             return 2;
         }
         const char *v = argv[++i];
+        // Counts are whole numbers from 0 (from 1 for -r) up to a bound that keeps sizes sane.
+        auto count = [&](int min, int max) {
+            uint64_t n = 0;
+            if (!h2o_tools::parse_uint(v, &n) || n < static_cast<uint64_t>(min) || n > static_cast<uint64_t>(max)) {
+                std::fprintf(stderr, "h2o-bench: %s needs a whole number from %d to %d, not '%s'\n", arg.c_str(), min, max, v);
+                std::exit(2);
+            }
+            return static_cast<int>(n);
+        };
         if (arg == "-m") model_path = v;
-        else if (arg == "-p") n_prompt = std::atoi(v);
-        else if (arg == "-n") n_gen = std::atoi(v);
-        else if (arg == "-r") reps = std::max(1, std::atoi(v));
-        else if (arg == "-t") threads = std::atoi(v);
-        else if (arg == "--depth") depth = std::atoi(v);
-        else if (arg == "-c" || arg == "--ctx") n_ctx = std::atoi(v);
-        else if (arg == "--kv-budget") budget = std::atoi(v);
+        else if (arg == "-p") n_prompt = count(0, 1 << 20);
+        else if (arg == "-n") n_gen = count(0, 1 << 24);
+        else if (arg == "-r") reps = count(1, 1000);
+        else if (arg == "-t") threads = count(0, 256);
+        else if (arg == "--depth") depth = count(0, 1 << 24);
+        else if (arg == "-c" || arg == "--ctx") n_ctx = count(0, 1 << 22);
+        else if (arg == "--kv-budget") budget = count(0, 1 << 22);
         else if (arg == "--kv-type") {
             if (!h2o_tools::parse_kv_type(v, &kv_type)) {
-                std::fprintf(stderr, "h2o-bench: unknown KV type '%s' (f32, f16, q8, q4, k8v4)\n", v);
+                std::fprintf(stderr, "h2o-bench: unknown KV type '%s' (%s)\n", v, h2o_tools::kv_type_names().c_str());
                 return 2;
             }
         }
         else if (arg == "--backend") {
             backends.clear();
             for (const std::string &name : h2o_tools::split(v, ',')) {
-                h2o_backend_kind kind;
+                uint32_t kind;
                 if (!h2o_tools::parse_backend(name, &kind)) {
                     std::fprintf(stderr, "h2o-bench: unknown backend '%s'\n", name.c_str());
                     return 2;
@@ -75,7 +91,7 @@ int main(int argc, char **argv) {
         }
         else if (arg == "--kv-policy") {
             if (!h2o_tools::parse_policy(v, &policy)) {
-                std::fprintf(stderr, "h2o-bench: unknown policy '%s'\n", v);
+                std::fprintf(stderr, "h2o-bench: unknown policy '%s' (%s)\n", v, h2o_tools::kv_policy_names().c_str());
                 return 2;
             }
         }
@@ -108,13 +124,14 @@ int main(int argc, char **argv) {
 
     std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
                 info.weight_bytes / 1048576.0);
-    std::printf("threads: %d, repetitions: %d, KV %s: %s\n", threads, reps, h2o_tools::kv_type_name(kv_type),
+    std::printf("threads: %s, repetitions: %d, KV %s: %s\n", threads ? std::to_string(threads).c_str() : "default (cores, at most 8)", reps, h2o_tools::kv_type_name(kv_type),
                 budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) +
                               (rolling ? ", rolling" : "")).c_str()
                            : "full cache");
     // Several backends are measured in one run, so that their figures can be compared.
-    for (const h2o_backend_kind backend : backends) {
-        h2o_session_params sp = h2o_session_params_default();
+    for (const uint32_t backend : backends) {
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
         sp.n_threads = static_cast<uint32_t>(threads);
         sp.n_batch = static_cast<uint32_t>(std::max(n_prompt, 1));
         sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, std::max(n_prompt, depth + n_gen) + 1));

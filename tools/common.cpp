@@ -53,56 +53,28 @@ std::string json_escape(const std::string &text) {
 }
 
 namespace {
-const char *const kPolicyNames[] = {"full", "h2o", "window", "sink_window", "scissorhands",
-                                    "tova", "roco", "random", "mean_h2o"};
-constexpr int kPolicyCount = sizeof(kPolicyNames) / sizeof(kPolicyNames[0]);
+
+// The name functions of the library are the one list of names; these adapt them for the tools.
+std::string known_names(const char *(*name_of)(uint32_t)) {
+    std::string names;
+    for (uint32_t i = 0; name_of(i); ++i) names += (i ? ", " : "") + std::string(name_of(i));
+    return names;
+}
+
+const char *or_unknown(const char *name) { return name ? name : "unknown"; }
+
 }  // namespace
 
-bool parse_policy(const std::string &name, h2o_kv_policy *out) {
-    for (int i = 0; i < kPolicyCount; ++i) {
-        if (name == kPolicyNames[i]) {
-            *out = static_cast<h2o_kv_policy>(i);
-            return true;
-        }
-    }
-    return false;
-}
+bool parse_policy(const std::string &name, uint32_t *out) { return h2o_kv_policy_from_name(name.c_str(), out) == H2O_OK; }
+const char *policy_name(uint32_t policy) { return or_unknown(h2o_kv_policy_name(policy)); }
+std::string kv_policy_names() { return known_names(h2o_kv_policy_name); }
 
-const char *policy_name(h2o_kv_policy policy) {
-    const int i = static_cast<int>(policy);
-    return i >= 0 && i < kPolicyCount ? kPolicyNames[i] : "unknown";
-}
+bool parse_kv_type(const std::string &name, uint32_t *out) { return h2o_kv_type_from_name(name.c_str(), out) == H2O_OK; }
+const char *kv_type_name(uint32_t type) { return or_unknown(h2o_kv_type_name(type)); }
+std::string kv_type_names() { return known_names(h2o_kv_type_name); }
 
-namespace {
-const char *const kKvTypeNames[] = {"f32", "f16", "q8", "q4", "k8v4"};
-constexpr int kKvTypeCount = sizeof(kKvTypeNames) / sizeof(kKvTypeNames[0]);
-}  // namespace
-
-bool parse_kv_type(const std::string &name, h2o_kv_type *out) {
-    for (int i = 0; i < kKvTypeCount; ++i) {
-        if (name == kKvTypeNames[i]) {
-            *out = static_cast<h2o_kv_type>(i);
-            return true;
-        }
-    }
-    return false;
-}
-
-const char *kv_type_name(h2o_kv_type type) {
-    const int i = static_cast<int>(type);
-    return i >= 0 && i < kKvTypeCount ? kKvTypeNames[i] : "unknown";
-}
-
-bool parse_backend(const std::string &name, h2o_backend_kind *out) {
-    static const char *const kNames[] = {"auto", "cpu", "vulkan", "cuda"};
-    for (int i = 0; i < 4; ++i) {
-        if (name == kNames[i]) {
-            *out = static_cast<h2o_backend_kind>(i);
-            return true;
-        }
-    }
-    return false;
-}
+bool parse_backend(const std::string &name, uint32_t *out) { return h2o_backend_kind_from_name(name.c_str(), out) == H2O_OK; }
+std::string backend_names() { return known_names(h2o_backend_kind_name); }
 
 std::string resolve_model_path(const std::string &given) {
     if (!given.empty()) return given;
@@ -174,10 +146,5 @@ bool write_file(const std::string &path, const std::string &text, std::string *e
     return true;
 }
 
-std::string kv_policy_names() {
-    std::string names;
-    for (int i = 0; i < kPolicyCount; ++i) names += (i ? ", " : "") + std::string(kPolicyNames[i]);
-    return names;
-}
 
 }  // namespace h2o_tools

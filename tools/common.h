@@ -16,18 +16,17 @@ uint64_t current_rss_bytes();
 double now_seconds();
 // Escapes text for a JSON string literal (without the quotes).
 std::string json_escape(const std::string &text);
-// Parses an eviction policy name (full, h2o, window, sink_window, scissorhands, tova, roco,
-// random, mean_h2o); false if unknown.
-bool parse_policy(const std::string &name, h2o_kv_policy *out);
-// The name parse_policy accepts for a policy.
-const char *policy_name(h2o_kv_policy policy);
-
-// Parses a KV element format: f32, f16, q8, q4; false if unknown.
-bool parse_kv_type(const std::string &name, h2o_kv_type *out);
-const char *kv_type_name(h2o_kv_type type);
-
-// Parses a backend name: auto, cpu, vulkan, cuda; false if unknown.
-bool parse_backend(const std::string &name, h2o_backend_kind *out);
+// Names of eviction policies (h2o_kv_policy), KV types (h2o_kv_type) and backends
+// (h2o_backend_kind), as the library defines them. parse_* return false for an unknown name;
+// *_names() list the known ones, "a, b, c", for messages.
+bool parse_policy(const std::string &name, uint32_t *out);
+const char *policy_name(uint32_t policy);
+std::string kv_policy_names();
+bool parse_kv_type(const std::string &name, uint32_t *out);
+const char *kv_type_name(uint32_t type);
+std::string kv_type_names();
+bool parse_backend(const std::string &name, uint32_t *out);
+std::string backend_names();
 
 // The model to use: the given path, else $H2O_MODEL, else "".
 std::string resolve_model_path(const std::string &given);
@@ -41,7 +40,5 @@ std::vector<std::string> split(const std::string &text, char sep);
 bool read_file(const std::string &path, std::string *out, std::string *error);
 // Writes a whole file; on failure *error says why.
 bool write_file(const std::string &path, const std::string &text, std::string *error);
-// The names parse_policy accepts, "full, h2o, ...", for messages.
-std::string kv_policy_names();
 
 }  // namespace h2o_tools

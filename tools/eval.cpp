@@ -68,13 +68,13 @@ void usage() {
 
 struct Options {
     std::string model_path, text_path, svg_path;
-    std::vector<h2o_kv_policy> policies = {H2O_KV_FULL, H2O_KV_H2O, H2O_KV_WINDOW, H2O_KV_SINK_WINDOW};
+    std::vector<uint32_t> policies = {H2O_KV_FULL, H2O_KV_H2O, H2O_KV_WINDOW, H2O_KV_SINK_WINDOW};
     std::vector<uint32_t> budgets = {32, 64, 128};
     uint32_t chunk = 512, chunks = 10;
     uint32_t recent = 0;        // 0: recent_ratio of the budget
     float recent_ratio = -1.0f;  // negative: the policy's default
     uint32_t sinks = 4;
-    h2o_kv_type kv_type = H2O_KV_TYPE_F32;
+    uint32_t kv_type = H2O_KV_TYPE_F32;
     uint32_t stream = 0;        // 0: chunk mode
     uint32_t segment = 1000;
     int rolling = -1;           // -1: the mode's default
@@ -111,7 +111,7 @@ Options parse_options(int argc, char **argv) {
         } else if (arg == "--policies") {
             o.policies.clear();
             for (const std::string &name : h2o_tools::split(value(), ',')) {
-                h2o_kv_policy p;
+                uint32_t p;
                 if (!h2o_tools::parse_policy(name, &p)) {
                     usage_error("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
                 }
@@ -143,7 +143,7 @@ Options parse_options(int argc, char **argv) {
             ratio_given = true;
         } else if (arg == "--kv-type") {
             const std::string name = value();
-            if (!h2o_tools::parse_kv_type(name, &o.kv_type)) usage_error("unknown --kv-type '" + name + "' (f32, f16, q8, q4, k8v4)");
+            if (!h2o_tools::parse_kv_type(name, &o.kv_type)) usage_error("unknown --kv-type '" + name + "' (" + h2o_tools::kv_type_names() + ")");
         } else if (arg == "--sinks") {
             o.sinks = parse_count(arg, value(), 0, 1u << 22);
         } else if (arg == "--stream") {
@@ -187,7 +187,7 @@ Options parse_options(int argc, char **argv) {
 
 // One (policy, budget) pair. The full cache has budget n_ctx.
 struct Config {
-    h2o_kv_policy policy;
+    uint32_t policy;
     uint32_t budget;
 };
 
@@ -223,7 +223,8 @@ std::string config_label(const Config &c) {
 }
 
 h2o_session_params session_params(const Options &o, const Config &c) {
-    h2o_session_params p = h2o_session_params_default();
+    h2o_session_params p;
+    h2o_session_params_init(&p, sizeof p);
     p.n_ctx = o.n_ctx;
     p.n_threads = o.threads;
     p.n_batch = 1;  // tokens go in one at a time
@@ -472,7 +473,7 @@ h2o_tools::Plot make_plot(const Options &o, const std::vector<Summary> &rows, co
     plot.log_x = true;
     plot.x_ticks.assign(o.budgets.begin(), o.budgets.end());
     if (full) plot.lines.push_back({"full cache (" + std::to_string(full->config.budget) + ")", full->ppl});
-    for (h2o_kv_policy policy : o.policies) {
+    for (uint32_t policy : o.policies) {
         if (policy == H2O_KV_FULL) continue;
         h2o_tools::PlotSeries series;
         series.label = policy_name(policy);
@@ -572,7 +573,7 @@ int main(int argc, char **argv) {
     }
     // Configurations in the order asked for; the full cache has n_ctx slots.
     std::vector<Config> configs;
-    for (h2o_kv_policy p : o.policies) {
+    for (uint32_t p : o.policies) {
         if (p == H2O_KV_FULL) {
             configs.push_back({p, o.n_ctx});
             continue;

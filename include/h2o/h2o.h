@@ -9,26 +9,42 @@
  * - Objects are opaque handles: h2o_model (read-only weights + tokenizer) and h2o_session
  *   (one conversation: KV cache, sampler state, scratch).
  * - Every fallible call returns an h2o_status. H2O_OK is 0; other codes are stable small integers
- *   that will never be renumbered. h2o_status_string() names a code.
+ *   that will never be renumbered. New codes may be added in later versions, and so may new values
+ *   of every enumeration below: treat an unknown value as "some other error/kind".
+ *   h2o_status_string() names a code.
  * - The message of the most recent failure is available from h2o_last_error() (thread-local, for
  *   every call) and from h2o_session_last_error() (per session). Messages stay valid until the
  *   next h2o call on the same thread (respectively the same session).
  * - On failure, output pointers are left untouched unless documented otherwise, and the state of
  *   the objects involved is unchanged unless documented otherwise.
- * - Parameter structs begin with `uint32_t struct_size`. Fill them with the matching
- *   h2o_*_params_default() function, then change the fields you need. A struct_size smaller than
- *   the first version of a struct, or larger than this library knows, is rejected with
- *   H2O_ERR_INVALID_ARGUMENT (a larger one means the caller was built against a newer header).
+ * - Structs passed in either direction begin with `uint32_t struct_size`, the number of bytes the
+ *   caller's version of the struct has, so that an older or newer caller and library agree:
+ *   - parameter structs are filled with defaults by h2o_*_params_init(&params, sizeof params),
+ *     which writes exactly that many bytes; change the fields you need afterwards. Passing NULL
+ *     instead of a parameter struct means "all defaults";
+ *   - output structs (h2o_*_info, h2o_*_stats, ...): set struct_size, and the library writes
+ *     that many bytes: an older caller gets the prefix it knows, and a newer caller's fields that
+ *     this library does not know are set to 0;
+ *   - a struct_size smaller than the first published version of a struct is
+ *     H2O_ERR_INVALID_ARGUMENT; a larger input struct than this library knows is accepted only
+ *     when the bytes it does not know are all zero (that is, unused).
+ *   Fields that hold one of this header's enumerations are uint32_t (or int32_t) so their size
+ *   never depends on the compiler; the comment beside each names its enumeration.
+ * - Text is passed as a pointer and a length in bytes (it need not be NUL-terminated) and must
+ *   be UTF-8.
  * - Free functions accept NULL and do nothing.
  *
  * Threading contract
  * ------------------
  * - A model is immutable after h2o_model_load(). One model may be shared by any number of
- *   sessions used concurrently on different threads. h2o_model_free() must be called only after
- *   every session created from it has been freed.
+ *   sessions used concurrently on different threads. Every session keeps its model alive:
+ *   h2o_model_free() may be called while sessions still use the model (garbage-collected hosts
+ *   cannot order their finalisers); the memory goes when the last of them is freed.
  * - A session is used by one thread at a time. Different sessions may run on different threads
- *   at the same time. Callbacks run on the thread that called into the library.
- * - h2o_set_log_callback() should be called before other threads use the library.
+ *   at the same time. Callbacks run on the thread that called into the library. The one call
+ *   that may be made on a session from any thread, at any time, is h2o_session_cancel().
+ * - The log callback is called without any lock of the library held: it may call any h2o
+ *   function, including h2o_set_log_callback(). It may be called from several threads at once.
  */
 #ifndef H2O_H2O_H
 #define H2O_H2O_H
@@ -55,7 +71,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define H2O_VERSION_MAJOR 0
-#define H2O_VERSION_MINOR 1
+#define H2O_VERSION_MINOR 2
 #define H2O_VERSION_PATCH 0
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
 
@@ -80,11 +96,14 @@ typedef enum h2o_status {
     H2O_ERR_INVALID_TEXT = 8,        /* text is not valid UTF-8 */
     H2O_ERR_BUFFER_TOO_SMALL = 9,    /* an output buffer is too small; the needed size is reported */
     H2O_ERR_TOKENIZER = 10,          /* the tokenizer could not be built or failed */
-    H2O_ERR_INTERNAL = 11            /* a bug in h2o; please report it with the message */
+    H2O_ERR_INTERNAL = 11,           /* a bug in h2o; please report it with the message */
+    H2O_ERR_CANCELLED = 12,          /* h2o_session_cancel() or a progress callback stopped the call */
+    H2O_ERR_STATE_FORMAT = 13        /* a saved session state is malformed, truncated or foreign */
 } h2o_status;
 
-/* A constant English name for a status code, e.g. "invalid argument". Never NULL. */
-H2O_API const char *h2o_status_string(h2o_status status);
+/* A constant English name for a status code, e.g. "invalid argument"; "unknown status" for a
+ * code this library does not know. Never NULL. */
+H2O_API const char *h2o_status_string(int32_t status);
 
 /* The message of the most recent failed call made on this thread ("" if none). Valid until the
  * next h2o call on this thread. */
@@ -104,9 +123,11 @@ typedef enum h2o_log_level {
 
 typedef void (*h2o_log_callback)(h2o_log_level level, const char *message, void *user_data);
 
-/* Routes library log messages at or above min_level to callback (NULL silences the library).
- * The default writes WARN and above to stderr. */
-H2O_API void h2o_set_log_callback(h2o_log_callback callback, void *user_data, h2o_log_level min_level);
+/* Routes library log messages at or above min_level (an h2o_log_level) to callback (NULL
+ * silences the library). The default writes WARN and above to stderr. A min_level outside
+ * DEBUG..NONE is H2O_ERR_INVALID_ARGUMENT and changes nothing. A message being delivered on
+ * another thread while this is called may still reach the previous callback. */
+H2O_API h2o_status h2o_set_log_callback(h2o_log_callback callback, void *user_data, int32_t min_level);
 
 /* ---------------------------------------------------------------------------------------------
  * Models
@@ -114,27 +135,42 @@ H2O_API void h2o_set_log_callback(h2o_log_callback callback, void *user_data, h2
 
 typedef struct h2o_model h2o_model;
 
+/* Reports loading progress: fraction goes from 0 to 1. Return 0 to continue, non-zero to cancel
+ * the load (h2o_model_load then returns H2O_ERR_CANCELLED and keeps nothing). */
+typedef int (*h2o_progress_callback)(float fraction, void *user_data);
+
 typedef struct h2o_model_params {
     uint32_t struct_size;
     /* Optional path of a sentencepiece .model file to use instead of the vocabulary embedded in
-     * the GGUF file. NULL: use the embedded vocabulary. */
+     * the GGUF file. NULL or "" (the default): use the embedded vocabulary. */
     const char *tokenizer_path;
+    /* Optional progress callback (default NULL) and its user_data. Loading reads every weight
+     * page once, so that the first generated token does not wait for the disk; progress follows
+     * the bytes read. */
+    h2o_progress_callback progress;
+    void *progress_user_data;
 } h2o_model_params;
 
-H2O_API h2o_model_params h2o_model_params_default(void);
+/* Writes the defaults into the first struct_size bytes of *params (struct_size = sizeof *params
+ * for callers built against this header). Errors: H2O_ERR_INVALID_ARGUMENT (NULL, or a size
+ * smaller than the first version of the struct). */
+H2O_API h2o_status h2o_model_params_init(h2o_model_params *params, size_t struct_size);
 
 /* Loads a GGUF (v2 or v3) Llama model. The file is memory-mapped and validated before any field
- * is used. On success *out_model receives the model. Errors: H2O_ERR_INVALID_ARGUMENT (NULL path
- * or out pointer), H2O_ERR_IO (cannot open/map, or path is a directory), H2O_ERR_MODEL_FORMAT
- * (malformed or truncated file; the message names the key, tensor or offset),
- * H2O_ERR_UNSUPPORTED (architecture or tensor type), H2O_ERR_TOKENIZER, H2O_ERR_OUT_OF_MEMORY. */
+ * is used. params may be NULL (defaults). On success *out_model receives the model. Errors:
+ * H2O_ERR_INVALID_ARGUMENT (NULL path or out pointer), H2O_ERR_IO (cannot open/map, or path is a
+ * directory), H2O_ERR_MODEL_FORMAT (malformed or truncated file; the message names the key,
+ * tensor or offset), H2O_ERR_UNSUPPORTED (architecture or tensor type), H2O_ERR_TOKENIZER,
+ * H2O_ERR_OUT_OF_MEMORY, H2O_ERR_CANCELLED (the progress callback asked to stop). */
 H2O_API h2o_status h2o_model_load(const char *path, const h2o_model_params *params, h2o_model **out_model);
+/* Releases the caller's reference. Sessions created from the model keep it alive until they are
+ * freed; after this call the handle must not be used again. */
 H2O_API void h2o_model_free(h2o_model *model);
 
 typedef struct h2o_model_info {
     uint32_t struct_size;
     uint32_t n_vocab;
-    uint32_t n_ctx_train;   /* context length from the metadata */
+    uint32_t n_ctx_train;   /* context length from the metadata (validated: 1 .. 2^24) */
     uint32_t n_embd;
     uint32_t n_layer;
     uint32_t n_head;
@@ -147,7 +183,7 @@ typedef struct h2o_model_info {
     uint64_t weight_bytes;  /* bytes of all weight tensors as stored */
 } h2o_model_info;
 
-/* Fills *info (set info->struct_size first; fields beyond it are not written). */
+/* Fills *info (set info->struct_size first: see the conventions above). */
 H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *info);
 
 /* Tokenizes UTF-8 text (text_len bytes; text need not be NUL-terminated). A leading space is
@@ -160,8 +196,8 @@ H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t
 
 /* Converts ids back to UTF-8 text (the leading space of the first piece is removed, special
  * tokens render as nothing). *n_bytes receives the needed size, excluding the NUL terminator that
- * is written when it fits. Errors: H2O_ERR_BUFFER_TOO_SMALL, H2O_ERR_INVALID_ARGUMENT (an id
- * outside the vocabulary). */
+ * is written when it fits. text may be NULL when capacity is 0, to ask for the size. Errors:
+ * H2O_ERR_BUFFER_TOO_SMALL, H2O_ERR_INVALID_ARGUMENT (an id outside the vocabulary). */
 H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text,
                                   size_t capacity, size_t *n_bytes);
 
@@ -184,7 +220,7 @@ typedef enum h2o_backend_kind {
 /* One backend device. */
 typedef struct h2o_backend_info {
     uint32_t struct_size;
-    h2o_backend_kind kind;
+    uint32_t kind;          /* h2o_backend_kind */
     int32_t device_index;   /* the device_index to pass in h2o_session_params */
     char name[128];         /* e.g. "cpu (avx2)" or the Vulkan device name */
     char device_type[16];   /* "cpu", "discrete", "integrated", "virtual", "other" */
@@ -196,6 +232,12 @@ typedef struct h2o_backend_info {
 H2O_API h2o_status h2o_backend_count(size_t *count);
 /* Fills *info for device index (0 <= index < count; set info->struct_size first). */
 H2O_API h2o_status h2o_backend_get_info(size_t index, h2o_backend_info *info);
+
+/* Names of backend kinds ("auto", "cpu", "vulkan", "cuda"): NULL for a value this library does
+ * not know, so iterating from 0 until NULL lists them all. */
+H2O_API const char *h2o_backend_kind_name(uint32_t kind);
+/* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
+H2O_API h2o_status h2o_backend_kind_from_name(const char *name, uint32_t *kind);
 
 /* KV eviction policies: which cached token of a (layer, kv head) gives up its slot when the KV
  * cache is full. Eviction is decided per (layer, kv head) from attention statistics that the
@@ -225,6 +267,13 @@ typedef enum h2o_kv_policy {
     H2O_KV_MEAN_H2O = 8
 } h2o_kv_policy;
 
+/* Names of policies as tools print them ("full", "h2o", "window", "sink_window",
+ * "scissorhands", "tova", "roco", "random", "mean_h2o"): NULL for a value this library does not
+ * know, so iterating from 0 until NULL lists them all. */
+H2O_API const char *h2o_kv_policy_name(uint32_t policy);
+/* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
+H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy);
+
 /* Element format of the KV cache. Each stored key or value vector (one head of one token) has its
  * own scale, so any head size works. Attention reads the stored form directly. Bytes per vector
  * of d elements: F32 4d, F16 2d, 8-bit d + 4, 4-bit d/2 + 4 (d even). */
@@ -238,10 +287,16 @@ typedef enum h2o_kv_type {
     H2O_KV_TYPE_K8V4 = 4
 } h2o_kv_type;
 
+/* Names of KV types ("f32", "f16", "q8", "q4", "k8v4"): NULL for an unknown value. */
+H2O_API const char *h2o_kv_type_name(uint32_t type);
+/* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
+H2O_API h2o_status h2o_kv_type_from_name(const char *name, uint32_t *type);
+
 typedef struct h2o_session_params {
     uint32_t struct_size;
     /* Longest stream the session accepts when position rolling is off: rotary positions stay below
-     * n_ctx. 0: the model's context length. */
+     * n_ctx. 0 (the default): the model's context length, but at most 4096, so that a default
+     * session's memory never follows a file's word alone. At least 2. */
     uint32_t n_ctx;
     /* Worker threads for compute. 0: the number of online cores (at most 8). */
     uint32_t n_threads;
@@ -256,7 +311,7 @@ typedef struct h2o_session_params {
     /* Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
      * on our evaluation is better than H2O, a window and StreamingLLM at every budget measured
      * (see the README's evaluation table). */
-    h2o_kv_policy kv_policy;
+    uint32_t kv_policy;  /* h2o_kv_policy */
     /* Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
     uint32_t kv_recent;
     /* Recent window as a fraction of the budget, when kv_recent is 0. Negative (the default): the
@@ -264,27 +319,35 @@ typedef struct h2o_session_params {
      * and TOVA have no separate recent window. */
     float kv_recent_ratio;
     /* First tokens of the stream that are never evicted (attention sinks); used by
-     * H2O_KV_SINK_WINDOW and H2O_KV_MEAN_H2O. Default 4. */
+     * H2O_KV_SINK_WINDOW and H2O_KV_MEAN_H2O (and ignored by the other policies). Default 4. */
     uint32_t kv_sinks;
     /* Position rolling: rotary positions are the tokens' ranks in the cache (0..kv_budget-1),
      * not their positions in the stream, so a session can run without end, far past the model's
      * context length. Keys are stored rotated by their rank; evicting a token rotates the keys
      * after it back by one position (O(budget × head_dim) per layer and kv head per eviction).
      * Off: the stream ends at n_ctx tokens (H2O_ERR_CONTEXT_FULL). Default 0. */
-    int position_rolling;
-    /* Compute backend. Default H2O_BACKEND_AUTO. Asking for a backend this build or machine does
-     * not have is H2O_ERR_BACKEND_UNAVAILABLE (auto never fails that way: it falls back). */
-    h2o_backend_kind backend;
+    int32_t position_rolling;
+    /* Compute backend (h2o_backend_kind). Default H2O_BACKEND_AUTO. Asking for a backend this
+     * build or machine does not have is H2O_ERR_BACKEND_UNAVAILABLE (auto never fails that way:
+     * it falls back). */
+    uint32_t backend;
     /* Device of that backend: an index from h2o_backend_get_info's device_index, or -1 (default)
      * for the best one (discrete GPU, then integrated, then virtual, then CPU implementations). */
     int32_t device_index;
-    /* Element format of the KV cache. Default H2O_KV_TYPE_F32. */
-    h2o_kv_type kv_type;
+    /* Element format of the KV cache (h2o_kv_type). Default H2O_KV_TYPE_F32. */
+    uint32_t kv_type;
+    /* The most memory the session may allocate for its KV cache, activations and scratch (the
+     * kv_bytes + scratch_bytes of h2o_session_memory), in bytes; 0 (the default): no cap. A
+     * session that would need more is refused before anything is allocated, with
+     * H2O_ERR_OUT_OF_MEMORY and a message giving the needed and the allowed bytes. */
+    uint64_t max_memory_bytes;
 } h2o_session_params;
 
-H2O_API h2o_session_params h2o_session_params_default(void);
+/* Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
+H2O_API h2o_status h2o_session_params_init(h2o_session_params *params, size_t struct_size);
 
-/* Creates a session. All memory of the session is allocated here. */
+/* Creates a session; params may be NULL (defaults). All memory of the session is allocated here.
+ * The session keeps the model alive (see the threading contract). */
 H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params,
                                       h2o_session **out_session);
 H2O_API void h2o_session_free(h2o_session *session);
@@ -293,11 +356,13 @@ H2O_API void h2o_session_free(h2o_session *session);
 typedef struct h2o_kv_layout {
     uint32_t struct_size;
     uint32_t budget;         /* slots per (layer, kv head) */
-    h2o_kv_policy policy;    /* H2O_KV_FULL when the cache never needs to evict */
+    uint32_t policy;         /* h2o_kv_policy; H2O_KV_FULL when the cache never needs to evict */
     uint32_t recent;         /* protected recent window (tokens) */
     uint32_t sinks;          /* protected first tokens of the stream */
-    int position_rolling;
-    h2o_kv_type type;
+    uint32_t heavy;          /* slots left to the policy's choice: budget - recent - sinks */
+    int32_t position_rolling;
+    uint32_t type;           /* h2o_kv_type */
+    uint32_t n_ctx;          /* longest stream without rolling, after defaults */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */
@@ -324,6 +389,16 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
  * the session's seed. No memory is allocated or freed. */
 H2O_API h2o_status h2o_session_reset(h2o_session *session);
 
+/* Asks the call running on the session (h2o_generate, h2o_generate_begin/_next,
+ * h2o_session_add_text, h2o_session_decode) to stop: it returns H2O_ERR_CANCELLED at its next
+ * batch boundary (between prompt batches, between generated tokens). Tokens processed before
+ * that boundary stay in the session, which remains usable: the conversation continues from
+ * there. Batches are not interrupted between layers, because a half-stored batch would leave
+ * the KV cache and its evictions inconsistent. May be called from any thread (a signal handler
+ * excepted) while another thread runs the session; a cancel that arrives when no call is running
+ * has no effect. NULL: H2O_ERR_INVALID_ARGUMENT. */
+H2O_API h2o_status h2o_session_cancel(h2o_session *session);
+
 /* The message of the session's most recent failed call ("" if none); valid until the next call
  * on this session. NULL session: "". */
 H2O_API const char *h2o_session_last_error(const h2o_session *session);
@@ -343,11 +418,12 @@ H2O_API h2o_status h2o_session_memory(const h2o_session *session, h2o_memory_rep
 /* Flags for h2o_session_add_text. */
 #define H2O_TEXT_PIN 1u /* the text's tokens are never evicted (system prompts, instructions) */
 
-/* Appends UTF-8 text to the session without generating (the first text of a session starts with
- * BOS). With H2O_TEXT_PIN the tokens are pinned: they count against kv_budget and survive every
- * eviction. Pinning more than kv_budget - 1 tokens in total is H2O_ERR_INVALID_ARGUMENT and adds
- * nothing. Text longer than the free slots is processed in chunks with eviction between them. */
-H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, uint32_t flags);
+/* Appends text_len bytes of UTF-8 text to the session without generating (the first text of a
+ * session starts with BOS). With H2O_TEXT_PIN the tokens are pinned: they count against
+ * kv_budget and survive every eviction. Pinning more than kv_budget - 1 tokens in total is
+ * H2O_ERR_INVALID_ARGUMENT and adds nothing. Text longer than the free slots is processed in
+ * chunks with eviction between them. H2O_ERR_CANCELLED: see h2o_session_cancel. */
+H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, size_t text_len, uint32_t flags);
 
 /* ---------------------------------------------------------------------------------------------
  * Generation
@@ -372,10 +448,11 @@ typedef struct h2o_generate_params {
     const char *const *stop_strings;
     size_t n_stop_strings;
     /* Stop at the model's end-of-sequence token. Default 1. */
-    int stop_at_eos;
+    int32_t stop_at_eos;
 } h2o_generate_params;
 
-H2O_API h2o_generate_params h2o_generate_params_default(void);
+/* Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
+H2O_API h2o_status h2o_generate_params_init(h2o_generate_params *params, size_t struct_size);
 
 typedef enum h2o_stop_reason {
     H2O_STOP_NONE = 0,
@@ -385,25 +462,39 @@ typedef enum h2o_stop_reason {
     H2O_STOP_CALLBACK = 4
 } h2o_stop_reason;
 
-/* Appends prompt (UTF-8, NUL-terminated; may be empty) to the session and generates up to
- * params->max_tokens tokens, streaming text to callback (which may be NULL). The first text of a
- * session (or after a reset) starts with the BOS token. Calling it again continues the same
- * conversation. Errors: H2O_ERR_INVALID_ARGUMENT, H2O_ERR_INVALID_TEXT (prompt is not UTF-8;
- * nothing is added), H2O_ERR_CONTEXT_FULL (the cache is full; tokens processed before are kept). */
-H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, const h2o_generate_params *params,
-                                h2o_token_callback callback, void *user_data);
+/* Appends prompt (prompt_len bytes of UTF-8; may be empty) to the session and generates up to
+ * params->max_tokens tokens, streaming text to callback (which may be NULL); params may be NULL
+ * (defaults). The first text of a session (or after a reset) starts with the BOS token. Calling
+ * it again continues the same conversation. Errors: H2O_ERR_INVALID_ARGUMENT,
+ * H2O_ERR_INVALID_TEXT (prompt is not UTF-8; nothing is added), H2O_ERR_CONTEXT_FULL (the cache
+ * is full; tokens processed before are kept), H2O_ERR_CANCELLED (see h2o_session_cancel; the
+ * text delivered so far stays in the session). */
+H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t prompt_len,
+                                const h2o_generate_params *params, h2o_token_callback callback, void *user_data);
+
+/* Pull-style generation, for iterators: h2o_generate_begin appends the prompt exactly as
+ * h2o_generate does, then each h2o_generate_next produces the next piece of text. A piece is
+ * one or more complete UTF-8 characters; *text points into the session and stays valid until the
+ * next call on the session. While generation goes on, *stop_reason is H2O_STOP_NONE; the call
+ * that ends it sets the reason (the piece it returns may be empty), and a later _next is
+ * H2O_ERR_INVALID_ARGUMENT until the next _begin. h2o_generate is _begin plus _next until the
+ * end, so both produce the same text. Errors of _next: those of h2o_generate. */
+H2O_API h2o_status h2o_generate_begin(h2o_session *session, const char *prompt, size_t prompt_len,
+                                      const h2o_generate_params *params);
+H2O_API h2o_status h2o_generate_next(h2o_session *session, const char **text, size_t *length,
+                                     uint32_t *stop_reason);
 
 typedef struct h2o_generate_stats {
     uint32_t struct_size;
-    uint32_t n_prompt_tokens;     /* tokens of the last h2o_generate prompt (with BOS) */
-    uint32_t n_generated_tokens;  /* tokens sampled by the last h2o_generate */
-    uint32_t n_past;              /* tokens the session has processed in total */
-    h2o_stop_reason stop_reason;
+    uint32_t n_prompt_tokens;     /* tokens of the last generation's prompt (with BOS) */
+    uint32_t n_generated_tokens;  /* tokens sampled by the last generation */
+    uint32_t stop_reason;         /* h2o_stop_reason */
+    uint64_t n_past;              /* tokens the session has processed in total */
     double prompt_seconds;        /* wall time of prompt processing */
     double generate_seconds;      /* wall time of generation (sampling included) */
 } h2o_generate_stats;
 
-/* Statistics of the session's last h2o_generate (set stats->struct_size first). */
+/* Statistics of the session's last generation (set stats->struct_size first). */
 H2O_API h2o_status h2o_session_get_stats(const h2o_session *session, h2o_generate_stats *stats);
 
 /* ---------------------------------------------------------------------------------------------
@@ -412,7 +503,7 @@ H2O_API h2o_status h2o_session_get_stats(const h2o_session *session, h2o_generat
 
 /* Runs the model over n_tokens ids appended to the session (batched). Afterwards the logits of
  * the last token are available through h2o_session_get_logits. Ids are validated against the
- * vocabulary before anything is processed. */
+ * vocabulary before anything is processed. H2O_ERR_CANCELLED: see h2o_session_cancel. */
 H2O_API h2o_status h2o_session_decode(h2o_session *session, const int32_t *tokens, size_t n_tokens);
 
 /* Copies the logits (n_vocab floats) of the last processed token into logits. */
