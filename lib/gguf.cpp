@@ -6,6 +6,8 @@
 // A string is a u64 byte length followed by the bytes (no terminator). All little-endian.
 #include "gguf.h"
 
+#include "atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -929,46 +931,7 @@ std::vector<uint8_t> GgufWriter::serialize() const {
 
 Status GgufWriter::write(const std::string &path) const {
     if (!error_.ok()) return error_;
-    const std::string temp = path + ".tmp." + std::to_string(getpid());
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return make_error(H2O_ERR_IO, os_error("cannot create", temp, errno));
-
-    int error_number = 0;
-    auto write_all = [fd, &error_number](const uint8_t *p, size_t n) {
-        while (n > 0) {
-            const ssize_t written = ::write(fd, p, n);
-            if (written < 0) {
-                if (errno == EINTR) continue;
-                error_number = errno;
-                return false;
-            }
-            p += written;
-            n -= static_cast<size_t>(written);
-        }
-        return true;
-    };
-    std::string failed_step;
-    if (!emit(write_all)) {
-        failed_step = "cannot write";
-    } else if (fsync(fd) != 0) {
-        failed_step = "cannot sync";
-        error_number = errno;
-    }
-    // close() can report a deferred write error, so it is checked too.
-    if (::close(fd) != 0 && failed_step.empty()) {
-        failed_step = "cannot close";
-        error_number = errno;
-    }
-    if (failed_step.empty() && std::rename(temp.c_str(), path.c_str()) != 0) {
-        error_number = errno;
-        ::unlink(temp.c_str());
-        return make_error(H2O_ERR_IO, os_error("cannot rename '" + temp + "' to", path, error_number));
-    }
-    if (!failed_step.empty()) {
-        ::unlink(temp.c_str());
-        return make_error(H2O_ERR_IO, os_error(failed_step, temp, error_number));
-    }
-    return Status::Ok();
+    return write_file_atomically(path, [this](const ByteSink &sink) { return emit(sink); });
 }
 
 }  // namespace h2o

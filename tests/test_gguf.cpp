@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "test_util.h"
@@ -422,6 +424,23 @@ TEST_CASE("gguf: write() to disk and open() the result") {
     }
     file.reset();
     std::filesystem::remove(path);
+}
+
+TEST_CASE("gguf: write() removes temporary files that killed writers left beside the target") {
+    GgufWriter w;
+    w.add_u32("k", 1);
+    const std::string path = h2o_test::temp_path("stale_temp.gguf");
+    // A writer killed mid-write leaves PATH.tmp.PID; PID 4194305 is above Linux's pid_max, so no
+    // process has it. A live process's file (this one's parent) and other names are kept.
+    const std::string stale = path + ".tmp.4194305";
+    const std::string live = path + ".tmp." + std::to_string(getppid());
+    const std::string unrelated = path + ".tmp.notes";
+    for (const std::string &f : {stale, live, unrelated}) std::ofstream(f) << "partial";
+    REQUIRE(w.write(path).ok());
+    CHECK_FALSE(std::filesystem::exists(stale));
+    CHECK(std::filesystem::exists(live));
+    CHECK(std::filesystem::exists(unrelated));
+    for (const std::string &f : {path, live, unrelated}) std::filesystem::remove(f);
 }
 
 TEST_CASE("gguf: write() failures return H2O_ERR_IO with the OS error and leave no file") {
