@@ -13,7 +13,11 @@
 #include "h2o/h2o.h"
 #include "backend_registry.h"
 #include "model.h"
+#include "file_io.h"
 #include "session.h"
+#include "session_snapshot.h"
+
+#include <zstd.h>
 #include "utf8.h"
 
 // A model handle holds one reference; every session holds another, so the model outlives
@@ -416,59 +420,72 @@ H2O_API h2o_status h2o_session_params_init(h2o_session_params *params, size_t st
     });
 }
 
+namespace {
+
+// Validates params (defaults already merged in) and creates the session they describe.
+Status create_session(h2o_model *model, const h2o_session_params &p, std::unique_ptr<h2o_session> *out) {
+    auto bad = [](std::string message) { return make_error(H2O_ERR_INVALID_ARGUMENT, std::move(message)); };
+    if (p.n_ctx == 1) return bad("n_ctx must be at least 2 (0: the model's context length, at most " + std::to_string(kDefaultMaxContext) + ")");
+    if (p.n_ctx > kMaxContext) return bad("n_ctx " + std::to_string(p.n_ctx) + " exceeds the maximum " + std::to_string(kMaxContext));
+    if (p.n_threads > kMaxThreads) return bad("n_threads " + std::to_string(p.n_threads) + " exceeds the maximum " + std::to_string(kMaxThreads));
+    if (p.n_batch > kMaxBatch) return bad("n_batch " + std::to_string(p.n_batch) + " exceeds the maximum " + std::to_string(kMaxBatch));
+
+    if (p.kv_policy >= h2o::kKvPolicyCount) return bad("kv_policy " + std::to_string(p.kv_policy) + " is not a known policy");
+    if (!(p.kv_recent_ratio <= 1.0f)) return bad("kv_recent_ratio must be at most 1 (negative: the policy's default)");
+
+    if (p.backend > H2O_BACKEND_CUDA) return bad("backend " + std::to_string(p.backend) + " is not a known backend kind");
+    if (p.device_index < -1) return bad("device_index must be -1 (best) or a device index");
+    if (p.kv_type >= h2o::kKvTypeCount) return bad("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
+    if (p.position_rolling != 0 && p.position_rolling != 1) return bad("position_rolling must be 0 or 1");
+
+    auto session = std::make_unique<h2o_session>();
+    session->model = model->impl;
+    h2o::SessionSettings &s = session->settings;
+    s.backend = p.backend;
+    s.device_index = p.device_index;
+    s.kv_type = static_cast<h2o::KvType>(p.kv_type);
+    s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : std::min(model->impl->n_ctx_train(), kDefaultMaxContext));
+    s.kv_budget = (p.kv_budget == 0 || p.kv_budget > static_cast<uint32_t>(s.n_ctx)) ? s.n_ctx : static_cast<int>(p.kv_budget);
+    s.rolling = p.position_rolling != 0;
+    if (s.kv_budget < 2) return bad("kv_budget must be at least 2 (0: n_ctx slots, a full cache)");
+    const bool evicting = s.kv_budget < s.n_ctx || s.rolling;
+    s.policy.policy = evicting ? static_cast<h2o::KvPolicy>(p.kv_policy) : h2o::KvPolicy::Full;
+    // Scissorhands' default keeps 7/8 of the budget recent: on our evaluation that is what
+    // beats a plain window at small budgets and keeps a long stream's perplexity flat.
+    const float ratio = p.kv_recent_ratio >= 0.0f ? p.kv_recent_ratio
+                        : s.policy.policy == h2o::KvPolicy::Scissorhands ? 0.875f : 0.5f;
+    const uint32_t recent = p.kv_recent ? p.kv_recent : static_cast<uint32_t>(ratio * s.kv_budget);
+    if (recent > static_cast<uint32_t>(s.kv_budget)) return bad("kv_recent " + std::to_string(recent) + " exceeds kv_budget " + std::to_string(s.kv_budget));
+    // The window policies are all window, and TOVA is defined without one.
+    const bool has_recent_window = s.policy.policy != h2o::KvPolicy::Tova && s.policy.policy != h2o::KvPolicy::Window &&
+                                   s.policy.policy != h2o::KvPolicy::SinkWindow;
+    s.policy.recent = has_recent_window ? static_cast<int>(recent) : 0;
+    const bool uses_sinks = s.policy.policy == h2o::KvPolicy::SinkWindow || s.policy.policy == h2o::KvPolicy::MeanH2O;
+    if (uses_sinks && p.kv_sinks >= static_cast<uint32_t>(s.kv_budget)) {
+        return bad("kv_sinks " + std::to_string(p.kv_sinks) + " must be smaller than kv_budget " + std::to_string(s.kv_budget) +
+                       " for the " + h2o::kv_policy_name(s.policy.policy) + " policy");
+    }
+    s.policy.sinks = uses_sinks ? static_cast<int>(p.kv_sinks) : 0;
+    s.policy.seed = p.seed;
+    s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
+    s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
+    s.seed = p.seed;
+    s.max_memory_bytes = p.max_memory_bytes;
+    H2O_TRY(h2o::Session::create(*model->impl, s, &session->impl));
+    *out = std::move(session);
+    return Status::Ok();
+}
+
+}  // namespace
+
 H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params, h2o_session **out_session) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_session_create: model is NULL");
         if (!out_session) return invalid("h2o_session_create: out_session is NULL");
         h2o_session_params p = default_session_params();
         if (Status s = read_params(params, "h2o_session_params", &p); !s.ok()) return fail(s);
-        if (p.n_ctx == 1) return invalid("n_ctx must be at least 2 (0: the model's context length, at most " + std::to_string(kDefaultMaxContext) + ")");
-        if (p.n_ctx > kMaxContext) return invalid("n_ctx " + std::to_string(p.n_ctx) + " exceeds the maximum " + std::to_string(kMaxContext));
-        if (p.n_threads > kMaxThreads) return invalid("n_threads " + std::to_string(p.n_threads) + " exceeds the maximum " + std::to_string(kMaxThreads));
-        if (p.n_batch > kMaxBatch) return invalid("n_batch " + std::to_string(p.n_batch) + " exceeds the maximum " + std::to_string(kMaxBatch));
-
-        if (p.kv_policy >= h2o::kKvPolicyCount) return invalid("kv_policy " + std::to_string(p.kv_policy) + " is not a known policy");
-        if (!(p.kv_recent_ratio <= 1.0f)) return invalid("kv_recent_ratio must be at most 1 (negative: the policy's default)");
-
-        if (p.backend > H2O_BACKEND_CUDA) return invalid("backend " + std::to_string(p.backend) + " is not a known backend kind");
-        if (p.device_index < -1) return invalid("device_index must be -1 (best) or a device index");
-        if (p.kv_type >= h2o::kKvTypeCount) return invalid("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
-        if (p.position_rolling != 0 && p.position_rolling != 1) return invalid("position_rolling must be 0 or 1");
-
-        auto session = std::make_unique<h2o_session>();
-        session->model = model->impl;
-        h2o::SessionSettings &s = session->settings;
-        s.backend = p.backend;
-        s.device_index = p.device_index;
-        s.kv_type = static_cast<h2o::KvType>(p.kv_type);
-        s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : std::min(model->impl->n_ctx_train(), kDefaultMaxContext));
-        s.kv_budget = (p.kv_budget == 0 || p.kv_budget > static_cast<uint32_t>(s.n_ctx)) ? s.n_ctx : static_cast<int>(p.kv_budget);
-        s.rolling = p.position_rolling != 0;
-        if (s.kv_budget < 2) return invalid("kv_budget must be at least 2 (0: n_ctx slots, a full cache)");
-        const bool evicting = s.kv_budget < s.n_ctx || s.rolling;
-        s.policy.policy = evicting ? static_cast<h2o::KvPolicy>(p.kv_policy) : h2o::KvPolicy::Full;
-        // Scissorhands' default keeps 7/8 of the budget recent: on our evaluation that is what
-        // beats a plain window at small budgets and keeps a long stream's perplexity flat.
-        const float ratio = p.kv_recent_ratio >= 0.0f ? p.kv_recent_ratio
-                            : s.policy.policy == h2o::KvPolicy::Scissorhands ? 0.875f : 0.5f;
-        const uint32_t recent = p.kv_recent ? p.kv_recent : static_cast<uint32_t>(ratio * s.kv_budget);
-        if (recent > static_cast<uint32_t>(s.kv_budget)) return invalid("kv_recent " + std::to_string(recent) + " exceeds kv_budget " + std::to_string(s.kv_budget));
-        // The window policies are all window, and TOVA is defined without one.
-        const bool has_recent_window = s.policy.policy != h2o::KvPolicy::Tova && s.policy.policy != h2o::KvPolicy::Window &&
-                                       s.policy.policy != h2o::KvPolicy::SinkWindow;
-        s.policy.recent = has_recent_window ? static_cast<int>(recent) : 0;
-        const bool uses_sinks = s.policy.policy == h2o::KvPolicy::SinkWindow || s.policy.policy == h2o::KvPolicy::MeanH2O;
-        if (uses_sinks && p.kv_sinks >= static_cast<uint32_t>(s.kv_budget)) {
-            return invalid("kv_sinks " + std::to_string(p.kv_sinks) + " must be smaller than kv_budget " + std::to_string(s.kv_budget) +
-                           " for the " + h2o::kv_policy_name(s.policy.policy) + " policy");
-        }
-        s.policy.sinks = uses_sinks ? static_cast<int>(p.kv_sinks) : 0;
-        s.policy.seed = p.seed;
-        s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
-        s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
-        s.seed = p.seed;
-        s.max_memory_bytes = p.max_memory_bytes;
-        if (Status st = h2o::Session::create(*model->impl, s, &session->impl); !st.ok()) return fail(st);
+        std::unique_ptr<h2o_session> session;
+        if (Status s = create_session(model, p, &session); !s.ok()) return fail(s);
         *out_session = session.release();
         return succeed();
     });
@@ -531,6 +548,176 @@ H2O_API h2o_status h2o_session_cancel(h2o_session *session) {
     if (!session) return h2o::record_failure(make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_session_cancel: session is NULL"));
     session->impl->cancel();
     return H2O_OK;
+}
+
+// ---- session state ---------------------------------------------------------------------------
+
+namespace {
+
+// The parameters that recreate a session with `settings` (resolved values, so the new session
+// resolves to the same ones), with the host-side choices (threads, backend, memory cap) of `host`.
+h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_session_params &host) {
+    h2o_session_params p = host;
+    p.n_ctx = static_cast<uint32_t>(settings.n_ctx);
+    p.kv_budget = static_cast<uint32_t>(settings.kv_budget);
+    p.kv_policy = static_cast<uint32_t>(settings.policy.policy);
+    p.kv_recent = static_cast<uint32_t>(settings.policy.recent);
+    p.kv_recent_ratio = 0.0f;  // with kv_recent 0 the window is 0 too
+    p.kv_sinks = static_cast<uint32_t>(settings.policy.sinks);
+    p.kv_type = static_cast<uint32_t>(settings.kv_type);
+    p.position_rolling = settings.rolling ? 1 : 0;
+    p.n_batch = static_cast<uint32_t>(settings.n_batch);
+    p.seed = settings.seed;
+    return p;
+}
+
+bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettings &b) {
+    return a.n_ctx == b.n_ctx && a.kv_budget == b.kv_budget && a.policy.policy == b.policy.policy &&
+           a.policy.recent == b.policy.recent && a.policy.sinks == b.policy.sinks && a.kv_type == b.kv_type &&
+           a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed;
+}
+
+// A new session with `settings` holding `state` (Session::save_state bytes).
+Status session_from_state(h2o_model *model, const h2o::SessionSettings &settings, const h2o_session_params &host,
+                          const std::vector<uint8_t> &state, std::unique_ptr<h2o_session> *out) {
+    std::unique_ptr<h2o_session> session;
+    H2O_TRY(create_session(model, params_for(settings, host), &session));
+    if (!same_cache_settings(session->settings, settings)) {
+        return make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: its settings do not describe a session this library makes");
+    }
+    H2O_TRY(session->impl->load_state(state.data(), state.size()));
+    *out = std::move(session);
+    return Status::Ok();
+}
+
+// The most state a session with these settings can save: its KV cache and activations (a loose
+// bound: activations are not saved), the logits and the token history, plus slack for scalars.
+uint64_t snapshot_payload_limit(const h2o::Model &model, const h2o::SessionSettings &settings) {
+    return h2o::Session::planned_bytes(model, settings) + static_cast<uint64_t>(model.shape().n_vocab) * sizeof(float) +
+           h2o::TokenHistory::kCapacity * sizeof(int32_t) + 65536;
+}
+
+Status snapshot_bytes(h2o_session *session, std::vector<uint8_t> *out) {
+    std::vector<uint8_t> state;
+    H2O_TRY(session->impl->save_state(&state));
+    return h2o::encode_snapshot(*session->impl, state, out);
+}
+
+Status load_snapshot(h2o_model *model, const uint8_t *data, size_t size, const h2o_session_params *params,
+                     std::unique_ptr<h2o_session> *out) {
+    h2o_session_params host = default_session_params();
+    H2O_TRY(read_params(params, "h2o_session_params", &host));
+    h2o::SnapshotHeader header;
+    H2O_TRY(h2o::read_snapshot_header(data, size, model->impl->fingerprint(), &header));
+    std::vector<uint8_t> state;
+    H2O_TRY(h2o::read_snapshot_payload(data, header, snapshot_payload_limit(*model->impl, header.settings), &state));
+    return session_from_state(model, header.settings, host, state, out);
+}
+
+}  // namespace
+
+H2O_API h2o_status h2o_session_save(h2o_session *session, const char *path) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_save: session is NULL");
+        if (!path || !*path) return invalid("h2o_session_save: path is NULL or empty", session);
+        std::vector<uint8_t> bytes;
+        if (Status s = snapshot_bytes(session, &bytes); !s.ok()) return fail(s, session);
+        Status s = h2o::write_file_atomically(path, [&](const h2o::ByteSink &sink) { return sink(bytes.data(), bytes.size()); });
+        if (!s.ok()) return fail(s, session);
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2o_session_params *params,
+                                    h2o_session **out_session) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!model) return invalid("h2o_session_load: model is NULL");
+        if (!path) return invalid("h2o_session_load: path is NULL");
+        if (!out_session) return invalid("h2o_session_load: out_session is NULL");
+        // The header is read and checked first, so that the file is read whole only when its
+        // length is what a session of its settings can need. (Read, not mapped: the bytes cannot
+        // change after they are checked.)
+        std::vector<uint8_t> bytes;
+        uint64_t file_size = 0;
+        h2o::SnapshotHeader header;
+        Status s = h2o::read_file(path, h2o::kSnapshotHeaderSize, &bytes, &file_size);
+        if (s.ok()) s = h2o::read_snapshot_header(bytes.data(), bytes.size() < h2o::kSnapshotHeaderSize ? bytes.size() : file_size,
+                                                  model->impl->fingerprint(), &header);
+        if (s.ok() && header.compressed_size > ZSTD_compressBound(snapshot_payload_limit(*model->impl, header.settings))) {
+            s = make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: " + std::to_string(file_size) +
+                                                     " bytes is more than a session of its settings can need");
+        }
+        if (s.ok()) s = h2o::read_file(path, file_size, &bytes, &file_size);
+        if (!s.ok()) return fail(make_error(s.code, s.code == H2O_ERR_IO ? s.message : std::string(path) + ": " + s.message));
+        std::unique_ptr<h2o_session> session;
+        if (s = load_snapshot(model, bytes.data(), bytes.size(), params, &session); !s.ok()) {
+            return fail(make_error(s.code, std::string(path) + ": " + s.message));
+        }
+        *out_session = session.release();
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_session_state_size(h2o_session *session, size_t *size) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_state_size: session is NULL");
+        if (!size) return invalid("h2o_session_state_size: size is NULL", session);
+        std::vector<uint8_t> state;
+        if (Status s = session->impl->save_state(&state); !s.ok()) return fail(s, session);
+        *size = h2o::snapshot_size_bound(state.size());
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_session_save_to_buffer(h2o_session *session, void *buffer, size_t capacity, size_t *size) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_save_to_buffer: session is NULL");
+        if (!size) return invalid("h2o_session_save_to_buffer: size is NULL", session);
+        if (!buffer && capacity > 0) return invalid("h2o_session_save_to_buffer: buffer is NULL but capacity is not 0", session);
+        std::vector<uint8_t> bytes;
+        if (Status s = snapshot_bytes(session, &bytes); !s.ok()) return fail(s, session);
+        *size = bytes.size();
+        if (bytes.size() > capacity) {
+            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "the snapshot needs " + std::to_string(bytes.size()) +
+                                                                 " bytes; capacity is " + std::to_string(capacity)), session);
+        }
+        std::memcpy(buffer, bytes.data(), bytes.size());
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_session_load_from_buffer(h2o_model *model, const void *buffer, size_t size,
+                                                const h2o_session_params *params, h2o_session **out_session) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!model) return invalid("h2o_session_load_from_buffer: model is NULL");
+        if (!buffer && size > 0) return invalid("h2o_session_load_from_buffer: buffer is NULL");
+        if (!out_session) return invalid("h2o_session_load_from_buffer: out_session is NULL");
+        std::unique_ptr<h2o_session> session;
+        if (Status s = load_snapshot(model, static_cast<const uint8_t *>(buffer), size, params, &session); !s.ok()) return fail(s);
+        *out_session = session.release();
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_session_fork(h2o_session *source, h2o_session **out_session) {
+    return guarded(source, [&]() -> h2o_status {
+        if (!source) return invalid("h2o_session_fork: source is NULL");
+        if (!out_session) return invalid("h2o_session_fork: out_session is NULL", source);
+        std::vector<uint8_t> state;
+        if (Status s = source->impl->save_state(&state); !s.ok()) return fail(s, source);
+        // The copy runs where the source runs, with its threads and memory cap.
+        const h2o::SessionSettings &from = source->settings;
+        h2o_session_params host = default_session_params();
+        host.n_threads = static_cast<uint32_t>(from.n_threads);
+        host.backend = source->impl->device().kind;
+        host.device_index = source->impl->device().device_index;
+        host.max_memory_bytes = from.max_memory_bytes;
+        h2o_model handle{source->model};
+        std::unique_ptr<h2o_session> session;
+        if (Status s = session_from_state(&handle, from, host, state, &session); !s.ok()) return fail(s, source);
+        *out_session = session.release();
+        return succeed(source);
+    });
 }
 
 H2O_API const char *h2o_session_last_error(const h2o_session *session) {

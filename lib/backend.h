@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "byte_io.h"
 #include "kv_format.h"
 #include "kv_policy.h"
 #include "status.h"
@@ -135,6 +136,10 @@ public:
     // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
     // For tests and evaluation only.
     virtual void download_kv_statistics(SlotStats *out) = 0;
+    // The whole KV cache in the host reference layout (KvCache::save), for session snapshots,
+    // and back. A backend that cannot do this says so with H2O_ERR_UNSUPPORTED.
+    virtual Status save_kv(ByteWriter &out) = 0;
+    virtual Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) = 0;
     // For each kv head of `layer`: if fewer than n slots are free, evicts victims by the policy
     // (kv_policy.h) until n are; stores the batch's k and v in free slots; then computes causal
     // attention of q over the occupied slots (a slot is visible to a query when its stream index

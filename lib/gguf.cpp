@@ -6,7 +6,7 @@
 // A string is a u64 byte length followed by the bytes (no terminator). All little-endian.
 #include "gguf.h"
 
-#include "atomic_file.h"
+#include "file_io.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -168,6 +168,71 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     return n_victims;
 }
 
+void KvCache::save(ByteWriter &out) const {
+    out.put_array(keys_);
+    out.put_array(values_);
+    out.put_array(stream_index_);
+    out.put_array(position_);
+    out.put_array(pinned_);
+    for (const auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) out.put_array(*v);
+    out.put_array(used_);
+    out.put_array(free_list_);
+    out.put_array(free_count_);
+    out.put<uint64_t>(random_state_);
+}
+
+Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) {
+    Status st = [&]() -> Status {
+        const size_t heads = used_.size(), slots = stream_index_.size();
+        H2O_TRY(in.get_array("KV keys", keys_.size(), &keys_));
+        H2O_TRY(in.get_array("KV values", values_.size(), &values_));
+        H2O_TRY(in.get_array("KV stream indices", slots, &stream_index_));
+        H2O_TRY(in.get_array("KV positions", slots, &position_));
+        H2O_TRY(in.get_array("KV pinned flags", slots, &pinned_));
+        for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) H2O_TRY(in.get_array("KV statistics", v->size(), v));
+        H2O_TRY(in.get_array("KV used counts", heads, &used_));
+        H2O_TRY(in.get_array("KV free lists", slots, &free_list_));
+        H2O_TRY(in.get_array("KV free counts", heads, &free_count_));
+        H2O_TRY(in.get("KV random state", &random_state_));
+
+        auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent KV cache: " + what); };
+        const int n_slots = config_.n_slots;
+        for (size_t h = 0; h < heads; ++h) {
+            const std::string where = " in (layer " + std::to_string(h / config_.n_head_kv) + ", kv head " +
+                                      std::to_string(h % config_.n_head_kv) + ")";
+            if (used_[h] < 0 || used_[h] > n_slots) return bad("used count " + std::to_string(used_[h]) + where);
+            if (free_count_[h] < 0 || free_count_[h] > used_[h]) return bad("free count " + std::to_string(free_count_[h]) + where);
+            const size_t base = h * static_cast<size_t>(n_slots);
+            int64_t occupied = 0, pinned = 0;
+            for (int s = 0; s < n_slots; ++s) {
+                const int64_t index = stream_index_[base + s];
+                const bool in_use = s < used_[h];
+                if (index < -1 || index >= n_past || (!in_use && index != -1)) return bad("stream index " + std::to_string(index) + where);
+                if (pinned_[base + s] > 1 || (pinned_[base + s] && index < 0)) return bad("pinned flag" + where);
+                if (position_[base + s] < 0) return bad("negative position" + where);
+                occupied += index >= 0;
+                pinned += pinned_[base + s];
+            }
+            if (occupied != n_cached || pinned != n_pinned) {
+                return bad(std::to_string(occupied) + " tokens (" + std::to_string(pinned) + " pinned)" + where + ", the session says " +
+                           std::to_string(n_cached) + " (" + std::to_string(n_pinned) + ")");
+            }
+            // Free-list entries name distinct used slots that hold no token.
+            if (used_[h] - occupied != free_count_[h]) return bad("free list length" + where);
+            std::fill(candidates_.begin(), candidates_.end(), 0);  // marks slots already listed
+            for (int i = 0; i < free_count_[h]; ++i) {
+                const int32_t s = free_list_[base + i];
+                if (s < 0 || s >= used_[h] || stream_index_[base + s] != -1 || candidates_[s]++) {
+                    return bad("free-list entry " + std::to_string(s) + where);
+                }
+            }
+        }
+        return Status::Ok();
+    }();
+    if (!st.ok()) clear();
+    return st;
+}
+
 int KvCache::claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, bool pinned) {
     const size_t h = head_index(layer, kv_head);
     const int slot = free_count_[h] > 0 ? free_list_[slot_base(layer, kv_head) + --free_count_[h]] : used_[h]++;

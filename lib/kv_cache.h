@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "byte_io.h"
 #include "kv_policy.h"
 
 namespace h2o {
@@ -52,6 +53,15 @@ public:
 
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
     int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, bool pinned);
+
+    // The whole cache, slot by slot, as saved in a session snapshot: rows in their stored format,
+    // bookkeeping, statistics and the free lists, so a loaded cache evicts and sums exactly as
+    // the saved one would have.
+    void save(ByteWriter &out) const;
+    // Replaces the cache with a saved one of the same configuration, after checking that every
+    // index in it is consistent with a stream of n_past tokens of which every (layer, kv head)
+    // holds n_cached, n_pinned of them pinned. On error the cache is cleared.
+    Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned);
 
 private:
     size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }

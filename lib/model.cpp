@@ -53,10 +53,34 @@ Status Model::load(const std::string &path, const std::string &tokenizer_path, s
                                                " tokens but the model's embedding has " + std::to_string(model->shape_.n_vocab) +
                                                " rows");
     }
+    if (st.ok()) model->fingerprint_ = model->compute_fingerprint();
     if (st.ok() && !progress.report(1.0f)) st = load_cancelled();
     if (!st.ok()) return make_error(st.code, path + ": " + st.message);
     *out = std::move(model);
     return Status::Ok();
+}
+
+uint64_t Model::compute_fingerprint() const {
+    // FNV-1a over the fields, each followed by a separator byte so that concatenations differ.
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](const void *data, size_t size) {
+        const auto *p = static_cast<const unsigned char *>(data);
+        for (size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+        h = (h ^ 0xFF) * 0x100000001b3ull;
+    };
+    for (const GgufTensor &t : file_->tensors()) {
+        mix(t.name.data(), t.name.size());
+        const auto type = static_cast<uint32_t>(t.type);
+        mix(&type, sizeof(type));
+        mix(t.ne, sizeof(t.ne[0]) * t.n_dims);
+    }
+    for (int32_t id = 0; id < tokenizer_->n_vocab(); ++id) {
+        const std::string &piece = tokenizer_->piece(id);
+        const int32_t type = tokenizer_->type(id);
+        mix(piece.data(), piece.size());
+        mix(&type, sizeof(type));
+    }
+    return h;
 }
 
 Status Model::prefetch_weights(const LoadProgress &progress) const {

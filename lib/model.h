@@ -54,6 +54,9 @@ public:
     uint64_t n_params() const { return n_params_; }
     uint64_t weight_bytes() const { return weight_bytes_; }
     const std::string &name() const { return name_; }
+    // A 64-bit hash of the tensor table (names, types, shapes) and the vocabulary (pieces, types):
+    // session snapshots carry it so that another model's snapshot is refused.
+    uint64_t fingerprint() const { return fingerprint_; }
 
 private:
     Model() = default;
@@ -61,6 +64,7 @@ private:
     Status bind_weights();
     // Touches every page of the weights, so the first token does not wait for the disk.
     Status prefetch_weights(const LoadProgress &progress) const;
+    uint64_t compute_fingerprint() const;
     Status bind(const std::string &name, int64_t cols, int64_t rows, WeightView *out);
 
     std::unique_ptr<GgufFile> file_;
@@ -71,6 +75,7 @@ private:
     uint64_t n_params_ = 0;
     uint64_t weight_bytes_ = 0;
     std::string name_;
+    uint64_t fingerprint_ = 0;
 };
 
 }  // namespace h2o

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "byte_io.h"
+
 namespace h2o {
 
 struct SamplerSettings {
@@ -28,6 +30,21 @@ public:
         if (size_ < kCapacity) ++size_;
     }
     void clear() { size_ = next_ = 0; }
+    void save(ByteWriter &out) const {
+        out.put(next_);
+        out.put(size_);
+        out.put_array(ring_);
+    }
+    Status load(ByteReader &in) {
+        H2O_TRY(in.get("token history position", &next_));
+        H2O_TRY(in.get("token history size", &size_));
+        H2O_TRY(in.get_array("token history", kCapacity, &ring_));
+        if (next_ >= kCapacity || size_ > kCapacity) {
+            clear();
+            return make_error(H2O_ERR_STATE_FORMAT, "token history position or size out of range");
+        }
+        return Status::Ok();
+    }
     uint32_t size() const { return size_; }
     // The i-th most recent token (0 = newest), i < size().
     int32_t recent(uint32_t i) const { return ring_[(next_ + kCapacity - 1 - i) % kCapacity]; }
@@ -41,6 +58,14 @@ class Sampler {
 public:
     Sampler(int n_vocab, uint64_t seed);
     void reseed(uint64_t seed);
+    // The generator's state, for session snapshots.
+    void save(ByteWriter &out) const {
+        for (uint64_t s : state_) out.put(s);
+    }
+    Status load(ByteReader &in) {
+        for (uint64_t &s : state_) H2O_TRY(in.get("sampler state", &s));
+        return Status::Ok();
+    }
     // Picks a token from logits (modified in place by the penalty).
     int32_t sample(float *logits, const SamplerSettings &settings, const TokenHistory &history);
 

@@ -118,6 +118,57 @@ h2o_memory_report Session::memory() const {
     return r;
 }
 
+Status Session::save_state(std::vector<uint8_t> *out) {
+    out->clear();
+    ByteWriter w(out);
+    w.put<int64_t>(n_past_);
+    w.put<int64_t>(n_cached_);
+    w.put<int64_t>(n_pinned_);
+    w.put<int32_t>(last_token_);
+    w.put<int32_t>(pending_token_);
+    w.put<uint8_t>(has_logits_ ? 1 : 0);
+    w.put_array(logits_);
+    sampler_.save(w);
+    history_.save(w);
+    return backend_->save_kv(w);
+}
+
+Status Session::load_state(const uint8_t *data, size_t size) {
+    reset();
+    ByteReader r(data, size);
+    Status st = [&]() -> Status {
+        uint8_t has_logits = 0;
+        H2O_TRY(r.get("stream length", &n_past_));
+        H2O_TRY(r.get("cached token count", &n_cached_));
+        H2O_TRY(r.get("pinned token count", &n_pinned_));
+        H2O_TRY(r.get("last token", &last_token_));
+        H2O_TRY(r.get("pending token", &pending_token_));
+        H2O_TRY(r.get("logits flag", &has_logits));
+        H2O_TRY(r.get_array("logits", logits_.size(), &logits_));
+        H2O_TRY(sampler_.load(r));
+        H2O_TRY(history_.load(r));
+        auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent session state: " + what); };
+        const int32_t n_vocab = model_.shape().n_vocab;
+        auto token_ok = [n_vocab](int32_t t) { return t >= -1 && t < n_vocab; };
+        if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > settings_.kv_budget || n_pinned_ < 0 ||
+            n_pinned_ > n_cached_ || (!settings_.rolling && n_past_ > settings_.n_ctx)) {
+            return bad("stream length " + std::to_string(n_past_) + ", " + std::to_string(n_cached_) + " cached, " +
+                       std::to_string(n_pinned_) + " pinned");
+        }
+        if (!token_ok(last_token_) || !token_ok(pending_token_) || has_logits > 1) return bad("token ids or flags out of range");
+        // The sampler indexes the logits by these ids, so each is checked.
+        for (uint32_t i = 0; i < history_.size(); ++i) {
+            if (history_.recent(i) < 0 || history_.recent(i) >= n_vocab) return bad("a token id in the history is out of range");
+        }
+        has_logits_ = has_logits != 0;
+        H2O_TRY(backend_->load_kv(r, n_past_, n_cached_, n_pinned_));
+        if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " unexpected bytes at the end");
+        return Status::Ok();
+    }();
+    if (!st.ok()) reset();
+    return st;
+}
+
 Status Session::check_room(size_t n, bool pinned) const {
     const int64_t budget = settings_.kv_budget;
     if (!settings_.rolling && n_past_ + static_cast<int64_t>(n) > settings_.n_ctx) {

@@ -77,6 +77,14 @@ public:
     const BackendDevice &device() const { return device_; }
     h2o_memory_report memory() const;
 
+    // The conversation's state for a snapshot: stream counters, the last logits, the sampler's
+    // generator and history, and the KV cache slot by slot. A generation in progress is not part
+    // of it (a loaded session continues the conversation with the next call).
+    Status save_state(std::vector<uint8_t> *out);
+    // Restores a state saved by a session with the same settings and model. Every count and
+    // index is checked first; on error the session is reset.
+    Status load_state(const uint8_t *data, size_t size);
+
 private:
     Session(const Model &model, const SessionSettings &settings);
     // Makes the backend, adopts the weights and allocates the KV cache.

@@ -2,9 +2,9 @@
 # Installs the Debian/Ubuntu packages h2o needs to build and test, when they are missing.
 set -euo pipefail
 
-# Build: compiler, CMake, sentencepiece, doctest; the Vulkan backend: headers, loader and glslc;
+# Build: compiler, CMake, sentencepiece, zstd (session snapshots), doctest; the Vulkan backend: headers, loader and glslc;
 # running and validating it without a GPU: Mesa's lavapipe and the Khronos validation layer.
-packages=(build-essential cmake pkg-config libsentencepiece-dev doctest-dev
+packages=(build-essential cmake pkg-config libsentencepiece-dev libzstd-dev doctest-dev
           libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 
 missing=()

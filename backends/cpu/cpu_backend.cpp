@@ -126,6 +126,13 @@ public:
     }
 
     void clear_kv() override { kv_.clear(); }
+    Status save_kv(ByteWriter &out) override {
+        kv_.save(out);
+        return Status::Ok();
+    }
+    Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) override {
+        return kv_.load(in, n_past, n_cached, n_pinned);
+    }
     size_t kv_bytes() const override { return kv_.bytes(); }
 
     void download_kv_statistics(SlotStats *out) override {

@@ -233,6 +233,13 @@ public:
     size_t kv_bytes() const override { return static_cast<size_t>(kv_bytes_); }
     void download_kv_stream_indices(int64_t *out) override;
     void download_kv_statistics(SlotStats *out) override;
+    // Snapshots need the device's cache in the host layout; that copy is not written yet.
+    Status save_kv(ByteWriter &) override { return snapshot_unsupported(); }
+    Status load_kv(ByteReader &, int64_t, int64_t, int64_t) override { return snapshot_unsupported(); }
+    static Status snapshot_unsupported() {
+        return make_error(H2O_ERR_UNSUPPORTED, "session snapshots (save, load, fork) are not implemented on the Vulkan backend "
+                                               "yet; create the session with the CPU backend");
+    }
     void attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
                    const AttentionBatch &batch, const ModelShape &shape) override;
 

@@ -426,6 +426,46 @@ H2O_API h2o_status h2o_session_memory(const h2o_session *session, h2o_memory_rep
 H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, size_t text_len, uint32_t flags);
 
 /* ---------------------------------------------------------------------------------------------
+ * Session state: save, load, fork
+ *
+ * A snapshot holds the whole conversation: the KV cache slot by slot in its stored format
+ * (positions, statistics, pinned flags, rolling ranks), the stream position, the sampler's
+ * generator and history, the settings that shape the cache, and the logits of the last token,
+ * so that h2o_session_get_logits and an empty-prompt h2o_generate continue at once. Resuming is
+ * exact: a loaded session generates token for token what the saved one would have. Snapshots are
+ * zstd-compressed, carry a fingerprint of the model (its tensor table and vocabulary) and a
+ * checksum; a truncated, corrupted, foreign or hostile snapshot is H2O_ERR_STATE_FORMAT (a newer
+ * format version: H2O_ERR_UNSUPPORTED) with a message, and nothing is created. A pull-style
+ * generation in progress is not part of the state. Snapshots are implemented on the CPU backend;
+ * other backends return H2O_ERR_UNSUPPORTED.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Writes a snapshot to path: to a temporary file beside it, synced, then renamed, so that path
+ * holds either its previous content or the whole snapshot, even if the process is killed. */
+H2O_API h2o_status h2o_session_save(h2o_session *session, const char *path);
+
+/* Creates a session from a snapshot file. The cache-shaping settings (n_ctx, kv_budget, the
+ * policy and its windows, kv_type, position_rolling, n_batch, seed) come from the snapshot;
+ * params (NULL: defaults) gives the rest: n_threads, backend, device_index, max_memory_bytes.
+ * Errors: H2O_ERR_IO, H2O_ERR_STATE_FORMAT, H2O_ERR_UNSUPPORTED, and those of h2o_session_create. */
+H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2o_session_params *params,
+                                    h2o_session **out_session);
+
+/* An upper bound of the bytes h2o_session_save_to_buffer needs for the session as it is now. */
+H2O_API h2o_status h2o_session_state_size(h2o_session *session, size_t *size);
+/* Writes a snapshot into buffer; *size receives its exact length (also when the buffer is too
+ * small: H2O_ERR_BUFFER_TOO_SMALL, nothing useful written). */
+H2O_API h2o_status h2o_session_save_to_buffer(h2o_session *session, void *buffer, size_t capacity, size_t *size);
+/* h2o_session_load from memory. */
+H2O_API h2o_status h2o_session_load_from_buffer(h2o_model *model, const void *buffer, size_t size,
+                                                const h2o_session_params *params, h2o_session **out_session);
+
+/* Creates a new session in the state of source, without processing anything again: a processed
+ * (pinned) system prompt can start any number of conversations. The copy has source's settings,
+ * backend and device; the two are independent afterwards. */
+H2O_API h2o_status h2o_session_fork(h2o_session *source, h2o_session **out_session);
+
+/* ---------------------------------------------------------------------------------------------
  * Generation
  * ------------------------------------------------------------------------------------------- */
 

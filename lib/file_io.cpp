@@ -1,9 +1,11 @@
-#include "atomic_file.h"
+#include "file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -80,6 +82,33 @@ Status write_file_atomically(const std::string &path, const std::function<bool(c
         if (!write_failed && error_number == 0) return make_error(H2O_ERR_IO, failed_step + " '" + path + "'");
         return make_error(H2O_ERR_IO, os_error(failed_step, temp, error_number));
     }
+    return Status::Ok();
+}
+
+Status read_file(const std::string &path, uint64_t max_bytes, std::vector<uint8_t> *out, uint64_t *file_size) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return make_error(H2O_ERR_IO, os_error("cannot open", path, errno));
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const int error_number = errno;
+        ::close(fd);
+        return make_error(H2O_ERR_IO, S_ISDIR(st.st_mode) ? "cannot read '" + path + "': is a directory"
+                                                         : os_error("cannot read", path, error_number ? error_number : EINVAL));
+    }
+    *file_size = static_cast<uint64_t>(st.st_size);
+    out->resize(static_cast<size_t>(std::min<uint64_t>(max_bytes, *file_size)));
+    size_t done = 0;
+    while (done < out->size()) {
+        const ssize_t got = ::read(fd, out->data() + done, out->size() - done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            const int error_number = got < 0 ? errno : EIO;
+            ::close(fd);
+            return make_error(H2O_ERR_IO, os_error("cannot read", path, error_number) + (got == 0 ? " (the file shrank while it was read)" : ""));
+        }
+        done += static_cast<size_t>(got);
+    }
+    ::close(fd);
     return Status::Ok();
 }
 

@@ -1,0 +1,136 @@
+#include "session_snapshot.h"
+
+#include <zstd.h>
+
+#include <cstring>
+#include <string>
+
+#include "byte_io.h"
+
+namespace h2o {
+
+namespace {
+
+constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
+constexpr uint32_t kFormatVersion = 1;
+// Level 1: the KV rows are mostly incompressible numbers, so higher levels buy a few percent of
+// size for several times the time (measured: see the README's session-state figures).
+constexpr int kCompressionLevel = 1;
+
+uint64_t fnv1a(const uint8_t *data, size_t size) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 0x100000001b3ull;
+    return h;
+}
+
+Status bad(const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: " + what); }
+
+}  // namespace
+
+size_t snapshot_size_bound(size_t state_size) { return kSnapshotHeaderSize + ZSTD_compressBound(state_size); }
+
+Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state, std::vector<uint8_t> *out) {
+    const SessionSettings &s = session.settings();
+    out->clear();
+    ByteWriter w(out);
+    w.put_raw(kMagic, sizeof(kMagic));
+    w.put<uint32_t>(kFormatVersion);
+    w.put<uint32_t>(kSnapshotHeaderSize);
+    w.put<uint64_t>(session.model().fingerprint());
+    for (int v : {s.n_ctx, s.kv_budget, static_cast<int>(s.policy.policy), s.policy.recent, s.policy.sinks,
+                  static_cast<int>(s.kv_type), s.rolling ? 1 : 0, s.n_batch}) {
+        w.put<uint32_t>(static_cast<uint32_t>(v));
+    }
+    w.put<uint64_t>(s.seed);
+    w.put<uint64_t>(state.size());
+    const size_t bound = ZSTD_compressBound(state.size());
+    w.put<uint64_t>(0);  // compressed size, filled in below
+    w.put<uint64_t>(0);  // header hash, filled in below
+    out->resize(kSnapshotHeaderSize + bound);
+
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    if (!cctx) return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot create a zstd compression context");
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, kCompressionLevel);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    const size_t compressed = ZSTD_compress2(cctx, out->data() + kSnapshotHeaderSize, bound, state.data(), state.size());
+    ZSTD_freeCCtx(cctx);
+    if (ZSTD_isError(compressed)) return make_error(H2O_ERR_INTERNAL, std::string("zstd compression failed: ") + ZSTD_getErrorName(compressed));
+    out->resize(kSnapshotHeaderSize + compressed);
+    const uint64_t compressed_size = compressed;
+    std::memcpy(out->data() + 72, &compressed_size, sizeof(compressed_size));
+    const uint64_t hash = fnv1a(out->data(), 80);
+    std::memcpy(out->data() + 80, &hash, sizeof(hash));
+    return Status::Ok();
+}
+
+Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fingerprint, SnapshotHeader *header) {
+    if (size < kSnapshotHeaderSize) {
+        return bad(std::to_string(size) + " bytes is shorter than the " + std::to_string(kSnapshotHeaderSize) + "-byte header");
+    }
+    if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) return bad("it does not begin with \"H2OSTATE\"");
+    ByteReader r(data + sizeof(kMagic), kSnapshotHeaderSize - sizeof(kMagic));
+    uint32_t version = 0, header_size = 0, fields[8] = {};
+    uint64_t fingerprint = 0, seed = 0, payload_size = 0, compressed_size = 0, hash = 0;
+    H2O_TRY(r.get("format version", &version));
+    H2O_TRY(r.get("header size", &header_size));
+    H2O_TRY(r.get("model fingerprint", &fingerprint));
+    for (uint32_t &f : fields) H2O_TRY(r.get("settings", &f));
+    H2O_TRY(r.get("seed", &seed));
+    H2O_TRY(r.get("payload size", &payload_size));
+    H2O_TRY(r.get("compressed size", &compressed_size));
+    H2O_TRY(r.get("header hash", &hash));
+    if (version != kFormatVersion) {
+        return make_error(H2O_ERR_UNSUPPORTED, "session snapshot format version " + std::to_string(version) +
+                                                   " is not supported (this library reads version " + std::to_string(kFormatVersion) + ")");
+    }
+    if (header_size != kSnapshotHeaderSize) return bad("header size " + std::to_string(header_size));
+    if (hash != fnv1a(data, 80)) return bad("the header is corrupted (its hash does not match)");
+    if (fingerprint != model_fingerprint) {
+        return bad("it was saved with another model (fingerprint " + std::to_string(fingerprint) + ", this model's is " +
+                   std::to_string(model_fingerprint) + ")");
+    }
+    if (compressed_size != size - kSnapshotHeaderSize) {
+        return bad("the header announces " + std::to_string(compressed_size) + " bytes of payload but " +
+                   std::to_string(size - kSnapshotHeaderSize) + " follow (truncated or extended)");
+    }
+    SessionSettings &s = header->settings;
+    s.n_ctx = static_cast<int>(fields[0] & 0x7FFFFFFF);
+    s.kv_budget = static_cast<int>(fields[1] & 0x7FFFFFFF);
+    s.policy.policy = static_cast<KvPolicy>(fields[2]);
+    s.policy.recent = static_cast<int>(fields[3] & 0x7FFFFFFF);
+    s.policy.sinks = static_cast<int>(fields[4] & 0x7FFFFFFF);
+    s.kv_type = static_cast<KvType>(fields[5]);
+    s.rolling = fields[6] != 0;
+    s.n_batch = static_cast<int>(fields[7] & 0x7FFFFFFF);
+    s.seed = seed;
+    // Every setting is checked again when the session is created from it; these are the fields
+    // that must be exactly representable.
+    if (fields[0] != static_cast<uint32_t>(s.n_ctx) || fields[1] != static_cast<uint32_t>(s.kv_budget) ||
+        fields[3] != static_cast<uint32_t>(s.policy.recent) || fields[4] != static_cast<uint32_t>(s.policy.sinks) ||
+        fields[7] != static_cast<uint32_t>(s.n_batch) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
+        return bad("its session settings are out of range");
+    }
+    header->fingerprint = fingerprint;
+    header->payload_size = payload_size;
+    header->compressed_size = compressed_size;
+    return Status::Ok();
+}
+
+Status read_snapshot_payload(const uint8_t *data, const SnapshotHeader &header, uint64_t payload_limit,
+                             std::vector<uint8_t> *state) {
+    if (header.payload_size > payload_limit) {
+        return bad("the payload is said to be " + std::to_string(header.payload_size) + " bytes; a session with these settings saves at most " +
+                   std::to_string(payload_limit));
+    }
+    const uint8_t *frame = data + kSnapshotHeaderSize;
+    const unsigned long long content = ZSTD_getFrameContentSize(frame, header.compressed_size);
+    if (content == ZSTD_CONTENTSIZE_ERROR) return bad("the payload is not a zstd frame");
+    if (content != header.payload_size) return bad("the payload's frame does not hold the announced number of bytes");
+    state->resize(header.payload_size);
+    const size_t got = ZSTD_decompress(state->data(), state->size(), frame, header.compressed_size);
+    if (ZSTD_isError(got)) return bad(std::string("the payload is corrupted (zstd: ") + ZSTD_getErrorName(got) + ")");
+    if (got != header.payload_size) return bad("the payload decompressed to " + std::to_string(got) + " bytes");
+    return Status::Ok();
+}
+
+}  // namespace h2o

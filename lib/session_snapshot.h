@@ -1,0 +1,44 @@
+// Session snapshots: the bytes h2o_session_save writes and h2o_session_load reads.
+//
+// Layout (little-endian):
+//   header, 88 bytes, uncompressed:
+//     0  magic "H2OSTATE"          8  u32 format version (1)     12 u32 header size (88)
+//     16 u64 model fingerprint (Model::fingerprint: tensor table and vocabulary)
+//     24 the settings that shape the cache: u32 n_ctx, kv_budget, policy, recent, sinks,
+//        kv_type, position_rolling, n_batch; u64 seed
+//     64 u64 payload size (uncompressed)   72 u64 compressed size (the bytes after the header)
+//     80 u64 FNV-1a hash of bytes 0..79
+//   payload: one zstd frame with a content checksum, holding Session::save_state's bytes.
+// Every field is checked before it is used: a truncated, corrupted, foreign or hostile snapshot
+// is H2O_ERR_STATE_FORMAT with a message naming the problem, never a crash or a huge allocation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "session.h"
+
+namespace h2o {
+
+constexpr size_t kSnapshotHeaderSize = 88;
+
+struct SnapshotHeader {
+    uint64_t fingerprint = 0;
+    SessionSettings settings;  // only the cache-shaping fields are stored
+    uint64_t payload_size = 0;
+    uint64_t compressed_size = 0;
+};
+
+// Compresses a state (Session::save_state) into a snapshot for `session`'s settings and model.
+Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state, std::vector<uint8_t> *out);
+// An upper bound of encode_snapshot's size for a state of state_size bytes.
+size_t snapshot_size_bound(size_t state_size);
+
+// Checks the header and the snapshot's length and model. On success *header holds its fields.
+Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fingerprint, SnapshotHeader *header);
+// Decompresses and verifies the payload of a snapshot whose header was read; payload_limit bounds
+// the declared payload size (the most a session with those settings can save).
+Status read_snapshot_payload(const uint8_t *data, const SnapshotHeader &header, uint64_t payload_limit,
+                             std::vector<uint8_t> *state);
+
+}  // namespace h2o

@@ -1,0 +1,253 @@
+// Session snapshots (save, load, fork): exact resumption for every policy, and a malformed-snapshot
+// sweep in the style of the GGUF reader's tests.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "doctest/doctest.h"
+#include "h2o/h2o.h"
+#include "synthetic_model.h"
+#include "test_util.h"
+
+namespace {
+
+int collect(const char *text, size_t length, void *user_data) {
+    static_cast<std::string *>(user_data)->append(text, length);
+    return 0;
+}
+
+std::string generate(h2o_session *session, const char *prompt, uint32_t n, float temperature) {
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    gen.max_tokens = n;
+    gen.temperature = temperature;
+    gen.stop_at_eos = 0;
+    gen.repeat_penalty = 1.1f;  // so the token history matters too
+    std::string text;
+    REQUIRE(h2o_generate(session, prompt, std::strlen(prompt), &gen, collect, &text) == H2O_OK);
+    return text;
+}
+
+std::vector<uint8_t> save(h2o_session *session) {
+    size_t bound = 0, size = 0;
+    REQUIRE(h2o_session_state_size(session, &bound) == H2O_OK);
+    std::vector<uint8_t> bytes(bound);
+    REQUIRE(h2o_session_save_to_buffer(session, bytes.data(), bytes.size(), &size) == H2O_OK);
+    REQUIRE(size <= bound);
+    bytes.resize(size);
+    return bytes;
+}
+
+h2o_session_params small_session(uint32_t policy, int rolling, uint32_t kv_type) {
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_threads = 1;
+    sp.backend = H2O_BACKEND_CPU;
+    sp.kv_budget = 32;
+    sp.n_ctx = 512;
+    sp.n_batch = 16;
+    sp.kv_policy = policy;
+    sp.position_rolling = rolling;
+    sp.kv_type = kv_type;
+    sp.seed = 1234;
+    return sp;
+}
+
+TEST_CASE("session state: a loaded session continues exactly as the saved one, for every policy") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    for (uint32_t policy = 1; h2o_kv_policy_name(policy); ++policy) {
+        for (int rolling : {0, 1}) {
+            for (uint32_t kv_type : {uint32_t{H2O_KV_TYPE_F32}, uint32_t{H2O_KV_TYPE_K8V4}}) {
+                for (float temperature : {0.0f, 0.9f}) {
+                    CAPTURE(h2o_kv_policy_name(policy));
+                    CAPTURE(rolling);
+                    CAPTURE(kv_type);
+                    CAPTURE(temperature);
+                    const h2o_session_params sp = small_session(policy, rolling, kv_type);
+                    h2o_test::ApiSession original;
+                    REQUIRE(original.open(path, sp));
+                    const char *pinned = "Lily had a red ball.";
+                    REQUIRE(h2o_session_add_text(original.session, pinned, std::strlen(pinned), H2O_TEXT_PIN) == H2O_OK);
+                    generate(original.session, " Once upon a time", 40, temperature);  // past the budget: evicting
+                    const std::vector<uint8_t> snapshot = save(original.session);
+
+                    // A freshly loaded model, as another process would have.
+                    h2o_model *model = nullptr;
+                    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+                    h2o_session *loaded = nullptr;
+                    REQUIRE(h2o_session_load_from_buffer(model, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK);
+                    h2o_model_free(model);
+
+                    h2o_kv_layout a, b;
+                    a.struct_size = b.struct_size = sizeof(h2o_kv_layout);
+                    REQUIRE(h2o_session_get_kv_layout(original.session, &a) == H2O_OK);
+                    REQUIRE(h2o_session_get_kv_layout(loaded, &b) == H2O_OK);
+                    CHECK(std::memcmp(&a, &b, sizeof(a)) == 0);
+                    // The logits of the last token come back, so generation continues at once.
+                    std::vector<float> la(512), lb(512);
+                    REQUIRE(h2o_session_get_logits(original.session, la.data(), la.size()) == H2O_OK);
+                    REQUIRE(h2o_session_get_logits(loaded, lb.data(), lb.size()) == H2O_OK);
+                    CHECK(la == lb);
+
+                    CHECK(generate(loaded, "", 40, temperature) == generate(original.session, "", 40, temperature));
+                    CHECK(generate(loaded, " The end.", 10, temperature) == generate(original.session, " The end.", 10, temperature));
+                    h2o_session_free(loaded);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("session state: save and load through a file, atomically") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    const h2o_session_params sp = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_Q8);
+    h2o_test::ApiSession m;
+    REQUIRE(m.open(path, sp));
+    generate(m.session, "Once upon a time", 30, 0.7f);
+    const std::string file = h2o_test::temp_path("state.h2os");
+    std::filesystem::remove(file);
+    REQUIRE(h2o_session_save(m.session, file.c_str()) == H2O_OK);
+    for (const auto &entry : std::filesystem::directory_iterator(std::filesystem::path(file).parent_path())) {
+        CHECK(entry.path().filename().string().find("state.h2os.tmp.") == std::string::npos);
+    }
+    h2o_session *loaded = nullptr;
+    h2o_session_params host;
+    h2o_session_params_init(&host, sizeof host);
+    host.n_threads = 2;  // host-side settings may differ
+    REQUIRE(h2o_session_load(m.model, file.c_str(), &host, &loaded) == H2O_OK);
+    CHECK(generate(loaded, "", 30, 0.7f) == generate(m.session, "", 30, 0.7f));
+    h2o_session_free(loaded);
+
+    // A failed save leaves nothing at the path.
+    const std::string missing_dir = h2o_test::temp_path("no_such_dir/state.h2os");
+    CHECK(h2o_session_save(m.session, missing_dir.c_str()) == H2O_ERR_IO);
+    CHECK_FALSE(std::filesystem::exists(missing_dir));
+    loaded = nullptr;
+    CHECK(h2o_session_load(m.model, missing_dir.c_str(), nullptr, &loaded) == H2O_ERR_IO);
+    CHECK(std::string(h2o_last_error()).find("no_such_dir") != std::string::npos);
+    CHECK(loaded == nullptr);
+    std::filesystem::remove(file);
+}
+
+TEST_CASE("session state: fork starts conversations from a processed system prompt") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    const h2o_session_params sp = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32);
+    h2o_test::ApiSession m;
+    REQUIRE(m.open(path, sp));
+    const char *system = "Tom was a kind dog who liked to help.";
+    REQUIRE(h2o_session_add_text(m.session, system, std::strlen(system), H2O_TEXT_PIN) == H2O_OK);
+    h2o_session *a = nullptr, *b = nullptr;
+    REQUIRE(h2o_session_fork(m.session, &a) == H2O_OK);
+    REQUIRE(h2o_session_fork(m.session, &b) == H2O_OK);
+    const std::string from_a = generate(a, " One day", 40, 0.8f);
+    CHECK(generate(b, " Once", 20, 0.8f) != "");  // b goes its own way: a is unaffected
+    CHECK(generate(m.session, " One day", 40, 0.8f) == from_a);
+    h2o_generate_stats stats;
+    stats.struct_size = sizeof(stats);
+    REQUIRE(h2o_session_get_stats(a, &stats) == H2O_OK);
+    size_t prompt_tokens = 0;
+    h2o_tokenize(m.model, " One day", 8, 0, nullptr, 0, &prompt_tokens);
+    CHECK(stats.n_prompt_tokens == prompt_tokens);  // the system prompt was not processed again
+    h2o_session_free(a);
+    h2o_session_free(b);
+    CHECK(h2o_session_fork(nullptr, &a) == H2O_ERR_INVALID_ARGUMENT);
+}
+
+// The malformed-snapshot sweep: every way of damaging a real snapshot is refused with a status and
+// a message, and creates nothing.
+struct Refusal {
+    h2o_status status;
+    std::string message;
+};
+
+Refusal try_load(h2o_model *model, const std::vector<uint8_t> &bytes) {
+    h2o_session *session = nullptr;
+    const h2o_status st = h2o_session_load_from_buffer(model, bytes.data(), bytes.size(), nullptr, &session);
+    if (st == H2O_OK) {
+        h2o_session_free(session);
+        return {st, ""};
+    }
+    CHECK(session == nullptr);
+    return {st, h2o_last_error()};
+}
+
+TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots are refused by name") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    const h2o_session_params sp = small_session(H2O_KV_H2O, 1, H2O_KV_TYPE_F16);
+    h2o_test::ApiSession m;
+    REQUIRE(m.open(path, sp));
+    generate(m.session, "Once upon a time", 40, 0.8f);
+    const std::vector<uint8_t> good = save(m.session);
+    REQUIRE(try_load(m.model, good).status == H2O_OK);
+
+    SUBCASE("every truncation") {
+        for (size_t n = 0; n < good.size(); n += (n < 200 ? 1 : 97)) {
+            CAPTURE(n);
+            const Refusal r = try_load(m.model, std::vector<uint8_t>(good.begin(), good.begin() + n));
+            CHECK(r.status == H2O_ERR_STATE_FORMAT);
+            CHECK(r.message.find("not a valid session snapshot") != std::string::npos);
+        }
+        std::vector<uint8_t> longer = good;
+        longer.push_back(0);
+        CHECK(try_load(m.model, longer).message.find("truncated or extended") != std::string::npos);
+    }
+    SUBCASE("every header byte and a sample of payload bytes flipped") {
+        std::mt19937 rng(7);
+        std::vector<size_t> positions;
+        for (size_t i = 0; i < 88; ++i) positions.push_back(i);
+        for (int i = 0; i < 300; ++i) positions.push_back(88 + rng() % (good.size() - 88));
+        for (size_t at : positions) {
+            CAPTURE(at);
+            std::vector<uint8_t> bad = good;
+            bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+            const Refusal r = try_load(m.model, bad);
+            // The version field gets its own code; every other change is a format error.
+            CHECK((r.status == H2O_ERR_STATE_FORMAT || (at >= 8 && at < 12 && r.status == H2O_ERR_UNSUPPORTED)));
+            CHECK_FALSE(r.message.empty());
+        }
+    }
+    SUBCASE("another model's snapshot") {
+        h2o::SyntheticModelSpec spec;
+        spec.n_embd = 64;
+        spec.n_layer = 5;
+        spec.n_head = 8;
+        spec.n_head_kv = 4;
+        spec.n_ff = 172;
+        spec.n_vocab = 512;
+        spec.type = h2o::TensorType::F32;
+        const std::string other_path = h2o_test::temp_path("other_model.gguf");
+        REQUIRE(h2o::write_synthetic_model(spec, other_path).ok());
+        h2o_model *other = nullptr;
+        REQUIRE(h2o_model_load(other_path.c_str(), nullptr, &other) == H2O_OK);
+        const Refusal r = try_load(other, good);
+        CHECK(r.status == H2O_ERR_STATE_FORMAT);
+        CHECK(r.message.find("another model") != std::string::npos);
+        h2o_model_free(other);
+    }
+    SUBCASE("a header that claims a huge payload, with a valid hash") {
+        std::vector<uint8_t> bad = good;
+        const uint64_t huge = uint64_t{1} << 40;
+        std::memcpy(bad.data() + 64, &huge, sizeof(huge));
+        uint64_t h = 0xcbf29ce484222325ull;  // the header hash, recomputed as a forger would
+        for (size_t i = 0; i < 80; ++i) h = (h ^ bad[i]) * 0x100000001b3ull;
+        std::memcpy(bad.data() + 80, &h, sizeof(h));
+        const Refusal r = try_load(m.model, bad);
+        CHECK(r.status == H2O_ERR_STATE_FORMAT);
+        CHECK(r.message.find("at most") != std::string::npos);
+    }
+    SUBCASE("bad arguments") {
+        h2o_session *session = nullptr;
+        CHECK(h2o_session_load_from_buffer(nullptr, good.data(), good.size(), nullptr, &session) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_session_load_from_buffer(m.model, nullptr, 10, nullptr, &session) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+        size_t size = 0;
+        CHECK(h2o_session_save_to_buffer(m.session, nullptr, 0, &size) == H2O_ERR_BUFFER_TOO_SMALL);
+        CHECK(size == good.size());
+        CHECK(h2o_session_save(m.session, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    }
+}
+
+}  // namespace
