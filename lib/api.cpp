@@ -81,7 +81,8 @@ h2o_status guarded(const h2o_session *session, Body &&body) {
 // Later versions only append fields, so every struct_size from this one up is accepted.
 #define H2O_SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)nullptr)->field))
 template <typename T> constexpr size_t kFirstVersion = sizeof(T);
-template <> constexpr size_t kFirstVersion<h2o_model_params> = H2O_SIZE_THROUGH(h2o_model_params, progress_user_data);
+template <> constexpr size_t kFirstVersion<h2o_model_params> = H2O_SIZE_THROUGH(h2o_model_params, prefix_cache_bytes);
+template <> constexpr size_t kFirstVersion<h2o_prefix_cache_stats> = H2O_SIZE_THROUGH(h2o_prefix_cache_stats, misses);
 template <> constexpr size_t kFirstVersion<h2o_session_params> = H2O_SIZE_THROUGH(h2o_session_params, max_memory_bytes);
 template <> constexpr size_t kFirstVersion<h2o_generate_params> = H2O_SIZE_THROUGH(h2o_generate_params, stop_at_eos);
 template <> constexpr size_t kFirstVersion<h2o_model_info> = H2O_SIZE_THROUGH(h2o_model_info, weight_bytes);
@@ -269,7 +270,7 @@ H2O_API h2o_status h2o_model_load(const char *path, const h2o_model_params *para
         if (Status s = read_params(params, "h2o_model_params", &p); !s.ok()) return fail(s);
         h2o::LoadProgress progress{p.progress, p.progress_user_data};
         std::unique_ptr<h2o::Model> loaded;
-        if (Status s = h2o::Model::load(path, p.tokenizer_path ? p.tokenizer_path : "", &loaded, progress); !s.ok()) {
+        if (Status s = h2o::Model::load(path, p.tokenizer_path ? p.tokenizer_path : "", &loaded, progress, p.prefix_cache_bytes); !s.ok()) {
             return fail(s);
         }
         auto model = std::make_unique<h2o_model>();
@@ -302,6 +303,20 @@ H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *in
         info->n_params = m.n_params();
         info->weight_bytes = m.weight_bytes();
         if (Status st = write_result(out, info_in, "h2o_model_get_info: info"); !st.ok()) return fail(st);
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_prefix_cache_stats *stats) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!model) return invalid("h2o_model_get_prefix_cache_stats: model is NULL");
+        const h2o::PrefixCache::Counters c = model->impl->prefix_cache().counters();
+        h2o_prefix_cache_stats out{};
+        out.entries = static_cast<uint32_t>(c.entries);
+        out.bytes = c.bytes;
+        out.hits = c.hits;
+        out.misses = c.misses;
+        if (Status s = write_result(out, stats, "h2o_model_get_prefix_cache_stats: stats"); !s.ok()) return fail(s);
         return succeed();
     });
 }

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "gguf.h"
+#include "prefix_cache.h"
 #include "tokenizer.h"
 
 namespace h2o {
@@ -44,8 +45,9 @@ public:
     // progress by bytes). tokenizer_path: optional sentencepiece .model file that replaces the
     // embedded vocabulary (it must have the model's vocabulary size). Every error message names
     // the file.
+    // prefix_cache_bytes: capacity of the model's prefix cache (0: none).
     static Status load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out,
-                       const LoadProgress &progress = {});
+                       const LoadProgress &progress = {}, uint64_t prefix_cache_bytes = 0);
 
     const ModelShape &shape() const { return shape_; }
     const ModelWeights &weights() const { return weights_; }
@@ -57,6 +59,8 @@ public:
     // A 64-bit hash of the tensor table (names, types, shapes) and the vocabulary (pieces, types):
     // session snapshots carry it so that another model's snapshot is refused.
     uint64_t fingerprint() const { return fingerprint_; }
+    // Shared by the model's sessions; internally synchronised, so usable through a const model.
+    PrefixCache &prefix_cache() const { return *prefix_cache_; }
 
 private:
     Model() = default;
@@ -76,6 +80,7 @@ private:
     uint64_t weight_bytes_ = 0;
     std::string name_;
     uint64_t fingerprint_ = 0;
+    std::unique_ptr<PrefixCache> prefix_cache_;
 };
 
 }  // namespace h2o

@@ -118,6 +118,16 @@ h2o_memory_report Session::memory() const {
     return r;
 }
 
+uint64_t Session::prefix_cache_key() const {
+    const SessionSettings &s = settings_;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t v : {uint64_t(s.n_ctx), uint64_t(s.kv_budget), uint64_t(s.policy.policy), uint64_t(s.policy.recent),
+                       uint64_t(s.policy.sinks), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed}) {
+        h = (h ^ v) * 0x100000001b3ull;
+    }
+    return h;
+}
+
 Status Session::save_state(std::vector<uint8_t> *out) {
     out->clear();
     ByteWriter w(out);
@@ -243,8 +253,22 @@ Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
         pending_token_ = -1;  // already in the history: it was pushed when it was sampled
     }
     if (n == 0) return Status::Ok();
-    const Status st = evaluate(tokens, n, pinned, &processed);
-    for (size_t i = 0; i < processed; ++i) history_.push(tokens[i]);
+    // A fresh session may start from a state the model's prefix cache holds for its first tokens.
+    PrefixCache &cache = model_.prefix_cache();
+    const bool fresh = n_past_ == 0 && cache.enabled();
+    size_t reused = 0;
+    if (fresh) {
+        size_t matched = 0;
+        const auto state = cache.find(prefix_cache_key(), pinned, tokens, n, &matched);
+        if (state && load_state(state->data(), state->size()).ok()) reused = matched;  // else: processed below
+    }
+    Status st = Status::Ok();
+    if (reused < n) st = evaluate(tokens + reused, n - reused, pinned, &processed);
+    for (size_t i = 0; i < processed; ++i) history_.push(tokens[reused + i]);
+    if (fresh && reused < n && st.ok()) {
+        std::vector<uint8_t> state;
+        if (save_state(&state).ok()) cache.insert(prefix_cache_key(), pinned, tokens, n, std::move(state));
+    }
     return st;
 }
 

@@ -84,6 +84,8 @@ public:
     // Restores a state saved by a session with the same settings and model. Every count and
     // index is checked first; on error the session is reset.
     Status load_state(const uint8_t *data, size_t size);
+    // Sessions whose states are interchangeable (the settings a snapshot stores) share this key.
+    uint64_t prefix_cache_key() const;
 
 private:
     Session(const Model &model, const SessionSettings &settings);

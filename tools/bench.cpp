@@ -2,10 +2,13 @@
 //
 //   h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]
 //             [--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type f32|f16|q8|q4|k8v4]
-//             [--backend cpu,vulkan,...] [-c CTX]
+//             [--backend cpu,vulkan,...] [-c CTX] [--state] [--ttft N]
 //
 // pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
 // `depth` tokens are already cached (the sampler is not involved, as in llama.cpp's llama-bench).
+// --state: size and speed of a snapshot of the session after the runs (save and load).
+// --ttft N: time to first token of new sessions whose first N tokens are a shared system prompt,
+// without and with the model's prefix cache.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,12 +30,75 @@ double median(std::vector<double> v) {
     std::exit(1);
 }
 
+double seconds_since(double start) { return h2o_tools::now_seconds() - start; }
+
+void measure_state(h2o_session *session, h2o_model *model, int reps) {
+    size_t bound = 0, size = 0;
+    h2o_status st = h2o_session_state_size(session, &bound);
+    if (st != H2O_OK) die("state size", st, h2o_session_last_error(session));
+    std::vector<uint8_t> buffer(bound);
+    std::vector<double> save_s, load_s;
+    for (int r = 0; r < reps; ++r) {
+        double t0 = h2o_tools::now_seconds();
+        st = h2o_session_save_to_buffer(session, buffer.data(), buffer.size(), &size);
+        if (st != H2O_OK) die("snapshot", st, h2o_session_last_error(session));
+        save_s.push_back(seconds_since(t0));
+        h2o_session *loaded = nullptr;
+        t0 = h2o_tools::now_seconds();
+        st = h2o_session_load_from_buffer(model, buffer.data(), size, nullptr, &loaded);
+        if (st != H2O_OK) die("load snapshot", st, h2o_last_error());
+        load_s.push_back(seconds_since(t0));
+        h2o_session_free(loaded);
+    }
+    h2o_memory_report mem;
+    mem.struct_size = sizeof(mem);
+    h2o_session_memory(session, &mem);
+    std::printf("snapshot: %.2f MiB (%.1f%% of the %.2f MiB KV cache); save %.1f ms (%.0f MB/s of KV), load %.1f ms (median; min %.1f, max %.1f)\n",
+                size / 1048576.0, 100.0 * size / mem.kv_bytes, mem.kv_bytes / 1048576.0, 1e3 * median(save_s),
+                mem.kv_bytes / 1e6 / median(save_s), 1e3 * median(load_s), 1e3 * *std::min_element(load_s.begin(), load_s.end()),
+                1e3 * *std::max_element(load_s.begin(), load_s.end()));
+}
+
+// New sessions that all begin with the same system prompt of n tokens, then one token of their
+// own: the time from creating the session to the logits of that token.
+void measure_ttft(const std::string &model_path, int threads, int budget, const std::vector<int32_t> &tokens, int n, int reps) {
+    if (static_cast<size_t>(n) + 1 > tokens.size()) die("--ttft", H2O_ERR_INVALID_ARGUMENT, "needs -p or --depth of at least N + 1");
+    for (uint64_t cache_bytes : {uint64_t{0}, uint64_t{256} << 20}) {
+        h2o_model_params mp;
+        h2o_model_params_init(&mp, sizeof mp);
+        mp.prefix_cache_bytes = cache_bytes;
+        h2o_model *model = nullptr;
+        h2o_status st = h2o_model_load(model_path.c_str(), &mp, &model);
+        if (st != H2O_OK) die("cannot load model", st, h2o_last_error());
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
+        sp.n_threads = static_cast<uint32_t>(threads);
+        sp.kv_budget = static_cast<uint32_t>(budget);
+        sp.backend = H2O_BACKEND_CPU;
+        std::vector<double> times;
+        for (int r = 0; r <= reps; ++r) {  // with the cache, the first session fills it: not counted
+            const double t0 = h2o_tools::now_seconds();
+            h2o_session *session = nullptr;
+            st = h2o_session_create(model, &sp, &session);
+            if (st == H2O_OK) st = h2o_session_decode(session, tokens.data(), n);
+            if (st == H2O_OK) st = h2o_session_decode(session, &tokens[n], 1);
+            if (st != H2O_OK) die("ttft", st, session ? h2o_session_last_error(session) : h2o_last_error());
+            if (r > 0 || cache_bytes == 0) times.push_back(seconds_since(t0));
+            h2o_session_free(session);
+        }
+        std::printf("time to first token after a %d-token system prompt, prefix cache %s: %.2f ms (median; min %.2f, max %.2f)\n", n,
+                    cache_bytes ? "on" : "off", 1e3 * median(times), 1e3 * *std::min_element(times.begin(), times.end()),
+                    1e3 * *std::max_element(times.begin(), times.end()));
+        h2o_model_free(model);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     std::string model_path;
-    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0, n_ctx = 0;
-    bool rolling = false;
+    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0, n_ctx = 0, ttft = 0;
+    bool rolling = false, state = false;
     h2o_session_params defaults;
     h2o_session_params_init(&defaults, sizeof defaults);
     uint32_t policy = defaults.kv_policy;  // the library's default policy
@@ -42,8 +108,8 @@ int main(int argc, char **argv) {
                               "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B[,B...]] [-c CTX]\n";
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg == "--rolling") {
-            rolling = true;
+        if (arg == "--rolling" || arg == "--state") {
+            (arg == "--rolling" ? rolling : state) = true;
             continue;
         }
         if (arg == "-h" || arg == "--help") {
@@ -72,6 +138,7 @@ int main(int argc, char **argv) {
         else if (arg == "--depth") depth = count(0, 1 << 24);
         else if (arg == "-c" || arg == "--ctx") n_ctx = count(0, 1 << 22);
         else if (arg == "--kv-budget") budget = count(0, 1 << 22);
+        else if (arg == "--ttft") ttft = count(1, 1 << 16);
         else if (arg == "--kv-type") {
             if (!h2o_tools::parse_kv_type(v, &kv_type)) {
                 std::fprintf(stderr, "h2o-bench: unknown KV type '%s' (%s)\n", v, h2o_tools::kv_type_names().c_str());
@@ -193,8 +260,10 @@ int main(int argc, char **argv) {
                         double(after.submissions - before.submissions) / n_gen, created.device_memory_bytes / 1048576.0,
                         after.device_memory_bytes / 1048576.0);
         }
+        if (state) measure_state(session, model, reps);
         h2o_session_free(session);
     }
+    if (ttft > 0) measure_ttft(model_path, threads, budget, tokens, ttft, reps);
     std::printf("peak RSS: %.1f MiB\n", h2o_tools::peak_rss_bytes() / 1048576.0);
     h2o_model_free(model);
     return 0;

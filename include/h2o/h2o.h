@@ -149,6 +149,15 @@ typedef struct h2o_model_params {
      * the bytes read. */
     h2o_progress_callback progress;
     void *progress_user_data;
+    /* Bytes the model may keep of processed prompt prefixes (0, the default: no prefix cache).
+     * When a fresh session's first text (h2o_session_add_text, h2o_generate or
+     * h2o_session_decode; pinned or not) begins with tokens another session of this model already
+     * processed as its first text, with the same cache-shaping settings (those a snapshot
+     * stores), the session starts from that state instead of processing them again. Prompts of at
+     * least 16 tokens are kept, least recently used first out. The numbers equal those of a
+     * session that processed the same calls; only batching a prompt differently changes them in
+     * the last bits, as it always does. CPU backend only (others process every prompt). */
+    uint64_t prefix_cache_bytes;
 } h2o_model_params;
 
 /* Writes the defaults into the first struct_size bytes of *params (struct_size = sizeof *params
@@ -182,6 +191,17 @@ typedef struct h2o_model_info {
     uint64_t n_params;      /* number of weight elements */
     uint64_t weight_bytes;  /* bytes of all weight tensors as stored */
 } h2o_model_info;
+
+/* What the model's prefix cache holds and has done (set stats->struct_size first). */
+typedef struct h2o_prefix_cache_stats {
+    uint32_t struct_size;
+    uint32_t entries;
+    uint64_t bytes;    /* bytes held, at most h2o_model_params.prefix_cache_bytes */
+    uint64_t hits;     /* fresh sessions that started from a cached prefix */
+    uint64_t misses;   /* fresh sessions that found none */
+} h2o_prefix_cache_stats;
+
+H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_prefix_cache_stats *stats);
 
 /* Fills *info (set info->struct_size first: see the conventions above). */
 H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *info);
