@@ -15,10 +15,12 @@
 namespace {
 
 // One temporary file per process, so parallel fuzzing jobs do not share it; removed at exit.
+// In $TMPDIR, else in /dev/shm: a memory-backed file system costs far less per run than a disk.
 const std::string &model_path() {
     static const std::string path = [] {
-        const char *dir = std::getenv("TMPDIR");
-        std::string p = std::string(dir && *dir ? dir : "/tmp") + "/h2o-fuzz-gguf-" + std::to_string(getpid()) + ".gguf";
+        const char *env = std::getenv("TMPDIR");
+        const std::string dir = env && *env ? env : access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+        std::string p = dir + "/h2o-fuzz-gguf-" + std::to_string(getpid()) + ".gguf";
         std::atexit([] { std::remove(model_path().c_str()); });
         return p;
     }();
