@@ -12,6 +12,8 @@
 
 namespace {
 
+using h2o_test::append_text;
+
 struct Run {
     h2o_kv_policy policy;
     uint32_t budget;
@@ -33,11 +35,6 @@ const Run kRuns[8] = {
     {H2O_KV_SCISSORHANDS, 20, 0, 1, nullptr, "Mom said"},
     {H2O_KV_H2O, 20, 1, 1, "Sue likes cake.", "Sue"},
 };
-
-int append_text(const char *text, size_t length, void *user_data) {
-    static_cast<std::string *>(user_data)->append(text, length);
-    return 0;
-}
 
 struct Output {
     std::string error, text;
