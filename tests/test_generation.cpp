@@ -16,6 +16,7 @@
 namespace {
 
 using h2o_test::ApiSession;
+using h2o_test::append_text;
 
 void load(const std::string &path, ApiSession *out, uint32_t n_threads = 2, uint32_t n_batch = 0, uint64_t seed = 0x5EED) {
     h2o_session_params sp;
@@ -25,11 +26,6 @@ void load(const std::string &path, ApiSession *out, uint32_t n_threads = 2, uint
     sp.n_batch = n_batch;
     sp.seed = seed;
     REQUIRE_MESSAGE(out->open(path, sp), h2o_last_error());
-}
-
-int append_text(const char *text, size_t length, void *user_data) {
-    static_cast<std::string *>(user_data)->append(text, length);
-    return 0;
 }
 
 std::string generate(h2o_session *session, const std::string &prompt, uint32_t max_tokens, float temperature = 0.0f) {

@@ -85,6 +85,7 @@ void check_metadata_copied(const GgufFile &in, const GgufFile &out, uint32_t fil
 }
 
 using h2o_test::ApiSession;
+using h2o_test::append_text;
 
 void load(const std::string &path, ApiSession *out) {
     h2o_session_params sp;
@@ -115,11 +116,6 @@ double relative_distance(const std::vector<float> &a, const std::vector<float> &
         r += static_cast<double>(ref[i]) * ref[i];
     }
     return std::sqrt(d / r);
-}
-
-int append_text(const char *text, size_t length, void *user_data) {
-    static_cast<std::string *>(user_data)->append(text, length);
-    return 0;
 }
 
 // Greedy generation through the public API; returns the number of tokens generated.

@@ -102,6 +102,12 @@ inline std::vector<GoldenContinuation> read_golden_continuations(const std::stri
     return cases;
 }
 
+// An h2o_token_callback that appends the text to the std::string behind user_data.
+inline int append_text(const char *text, size_t length, void *user_data) {
+    static_cast<std::string *>(user_data)->append(text, length);
+    return 0;
+}
+
 // A model and one session through the public API, freed together.
 struct ApiSession {
     h2o_model *model = nullptr;

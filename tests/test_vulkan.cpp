@@ -829,7 +829,12 @@ TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CP
                  {KvPolicy::SinkWindow, true, KvType::F32, 200},
                  {KvPolicy::H2O, true, KvType::Q8, 120},
                  {KvPolicy::H2O, true, KvType::K8V4, 120}};
-    for (const auto &[policy, rolling, type, generated] : cases) {
+    for (const auto &run : cases) {
+        // Plain copies: clang 14 cannot capture structured bindings in the lambda INFO makes.
+        const KvPolicy policy = run.policy;
+        const bool rolling = run.rolling;
+        const KvType type = run.type;
+        const int generated = run.generated;
         INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(policy) << (rolling ? ", rolling" : ""));
         KvPolicyConfig config;
         config.policy = policy;

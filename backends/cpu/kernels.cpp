@@ -17,6 +17,7 @@
 #include "quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>  // _mm_pause (SSE2, part of every x86-64)
 #define H2O_KERNELS_X86 1
 #endif
@@ -348,12 +349,27 @@ const KernelTable kScalarKernels = {
 
 const char *kernel_isa_name(KernelIsa isa) { return isa == KernelIsa::Avx2 ? "avx2" : "scalar"; }
 
+#ifdef H2O_KERNELS_X86
+// AVX2, FMA and F16C from the CPUID bits, plus the OS's consent: the CPU's OSXSAVE bit and XCR0
+// showing that the OS saves the SSE and AVX (YMM) registers. Plain CPUID rather than
+// __builtin_cpu_supports, whose "f16c" name clang 14 does not know.
+static bool x86_has_avx2_fma_f16c() {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const bool fma = ecx & bit_FMA, osxsave = ecx & bit_OSXSAVE, avx = ecx & bit_AVX, f16c = ecx & bit_F16C;
+    if (!(fma && osxsave && avx && f16c)) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));  // _xgetbv would need -mxsave here
+    if ((xcr0_lo & 0x6) != 0x6) return false;                  // bit 1: SSE state, bit 2: AVX state
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    return ebx & bit_AVX2;
+}
+#endif
+
 bool cpu_supports(KernelIsa isa) {
     if (isa == KernelIsa::Scalar) return true;
 #ifdef H2O_KERNELS_X86
-    __builtin_cpu_init();
-    // libgcc reports AVX features only when the OS also saves the YMM registers.
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return x86_has_avx2_fma_f16c();
 #else
     return false;
 #endif

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The CI matrix beyond gcc + ASan/UBSan (.ci/run calls this script):
+#   1. clang build (warnings are errors) and the whole test suite;
+#   2. the fuzz targets with clang + libFuzzer + ASan/UBSan: replay of the generated seed corpus
+#      and the saved crash inputs (tests/fuzz/crashes), then $H2O_FUZZ_SECONDS (default 45) of
+#      fuzzing per target;
+#   3. ThreadSanitizer (gcc): the library and the test binary, running the multi-session test.
+# Each stage prints the seconds it took. Usage: scripts/ci-matrix.sh [BUILD_PREFIX]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+prefix="${1:-$root/build-ci}"
+fuzz_seconds="${H2O_FUZZ_SECONDS:-45}"
+jobs="$(nproc)"
+start=$SECONDS
+
+# clang, then the sanitizer runtimes of that clang's version (libFuzzer is among them).
+"$root/scripts/install-deps.sh" clang
+"$root/scripts/install-deps.sh" "libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev"
+
+stage() {
+  echo "== $1 took $((SECONDS - stage_start)) s"
+  stage_start=$SECONDS
+}
+stage_start=$SECONDS
+
+echo "== clang: build and test suite"
+CC=clang CXX=clang++ "$root/scripts/test.sh" "$prefix-clang" -DH2O_WERROR=ON
+stage "clang build and test suite"
+
+echo "== fuzz targets (clang, libFuzzer, ASan + UBSan)"
+fuzz="$prefix-fuzz"
+CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_FUZZ=ON \
+  -DH2O_WERROR=ON -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF >/dev/null
+cmake --build "$fuzz" -j"$jobs" --target h2o-fuzz-seeds h2o-fuzz-gguf_load h2o-fuzz-text
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The seed corpus is written by the first of these tests; the others replay it and the crashes.
+ctest --test-dir "$fuzz" -R '^fuzz_' --output-on-failure
+stage "fuzz build and replay"
+for target in gguf_load text; do
+  # New inputs go to a scratch corpus; the generated seeds are read only. A crash stops the
+  # run, fails CI and leaves the input in $fuzz/artifacts/ to be minimised and added to
+  # tests/fuzz/crashes/$target/ with the fix.
+  mkdir -p "$fuzz/artifacts" "$fuzz/work-corpus/$target"
+  log="$fuzz/artifacts/$target.log"
+  if ! "$fuzz/tests/fuzz/h2o-fuzz-$target" -max_total_time="$fuzz_seconds" -timeout=20 -print_final_stats=1 \
+      -artifact_prefix="$fuzz/artifacts/$target-" "$fuzz/work-corpus/$target" "$fuzz/tests/fuzz/corpus/$target" \
+      >"$log" 2>&1; then
+    tail -n 80 "$log"
+    echo "== fuzzing $target found a failure (log: $log)"
+    exit 1
+  fi
+  grep -E '^(stat::|Done)' "$log"
+  stage "fuzzing $target"
+done
+
+echo "== ThreadSanitizer: eight sessions on one model"
+tsan="$prefix-tsan"
+cmake -S "$root" -B "$tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF \
+  -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_C_FLAGS=-fsanitize=thread \
+  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
+cmake --build "$tsan" -j"$jobs" --target h2o-tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/h2o-tests" -tc='eight threads*'
+stage "ThreadSanitizer build and multi-session test"
+
+echo "== CI matrix finished in $((SECONDS - start)) s"

@@ -1,0 +1,47 @@
+// What the fuzz targets share: a check that aborts (so both libFuzzer and the replay driver
+// report the input), and the rule every failing call must follow.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "h2o/h2o.h"
+
+namespace h2o_fuzz {
+
+[[noreturn]] inline void fail(const char *what, const char *detail) {
+    std::fprintf(stderr, "h2o fuzz: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    std::abort();
+}
+
+inline void check(bool ok, const char *what) {
+    if (!ok) fail(what, nullptr);
+}
+
+// A failed call must say why; returns whether the call succeeded.
+inline bool ok_or_explained(h2o_status st, const char *message) {
+    if (st == H2O_OK) return true;
+    if (!message || !*message) fail("an error without a message", h2o_status_string(st));
+    return false;
+}
+
+// The statuses that malformed input and small budgets may legitimately produce. Anything else
+// (H2O_ERR_INTERNAL, H2O_ERR_IO on a file we just wrote, ...) is a finding.
+inline void check_expected_status(h2o_status st, const char *call) {
+    switch (st) {
+        case H2O_OK:
+        case H2O_ERR_INVALID_ARGUMENT:
+        case H2O_ERR_INVALID_TEXT:
+        case H2O_ERR_CONTEXT_FULL:
+        case H2O_ERR_MODEL_FORMAT:
+        case H2O_ERR_UNSUPPORTED:
+        case H2O_ERR_TOKENIZER:
+        case H2O_ERR_OUT_OF_MEMORY:
+            return;
+        default:
+            fail(call, h2o_status_string(st));
+    }
+}
+
+}  // namespace h2o_fuzz
