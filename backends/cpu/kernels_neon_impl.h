@@ -135,9 +135,12 @@ WeightBlock load_block(const uint8_t *row, int64_t b, const float *fp16_table) {
     }
 }
 
+// The block loops below are kept out of line: they are long enough that a call costs nothing, and
+// their instruction mix can be read in the disassembly.
+
 // One row x the 4 tokens of group g, one token per lane (padding tokens are zero and give zero).
 template <TensorType kType>
-float32x4_t quant_group_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPair *act) {
+[[gnu::noinline]] float32x4_t quant_group_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPair *act) {
     float32x4_t acc = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < p.cols / 32; ++b) {
         const ActBlockPair &a = act[b / 2];
@@ -153,7 +156,7 @@ float32x4_t quant_group_row(const MatmulProblem &p, const uint8_t *row, const Ac
 
 // Four rows x token t of the group, one row per lane (the decode case).
 template <TensorType kType>
-float32x4_t quant_token_rows4(const MatmulProblem &p, const uint8_t *const row[4], const ActBlockPair *act, int t) {
+[[gnu::noinline]] float32x4_t quant_token_rows4(const MatmulProblem &p, const uint8_t *const row[4], const ActBlockPair *act, int t) {
     float32x4_t acc = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < p.cols / 32; ++b) {
         const ActBlockPair &a = act[b / 2];
@@ -185,7 +188,7 @@ int8x16_t zip_hi64(int8x16_t a, int8x16_t b) {
 // Rows r0, r1 x the 4 tokens of the group: out[0] = [r0 t0, r0 t1, r1 t0, r1 t1], out[1] the
 // same for tokens 2 and 3. Per block, 8 smmla do what takes 16 sdot.
 template <TensorType kType>
-void quant_group_row_pair(const MatmulProblem &p, const uint8_t *r0, const uint8_t *r1, const ActBlockPair *act,
+[[gnu::noinline]] void quant_group_row_pair(const MatmulProblem &p, const uint8_t *r0, const uint8_t *r1, const ActBlockPair *act,
                           float32x4_t out[2]) {
     out[0] = out[1] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < p.cols / 32; ++b) {
