@@ -1,7 +1,11 @@
+# NM: the nm for the library's architecture (CMAKE_NM; plain nm when not given).
 # Fails when the shared library exports a defined symbol whose name does not start with h2o_.
-execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(NOT NM)
+  set(NM nm)
+endif()
+execute_process(COMMAND ${NM} -D --defined-only ${LIB} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "nm failed on ${LIB}")
+  message(FATAL_ERROR "${NM} failed on ${LIB}")
 endif()
 string(REPLACE "\n" ";" lines "${symbols}")
 set(count 0)

@@ -1,6 +1,6 @@
 // Weight formats (lib/quant.*) and the CPU kernels (backends/cpu/kernels*): exact values where
-// they are defined exactly, stated error bounds where they are not, and the AVX2 kernels against
-// the portable ones.
+// they are defined exactly, stated error bounds where they are not, and the SIMD kernels (AVX2;
+// NEON, with dotprod, with i8mm) against the portable ones, each level the CPU has.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -42,6 +42,30 @@ bool have_avx2() {
     if (cpu::cpu_supports(cpu::KernelIsa::Avx2)) return true;
     std::printf("H2O-SKIP: this CPU lacks AVX2/FMA/F16C; the AVX2 kernel comparisons were skipped\n");
     return false;
+}
+
+// The NEON levels this CPU runs (each is tested against the reference and the scalar path).
+std::vector<cpu::KernelIsa> neon_levels() {
+    std::vector<cpu::KernelIsa> out;
+    for (cpu::KernelIsa isa : {cpu::KernelIsa::Neon, cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm}) {
+        if (cpu::cpu_supports(isa)) out.push_back(isa);
+    }
+    if (out.empty()) std::printf("H2O-SKIP: not an ARM64 CPU; the NEON kernel comparisons were skipped\n");
+    return out;
+}
+
+// The kernel table of a level this CPU supports, called directly rather than through dispatch.
+const cpu::detail::KernelTable &kernel_table(cpu::KernelIsa isa) {
+    switch (isa) {
+#if defined(H2O_KERNELS_X86)
+        case cpu::KernelIsa::Avx2: return cpu::detail::kAvx2Kernels;
+#elif defined(H2O_KERNELS_ARM64)
+        case cpu::KernelIsa::Neon: return cpu::detail::kNeonKernels;
+        case cpu::KernelIsa::NeonDotprod: return cpu::detail::kNeonDotprodKernels;
+        case cpu::KernelIsa::NeonI8mm: return cpu::detail::kNeonI8mmKernels;
+#endif
+        default: return cpu::detail::kScalarKernels;
+    }
 }
 
 // Restores the kernel choice a test changed.
@@ -592,22 +616,35 @@ TEST_CASE("K-quant quantization: non-finite blocks get a NaN scale, and only tho
 
 // ---- kernels --------------------------------------------------------------------------------
 
-TEST_CASE("kernel selection can be forced to the portable path") {
+TEST_CASE("kernel selection can be forced to the portable path, and to exactly the levels the CPU has") {
     IsaGuard guard;
     CHECK(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
     CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Scalar);
     CHECK(std::strcmp(cpu::kernel_isa_name(cpu::KernelIsa::Scalar), "scalar") == 0);
-    if (cpu::cpu_supports(cpu::KernelIsa::Avx2)) {
-        CHECK(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
-        CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Avx2);
-    } else {
-        CHECK_FALSE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
-        CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Scalar);
+    for (cpu::KernelIsa isa : {cpu::KernelIsa::Avx2, cpu::KernelIsa::Neon, cpu::KernelIsa::NeonDotprod,
+                               cpu::KernelIsa::NeonI8mm}) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
+        if (cpu::cpu_supports(isa)) {
+            CHECK(cpu::set_kernel_isa(isa));
+            CHECK(cpu::current_kernel_isa() == isa);
+        } else {
+            CHECK_FALSE(cpu::set_kernel_isa(isa));
+            CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Scalar);
+        }
     }
+#if defined(H2O_KERNELS_ARM64)
+    CHECK(cpu::cpu_supports(cpu::KernelIsa::Neon));  // every ARM64 CPU
+    // i8mm CPUs all have dotprod (ARMv8.6), and the i8mm level uses both.
+    if (cpu::cpu_supports(cpu::KernelIsa::NeonI8mm)) CHECK(cpu::cpu_supports(cpu::KernelIsa::NeonDotprod));
+#endif
 }
 
-TEST_CASE("activation quantization: AVX2 and scalar write identical bytes, with quantize_row's quants") {
-    if (!have_avx2()) return;
+namespace {
+
+// The activation quantization of `isa` writes the same bytes as the scalar one, which are the
+// quants of quantize_row(Q8_0).
+void check_activation_quantization(cpu::KernelIsa isa) {
     using cpu::detail::ActBlockPair;
     std::mt19937 rng(5);
     const int64_t cols = 32 * 5, n_tokens = 7;  // an odd block count and a partial token group
@@ -623,7 +660,7 @@ TEST_CASE("activation quantization: AVX2 and scalar write identical bytes, with 
     std::memset(a.data(), 0x55, a.size() * sizeof(ActBlockPair));  // stale bytes must be overwritten
     std::memset(b.data(), 0xAA, b.size() * sizeof(ActBlockPair));
     cpu::detail::kScalarKernels.quantize_activations(x.data(), cols, n_tokens, 0, n_groups, a.data());
-    cpu::detail::kAvx2Kernels.quantize_activations(x.data(), cols, n_tokens, 0, n_groups, b.data());
+    kernel_table(isa).quantize_activations(x.data(), cols, n_tokens, 0, n_groups, b.data());
     for (size_t i = 0; i < a.size(); ++i) {
         for (int k = 0; k < 8; ++k) {
             // Compare scales by bits, treating any two NaNs as equal.
@@ -654,6 +691,20 @@ TEST_CASE("activation quantization: AVX2 and scalar write identical bytes, with 
     CHECK(a[1 * n_pairs + 0].d[3] == 0.0f);
     CHECK(a[0 * n_pairs + 2].d[4] == 0.0f);
     CHECK(a[0 * n_pairs + 2].lo[0][20] == 0);
+}
+
+}  // namespace
+
+TEST_CASE("activation quantization: AVX2 and scalar write identical bytes, with quantize_row's quants") {
+    if (!have_avx2()) return;
+    check_activation_quantization(cpu::KernelIsa::Avx2);
+}
+
+TEST_CASE("activation quantization: NEON levels and scalar write identical bytes") {
+    for (cpu::KernelIsa isa : neon_levels()) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        check_activation_quantization(isa);
+    }
 }
 
 namespace {
@@ -702,7 +753,7 @@ std::vector<MatmulCase> matmul_cases() {
 }
 
 // Checks matmul with `isa` against a double-precision reference on the dequantized weights, for
-// 1, 2 and 3 threads, and (for AVX2) against the scalar path.
+// 1, 2 and 3 threads, and (for a SIMD level) against the scalar path.
 void check_matmul(cpu::KernelIsa isa) {
     IsaGuard guard;
     std::mt19937 rng(42);
@@ -782,6 +833,13 @@ TEST_CASE("matmul: scalar path against a double-precision reference") { check_ma
 TEST_CASE("matmul: AVX2 path against the reference and the scalar path") {
     if (!have_avx2()) return;
     check_matmul(cpu::KernelIsa::Avx2);
+}
+
+TEST_CASE("matmul: NEON levels against the reference and the scalar path") {
+    for (cpu::KernelIsa isa : neon_levels()) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        check_matmul(isa);
+    }
 }
 
 namespace {
@@ -910,6 +968,13 @@ TEST_CASE("matmul: a NaN activation makes its outputs NaN (AVX2)") {
     check_nan_propagation(cpu::KernelIsa::Avx2);
 }
 
+TEST_CASE("matmul: a NaN activation makes its outputs NaN (NEON levels)") {
+    for (cpu::KernelIsa isa : neon_levels()) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        check_nan_propagation(isa);
+    }
+}
+
 TEST_CASE("dequantize and dequantize_rows equal the reference exactly (scalar)") {
     check_dequantize(cpu::KernelIsa::Scalar);
 }
@@ -919,9 +984,23 @@ TEST_CASE("dequantize and dequantize_rows equal the reference exactly (AVX2)") {
     check_dequantize(cpu::KernelIsa::Avx2);
 }
 
+TEST_CASE("dequantize and dequantize_rows equal the reference exactly (NEON levels)") {
+    for (cpu::KernelIsa isa : neon_levels()) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        check_dequantize(isa);
+    }
+}
+
 TEST_CASE("vector operations against double-precision references (scalar)") { check_vector_ops(cpu::KernelIsa::Scalar); }
 
 TEST_CASE("vector operations against double-precision references (AVX2)") {
     if (!have_avx2()) return;
     check_vector_ops(cpu::KernelIsa::Avx2);
+}
+
+TEST_CASE("vector operations against double-precision references (NEON levels)") {
+    for (cpu::KernelIsa isa : neon_levels()) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        check_vector_ops(isa);
+    }
 }

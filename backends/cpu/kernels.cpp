@@ -1,8 +1,8 @@
 // Run-time dispatch, the threading of matmul, and the portable (scalar) kernels.
 //
-// The scalar kernels compute exactly what the AVX2 ones do, in plain C++: the same 8-bit
-// activation quants, the same integer block sums and the same per-block scales, so the two differ
-// only in the order floating-point sums are taken.
+// The scalar kernels compute exactly what the SIMD ones (AVX2, NEON) do, in plain C++: the same
+// 8-bit activation quants, the same integer block sums and the same per-block scales, so they
+// differ only in the order floating-point sums are taken.
 #include "cpu/kernels.h"
 
 #include <algorithm>
@@ -16,10 +16,11 @@
 #include "cpu/kernels_internal.h"
 #include "quant.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(H2O_KERNELS_X86)
 #include <cpuid.h>
 #include <immintrin.h>  // _mm_pause (SSE2, part of every x86-64)
-#define H2O_KERNELS_X86 1
+#elif defined(H2O_KERNELS_ARM64) && defined(__linux__)
+#include <sys/auxv.h>  // getauxval: the CPU features the kernel reports
 #endif
 
 namespace h2o::cpu {
@@ -304,21 +305,55 @@ void silu_mul_scalar(float *out, const float *gate, const float *up, int64_t n) 
 
 std::atomic<int> g_isa{-1};  // a KernelIsa, or -1 before the first use
 
+constexpr KernelIsa kAllIsas[] = {KernelIsa::Scalar, KernelIsa::Avx2, KernelIsa::Neon, KernelIsa::NeonDotprod,
+                                   KernelIsa::NeonI8mm};
+
+// The best level this CPU runs, or the one H2O_CPU_KERNELS names; a name that is unknown or a level
+// the CPU lacks is fatal, so a test or benchmark never measures other kernels than it asked for.
 KernelIsa choose_isa() {
-    const char *env = std::getenv("H2O_CPU_KERNELS");
-    if (env && std::strcmp(env, "scalar") == 0) return KernelIsa::Scalar;
-    return cpu_supports(KernelIsa::Avx2) ? KernelIsa::Avx2 : KernelIsa::Scalar;
+    if (const char *env = std::getenv("H2O_CPU_KERNELS")) {
+        for (KernelIsa isa : kAllIsas) {
+            if (std::strcmp(env, kernel_isa_name(isa)) != 0) continue;
+            if (cpu_supports(isa)) return isa;
+            std::fprintf(stderr, "h2o: H2O_CPU_KERNELS=%s: this CPU cannot run the %s kernels\n", env, env);
+            std::abort();
+        }
+        std::fprintf(stderr, "h2o: H2O_CPU_KERNELS=%s: unknown kernel level (known:", env);
+        for (KernelIsa isa : kAllIsas) std::fprintf(stderr, " %s", kernel_isa_name(isa));
+        std::fprintf(stderr, ")\n");
+        std::abort();
+    }
+    KernelIsa best = KernelIsa::Scalar;
+    for (KernelIsa isa : kAllIsas) {
+        if (cpu_supports(isa)) best = isa;  // listed from the least to the most capable
+    }
+    return best;
 }
 
-const KernelTable &kernels() {
+const KernelTable &table_of(KernelIsa isa) {
+    switch (isa) {
+#if defined(H2O_KERNELS_X86)
+        case KernelIsa::Avx2: return detail::kAvx2Kernels;
+#elif defined(H2O_KERNELS_ARM64)
+        case KernelIsa::Neon: return detail::kNeonKernels;
+        case KernelIsa::NeonDotprod: return detail::kNeonDotprodKernels;
+        case KernelIsa::NeonI8mm: return detail::kNeonI8mmKernels;
+#endif
+        default: return detail::kScalarKernels;
+    }
+}
+
+KernelIsa current_isa() {
     int isa = g_isa.load(std::memory_order_acquire);
     if (isa < 0) {
         isa = static_cast<int>(choose_isa());
         int expected = -1;  // a concurrent first use makes the same choice; keep whichever landed
         if (!g_isa.compare_exchange_strong(expected, isa)) isa = expected;
     }
-    return isa == static_cast<int>(KernelIsa::Avx2) ? detail::kAvx2Kernels : detail::kScalarKernels;
+    return static_cast<KernelIsa>(isa);
 }
+
+const KernelTable &kernels() { return table_of(current_isa()); }
 
 // Weight types multiplied on integers, against activations quantized to 8 bits per 32 values.
 bool is_quantized(TensorType t) {
@@ -333,8 +368,10 @@ ActBlockPair *aligned_act(void *scratch) {
 }
 
 void cpu_relax() {
-#ifdef H2O_KERNELS_X86
+#if defined(H2O_KERNELS_X86)
     _mm_pause();
+#elif defined(H2O_KERNELS_ARM64)
+    __asm__ __volatile__("yield");
 #endif
 }
 
@@ -347,7 +384,15 @@ const KernelTable kScalarKernels = {
 };
 }  // namespace detail
 
-const char *kernel_isa_name(KernelIsa isa) { return isa == KernelIsa::Avx2 ? "avx2" : "scalar"; }
+const char *kernel_isa_name(KernelIsa isa) {
+    switch (isa) {
+        case KernelIsa::Avx2: return "avx2";
+        case KernelIsa::Neon: return "neon";
+        case KernelIsa::NeonDotprod: return "neon+dotprod";
+        case KernelIsa::NeonI8mm: return "neon+i8mm";
+        default: return "scalar";
+    }
+}
 
 #ifdef H2O_KERNELS_X86
 // AVX2, FMA and F16C from the CPUID bits, plus the OS's consent: the CPU's OSXSAVE bit and XCR0
@@ -368,16 +413,24 @@ static bool x86_has_avx2_fma_f16c() {
 
 bool cpu_supports(KernelIsa isa) {
     if (isa == KernelIsa::Scalar) return true;
-#ifdef H2O_KERNELS_X86
-    return x86_has_avx2_fma_f16c();
+#if defined(H2O_KERNELS_X86)
+    return isa == KernelIsa::Avx2 && x86_has_avx2_fma_f16c();
+#elif defined(H2O_KERNELS_ARM64)
+    if (isa == KernelIsa::Neon) return true;  // Advanced SIMD is part of every ARMv8-A CPU
+#if defined(__linux__)
+    // The features Linux reports for this CPU (the same bits as /proc/cpuinfo's "asimddp", "i8mm").
+    const bool dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    const bool i8mm = (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+    if (isa == KernelIsa::NeonDotprod) return dotprod;
+    if (isa == KernelIsa::NeonI8mm) return dotprod && i8mm;
+#endif
+    return false;
 #else
     return false;
 #endif
 }
 
-KernelIsa current_kernel_isa() {
-    return &kernels() == &detail::kAvx2Kernels ? KernelIsa::Avx2 : KernelIsa::Scalar;
-}
+KernelIsa current_kernel_isa() { return current_isa(); }
 
 bool set_kernel_isa(KernelIsa isa) {
     if (!cpu_supports(isa)) return false;

@@ -1,9 +1,10 @@
 // CPU compute kernels: matrix multiplication against weights in their stored format, and the
 // small vector operations of a Llama layer.
 //
-// Every function has a portable implementation and an AVX2/FMA/F16C one; the choice is made at run
-// time (see KernelIsa), so the library runs on any x86-64 CPU. The two give the same results up to
-// the order of floating-point additions.
+// Every function has a portable implementation and SIMD ones: AVX2/FMA/F16C on x86-64; NEON on
+// ARM64, with variants for the dot-product (sdot) and 8-bit matrix-multiply (smmla) extensions. The
+// choice is made at run time (see KernelIsa), so the library runs on any x86-64 or ARM64 CPU. All
+// give the same results up to the order of floating-point additions.
 #pragma once
 
 #include <cstddef>
@@ -16,15 +17,20 @@ namespace h2o::cpu {
 
 // ---- instruction set selection --------------------------------------------------------------
 
-enum class KernelIsa { Scalar, Avx2 };
+// Kernel levels, each named by kernel_isa_name(): "scalar" (portable, everywhere), "avx2" (x86-64
+// with AVX2, FMA and F16C), "neon" (any ARM64), "neon+dotprod" (ARMv8.2 dotprod: sdot) and
+// "neon+i8mm" (dotprod and i8mm: smmla).
+enum class KernelIsa { Scalar, Avx2, Neon, NeonDotprod, NeonI8mm };
 
 const char *kernel_isa_name(KernelIsa isa);
 
-// Whether this CPU can run the kernels of `isa` (Avx2 needs AVX2, FMA and F16C).
+// Whether this CPU can run the kernels of `isa` (false for another architecture's).
 bool cpu_supports(KernelIsa isa);
 
-// The kernels in use. Chosen at first use: the best the CPU supports, or Scalar when the
-// environment variable H2O_CPU_KERNELS is "scalar".
+// The kernels in use. Chosen at first use: the best level the CPU supports, or the level the
+// environment variable H2O_CPU_KERNELS names (one of the names above). A name that is unknown, or
+// a level this CPU cannot run, ends the process with a message rather than running other kernels
+// than the ones asked for.
 KernelIsa current_kernel_isa();
 
 // Switches kernels, for tests and benchmarks; not while other threads run kernels. Returns false,

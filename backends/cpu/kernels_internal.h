@@ -1,9 +1,9 @@
-// Private to backends/cpu: what the portable kernels.cpp and kernels_avx2.cpp share.
+// Private to backends/cpu: what the portable kernels.cpp and the SIMD kernel files share.
 //
 // Only plain data and declarations belong here. An inline function defined in a header would be
-// compiled twice, once with -mavx2 and once without, and the linker may keep the AVX2 copy for
-// both callers, putting AVX2 instructions on the path meant for older CPUs. For the same reason
-// kernels_avx2.cpp uses no standard-library templates.
+// compiled twice, once with -mavx2 (or +dotprod) and once without, and the linker may keep the
+// SIMD copy for both callers, putting those instructions on the path meant for older CPUs. For the
+// same reason the SIMD kernel files use no standard-library templates or inline functions.
 #pragma once
 
 #include <cstddef>
@@ -63,6 +63,14 @@ struct KernelTable {
 };
 
 extern const KernelTable kScalarKernels;  // kernels.cpp
+#if defined(__x86_64__) || defined(__i386__)
+#define H2O_KERNELS_X86 1
 extern const KernelTable kAvx2Kernels;    // kernels_avx2.cpp; only for CPUs with AVX2, FMA and F16C
+#elif defined(__aarch64__)
+#define H2O_KERNELS_ARM64 1
+extern const KernelTable kNeonKernels;         // kernels_neon.cpp; every ARM64 CPU
+extern const KernelTable kNeonDotprodKernels;  // kernels_neon_dotprod.cpp; CPUs with dotprod
+extern const KernelTable kNeonI8mmKernels;     // kernels_neon_i8mm.cpp; CPUs with dotprod and i8mm
+#endif
 
 }  // namespace h2o::cpu::detail

@@ -1,0 +1,558 @@
+// The ARM64 NEON kernels, compiled once per level: kernels_neon.cpp (ARMv8.0),
+// kernels_neon_dotprod.cpp (+dotprod) and kernels_neon_i8mm.cpp (+dotprod+i8mm) each include this
+// file under their own -march flags (CMakeLists.txt). The compiler's feature macros pick the
+// integer dot products:
+//   - ARMv8.0: 8-bit products widened to 16 bits (smull/smlal2), pairs added into 32 (sadalp).
+//   - __ARM_FEATURE_DOTPROD: sdot, four 8-bit products added into each 32-bit lane.
+//   - __ARM_FEATURE_MATMUL_INT8: smmla for groups of 4 tokens (Q4_0, Q8_0): one instruction
+//     multiplies 8 bytes of 2 weight rows by 8 bytes of 2 tokens, giving all 4 (row, token) sums.
+// The results are those of the portable kernels in kernels.cpp: the same 8-bit activation quants,
+// the same integer block sums and per-block scales; only the order of float additions differs.
+//
+// Everything here has internal linkage and no standard-library template or inline function is
+// used, so no copy built with +dotprod can end up on the baseline path (see kernels_internal.h).
+// Included by those three files only.
+#pragma once
+
+#include <arm_neon.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/kernels_internal.h"
+#include "quant.h"
+
+namespace h2o::cpu::detail {
+
+namespace {
+
+constexpr int64_t kQ4Bytes = sizeof(BlockQ4_0), kQ8Bytes = sizeof(BlockQ8_0);
+
+uint16_t load_u16(const uint8_t *p) {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- integer dot products -------------------------------------------------------------------
+
+// acc + the 16 products a[i] * b[i], spread over the 4 lanes (which lane holds what differs
+// between the two paths; only the lanes' total is used). One operand is always an activation
+// quant (|y| <= 127), so two products fit an int16 lane: 2 * 128 * 127 < 32768.
+int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, a, b);
+#else
+    return vpadalq_s16(acc, vmlal_high_s8(vmull_s8(vget_low_s8(a), vget_low_s8(b)), a, b));
+#endif
+}
+
+// A 32-element block: elements 0..15 in lo, 16..31 in hi (the activations' order).
+int32x4_t dot32(int8x16_t wlo, int8x16_t whi, const int8_t *ylo, const int8_t *yhi) {
+    return dot16(dot16(vdupq_n_s32(0), wlo, vld1q_s8(ylo)), whi, vld1q_s8(yhi));
+}
+
+// [total(s0) total(s1) total(s2) total(s3)]
+int32x4_t reduce4(int32x4_t s0, int32x4_t s1, int32x4_t s2, int32x4_t s3) {
+    return vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));
+}
+
+// ---- activation quantization ----------------------------------------------------------------
+
+// The same bytes as quantize_block_q8 in kernels.cpp: same max, same scalar division for the
+// scale, same x * (1/d), and frinta rounds half away from zero exactly as roundf does.
+void quantize_block(const float *x, int8_t *lo16, int8_t *hi16, float *d_out, int32_t *offset_out) {
+    float32x4_t v[8], amax = vdupq_n_f32(0.0f);
+    uint32x4_t finite = vdupq_n_u32(~0u);
+    for (int k = 0; k < 8; ++k) {
+        v[k] = vld1q_f32(x + 4 * k);
+        const float32x4_t a = vabsq_f32(v[k]);
+        amax = vmaxq_f32(amax, a);
+        finite = vandq_u32(finite, vcleq_f32(a, vdupq_n_f32(3.40282347e38f)));  // false for inf, NaN
+    }
+    const bool all_finite = vminvq_u32(finite) != 0;
+    const float d = all_finite ? vmaxvq_f32(amax) / 127.0f : __builtin_nanf("");
+    const float id = (all_finite && d != 0.0f) ? 1.0f / d : 0.0f;
+    int32x4_t q[8], sum = vdupq_n_s32(0);
+    for (int k = 0; k < 8; ++k) {
+        const float32x4_t r = vrndaq_f32(vmulq_n_f32(v[k], id));
+        // Out of range only when 1/d overflowed or an inf met a zero id; 0 then, as in scalar.
+        const uint32x4_t ok = vandq_u32(vcgeq_f32(r, vdupq_n_f32(-127.0f)), vcleq_f32(r, vdupq_n_f32(127.0f)));
+        q[k] = vcvtq_s32_f32(vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(r), ok)));
+        sum = vaddq_s32(sum, q[k]);
+    }
+    int8x8_t bytes[4];
+    for (int k = 0; k < 4; ++k) bytes[k] = vmovn_s16(vcombine_s16(vmovn_s32(q[2 * k]), vmovn_s32(q[2 * k + 1])));
+    vst1q_s8(lo16, vcombine_s8(bytes[0], bytes[1]));
+    vst1q_s8(hi16, vcombine_s8(bytes[2], bytes[3]));
+    *d_out = d;
+    *offset_out = 8 * vaddvq_s32(sum);
+}
+
+void quantize_activations_neon(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
+                               ActBlockPair *act) {
+    const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
+    for (int64_t g = g0; g < g1; ++g) {
+        for (int64_t p = 0; p < n_pairs; ++p) {
+            ActBlockPair &a = act[g * n_pairs + p];
+            std::memset(&a, 0, sizeof a);  // padding tokens and a missing odd block stay zero
+            for (int t = 0; t < kGroupTokens; ++t) {
+                const int64_t token = g * kGroupTokens + t;
+                if (token >= n_tokens) break;
+                for (int half = 0; half < 2; ++half) {
+                    const int64_t b = 2 * p + half;
+                    if (b >= n_blocks) break;
+                    quantize_block(x + token * cols + b * 32, &a.lo[t][16 * half], &a.hi[t][16 * half],
+                                   &a.d[half * kGroupTokens + t], &a.offset[half * kGroupTokens + t]);
+                }
+            }
+        }
+    }
+}
+
+// ---- Q4_0 and Q8_0 weights ------------------------------------------------------------------
+
+// One weight block as signed bytes in the activations' lo/hi order, with its scale.
+struct WeightBlock {
+    int8x16_t lo, hi;
+    float d;
+};
+
+template <TensorType kType>
+WeightBlock load_block(const uint8_t *row, int64_t b, const float *fp16_table) {
+    if constexpr (kType == TensorType::Q4_0) {
+        const uint8_t *blk = row + b * kQ4Bytes;
+        const uint8x16_t raw = vld1q_u8(blk + 2);
+        const int8x16_t eight = vdupq_n_s8(8);
+        return {vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))), eight),
+                vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), eight), fp16_table[load_u16(blk)]};
+    } else {
+        const uint8_t *blk = row + b * kQ8Bytes;
+        return {vld1q_s8(reinterpret_cast<const int8_t *>(blk + 2)),
+                vld1q_s8(reinterpret_cast<const int8_t *>(blk + 18)), fp16_table[load_u16(blk)]};
+    }
+}
+
+// The block loops below are kept out of line: they are long enough that a call costs nothing, and
+// their instruction mix can be read in the disassembly.
+
+// One row x the 4 tokens of group g, one token per lane (padding tokens are zero and give zero).
+template <TensorType kType>
+[[gnu::noinline]] float32x4_t quant_group_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPair *act) {
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < p.cols / 32; ++b) {
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        const WeightBlock w = load_block<kType>(row, b, p.fp16_table);
+        int32x4_t s[kGroupTokens];
+        for (int t = 0; t < kGroupTokens; ++t) s[t] = dot32(w.lo, w.hi, &a.lo[t][16 * half], &a.hi[t][16 * half]);
+        const float32x4_t scale = vmulq_n_f32(vld1q_f32(&a.d[half * kGroupTokens]), w.d);
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(reduce4(s[0], s[1], s[2], s[3])), scale);
+    }
+    return acc;
+}
+
+// Four rows x token t of the group, one row per lane (the decode case).
+template <TensorType kType>
+[[gnu::noinline]] float32x4_t quant_token_rows4(const MatmulProblem &p, const uint8_t *const row[4], const ActBlockPair *act, int t) {
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < p.cols / 32; ++b) {
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        const int8_t *ylo = &a.lo[t][16 * half], *yhi = &a.hi[t][16 * half];
+        int32x4_t s[4];
+        float d[4];
+        for (int i = 0; i < 4; ++i) {
+            const WeightBlock w = load_block<kType>(row[i], b, p.fp16_table);
+            s[i] = dot32(w.lo, w.hi, ylo, yhi);
+            d[i] = w.d;
+        }
+        const float32x4_t scale = vmulq_n_f32(vld1q_f32(d), a.d[half * kGroupTokens + t]);
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(reduce4(s[0], s[1], s[2], s[3])), scale);
+    }
+    return acc;
+}
+
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+// The 8-byte halves of two 16-byte vectors side by side: [a 0..7 | b 0..7] or [a 8..15 | b 8..15],
+// the 2x8 operand layout of smmla.
+int8x16_t zip_lo64(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+int8x16_t zip_hi64(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+// Rows r0, r1 x the 4 tokens of the group: out[0] = [r0 t0, r0 t1, r1 t0, r1 t1], out[1] the
+// same for tokens 2 and 3. Per block, 8 smmla do what takes 16 sdot.
+template <TensorType kType>
+[[gnu::noinline]] void quant_group_row_pair(const MatmulProblem &p, const uint8_t *r0, const uint8_t *r1, const ActBlockPair *act,
+                          float32x4_t out[2]) {
+    out[0] = out[1] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < p.cols / 32; ++b) {
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        const WeightBlock w0 = load_block<kType>(r0, b, p.fp16_table), w1 = load_block<kType>(r1, b, p.fp16_table);
+        const int8x16_t wl0 = zip_lo64(w0.lo, w1.lo), wl1 = zip_hi64(w0.lo, w1.lo);
+        const int8x16_t wh0 = zip_lo64(w0.hi, w1.hi), wh1 = zip_hi64(w0.hi, w1.hi);
+        const float32x4_t wd = vcombine_f32(vdup_n_f32(w0.d), vdup_n_f32(w1.d));
+        for (int tp = 0; tp < 2; ++tp) {
+            const int t0 = 2 * tp, t1 = 2 * tp + 1;
+            const int8x16_t yl_a = vld1q_s8(&a.lo[t0][16 * half]), yl_b = vld1q_s8(&a.lo[t1][16 * half]);
+            const int8x16_t yh_a = vld1q_s8(&a.hi[t0][16 * half]), yh_b = vld1q_s8(&a.hi[t1][16 * half]);
+            int32x4_t s = vmmlaq_s32(vdupq_n_s32(0), wl0, zip_lo64(yl_a, yl_b));
+            s = vmmlaq_s32(s, wl1, zip_hi64(yl_a, yl_b));
+            s = vmmlaq_s32(s, wh0, zip_lo64(yh_a, yh_b));
+            s = vmmlaq_s32(s, wh1, zip_hi64(yh_a, yh_b));
+            const float32x2_t ad = vld1_f32(&a.d[half * kGroupTokens + t0]);
+            out[tp] = vfmaq_f32(out[tp], vcvtq_f32_s32(s), vmulq_f32(wd, vcombine_f32(ad, ad)));
+        }
+    }
+}
+#endif
+
+float *out_at(const MatmulProblem &p, int64_t token, int64_t r) { return p.y + token * p.rows + r; }
+
+template <TensorType kType>
+void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+        const ActBlockPair *act = p.act + g * p.n_pairs;
+        const int64_t tok = g * kGroupTokens, n_tok = min64(kGroupTokens, p.n_tokens - tok);
+        if (n_tok == kGroupTokens) {
+            int64_t r = r0;
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+            for (; r + 2 <= r1; r += 2) {
+                float32x4_t s[2];
+                quant_group_row_pair<kType>(p, p.w + r * p.w_row_bytes, p.w + (r + 1) * p.w_row_bytes, act, s);
+                float out[8];  // [r t0, r t1, r+1 t0, r+1 t1 | the same for t2, t3]
+                vst1q_f32(out, s[0]);
+                vst1q_f32(out + 4, s[1]);
+                for (int t = 0; t < kGroupTokens; ++t) {
+                    *out_at(p, tok + t, r) = out[4 * (t / 2) + t % 2];
+                    *out_at(p, tok + t, r + 1) = out[4 * (t / 2) + 2 + t % 2];
+                }
+            }
+#endif
+            for (; r < r1; ++r) {
+                float out[kGroupTokens];
+                vst1q_f32(out, quant_group_row<kType>(p, p.w + r * p.w_row_bytes, act));
+                for (int t = 0; t < kGroupTokens; ++t) *out_at(p, tok + t, r) = out[t];
+            }
+        } else {
+            // Single tokens (decoding, the tail of a prompt): four rows share each activation load.
+            // A last tile of fewer rows repeats its first row and keeps only the rows it has.
+            for (int t = 0; t < n_tok; ++t) {
+                for (int64_t r = r0; r < r1; r += 4) {
+                    const int n = static_cast<int>(min64(4, r1 - r));
+                    const uint8_t *row[4];
+                    for (int i = 0; i < 4; ++i) row[i] = p.w + (r + (i < n ? i : 0)) * p.w_row_bytes;
+                    float out[4];
+                    vst1q_f32(out, quant_token_rows4<kType>(p, row, act, t));
+                    for (int i = 0; i < n; ++i) *out_at(p, tok + t, r + i) = out[i];
+                }
+            }
+        }
+    }
+}
+
+// ---- K-quant weights ------------------------------------------------------------------------
+//
+// A super-block of 256 is unpacked once per row and token group into bytes in element order, then
+// each 32-element block b meets its activation block (scale a_b):
+//   Q4_K/Q5_K: a_b * (step_b * sum(q * y) - off_b * sum(y)), q unsigned (0..15 or 0..31)
+//   Q6_K:      a_b * d * (s_lo * sum_lo(q * y) + s_hi * sum_hi(q * y)), q signed (-32..31)
+// with the 8 block sums of one token in two vectors.
+
+struct KSuperBlock {
+    int8_t q[256];
+    float step[8], off[8];  // Q4_K, Q5_K
+    float d;                // Q6_K
+    int8_t scale16[16];     // Q6_K: one scale per 16 elements
+};
+
+template <TensorType kType>
+void unpack_super_block(const uint8_t *blk, const float *fp16_table, KSuperBlock *out) {
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    if constexpr (kType == TensorType::Q6_K) {
+        const uint8_t *ql = blk, *qh = blk + 128;
+        std::memcpy(out->scale16, blk + 192, 16);
+        out->d = fp16_table[load_u16(blk + 208)];
+        // Element e = 128h + 32i + l: low 4 bits from ql[64h + 32(i & 1) + l] (nibble i / 2),
+        // high 2 bits from qh[32h + l] (bits 2i, 2i + 1); stored minus 32.
+        for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < 4; ++i) {
+                for (int c = 0; c < 2; ++c) {
+                    const uint8x16_t l = vld1q_u8(ql + 64 * h + 32 * (i & 1) + 16 * c);
+                    const uint8x16_t nib = i < 2 ? vandq_u8(l, low4) : vshrq_n_u8(l, 4);
+                    const uint8x16_t top =
+                        vandq_u8(vshlq_u8(vld1q_u8(qh + 32 * h + 16 * c), vdupq_n_s8(static_cast<int8_t>(-2 * i))),
+                                 vdupq_n_u8(3));
+                    vst1q_s8(out->q + 128 * h + 32 * i + 16 * c,
+                             vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib, vshlq_n_u8(top, 4))), vdupq_n_s8(32)));
+                }
+            }
+        }
+    } else {
+        // Q4_K and Q5_K share the header: fp16 d, fp16 dmin, 12 bytes of packed scales.
+        const float d = fp16_table[load_u16(blk)], dmin = fp16_table[load_u16(blk + 2)];
+        uint8_t sc[8], m[8];
+        unpack_k_scales(blk + 4, sc, m);
+        for (int j = 0; j < 8; ++j) {
+            out->step[j] = d * static_cast<float>(sc[j]);
+            out->off[j] = dmin * static_cast<float>(m[j]);
+        }
+        const uint8_t *qh = blk + 16;  // Q5_K only: bit j of qh[l] is bit 4 of block j's element l
+        const uint8_t *qs = blk + (kType == TensorType::Q5_K ? 16 + 32 : 16);
+        for (int j = 0; j < 8; ++j) {
+            for (int c = 0; c < 2; ++c) {
+                const uint8x16_t raw = vld1q_u8(qs + 32 * (j / 2) + 16 * c);
+                uint8x16_t v = (j & 1) ? vshrq_n_u8(raw, 4) : vandq_u8(raw, low4);
+                if constexpr (kType == TensorType::Q5_K) {
+                    const uint8x16_t bit = vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * c), vdupq_n_s8(static_cast<int8_t>(-j))),
+                                                    vdupq_n_u8(1));
+                    v = vorrq_u8(v, vshlq_n_u8(bit, 4));
+                }
+                vst1q_s8(out->q + 32 * j + 16 * c, vreinterpretq_s8_u8(v));
+            }
+        }
+    }
+}
+
+// acc (lanes: blocks 0..3 and 4..7 of the super-block, in acc[0] and acc[1]) plus token t's share
+// of one super-block; a points at its 4 activation pairs.
+template <TensorType kType>
+void kquant_token_step(const KSuperBlock &sb, const ActBlockPair *a, int t, float32x4_t acc[2]) {
+    for (int k = 0; k < 2; ++k) {  // blocks 4k .. 4k+3, in activation pairs 2k and 2k + 1
+        const ActBlockPair &p0 = a[2 * k], &p1 = a[2 * k + 1];
+        const float ad_v[4] = {p0.d[t], p0.d[kGroupTokens + t], p1.d[t], p1.d[kGroupTokens + t]};
+        const float32x4_t ad = vld1q_f32(ad_v);
+        int32x4_t lo[4], hi[4];
+        for (int j = 0; j < 4; ++j) {
+            const ActBlockPair &pa = a[2 * k + j / 2];
+            const int half = j & 1;
+            const int8_t *q = sb.q + 32 * (4 * k + j);
+            lo[j] = dot16(vdupq_n_s32(0), vld1q_s8(q), vld1q_s8(&pa.lo[t][16 * half]));
+            hi[j] = dot16(vdupq_n_s32(0), vld1q_s8(q + 16), vld1q_s8(&pa.hi[t][16 * half]));
+        }
+        if constexpr (kType == TensorType::Q6_K) {
+            // Sums of the 16-element halves, times their scales, then added per block.
+            const int32x4_t s_lo = reduce4(lo[0], hi[0], lo[1], hi[1]), s_hi = reduce4(lo[2], hi[2], lo[3], hi[3]);
+            const int16x8_t sc = vmovl_s8(vld1_s8(sb.scale16 + 8 * k));
+            const int32x4_t w_lo = vmulq_s32(s_lo, vmovl_s16(vget_low_s16(sc)));
+            const int32x4_t w_hi = vmulq_s32(s_hi, vmovl_high_s16(sc));
+            const int32x4_t blocks = vpaddq_s32(w_lo, w_hi);
+            acc[k] = vfmaq_f32(acc[k], vcvtq_f32_s32(blocks), vmulq_n_f32(ad, sb.d));
+        } else {
+            const int32x4_t blocks = reduce4(vaddq_s32(lo[0], hi[0]), vaddq_s32(lo[1], hi[1]), vaddq_s32(lo[2], hi[2]),
+                                             vaddq_s32(lo[3], hi[3]));
+            // sum(y) of each block: its offset / 8 (see ActBlockPair).
+            const int32_t ysum_v[4] = {p0.offset[t] / 8, p0.offset[kGroupTokens + t] / 8, p1.offset[t] / 8,
+                                       p1.offset[kGroupTokens + t] / 8};
+            const float32x4_t ysum = vcvtq_f32_s32(vld1q_s32(ysum_v));
+            acc[k] = vfmaq_f32(acc[k], vcvtq_f32_s32(blocks), vmulq_f32(vld1q_f32(sb.step + 4 * k), ad));
+            acc[k] = vfmsq_f32(acc[k], vld1q_f32(sb.off + 4 * k), vmulq_f32(ad, ysum));
+        }
+    }
+}
+
+template <TensorType kType>
+void kquant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    const int64_t sb_bytes = kType == TensorType::Q4_K   ? sizeof(BlockQ4_K)
+                             : kType == TensorType::Q5_K ? sizeof(BlockQ5_K)
+                                                         : sizeof(BlockQ6_K);
+    for (int64_t g = g0; g < g1; ++g) {
+        const ActBlockPair *act = p.act + g * p.n_pairs;
+        const int64_t tok = g * kGroupTokens;
+        const int n_tok = static_cast<int>(min64(kGroupTokens, p.n_tokens - tok));
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t *row = p.w + r * p.w_row_bytes;
+            float32x4_t acc[kGroupTokens][2];
+            for (int t = 0; t < kGroupTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
+            for (int64_t s = 0; s < p.cols / 256; ++s) {
+                KSuperBlock sb;
+                unpack_super_block<kType>(row + s * sb_bytes, p.fp16_table, &sb);
+                for (int t = 0; t < n_tok; ++t) kquant_token_step<kType>(sb, act + 4 * s, t, acc[t]);
+            }
+            for (int t = 0; t < n_tok; ++t) *out_at(p, tok + t, r) = vaddvq_f32(vaddq_f32(acc[t][0], acc[t][1]));
+        }
+    }
+}
+
+// ---- float weights --------------------------------------------------------------------------
+
+template <bool kF16>
+float32x4_t load_w4(const uint8_t *row, int64_t c) {
+    if constexpr (kF16) return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(row + 2 * c)));  // fcvtl: ARMv8.0
+    else return vld1q_f32(reinterpret_cast<const float *>(row) + c);
+}
+
+template <bool kF16>
+float load_w1(const uint8_t *row, int64_t c, const float *fp16_table) {
+    if constexpr (kF16) return fp16_table[load_u16(row + 2 * c)];
+    float v;
+    std::memcpy(&v, row + 4 * c, sizeof v);
+    return v;
+}
+
+// One row x the n_tok tokens from token tok: each weight vector loaded once for all tokens.
+template <bool kF16>
+void float_row(const MatmulProblem &p, int64_t r, int64_t tok, int n_tok) {
+    const uint8_t *row = p.w + r * p.w_row_bytes;
+    const float *x = p.x + tok * p.cols;
+    float32x4_t acc[kGroupTokens][2];
+    for (int t = 0; t < kGroupTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
+    int64_t c = 0;
+    for (; c + 8 <= p.cols; c += 8) {
+        const float32x4_t w0 = load_w4<kF16>(row, c), w1 = load_w4<kF16>(row, c + 4);
+        for (int t = 0; t < n_tok; ++t) {
+            acc[t][0] = vfmaq_f32(acc[t][0], w0, vld1q_f32(x + t * p.cols + c));
+            acc[t][1] = vfmaq_f32(acc[t][1], w1, vld1q_f32(x + t * p.cols + c + 4));
+        }
+    }
+    for (int t = 0; t < n_tok; ++t) {
+        float s = vaddvq_f32(vaddq_f32(acc[t][0], acc[t][1]));
+        for (int64_t cc = c; cc < p.cols; ++cc) s += load_w1<kF16>(row, cc, p.fp16_table) * x[t * p.cols + cc];
+        *out_at(p, tok + t, r) = s;
+    }
+}
+
+template <bool kF16>
+void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t tok = g * kGroupTokens;
+        const int n_tok = static_cast<int>(min64(kGroupTokens, p.n_tokens - tok));
+        for (int64_t r = r0; r < r1; ++r) float_row<kF16>(p, r, tok, n_tok);
+    }
+}
+
+void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    switch (p.wtype) {
+        case TensorType::Q4_0: quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1); break;
+        case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
+        case TensorType::Q4_K: kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1); break;
+        case TensorType::Q5_K: kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1); break;
+        case TensorType::Q6_K: kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1); break;
+        case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
+        default: float_range<false>(p, r0, r1, g0, g1); break;
+    }
+}
+
+// ---- dequantization -------------------------------------------------------------------------
+
+// d * q for 16 quants, as dequantize_row computes it (the products are exact in either order).
+void store_scaled16(int8x16_t q, float d, float *dst) {
+    const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
+    const int32x4_t v[4] = {vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)),
+                            vmovl_high_s16(hi)};
+    for (int k = 0; k < 4; ++k) vst1q_f32(dst + 4 * k, vmulq_n_f32(vcvtq_f32_s32(v[k]), d));
+}
+
+void dequantize_neon(TensorType type, const void *src, float *dst, int64_t n, const float *fp16_table) {
+    const auto *in = static_cast<const uint8_t *>(src);
+    switch (type) {
+        case TensorType::F16: {
+            int64_t i = 0;
+            for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, load_w4<true>(in, i));
+            for (; i < n; ++i) dst[i] = fp16_table[load_u16(in + 2 * i)];
+            break;
+        }
+        case TensorType::Q8_0:
+        case TensorType::Q4_0:
+            for (int64_t b = 0; b < n / 32; ++b, dst += 32) {
+                const WeightBlock w = type == TensorType::Q8_0 ? load_block<TensorType::Q8_0>(in, b, fp16_table)
+                                                               : load_block<TensorType::Q4_0>(in, b, fp16_table);
+                store_scaled16(w.lo, w.d, dst);
+                store_scaled16(w.hi, w.d, dst + 16);
+            }
+            break;
+        default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); break;
+    }
+}
+
+// ---- vector operations ----------------------------------------------------------------------
+
+float dot_f32_neon(const float *a, const float *b, int64_t n) {
+    float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 4; ++k) acc[k] = vfmaq_f32(acc[k], vld1q_f32(a + i + 4 * k), vld1q_f32(b + i + 4 * k));
+    }
+    for (; i + 4 <= n; i += 4) acc[0] = vfmaq_f32(acc[0], vld1q_f32(a + i), vld1q_f32(b + i));
+    float s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+void axpy_neon(float *y, float a, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+    for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// exp(x) to about 2 ulp, the same method as the AVX2 kernels: exp(x) = 2^n * exp(r) with
+// n = round(x / ln 2), ln 2 split in two parts so r is exact enough, and exp(r) by a degree-7
+// polynomial (the Cephes expf coefficients). Below -87 gives 0, above 88 saturates at exp(88);
+// NaN stays NaN (fmax/fmin propagate it).
+float32x4_t exp4(float32x4_t x) {
+    const float32x4_t xc = vminq_f32(vdupq_n_f32(88.0f), vmaxq_f32(vdupq_n_f32(-87.0f), x));
+    const float32x4_t n = vrndnq_f32(vmulq_n_f32(xc, 1.44269504088896341f));
+    float32x4_t r = vfmsq_f32(xc, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t poly = vdupq_n_f32(1.9875691500e-4f);
+    poly = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), poly, r);
+    poly = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), poly, r);
+    poly = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), poly, r);
+    poly = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), poly, r);
+    poly = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), poly, r);
+    poly = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), poly, vmulq_f32(r, r));
+    const int32x4_t pow2n = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    const float32x4_t e = vmulq_f32(poly, vreinterpretq_f32_s32(pow2n));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), vcltq_f32(x, vdupq_n_f32(-87.0f))));
+}
+
+float exp_sub_sum_neon(float *x, float max, int64_t n) {
+    const float32x4_t m = vdupq_n_f32(max);
+    float32x4_t sum = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(x + i), m));
+        vst1q_f32(x + i, e);
+        sum = vaddq_f32(sum, e);
+    }
+    float total = vaddvq_f32(sum);
+    if (i < n) {  // the last 1..3 values, through a padded vector
+        float buf[4] = {max, max, max, max};
+        for (int64_t k = i; k < n; ++k) buf[k - i] = x[k];
+        vst1q_f32(buf, exp4(vsubq_f32(vld1q_f32(buf), m)));
+        for (int64_t k = i; k < n; ++k) total += x[k] = buf[k - i];
+    }
+    return total;
+}
+
+float32x4_t silu_mul4(float32x4_t g, float32x4_t u) {
+    const float32x4_t e = exp4(vnegq_f32(g));
+    return vmulq_f32(vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), e)), u);
+}
+
+void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, silu_mul4(vld1q_f32(gate + i), vld1q_f32(up + i)));
+    if (i < n) {  // the last 1..3 values, through padded vectors
+        float g[4] = {}, u[4] = {};
+        for (int64_t k = i; k < n; ++k) g[k - i] = gate[k], u[k - i] = up[k];
+        vst1q_f32(g, silu_mul4(vld1q_f32(g), vld1q_f32(u)));
+        for (int64_t k = i; k < n; ++k) out[k] = g[k - i];
+    }
+}
+
+// The table each level's file exports under its own name.
+constexpr KernelTable kThisLevelKernels = {
+    quantize_activations_neon, matmul_range_neon, dequantize_neon, dot_f32_neon,
+    axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
+};
+
+}  // namespace
+
+}  // namespace h2o::cpu::detail

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Cross-builds h2o for ARM64 (aarch64-linux-gnu) and runs its tests under qemu-aarch64: once on an
+# emulated CPU with every feature (QEMU_CPU=max: the i8mm kernels, and every lower level forced),
+# then on a Neoverse N1 (dotprod, no i8mm) and a Cortex-A57 (ARMv8.0: the baseline NEON kernels).
+# Usage: scripts/ci-arm64.sh [BUILD_DIR]   (default: build-arm64)
+#
+# The ARM64 libraries (sentencepiece, zstd) and doctest's header are unpacked from Debian's
+# packages into BUILD_DIR/sysroot, not installed: Debian 12's sentencepiece packages are not
+# multi-arch, and installing the arm64 ones would remove the native ones.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build-arm64}"
+sysroot="$build/sysroot"
+start=$SECONDS
+
+# ---- tools: the cross compiler and the user-mode emulator -------------------------------------
+missing=()
+for p in g++-aarch64-linux-gnu qemu-user; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" -eq 0 ] && SUDO= || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ---- the ARM64 sysroot, prepared once ---------------------------------------------------------
+if [ ! -f "$sysroot/.complete" ]; then
+  [ "$(id -u)" -eq 0 ] && SUDO= || SUDO=sudo
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
+  $SUDO apt-get update -qq
+  rm -rf "$sysroot" "$build/debs"
+  mkdir -p "$build/debs" "$sysroot"
+  (cd "$build/debs" &&
+   apt-get download -qq libsentencepiece0:arm64 libsentencepiece-dev:arm64 libzstd1:arm64 libzstd-dev:arm64 \
+                         doctest-dev)
+  for deb in "$build"/debs/*.deb; do dpkg -x "$deb" "$sysroot"; done
+  touch "$sysroot/.complete"
+fi
+
+# ---- cross build --------------------------------------------------------------------------------
+cmake -S "$root" -B "$build" -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" \
+      -DH2O_ARM64_SYSROOT="$sysroot" -DCMAKE_BUILD_TYPE=Release -DH2O_WERROR=ON >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+# ---- tests under emulation ----------------------------------------------------------------------
+export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+export LD_LIBRARY_PATH="$sysroot/usr/lib/aarch64-linux-gnu"
+tests="$build/tests/h2o-tests"
+model="$root/../shared/models/stories260K.gguf"
+[ -n "${H2O_SHARED_DIR:-}" ] && model="$H2O_SHARED_DIR/models/stories260K.gguf"
+
+# On the emulated CPU with every feature: the whole suite except the Vulkan tests (that backend is
+# not built) and the tests that stream tens of thousands of tokens or generate models, which take
+# minutes under emulation and exercise nothing architecture-specific that the rest does not.
+# On CPUs without i8mm, and without dotprod: the kernel tests and the golden-parity tests.
+slow='*tens of thousands*,*long document*,*position rolling runs far*,*session memory is fixed*'
+slow="$slow,*a synthetic model to every preset*,*tok512.model tokenizes exactly*,*shared by many threads*"
+kernels='*kernel selection*,*activation quantization*,*matmul*,*dequantize*,*vector operations*'
+golden='*greedy*,*batched prompt processing*,*same seed*'
+
+run_tests() {  # QEMU_CPU model, the kernel level it must choose, doctest filter options...
+  local cpu=$1 level=$2 t0=$SECONDS
+  shift 2
+  echo "== QEMU_CPU=$cpu: kernels $level"
+  QEMU_CPU=$cpu qemu-aarch64 "$build/tools/h2o-cli" -m "$model" -p "Once" -n 4 --temp 0 --json --backend cpu |
+    grep -F "\"backend\":\"cpu ($level kernels" || { echo "QEMU_CPU=$cpu did not choose the $level kernels" >&2; exit 1; }
+  QEMU_CPU=$cpu qemu-aarch64 "$tests" --no-intro "$@" | grep -v '^H2O-SKIP'
+  echo "   ($((SECONDS - t0)) s)"
+}
+run_tests max neon+i8mm --test-case-exclude="$slow,*vulkan*,*Vulkan*"
+run_tests neoverse-n1 neon+dotprod --test-case="$kernels,$golden"
+run_tests cortex-a57 neon --test-case="$kernels,$golden"
+
+echo "== a kernel level the CPU lacks is refused"
+if out=$(QEMU_CPU=cortex-a57 H2O_CPU_KERNELS=neon+dotprod qemu-aarch64 "$build/tools/h2o-cli" -m "$model" \
+           -p "Once" -n 1 2>&1); then
+  echo "H2O_CPU_KERNELS=neon+dotprod ran on a CPU without dotprod" >&2
+  exit 1
+fi
+grep -F "H2O_CPU_KERNELS=neon+dotprod: this CPU cannot run" <<<"$out"
+
+echo "== ARM64 CI finished in $((SECONDS - start)) s"
