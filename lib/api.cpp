@@ -220,7 +220,8 @@ h2o_status record_success() {
 
 }  // namespace h2o
 
-extern "C" {
+// Every H2O_API function below was declared extern "C" by h2o.h, so it keeps C linkage; the
+// helpers between them are ordinary C++.
 
 H2O_API const char *h2o_version(void) {
 #define H2O_STR2(x) #x
@@ -840,7 +841,8 @@ H2O_API h2o_status h2o_generate_next(h2o_session *session, const char **text, si
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_generate_next: session is NULL");
         if (!text || !length || !stop_reason) return invalid("h2o_generate_next: text, length and stop_reason must not be NULL", session);
-        session->impl->begin_call();
+        // No begin_call(): a pull-style generation is one call from _begin to its end, so a cancel
+        // that arrives between two _next calls stops the next one.
         h2o_stop_reason reason = H2O_STOP_NONE;
         if (Status s = session->impl->next_piece(&session->piece, &reason); !s.ok()) return fail(s, session);
         *text = session->piece.c_str();
@@ -907,4 +909,3 @@ H2O_API h2o_status h2o_session_get_logits(const h2o_session *session, float *log
     });
 }
 
-}  // extern "C"

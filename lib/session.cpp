@@ -321,6 +321,10 @@ Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
     const GenerateSettings &settings = generation_.settings;
     std::string &held = generation_.held;
     while (piece->empty()) {
+        if (cancel_requested_.load(std::memory_order_relaxed)) {
+            generation_.active = false;
+            return make_error(H2O_ERR_CANCELLED, "generation was cancelled after " + std::to_string(stats_.n_generated_tokens) + " tokens");
+        }
         if (stats_.n_generated_tokens >= settings.max_tokens) {
             finish_generation(*reason = H2O_STOP_MAX_TOKENS, piece);
             return Status::Ok();

@@ -130,6 +130,7 @@ private:
     h2o_generate_stats stats_{};
     Generation generation_;
     std::atomic<bool> cancel_requested_{false};
+    static_assert(std::atomic<bool>::is_always_lock_free, "h2o_session_cancel must be async-signal-safe");
 };
 
 }  // namespace h2o

@@ -373,6 +373,27 @@ TEST_CASE("abi: a cancel from the token callback stops generation at the next to
     CHECK(state.text + rest == whole);
 }
 
+TEST_CASE("abi: a cancel between two pull-style steps stops the next one, and the conversation goes on") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_threads = 1;
+    h2o_test::ApiSession m;
+    REQUIRE(m.open(path, sp));
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    gen.max_tokens = 50;
+    REQUIRE(h2o_generate_begin(m.session, "Once", 4, &gen) == H2O_OK);
+    const char *piece = nullptr;
+    size_t length = 0;
+    uint32_t reason = 0;
+    REQUIRE(h2o_generate_next(m.session, &piece, &length, &reason) == H2O_OK);
+    REQUIRE(h2o_session_cancel(m.session) == H2O_OK);
+    CHECK(h2o_generate_next(m.session, &piece, &length, &reason) == H2O_ERR_CANCELLED);
+    CHECK(h2o_generate_next(m.session, &piece, &length, &reason) == H2O_ERR_INVALID_ARGUMENT);  // it has ended
+    CHECK(h2o_generate(m.session, " Then", 5, &gen, nullptr, nullptr) == H2O_OK);
+}
+
 TEST_CASE("abi: a cancel from another thread stops a long prompt between batches and keeps what was stored") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     H2O_SHARED_FILE_OR_SKIP(text_path, "data/tinystories_val.txt");

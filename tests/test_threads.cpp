@@ -1,6 +1,7 @@
 // Many sessions on one model, each on its own thread: the model (weights, tokenizer, shared
 // tables) must be safe to share, and a session's output must not depend on what runs beside it.
 // CI also runs this file's test under ThreadSanitizer (scripts/ci-matrix.sh).
+#include <cstring>
 #include <doctest/doctest.h>
 
 #include <string>
@@ -15,7 +16,7 @@ namespace {
 using h2o_test::append_text;
 
 struct Run {
-    h2o_kv_policy policy;
+    uint32_t policy;
     uint32_t budget;
     int rolling;
     uint32_t n_threads;  // compute threads of the session itself
@@ -42,7 +43,8 @@ struct Output {
 
 // What one session produces; threads return errors rather than assert.
 Output run_session(h2o_model *model, const Run &run, uint64_t seed) {
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     sp.backend = H2O_BACKEND_CPU;
     sp.n_ctx = 256;
     sp.n_threads = run.n_threads;
@@ -54,14 +56,15 @@ Output run_session(h2o_model *model, const Run &run, uint64_t seed) {
     h2o_session *session = nullptr;
     if (h2o_session_create(model, &sp, &session) != H2O_OK) return {h2o_last_error(), ""};
     Output out;
-    if (run.pinned && h2o_session_add_text(session, run.pinned, H2O_TEXT_PIN) != H2O_OK) {
+    if (run.pinned && h2o_session_add_text(session, run.pinned, std::strlen(run.pinned), H2O_TEXT_PIN) != H2O_OK) {
         out.error = h2o_session_last_error(session);
     } else {
-        h2o_generate_params gen = h2o_generate_params_default();
+        h2o_generate_params gen;
+        h2o_generate_params_init(&gen, sizeof gen);
         gen.max_tokens = 64;  // several times the budget: eviction runs throughout
         gen.temperature = 0.8f;
         gen.stop_at_eos = 0;
-        if (h2o_generate(session, run.prompt, &gen, append_text, &out.text) != H2O_OK) {
+        if (h2o_generate(session, run.prompt, std::strlen(run.prompt), &gen, append_text, &out.text) != H2O_OK) {
             out.error = h2o_session_last_error(session);
         }
     }

@@ -414,9 +414,12 @@ H2O_API h2o_status h2o_session_reset(h2o_session *session);
  * batch boundary (between prompt batches, between generated tokens). Tokens processed before
  * that boundary stay in the session, which remains usable: the conversation continues from
  * there. Batches are not interrupted between layers, because a half-stored batch would leave
- * the KV cache and its evictions inconsistent. May be called from any thread (a signal handler
- * excepted) while another thread runs the session; a cancel that arrives when no call is running
- * has no effect. NULL: H2O_ERR_INVALID_ARGUMENT. */
+ * the KV cache and its evictions inconsistent. May be called from any thread while another
+ * thread runs the session, and from a signal handler (with a valid session it is one lock-free
+ * atomic store). A cancel that arrives when no call is running has no effect, except during a
+ * pull-style generation, which counts as running from h2o_generate_begin to the h2o_generate_next
+ * that ends it: a cancel between two _next calls makes the next one return H2O_ERR_CANCELLED.
+ * NULL: H2O_ERR_INVALID_ARGUMENT. */
 H2O_API h2o_status h2o_session_cancel(h2o_session *session);
 
 /* The message of the session's most recent failed call ("" if none); valid until the next call

@@ -4,6 +4,7 @@
 //
 // The session context is always given explicitly and small (n_ctx <= 64): a hostile
 // llama.context_length must not decide how much memory the target allocates.
+#include <cstring>
 #include <unistd.h>
 
 #include <cstdint>
@@ -13,6 +14,8 @@
 #include "fuzz_common.h"
 
 namespace {
+
+constexpr char kPrompt[] = "Once upon a time, there was a little girl named Lily.";
 
 // One temporary file per process, so parallel fuzzing jobs do not share it; removed at exit.
 // In $TMPDIR, else in /dev/shm: a memory-backed file system costs far less per run than a disk.
@@ -36,9 +39,9 @@ void write_file(const std::string &path, const uint8_t *data, size_t size) {
 
 struct SessionCase {
     uint32_t n_ctx, kv_budget;
-    h2o_kv_policy policy;
+    uint32_t policy;
     int rolling;
-    h2o_kv_type kv_type;
+    uint32_t kv_type;
 };
 
 // Tiny budgets that force eviction from the first prompt, a full cache that runs into
@@ -52,7 +55,8 @@ constexpr SessionCase kCases[] = {
 };
 
 void run_session(h2o_model *model, const SessionCase &c, uint64_t seed) {
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     sp.n_ctx = c.n_ctx;
     sp.n_threads = 1;
     sp.n_batch = 4;  // several batches per prompt
@@ -67,12 +71,14 @@ void run_session(h2o_model *model, const SessionCase &c, uint64_t seed) {
     h2o_fuzz::check_expected_status(st, "h2o_session_create");
     if (!h2o_fuzz::ok_or_explained(st, h2o_last_error())) return;
 
-    h2o_generate_params gp = h2o_generate_params_default();
+    h2o_generate_params gp;
+
+    h2o_generate_params_init(&gp, sizeof gp);
     gp.max_tokens = 3;
     gp.temperature = (seed & 1) ? 0.0f : 0.8f;
     gp.stop_at_eos = 0;
     // Longer than a small budget or context: eviction, batching and CONTEXT_FULL all run.
-    const h2o_status g = h2o_generate(session, "Once upon a time, there was a little girl named Lily.", &gp, nullptr, nullptr);
+    const h2o_status g = h2o_generate(session, kPrompt, std::strlen(kPrompt), &gp, nullptr, nullptr);
     h2o_fuzz::check_expected_status(g, "h2o_generate");
     h2o_fuzz::ok_or_explained(g, h2o_session_last_error(session));
 

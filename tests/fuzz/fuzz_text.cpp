@@ -6,6 +6,7 @@
 // h2o_tokenize and, read as 16-bit ids, to h2o_detokenize (ids past the vocabulary included).
 // Its first 256 bytes, up to a NUL, are added to a session with h2o_session_add_text; what
 // follows that NUL is the h2o_generate prompt.
+#include <cstring>
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -76,12 +77,13 @@ void fuzz_detokenize(const uint8_t *bytes, size_t len, uint32_t vocab) {
     h2o_fuzz::check(n == needed && text[n] == '\0', "h2o_detokenize: size or terminator");
 }
 
-constexpr h2o_kv_policy kPolicies[] = {H2O_KV_SCISSORHANDS, H2O_KV_H2O,     H2O_KV_WINDOW, H2O_KV_SINK_WINDOW, H2O_KV_TOVA,
+constexpr uint32_t kPolicies[] = {H2O_KV_SCISSORHANDS, H2O_KV_H2O,     H2O_KV_WINDOW, H2O_KV_SINK_WINDOW, H2O_KV_TOVA,
                                        H2O_KV_ROCO,         H2O_KV_RANDOM, H2O_KV_MEAN_H2O, H2O_KV_FULL};
 constexpr uint32_t kBudgets[] = {6, 9, 16, 0};  // 0: a full cache of n_ctx slots
 
 void fuzz_session(uint8_t session_byte, uint8_t generate_byte, const std::string &added, const std::string &prompt) {
-    h2o_session_params sp = h2o_session_params_default();
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
     sp.n_ctx = 96;
     sp.n_threads = 1;
     sp.n_batch = 8;
@@ -90,25 +92,27 @@ void fuzz_session(uint8_t session_byte, uint8_t generate_byte, const std::string
     sp.kv_budget = kBudgets[session_byte & 3];
     sp.position_rolling = (session_byte >> 2) & 1;
     sp.kv_policy = kPolicies[((session_byte >> 3) & 7) + ((session_byte >> 6) == 3 ? 1 : 0)];
-    sp.kv_type = static_cast<h2o_kv_type>((session_byte >> 6) + ((generate_byte >> 7) & 1));  // 0..4
+    sp.kv_type = static_cast<uint32_t>((session_byte >> 6) + ((generate_byte >> 7) & 1));  // 0..4
     h2o_session *session = nullptr;
     const h2o_status st = h2o_session_create(the_model(), &sp, &session);
     h2o_fuzz::check_expected_status(st, "h2o_session_create");
     if (!h2o_fuzz::ok_or_explained(st, h2o_last_error())) return;
 
     const uint32_t flags = (generate_byte & 0x40) ? H2O_TEXT_PIN : 0;
-    const h2o_status a = h2o_session_add_text(session, added.c_str(), flags);
+    const h2o_status a = h2o_session_add_text(session, added.data(), added.size(), flags);
     h2o_fuzz::check_expected_status(a, "h2o_session_add_text");
     h2o_fuzz::ok_or_explained(a, h2o_session_last_error(session));
 
-    h2o_generate_params gp = h2o_generate_params_default();
+    h2o_generate_params gp;
+
+    h2o_generate_params_init(&gp, sizeof gp);
     gp.max_tokens = 1 + (generate_byte & 7);
     gp.temperature = (generate_byte & 8) ? 0.0f : 0.9f;
     gp.stop_at_eos = (generate_byte >> 4) & 1;
     const char *stops[] = {"\n", "the"};
     gp.stop_strings = stops;
     gp.n_stop_strings = (generate_byte >> 5) & 1 ? 2 : 0;
-    const h2o_status g = h2o_generate(session, prompt.c_str(), &gp, nullptr, nullptr);
+    const h2o_status g = h2o_generate(session, prompt.data(), prompt.size(), &gp, nullptr, nullptr);
     h2o_fuzz::check_expected_status(g, "h2o_generate");
     h2o_fuzz::ok_or_explained(g, h2o_session_last_error(session));
     h2o_session_free(session);
