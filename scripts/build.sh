@@ -4,6 +4,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
 shift || true
+echo "h2o: checking the build packages"
 "$root/scripts/install-deps.sh"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${H2O_BUILD_TYPE:-Release}" "$@" >/dev/null
+echo "h2o: configuring $build"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${H2O_BUILD_TYPE:-Release}" "$@"
+echo "h2o: building $build (a first build takes a few minutes)"
 cmake --build "$build" -j"$(nproc)"

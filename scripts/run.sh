@@ -4,7 +4,8 @@
 # The model is $H2O_MODEL, or ../shared/models/stories260K.gguf beside the checkout.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/scripts/build.sh" "$root/build" >/dev/null
+# The build reports its progress on stderr, so that stdout carries only the generated text.
+"$root/scripts/build.sh" "$root/build" >&2
 model="${H2O_MODEL:-$root/../shared/models/stories260K.gguf}"
 if [ ! -f "$model" ]; then
   echo "h2o: no model at $model. Set H2O_MODEL to a GGUF Llama model, or place the project's" >&2

@@ -79,8 +79,9 @@ if(H2O_VULKAN)
   target_sources(h2o-objects PRIVATE ${h2o_vk_sources} ${h2o_vk_embedded})
   target_include_directories(h2o-objects PRIVATE ${H2O_VULKAN_INCLUDE_DIR})
   target_compile_definitions(h2o-objects PRIVATE H2O_HAVE_VULKAN)
-  # Tests (through the static library) compile their Vulkan parts only when it is built.
-  target_compile_definitions(h2o-llm-static PUBLIC H2O_HAVE_VULKAN)
+  # Tests (through the static library) compile their Vulkan parts only when it is built; the
+  # installed library's users do not need to know.
+  target_compile_definitions(h2o-llm-static PUBLIC $<BUILD_INTERFACE:H2O_HAVE_VULKAN>)
   # dlopen lives in libdl on older C libraries.
   target_link_libraries(h2o-llm PRIVATE ${CMAKE_DL_LIBS})
   target_link_libraries(h2o-llm-static PUBLIC ${CMAKE_DL_LIBS})

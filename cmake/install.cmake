@@ -1,0 +1,44 @@
+# What `cmake --install` puts in the prefix: the header, libh2o-llm.so (with its SONAME links),
+# libh2o-llm-static.a, a CMake package exporting h2o::h2o-llm and h2o::h2o-llm-static, and
+# pkg-config files. The programs install themselves (tools/CMakeLists.txt).
+# scripts/test-install.sh builds and runs programs against the result.
+include(CMakePackageConfigHelpers)
+
+install(FILES include/h2o/h2o.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/h2o)
+install(TARGETS h2o-llm h2o-llm-static EXPORT h2o-llm-targets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# ---- CMake: find_package(h2o-llm 0.2 REQUIRED) ------------------------------------------------
+set(h2o_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/h2o-llm)
+install(EXPORT h2o-llm-targets NAMESPACE h2o:: DESTINATION ${h2o_cmake_dir})
+# Before 1.0 a minor version may break the API, so 0.2.x accepts only requests for 0.2.
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES cmake/h2o-llm-config.cmake ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
+  DESTINATION ${h2o_cmake_dir})
+
+# ---- pkg-config ------------------------------------------------------------------------------
+# Two files, because the static archive is not named like the shared library: -lh2o-llm would
+# find libh2o-llm.so, so static linking goes through h2o-llm-static.pc.
+# Each file finds the prefix from its own folder (${pcfiledir}), so it stays right when
+# `cmake --install --prefix` picks another prefix than the one configured.
+file(RELATIVE_PATH H2O_PC_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" H2O_PC_TO_PREFIX "${H2O_PC_TO_PREFIX}")
+file(RELATIVE_PATH H2O_PC_LIBDIR ${CMAKE_INSTALL_PREFIX} ${CMAKE_INSTALL_FULL_LIBDIR})
+file(RELATIVE_PATH H2O_PC_INCLUDEDIR ${CMAKE_INSTALL_PREFIX} ${CMAKE_INSTALL_FULL_INCLUDEDIR})
+# The C++ runtime and threads, needed by whoever links the static library.
+set(H2O_PC_LIBS_PRIVATE "-lstdc++ -lm -pthread")
+if(H2O_VULKAN AND CMAKE_DL_LIBS)
+  string(APPEND H2O_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}")
+endif()
+
+function(h2o_pkg_config name cflags)
+  set(H2O_PC_NAME ${name})
+  set(H2O_PC_CFLAGS "${cflags}")
+  configure_file(cmake/h2o-llm.pc.in ${CMAKE_CURRENT_BINARY_DIR}/${name}.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/${name}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endfunction()
+h2o_pkg_config(h2o-llm " -DH2O_USING_SHARED")
+h2o_pkg_config(h2o-llm-static "")
