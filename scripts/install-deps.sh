@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages h2o needs to build and test, when they are missing.
+# Usage: scripts/install-deps.sh [EXTRA_PACKAGE...] (extra packages: e.g. Mono for the bindings)
 set -euo pipefail
 
 # Build: compiler, CMake, sentencepiece, doctest; the Vulkan backend: headers, loader and glslc;
 # running and validating it without a GPU: Mesa's lavapipe and the Khronos validation layer.
 packages=(build-essential cmake pkg-config libsentencepiece-dev doctest-dev
-          libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
+          libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers "$@")
 
 missing=()
 for p in "${packages[@]}"; do

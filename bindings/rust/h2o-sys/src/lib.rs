@@ -183,14 +183,30 @@ extern "C" {
     pub fn h2o_set_log_callback(callback: h2o_log_callback, user_data: *mut c_void, min_level: i32) -> h2o_status;
 
     pub fn h2o_model_params_init(params: *mut h2o_model_params, struct_size: usize) -> h2o_status;
-    pub fn h2o_model_load(path: *const c_char, params: *const h2o_model_params, out_model: *mut *mut h2o_model)
-        -> h2o_status;
+    pub fn h2o_model_load(
+        path: *const c_char,
+        params: *const h2o_model_params,
+        out_model: *mut *mut h2o_model,
+    ) -> h2o_status;
     pub fn h2o_model_free(model: *mut h2o_model);
     pub fn h2o_model_get_info(model: *const h2o_model, info: *mut h2o_model_info) -> h2o_status;
-    pub fn h2o_tokenize(model: *const h2o_model, text: *const c_char, text_len: usize, add_bos: c_int,
-                        tokens: *mut i32, capacity: usize, n_tokens: *mut usize) -> h2o_status;
-    pub fn h2o_detokenize(model: *const h2o_model, tokens: *const i32, n_tokens: usize, text: *mut c_char,
-                          capacity: usize, n_bytes: *mut usize) -> h2o_status;
+    pub fn h2o_tokenize(
+        model: *const h2o_model,
+        text: *const c_char,
+        text_len: usize,
+        add_bos: c_int,
+        tokens: *mut i32,
+        capacity: usize,
+        n_tokens: *mut usize,
+    ) -> h2o_status;
+    pub fn h2o_detokenize(
+        model: *const h2o_model,
+        tokens: *const i32,
+        n_tokens: usize,
+        text: *mut c_char,
+        capacity: usize,
+        n_bytes: *mut usize,
+    ) -> h2o_status;
 
     pub fn h2o_backend_count(count: *mut usize) -> h2o_status;
     pub fn h2o_backend_get_info(index: usize, info: *mut h2o_backend_info) -> h2o_status;
@@ -202,28 +218,47 @@ extern "C" {
     pub fn h2o_kv_type_from_name(name: *const c_char, type_: *mut u32) -> h2o_status;
 
     pub fn h2o_session_params_init(params: *mut h2o_session_params, struct_size: usize) -> h2o_status;
-    pub fn h2o_session_create(model: *mut h2o_model, params: *const h2o_session_params,
-                              out_session: *mut *mut h2o_session) -> h2o_status;
+    pub fn h2o_session_create(
+        model: *mut h2o_model,
+        params: *const h2o_session_params,
+        out_session: *mut *mut h2o_session,
+    ) -> h2o_status;
     pub fn h2o_session_free(session: *mut h2o_session);
     pub fn h2o_session_get_backend(session: *const h2o_session, info: *mut h2o_backend_info) -> h2o_status;
-    pub fn h2o_session_get_device_traffic(session: *const h2o_session, traffic: *mut h2o_device_traffic)
-        -> h2o_status;
+    pub fn h2o_session_get_device_traffic(session: *const h2o_session, traffic: *mut h2o_device_traffic) -> h2o_status;
     pub fn h2o_session_get_kv_layout(session: *const h2o_session, layout: *mut h2o_kv_layout) -> h2o_status;
     pub fn h2o_session_reset(session: *mut h2o_session) -> h2o_status;
     pub fn h2o_session_cancel(session: *mut h2o_session) -> h2o_status;
     pub fn h2o_session_last_error(session: *const h2o_session) -> *const c_char;
     pub fn h2o_session_memory(session: *const h2o_session, report: *mut h2o_memory_report) -> h2o_status;
-    pub fn h2o_session_add_text(session: *mut h2o_session, text: *const c_char, text_len: usize, flags: u32)
-        -> h2o_status;
+    pub fn h2o_session_add_text(
+        session: *mut h2o_session,
+        text: *const c_char,
+        text_len: usize,
+        flags: u32,
+    ) -> h2o_status;
 
     pub fn h2o_generate_params_init(params: *mut h2o_generate_params, struct_size: usize) -> h2o_status;
-    pub fn h2o_generate(session: *mut h2o_session, prompt: *const c_char, prompt_len: usize,
-                        params: *const h2o_generate_params, callback: h2o_token_callback, user_data: *mut c_void)
-        -> h2o_status;
-    pub fn h2o_generate_begin(session: *mut h2o_session, prompt: *const c_char, prompt_len: usize,
-                              params: *const h2o_generate_params) -> h2o_status;
-    pub fn h2o_generate_next(session: *mut h2o_session, text: *mut *const c_char, length: *mut usize,
-                             stop_reason: *mut u32) -> h2o_status;
+    pub fn h2o_generate(
+        session: *mut h2o_session,
+        prompt: *const c_char,
+        prompt_len: usize,
+        params: *const h2o_generate_params,
+        callback: h2o_token_callback,
+        user_data: *mut c_void,
+    ) -> h2o_status;
+    pub fn h2o_generate_begin(
+        session: *mut h2o_session,
+        prompt: *const c_char,
+        prompt_len: usize,
+        params: *const h2o_generate_params,
+    ) -> h2o_status;
+    pub fn h2o_generate_next(
+        session: *mut h2o_session,
+        text: *mut *const c_char,
+        length: *mut usize,
+        stop_reason: *mut u32,
+    ) -> h2o_status;
     pub fn h2o_session_get_stats(session: *const h2o_session, stats: *mut h2o_generate_stats) -> h2o_status;
     pub fn h2o_session_decode(session: *mut h2o_session, tokens: *const i32, n_tokens: usize) -> h2o_status;
     pub fn h2o_session_get_logits(session: *const h2o_session, logits: *mut f32, capacity: usize) -> h2o_status;

@@ -14,8 +14,12 @@ struct Layout {
 
 // A field's C name: its Rust name unless given (`type_` is `type` in C).
 macro_rules! c_name {
-    ($f:ident) => { stringify!($f) };
-    ($f:ident, $c:literal) => { $c };
+    ($f:ident) => {
+        stringify!($f)
+    };
+    ($f:ident, $c:literal) => {
+        $c
+    };
 }
 
 macro_rules! layout {
@@ -31,21 +35,65 @@ macro_rules! layout {
 fn rust_layouts() -> Vec<Layout> {
     vec![
         layout!(h2o_model_params { struct_size, tokenizer_path, progress, progress_user_data }),
-        layout!(h2o_model_info { struct_size, n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff,
-                                 head_dim, bos_token, eos_token, n_params, weight_bytes }),
+        layout!(h2o_model_info {
+            struct_size,
+            n_vocab,
+            n_ctx_train,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            n_ff,
+            head_dim,
+            bos_token,
+            eos_token,
+            n_params,
+            weight_bytes
+        }),
         layout!(h2o_backend_info { struct_size, kind, device_index, name, device_type, memory_bytes }),
-        layout!(h2o_session_params { struct_size, n_ctx, n_threads, n_batch, seed, kv_budget, kv_policy, kv_recent,
-                                     kv_recent_ratio, kv_sinks, position_rolling, backend, device_index, kv_type,
-                                     max_memory_bytes }),
+        layout!(h2o_session_params {
+            struct_size,
+            n_ctx,
+            n_threads,
+            n_batch,
+            seed,
+            kv_budget,
+            kv_policy,
+            kv_recent,
+            kv_recent_ratio,
+            kv_sinks,
+            position_rolling,
+            backend,
+            device_index,
+            kv_type,
+            max_memory_bytes
+        }),
         layout!(h2o_kv_layout { struct_size, budget, policy, recent, sinks, heavy, position_rolling,
                                 type_ = "type", n_ctx }),
-        layout!(h2o_device_traffic { struct_size, bytes_to_device, bytes_to_host, submissions,
-                                     device_memory_bytes }),
+        layout!(h2o_device_traffic { struct_size, bytes_to_device, bytes_to_host, submissions, device_memory_bytes }),
         layout!(h2o_memory_report { struct_size, weight_bytes, kv_bytes, scratch_bytes }),
-        layout!(h2o_generate_params { struct_size, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty,
-                                      repeat_last_n, stop_strings, n_stop_strings, stop_at_eos }),
-        layout!(h2o_generate_stats { struct_size, n_prompt_tokens, n_generated_tokens, stop_reason, n_past,
-                                     prompt_seconds, generate_seconds }),
+        layout!(h2o_generate_params {
+            struct_size,
+            max_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty,
+            repeat_last_n,
+            stop_strings,
+            n_stop_strings,
+            stop_at_eos
+        }),
+        layout!(h2o_generate_stats {
+            struct_size,
+            n_prompt_tokens,
+            n_generated_tokens,
+            stop_reason,
+            n_past,
+            prompt_seconds,
+            generate_seconds
+        }),
     ]
 }
 
@@ -66,7 +114,11 @@ fn c_layout_lines(layouts: &[Layout]) -> Vec<String> {
     std::fs::write(&c_file, src).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
-        .arg("-I").arg(&include).arg(&c_file).arg("-o").arg(&exe)
+        .arg("-I")
+        .arg(&include)
+        .arg(&c_file)
+        .arg("-o")
+        .arg(&exe)
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}' (needed to read the header's layouts): {e}"));
     assert!(status.success(), "compiling the layout program against {} failed", include.display());
@@ -90,13 +142,13 @@ fn struct_layouts_match_the_c_header() {
 
 #[test]
 fn header_version_matches() {
-    let header = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../include/h2o/h2o.h")).unwrap();
+    let header =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../include/h2o/h2o.h")).unwrap();
     let number = |name: &str| -> u32 {
         let line = header.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap();
         line.split_whitespace().nth(2).unwrap().parse().unwrap()
     };
-    let declared = number("H2O_VERSION_MAJOR") * 10000 + number("H2O_VERSION_MINOR") * 100
-        + number("H2O_VERSION_PATCH");
+    let declared =
+        number("H2O_VERSION_MAJOR") * 10000 + number("H2O_VERSION_MINOR") * 100 + number("H2O_VERSION_PATCH");
     assert_eq!(H2O_VERSION_NUMBER, declared, "h2o-sys was written for another version of h2o.h");
 }

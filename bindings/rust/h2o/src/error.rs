@@ -23,9 +23,19 @@ pub enum Status {
 }
 
 const KNOWN: [Status; 13] = [
-    Status::InvalidArgument, Status::OutOfMemory, Status::Io, Status::ModelFormat, Status::Unsupported,
-    Status::ContextFull, Status::BackendUnavailable, Status::InvalidText, Status::BufferTooSmall,
-    Status::Tokenizer, Status::Internal, Status::Cancelled, Status::StateFormat,
+    Status::InvalidArgument,
+    Status::OutOfMemory,
+    Status::Io,
+    Status::ModelFormat,
+    Status::Unsupported,
+    Status::ContextFull,
+    Status::BackendUnavailable,
+    Status::InvalidText,
+    Status::BufferTooSmall,
+    Status::Tokenizer,
+    Status::Internal,
+    Status::Cancelled,
+    Status::StateFormat,
 ];
 
 impl Status {

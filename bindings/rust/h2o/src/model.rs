@@ -111,16 +111,26 @@ impl Model {
     }
 
     pub fn info(&self) -> ModelInfo {
-        let mut i = h2o_sys::h2o_model_info { struct_size: std::mem::size_of::<h2o_sys::h2o_model_info>() as u32,
-                                              ..Default::default() };
+        let mut i = h2o_sys::h2o_model_info {
+            struct_size: std::mem::size_of::<h2o_sys::h2o_model_info>() as u32,
+            ..Default::default()
+        };
         // SAFETY: a valid model and a struct of the declared size; cannot fail with those.
         let status = unsafe { h2o_sys::h2o_model_get_info(self.as_ptr(), &mut i) };
         assert_eq!(status, h2o_sys::H2O_OK, "h2o_model_get_info failed on a valid model");
         let token = |t: i32| (t >= 0).then_some(t);
         ModelInfo {
-            n_vocab: i.n_vocab, n_ctx_train: i.n_ctx_train, n_embd: i.n_embd, n_layer: i.n_layer,
-            n_head: i.n_head, n_head_kv: i.n_head_kv, n_ff: i.n_ff, head_dim: i.head_dim,
-            bos_token: token(i.bos_token), eos_token: token(i.eos_token), n_params: i.n_params,
+            n_vocab: i.n_vocab,
+            n_ctx_train: i.n_ctx_train,
+            n_embd: i.n_embd,
+            n_layer: i.n_layer,
+            n_head: i.n_head,
+            n_head_kv: i.n_head_kv,
+            n_ff: i.n_ff,
+            head_dim: i.head_dim,
+            bos_token: token(i.bos_token),
+            eos_token: token(i.eos_token),
+            n_params: i.n_params,
             weight_bytes: i.weight_bytes,
         }
     }
@@ -156,8 +166,14 @@ impl Model {
         }
         let mut bytes = vec![0u8; needed + 1];
         check(unsafe {
-            h2o_sys::h2o_detokenize(self.as_ptr(), tokens.as_ptr(), tokens.len(), bytes.as_mut_ptr() as *mut c_char,
-                                    bytes.len(), &mut needed)
+            h2o_sys::h2o_detokenize(
+                self.as_ptr(),
+                tokens.as_ptr(),
+                tokens.len(),
+                bytes.as_mut_ptr() as *mut c_char,
+                bytes.len(),
+                &mut needed,
+            )
         })?;
         bytes.truncate(needed);
         String::from_utf8(bytes).map_err(|_| Error::new(Status::Internal, "h2o_detokenize returned invalid UTF-8"))

@@ -107,12 +107,9 @@ impl Session {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid model and params; the output pointer is written on success only.
         crate::error::check(unsafe { h2o_sys::h2o_session_create(model.as_ptr(), &params.raw, &mut raw) })?;
-        let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "h2o_session_create returned no session"))?;
-        Ok(Session {
-            raw: Arc::new(RawSession(raw)),
-            n_vocab: model.info().n_vocab as usize,
-            _not_sync: PhantomData,
-        })
+        let raw =
+            NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "h2o_session_create returned no session"))?;
+        Ok(Session { raw: Arc::new(RawSession(raw)), n_vocab: model.info().n_vocab as usize, _not_sync: PhantomData })
     }
 
     fn ptr(&self) -> *mut h2o_sys::h2o_session {
@@ -136,7 +133,9 @@ impl Session {
     pub fn add_text(&mut self, text: &str, pin: bool) -> Result<()> {
         let flags = if pin { h2o_sys::H2O_TEXT_PIN } else { 0 };
         // SAFETY: text is valid for its length; the session is ours (&mut self).
-        self.check(unsafe { h2o_sys::h2o_session_add_text(self.ptr(), text.as_ptr() as *const c_char, text.len(), flags) })
+        self.check(unsafe {
+            h2o_sys::h2o_session_add_text(self.ptr(), text.as_ptr() as *const c_char, text.len(), flags)
+        })
     }
 
     /// Forgets the conversation and reseeds the sampler; no memory changes hands.
@@ -147,8 +146,12 @@ impl Session {
     /// Appends `prompt` and generates, passing each piece of text to `on_text`, which returns
     /// false to stop (not an error). A panic in `on_text` stops generation and is returned as
     /// Error::CallbackPanicked.
-    pub fn generate(&mut self, prompt: &str, params: &GenerateParams, on_text: impl FnMut(&str) -> bool)
-        -> Result<StopReason> {
+    pub fn generate(
+        &mut self,
+        prompt: &str,
+        params: &GenerateParams,
+        on_text: impl FnMut(&str) -> bool,
+    ) -> Result<StopReason> {
         type OnText<'a> = Guarded<&'a mut dyn FnMut(&str) -> bool>;
         unsafe extern "C" fn trampoline(text: *const c_char, len: usize, user: *mut c_void) -> c_int {
             // SAFETY: user is the OnText below, alive for the whole call; the library passes
@@ -165,8 +168,14 @@ impl Session {
         let mut guarded: OnText = Guarded::new(&mut on_text);
         // SAFETY: every pointer outlives the call; the callback does not unwind.
         let code = unsafe {
-            h2o_sys::h2o_generate(self.ptr(), prompt.as_ptr() as *const c_char, prompt.len(), &c.raw,
-                                  Some(trampoline), &mut guarded as *mut OnText as *mut c_void)
+            h2o_sys::h2o_generate(
+                self.ptr(),
+                prompt.as_ptr() as *const c_char,
+                prompt.len(),
+                &c.raw,
+                Some(trampoline),
+                &mut guarded as *mut OnText as *mut c_void,
+            )
         };
         let result = self.check(code);
         guarded.finish(result)?;
@@ -197,28 +206,36 @@ impl Session {
     }
 
     pub fn stats(&self) -> Result<GenerateStats> {
-        let s = output!(h2o_sys::h2o_generate_stats,
-                        |p| self.check(unsafe { h2o_sys::h2o_session_get_stats(self.ptr(), p) }))?;
+        let s = output!(h2o_sys::h2o_generate_stats, |p| self
+            .check(unsafe { h2o_sys::h2o_session_get_stats(self.ptr(), p) }))?;
         Ok(GenerateStats {
-            n_prompt_tokens: s.n_prompt_tokens, n_generated_tokens: s.n_generated_tokens,
-            stop_reason: StopReason::from_raw(s.stop_reason), n_past: s.n_past,
-            prompt_seconds: s.prompt_seconds, generate_seconds: s.generate_seconds,
+            n_prompt_tokens: s.n_prompt_tokens,
+            n_generated_tokens: s.n_generated_tokens,
+            stop_reason: StopReason::from_raw(s.stop_reason),
+            n_past: s.n_past,
+            prompt_seconds: s.prompt_seconds,
+            generate_seconds: s.generate_seconds,
         })
     }
 
     pub fn kv_layout(&self) -> Result<KvLayout> {
-        let l = output!(h2o_sys::h2o_kv_layout,
-                        |p| self.check(unsafe { h2o_sys::h2o_session_get_kv_layout(self.ptr(), p) }))?;
+        let l = output!(h2o_sys::h2o_kv_layout, |p| self
+            .check(unsafe { h2o_sys::h2o_session_get_kv_layout(self.ptr(), p) }))?;
         Ok(KvLayout {
-            budget: l.budget, policy: KvPolicy::from_raw(l.policy), recent: l.recent, sinks: l.sinks,
-            heavy: l.heavy, position_rolling: l.position_rolling != 0, kv_type: KvType::from_raw(l.type_),
+            budget: l.budget,
+            policy: KvPolicy::from_raw(l.policy),
+            recent: l.recent,
+            sinks: l.sinks,
+            heavy: l.heavy,
+            position_rolling: l.position_rolling != 0,
+            kv_type: KvType::from_raw(l.type_),
             n_ctx: l.n_ctx,
         })
     }
 
     pub fn memory(&self) -> Result<MemoryReport> {
-        let m = output!(h2o_sys::h2o_memory_report,
-                        |p| self.check(unsafe { h2o_sys::h2o_session_memory(self.ptr(), p) }))?;
+        let m =
+            output!(h2o_sys::h2o_memory_report, |p| self.check(unsafe { h2o_sys::h2o_session_memory(self.ptr(), p) }))?;
         Ok(MemoryReport { weight_bytes: m.weight_bytes, kv_bytes: m.kv_bytes, scratch_bytes: m.scratch_bytes })
     }
 
@@ -229,8 +246,11 @@ impl Session {
         // SAFETY: the library writes NUL-terminated names into the fixed arrays.
         let text = |a: &[c_char]| unsafe { cstr(a.as_ptr()) };
         Ok(BackendInfo {
-            kind: Backend::from_raw(b.kind), device_index: b.device_index, name: text(&b.name),
-            device_type: text(&b.device_type), memory_bytes: b.memory_bytes,
+            kind: Backend::from_raw(b.kind),
+            device_index: b.device_index,
+            name: text(&b.name),
+            device_type: text(&b.device_type),
+            memory_bytes: b.memory_bytes,
         })
     }
 }
@@ -271,8 +291,10 @@ impl Iterator for Stream<'_> {
             self.done = self.stop_reason != StopReason::None;
             if len > 0 {
                 let bytes = unsafe { std::slice::from_raw_parts(text as *const u8, len) };
-                return Some(String::from_utf8(bytes.to_vec())
-                    .map_err(|_| Error::new(Status::Internal, "h2o delivered text that is not UTF-8")));
+                return Some(
+                    String::from_utf8(bytes.to_vec())
+                        .map_err(|_| Error::new(Status::Internal, "h2o delivered text that is not UTF-8")),
+                );
             }
         }
         None

@@ -77,10 +77,12 @@ fn invalid_generation_parameters_are_refused_and_the_session_stays_usable() {
     assert_eq!(err.status(), Some(Status::InvalidArgument));
 
     let mut text = String::new();
-    session.generate("Once upon a time", &GenerateParams::new().greedy().max_tokens(8), |t| {
-        text.push_str(t);
-        true
-    }).unwrap();
+    session
+        .generate("Once upon a time", &GenerateParams::new().greedy().max_tokens(8), |t| {
+            text.push_str(t);
+            true
+        })
+        .unwrap();
     assert!(!text.is_empty());
 }
 
@@ -108,7 +110,14 @@ fn a_full_cache_without_eviction_is_context_full() {
 fn loading_cancelled_by_the_progress_callback() {
     let Some(path) = common::model_path() else { return };
     let mut calls = 0;
-    let err = ModelLoader::new(&path).progress(|_| { calls += 1; false }).load().err().unwrap();
+    let err = ModelLoader::new(&path)
+        .progress(|_| {
+            calls += 1;
+            false
+        })
+        .load()
+        .err()
+        .unwrap();
     assert_eq!(err.status(), Some(Status::Cancelled));
     assert_eq!(calls, 1);
 }

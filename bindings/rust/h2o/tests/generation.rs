@@ -15,7 +15,12 @@ fn greedy(n: u32) -> GenerateParams {
 
 fn collect(session: &mut Session, prompt: &str, params: &GenerateParams) -> (String, StopReason) {
     let mut text = String::new();
-    let reason = session.generate(prompt, params, |t| { text.push_str(t); true }).unwrap();
+    let reason = session
+        .generate(prompt, params, |t| {
+            text.push_str(t);
+            true
+        })
+        .unwrap();
     (text, reason)
 }
 
@@ -38,11 +43,13 @@ fn greedy_generation_is_deterministic_and_the_iterator_gives_the_same_text() {
     assert_eq!(reason, StopReason::MaxTokens);
 
     let mut session = Session::new(&model, &SessionParams::new()).unwrap();
-    let mut stream = session.stream(PROMPT, &greedy(32)).unwrap();
-    let pieces: Vec<String> = stream.by_ref().collect::<Result<_, _>>().unwrap();
-    assert_eq!(stream.stop_reason(), StopReason::MaxTokens);
-    assert!(stream.next().is_none(), "a finished stream stays finished");
-    drop(stream);
+    let pieces: Vec<String> = {
+        let mut stream = session.stream(PROMPT, &greedy(32)).unwrap();
+        let pieces = stream.by_ref().collect::<Result<_, _>>().unwrap();
+        assert_eq!(stream.stop_reason(), StopReason::MaxTokens);
+        assert!(stream.next().is_none(), "a finished stream stays finished");
+        pieces
+    };
     assert!(pieces.len() > 1);
     assert_eq!(pieces.concat(), first);
     let stats = session.stats().unwrap();
@@ -64,7 +71,12 @@ fn stop_strings_and_the_callback_stop_generation() {
 
     let mut session = Session::new(&model, &SessionParams::new()).unwrap();
     let mut calls = 0;
-    let reason = session.generate(PROMPT, &greedy(32), |_| { calls += 1; calls < 3 }).unwrap();
+    let reason = session
+        .generate(PROMPT, &greedy(32), |_| {
+            calls += 1;
+            calls < 3
+        })
+        .unwrap();
     assert_eq!((reason, calls), (StopReason::Callback, 3));
 }
 
@@ -73,7 +85,12 @@ fn a_panic_in_the_callback_becomes_an_error_and_the_session_stays_usable() {
     let model = model_or_skip!();
     let mut session = Session::new(&model, &SessionParams::new()).unwrap();
     let mut calls = 0;
-    let err = session.generate(PROMPT, &greedy(16), |_| { calls += 1; panic!("boom in callback") }).unwrap_err();
+    let err = session
+        .generate(PROMPT, &greedy(16), |_| {
+            calls += 1;
+            panic!("boom in callback")
+        })
+        .unwrap_err();
     assert_eq!(err, Error::CallbackPanicked { message: "boom in callback".into() });
     assert_eq!(calls, 1, "no call after the panic");
     assert_eq!(session.stats().unwrap().stop_reason, StopReason::Callback);
@@ -88,7 +105,13 @@ fn cancel_from_the_callback_and_from_another_thread() {
     let mut session = Session::new(&model, &params).unwrap();
     let handle = session.cancel_handle();
     let mut calls = 0;
-    let err = session.generate(PROMPT, &greedy(1000), |_| { calls += 1; handle.cancel(); true }).unwrap_err();
+    let err = session
+        .generate(PROMPT, &greedy(1000), |_| {
+            calls += 1;
+            handle.cancel();
+            true
+        })
+        .unwrap_err();
     assert_eq!(err.status(), Some(Status::Cancelled));
     assert!(calls <= 2, "cancel takes effect at the next token, got {calls} pieces");
 
@@ -97,9 +120,11 @@ fn cancel_from_the_callback_and_from_another_thread() {
     let done = Arc::new(AtomicBool::new(false));
     let canceller = {
         let done = Arc::clone(&done);
-        thread::spawn(move || while !done.load(Ordering::Relaxed) {
-            handle.cancel();
-            thread::sleep(std::time::Duration::from_millis(1));
+        thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                handle.cancel();
+                thread::sleep(std::time::Duration::from_millis(1));
+            }
         })
     };
     // The cancel may land while the prompt is processed (in stream) or during generation.
@@ -118,10 +143,14 @@ fn cancel_from_the_callback_and_from_another_thread() {
 fn sessions_keep_the_model_alive_and_share_it_across_threads() {
     let model = Arc::new(model_or_skip!());
     let (expected, _) = collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(16));
-    let workers: Vec<_> = (0..2).map(|_| {
-        let model = Arc::clone(&model);
-        thread::spawn(move || collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(16)).0)
-    }).collect();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let model = Arc::clone(&model);
+            thread::spawn(move || {
+                collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(16)).0
+            })
+        })
+        .collect();
     for w in workers {
         assert_eq!(w.join().unwrap(), expected);
     }
@@ -134,7 +163,10 @@ fn sessions_keep_the_model_alive_and_share_it_across_threads() {
 #[test]
 fn constant_memory_session_reports_its_layout_and_memory() {
     let model = model_or_skip!();
-    let params = SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::H2o).position_rolling(true)
+    let params = SessionParams::new()
+        .kv_budget(32)
+        .kv_policy(h2o::KvPolicy::H2o)
+        .position_rolling(true)
         .kv_type(h2o::KvType::Q8);
     let mut session = Session::new(&model, &params).unwrap();
     let layout = session.kv_layout().unwrap();

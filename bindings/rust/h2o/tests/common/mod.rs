@@ -10,8 +10,11 @@ pub fn model_path() -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
-        println!("H2O-SKIP: {} not found. Put the shared data folder beside the checkout (../shared) \
-                  or set H2O_SHARED_DIR to it.", path.display());
+        println!(
+            "H2O-SKIP: {} not found. Put the shared data folder beside the checkout (../shared) \
+                  or set H2O_SHARED_DIR to it.",
+            path.display()
+        );
         None
     }
 }
