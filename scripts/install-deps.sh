@@ -6,7 +6,9 @@ set -euo pipefail
 # Build: compiler, CMake, sentencepiece, doctest; the Vulkan backend: headers, loader and glslc;
 # running and validating it without a GPU: Mesa's lavapipe and the Khronos validation layer.
 packages=(build-essential cmake pkg-config libsentencepiece-dev doctest-dev
-          libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers "$@")
+          libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
+# Packages named by the caller.
+packages+=("$@")
 
 missing=()
 for p in "${packages[@]}"; do

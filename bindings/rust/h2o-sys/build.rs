@@ -6,6 +6,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=H2O_LIB_DIR");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rustc-link-lib=dylib=h2o-llm");
 
     let dir = if let Some(dir) = std::env::var_os("H2O_LIB_DIR").filter(|d| !d.is_empty()) {
