@@ -89,6 +89,8 @@ namespace H2o.Tests
                 Assert.H2oError(Status.Cancelled, () => session.Generate(Prompt, Greedy(1000), _ => { session.Cancel(); return true; }));
 
                 // Another thread cancels until the generation, which would run for a million tokens, ends.
+                // One cancel is not enough: h2o_generate_next clears a cancel that arrived after the
+                // previous call's last check.
                 bool done = false;
                 var canceller = new Thread(() => { while (!Volatile.Read(ref done)) { session.Cancel(); Thread.Sleep(1); } });
                 canceller.Start();

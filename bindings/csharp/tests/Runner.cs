@@ -74,17 +74,18 @@ namespace H2o.Tests
             var tests = typeof(Runner).Assembly.GetTypes()
                 .SelectMany(t => t.GetMethods(BindingFlags.Public | BindingFlags.Static))
                 .Where(m => m.GetCustomAttribute<TestAttribute>() != null)
-                .Where(m => args.Length == 0 || args.Any(a => m.Name.Contains(a)))
+                .Where(m => args.Length == 0 || args.Any(a => (m.DeclaringType.Name + "." + m.Name).Contains(a)))
                 .OrderBy(m => m.DeclaringType.Name + "." + m.Name).ToList();
             int passed = 0, failed = 0, skipped = 0;
             foreach (var test in tests)
             {
                 string name = test.DeclaringType.Name + "." + test.Name;
+                var clock = System.Diagnostics.Stopwatch.StartNew();
                 try
                 {
                     test.Invoke(null, null);
                     passed++;
-                    Console.WriteLine("ok      " + name);
+                    Console.WriteLine($"ok      {name} ({clock.ElapsedMilliseconds} ms)");
                 }
                 catch (TargetInvocationException e) when (e.InnerException is SkipException)
                 {

@@ -121,3 +121,11 @@ fn loading_cancelled_by_the_progress_callback() {
     assert_eq!(err.status(), Some(Status::Cancelled));
     assert_eq!(calls, 1);
 }
+
+#[test]
+fn a_panic_in_the_progress_callback_cancels_the_load_and_is_returned() {
+    let Some(path) = common::model_path() else { return };
+    let err = ModelLoader::new(&path).progress(|_| panic!("progress panic")).load().err().unwrap();
+    assert_eq!(err, h2o::Error::CallbackPanicked { message: "progress panic".into() });
+    assert_eq!(err.status(), None);
+}

@@ -116,6 +116,8 @@ fn cancel_from_the_callback_and_from_another_thread() {
     assert!(calls <= 2, "cancel takes effect at the next token, got {calls} pieces");
 
     // Another thread cancels until the generation (which would run for a million tokens) ends.
+    // One cancel is not enough: h2o_generate_next clears a cancel that arrived after the previous
+    // call's last check, so only a cancel landing inside a call's checked window takes effect.
     let handle = session.cancel_handle();
     let done = Arc::new(AtomicBool::new(false));
     let canceller = {
