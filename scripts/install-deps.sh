@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages h2o needs to build and test, when they are missing.
-# Usage: scripts/install-deps.sh [more packages...] (scripts/ci-matrix.sh adds clang's).
+# Usage: scripts/install-deps.sh [more packages...] (the CI scripts add clang's and Mono's).
 set -euo pipefail
 
 # Build: compiler, CMake, sentencepiece, zstd (session snapshots), doctest; the Vulkan backend:

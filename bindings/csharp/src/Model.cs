@@ -1,0 +1,95 @@
+using System;
+using System.Runtime.InteropServices;
+
+namespace H2o
+{
+    /// <summary>Hyperparameters of a model (h2o_model_info); -1 for a token the model lacks.</summary>
+    public struct ModelInfo
+    {
+        public uint NVocab, NCtxTrain, NEmbd, NLayer, NHead, NHeadKv, NFf, HeadDim;
+        public int BosToken, EosToken;
+        public ulong NParams, WeightBytes;
+    }
+
+    /// <summary>A loaded model (read-only weights and tokenizer), safe to share between threads
+    /// and sessions. Sessions keep it alive: it may be disposed before them.</summary>
+    public sealed class Model : IDisposable
+    {
+        internal readonly ModelHandle Handle;
+
+        private Model(ModelHandle handle) { Handle = handle; }
+
+        /// <summary>Loads a GGUF model. progress (optional) receives the fraction loaded and returns
+        /// false to cancel; an exception it throws cancels the load and is rethrown here.</summary>
+        public static Model Load(string path, string tokenizerPath = null, Func<float, bool> progress = null)
+        {
+            var p = new NativeModelParams { struct_size = (uint)Marshal.SizeOf<NativeModelParams>() };
+            Check.Status(Native.h2o_model_params_init(ref p, (UIntPtr)p.struct_size));
+            byte[] pathBytes = Utf8.CString("path", path);
+            IntPtr tokenizer = IntPtr.Zero;
+            var guard = new CallbackGuard();
+            // The delegate is referenced until the end of this method, so it outlives the call.
+            ProgressCallback callback = (fraction, _) => guard.Run(() => progress(fraction) ? 0 : 1, 1);
+            try
+            {
+                if (tokenizerPath != null)
+                {
+                    byte[] t = Utf8.CString("tokenizer path", tokenizerPath);
+                    tokenizer = Marshal.AllocHGlobal(t.Length);
+                    Marshal.Copy(t, 0, tokenizer, t.Length);
+                    p.tokenizer_path = tokenizer;
+                }
+                if (progress != null) p.progress = Marshal.GetFunctionPointerForDelegate(callback);
+                int status = Native.h2o_model_load(pathBytes, ref p, out IntPtr raw);
+                GC.KeepAlive(callback);
+                if (status == 0 && guard.Failed) Native.h2o_model_free(raw);
+                guard.RethrowIfFailed();
+                Check.Status(status);
+                return new Model(ModelHandle.From(raw));
+            }
+            finally
+            {
+                if (tokenizer != IntPtr.Zero) Marshal.FreeHGlobal(tokenizer);
+            }
+        }
+
+        public ModelInfo Info
+        {
+            get
+            {
+                var i = new NativeModelInfo { struct_size = (uint)Marshal.SizeOf<NativeModelInfo>() };
+                Check.Status(Native.h2o_model_get_info(Handle, ref i));
+                return new ModelInfo
+                {
+                    NVocab = i.n_vocab, NCtxTrain = i.n_ctx_train, NEmbd = i.n_embd, NLayer = i.n_layer,
+                    NHead = i.n_head, NHeadKv = i.n_head_kv, NFf = i.n_ff, HeadDim = i.head_dim,
+                    BosToken = i.bos_token, EosToken = i.eos_token, NParams = i.n_params, WeightBytes = i.weight_bytes,
+                };
+            }
+        }
+
+        public int[] Tokenize(string text, bool addBos)
+        {
+            byte[] bytes = Utf8.Bytes(text);
+            int status = Native.h2o_tokenize(Handle, bytes, (UIntPtr)bytes.Length, addBos ? 1 : 0, null, UIntPtr.Zero,
+                                             out UIntPtr needed);
+            if (status != Native.BufferTooSmall) Check.Status(status);
+            var tokens = new int[(int)needed];
+            Check.Status(Native.h2o_tokenize(Handle, bytes, (UIntPtr)bytes.Length, addBos ? 1 : 0, tokens,
+                                             (UIntPtr)tokens.Length, out needed));
+            return tokens;
+        }
+
+        public string Detokenize(int[] tokens)
+        {
+            int status = Native.h2o_detokenize(Handle, tokens, (UIntPtr)tokens.Length, null, UIntPtr.Zero, out UIntPtr needed);
+            if (status != Native.BufferTooSmall) Check.Status(status);
+            var text = new byte[(int)needed + 1];
+            Check.Status(Native.h2o_detokenize(Handle, tokens, (UIntPtr)tokens.Length, text, (UIntPtr)text.Length,
+                                               out needed));
+            return System.Text.Encoding.UTF8.GetString(text, 0, (int)needed);
+        }
+
+        public void Dispose() => Handle.Dispose();
+    }
+}

@@ -1,0 +1,158 @@
+// Declarations of the C API (include/h2o/h2o.h, ABI 0.2). Struct layouts follow the header field
+// by field; the tests compare Marshal.SizeOf and field offsets with the values a C program
+// compiled against the header prints.
+using System;
+using System.Runtime.InteropServices;
+
+namespace H2o
+{
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate int TokenCallback(IntPtr text, UIntPtr length, IntPtr userData);
+
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate int ProgressCallback(float fraction, IntPtr userData);
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeModelParams
+    {
+        public uint struct_size;
+        public IntPtr tokenizer_path;
+        public IntPtr progress;
+        public IntPtr progress_user_data;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeModelInfo
+    {
+        public uint struct_size, n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim;
+        public int bos_token, eos_token;
+        public ulong n_params, weight_bytes;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal unsafe struct NativeBackendInfo
+    {
+        public uint struct_size, kind;
+        public int device_index;
+        public fixed byte name[128];
+        public fixed byte device_type[16];
+        public ulong memory_bytes;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeSessionParams
+    {
+        public uint struct_size, n_ctx, n_threads, n_batch;
+        public ulong seed;
+        public uint kv_budget, kv_policy, kv_recent;
+        public float kv_recent_ratio;
+        public uint kv_sinks;
+        public int position_rolling;
+        public uint backend;
+        public int device_index;
+        public uint kv_type;
+        public ulong max_memory_bytes;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeKvLayout
+    {
+        public uint struct_size, budget, policy, recent, sinks, heavy;
+        public int position_rolling;
+        public uint type, n_ctx;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeMemoryReport
+    {
+        public uint struct_size;
+        public ulong weight_bytes, kv_bytes, scratch_bytes;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeGenerateParams
+    {
+        public uint struct_size, max_tokens;
+        public float temperature;
+        public uint top_k;
+        public float top_p, min_p, repeat_penalty;
+        public uint repeat_last_n;
+        public IntPtr stop_strings;
+        public UIntPtr n_stop_strings;
+        public int stop_at_eos;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeGenerateStats
+    {
+        public uint struct_size, n_prompt_tokens, n_generated_tokens, stop_reason;
+        public ulong n_past;
+        public double prompt_seconds, generate_seconds;
+    }
+
+    internal static class Native
+    {
+        // Resolved as libh2o-llm.so: see Library.cs for where it is looked for.
+        internal const string Lib = "h2o-llm";
+        internal const uint TextPin = 1;
+        internal const int BufferTooSmall = 9;
+
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_version();
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern uint h2o_version_number();
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_status_string(int status);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_last_error();
+
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_model_params_init(ref NativeModelParams p, UIntPtr size);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_model_load(byte[] path, ref NativeModelParams p, out IntPtr model);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern void h2o_model_free(IntPtr model);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_model_get_info(ModelHandle model, ref NativeModelInfo info);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_tokenize(ModelHandle model, byte[] text, UIntPtr len, int addBos, int[] tokens,
+                                                UIntPtr capacity, out UIntPtr needed);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_detokenize(ModelHandle model, int[] tokens, UIntPtr n, byte[] text,
+                                                  UIntPtr capacity, out UIntPtr needed);
+
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_backend_kind_name(uint kind);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_backend_kind_from_name(byte[] name, out uint kind);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_kv_policy_name(uint policy);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_kv_policy_from_name(byte[] name, out uint policy);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_kv_type_name(uint type);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_kv_type_from_name(byte[] name, out uint type);
+
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_params_init(ref NativeSessionParams p, UIntPtr size);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_create(ModelHandle model, ref NativeSessionParams p, out IntPtr session);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern void h2o_session_free(IntPtr session);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_get_backend(SessionHandle s, ref NativeBackendInfo info);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_get_kv_layout(SessionHandle s, ref NativeKvLayout layout);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_reset(SessionHandle s);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_cancel(SessionHandle s);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_session_last_error(SessionHandle s);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_memory(SessionHandle s, ref NativeMemoryReport report);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_add_text(SessionHandle s, byte[] text, UIntPtr len, uint flags);
+
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_generate_params_init(ref NativeGenerateParams p, UIntPtr size);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_generate(SessionHandle s, byte[] prompt, UIntPtr len, ref NativeGenerateParams p,
+                                                TokenCallback callback, IntPtr userData);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_generate_begin(SessionHandle s, byte[] prompt, UIntPtr len, ref NativeGenerateParams p);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_generate_next(SessionHandle s, out IntPtr text, out UIntPtr len, out uint stopReason);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_get_stats(SessionHandle s, ref NativeGenerateStats stats);
+    }
+}

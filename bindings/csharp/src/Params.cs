@@ -1,0 +1,108 @@
+using System;
+using System.Runtime.InteropServices;
+
+namespace H2o
+{
+    /// <summary>How a session is created (h2o_session_params). Starts from the library's
+    /// defaults; the library validates the values when the session is created.</summary>
+    public sealed class SessionParams
+    {
+        internal NativeSessionParams Raw;
+
+        public SessionParams()
+        {
+            Raw.struct_size = (uint)Marshal.SizeOf<NativeSessionParams>();
+            Check.Status(Native.h2o_session_params_init(ref Raw, (UIntPtr)Raw.struct_size));
+        }
+
+        /// <summary>Longest stream without position rolling; 0: the model's (at most 4096).</summary>
+        public uint NCtx { get => Raw.n_ctx; set => Raw.n_ctx = value; }
+        public uint Threads { get => Raw.n_threads; set => Raw.n_threads = value; }
+        public uint Batch { get => Raw.n_batch; set => Raw.n_batch = value; }
+        public ulong Seed { get => Raw.seed; set => Raw.seed = value; }
+        /// <summary>KV slots per (layer, kv head), allocated once: the memory never grows.</summary>
+        public uint KvBudget { get => Raw.kv_budget; set => Raw.kv_budget = value; }
+        public KvPolicy KvPolicy { get => (KvPolicy)Raw.kv_policy; set => Raw.kv_policy = (uint)value; }
+        public uint KvRecent { get => Raw.kv_recent; set => Raw.kv_recent = value; }
+        public float KvRecentRatio { get => Raw.kv_recent_ratio; set => Raw.kv_recent_ratio = value; }
+        public uint KvSinks { get => Raw.kv_sinks; set => Raw.kv_sinks = value; }
+        /// <summary>Rotary positions from cache ranks: a conversation without end.</summary>
+        public bool PositionRolling { get => Raw.position_rolling != 0; set => Raw.position_rolling = value ? 1 : 0; }
+        public Backend Backend { get => (Backend)Raw.backend; set => Raw.backend = (uint)value; }
+        public int DeviceIndex { get => Raw.device_index; set => Raw.device_index = value; }
+        public KvType KvType { get => (KvType)Raw.kv_type; set => Raw.kv_type = (uint)value; }
+        /// <summary>Refuse a session that needs more bytes than this; 0: no cap.</summary>
+        public ulong MaxMemoryBytes { get => Raw.max_memory_bytes; set => Raw.max_memory_bytes = value; }
+    }
+
+    /// <summary>How text is generated (h2o_generate_params), from the library's defaults.</summary>
+    public sealed class GenerateParams
+    {
+        internal NativeGenerateParams Raw;
+
+        public GenerateParams()
+        {
+            Raw.struct_size = (uint)Marshal.SizeOf<NativeGenerateParams>();
+            Check.Status(Native.h2o_generate_params_init(ref Raw, (UIntPtr)Raw.struct_size));
+        }
+
+        public uint MaxTokens { get => Raw.max_tokens; set => Raw.max_tokens = value; }
+        /// <summary>0: greedy, the same input always gives the same text.</summary>
+        public float Temperature { get => Raw.temperature; set => Raw.temperature = value; }
+        public uint TopK { get => Raw.top_k; set => Raw.top_k = value; }
+        public float TopP { get => Raw.top_p; set => Raw.top_p = value; }
+        public float MinP { get => Raw.min_p; set => Raw.min_p = value; }
+        public float RepeatPenalty { get => Raw.repeat_penalty; set => Raw.repeat_penalty = value; }
+        public uint RepeatLastN { get => Raw.repeat_last_n; set => Raw.repeat_last_n = value; }
+        public bool StopAtEos { get => Raw.stop_at_eos != 0; set => Raw.stop_at_eos = value ? 1 : 0; }
+        /// <summary>Generation stops when the text contains one of these (not delivered).</summary>
+        public string[] StopStrings { get; set; } = new string[0];
+
+        /// <summary>The native struct with its stop strings in unmanaged memory, valid until the
+        /// returned object is disposed (the library copies them during the call).</summary>
+        internal Pinned ToNative() => new Pinned(this);
+
+        internal sealed class Pinned : IDisposable
+        {
+            internal NativeGenerateParams Raw;
+            private readonly IntPtr[] strings;
+            private IntPtr array;
+
+            internal Pinned(GenerateParams p)
+            {
+                Raw = p.Raw;
+                var stops = p.StopStrings ?? new string[0];
+                strings = new IntPtr[stops.Length];
+                try
+                {
+                    for (int i = 0; i < stops.Length; i++)
+                    {
+                        byte[] bytes = Utf8.CString("stop string", stops[i]);
+                        strings[i] = Marshal.AllocHGlobal(bytes.Length);
+                        Marshal.Copy(bytes, 0, strings[i], bytes.Length);
+                    }
+                    if (stops.Length > 0)
+                    {
+                        array = Marshal.AllocHGlobal(IntPtr.Size * stops.Length);
+                        Marshal.Copy(strings, 0, array, stops.Length);
+                    }
+                }
+                catch
+                {
+                    Dispose();
+                    throw;
+                }
+                Raw.stop_strings = array;
+                Raw.n_stop_strings = (UIntPtr)stops.Length;
+            }
+
+            public void Dispose()
+            {
+                foreach (IntPtr s in strings) if (s != IntPtr.Zero) Marshal.FreeHGlobal(s);
+                if (array != IntPtr.Zero) Marshal.FreeHGlobal(array);
+                array = IntPtr.Zero;
+                Array.Clear(strings, 0, strings.Length);
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+using System;
+using System.Collections.Generic;
+using System.Runtime.InteropServices;
+
+namespace H2o
+{
+    public struct KvLayout
+    {
+        public uint Budget, Recent, Sinks, Heavy, NCtx;
+        public KvPolicy Policy;
+        public KvType Type;
+        public bool PositionRolling;
+    }
+
+    public struct MemoryReport
+    {
+        public ulong WeightBytes, KvBytes, ScratchBytes;
+    }
+
+    public struct GenerateStats
+    {
+        public uint NPromptTokens, NGeneratedTokens;
+        public StopReason StopReason;
+        public ulong NPast;
+        public double PromptSeconds, GenerateSeconds;
+    }
+
+    /// <summary>One conversation: KV cache, sampler and scratch, all allocated at creation. Used by
+    /// one thread at a time, except Cancel, which any thread may call.</summary>
+    public sealed class Session : IDisposable
+    {
+        private readonly SessionHandle handle;
+
+        public Session(Model model, SessionParams parameters = null)
+        {
+            if (model == null) throw new ArgumentNullException(nameof(model));
+            var p = (parameters ?? new SessionParams()).Raw;
+            H2o.Check.Status(Native.h2o_session_create(model.Handle, ref p, out IntPtr raw));
+            handle = SessionHandle.From(raw, model.Handle);
+        }
+
+        /// <summary>Throws for a failed status, with the session's own message.</summary>
+        private void Check(int code)
+        {
+            if (code != 0) throw new H2oException((Status)code, Utf8.FromNative(Native.h2o_session_last_error(handle)));
+        }
+
+        /// <summary>Appends text without generating; pin: its tokens are never evicted.</summary>
+        public void AddText(string text, bool pin = false)
+        {
+            byte[] bytes = Utf8.Bytes(text);
+            Check(Native.h2o_session_add_text(handle, bytes, (UIntPtr)bytes.Length, pin ? Native.TextPin : 0));
+        }
+
+        public void Reset() => Check(Native.h2o_session_reset(handle));
+
+        /// <summary>Makes the running call throw an H2oException with Status.Cancelled at its next
+        /// batch boundary. Callable from any thread; does nothing when no call runs.</summary>
+        public void Cancel() => Check(Native.h2o_session_cancel(handle));
+
+        /// <summary>Appends prompt and generates, passing each piece of text to onText, which
+        /// returns false to stop (not an error). An exception from onText stops generation and is
+        /// rethrown here.</summary>
+        public StopReason Generate(string prompt, GenerateParams parameters, Func<string, bool> onText)
+        {
+            byte[] bytes = Utf8.Bytes(prompt);
+            var guard = new CallbackGuard();
+            TokenCallback callback = (text, length, _) =>
+                guard.Run(() => onText(Utf8.FromNative(text, checked((int)length))) ? 0 : 1, 1);
+            int status;
+            using (var p = (parameters ?? new GenerateParams()).ToNative())
+            {
+                status = Native.h2o_generate(handle, bytes, (UIntPtr)bytes.Length, ref p.Raw, callback, IntPtr.Zero);
+            }
+            GC.KeepAlive(callback); // the delegate must outlive the native call that holds its pointer
+            guard.RethrowIfFailed();
+            Check(status);
+            return Stats.StopReason;
+        }
+
+        /// <summary>Appends prompt now and returns the generated pieces of text, produced one at a
+        /// time as the sequence is enumerated (once). StopReason tells why it ended.</summary>
+        public IEnumerable<string> Stream(string prompt, GenerateParams parameters = null)
+        {
+            byte[] bytes = Utf8.Bytes(prompt);
+            using (var p = (parameters ?? new GenerateParams()).ToNative())
+            {
+                Check(Native.h2o_generate_begin(handle, bytes, (UIntPtr)bytes.Length, ref p.Raw));
+            }
+            LastStopReason = StopReason.None;
+            return Pieces();
+        }
+
+        /// <summary>Why the last Stream ended (None while it runs).</summary>
+        public StopReason LastStopReason { get; private set; }
+
+        private IEnumerable<string> Pieces()
+        {
+            while (LastStopReason == StopReason.None)
+            {
+                Check(Native.h2o_generate_next(handle, out IntPtr text, out UIntPtr length, out uint reason));
+                LastStopReason = (StopReason)reason;
+                if (length != UIntPtr.Zero) yield return Utf8.FromNative(text, checked((int)length));
+            }
+        }
+
+        public GenerateStats Stats
+        {
+            get
+            {
+                var s = new NativeGenerateStats { struct_size = (uint)Marshal.SizeOf<NativeGenerateStats>() };
+                Check(Native.h2o_session_get_stats(handle, ref s));
+                return new GenerateStats
+                {
+                    NPromptTokens = s.n_prompt_tokens, NGeneratedTokens = s.n_generated_tokens,
+                    StopReason = (StopReason)s.stop_reason, NPast = s.n_past,
+                    PromptSeconds = s.prompt_seconds, GenerateSeconds = s.generate_seconds,
+                };
+            }
+        }
+
+        public KvLayout KvLayout
+        {
+            get
+            {
+                var l = new NativeKvLayout { struct_size = (uint)Marshal.SizeOf<NativeKvLayout>() };
+                Check(Native.h2o_session_get_kv_layout(handle, ref l));
+                return new KvLayout
+                {
+                    Budget = l.budget, Policy = (KvPolicy)l.policy, Recent = l.recent, Sinks = l.sinks,
+                    Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx,
+                };
+            }
+        }
+
+        public MemoryReport Memory
+        {
+            get
+            {
+                var m = new NativeMemoryReport { struct_size = (uint)Marshal.SizeOf<NativeMemoryReport>() };
+                Check(Native.h2o_session_memory(handle, ref m));
+                return new MemoryReport { WeightBytes = m.weight_bytes, KvBytes = m.kv_bytes, ScratchBytes = m.scratch_bytes };
+            }
+        }
+
+        /// <summary>The name of the device the session runs on, e.g. "cpu (avx2)".</summary>
+        public unsafe string BackendName
+        {
+            get
+            {
+                var b = new NativeBackendInfo { struct_size = (uint)Marshal.SizeOf<NativeBackendInfo>() };
+                Check(Native.h2o_session_get_backend(handle, ref b));
+                return Utf8.FromNative((IntPtr)b.name);
+            }
+        }
+
+        public void Dispose() => handle.Dispose();
+    }
+}

@@ -1,0 +1,165 @@
+using System;
+using System.Linq;
+using System.Text;
+using System.Threading;
+
+namespace H2o.Tests
+{
+    /// <summary>Generation against stories260K: determinism, callback and iterator parity, stop
+    /// reasons, exceptions in callbacks, cancellation and model lifetime.</summary>
+    public static class GenerationTests
+    {
+        private const string Prompt = "Once upon a time";
+
+        private static GenerateParams Greedy(uint n) => new GenerateParams { MaxTokens = n, Temperature = 0 };
+
+        private static string Collect(Session session, string prompt, GenerateParams p)
+        {
+            var text = new StringBuilder();
+            session.Generate(prompt, p, piece => { text.Append(piece); return true; });
+            return text.ToString();
+        }
+
+        private static string Reference(Model model, uint n)
+        {
+            using (var session = new Session(model)) return Collect(session, Prompt, Greedy(n));
+        }
+
+        [Test]
+        public static void GreedyTextIsDeterministicAndTheStreamGivesTheSameText()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model))
+            {
+                string first = Reference(model, 32);
+                Assert.True(first.Length > 20, "enough text: " + first);
+                Assert.Equal(first, Reference(model, 32), "second run");
+                var pieces = session.Stream(Prompt, Greedy(32)).ToList();
+                Assert.True(pieces.Count > 1, "several pieces");
+                Assert.Equal(first, string.Concat(pieces), "streamed text");
+                Assert.Equal(StopReason.MaxTokens, session.LastStopReason);
+                Assert.Equal(32u, session.Stats.NGeneratedTokens, "generated tokens");
+            }
+        }
+
+        [Test]
+        public static void StopStringsAndTheCallbackStopGeneration()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            {
+                string reference = Reference(model, 32);
+                string word = reference.Split(' ')[2];
+                using (var session = new Session(model))
+                {
+                    var p = Greedy(32);
+                    p.StopStrings = new[] { word };
+                    Assert.Equal(reference.Substring(0, reference.IndexOf(word)), Collect(session, Prompt, p), "text before the stop string");
+                    Assert.Equal(StopReason.StopString, session.Stats.StopReason);
+                }
+                using (var session = new Session(model))
+                {
+                    int calls = 0;
+                    Assert.Equal(StopReason.Callback, session.Generate(Prompt, Greedy(32), _ => ++calls < 3));
+                    Assert.Equal(3, calls, "calls");
+                }
+            }
+        }
+
+        [Test]
+        public static void AnExceptionInTheCallbackIsRethrownAndTheSessionStaysUsable()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model))
+            {
+                int calls = 0;
+                var e = Assert.Throws<InvalidOperationException>(() =>
+                    session.Generate(Prompt, Greedy(16), _ => { calls++; throw new InvalidOperationException("boom"); }));
+                Assert.Equal("boom", e.Message);
+                Assert.Equal(1, calls, "no call after the exception");
+                Assert.True(Collect(session, " The end.", Greedy(4)).Length > 0, "generates afterwards");
+            }
+        }
+
+        [Test]
+        public static void CancelFromTheCallbackAndFromAnotherThread()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model, new SessionParams { KvBudget = 64, PositionRolling = true }))
+            {
+                Assert.H2oError(Status.Cancelled, () => session.Generate(Prompt, Greedy(1000), _ => { session.Cancel(); return true; }));
+
+                // Another thread cancels until the generation, which would run for a million tokens, ends.
+                // One cancel is not enough: h2o_generate_next clears a cancel that arrived after the
+                // previous call's last check.
+                bool done = false;
+                var canceller = new Thread(() => { while (!Volatile.Read(ref done)) { session.Cancel(); Thread.Sleep(1); } });
+                canceller.Start();
+                try
+                {
+                    // The cancel may land while the prompt is processed or during generation.
+                    Assert.H2oError(Status.Cancelled, () => session.Stream(" Then", Greedy(1000000)).ToList());
+                }
+                finally
+                {
+                    Volatile.Write(ref done, true);
+                    canceller.Join();
+                }
+            }
+        }
+
+        [Test]
+        public static void SessionsKeepTheModelAliveAndShareItAcrossThreads()
+        {
+            var model = Model.Load(Runner.ModelPath());
+            string expected = Reference(model, 16);
+            var results = new string[2];
+            var threads = Enumerable.Range(0, 2).Select(i => new Thread(() => results[i] = Reference(model, 16))).ToList();
+            threads.ForEach(t => t.Start());
+            threads.ForEach(t => t.Join());
+            Assert.Equal(expected, results[0], "thread 0");
+            Assert.Equal(expected, results[1], "thread 1");
+
+            using (var session = new Session(model))
+            {
+                model.Dispose(); // the session keeps the library's model
+                Assert.Equal(expected, Collect(session, Prompt, Greedy(16)), "after the model was disposed");
+            }
+        }
+
+        [Test]
+        public static void ConstantMemorySessionRunsPastItsBudget()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model, new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, PositionRolling = true, KvType = KvType.Q8 }))
+            {
+                var layout = session.KvLayout;
+                Assert.Equal(32u, layout.Budget, "budget");
+                Assert.Equal(KvPolicy.H2o, layout.Policy);
+                Assert.Equal(KvType.Q8, layout.Type);
+                Assert.True(layout.PositionRolling, "rolling");
+                var memory = session.Memory;
+                Assert.True(memory.KvBytes > 0 && memory.WeightBytes > 0, "memory is reported");
+                session.AddText("You are a storyteller.", pin: true);
+                var p = Greedy(200);
+                p.StopAtEos = false;
+                Assert.True(Collect(session, Prompt, p).Length > 200, "long text");
+                Assert.Equal(StopReason.MaxTokens, session.Stats.StopReason);
+                Assert.Equal(memory.KvBytes + memory.ScratchBytes, session.Memory.KvBytes + session.Memory.ScratchBytes, "memory");
+                Assert.True(session.BackendName.StartsWith("cpu"), "backend " + session.BackendName);
+            }
+        }
+
+        [Test]
+        public static void TokenizeAndDetokenizeRoundTrip()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            {
+                int[] tokens = model.Tokenize(Prompt, true);
+                Assert.Equal(model.Info.BosToken, tokens[0], "BOS");
+                Assert.Equal(Prompt, model.Detokenize(tokens));
+                Assert.Equal(0, model.Tokenize("", false).Length, "empty text");
+                Assert.H2oError(Status.InvalidArgument, () => model.Detokenize(new[] { -1 }));
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.IO;
+using System.Linq;
+using System.Reflection;
+using System.Runtime.InteropServices;
+
+namespace H2o.Tests
+{
+    /// <summary>The structs of Native.cs against the C header: a C program compiled here prints
+    /// sizeof and offsetof of every field, so the declarations cannot drift unnoticed.</summary>
+    public static class LayoutTests
+    {
+        private static readonly Dictionary<Type, string> CNames = new Dictionary<Type, string>
+        {
+            { typeof(NativeModelParams), "h2o_model_params" }, { typeof(NativeModelInfo), "h2o_model_info" },
+            { typeof(NativeBackendInfo), "h2o_backend_info" }, { typeof(NativeSessionParams), "h2o_session_params" },
+            { typeof(NativeKvLayout), "h2o_kv_layout" }, { typeof(NativeMemoryReport), "h2o_memory_report" },
+            { typeof(NativeGenerateParams), "h2o_generate_params" }, { typeof(NativeGenerateStats), "h2o_generate_stats" },
+        };
+
+        [Test]
+        public static void StructLayoutsMatchTheCHeader()
+        {
+            var expected = new List<string>();
+            var c = "#include <stdio.h>\n#include <stddef.h>\n#include \"h2o/h2o.h\"\nint main(void) {\n";
+            foreach (var pair in CNames)
+            {
+                expected.Add($"{pair.Value} sizeof {Marshal.SizeOf(pair.Key)}");
+                c += $"printf(\"{pair.Value} sizeof %zu\\n\", sizeof({pair.Value}));\n";
+                foreach (var f in pair.Key.GetFields(BindingFlags.Public | BindingFlags.Instance))
+                {
+                    expected.Add($"{pair.Value} {f.Name} {Marshal.OffsetOf(pair.Key, f.Name)}");
+                    c += $"printf(\"{pair.Value} {f.Name} %zu\\n\", offsetof({pair.Value}, {f.Name}));\n";
+                }
+            }
+            c += "return 0;\n}\n";
+            string dir = Path.Combine(Path.GetTempPath(), "h2o-cs-layout-" + Process.GetCurrentProcess().Id);
+            Directory.CreateDirectory(dir);
+            File.WriteAllText(Path.Combine(dir, "layout.c"), c);
+            Run(Environment.GetEnvironmentVariable("CC") ?? "cc",
+                $"-I \"{Path.Combine(Runner.Root, "include")}\" \"{dir}/layout.c\" -o \"{dir}/layout\"");
+            string[] actual = Run(Path.Combine(dir, "layout"), "").Split(new[] { '\n' }, StringSplitOptions.RemoveEmptyEntries);
+            Directory.Delete(dir, true);
+            Assert.Equal(string.Join("\n", actual), string.Join("\n", expected), "layouts (C, then C#)");
+            Assert.True(expected.Count > 60, "every field was compared");
+        }
+
+        private static string Run(string program, string arguments)
+        {
+            var start = new ProcessStartInfo(program, arguments) { RedirectStandardOutput = true, UseShellExecute = false };
+            using (var p = Process.Start(start))
+            {
+                string output = p.StandardOutput.ReadToEnd();
+                p.WaitForExit();
+                Assert.Equal(0, p.ExitCode, program + " exit status");
+                return output;
+            }
+        }
+    }
+}

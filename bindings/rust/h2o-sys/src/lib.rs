@@ -1,0 +1,265 @@
+//! Raw declarations of the h2o C API, written by hand from `include/h2o/h2o.h` (ABI 0.2).
+//!
+//! Everything here is `unsafe` to use and follows the header's conventions; the `h2o` crate is
+//! the safe interface. `tests/layout.rs` compiles a C program against the header and checks that
+//! every struct below has the header's size and field offsets.
+#![allow(non_camel_case_types)]
+
+use std::os::raw::{c_char, c_int, c_void};
+
+pub const H2O_VERSION_NUMBER: u32 = 200;
+
+/// `h2o_status` codes. New codes may appear in later versions: treat others as "some error".
+pub type h2o_status = i32;
+pub const H2O_OK: h2o_status = 0;
+pub const H2O_ERR_INVALID_ARGUMENT: h2o_status = 1;
+pub const H2O_ERR_OUT_OF_MEMORY: h2o_status = 2;
+pub const H2O_ERR_IO: h2o_status = 3;
+pub const H2O_ERR_MODEL_FORMAT: h2o_status = 4;
+pub const H2O_ERR_UNSUPPORTED: h2o_status = 5;
+pub const H2O_ERR_CONTEXT_FULL: h2o_status = 6;
+pub const H2O_ERR_BACKEND_UNAVAILABLE: h2o_status = 7;
+pub const H2O_ERR_INVALID_TEXT: h2o_status = 8;
+pub const H2O_ERR_BUFFER_TOO_SMALL: h2o_status = 9;
+pub const H2O_ERR_TOKENIZER: h2o_status = 10;
+pub const H2O_ERR_INTERNAL: h2o_status = 11;
+pub const H2O_ERR_CANCELLED: h2o_status = 12;
+pub const H2O_ERR_STATE_FORMAT: h2o_status = 13;
+
+pub const H2O_LOG_DEBUG: i32 = 0;
+pub const H2O_LOG_INFO: i32 = 1;
+pub const H2O_LOG_WARN: i32 = 2;
+pub const H2O_LOG_ERROR: i32 = 3;
+pub const H2O_LOG_NONE: i32 = 4;
+
+pub const H2O_STOP_NONE: u32 = 0;
+pub const H2O_STOP_MAX_TOKENS: u32 = 1;
+pub const H2O_STOP_EOS: u32 = 2;
+pub const H2O_STOP_STRING: u32 = 3;
+pub const H2O_STOP_CALLBACK: u32 = 4;
+
+pub const H2O_TEXT_PIN: u32 = 1;
+
+/// Opaque handles.
+#[repr(C)]
+pub struct h2o_model {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct h2o_session {
+    _opaque: [u8; 0],
+}
+
+// The C enum h2o_log_level is passed as an int-sized value.
+pub type h2o_log_callback = Option<unsafe extern "C" fn(level: c_int, message: *const c_char, user_data: *mut c_void)>;
+pub type h2o_progress_callback = Option<unsafe extern "C" fn(fraction: f32, user_data: *mut c_void) -> c_int>;
+pub type h2o_token_callback =
+    Option<unsafe extern "C" fn(text: *const c_char, length: usize, user_data: *mut c_void) -> c_int>;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct h2o_model_params {
+    pub struct_size: u32,
+    pub tokenizer_path: *const c_char,
+    pub progress: h2o_progress_callback,
+    pub progress_user_data: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_model_info {
+    pub struct_size: u32,
+    pub n_vocab: u32,
+    pub n_ctx_train: u32,
+    pub n_embd: u32,
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_ff: u32,
+    pub head_dim: u32,
+    pub bos_token: i32,
+    pub eos_token: i32,
+    pub n_params: u64,
+    pub weight_bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct h2o_backend_info {
+    pub struct_size: u32,
+    pub kind: u32,
+    pub device_index: i32,
+    pub name: [c_char; 128],
+    pub device_type: [c_char; 16],
+    pub memory_bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_session_params {
+    pub struct_size: u32,
+    pub n_ctx: u32,
+    pub n_threads: u32,
+    pub n_batch: u32,
+    pub seed: u64,
+    pub kv_budget: u32,
+    pub kv_policy: u32,
+    pub kv_recent: u32,
+    pub kv_recent_ratio: f32,
+    pub kv_sinks: u32,
+    pub position_rolling: i32,
+    pub backend: u32,
+    pub device_index: i32,
+    pub kv_type: u32,
+    pub max_memory_bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_kv_layout {
+    pub struct_size: u32,
+    pub budget: u32,
+    pub policy: u32,
+    pub recent: u32,
+    pub sinks: u32,
+    pub heavy: u32,
+    pub position_rolling: i32,
+    pub type_: u32,
+    pub n_ctx: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_device_traffic {
+    pub struct_size: u32,
+    pub bytes_to_device: u64,
+    pub bytes_to_host: u64,
+    pub submissions: u64,
+    pub device_memory_bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_memory_report {
+    pub struct_size: u32,
+    pub weight_bytes: u64,
+    pub kv_bytes: u64,
+    pub scratch_bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct h2o_generate_params {
+    pub struct_size: u32,
+    pub max_tokens: u32,
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub repeat_last_n: u32,
+    pub stop_strings: *const *const c_char,
+    pub n_stop_strings: usize,
+    pub stop_at_eos: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_generate_stats {
+    pub struct_size: u32,
+    pub n_prompt_tokens: u32,
+    pub n_generated_tokens: u32,
+    pub stop_reason: u32,
+    pub n_past: u64,
+    pub prompt_seconds: f64,
+    pub generate_seconds: f64,
+}
+
+extern "C" {
+    pub fn h2o_version() -> *const c_char;
+    pub fn h2o_version_number() -> u32;
+    pub fn h2o_status_string(status: i32) -> *const c_char;
+    pub fn h2o_last_error() -> *const c_char;
+    pub fn h2o_set_log_callback(callback: h2o_log_callback, user_data: *mut c_void, min_level: i32) -> h2o_status;
+
+    pub fn h2o_model_params_init(params: *mut h2o_model_params, struct_size: usize) -> h2o_status;
+    pub fn h2o_model_load(
+        path: *const c_char,
+        params: *const h2o_model_params,
+        out_model: *mut *mut h2o_model,
+    ) -> h2o_status;
+    pub fn h2o_model_free(model: *mut h2o_model);
+    pub fn h2o_model_get_info(model: *const h2o_model, info: *mut h2o_model_info) -> h2o_status;
+    pub fn h2o_tokenize(
+        model: *const h2o_model,
+        text: *const c_char,
+        text_len: usize,
+        add_bos: c_int,
+        tokens: *mut i32,
+        capacity: usize,
+        n_tokens: *mut usize,
+    ) -> h2o_status;
+    pub fn h2o_detokenize(
+        model: *const h2o_model,
+        tokens: *const i32,
+        n_tokens: usize,
+        text: *mut c_char,
+        capacity: usize,
+        n_bytes: *mut usize,
+    ) -> h2o_status;
+
+    pub fn h2o_backend_count(count: *mut usize) -> h2o_status;
+    pub fn h2o_backend_get_info(index: usize, info: *mut h2o_backend_info) -> h2o_status;
+    pub fn h2o_backend_kind_name(kind: u32) -> *const c_char;
+    pub fn h2o_backend_kind_from_name(name: *const c_char, kind: *mut u32) -> h2o_status;
+    pub fn h2o_kv_policy_name(policy: u32) -> *const c_char;
+    pub fn h2o_kv_policy_from_name(name: *const c_char, policy: *mut u32) -> h2o_status;
+    pub fn h2o_kv_type_name(type_: u32) -> *const c_char;
+    pub fn h2o_kv_type_from_name(name: *const c_char, type_: *mut u32) -> h2o_status;
+
+    pub fn h2o_session_params_init(params: *mut h2o_session_params, struct_size: usize) -> h2o_status;
+    pub fn h2o_session_create(
+        model: *mut h2o_model,
+        params: *const h2o_session_params,
+        out_session: *mut *mut h2o_session,
+    ) -> h2o_status;
+    pub fn h2o_session_free(session: *mut h2o_session);
+    pub fn h2o_session_get_backend(session: *const h2o_session, info: *mut h2o_backend_info) -> h2o_status;
+    pub fn h2o_session_get_device_traffic(session: *const h2o_session, traffic: *mut h2o_device_traffic) -> h2o_status;
+    pub fn h2o_session_get_kv_layout(session: *const h2o_session, layout: *mut h2o_kv_layout) -> h2o_status;
+    pub fn h2o_session_reset(session: *mut h2o_session) -> h2o_status;
+    pub fn h2o_session_cancel(session: *mut h2o_session) -> h2o_status;
+    pub fn h2o_session_last_error(session: *const h2o_session) -> *const c_char;
+    pub fn h2o_session_memory(session: *const h2o_session, report: *mut h2o_memory_report) -> h2o_status;
+    pub fn h2o_session_add_text(
+        session: *mut h2o_session,
+        text: *const c_char,
+        text_len: usize,
+        flags: u32,
+    ) -> h2o_status;
+
+    pub fn h2o_generate_params_init(params: *mut h2o_generate_params, struct_size: usize) -> h2o_status;
+    pub fn h2o_generate(
+        session: *mut h2o_session,
+        prompt: *const c_char,
+        prompt_len: usize,
+        params: *const h2o_generate_params,
+        callback: h2o_token_callback,
+        user_data: *mut c_void,
+    ) -> h2o_status;
+    pub fn h2o_generate_begin(
+        session: *mut h2o_session,
+        prompt: *const c_char,
+        prompt_len: usize,
+        params: *const h2o_generate_params,
+    ) -> h2o_status;
+    pub fn h2o_generate_next(
+        session: *mut h2o_session,
+        text: *mut *const c_char,
+        length: *mut usize,
+        stop_reason: *mut u32,
+    ) -> h2o_status;
+    pub fn h2o_session_get_stats(session: *const h2o_session, stats: *mut h2o_generate_stats) -> h2o_status;
+    pub fn h2o_session_decode(session: *mut h2o_session, tokens: *const i32, n_tokens: usize) -> h2o_status;
+    pub fn h2o_session_get_logits(session: *const h2o_session, logits: *mut f32, capacity: usize) -> h2o_status;
+}

@@ -1,0 +1,35 @@
+//! Safe Rust interface to h2o, which runs Llama-family models in constant memory.
+//!
+//! ```no_run
+//! use h2o::{GenerateParams, Model, Session, SessionParams};
+//! let model = Model::load("stories260K.gguf")?;
+//! let mut session = Session::new(&model, &SessionParams::new().kv_budget(128).position_rolling(true))?;
+//! for piece in session.stream("Once upon a time", &GenerateParams::new().max_tokens(32))? {
+//!     print!("{}", piece?);
+//! }
+//! # Ok::<(), h2o::Error>(())
+//! ```
+mod callback;
+mod error;
+mod model;
+mod names;
+mod params;
+mod session;
+
+pub use error::{Error, Result, Status};
+pub use model::{Model, ModelInfo, ModelLoader};
+pub use names::{Backend, KvPolicy, KvType, StopReason};
+pub use params::{GenerateParams, SessionParams};
+pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryReport, Session, Stream};
+
+/// The library's version, e.g. "0.2.0".
+pub fn version() -> String {
+    // SAFETY: a constant string.
+    unsafe { error::cstr(h2o_sys::h2o_version()) }
+}
+
+/// True when the loaded library has the ABI these bindings were written for.
+pub fn version_matches() -> bool {
+    let number = unsafe { h2o_sys::h2o_version_number() };
+    number == h2o_sys::H2O_VERSION_NUMBER
+}

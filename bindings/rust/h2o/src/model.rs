@@ -1,0 +1,188 @@
+use crate::callback::Guarded;
+use crate::error::{c_string, check, Error, Result, Status};
+use std::os::raw::{c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+/// A loaded model: read-only weights and tokenizer. Share it between threads with `Arc<Model>`;
+/// sessions keep the library's model alive, so a Model may be dropped before its sessions.
+pub struct Model {
+    raw: NonNull<h2o_sys::h2o_model>,
+}
+
+// SAFETY: the header's threading contract: a model is immutable after loading and may be used by
+// any number of threads at once; freeing it is reference counted against its sessions.
+unsafe impl Send for Model {}
+unsafe impl Sync for Model {}
+
+/// The model's hyperparameters (h2o_model_info).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelInfo {
+    pub n_vocab: u32,
+    pub n_ctx_train: u32,
+    pub n_embd: u32,
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_ff: u32,
+    pub head_dim: u32,
+    /// None when the model has no such token.
+    pub bos_token: Option<i32>,
+    pub eos_token: Option<i32>,
+    pub n_params: u64,
+    pub weight_bytes: u64,
+}
+
+/// Options for loading a model: `ModelLoader::new(path).tokenizer(..).progress(..).load()`.
+pub struct ModelLoader<'a> {
+    path: PathBuf,
+    tokenizer: Option<PathBuf>,
+    progress: Option<Box<dyn FnMut(f32) -> bool + 'a>>,
+}
+
+impl<'a> ModelLoader<'a> {
+    pub fn new(path: impl AsRef<Path>) -> Self {
+        ModelLoader { path: path.as_ref().to_owned(), tokenizer: None, progress: None }
+    }
+
+    /// A sentencepiece .model file to use instead of the vocabulary inside the GGUF file.
+    pub fn tokenizer(mut self, path: impl AsRef<Path>) -> Self {
+        self.tokenizer = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Called with the fraction loaded (0 to 1); return false to cancel (Status::Cancelled).
+    pub fn progress(mut self, f: impl FnMut(f32) -> bool + 'a) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
+
+    pub fn load(self) -> Result<Model> {
+        let path = c_string("model path", &path_text(&self.path)?)?;
+        let tokenizer = self.tokenizer.as_deref().map(|t| c_string("tokenizer path", &path_text(t)?)).transpose()?;
+        let mut params = unsafe { std::mem::zeroed::<h2o_sys::h2o_model_params>() };
+        // SAFETY: params is a valid struct of the size passed.
+        check(unsafe { h2o_sys::h2o_model_params_init(&mut params, std::mem::size_of_val(&params)) })?;
+        params.tokenizer_path = tokenizer.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+
+        type Progress<'b> = Guarded<Box<dyn FnMut(f32) -> bool + 'b>>;
+        unsafe extern "C" fn on_progress(fraction: f32, user: *mut c_void) -> c_int {
+            // SAFETY: user is the &mut Progress below, alive for the whole load call.
+            let guarded = &mut *(user as *mut Progress);
+            guarded.call(1, |f| if f(fraction) { 0 } else { 1 })
+        }
+        let mut guarded = self.progress.map(Guarded::new);
+        if let Some(g) = guarded.as_mut() {
+            params.progress = Some(on_progress);
+            params.progress_user_data = g as *mut Progress as *mut c_void;
+        }
+
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: every pointer in params outlives the call.
+        let result = check(unsafe { h2o_sys::h2o_model_load(path.as_ptr(), &params, &mut raw) });
+        let result = match guarded {
+            Some(g) => g.finish(result),
+            None => result,
+        };
+        if result.is_err() && !raw.is_null() {
+            // Only reachable when a callback panicked after the load had succeeded.
+            unsafe { h2o_sys::h2o_model_free(raw) };
+        }
+        result?;
+        let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "h2o_model_load returned no model"))?;
+        Ok(Model { raw })
+    }
+}
+
+fn path_text(path: &Path) -> Result<String> {
+    path.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::new(Status::InvalidArgument, format!("path is not UTF-8: {}", path.display())))
+}
+
+impl Model {
+    /// Loads a GGUF model with default options.
+    pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        ModelLoader::new(path).load()
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut h2o_sys::h2o_model {
+        self.raw.as_ptr()
+    }
+
+    pub fn info(&self) -> ModelInfo {
+        let mut i = h2o_sys::h2o_model_info {
+            struct_size: std::mem::size_of::<h2o_sys::h2o_model_info>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: a valid model and a struct of the declared size; cannot fail with those.
+        let status = unsafe { h2o_sys::h2o_model_get_info(self.as_ptr(), &mut i) };
+        assert_eq!(status, h2o_sys::H2O_OK, "h2o_model_get_info failed on a valid model");
+        let token = |t: i32| (t >= 0).then_some(t);
+        ModelInfo {
+            n_vocab: i.n_vocab,
+            n_ctx_train: i.n_ctx_train,
+            n_embd: i.n_embd,
+            n_layer: i.n_layer,
+            n_head: i.n_head,
+            n_head_kv: i.n_head_kv,
+            n_ff: i.n_ff,
+            head_dim: i.head_dim,
+            bos_token: token(i.bos_token),
+            eos_token: token(i.eos_token),
+            n_params: i.n_params,
+            weight_bytes: i.weight_bytes,
+        }
+    }
+
+    /// Token ids of `text` (with a leading BOS when `add_bos`).
+    pub fn tokenize(&self, text: &str, add_bos: bool) -> Result<Vec<i32>> {
+        let (ptr, len) = (text.as_ptr() as *const c_char, text.len());
+        let mut needed = 0usize;
+        // SAFETY: a size query (NULL buffer, capacity 0), then a buffer of the size asked for.
+        let status = unsafe {
+            h2o_sys::h2o_tokenize(self.as_ptr(), ptr, len, add_bos as c_int, std::ptr::null_mut(), 0, &mut needed)
+        };
+        if status != h2o_sys::H2O_ERR_BUFFER_TOO_SMALL {
+            check(status)?;
+        }
+        let mut tokens = vec![0i32; needed];
+        check(unsafe {
+            h2o_sys::h2o_tokenize(self.as_ptr(), ptr, len, add_bos as c_int, tokens.as_mut_ptr(), needed, &mut needed)
+        })?;
+        tokens.truncate(needed);
+        Ok(tokens)
+    }
+
+    /// The text of token ids.
+    pub fn detokenize(&self, tokens: &[i32]) -> Result<String> {
+        let mut needed = 0usize;
+        // SAFETY: as in tokenize; the buffer has room for the NUL the library writes.
+        let status = unsafe {
+            h2o_sys::h2o_detokenize(self.as_ptr(), tokens.as_ptr(), tokens.len(), std::ptr::null_mut(), 0, &mut needed)
+        };
+        if status != h2o_sys::H2O_ERR_BUFFER_TOO_SMALL {
+            check(status)?;
+        }
+        let mut bytes = vec![0u8; needed + 1];
+        check(unsafe {
+            h2o_sys::h2o_detokenize(
+                self.as_ptr(),
+                tokens.as_ptr(),
+                tokens.len(),
+                bytes.as_mut_ptr() as *mut c_char,
+                bytes.len(),
+                &mut needed,
+            )
+        })?;
+        bytes.truncate(needed);
+        String::from_utf8(bytes).map_err(|_| Error::new(Status::Internal, "h2o_detokenize returned invalid UTF-8"))
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from h2o_model_load and is freed once.
+        unsafe { h2o_sys::h2o_model_free(self.raw.as_ptr()) }
+    }
+}

@@ -1,0 +1,96 @@
+//! Backends, KV eviction policies and KV element types as Rust enums. Their names come from the
+//! library (h2o_*_name / h2o_*_from_name), so they are the names its tools print.
+use crate::error::{c_string, check, cstr, Result};
+use std::fmt;
+use std::os::raw::c_char;
+use std::str::FromStr;
+
+macro_rules! named_enum {
+    ($(#[$doc:meta])* $name:ident, $to_name:ident, $from_name:ident { $($variant:ident = $value:expr),* $(,)? }) => {
+        $(#[$doc])*
+        /// `Other` holds a value that a newer library reports and this crate does not know.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant,)* Other(u32) }
+
+        impl $name {
+            pub fn from_raw(value: u32) -> Self {
+                match value { $($value => $name::$variant,)* other => $name::Other(other) }
+            }
+            pub fn to_raw(self) -> u32 {
+                match self { $($name::$variant => $value,)* $name::Other(v) => v }
+            }
+            /// The library's name; None for a value it does not know.
+            pub fn name(self) -> Option<String> {
+                // SAFETY: the name functions return NULL or a constant string.
+                let p: *const c_char = unsafe { h2o_sys::$to_name(self.to_raw()) };
+                (!p.is_null()).then(|| unsafe { cstr(p) })
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = crate::Error;
+            fn from_str(s: &str) -> Result<Self> {
+                let name = c_string("name", s)?;
+                let mut value = 0u32;
+                // SAFETY: both pointers are valid for the call.
+                check(unsafe { h2o_sys::$from_name(name.as_ptr(), &mut value) })?;
+                Ok($name::from_raw(value))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self.name() {
+                    Some(n) => f.write_str(&n),
+                    None => write!(f, "unknown ({})", self.to_raw()),
+                }
+            }
+        }
+    };
+}
+
+named_enum!(
+    /// Compute backend (h2o_backend_kind).
+    Backend, h2o_backend_kind_name, h2o_backend_kind_from_name {
+        Auto = 0, Cpu = 1, Vulkan = 2, Cuda = 3,
+    }
+);
+
+named_enum!(
+    /// KV eviction policy (h2o_kv_policy); the header documents each.
+    KvPolicy, h2o_kv_policy_name, h2o_kv_policy_from_name {
+        Full = 0, H2o = 1, Window = 2, SinkWindow = 3, Scissorhands = 4, Tova = 5, Roco = 6, Random = 7,
+        MeanH2o = 8,
+    }
+);
+
+named_enum!(
+    /// Element format of the KV cache (h2o_kv_type).
+    KvType, h2o_kv_type_name, h2o_kv_type_from_name {
+        F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, K8V4 = 4,
+    }
+);
+
+/// Why a generation ended (h2o_stop_reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    None,
+    MaxTokens,
+    Eos,
+    StopString,
+    Callback,
+    Other(u32),
+}
+
+impl StopReason {
+    pub fn from_raw(value: u32) -> StopReason {
+        match value {
+            h2o_sys::H2O_STOP_NONE => StopReason::None,
+            h2o_sys::H2O_STOP_MAX_TOKENS => StopReason::MaxTokens,
+            h2o_sys::H2O_STOP_EOS => StopReason::Eos,
+            h2o_sys::H2O_STOP_STRING => StopReason::StopString,
+            h2o_sys::H2O_STOP_CALLBACK => StopReason::Callback,
+            other => StopReason::Other(other),
+        }
+    }
+}

@@ -1,0 +1,302 @@
+use crate::callback::Guarded;
+use crate::error::{cstr, Error, Result, Status};
+use crate::model::Model;
+use crate::names::{Backend, KvPolicy, KvType, StopReason};
+use crate::params::{GenerateParams, SessionParams};
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// The session pointer, shared by the Session and its CancelHandles: the library's session is
+/// freed when the last of them is dropped, so a handle never cancels a freed session.
+struct RawSession(NonNull<h2o_sys::h2o_session>);
+
+// SAFETY: what crosses threads through RawSession is h2o_session_cancel (callable from any
+// thread by the header's contract) and the final h2o_session_free; every other call goes through
+// Session, which is not Sync.
+unsafe impl Send for RawSession {}
+unsafe impl Sync for RawSession {}
+
+impl Drop for RawSession {
+    fn drop(&mut self) {
+        // SAFETY: created by h2o_session_create, freed once, when nothing else can use it.
+        unsafe { h2o_sys::h2o_session_free(self.0.as_ptr()) }
+    }
+}
+
+/// One conversation: KV cache, sampler state and scratch, all allocated at creation. A session
+/// may move between threads but is used by one at a time (Send, not Sync).
+pub struct Session {
+    raw: Arc<RawSession>,
+    n_vocab: usize,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+/// Cancels what a session is running, from any thread; see `Session::cancel_handle`.
+#[derive(Clone)]
+pub struct CancelHandle {
+    raw: Arc<RawSession>,
+}
+
+impl CancelHandle {
+    /// The running call returns Status::Cancelled at its next batch boundary; the session stays
+    /// usable. Without a running call this does nothing.
+    pub fn cancel(&self) {
+        // SAFETY: the pointer is alive (held by the Arc); the call is thread-safe by contract and
+        // fails only for NULL.
+        unsafe { h2o_sys::h2o_session_cancel(self.raw.0.as_ptr()) };
+    }
+}
+
+/// The KV cache layout after defaults are resolved (h2o_kv_layout).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvLayout {
+    pub budget: u32,
+    pub policy: KvPolicy,
+    pub recent: u32,
+    pub sinks: u32,
+    pub heavy: u32,
+    pub position_rolling: bool,
+    pub kv_type: KvType,
+    pub n_ctx: u32,
+}
+
+/// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    pub weight_bytes: u64,
+    pub kv_bytes: u64,
+    pub scratch_bytes: u64,
+}
+
+/// Statistics of the last generation (h2o_generate_stats).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GenerateStats {
+    pub n_prompt_tokens: u32,
+    pub n_generated_tokens: u32,
+    pub stop_reason: StopReason,
+    pub n_past: u64,
+    pub prompt_seconds: f64,
+    pub generate_seconds: f64,
+}
+
+/// The device a session runs on (h2o_backend_info).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendInfo {
+    pub kind: Backend,
+    pub device_index: i32,
+    pub name: String,
+    pub device_type: String,
+    pub memory_bytes: u64,
+}
+
+/// Fills an output struct whose first field is struct_size.
+macro_rules! output {
+    ($ty:ty, $call:expr) => {{
+        let mut out = <$ty>::default();
+        out.struct_size = std::mem::size_of::<$ty>() as u32;
+        ($call)(&mut out as *mut $ty).map(|_| out)
+    }};
+}
+
+impl Session {
+    /// Creates a session of `model` (which it keeps alive: the model may be dropped first).
+    pub fn new(model: &Model, params: &SessionParams) -> Result<Session> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid model and params; the output pointer is written on success only.
+        crate::error::check(unsafe { h2o_sys::h2o_session_create(model.as_ptr(), &params.raw, &mut raw) })?;
+        let raw =
+            NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "h2o_session_create returned no session"))?;
+        Ok(Session { raw: Arc::new(RawSession(raw)), n_vocab: model.info().n_vocab as usize, _not_sync: PhantomData })
+    }
+
+    fn ptr(&self) -> *mut h2o_sys::h2o_session {
+        self.raw.0.as_ptr()
+    }
+
+    /// Ok, or the error with the session's own message.
+    fn check(&self, code: i32) -> Result<()> {
+        if code == h2o_sys::H2O_OK {
+            return Ok(());
+        }
+        // SAFETY: a live session; the message is copied before the next call.
+        Err(Error::new(Status::from_code(code), unsafe { cstr(h2o_sys::h2o_session_last_error(self.ptr())) }))
+    }
+
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle { raw: Arc::clone(&self.raw) }
+    }
+
+    /// Appends text without generating; `pin`: its tokens are never evicted (system prompts).
+    pub fn add_text(&mut self, text: &str, pin: bool) -> Result<()> {
+        let flags = if pin { h2o_sys::H2O_TEXT_PIN } else { 0 };
+        // SAFETY: text is valid for its length; the session is ours (&mut self).
+        self.check(unsafe {
+            h2o_sys::h2o_session_add_text(self.ptr(), text.as_ptr() as *const c_char, text.len(), flags)
+        })
+    }
+
+    /// Forgets the conversation and reseeds the sampler; no memory changes hands.
+    pub fn reset(&mut self) -> Result<()> {
+        self.check(unsafe { h2o_sys::h2o_session_reset(self.ptr()) })
+    }
+
+    /// Appends `prompt` and generates, passing each piece of text to `on_text`, which returns
+    /// false to stop (not an error). A panic in `on_text` stops generation and is returned as
+    /// Error::CallbackPanicked.
+    pub fn generate(
+        &mut self,
+        prompt: &str,
+        params: &GenerateParams,
+        on_text: impl FnMut(&str) -> bool,
+    ) -> Result<StopReason> {
+        type OnText<'a> = Guarded<&'a mut dyn FnMut(&str) -> bool>;
+        unsafe extern "C" fn trampoline(text: *const c_char, len: usize, user: *mut c_void) -> c_int {
+            // SAFETY: user is the OnText below, alive for the whole call; the library passes
+            // complete UTF-8 characters.
+            let guarded = &mut *(user as *mut OnText);
+            let bytes = std::slice::from_raw_parts(text as *const u8, len);
+            guarded.call(1, |f| match std::str::from_utf8(bytes) {
+                Ok(s) => (!f(s)) as c_int,
+                Err(_) => panic!("h2o delivered text that is not UTF-8"),
+            })
+        }
+        let c = params.to_c()?;
+        let mut on_text = on_text;
+        let mut guarded: OnText = Guarded::new(&mut on_text);
+        // SAFETY: every pointer outlives the call; the callback does not unwind.
+        let code = unsafe {
+            h2o_sys::h2o_generate(
+                self.ptr(),
+                prompt.as_ptr() as *const c_char,
+                prompt.len(),
+                &c.raw,
+                Some(trampoline),
+                &mut guarded as *mut OnText as *mut c_void,
+            )
+        };
+        let result = self.check(code);
+        guarded.finish(result)?;
+        Ok(self.stats()?.stop_reason)
+    }
+
+    /// Appends `prompt` and returns an iterator over the generated pieces of text. Dropping it
+    /// early simply leaves the generation unfinished; the next prompt starts a new one.
+    pub fn stream(&mut self, prompt: &str, params: &GenerateParams) -> Result<Stream<'_>> {
+        let c = params.to_c()?;
+        // SAFETY: the params (and stop strings) are copied by the library during _begin.
+        self.check(unsafe {
+            h2o_sys::h2o_generate_begin(self.ptr(), prompt.as_ptr() as *const c_char, prompt.len(), &c.raw)
+        })?;
+        Ok(Stream { session: self, done: false, stop_reason: StopReason::None })
+    }
+
+    /// Runs the model over token ids (for custom samplers and evaluation).
+    pub fn decode(&mut self, tokens: &[i32]) -> Result<()> {
+        self.check(unsafe { h2o_sys::h2o_session_decode(self.ptr(), tokens.as_ptr(), tokens.len()) })
+    }
+
+    /// Logits of the last processed token (one per vocabulary entry).
+    pub fn logits(&self) -> Result<Vec<f32>> {
+        let mut logits = vec![0f32; self.n_vocab];
+        self.check(unsafe { h2o_sys::h2o_session_get_logits(self.ptr(), logits.as_mut_ptr(), logits.len()) })?;
+        Ok(logits)
+    }
+
+    pub fn stats(&self) -> Result<GenerateStats> {
+        let s = output!(h2o_sys::h2o_generate_stats, |p| self
+            .check(unsafe { h2o_sys::h2o_session_get_stats(self.ptr(), p) }))?;
+        Ok(GenerateStats {
+            n_prompt_tokens: s.n_prompt_tokens,
+            n_generated_tokens: s.n_generated_tokens,
+            stop_reason: StopReason::from_raw(s.stop_reason),
+            n_past: s.n_past,
+            prompt_seconds: s.prompt_seconds,
+            generate_seconds: s.generate_seconds,
+        })
+    }
+
+    pub fn kv_layout(&self) -> Result<KvLayout> {
+        let l = output!(h2o_sys::h2o_kv_layout, |p| self
+            .check(unsafe { h2o_sys::h2o_session_get_kv_layout(self.ptr(), p) }))?;
+        Ok(KvLayout {
+            budget: l.budget,
+            policy: KvPolicy::from_raw(l.policy),
+            recent: l.recent,
+            sinks: l.sinks,
+            heavy: l.heavy,
+            position_rolling: l.position_rolling != 0,
+            kv_type: KvType::from_raw(l.type_),
+            n_ctx: l.n_ctx,
+        })
+    }
+
+    pub fn memory(&self) -> Result<MemoryReport> {
+        let m =
+            output!(h2o_sys::h2o_memory_report, |p| self.check(unsafe { h2o_sys::h2o_session_memory(self.ptr(), p) }))?;
+        Ok(MemoryReport { weight_bytes: m.weight_bytes, kv_bytes: m.kv_bytes, scratch_bytes: m.scratch_bytes })
+    }
+
+    pub fn backend(&self) -> Result<BackendInfo> {
+        let mut b: h2o_sys::h2o_backend_info = unsafe { std::mem::zeroed() };
+        b.struct_size = std::mem::size_of_val(&b) as u32;
+        self.check(unsafe { h2o_sys::h2o_session_get_backend(self.ptr(), &mut b) })?;
+        // SAFETY: the library writes NUL-terminated names into the fixed arrays.
+        let text = |a: &[c_char]| unsafe { cstr(a.as_ptr()) };
+        Ok(BackendInfo {
+            kind: Backend::from_raw(b.kind),
+            device_index: b.device_index,
+            name: text(&b.name),
+            device_type: text(&b.device_type),
+            memory_bytes: b.memory_bytes,
+        })
+    }
+}
+
+/// Pieces of generated text, pulled one at a time (h2o_generate_next). Ends after the last piece
+/// or after the first error; `stop_reason` then says why it ended.
+pub struct Stream<'a> {
+    session: &'a mut Session,
+    done: bool,
+    stop_reason: StopReason,
+}
+
+impl Stream<'_> {
+    pub fn stop_reason(&self) -> StopReason {
+        self.stop_reason
+    }
+
+    /// A handle to cancel this generation from another thread.
+    pub fn cancel_handle(&self) -> CancelHandle {
+        self.session.cancel_handle()
+    }
+}
+
+impl Iterator for Stream<'_> {
+    type Item = Result<String>;
+
+    fn next(&mut self) -> Option<Result<String>> {
+        while !self.done {
+            let (mut text, mut len, mut reason) = (std::ptr::null(), 0usize, 0u32);
+            // SAFETY: the session is borrowed mutably for the stream's life; text is copied
+            // before the next call.
+            let code = unsafe { h2o_sys::h2o_generate_next(self.session.ptr(), &mut text, &mut len, &mut reason) };
+            if let Err(e) = self.session.check(code) {
+                self.done = true;
+                return Some(Err(e));
+            }
+            self.stop_reason = StopReason::from_raw(reason);
+            self.done = self.stop_reason != StopReason::None;
+            if len > 0 {
+                let bytes = unsafe { std::slice::from_raw_parts(text as *const u8, len) };
+                return Some(
+                    String::from_utf8(bytes.to_vec())
+                        .map_err(|_| Error::new(Status::Internal, "h2o delivered text that is not UTF-8")),
+                );
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,207 @@
+//! Generation through the safe API against stories260K: determinism, callback and iterator
+//! parity, stop reasons, panics in callbacks, cancellation and model lifetime.
+mod common;
+
+use h2o::{Error, GenerateParams, Model, Session, SessionParams, Status, StopReason};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+const PROMPT: &str = "Once upon a time";
+
+fn greedy(n: u32) -> GenerateParams {
+    GenerateParams::new().greedy().max_tokens(n)
+}
+
+fn collect(session: &mut Session, prompt: &str, params: &GenerateParams) -> (String, StopReason) {
+    let mut text = String::new();
+    let reason = session
+        .generate(prompt, params, |t| {
+            text.push_str(t);
+            true
+        })
+        .unwrap();
+    (text, reason)
+}
+
+#[allow(dead_code)]
+fn assert_thread_traits() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Model>();
+    send_sync::<h2o::CancelHandle>();
+    send::<Session>();
+}
+
+#[test]
+fn greedy_generation_is_deterministic_and_the_iterator_gives_the_same_text() {
+    let model = model_or_skip!();
+    let (first, reason) = collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(32));
+    let (second, _) = collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(32));
+    assert!(first.len() > 20, "too little text: {first:?}");
+    assert_eq!(first, second);
+    assert_eq!(reason, StopReason::MaxTokens);
+
+    let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+    let pieces: Vec<String> = {
+        let mut stream = session.stream(PROMPT, &greedy(32)).unwrap();
+        let pieces = stream.by_ref().collect::<Result<_, _>>().unwrap();
+        assert_eq!(stream.stop_reason(), StopReason::MaxTokens);
+        assert!(stream.next().is_none(), "a finished stream stays finished");
+        pieces
+    };
+    assert!(pieces.len() > 1);
+    assert_eq!(pieces.concat(), first);
+    let stats = session.stats().unwrap();
+    assert_eq!(stats.n_generated_tokens, 32);
+    // The last sampled token is not yet processed: it enters with the next call.
+    assert!(stats.n_past >= 31 + stats.n_prompt_tokens as u64, "{stats:?}");
+}
+
+#[test]
+fn stop_strings_and_the_callback_stop_generation() {
+    let model = model_or_skip!();
+    let (reference, _) = collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(32));
+    // The third word of the greedy text as a stop string: the text ends right before it.
+    let word = reference.split_whitespace().nth(2).unwrap().to_owned();
+    let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+    let (text, reason) = collect(&mut session, PROMPT, &greedy(32).stop_strings([word.clone()]));
+    assert_eq!(reason, StopReason::StopString);
+    assert_eq!(text, reference[..reference.find(&word).unwrap()]);
+
+    let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+    let mut calls = 0;
+    let reason = session
+        .generate(PROMPT, &greedy(32), |_| {
+            calls += 1;
+            calls < 3
+        })
+        .unwrap();
+    assert_eq!((reason, calls), (StopReason::Callback, 3));
+}
+
+#[test]
+fn a_panic_in_the_callback_becomes_an_error_and_the_session_stays_usable() {
+    let model = model_or_skip!();
+    let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+    let mut calls = 0;
+    let err = session
+        .generate(PROMPT, &greedy(16), |_| {
+            calls += 1;
+            panic!("boom in callback")
+        })
+        .unwrap_err();
+    assert_eq!(err, Error::CallbackPanicked { message: "boom in callback".into() });
+    assert_eq!(calls, 1, "no call after the panic");
+    assert_eq!(session.stats().unwrap().stop_reason, StopReason::Callback);
+    let (more, _) = collect(&mut session, " The end.", &greedy(4));
+    assert!(!more.is_empty());
+}
+
+#[test]
+fn cancel_from_the_callback_and_from_another_thread() {
+    let model = model_or_skip!();
+    let params = SessionParams::new().kv_budget(64).position_rolling(true);
+    let mut session = Session::new(&model, &params).unwrap();
+    let handle = session.cancel_handle();
+    let mut calls = 0;
+    let err = session
+        .generate(PROMPT, &greedy(1000), |_| {
+            calls += 1;
+            handle.cancel();
+            true
+        })
+        .unwrap_err();
+    assert_eq!(err.status(), Some(Status::Cancelled));
+    assert!(calls <= 2, "cancel takes effect at the next token, got {calls} pieces");
+
+    // Another thread cancels until the generation (which would run for a million tokens) ends.
+    // One cancel is not enough: h2o_generate_next clears a cancel that arrived after the previous
+    // call's last check, so only a cancel landing inside a call's checked window takes effect.
+    let handle = session.cancel_handle();
+    let done = Arc::new(AtomicBool::new(false));
+    let canceller = {
+        let done = Arc::clone(&done);
+        thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                handle.cancel();
+                thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    };
+    // The cancel may land while the prompt is processed (in stream) or during generation.
+    let result = session.stream(" Then", &greedy(1_000_000)).and_then(|s| s.collect::<Result<Vec<_>, _>>());
+    done.store(true, Ordering::Relaxed);
+    canceller.join().unwrap();
+    assert_eq!(result.unwrap_err().status(), Some(Status::Cancelled));
+
+    // A handle outliving its session cancels nothing and does not crash.
+    let handle = session.cancel_handle();
+    drop(session);
+    handle.cancel();
+}
+
+#[test]
+fn sessions_keep_the_model_alive_and_share_it_across_threads() {
+    let model = Arc::new(model_or_skip!());
+    let (expected, _) = collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(16));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let model = Arc::clone(&model);
+            thread::spawn(move || {
+                collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(16)).0
+            })
+        })
+        .collect();
+    for w in workers {
+        assert_eq!(w.join().unwrap(), expected);
+    }
+
+    let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+    drop(model); // the last Rust reference: the session still holds the library's model
+    assert_eq!(collect(&mut session, PROMPT, &greedy(16)).0, expected);
+}
+
+#[test]
+fn constant_memory_session_reports_its_layout_and_memory() {
+    let model = model_or_skip!();
+    let params = SessionParams::new()
+        .kv_budget(32)
+        .kv_policy(h2o::KvPolicy::H2o)
+        .position_rolling(true)
+        .kv_type(h2o::KvType::Q8);
+    let mut session = Session::new(&model, &params).unwrap();
+    let layout = session.kv_layout().unwrap();
+    assert_eq!((layout.budget, layout.policy, layout.kv_type), (32, h2o::KvPolicy::H2o, h2o::KvType::Q8));
+    assert!(layout.position_rolling);
+    let memory = session.memory().unwrap();
+    assert!(memory.kv_bytes > 0 && memory.weight_bytes > 0);
+    session.add_text("You are a storyteller.", true).unwrap();
+    // Far more tokens than the budget: eviction and rolling keep the session going.
+    let (text, reason) = collect(&mut session, PROMPT, &greedy(200).stop_at_eos(false));
+    assert_eq!(reason, StopReason::MaxTokens);
+    assert!(text.len() > 200);
+    assert_eq!(session.memory().unwrap(), memory);
+    assert_eq!(session.backend().unwrap().kind, h2o::Backend::Cpu);
+}
+
+#[test]
+fn tokenize_and_detokenize_round_trip() {
+    let model = model_or_skip!();
+    let info = model.info();
+    let tokens = model.tokenize(PROMPT, true).unwrap();
+    assert_eq!(Some(tokens[0]), info.bos_token);
+    assert_eq!(model.detokenize(&tokens).unwrap(), PROMPT);
+    assert!(model.tokenize("", false).unwrap().is_empty());
+    assert!(h2o::version_matches(), "library {} is not ABI 0.2", h2o::version());
+}
+
+#[test]
+fn decode_gives_logits_for_the_vocabulary() {
+    let model = model_or_skip!();
+    let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+    session.decode(&model.tokenize(PROMPT, true).unwrap()).unwrap();
+    let logits = session.logits().unwrap();
+    assert_eq!(logits.len(), model.info().n_vocab as usize);
+    assert!(logits.iter().all(|l| l.is_finite()));
+}

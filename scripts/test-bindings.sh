@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds and tests the Rust and C# bindings against the library in BUILD_DIR (which is built
+# first when the library is missing there). Usage: scripts/test-bindings.sh [BUILD_DIR]
+# The C# side uses Debian's Mono (mcs, mono), installed here when missing; the Rust side needs
+# cargo but no crates from the network. Both find stories260K as the C tests do ($H2O_SHARED_DIR
+# or ../shared) and print H2O-SKIP lines for the tests that need it when it is absent.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+[ -e "$build/libh2o-llm.so" ] || "$root/scripts/build.sh" "$build"
+build="$(cd "$build" && pwd)"
+"$root/scripts/install-deps.sh" mono-mcs mono-runtime
+export PATH="$HOME/.cargo/bin:$PATH"
+# Rust finds the library through H2O_LIB_DIR (and records it as an rpath); Mono through the
+# loader path.
+export H2O_LIB_DIR="$build" LD_LIBRARY_PATH="$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+failed=0
+
+# Runs "$@" with its output in $log; prints the lines matching $summary, or everything on failure.
+run() {
+  local name="$1" summary="$2" start=$SECONDS
+  shift 2
+  if "$@" >"$log" 2>&1; then
+    grep -E "$summary" "$log" || true
+    echo "$name: passed ($((SECONDS - start)) s)"
+  else
+    cat "$log"
+    echo "$name: FAILED ($((SECONDS - start)) s)"
+    failed=1
+  fi
+}
+
+# --nocapture shows the tests' H2O-SKIP notices; the tests print nothing else.
+run "Rust bindings" "^test result|H2O-SKIP" \
+  bash -c "cd '$root/bindings/rust' && cargo test --offline -- --nocapture"
+
+cs="$root/bindings/csharp"
+out="$cs/out"
+mkdir -p "$out"
+build_cs() {
+  mcs -warnaserror -unsafe -target:library -out:"$out/H2o.dll" "$cs"/src/*.cs
+  # The tests are compiled with the sources: they check the internal struct declarations too.
+  mcs -warnaserror -unsafe -out:"$out/H2o.Tests.exe" "$cs"/src/*.cs "$cs"/tests/*.cs
+  for sample in Stream Assistant; do
+    mcs -warnaserror -r:"$out/H2o.dll" -out:"$out/$sample.exe" "$cs/samples/$sample.cs"
+  done
+}
+run "C# bindings: build (mcs)" "error" build_cs
+[ $failed -eq 0 ] || exit 1
+run "C# bindings" "FAILED|H2O-SKIP| passed, " mono "$out/H2o.Tests.exe"
+exit $failed
