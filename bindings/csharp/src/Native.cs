@@ -19,6 +19,7 @@ namespace H2o
         public IntPtr tokenizer_path;
         public IntPtr progress;
         public IntPtr progress_user_data;
+        public ulong prefix_cache_bytes;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -63,6 +63,7 @@ pub struct h2o_model_params {
     pub tokenizer_path: *const c_char,
     pub progress: h2o_progress_callback,
     pub progress_user_data: *mut c_void,
+    pub prefix_cache_bytes: u64,
 }
 
 #[repr(C)]
