@@ -12,6 +12,7 @@
 
 #include "h2o/h2o.h"
 #include "backend_registry.h"
+#include "chat_format.h"
 #include "model.h"
 #include "file_io.h"
 #include "session.h"
@@ -142,6 +143,19 @@ Status write_result(const T &value, T *dst, const char *what) {
     std::memcpy(static_cast<void *>(dst), &value, known);
     if (size > known) std::memset(reinterpret_cast<char *>(dst) + known, 0, size - known);
     dst->struct_size = size;
+    return Status::Ok();
+}
+
+// Gives text to a caller's buffer: *n_bytes receives the size; the bytes are copied when they fit,
+// followed by a NUL when there is room (and terminate is set).
+Status write_text(const std::string &value, char *text, size_t capacity, size_t *n_bytes, bool terminate = true) {
+    *n_bytes = value.size();
+    if (value.size() > capacity) {
+        return make_error(H2O_ERR_BUFFER_TOO_SMALL, "the text needs " + std::to_string(value.size()) + " bytes; capacity is " +
+                                                        std::to_string(capacity));
+    }
+    if (!value.empty()) std::memcpy(text, value.data(), value.size());  // text may be NULL when nothing is copied
+    if (terminate && value.size() < capacity) text[value.size()] = '\0';
     return Status::Ok();
 }
 
@@ -322,15 +336,19 @@ H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_
     });
 }
 
-H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, int add_bos, int32_t *tokens,
+H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, uint32_t flags, int32_t *tokens,
                                 size_t capacity, size_t *n_tokens) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_tokenize: model is NULL");
         if (!text && text_len > 0) return invalid("h2o_tokenize: text is NULL");
         if (!tokens && capacity > 0) return invalid("h2o_tokenize: tokens is NULL but capacity is not 0");
         if (!n_tokens) return invalid("h2o_tokenize: n_tokens is NULL");
+        if (flags & ~(H2O_TOKENIZE_ADD_BOS | H2O_TOKENIZE_SPECIAL)) return invalid("h2o_tokenize: unknown flags " + std::to_string(flags));
         std::vector<int32_t> ids;
-        if (Status s = model->impl->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0, &ids); !s.ok()) {
+        const h2o::Tokenizer &tok = model->impl->tokenizer();
+        const std::string_view view(text ? text : "", text_len);
+        const bool add_bos = flags & H2O_TOKENIZE_ADD_BOS;
+        if (Status s = flags & H2O_TOKENIZE_SPECIAL ? tok.encode_special(view, add_bos, &ids) : tok.encode(view, add_bos, &ids); !s.ok()) {
             return fail(s);
         }
         *n_tokens = ids.size();
@@ -352,13 +370,60 @@ H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens,
         if (!n_bytes) return invalid("h2o_detokenize: n_bytes is NULL");
         std::string out;
         if (Status s = model->impl->tokenizer().decode(tokens, n_tokens, &out); !s.ok()) return fail(s);
-        *n_bytes = out.size();
-        if (out.size() > capacity) {
-            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "the text needs " + std::to_string(out.size()) +
-                                                                 " bytes; capacity is " + std::to_string(capacity)));
+        if (Status s = write_text(out, text, capacity, n_bytes); !s.ok()) return fail(s);
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_token_to_piece(const h2o_model *model, int32_t token, char *text, size_t capacity, size_t *n_bytes) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!model) return invalid("h2o_token_to_piece: model is NULL");
+        if (!text && capacity > 0) return invalid("h2o_token_to_piece: text is NULL but capacity is not 0");
+        if (!n_bytes) return invalid("h2o_token_to_piece: n_bytes is NULL");
+        const h2o::Tokenizer &tok = model->impl->tokenizer();
+        if (token < 0 || token >= tok.n_vocab()) {
+            return invalid("token id " + std::to_string(token) + " is outside the vocabulary of " + std::to_string(tok.n_vocab()) + " tokens");
         }
-        if (!out.empty()) std::memcpy(text, out.data(), out.size());  // text may be NULL when nothing is copied
-        if (out.size() < capacity) text[out.size()] = '\0';
+        std::string piece;
+        if (tok.type(token) == h2o::TOKEN_CONTROL) {
+            piece = tok.piece(token);  // spelled out, where text rendering leaves it out
+        } else {
+            tok.append_piece(token, false, &piece);
+        }
+        if (Status s = write_text(piece, text, capacity, n_bytes, /*terminate=*/false); !s.ok()) return fail(s);
+        return succeed();
+    });
+}
+
+H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token) {
+    return model && model->impl->tokenizer().is_end_of_generation(token) ? 1 : 0;
+}
+
+H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages,
+                                   size_t n_messages, int add_assistant_prefix, char *text, size_t capacity, size_t *n_bytes) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!model) return invalid("h2o_chat_format: model is NULL");
+        if (!messages && n_messages > 0) return invalid("h2o_chat_format: messages is NULL");
+        if (!text && capacity > 0) return invalid("h2o_chat_format: text is NULL but capacity is not 0");
+        if (!n_bytes) return invalid("h2o_chat_format: n_bytes is NULL");
+        h2o::ChatFormat format;
+        Status s = format_name ? h2o::chat_format_from_name(format_name, &format)
+                               : h2o::chat_format_from_template(model->impl->chat_template(), &format);
+        if (!s.ok()) return fail(s);
+        std::vector<h2o::ChatMessage> list;
+        for (size_t i = 0; i < n_messages; ++i) {
+            const h2o_chat_message &m = messages[i];
+            if ((!m.role && m.role_len) || (!m.content && m.content_len)) return invalid("message " + std::to_string(i) + " has a NULL role or content");
+            const std::string_view role(m.role ? m.role : "", m.role_len), content(m.content ? m.content : "", m.content_len);
+            if (!h2o::is_valid_utf8(role) || !h2o::is_valid_utf8(content)) {
+                return fail(make_error(H2O_ERR_INVALID_TEXT, "message " + std::to_string(i) + " is not valid UTF-8"));
+            }
+            list.push_back({role, content});
+        }
+        const h2o::Tokenizer &tok = model->impl->tokenizer();
+        std::string out;
+        if (s = h2o::format_chat(format, list, add_assistant_prefix != 0, tok.piece(tok.bos()), tok.piece(tok.eos()), &out); !s.ok()) return fail(s);
+        if (s = write_text(out, text, capacity, n_bytes); !s.ok()) return fail(s);
         return succeed();
     });
 }
@@ -874,10 +939,10 @@ H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, 
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_add_text: session is NULL");
         if (!text && text_len > 0) return invalid("h2o_session_add_text: text is NULL but text_len is not 0", session);
-        if (flags & ~H2O_TEXT_PIN) return invalid("h2o_session_add_text: unknown flags " + std::to_string(flags), session);
+        if (flags & ~(H2O_TEXT_PIN | H2O_TEXT_SPECIAL)) return invalid("h2o_session_add_text: unknown flags " + std::to_string(flags), session);
         session->impl->begin_call();
         session->impl->abandon_generation();
-        if (Status s = session->impl->add_text(text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0); !s.ok()) return fail(s, session);
+        if (Status s = session->impl->add_text(text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0, (flags & H2O_TEXT_SPECIAL) != 0); !s.ok()) return fail(s, session);
         return succeed(session);
     });
 }

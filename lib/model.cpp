@@ -118,6 +118,8 @@ Status Model::read_hyper_parameters() {
     }
     std::string_view name;
     if (file_->get_string("general.name", &name).ok()) name_ = std::string(name);
+    std::string_view chat_template;
+    if (file_->get_string("tokenizer.chat_template", &chat_template).ok()) chat_template_ = std::string(chat_template);
 
     uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, rope_dims = 0;
     H2O_TRY(file_->get_u32("llama.embedding_length", &n_embd));

@@ -56,6 +56,8 @@ public:
     uint64_t n_params() const { return n_params_; }
     uint64_t weight_bytes() const { return weight_bytes_; }
     const std::string &name() const { return name_; }
+    // tokenizer.chat_template from the file ("" when absent).
+    const std::string &chat_template() const { return chat_template_; }
     // A 64-bit hash of the tensor table (names, types, shapes) and the vocabulary (pieces, types):
     // session snapshots carry it so that another model's snapshot is refused.
     uint64_t fingerprint() const { return fingerprint_; }
@@ -79,6 +81,7 @@ private:
     uint64_t n_params_ = 0;
     uint64_t weight_bytes_ = 0;
     std::string name_;
+    std::string chat_template_;
     uint64_t fingerprint_ = 0;
     std::unique_ptr<PrefixCache> prefix_cache_;
 };

@@ -272,10 +272,11 @@ Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
     return st;
 }
 
-Status Session::add_text(std::string_view text, bool pinned) {
+Status Session::add_text(std::string_view text, bool pinned, bool special) {
     const Tokenizer &tok = model_.tokenizer();
     const bool fresh = n_past_ == 0 && pending_token_ < 0;
-    H2O_TRY(tok.encode(text, fresh && tok.bos() >= 0, &prompt_tokens_));
+    const bool add_bos = fresh && tok.bos() >= 0;
+    H2O_TRY(special ? tok.encode_special(text, add_bos, &prompt_tokens_) : tok.encode(text, add_bos, &prompt_tokens_));
     if (prompt_tokens_.empty()) return Status::Ok();
     return decode(prompt_tokens_.data(), prompt_tokens_.size(), pinned);
 }
@@ -343,7 +344,7 @@ Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
         ++stats_.n_generated_tokens;
         history_.push(token);
         pending_token_ = token;
-        if (settings.stop_at_eos && token == tok.eos()) {
+        if (settings.stop_at_eos && tok.is_end_of_generation(token)) {
             finish_generation(*reason = H2O_STOP_EOS, piece);
             return Status::Ok();
         }

@@ -55,8 +55,9 @@ public:
     // Appends tokens (batched) and leaves the last token's logits in logits(). Pinned tokens are
     // never evicted.
     Status decode(const int32_t *tokens, size_t n, bool pinned = false);
-    // Tokenizes text (BOS first in a fresh session) and appends it.
-    Status add_text(std::string_view text, bool pinned);
+    // Tokenizes text (BOS first in a fresh session) and appends it. special: the text of control
+    // tokens becomes those tokens (Tokenizer::encode_special).
+    Status add_text(std::string_view text, bool pinned, bool special = false);
     // Generation, pull style: begin_generation appends the prompt; each next_piece samples until
     // it has complete text to give (or generation ends: *reason becomes the stop reason, and the
     // text still held back is in *piece). generate() drives both and streams to a sink.

@@ -4,6 +4,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -360,6 +361,18 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
     tok->bos_ = spec.bos;
     tok->eos_ = spec.eos;
     tok->unk_ = spec.unk;
+    // The ends of a turn in the chat formats of Llama-family models, when the vocabulary has them
+    // as control tokens (the GGUF keys name only some of them).
+    static const std::string_view kTurnEnds[] = {"</s>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"};
+    for (int32_t id = 0; id < static_cast<int32_t>(spec.pieces.size()); ++id) {
+        const Entry &e = tok->entries_[static_cast<size_t>(id)];
+        if ((e.type == TOKEN_CONTROL || e.type == TOKEN_USER_DEFINED) && !e.piece.empty()) tok->special_by_length_.push_back(id);
+        const bool turn_end = e.type == TOKEN_CONTROL && std::find(std::begin(kTurnEnds), std::end(kTurnEnds), e.piece) != std::end(kTurnEnds);
+        if (id == spec.eos || id == spec.eot || id == spec.eom || turn_end) tok->end_of_generation_.push_back(id);
+    }
+    std::stable_sort(tok->special_by_length_.begin(), tok->special_by_length_.end(), [&](int32_t a, int32_t b) {
+        return tok->entries_[static_cast<size_t>(a)].piece.size() > tok->entries_[static_cast<size_t>(b)].piece.size();
+    });
     tok->add_space_prefix_ = spec.add_space_prefix;
     *out = std::move(tok);
     return Status::Ok();
@@ -382,6 +395,13 @@ Status Tokenizer::from_gguf(const GgufFile &file, std::unique_ptr<Tokenizer> *ou
     H2O_TRY(read_token_id(file, "tokenizer.ggml.bos_token_id", 1, &spec.bos));
     H2O_TRY(read_token_id(file, "tokenizer.ggml.eos_token_id", 2, &spec.eos));
     H2O_TRY(read_token_id(file, "tokenizer.ggml.unknown_token_id", 0, &spec.unk));
+    H2O_TRY(read_token_id(file, "tokenizer.ggml.eot_token_id", -1, &spec.eot));
+    H2O_TRY(read_token_id(file, "tokenizer.ggml.eom_token_id", -1, &spec.eom));
+    for (int32_t id : {spec.eot, spec.eom}) {
+        if (id >= static_cast<int32_t>(spec.pieces.size())) {
+            return make_error(H2O_ERR_MODEL_FORMAT, "end-of-turn token id " + std::to_string(id) + " is outside the vocabulary");
+        }
+    }
     H2O_TRY(file.get_bool_or("tokenizer.ggml.add_space_prefix", true, &spec.add_space_prefix));
     return from_vocab(spec, out);
 }
@@ -429,6 +449,47 @@ Status Tokenizer::encode(std::string_view text, bool add_bos, std::vector<int32_
     if (add_bos) out->push_back(bos_);
     out->insert(out->end(), ids.begin(), ids.end());
     return Status::Ok();
+}
+
+Status Tokenizer::encode_special(std::string_view text, bool add_bos, std::vector<int32_t> *out) const {
+    if (size_t bad = 0; !is_valid_utf8(text, &bad))
+        return make_error(H2O_ERR_INVALID_TEXT, "text is not valid UTF-8 at byte offset " + std::to_string(bad));
+    std::vector<int32_t> ids, fragment_ids;
+    size_t fragment_start = 0;
+    auto flush_text = [&](size_t end) -> Status {
+        if (end > fragment_start) {
+            H2O_TRY(encode(text.substr(fragment_start, end - fragment_start), false, &fragment_ids));
+            ids.insert(ids.end(), fragment_ids.begin(), fragment_ids.end());
+        }
+        return Status::Ok();
+    };
+    for (size_t i = 0; i < text.size();) {
+        int32_t found = -1;
+        for (int32_t id : special_by_length_) {
+            if (text.substr(i).starts_with(entries_[static_cast<size_t>(id)].piece)) {
+                found = id;
+                break;
+            }
+        }
+        if (found < 0) {
+            ++i;
+            continue;
+        }
+        H2O_TRY(flush_text(i));
+        ids.push_back(found);
+        i += entries_[static_cast<size_t>(found)].piece.size();
+        fragment_start = i;
+    }
+    H2O_TRY(flush_text(text.size()));
+    if (add_bos && bos_ < 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "the vocabulary has no BOS token");
+    out->clear();
+    if (add_bos && (ids.empty() || ids.front() != bos_)) out->push_back(bos_);
+    out->insert(out->end(), ids.begin(), ids.end());
+    return Status::Ok();
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+    return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), id);
 }
 
 void Tokenizer::append_piece(int32_t id, bool after_bos, std::string *out) const {

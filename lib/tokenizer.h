@@ -41,6 +41,8 @@ struct VocabSpec {
     std::vector<float> scores;
     std::vector<int32_t> types;  // TokenType values
     int32_t bos = -1, eos = -1, unk = -1;
+    // End-of-turn and end-of-message tokens (tokenizer.ggml.eot_token_id, eom_token_id), -1: none.
+    int32_t eot = -1, eom = -1;
     bool add_space_prefix = true;  // sentencepiece's add_dummy_prefix
 };
 
@@ -80,6 +82,15 @@ public:
     // is added when the vocabulary asks for it, as sentencepiece and llama.cpp do. Empty text
     // gives no tokens (just BOS when add_bos). add_bos without a BOS token: H2O_ERR_INVALID_ARGUMENT.
     Status encode(std::string_view text, bool add_bos, std::vector<int32_t> *out) const;
+    // As encode, but the text of a control or user-defined token ("<s>", "</s>", "<|im_end|>")
+    // becomes that token instead of being spelled out; the text between them is encoded as
+    // above, each piece with its own leading space, as llama.cpp does. A BOS at the very start
+    // is not doubled by add_bos.
+    Status encode_special(std::string_view text, bool add_bos, std::vector<int32_t> *out) const;
+
+    // Whether generation ends at this token: EOS, the end-of-turn and end-of-message tokens the
+    // vocabulary names, and control tokens that chat formats use to end a turn.
+    bool is_end_of_generation(int32_t id) const;
 
     // Appends the bytes token id contributes to a text stream: U+2581 becomes ' ', a byte token
     // <0xNN> that raw byte (possibly part of a multi-byte character), control tokens nothing, the
@@ -108,6 +119,8 @@ private:
 
     std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
     std::vector<Entry> entries_;
+    std::vector<int32_t> special_by_length_;  // control and user-defined tokens, longest piece first
+    std::vector<int32_t> end_of_generation_;  // sorted
     int32_t bos_ = -1, eos_ = -1, unk_ = -1;
     bool add_space_prefix_ = true;
 };

@@ -206,12 +206,17 @@ H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_
 /* Fills *info (set info->struct_size first: see the conventions above). */
 H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *info);
 
+/* Flags for h2o_tokenize. */
+#define H2O_TOKENIZE_ADD_BOS 1u  /* prepend the BOS token (not doubled if the text begins with "<s>" parsed as special) */
+#define H2O_TOKENIZE_SPECIAL 2u  /* the text of control tokens ("<s>", "</s>", "<|im_end|>", ...) becomes those tokens */
+
 /* Tokenizes UTF-8 text (text_len bytes; text need not be NUL-terminated). A leading space is
- * added as sentencepiece does. add_bos != 0 prepends the BOS token. Writes at most capacity ids;
+ * added as sentencepiece does (with H2O_TOKENIZE_SPECIAL, to each stretch of text between special
+ * tokens, as llama.cpp does). flags: H2O_TOKENIZE_*. Writes at most capacity ids;
  * *n_tokens always receives the number of ids the text needs. Errors: H2O_ERR_BUFFER_TOO_SMALL
  * (nothing useful written beyond capacity), H2O_ERR_INVALID_TEXT. tokens may be NULL when
  * capacity is 0, to ask for the size. */
-H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, int add_bos,
+H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, uint32_t flags,
                                 int32_t *tokens, size_t capacity, size_t *n_tokens);
 
 /* Converts ids back to UTF-8 text (the leading space of the first piece is removed, special
@@ -220,6 +225,44 @@ H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t
  * H2O_ERR_BUFFER_TOO_SMALL, H2O_ERR_INVALID_ARGUMENT (an id outside the vocabulary). */
 H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text,
                                   size_t capacity, size_t *n_bytes);
+
+/* The vocabulary string of one token, with special tokens spelled out ("</s>", "<|im_end|>"),
+ * U+2581 shown as a space and byte tokens as their byte: what h2o_detokenize leaves out for
+ * control tokens. *n_bytes receives the size (no NUL is written). Errors:
+ * H2O_ERR_INVALID_ARGUMENT (id outside the vocabulary), H2O_ERR_BUFFER_TOO_SMALL. */
+H2O_API h2o_status h2o_token_to_piece(const h2o_model *model, int32_t token, char *text, size_t capacity, size_t *n_bytes);
+
+/* 1 when generation ends at this token: EOS, the end-of-turn tokens the vocabulary names
+ * (tokenizer.ggml.eot_token_id, eom_token_id), and control tokens that end a chat turn
+ * ("</s>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"); else 0. */
+H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token);
+
+/* ---------------------------------------------------------------------------------------------
+ * Chat formatting
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct h2o_chat_message {
+    const char *role;       /* "system", "user" or "assistant" */
+    size_t role_len;
+    const char *content;
+    size_t content_len;
+} h2o_chat_message;
+
+/* Writes a conversation as the model's chat format expects it. format_name: "llama2" (Llama-2
+ * chat: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>"), "zephyr"
+ * (Zephyr, TinyLlama chat: "<|{role}|>\n{content}</s>\n"), "chatml" ("<|im_start|>{role}\n
+ * {content}<|im_end|>\n"), or NULL for the format the model's tokenizer.chat_template describes.
+ * add_assistant_prefix != 0 ends the text with what opens the assistant's reply ("<|assistant|>\n",
+ * "<|im_start|>assistant\n"; Llama-2 prompts already end with " [/INST]"). Feed the text with
+ * h2o_session_add_text(..., H2O_TEXT_SPECIAL) so its control tokens become tokens, then
+ * h2o_generate with an empty prompt: generation stops at the end-of-turn token. The text is
+ * written as h2o_detokenize writes (needed size in *n_bytes, NUL when it fits). Errors:
+ * H2O_ERR_INVALID_ARGUMENT (unknown format name or role, turns out of order for llama2),
+ * H2O_ERR_UNSUPPORTED (NULL format and the model has no known template),
+ * H2O_ERR_BUFFER_TOO_SMALL. */
+H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages,
+                                   size_t n_messages, int add_assistant_prefix, char *text, size_t capacity,
+                                   size_t *n_bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * Sessions
@@ -439,7 +482,8 @@ typedef struct h2o_memory_report {
 H2O_API h2o_status h2o_session_memory(const h2o_session *session, h2o_memory_report *report);
 
 /* Flags for h2o_session_add_text. */
-#define H2O_TEXT_PIN 1u /* the text's tokens are never evicted (system prompts, instructions) */
+#define H2O_TEXT_PIN 1u     /* the text's tokens are never evicted (system prompts, instructions) */
+#define H2O_TEXT_SPECIAL 2u /* parse special tokens in the text, as H2O_TOKENIZE_SPECIAL (chat formats) */
 
 /* Appends text_len bytes of UTF-8 text to the session without generating (the first text of a
  * session starts with BOS). With H2O_TEXT_PIN the tokens are pinned: they count against
@@ -510,7 +554,7 @@ typedef struct h2o_generate_params {
      * itself is not delivered to the callback. NULL/0: none. */
     const char *const *stop_strings;
     size_t n_stop_strings;
-    /* Stop at the model's end-of-sequence token. Default 1. */
+    /* Stop at an end-of-generation token (h2o_token_is_end_of_generation). Default 1. */
     int32_t stop_at_eos;
 } h2o_generate_params;
 

@@ -1,0 +1,95 @@
+#include "chat_format.h"
+
+namespace h2o {
+
+namespace {
+
+Status bad_role(std::string_view role, size_t index) {
+    return make_error(H2O_ERR_INVALID_ARGUMENT, "message " + std::to_string(index) + " has role '" + std::string(role) +
+                                                    "' (known: system, user, assistant)");
+}
+
+bool known_role(std::string_view role) { return role == "system" || role == "user" || role == "assistant"; }
+
+// Leading and trailing whitespace removed, as Llama-2's template does with .strip().
+std::string_view strip(std::string_view s) {
+    const char *space = " \t\n\r\f\v";
+    const size_t begin = s.find_first_not_of(space);
+    if (begin == std::string_view::npos) return {};
+    return s.substr(begin, s.find_last_not_of(space) - begin + 1);
+}
+
+// Llama-2 chat: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>" and
+// "<s>[INST] {user} [/INST]" for each later exchange; the system message goes inside the first
+// user turn. The template has no separate assistant prefix: a prompt ends with " [/INST]".
+Status format_llama2(const std::vector<ChatMessage> &messages, std::string_view bos, std::string_view eos, std::string *out) {
+    size_t i = 0;
+    std::string system;
+    if (!messages.empty() && messages[0].role == "system") {
+        system = "<<SYS>>\n" + std::string(strip(messages[0].content)) + "\n<</SYS>>\n\n";
+        i = 1;
+    }
+    for (bool user_turn = true; i < messages.size(); ++i, user_turn = !user_turn) {
+        const ChatMessage &m = messages[i];
+        if (m.role != (user_turn ? "user" : "assistant")) {
+            return make_error(H2O_ERR_INVALID_ARGUMENT, "message " + std::to_string(i) + " has role '" + std::string(m.role) +
+                                                            "': the llama2 format needs user and assistant turns in turn, "
+                                                            "after an optional first system message");
+        }
+        if (user_turn) {
+            out->append(bos).append("[INST] ").append(system).append(strip(m.content)).append(" [/INST]");
+            system.clear();
+        } else {
+            out->append(" ").append(strip(m.content)).append(" ").append(eos);
+        }
+    }
+    return Status::Ok();
+}
+
+}  // namespace
+
+Status chat_format_from_name(std::string_view name, ChatFormat *out) {
+    if (name == "llama2") *out = ChatFormat::Llama2;
+    else if (name == "zephyr") *out = ChatFormat::Zephyr;
+    else if (name == "chatml") *out = ChatFormat::ChatML;
+    else return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown chat format '" + std::string(name) + "' (known: llama2, zephyr, chatml)");
+    return Status::Ok();
+}
+
+Status chat_format_from_template(std::string_view chat_template, ChatFormat *out) {
+    if (chat_template.empty()) {
+        return make_error(H2O_ERR_UNSUPPORTED, "the model has no chat template (tokenizer.chat_template): name a format (llama2, zephyr, chatml)");
+    }
+    // Each format's template spells out its own markers.
+    if (chat_template.find("<|im_start|>") != std::string_view::npos) *out = ChatFormat::ChatML;
+    else if (chat_template.find("<|user|>") != std::string_view::npos) *out = ChatFormat::Zephyr;
+    else if (chat_template.find("[INST]") != std::string_view::npos) *out = ChatFormat::Llama2;
+    else return make_error(H2O_ERR_UNSUPPORTED, "the model's chat template is not one of the known formats (llama2, zephyr, chatml): name one");
+    return Status::Ok();
+}
+
+Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, bool add_assistant_prefix,
+                   std::string_view bos, std::string_view eos, std::string *out) {
+    out->clear();
+    for (size_t i = 0; i < messages.size(); ++i) {
+        if (!known_role(messages[i].role)) return bad_role(messages[i].role, i);
+    }
+    switch (format) {
+        case ChatFormat::Llama2:
+            return format_llama2(messages, bos, eos, out);
+        case ChatFormat::Zephyr:
+            // "<|{role}|>\n{content}</s>\n" per message; the reply opens with "<|assistant|>\n".
+            for (const ChatMessage &m : messages) out->append("<|").append(m.role).append("|>\n").append(m.content).append(eos).append("\n");
+            if (add_assistant_prefix) out->append("<|assistant|>\n");
+            return Status::Ok();
+        case ChatFormat::ChatML:
+            // "<|im_start|>{role}\n{content}<|im_end|>\n" per message; the reply opens with
+            // "<|im_start|>assistant\n".
+            for (const ChatMessage &m : messages) out->append("<|im_start|>").append(m.role).append("\n").append(m.content).append("<|im_end|>\n");
+            if (add_assistant_prefix) out->append("<|im_start|>assistant\n");
+            return Status::Ok();
+    }
+    return make_error(H2O_ERR_INTERNAL, "unknown chat format");
+}
+
+}  // namespace h2o

@@ -1,0 +1,139 @@
+// Chat formats (exact strings of each template), special-token parsing, end-of-generation tokens.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat_format.h"
+#include "doctest/doctest.h"
+#include "gguf.h"
+#include "h2o/h2o.h"
+#include "test_util.h"
+#include "tokenizer.h"
+
+namespace {
+
+using h2o::ChatFormat;
+using h2o::ChatMessage;
+
+std::string format(ChatFormat f, const std::vector<ChatMessage> &messages, bool add_assistant_prefix) {
+    std::string out;
+    REQUIRE(h2o::format_chat(f, messages, add_assistant_prefix, "<s>", "</s>", &out).ok());
+    return out;
+}
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "You are a helpful assistant."},
+    {"user", "Hello!"},
+    {"assistant", "Hi, how can I help?"},
+    {"user", "Tell me a story."},
+};
+
+TEST_CASE("chat: the three formats write exactly what their templates produce") {
+    CHECK(format(ChatFormat::ChatML, kConversation, true) ==
+          "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+          "<|im_start|>user\nHello!<|im_end|>\n"
+          "<|im_start|>assistant\nHi, how can I help?<|im_end|>\n"
+          "<|im_start|>user\nTell me a story.<|im_end|>\n"
+          "<|im_start|>assistant\n");
+    CHECK(format(ChatFormat::Zephyr, kConversation, true) ==
+          "<|system|>\nYou are a helpful assistant.</s>\n"
+          "<|user|>\nHello!</s>\n"
+          "<|assistant|>\nHi, how can I help?</s>\n"
+          "<|user|>\nTell me a story.</s>\n"
+          "<|assistant|>\n");
+    CHECK(format(ChatFormat::Llama2, kConversation, true) ==
+          "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nHello! [/INST] Hi, how can I help? </s>"
+          "<s>[INST] Tell me a story. [/INST]");
+    // Without a system message, and with the whitespace Llama-2's template strips.
+    CHECK(format(ChatFormat::Llama2, {{"user", "  Hi \n"}}, false) == "<s>[INST] Hi [/INST]");
+    CHECK(format(ChatFormat::ChatML, {{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST_CASE("chat: bad roles and out-of-order Llama-2 turns are refused") {
+    std::string out;
+    CHECK(h2o::format_chat(ChatFormat::ChatML, {{"tool", "x"}}, false, "<s>", "</s>", &out).code == H2O_ERR_INVALID_ARGUMENT);
+    const h2o::Status st = h2o::format_chat(ChatFormat::Llama2, {{"user", "a"}, {"user", "b"}}, false, "<s>", "</s>", &out);
+    CHECK(st.code == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(st.message.find("in turn") != std::string::npos);
+    ChatFormat f;
+    CHECK(h2o::chat_format_from_name("alpaca", &f).code == H2O_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("chat: a model's format is recognised from its chat template") {
+    ChatFormat f;
+    REQUIRE(h2o::chat_format_from_template("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}", &f).ok());
+    CHECK(f == ChatFormat::ChatML);
+    REQUIRE(h2o::chat_format_from_template("{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}{% endif %}", &f).ok());
+    CHECK(f == ChatFormat::Zephyr);
+    REQUIRE(h2o::chat_format_from_template("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}", &f).ok());
+    CHECK(f == ChatFormat::Llama2);
+    CHECK(h2o::chat_format_from_template("", &f).code == H2O_ERR_UNSUPPORTED);
+    CHECK(h2o::chat_format_from_template("{{ message['content'] }}", &f).code == H2O_ERR_UNSUPPORTED);
+}
+
+TEST_CASE("chat: special tokens are parsed on request, with llama.cpp's spacing") {
+    H2O_SHARED_FILE_OR_SKIP(path, "vocab/ggml-vocab-llama-spm.gguf");
+    std::unique_ptr<h2o::GgufFile> file;
+    REQUIRE(h2o::GgufFile::open(path, &file).ok());
+    std::unique_ptr<h2o::Tokenizer> tok;
+    REQUIRE(h2o::Tokenizer::from_gguf(*file, &tok).ok());
+    std::vector<int32_t> special, plain, expected;
+    REQUIRE(tok->encode_special("<s>[INST] Hi [/INST] Hello </s>", true, &special).ok());
+    // BOS once, the text between as if encoded alone (each piece with its own leading space), EOS.
+    expected = {tok->bos()};
+    REQUIRE(tok->encode("[INST] Hi [/INST] Hello ", false, &plain).ok());
+    expected.insert(expected.end(), plain.begin(), plain.end());
+    expected.push_back(tok->eos());
+    CHECK(special == expected);
+    // Without parsing, "<s>" is just text.
+    REQUIRE(tok->encode("<s>", false, &plain).ok());
+    CHECK(plain.size() > 1);
+    CHECK(std::find(plain.begin(), plain.end(), tok->bos()) == plain.end());
+    CHECK(tok->is_end_of_generation(tok->eos()));
+    CHECK_FALSE(tok->is_end_of_generation(tok->bos()));
+}
+
+TEST_CASE("chat: the C API formats, tokenizes with special tokens and generates a reply") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_threads = 1;
+    h2o_test::ApiSession m;
+    REQUIRE(m.open(path, sp));
+    const h2o_chat_message messages[] = {{"system", 6, "Be kind.", 8}, {"user", 4, "Tell a story.", 13}};
+    size_t needed = 0;
+    // stories260K has no chat template: a format must be named.
+    CHECK(h2o_chat_format(m.model, nullptr, messages, 2, 1, nullptr, 0, &needed) == H2O_ERR_UNSUPPORTED);
+    CHECK(h2o_chat_format(m.model, "zephyr", messages, 2, 1, nullptr, 0, &needed) == H2O_ERR_BUFFER_TOO_SMALL);
+    std::string text(needed, '\0');
+    REQUIRE(h2o_chat_format(m.model, "zephyr", messages, 2, 1, text.data(), text.size(), &needed) == H2O_OK);
+    CHECK(text == "<|system|>\nBe kind.</s>\n<|user|>\nTell a story.</s>\n<|assistant|>\n");
+    const h2o_chat_message bad_role[] = {{"robot", 5, "x", 1}};
+    CHECK(h2o_chat_format(m.model, "chatml", bad_role, 1, 0, nullptr, 0, &needed) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_chat_format(m.model, "nope", messages, 2, 0, nullptr, 0, &needed) == H2O_ERR_INVALID_ARGUMENT);
+
+    // "</s>" parsed as the EOS token only on request.
+    std::vector<int32_t> ids(64);
+    size_t n = 0;
+    REQUIRE(h2o_tokenize(m.model, "a</s>", 5, H2O_TOKENIZE_SPECIAL, ids.data(), ids.size(), &n) == H2O_OK);
+    CHECK(ids[n - 1] == 2);
+    REQUIRE(h2o_tokenize(m.model, "a</s>", 5, 0, ids.data(), ids.size(), &n) == H2O_OK);
+    CHECK(ids[n - 1] != 2);
+    CHECK(h2o_tokenize(m.model, "a", 1, 0x80, ids.data(), ids.size(), &n) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_token_is_end_of_generation(m.model, 2) == 1);
+    CHECK(h2o_token_is_end_of_generation(m.model, 100) == 0);
+    char piece[16];
+    REQUIRE(h2o_token_to_piece(m.model, 2, piece, sizeof piece, &n) == H2O_OK);
+    CHECK(std::string(piece, n) == "</s>");
+    CHECK(h2o_token_to_piece(m.model, 512, piece, sizeof piece, &n) == H2O_ERR_INVALID_ARGUMENT);
+
+    REQUIRE(h2o_session_add_text(m.session, text.data(), text.size(), H2O_TEXT_PIN | H2O_TEXT_SPECIAL) == H2O_OK);
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    gen.max_tokens = 30;
+    CHECK(h2o_generate(m.session, "", 0, &gen, nullptr, nullptr) == H2O_OK);
+}
+
+}  // namespace
