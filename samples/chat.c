@@ -1,0 +1,128 @@
+/* A multi-turn chat in constant memory: the system prompt is pinned, the cache is bounded and
+ * rolls, /save FILE and /load FILE keep a conversation across runs, and Ctrl-C stops the current
+ * reply (not the program).
+ *
+ *   h2o-chat MODEL.gguf [--format llama2|zephyr|chatml] [--system TEXT] [--budget 256]
+ *
+ * The chat format comes from the model's template unless --format names one. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "h2o/h2o.h"
+
+static h2o_session *volatile g_session = NULL;
+
+/* Ctrl-C: cancel the reply being generated. h2o_session_cancel is safe in a signal handler. */
+static void on_interrupt(int sig) {
+    (void)sig;
+    if (g_session) h2o_session_cancel(g_session);
+}
+
+static int print_piece(const char *text, size_t length, void *user_data) {
+    (void)user_data;
+    fwrite(text, 1, length, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* Formats one message (and the assistant's opening when asked) and adds it to the session. */
+static h2o_status add_message(h2o_model *model, h2o_session *session, const char *format, const char *role,
+                              const char *content, int open_reply, uint32_t flags) {
+    h2o_chat_message message;
+    size_t needed = 0;
+    char *text;
+    h2o_status status;
+    message.role = role;
+    message.role_len = strlen(role);
+    message.content = content;
+    message.content_len = strlen(content);
+    status = h2o_chat_format(model, format, &message, 1, open_reply, NULL, 0, &needed);
+    if (status != H2O_OK && status != H2O_ERR_BUFFER_TOO_SMALL) return status;
+    text = malloc(needed + 1);
+    if (!text) return H2O_ERR_OUT_OF_MEMORY;
+    status = h2o_chat_format(model, format, &message, 1, open_reply, text, needed + 1, &needed);
+    if (status == H2O_OK) status = h2o_session_add_text(session, text, needed, flags | H2O_TEXT_SPECIAL);
+    free(text);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    const char *format = NULL, *system = "You are a helpful assistant.";
+    h2o_model *model = NULL;
+    h2o_session *session = NULL;
+    h2o_session_params sp;
+    h2o_generate_params gen;
+    char line[4096];
+    int i;
+
+    h2o_session_params_init(&sp, sizeof sp);
+    h2o_generate_params_init(&gen, sizeof gen);
+    sp.kv_budget = 256;
+    sp.position_rolling = 1; /* the conversation may go on for ever */
+    gen.max_tokens = 256;
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s MODEL.gguf [--format llama2|zephyr|chatml] [--system TEXT] [--budget N]\n", argv[0]);
+        return 2;
+    }
+    for (i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--format") == 0) format = argv[i + 1];
+        else if (strcmp(argv[i], "--system") == 0) system = argv[i + 1];
+        else if (strcmp(argv[i], "--budget") == 0) sp.kv_budget = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+        else break;
+    }
+    if (i < argc) {
+        fprintf(stderr, "unknown or incomplete option '%s'\n", argv[i]);
+        return 2;
+    }
+    if (h2o_model_load(argv[1], NULL, &model) != H2O_OK || h2o_session_create(model, &sp, &session) != H2O_OK) {
+        fprintf(stderr, "%s\n", h2o_last_error());
+        h2o_model_free(model);
+        return 1;
+    }
+    /* The system prompt is pinned: eviction never drops it, however long the chat. */
+    if (add_message(model, session, format, "system", system, 0, H2O_TEXT_PIN) != H2O_OK) {
+        fprintf(stderr, "%s\n", h2o_session_last_error(session)[0] ? h2o_session_last_error(session) : h2o_last_error());
+        return 1;
+    }
+    g_session = session;
+    signal(SIGINT, on_interrupt);
+    printf("Type a message; /save FILE, /load FILE, /quit. Ctrl-C stops a reply.\n");
+    for (;;) {
+        size_t len;
+        h2o_status status;
+        printf("> ");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) break;
+        len = strlen(line);
+        if (len && line[len - 1] == '\n') line[--len] = '\0';
+        if (strcmp(line, "/quit") == 0) break;
+        if (strncmp(line, "/save ", 6) == 0) {
+            status = h2o_session_save(session, line + 6);
+            printf("%s\n", status == H2O_OK ? "saved" : h2o_session_last_error(session));
+            continue;
+        }
+        if (strncmp(line, "/load ", 6) == 0) {
+            h2o_session *loaded = NULL;
+            if (h2o_session_load(model, line + 6, &sp, &loaded) != H2O_OK) {
+                printf("%s\n", h2o_last_error());
+                continue;
+            }
+            g_session = loaded;
+            h2o_session_free(session);
+            session = loaded;
+            printf("loaded\n");
+            continue;
+        }
+        status = add_message(model, session, format, "user", line, 1, 0);
+        if (status == H2O_OK) status = h2o_generate(session, "", 0, &gen, print_piece, NULL);
+        if (status == H2O_ERR_CANCELLED) printf(" [stopped]");
+        else if (status != H2O_OK) printf("\n%s", h2o_session_last_error(session));
+        printf("\n");
+    }
+    g_session = NULL;
+    h2o_session_free(session);
+    h2o_model_free(model);
+    return 0;
+}
