@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include <zstd.h>
+
+#include "h2o/h2o.h"
 #include "synthetic_model.h"
 
 namespace fs = std::filesystem;
@@ -123,6 +126,59 @@ void real_model_seeds(const fs::path &dir, const fs::path &shared) {
     write_file(dir / "vocab-key-count-huge.gguf", v);
 }
 
+// Snapshots of real sessions of stories260K (several policies, KV formats, rolling), each as a
+// whole file (mode byte 0) and as its decompressed state (mode byte 1), as fuzz_snapshot_read.cpp
+// reads them. The state seeds use the settings of that target's header template.
+void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
+    const std::string model_path = (shared / "models/stories260K.gguf").string();
+    h2o_model *model = nullptr;
+    if (h2o_model_load(model_path.c_str(), nullptr, &model) != H2O_OK) die(h2o_last_error());
+    struct Setting {
+        uint32_t policy, kv_type, budget, n_ctx;
+        int32_t rolling;
+    };
+    const Setting settings[] = {{H2O_KV_SCISSORHANDS, H2O_KV_TYPE_F32, 32, 256, 1}, {H2O_KV_H2O, H2O_KV_TYPE_F32, 32, 256, 1},
+                                {H2O_KV_SINK_WINDOW, H2O_KV_TYPE_Q8, 32, 256, 1},  {H2O_KV_TOVA, H2O_KV_TYPE_K8V4, 32, 256, 0},
+                                {H2O_KV_RANDOM, H2O_KV_TYPE_F16, 48, 256, 0}};
+    int n = 0;
+    for (const Setting &s : settings) {
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
+        sp.n_threads = 1;
+        sp.kv_policy = s.policy;
+        sp.kv_type = s.kv_type;
+        sp.kv_budget = s.budget;
+        sp.n_ctx = s.n_ctx;
+        sp.position_rolling = s.rolling;
+        h2o_session *session = nullptr;
+        if (h2o_session_create(model, &sp, &session) != H2O_OK) die(h2o_last_error());
+        const char *pinned = "Lily had a ball.";
+        h2o_session_add_text(session, pinned, std::strlen(pinned), H2O_TEXT_PIN);
+        h2o_generate_params gen;
+        h2o_generate_params_init(&gen, sizeof gen);
+        gen.max_tokens = 40;  // past the budget: slots have been evicted and reused
+        gen.stop_at_eos = 0;
+        if (h2o_generate(session, " Once", 5, &gen, nullptr, nullptr) != H2O_OK) die(h2o_session_last_error(session));
+        size_t bound = 0, size = 0;
+        h2o_session_state_size(session, &bound);
+        Bytes snapshot(bound);
+        if (h2o_session_save_to_buffer(session, snapshot.data(), snapshot.size(), &size) != H2O_OK) die(h2o_session_last_error(session));
+        snapshot.resize(size);
+        h2o_session_free(session);
+        Bytes whole = {0};
+        whole.insert(whole.end(), snapshot.begin(), snapshot.end());
+        write_file(dir / ("snapshot-" + std::to_string(n)), whole);
+        if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
+            Bytes state(ZSTD_getFrameContentSize(snapshot.data() + 88, snapshot.size() - 88));
+            if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + 88, snapshot.size() - 88))) die("zstd");
+            state.insert(state.begin(), 1);
+            write_file(dir / ("state-" + std::to_string(n)), state);
+        }
+        ++n;
+    }
+    h2o_model_free(model);
+}
+
 void text_seeds(const fs::path &dir, const fs::path &stories_path) {
     std::ifstream stories(stories_path);
     std::vector<std::string> texts;
@@ -156,7 +212,7 @@ int main(int argc, char **argv) {
     if (argc != 3) die("usage: h2o-fuzz-seeds OUT_DIR DEFAULT_SHARED_DIR ($H2O_SHARED_DIR wins when set)");
     const char *env = std::getenv("H2O_SHARED_DIR");
     const fs::path out = argv[1], shared = env && *env ? env : argv[2];
-    for (const char *target : {"gguf_load", "text"}) {
+    for (const char *target : {"gguf_load", "text", "snapshot_read"}) {
         fs::remove_all(out / target);
         fs::create_directories(out / target);
     }
@@ -173,5 +229,6 @@ int main(int argc, char **argv) {
     }
     real_model_seeds(out / "gguf_load", shared);
     text_seeds(out / "text", shared / "data/tinystories_val.txt");
+    snapshot_seeds(out / "snapshot_read", shared);
     return 0;
 }
