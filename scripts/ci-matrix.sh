@@ -31,12 +31,12 @@ echo "== fuzz targets (clang, libFuzzer, ASan + UBSan)"
 fuzz="$prefix-fuzz"
 CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_FUZZ=ON \
   -DH2O_WERROR=ON -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF >/dev/null
-cmake --build "$fuzz" -j"$jobs" --target h2o-fuzz-seeds h2o-fuzz-gguf_load h2o-fuzz-text
+cmake --build "$fuzz" -j"$jobs" --target h2o-fuzz-seeds h2o-fuzz-gguf_load h2o-fuzz-text h2o-fuzz-snapshot_read
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The seed corpus is written by the first of these tests; the others replay it and the crashes.
 ctest --test-dir "$fuzz" -R '^fuzz_' --output-on-failure
 stage "fuzz build and replay"
-for target in gguf_load text; do
+for target in gguf_load text snapshot_read; do
   # New inputs go to a scratch corpus; the generated seeds are read only. A crash stops the
   # run, fails CI and leaves the input in $fuzz/artifacts/ to be minimised and added to
   # tests/fuzz/crashes/$target/ with the fix.
