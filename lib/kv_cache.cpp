@@ -168,62 +168,80 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     return n_victims;
 }
 
+// Per (layer, kv head): the used count, the free-list length, then for the used slots only
+// (a slot is used once it has held a token; later slots were never touched) the key and value
+// rows, stream indices, positions, pinned flags and statistics, then the free list. A cache that
+// has seen few tokens saves little.
 void KvCache::save(ByteWriter &out) const {
-    out.put_array(keys_);
-    out.put_array(values_);
-    out.put_array(stream_index_);
-    out.put_array(position_);
-    out.put_array(pinned_);
-    for (const auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) out.put_array(*v);
-    out.put_array(used_);
-    out.put_array(free_list_);
-    out.put_array(free_count_);
     out.put<uint64_t>(random_state_);
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+        for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
+            const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);
+            const size_t used = static_cast<size_t>(used_[h]);
+            out.put<int32_t>(used_[h]);
+            out.put<int32_t>(free_count_[h]);
+            out.put_raw(keys_.data() + base * key_row_bytes_, used * key_row_bytes_);
+            out.put_raw(values_.data() + base * value_row_bytes_, used * value_row_bytes_);
+            out.put_raw(stream_index_.data() + base, used * sizeof(int64_t));
+            out.put_raw(position_.data() + base, used * sizeof(int32_t));
+            out.put_raw(pinned_.data() + base, used);
+            for (const auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) {
+                if (!v->empty()) out.put_raw(v->data() + base, used * sizeof(float));
+            }
+            out.put_raw(free_list_.data() + base, static_cast<size_t>(free_count_[h]) * sizeof(int32_t));
+        }
+    }
 }
 
 Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) {
+    clear();
     Status st = [&]() -> Status {
-        const size_t heads = used_.size(), slots = stream_index_.size();
-        H2O_TRY(in.get_array("KV keys", keys_.size(), &keys_));
-        H2O_TRY(in.get_array("KV values", values_.size(), &values_));
-        H2O_TRY(in.get_array("KV stream indices", slots, &stream_index_));
-        H2O_TRY(in.get_array("KV positions", slots, &position_));
-        H2O_TRY(in.get_array("KV pinned flags", slots, &pinned_));
-        for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) H2O_TRY(in.get_array("KV statistics", v->size(), v));
-        H2O_TRY(in.get_array("KV used counts", heads, &used_));
-        H2O_TRY(in.get_array("KV free lists", slots, &free_list_));
-        H2O_TRY(in.get_array("KV free counts", heads, &free_count_));
         H2O_TRY(in.get("KV random state", &random_state_));
-
         auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent KV cache: " + what); };
         const int n_slots = config_.n_slots;
-        for (size_t h = 0; h < heads; ++h) {
-            const std::string where = " in (layer " + std::to_string(h / config_.n_head_kv) + ", kv head " +
-                                      std::to_string(h % config_.n_head_kv) + ")";
-            if (used_[h] < 0 || used_[h] > n_slots) return bad("used count " + std::to_string(used_[h]) + where);
-            if (free_count_[h] < 0 || free_count_[h] > used_[h]) return bad("free count " + std::to_string(free_count_[h]) + where);
-            const size_t base = h * static_cast<size_t>(n_slots);
-            int64_t occupied = 0, pinned = 0;
-            for (int s = 0; s < n_slots; ++s) {
-                const int64_t index = stream_index_[base + s];
-                const bool in_use = s < used_[h];
-                if (index < -1 || index >= n_past || (!in_use && index != -1)) return bad("stream index " + std::to_string(index) + where);
-                if (pinned_[base + s] > 1 || (pinned_[base + s] && index < 0)) return bad("pinned flag" + where);
-                if (position_[base + s] < 0) return bad("negative position" + where);
-                occupied += index >= 0;
-                pinned += pinned_[base + s];
-            }
-            if (occupied != n_cached || pinned != n_pinned) {
-                return bad(std::to_string(occupied) + " tokens (" + std::to_string(pinned) + " pinned)" + where + ", the session says " +
-                           std::to_string(n_cached) + " (" + std::to_string(n_pinned) + ")");
-            }
-            // Free-list entries name distinct used slots that hold no token.
-            if (used_[h] - occupied != free_count_[h]) return bad("free list length" + where);
-            std::fill(candidates_.begin(), candidates_.end(), 0);  // marks slots already listed
-            for (int i = 0; i < free_count_[h]; ++i) {
-                const int32_t s = free_list_[base + i];
-                if (s < 0 || s >= used_[h] || stream_index_[base + s] != -1 || candidates_[s]++) {
-                    return bad("free-list entry " + std::to_string(s) + where);
+        for (int layer = 0; layer < config_.n_layer; ++layer) {
+            for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
+                const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);
+                const std::string where = " in (layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head) + ")";
+                int32_t used = 0, free_count = 0;
+                H2O_TRY(in.get("KV used count", &used));
+                H2O_TRY(in.get("KV free count", &free_count));
+                if (used < 0 || used > n_slots) return bad("used count " + std::to_string(used) + where);
+                if (free_count < 0 || free_count > used) return bad("free count " + std::to_string(free_count) + where);
+                const size_t n = static_cast<size_t>(used);
+                H2O_TRY(in.get_raw("KV keys", keys_.data() + base * key_row_bytes_, n * key_row_bytes_));
+                H2O_TRY(in.get_raw("KV values", values_.data() + base * value_row_bytes_, n * value_row_bytes_));
+                H2O_TRY(in.get_raw("KV stream indices", stream_index_.data() + base, n * sizeof(int64_t)));
+                H2O_TRY(in.get_raw("KV positions", position_.data() + base, n * sizeof(int32_t)));
+                H2O_TRY(in.get_raw("KV pinned flags", pinned_.data() + base, n));
+                for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) {
+                    if (!v->empty()) H2O_TRY(in.get_raw("KV statistics", v->data() + base, n * sizeof(float)));
+                }
+                H2O_TRY(in.get_raw("KV free list", free_list_.data() + base, static_cast<size_t>(free_count) * sizeof(int32_t)));
+                used_[h] = used;
+                free_count_[h] = free_count;
+
+                int64_t occupied = 0, pinned = 0;
+                for (int s = 0; s < used; ++s) {
+                    const int64_t index = stream_index_[base + s];
+                    if (index < -1 || index >= n_past) return bad("stream index " + std::to_string(index) + where);
+                    if (pinned_[base + s] > 1 || (pinned_[base + s] && index < 0)) return bad("pinned flag" + where);
+                    if (position_[base + s] < 0) return bad("negative position" + where);
+                    occupied += index >= 0;
+                    pinned += pinned_[base + s];
+                }
+                if (occupied != n_cached || pinned != n_pinned) {
+                    return bad(std::to_string(occupied) + " tokens (" + std::to_string(pinned) + " pinned)" + where +
+                               ", the session says " + std::to_string(n_cached) + " (" + std::to_string(n_pinned) + ")");
+                }
+                // Free-list entries name distinct used slots that hold no token, and are all of them.
+                if (used - occupied != free_count) return bad("free list length" + where);
+                std::fill(candidates_.begin(), candidates_.end(), 0);  // marks slots already listed
+                for (int i = 0; i < free_count; ++i) {
+                    const int32_t s = free_list_[base + i];
+                    if (s < 0 || s >= used || stream_index_[base + s] != -1 || candidates_[s]++) {
+                        return bad("free-list entry " + std::to_string(s) + where);
+                    }
                 }
             }
         }

@@ -54,9 +54,9 @@ public:
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
     int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, bool pinned);
 
-    // The whole cache, slot by slot, as saved in a session snapshot: rows in their stored format,
-    // bookkeeping, statistics and the free lists, so a loaded cache evicts and sums exactly as
-    // the saved one would have.
+    // The cache, slot by slot, as saved in a session snapshot: every used slot's rows in their
+    // stored format, bookkeeping and statistics, and the free lists, so a loaded cache evicts and
+    // sums exactly as the saved one would have.
     void save(ByteWriter &out) const;
     // Replaces the cache with a saved one of the same configuration, after checking that every
     // index in it is consistent with a stream of n_past tokens of which every (layer, kv head)
