@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
 
 #include "h2o/h2o.h"
 
@@ -42,6 +44,25 @@ inline void check_expected_status(h2o_status st, const char *call) {
         default:
             fail(call, h2o_status_string(st));
     }
+}
+
+// stories260K, loaded once from $H2O_SHARED_DIR or the shared folder beside the checkout; when it
+// is absent the process reports a skip and exits.
+inline h2o_model *the_model() {
+    static h2o_model *model = [] {
+        const char *env = std::getenv("H2O_SHARED_DIR");
+        const std::string path = std::string(env && *env ? env : H2O_DEFAULT_SHARED_DIR) + "/models/stories260K.gguf";
+        if (!std::filesystem::exists(path)) {
+            // The shared data is optional for the test suite: report a skip, not a crash.
+            std::printf("H2O-SKIP: %s not found. Put the shared data folder beside the checkout or set "
+                        "H2O_SHARED_DIR to it.\n", path.c_str());
+            std::exit(0);
+        }
+        h2o_model *m = nullptr;
+        if (h2o_model_load(path.c_str(), nullptr, &m) != H2O_OK) h2o_fuzz::fail("cannot load the model", h2o_last_error());
+        return m;
+    }();
+    return model;
 }
 
 }  // namespace h2o_fuzz

@@ -20,22 +20,6 @@
 
 namespace {
 
-h2o_model *the_model() {
-    static h2o_model *model = [] {
-        const char *env = std::getenv("H2O_SHARED_DIR");
-        const std::string path = std::string(env && *env ? env : H2O_DEFAULT_SHARED_DIR) + "/models/stories260K.gguf";
-        if (!std::filesystem::exists(path)) {
-            std::printf("H2O-SKIP: %s not found. Put the shared data folder beside the checkout or set "
-                        "H2O_SHARED_DIR to it.\n", path.c_str());
-            std::exit(0);
-        }
-        h2o_model *m = nullptr;
-        if (h2o_model_load(path.c_str(), nullptr, &m) != H2O_OK) h2o_fuzz::fail("cannot load the model", h2o_last_error());
-        return m;
-    }();
-    return model;
-}
-
 // The 88-byte header of a snapshot of a fresh session with the seed corpus's default settings.
 const std::vector<uint8_t> &header_template() {
     static const std::vector<uint8_t> header = [] {
@@ -46,7 +30,7 @@ const std::vector<uint8_t> &header_template() {
         sp.n_ctx = 256;
         sp.position_rolling = 1;
         h2o_session *s = nullptr;
-        h2o_fuzz::check(h2o_session_create(the_model(), &sp, &s) == H2O_OK, "create the template session");
+        h2o_fuzz::check(h2o_session_create(h2o_fuzz::the_model(), &sp, &s) == H2O_OK, "create the template session");
         size_t bound = 0, size = 0;
         h2o_fuzz::check(h2o_session_state_size(s, &bound) == H2O_OK, "state size");
         std::vector<uint8_t> bytes(bound);
@@ -79,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     std::vector<uint8_t> snapshot = (data[0] & 1) ? wrap_state(data + 1, size - 1) : std::vector<uint8_t>(data + 1, data + size);
     h2o_session *session = nullptr;
-    const h2o_status st = h2o_session_load_from_buffer(the_model(), snapshot.data(), snapshot.size(), nullptr, &session);
+    const h2o_status st = h2o_session_load_from_buffer(h2o_fuzz::the_model(), snapshot.data(), snapshot.size(), nullptr, &session);
     if (!h2o_fuzz::ok_or_explained(st, h2o_last_error())) {
         h2o_fuzz::check(session == nullptr, "a failed load returned a session");
         h2o_fuzz::check(st == H2O_ERR_STATE_FORMAT || st == H2O_ERR_UNSUPPORTED || st == H2O_ERR_INVALID_ARGUMENT ||

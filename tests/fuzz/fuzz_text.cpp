@@ -17,40 +17,23 @@
 
 namespace {
 
-h2o_model *the_model() {
-    static h2o_model *model = [] {
-        const char *env = std::getenv("H2O_SHARED_DIR");
-        const std::string path = std::string(env && *env ? env : H2O_DEFAULT_SHARED_DIR) + "/models/stories260K.gguf";
-        if (!std::filesystem::exists(path)) {
-            // The shared data is optional for the test suite: report a skip, not a crash.
-            std::printf("H2O-SKIP: %s not found. Put the shared data folder beside the checkout or set "
-                        "H2O_SHARED_DIR to it.\n", path.c_str());
-            std::exit(0);
-        }
-        h2o_model *m = nullptr;
-        if (h2o_model_load(path.c_str(), nullptr, &m) != H2O_OK) h2o_fuzz::fail("cannot load the model", h2o_last_error());
-        return m;
-    }();
-    return model;
-}
-
 uint32_t n_vocab() {
     h2o_model_info info{};
     info.struct_size = sizeof(info);
-    h2o_fuzz::check(h2o_model_get_info(the_model(), &info) == H2O_OK, "h2o_model_get_info");
+    h2o_fuzz::check(h2o_model_get_info(h2o_fuzz::the_model(), &info) == H2O_OK, "h2o_model_get_info");
     return info.n_vocab;
 }
 
 // Tokenizes with a too-small buffer first: the size it reports must be the size that fits.
 void fuzz_tokenize(const char *text, size_t len, int add_bos, uint32_t vocab) {
     size_t needed = 0;
-    const h2o_status st = h2o_tokenize(the_model(), text, len, add_bos, nullptr, 0, &needed);
+    const h2o_status st = h2o_tokenize(h2o_fuzz::the_model(), text, len, add_bos, nullptr, 0, &needed);
     if (st == H2O_ERR_INVALID_TEXT) return;
     h2o_fuzz::check(st == H2O_OK || st == H2O_ERR_BUFFER_TOO_SMALL, "h2o_tokenize size query");
     h2o_fuzz::check((st == H2O_OK) == (needed == 0), "h2o_tokenize: BUFFER_TOO_SMALL exactly when ids are needed");
     std::vector<int32_t> ids(needed);
     size_t n = 0;
-    h2o_fuzz::check(h2o_tokenize(the_model(), text, len, add_bos, ids.data(), ids.size(), &n) == H2O_OK, "h2o_tokenize with the reported size");
+    h2o_fuzz::check(h2o_tokenize(h2o_fuzz::the_model(), text, len, add_bos, ids.data(), ids.size(), &n) == H2O_OK, "h2o_tokenize with the reported size");
     h2o_fuzz::check(n == needed, "h2o_tokenize: a different count with the reported size");
     for (int32_t id : ids) h2o_fuzz::check(id >= 0 && static_cast<uint32_t>(id) < vocab, "h2o_tokenize: id outside the vocabulary");
 }
@@ -65,7 +48,7 @@ void fuzz_detokenize(const uint8_t *bytes, size_t len, uint32_t vocab) {
     }
     size_t needed = 0;
     char small[4];
-    const h2o_status st = h2o_detokenize(the_model(), ids.data(), ids.size(), small, sizeof(small), &needed);
+    const h2o_status st = h2o_detokenize(h2o_fuzz::the_model(), ids.data(), ids.size(), small, sizeof(small), &needed);
     if (!all_valid) {
         h2o_fuzz::check(st == H2O_ERR_INVALID_ARGUMENT, "h2o_detokenize accepted an id outside the vocabulary");
         return;
@@ -73,7 +56,7 @@ void fuzz_detokenize(const uint8_t *bytes, size_t len, uint32_t vocab) {
     h2o_fuzz::check(st == (needed < sizeof(small) ? H2O_OK : H2O_ERR_BUFFER_TOO_SMALL), "h2o_detokenize status against its size");
     std::vector<char> text(needed + 1, '\x7f');
     size_t n = 0;
-    h2o_fuzz::check(h2o_detokenize(the_model(), ids.data(), ids.size(), text.data(), text.size(), &n) == H2O_OK, "h2o_detokenize with the reported size");
+    h2o_fuzz::check(h2o_detokenize(h2o_fuzz::the_model(), ids.data(), ids.size(), text.data(), text.size(), &n) == H2O_OK, "h2o_detokenize with the reported size");
     h2o_fuzz::check(n == needed && text[n] == '\0', "h2o_detokenize: size or terminator");
 }
 
@@ -94,7 +77,7 @@ void fuzz_session(uint8_t session_byte, uint8_t generate_byte, const std::string
     sp.kv_policy = kPolicies[((session_byte >> 3) & 7) + ((session_byte >> 6) == 3 ? 1 : 0)];
     sp.kv_type = static_cast<uint32_t>((session_byte >> 6) + ((generate_byte >> 7) & 1));  // 0..4
     h2o_session *session = nullptr;
-    const h2o_status st = h2o_session_create(the_model(), &sp, &session);
+    const h2o_status st = h2o_session_create(h2o_fuzz::the_model(), &sp, &session);
     h2o_fuzz::check_expected_status(st, "h2o_session_create");
     if (!h2o_fuzz::ok_or_explained(st, h2o_last_error())) return;
 
