@@ -39,12 +39,13 @@ run "Rust bindings" "^test result|H2O-SKIP" \
 cs="$root/bindings/csharp"
 out="$cs/out"
 mkdir -p "$out"
+# Each step returns on failure: set -e does not apply inside a function that run() tests.
 build_cs() {
-  mcs -warnaserror -unsafe -target:library -out:"$out/H2o.dll" "$cs"/src/*.cs
+  mcs -warnaserror -unsafe -target:library -out:"$out/H2o.dll" "$cs"/src/*.cs || return 1
   # The tests are compiled with the sources: they check the internal struct declarations too.
-  mcs -warnaserror -unsafe -out:"$out/H2o.Tests.exe" "$cs"/src/*.cs "$cs"/tests/*.cs
+  mcs -warnaserror -unsafe -out:"$out/H2o.Tests.exe" "$cs"/src/*.cs "$cs"/tests/*.cs || return 1
   for sample in Stream Assistant; do
-    mcs -warnaserror -r:"$out/H2o.dll" -out:"$out/$sample.exe" "$cs/samples/$sample.cs"
+    mcs -warnaserror -r:"$out/H2o.dll" -out:"$out/$sample.exe" "$cs/samples/$sample.cs" || return 1
   done
 }
 run "C# bindings: build (mcs)" "error" build_cs

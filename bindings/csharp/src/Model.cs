@@ -11,6 +11,14 @@ namespace H2o
         public ulong NParams, WeightBytes;
     }
 
+    /// <summary>The model's prefix cache (h2o_prefix_cache_stats): Hits counts fresh sessions that
+    /// started from a cached prefix, Misses those that found none.</summary>
+    public struct PrefixCacheStats
+    {
+        public uint Entries;
+        public ulong Bytes, Hits, Misses;
+    }
+
     /// <summary>A loaded model (read-only weights and tokenizer), safe to share between threads
     /// and sessions. Sessions keep it alive: it may be disposed before them.</summary>
     public sealed class Model : IDisposable
@@ -21,20 +29,27 @@ namespace H2o
 
         /// <summary>Loads a GGUF model. progress (optional) receives the fraction loaded and returns
         /// false to cancel; an exception it throws cancels the load and is rethrown here.</summary>
-        public static Model Load(string path, string tokenizerPath = null, Func<float, bool> progress = null)
+        public static Model Load(string path, string tokenizerPath = null, Func<float, bool> progress = null) =>
+            Load(path, new ModelParams { TokenizerPath = tokenizerPath, Progress = progress });
+
+        /// <summary>Loads a GGUF model with the given options.</summary>
+        public static Model Load(string path, ModelParams parameters)
         {
+            if (parameters == null) throw new ArgumentNullException(nameof(parameters));
             var p = new NativeModelParams { struct_size = (uint)Marshal.SizeOf<NativeModelParams>() };
             Check.Status(Native.h2o_model_params_init(ref p, (UIntPtr)p.struct_size));
+            p.prefix_cache_bytes = parameters.PrefixCacheBytes;
             byte[] pathBytes = Utf8.CString("path", path);
             IntPtr tokenizer = IntPtr.Zero;
             var guard = new CallbackGuard();
+            Func<float, bool> progress = parameters.Progress;
             // The delegate is referenced until the end of this method, so it outlives the call.
             ProgressCallback callback = (fraction, _) => guard.Run(() => progress(fraction) ? 0 : 1, 1);
             try
             {
-                if (tokenizerPath != null)
+                if (parameters.TokenizerPath != null)
                 {
-                    byte[] t = Utf8.CString("tokenizer path", tokenizerPath);
+                    byte[] t = Utf8.CString("tokenizer path", parameters.TokenizerPath);
                     tokenizer = Marshal.AllocHGlobal(t.Length);
                     Marshal.Copy(t, 0, tokenizer, t.Length);
                     p.tokenizer_path = tokenizer;
@@ -50,6 +65,17 @@ namespace H2o
             finally
             {
                 if (tokenizer != IntPtr.Zero) Marshal.FreeHGlobal(tokenizer);
+            }
+        }
+
+        /// <summary>What the prefix cache (ModelParams.PrefixCacheBytes) holds and has done.</summary>
+        public PrefixCacheStats PrefixCacheStats
+        {
+            get
+            {
+                var s = new NativePrefixCacheStats { struct_size = (uint)Marshal.SizeOf<NativePrefixCacheStats>() };
+                Check.Status(Native.h2o_model_get_prefix_cache_stats(Handle, ref s));
+                return new PrefixCacheStats { Entries = s.entries, Bytes = s.bytes, Hits = s.hits, Misses = s.misses };
             }
         }
 

@@ -31,6 +31,13 @@ namespace H2o
     }
 
     [StructLayout(LayoutKind.Sequential)]
+    internal struct NativePrefixCacheStats
+    {
+        public uint struct_size, entries;
+        public ulong bytes, hits, misses;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
     internal unsafe struct NativeBackendInfo
     {
         public uint struct_size, kind;
@@ -111,6 +118,8 @@ namespace H2o
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_model_get_info(ModelHandle model, ref NativeModelInfo info);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_model_get_prefix_cache_stats(ModelHandle model, ref NativePrefixCacheStats stats);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_tokenize(ModelHandle model, byte[] text, UIntPtr len, int addBos, int[] tokens,
                                                 UIntPtr capacity, out UIntPtr needed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
@@ -143,6 +152,20 @@ namespace H2o
         internal static extern int h2o_session_memory(SessionHandle s, ref NativeMemoryReport report);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_add_text(SessionHandle s, byte[] text, UIntPtr len, uint flags);
+
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_save(SessionHandle s, byte[] path);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_load(ModelHandle model, byte[] path, ref NativeSessionParams p, out IntPtr session);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_state_size(SessionHandle s, out UIntPtr size);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_save_to_buffer(SessionHandle s, byte[] buffer, UIntPtr capacity, out UIntPtr size);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_load_from_buffer(ModelHandle model, byte[] buffer, UIntPtr size,
+                                                                ref NativeSessionParams p, out IntPtr session);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_fork(SessionHandle source, out IntPtr session);
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_generate_params_init(ref NativeGenerateParams p, UIntPtr size);

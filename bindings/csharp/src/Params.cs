@@ -3,6 +3,18 @@ using System.Runtime.InteropServices;
 
 namespace H2o
 {
+    /// <summary>How a model is loaded (h2o_model_params).</summary>
+    public sealed class ModelParams
+    {
+        /// <summary>A sentencepiece .model file to use instead of the GGUF file's vocabulary.</summary>
+        public string TokenizerPath { get; set; }
+        /// <summary>Receives the fraction loaded; returns false to cancel.</summary>
+        public Func<float, bool> Progress { get; set; }
+        /// <summary>Bytes the model may keep of processed prompt prefixes, so that a fresh session
+        /// whose first text begins like another's starts from that state (0: no cache; CPU only).</summary>
+        public ulong PrefixCacheBytes { get; set; }
+    }
+
     /// <summary>How a session is created (h2o_session_params). Starts from the library's
     /// defaults; the library validates the values when the session is created.</summary>
     public sealed class SessionParams

@@ -39,6 +39,53 @@ namespace H2o
             handle = SessionHandle.From(raw, model.Handle);
         }
 
+        private Session(SessionHandle handle) { this.handle = handle; }
+
+        /// <summary>Creates a session from a snapshot file written by Save. The cache-shaping
+        /// settings come from the snapshot; parameters gives the rest (threads, backend, device,
+        /// memory cap).</summary>
+        public static Session Load(Model model, string path, SessionParams parameters = null)
+        {
+            if (model == null) throw new ArgumentNullException(nameof(model));
+            byte[] pathBytes = Utf8.CString("snapshot path", path);
+            var p = (parameters ?? new SessionParams()).Raw;
+            H2o.Check.Status(Native.h2o_session_load(model.Handle, pathBytes, ref p, out IntPtr raw));
+            return new Session(SessionHandle.From(raw, model.Handle));
+        }
+
+        /// <summary>Creates a session from a snapshot made by ToBytes, as Load does from a file.</summary>
+        public static Session FromBytes(Model model, byte[] snapshot, SessionParams parameters = null)
+        {
+            if (model == null) throw new ArgumentNullException(nameof(model));
+            if (snapshot == null) throw new ArgumentNullException(nameof(snapshot));
+            var p = (parameters ?? new SessionParams()).Raw;
+            H2o.Check.Status(Native.h2o_session_load_from_buffer(model.Handle, snapshot, (UIntPtr)snapshot.Length, ref p,
+                                                                 out IntPtr raw));
+            return new Session(SessionHandle.From(raw, model.Handle));
+        }
+
+        /// <summary>Writes a snapshot of the whole conversation to path (atomically: the file holds
+        /// its old content or the whole snapshot). Load resumes it exactly.</summary>
+        public void Save(string path) => Check(Native.h2o_session_save(handle, Utf8.CString("snapshot path", path)));
+
+        /// <summary>A snapshot of the whole conversation in memory; FromBytes resumes it exactly.</summary>
+        public byte[] ToBytes()
+        {
+            Check(Native.h2o_session_state_size(handle, out UIntPtr bound));
+            var buffer = new byte[checked((int)bound)];
+            Check(Native.h2o_session_save_to_buffer(handle, buffer, bound, out UIntPtr size));
+            Array.Resize(ref buffer, checked((int)size));
+            return buffer;
+        }
+
+        /// <summary>A new, independent session in this one's state and with its settings, without
+        /// processing anything again (a pinned system prompt can start many conversations).</summary>
+        public Session Fork()
+        {
+            Check(Native.h2o_session_fork(handle, out IntPtr raw));
+            return new Session(SessionHandle.From(raw, handle.Model));
+        }
+
         /// <summary>Throws for a failed status, with the session's own message.</summary>
         private void Check(int code)
         {

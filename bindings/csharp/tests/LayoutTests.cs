@@ -15,6 +15,7 @@ namespace H2o.Tests
         private static readonly Dictionary<Type, string> CNames = new Dictionary<Type, string>
         {
             { typeof(NativeModelParams), "h2o_model_params" }, { typeof(NativeModelInfo), "h2o_model_info" },
+            { typeof(NativePrefixCacheStats), "h2o_prefix_cache_stats" },
             { typeof(NativeBackendInfo), "h2o_backend_info" }, { typeof(NativeSessionParams), "h2o_session_params" },
             { typeof(NativeKvLayout), "h2o_kv_layout" }, { typeof(NativeMemoryReport), "h2o_memory_report" },
             { typeof(NativeGenerateParams), "h2o_generate_params" }, { typeof(NativeGenerateStats), "h2o_generate_stats" },

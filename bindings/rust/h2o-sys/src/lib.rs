@@ -85,6 +85,16 @@ pub struct h2o_model_info {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_prefix_cache_stats {
+    pub struct_size: u32,
+    pub entries: u32,
+    pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+#[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct h2o_backend_info {
     pub struct_size: u32,
@@ -190,6 +200,7 @@ extern "C" {
         out_model: *mut *mut h2o_model,
     ) -> h2o_status;
     pub fn h2o_model_free(model: *mut h2o_model);
+    pub fn h2o_model_get_prefix_cache_stats(model: *const h2o_model, stats: *mut h2o_prefix_cache_stats) -> h2o_status;
     pub fn h2o_model_get_info(model: *const h2o_model, info: *mut h2o_model_info) -> h2o_status;
     pub fn h2o_tokenize(
         model: *const h2o_model,
@@ -238,6 +249,29 @@ extern "C" {
         text_len: usize,
         flags: u32,
     ) -> h2o_status;
+
+    pub fn h2o_session_save(session: *mut h2o_session, path: *const c_char) -> h2o_status;
+    pub fn h2o_session_load(
+        model: *mut h2o_model,
+        path: *const c_char,
+        params: *const h2o_session_params,
+        out_session: *mut *mut h2o_session,
+    ) -> h2o_status;
+    pub fn h2o_session_state_size(session: *mut h2o_session, size: *mut usize) -> h2o_status;
+    pub fn h2o_session_save_to_buffer(
+        session: *mut h2o_session,
+        buffer: *mut c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> h2o_status;
+    pub fn h2o_session_load_from_buffer(
+        model: *mut h2o_model,
+        buffer: *const c_void,
+        size: usize,
+        params: *const h2o_session_params,
+        out_session: *mut *mut h2o_session,
+    ) -> h2o_status;
+    pub fn h2o_session_fork(source: *mut h2o_session, out_session: *mut *mut h2o_session) -> h2o_status;
 
     pub fn h2o_generate_params_init(params: *mut h2o_generate_params, struct_size: usize) -> h2o_status;
     pub fn h2o_generate(

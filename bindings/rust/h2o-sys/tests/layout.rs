@@ -50,6 +50,7 @@ fn rust_layouts() -> Vec<Layout> {
             n_params,
             weight_bytes
         }),
+        layout!(h2o_prefix_cache_stats { struct_size, entries, bytes, hits, misses }),
         layout!(h2o_backend_info { struct_size, kind, device_index, name, device_type, memory_bytes }),
         layout!(h2o_session_params {
             struct_size,

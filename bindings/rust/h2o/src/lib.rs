@@ -17,7 +17,7 @@ mod params;
 mod session;
 
 pub use error::{Error, Result, Status};
-pub use model::{Model, ModelInfo, ModelLoader};
+pub use model::{Model, ModelInfo, ModelLoader, PrefixCacheStats};
 pub use names::{Backend, KvPolicy, KvType, StopReason};
 pub use params::{GenerateParams, SessionParams};
 pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryReport, Session, Stream};

@@ -33,16 +33,29 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
 }
 
+/// What the model's prefix cache holds and has done (h2o_prefix_cache_stats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    pub entries: u32,
+    /// Bytes held, at most the loader's `prefix_cache_bytes`.
+    pub bytes: u64,
+    /// Fresh sessions that started from a cached prefix.
+    pub hits: u64,
+    /// Fresh sessions that found none.
+    pub misses: u64,
+}
+
 /// Options for loading a model: `ModelLoader::new(path).tokenizer(..).progress(..).load()`.
 pub struct ModelLoader<'a> {
     path: PathBuf,
     tokenizer: Option<PathBuf>,
     progress: Option<Box<dyn FnMut(f32) -> bool + 'a>>,
+    prefix_cache_bytes: u64,
 }
 
 impl<'a> ModelLoader<'a> {
     pub fn new(path: impl AsRef<Path>) -> Self {
-        ModelLoader { path: path.as_ref().to_owned(), tokenizer: None, progress: None }
+        ModelLoader { path: path.as_ref().to_owned(), tokenizer: None, progress: None, prefix_cache_bytes: 0 }
     }
 
     /// A sentencepiece .model file to use instead of the vocabulary inside the GGUF file.
@@ -57,6 +70,13 @@ impl<'a> ModelLoader<'a> {
         self
     }
 
+    /// Bytes the model may keep of processed prompt prefixes, so that a fresh session whose first
+    /// text begins like another's starts from that state (0, the default: no cache; CPU only).
+    pub fn prefix_cache_bytes(mut self, bytes: u64) -> Self {
+        self.prefix_cache_bytes = bytes;
+        self
+    }
+
     pub fn load(self) -> Result<Model> {
         let path = c_string("model path", &path_text(&self.path)?)?;
         let tokenizer = self.tokenizer.as_deref().map(|t| c_string("tokenizer path", &path_text(t)?)).transpose()?;
@@ -64,6 +84,7 @@ impl<'a> ModelLoader<'a> {
         // SAFETY: params is a valid struct of the size passed.
         check(unsafe { h2o_sys::h2o_model_params_init(&mut params, std::mem::size_of_val(&params)) })?;
         params.tokenizer_path = tokenizer.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+        params.prefix_cache_bytes = self.prefix_cache_bytes;
 
         type Progress<'b> = Guarded<Box<dyn FnMut(f32) -> bool + 'b>>;
         unsafe extern "C" fn on_progress(fraction: f32, user: *mut c_void) -> c_int {
@@ -94,7 +115,7 @@ impl<'a> ModelLoader<'a> {
     }
 }
 
-fn path_text(path: &Path) -> Result<String> {
+pub(crate) fn path_text(path: &Path) -> Result<String> {
     path.to_str()
         .map(str::to_owned)
         .ok_or_else(|| Error::new(Status::InvalidArgument, format!("path is not UTF-8: {}", path.display())))
@@ -133,6 +154,17 @@ impl Model {
             n_params: i.n_params,
             weight_bytes: i.weight_bytes,
         }
+    }
+
+    pub fn prefix_cache_stats(&self) -> PrefixCacheStats {
+        let mut s = h2o_sys::h2o_prefix_cache_stats {
+            struct_size: std::mem::size_of::<h2o_sys::h2o_prefix_cache_stats>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: as in info.
+        let status = unsafe { h2o_sys::h2o_model_get_prefix_cache_stats(self.as_ptr(), &mut s) };
+        assert_eq!(status, h2o_sys::H2O_OK, "h2o_model_get_prefix_cache_stats failed on a valid model");
+        PrefixCacheStats { entries: s.entries, bytes: s.bytes, hits: s.hits, misses: s.misses }
     }
 
     /// Token ids of `text` (with a leading BOS when `add_bos`).

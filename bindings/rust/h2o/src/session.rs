@@ -1,11 +1,12 @@
 use crate::callback::Guarded;
-use crate::error::{cstr, Error, Result, Status};
-use crate::model::Model;
+use crate::error::{c_string, check, cstr, Error, Result, Status};
+use crate::model::{path_text, Model};
 use crate::names::{Backend, KvPolicy, KvType, StopReason};
 use crate::params::{GenerateParams, SessionParams};
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int, c_void};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -106,10 +107,72 @@ impl Session {
     pub fn new(model: &Model, params: &SessionParams) -> Result<Session> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid model and params; the output pointer is written on success only.
-        crate::error::check(unsafe { h2o_sys::h2o_session_create(model.as_ptr(), &params.raw, &mut raw) })?;
+        check(unsafe { h2o_sys::h2o_session_create(model.as_ptr(), &params.raw, &mut raw) })?;
+        Session::wrap(raw, model.info().n_vocab as usize, "h2o_session_create")
+    }
+
+    /// Creates a session from a snapshot file written by `save`. The cache-shaping settings come
+    /// from the snapshot; `params` gives the rest (threads, backend, device, memory cap).
+    pub fn load(model: &Model, path: impl AsRef<Path>, params: &SessionParams) -> Result<Session> {
+        let path = c_string("snapshot path", &path_text(path.as_ref())?)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid model, path and params; the output pointer is written on success only.
+        check(unsafe { h2o_sys::h2o_session_load(model.as_ptr(), path.as_ptr(), &params.raw, &mut raw) })?;
+        Session::wrap(raw, model.info().n_vocab as usize, "h2o_session_load")
+    }
+
+    /// Creates a session from a snapshot made by `to_bytes`, as `load` does from a file.
+    pub fn from_bytes(model: &Model, bytes: &[u8], params: &SessionParams) -> Result<Session> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: bytes is valid for its length; the rest as in load.
+        check(unsafe {
+            h2o_sys::h2o_session_load_from_buffer(
+                model.as_ptr(),
+                bytes.as_ptr() as *const c_void,
+                bytes.len(),
+                &params.raw,
+                &mut raw,
+            )
+        })?;
+        Session::wrap(raw, model.info().n_vocab as usize, "h2o_session_load_from_buffer")
+    }
+
+    fn wrap(raw: *mut h2o_sys::h2o_session, n_vocab: usize, call: &str) -> Result<Session> {
         let raw =
-            NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "h2o_session_create returned no session"))?;
-        Ok(Session { raw: Arc::new(RawSession(raw)), n_vocab: model.info().n_vocab as usize, _not_sync: PhantomData })
+            NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, format!("{call} returned no session")))?;
+        Ok(Session { raw: Arc::new(RawSession(raw)), n_vocab, _not_sync: PhantomData })
+    }
+
+    /// Writes a snapshot of the whole conversation to `path` (atomically: the file holds its old
+    /// content or the whole snapshot). `Session::load` resumes it exactly.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_string("snapshot path", &path_text(path.as_ref())?)?;
+        // SAFETY: a live session and a NUL-terminated path.
+        self.check(unsafe { h2o_sys::h2o_session_save(self.ptr(), path.as_ptr()) })
+    }
+
+    /// A snapshot of the whole conversation in memory; `Session::from_bytes` resumes it exactly.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut bound = 0usize;
+        // SAFETY: a live session; the buffer has the capacity passed.
+        self.check(unsafe { h2o_sys::h2o_session_state_size(self.ptr(), &mut bound) })?;
+        let mut bytes = vec![0u8; bound];
+        let mut size = 0usize;
+        self.check(unsafe {
+            h2o_sys::h2o_session_save_to_buffer(self.ptr(), bytes.as_mut_ptr() as *mut c_void, bytes.len(), &mut size)
+        })?;
+        bytes.truncate(size);
+        Ok(bytes)
+    }
+
+    /// A new, independent session in this one's state and with its settings, without processing
+    /// anything again (a pinned system prompt can start many conversations). It keeps the model
+    /// alive like any session.
+    pub fn fork(&self) -> Result<Session> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live session; the output pointer is written on success only.
+        self.check(unsafe { h2o_sys::h2o_session_fork(self.ptr(), &mut raw) })?;
+        Session::wrap(raw, self.n_vocab, "h2o_session_fork")
     }
 
     fn ptr(&self) -> *mut h2o_sys::h2o_session {
