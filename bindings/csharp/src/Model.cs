@@ -97,11 +97,11 @@ namespace H2o
         public int[] Tokenize(string text, bool addBos)
         {
             byte[] bytes = Utf8.Bytes(text);
-            int status = Native.h2o_tokenize(Handle, bytes, (UIntPtr)bytes.Length, addBos ? 1 : 0, null, UIntPtr.Zero,
+            int status = Native.h2o_tokenize(Handle, bytes, (UIntPtr)bytes.Length, addBos ? 1u : 0u, null, UIntPtr.Zero,
                                              out UIntPtr needed);
             if (status != Native.BufferTooSmall) Check.Status(status);
             var tokens = new int[(int)needed];
-            Check.Status(Native.h2o_tokenize(Handle, bytes, (UIntPtr)bytes.Length, addBos ? 1 : 0, tokens,
+            Check.Status(Native.h2o_tokenize(Handle, bytes, (UIntPtr)bytes.Length, addBos ? 1u : 0u, tokens,
                                              (UIntPtr)tokens.Length, out needed));
             return tokens;
         }

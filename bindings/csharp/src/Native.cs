@@ -120,7 +120,7 @@ namespace H2o
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_model_get_prefix_cache_stats(ModelHandle model, ref NativePrefixCacheStats stats);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
-        internal static extern int h2o_tokenize(ModelHandle model, byte[] text, UIntPtr len, int addBos, int[] tokens,
+        internal static extern int h2o_tokenize(ModelHandle model, byte[] text, UIntPtr len, uint flags, int[] tokens,
                                                 UIntPtr capacity, out UIntPtr needed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_detokenize(ModelHandle model, int[] tokens, UIntPtr n, byte[] text,

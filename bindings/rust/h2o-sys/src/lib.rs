@@ -186,6 +186,10 @@ pub struct h2o_generate_stats {
     pub generate_seconds: f64,
 }
 
+/// Flags of h2o_tokenize and h2o_session_add_text.
+pub const H2O_TOKENIZE_ADD_BOS: u32 = 1;
+pub const H2O_TOKENIZE_SPECIAL: u32 = 2;
+
 extern "C" {
     pub fn h2o_version() -> *const c_char;
     pub fn h2o_version_number() -> u32;
@@ -206,7 +210,7 @@ extern "C" {
         model: *const h2o_model,
         text: *const c_char,
         text_len: usize,
-        add_bos: c_int,
+        flags: u32,
         tokens: *mut i32,
         capacity: usize,
         n_tokens: *mut usize,

@@ -173,14 +173,14 @@ impl Model {
         let mut needed = 0usize;
         // SAFETY: a size query (NULL buffer, capacity 0), then a buffer of the size asked for.
         let status = unsafe {
-            h2o_sys::h2o_tokenize(self.as_ptr(), ptr, len, add_bos as c_int, std::ptr::null_mut(), 0, &mut needed)
+            h2o_sys::h2o_tokenize(self.as_ptr(), ptr, len, if add_bos { h2o_sys::H2O_TOKENIZE_ADD_BOS } else { 0 }, std::ptr::null_mut(), 0, &mut needed)
         };
         if status != h2o_sys::H2O_ERR_BUFFER_TOO_SMALL {
             check(status)?;
         }
         let mut tokens = vec![0i32; needed];
         check(unsafe {
-            h2o_sys::h2o_tokenize(self.as_ptr(), ptr, len, add_bos as c_int, tokens.as_mut_ptr(), needed, &mut needed)
+            h2o_sys::h2o_tokenize(self.as_ptr(), ptr, len, if add_bos { h2o_sys::H2O_TOKENIZE_ADD_BOS } else { 0 }, tokens.as_mut_ptr(), needed, &mut needed)
         })?;
         tokens.truncate(needed);
         Ok(tokens)
