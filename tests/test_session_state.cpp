@@ -1,5 +1,6 @@
 // Session snapshots (save, load, fork): exact resumption for every policy, and a malformed-snapshot
 // sweep in the style of the GGUF reader's tests.
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -98,6 +99,28 @@ TEST_CASE("session state: a loaded session continues exactly as the saved one, f
                 }
             }
         }
+    }
+}
+
+TEST_CASE("session state: a fresh process continues a saved session exactly") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    for (float temperature : {0.0f, 0.8f}) {
+        CAPTURE(temperature);
+        const h2o_session_params sp = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_K8V4);
+        h2o_test::ApiSession m;
+        REQUIRE(m.open(path, sp));
+        generate(m.session, "Once upon a time", 40, temperature);
+        const std::string file = h2o_test::temp_path("fresh_process.h2os");
+        REQUIRE(h2o_session_save(m.session, file.c_str()) == H2O_OK);
+        const std::string command = std::string(H2O_SNAPSHOT_CONTINUE) + " '" + path + "' '" + file + "' 40 " + std::to_string(temperature);
+        FILE *child = popen(command.c_str(), "r");
+        REQUIRE(child != nullptr);
+        std::string from_child;
+        char buffer[4096];
+        for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, child)) > 0;) from_child.append(buffer, n);
+        CHECK(pclose(child) == 0);
+        CHECK(from_child == generate(m.session, "", 40, temperature));
+        std::filesystem::remove(file);
     }
 }
 
