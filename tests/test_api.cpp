@@ -102,14 +102,19 @@ TEST_CASE("session and generation parameters are validated") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     ModelAndSession m(path);
 
-    SUBCASE("struct_size too small or too large") {
-        h2o_session_params sp;
-        h2o_session_params_init(&sp, sizeof sp);
+    SUBCASE("struct_size too small, or a newer struct with an unknown field set") {
+        struct {
+            h2o_session_params params;
+            uint32_t newer_field;
+        } sp;
+        h2o_session_params_init(&sp.params, sizeof sp);
         h2o_session *other = nullptr;
-        sp.struct_size = 8;
-        CHECK(h2o_session_create(m.model, &sp, &other) == H2O_ERR_INVALID_ARGUMENT);
-        sp.struct_size = sizeof(sp) + 4;
-        CHECK(h2o_session_create(m.model, &sp, &other) == H2O_ERR_INVALID_ARGUMENT);
+        sp.params.struct_size = 8;
+        CHECK(h2o_session_create(m.model, &sp.params, &other) == H2O_ERR_INVALID_ARGUMENT);
+        sp.params.struct_size = sizeof sp;
+        sp.newer_field = 7;
+        CHECK(h2o_session_create(m.model, &sp.params, &other) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_last_error()).find("does not know") != std::string::npos);
         CHECK(other == nullptr);
 
         h2o_generate_params gen;
