@@ -38,19 +38,24 @@ float float_of(uint32_t u) {
     return f;
 }
 
-bool have_avx2() {
-    if (cpu::cpu_supports(cpu::KernelIsa::Avx2)) return true;
-    std::printf("H2O-SKIP: this CPU lacks AVX2/FMA/F16C; the AVX2 kernel comparisons were skipped\n");
+bool can_run(cpu::KernelIsa isa) {
+    if (cpu::cpu_supports(isa)) return true;
+    std::printf("H2O-SKIP: this CPU cannot run the %s kernels; their comparisons were skipped\n", cpu::kernel_isa_name(isa));
     return false;
 }
 
-// The NEON levels this CPU runs (each is tested against the reference and the scalar path).
-std::vector<cpu::KernelIsa> neon_levels() {
+constexpr cpu::KernelIsa kSimdLevels[] = {cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx512, cpu::KernelIsa::Neon,
+                                          cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm};
+
+// The SIMD levels this CPU runs (each is tested against the reference and the scalar path). The
+// others belong to another architecture or a newer CPU; only a CPU that runs none marks the test
+// skipped (a skip line marks the whole test, which would hide the levels that did run).
+std::vector<cpu::KernelIsa> simd_levels() {
     std::vector<cpu::KernelIsa> out;
-    for (cpu::KernelIsa isa : {cpu::KernelIsa::Neon, cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm}) {
+    for (cpu::KernelIsa isa : kSimdLevels) {
         if (cpu::cpu_supports(isa)) out.push_back(isa);
     }
-    if (out.empty()) std::printf("H2O-SKIP: not an ARM64 CPU; the NEON kernel comparisons were skipped\n");
+    if (out.empty()) std::printf("H2O-SKIP: this CPU runs no SIMD kernel level; only the scalar path was tested\n");
     return out;
 }
 
@@ -59,6 +64,7 @@ const cpu::detail::KernelTable &kernel_table(cpu::KernelIsa isa) {
     switch (isa) {
 #if defined(H2O_KERNELS_X86)
         case cpu::KernelIsa::Avx2: return cpu::detail::kAvx2Kernels;
+        case cpu::KernelIsa::Avx512: return cpu::detail::kAvx512Kernels;
 #elif defined(H2O_KERNELS_ARM64)
         case cpu::KernelIsa::Neon: return cpu::detail::kNeonKernels;
         case cpu::KernelIsa::NeonDotprod: return cpu::detail::kNeonDotprodKernels;
@@ -208,7 +214,7 @@ __attribute__((target("f16c"))) float hw_fp16_to_fp32(uint16_t h) {
 }  // namespace
 
 TEST_CASE("fp16: matches the F16C instructions bit for bit") {
-    if (!have_avx2()) return;
+    if (!can_run(cpu::KernelIsa::Avx2)) return;
     for (uint32_t h = 0; h < 65536; ++h) {
         REQUIRE(bits_of(fp16_to_fp32(static_cast<uint16_t>(h))) == bits_of(hw_fp16_to_fp32(static_cast<uint16_t>(h))));
     }
@@ -598,7 +604,7 @@ TEST_CASE("K-quant quantization: error bounds, and lower error than Q4_0 at the 
 
 TEST_CASE("K-quant quantization: non-finite blocks get a NaN scale, and only those") {
     for (TensorType type : kKTypes) {
-        CAPTURE(type_name(type));
+        CAPTURE(std::string(type_name(type)));
         std::vector<float> x(512, 0.5f);
         x[300] = NAN;  // second super-block
         std::vector<uint8_t> q(row_bytes(type, 512));
@@ -621,8 +627,7 @@ TEST_CASE("kernel selection can be forced to the portable path, and to exactly t
     CHECK(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
     CHECK(cpu::current_kernel_isa() == cpu::KernelIsa::Scalar);
     CHECK(std::strcmp(cpu::kernel_isa_name(cpu::KernelIsa::Scalar), "scalar") == 0);
-    for (cpu::KernelIsa isa : {cpu::KernelIsa::Avx2, cpu::KernelIsa::Neon, cpu::KernelIsa::NeonDotprod,
-                               cpu::KernelIsa::NeonI8mm}) {
+    for (cpu::KernelIsa isa : kSimdLevels) {
         CAPTURE(cpu::kernel_isa_name(isa));
         REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
         if (cpu::cpu_supports(isa)) {
@@ -637,6 +642,10 @@ TEST_CASE("kernel selection can be forced to the portable path, and to exactly t
     CHECK(cpu::cpu_supports(cpu::KernelIsa::Neon));  // every ARM64 CPU
     // i8mm CPUs all have dotprod (ARMv8.6), and the i8mm level uses both.
     if (cpu::cpu_supports(cpu::KernelIsa::NeonI8mm)) CHECK(cpu::cpu_supports(cpu::KernelIsa::NeonDotprod));
+#endif
+#if defined(H2O_KERNELS_X86)
+    // The AVX-512 level uses AVX2 kernels too.
+    if (cpu::cpu_supports(cpu::KernelIsa::Avx512)) CHECK(cpu::cpu_supports(cpu::KernelIsa::Avx2));
 #endif
 }
 
@@ -695,13 +704,8 @@ void check_activation_quantization(cpu::KernelIsa isa) {
 
 }  // namespace
 
-TEST_CASE("activation quantization: AVX2 and scalar write identical bytes, with quantize_row's quants") {
-    if (!have_avx2()) return;
-    check_activation_quantization(cpu::KernelIsa::Avx2);
-}
-
-TEST_CASE("activation quantization: NEON levels and scalar write identical bytes") {
-    for (cpu::KernelIsa isa : neon_levels()) {
+TEST_CASE("activation quantization: SIMD levels and scalar write identical bytes, with quantize_row's quants") {
+    for (cpu::KernelIsa isa : simd_levels()) {
         CAPTURE(cpu::kernel_isa_name(isa));
         check_activation_quantization(isa);
     }
@@ -758,7 +762,7 @@ void check_matmul(cpu::KernelIsa isa) {
     IsaGuard guard;
     std::mt19937 rng(42);
     for (const MatmulCase &c : matmul_cases()) {
-        CAPTURE(type_name(c.type));
+        CAPTURE(std::string(type_name(c.type)));
         CAPTURE(c.rows);
         CAPTURE(c.cols);
         CAPTURE(c.n_tokens);
@@ -831,12 +835,16 @@ void check_matmul(cpu::KernelIsa isa) {
 TEST_CASE("matmul: scalar path against a double-precision reference") { check_matmul(cpu::KernelIsa::Scalar); }
 
 TEST_CASE("matmul: AVX2 path against the reference and the scalar path") {
-    if (!have_avx2()) return;
-    check_matmul(cpu::KernelIsa::Avx2);
+    if (can_run(cpu::KernelIsa::Avx2)) check_matmul(cpu::KernelIsa::Avx2);
+}
+
+TEST_CASE("matmul: AVX-512 path against the reference and the scalar path") {
+    if (can_run(cpu::KernelIsa::Avx512)) check_matmul(cpu::KernelIsa::Avx512);
 }
 
 TEST_CASE("matmul: NEON levels against the reference and the scalar path") {
-    for (cpu::KernelIsa isa : neon_levels()) {
+    for (cpu::KernelIsa isa : {cpu::KernelIsa::Neon, cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm}) {
+        if (!can_run(isa)) continue;
         CAPTURE(cpu::kernel_isa_name(isa));
         check_matmul(isa);
     }
@@ -853,7 +861,7 @@ void check_nan_propagation(cpu::KernelIsa isa) {
     const int64_t rows = 6, cols = 256, n_tokens = 5;  // one K-quant super-block
     ThreadPool pool(2);
     for (TensorType type : kAllTypes) {
-        CAPTURE(type_name(type));
+        CAPTURE(std::string(type_name(type)));
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
         std::vector<float> x = random_vector(rng, n_tokens * cols);
         x[2 * cols + 40] = NAN;  // token 2
@@ -871,7 +879,7 @@ void check_dequantize(cpu::KernelIsa isa) {
     std::mt19937 rng(13);
     const int64_t rows = 5;
     for (TensorType type : kAllTypes) {
-        CAPTURE(type_name(type));
+        CAPTURE(std::string(type_name(type)));
         const int64_t cols = is_k(type) ? 512 : 96;
         const std::vector<float> wf = random_vector(rng, rows * cols);
         const std::vector<uint8_t> w = quantize_matrix(type, wf, rows, cols);
@@ -963,13 +971,8 @@ void check_vector_ops(cpu::KernelIsa isa) {
 
 TEST_CASE("matmul: a NaN activation makes its outputs NaN (scalar)") { check_nan_propagation(cpu::KernelIsa::Scalar); }
 
-TEST_CASE("matmul: a NaN activation makes its outputs NaN (AVX2)") {
-    if (!have_avx2()) return;
-    check_nan_propagation(cpu::KernelIsa::Avx2);
-}
-
-TEST_CASE("matmul: a NaN activation makes its outputs NaN (NEON levels)") {
-    for (cpu::KernelIsa isa : neon_levels()) {
+TEST_CASE("matmul: a NaN activation makes its outputs NaN (SIMD levels)") {
+    for (cpu::KernelIsa isa : simd_levels()) {
         CAPTURE(cpu::kernel_isa_name(isa));
         check_nan_propagation(isa);
     }
@@ -979,13 +982,8 @@ TEST_CASE("dequantize and dequantize_rows equal the reference exactly (scalar)")
     check_dequantize(cpu::KernelIsa::Scalar);
 }
 
-TEST_CASE("dequantize and dequantize_rows equal the reference exactly (AVX2)") {
-    if (!have_avx2()) return;
-    check_dequantize(cpu::KernelIsa::Avx2);
-}
-
-TEST_CASE("dequantize and dequantize_rows equal the reference exactly (NEON levels)") {
-    for (cpu::KernelIsa isa : neon_levels()) {
+TEST_CASE("dequantize and dequantize_rows equal the reference exactly (SIMD levels)") {
+    for (cpu::KernelIsa isa : simd_levels()) {
         CAPTURE(cpu::kernel_isa_name(isa));
         check_dequantize(isa);
     }
@@ -993,13 +991,8 @@ TEST_CASE("dequantize and dequantize_rows equal the reference exactly (NEON leve
 
 TEST_CASE("vector operations against double-precision references (scalar)") { check_vector_ops(cpu::KernelIsa::Scalar); }
 
-TEST_CASE("vector operations against double-precision references (AVX2)") {
-    if (!have_avx2()) return;
-    check_vector_ops(cpu::KernelIsa::Avx2);
-}
-
-TEST_CASE("vector operations against double-precision references (NEON levels)") {
-    for (cpu::KernelIsa isa : neon_levels()) {
+TEST_CASE("vector operations against double-precision references (SIMD levels)") {
+    for (cpu::KernelIsa isa : simd_levels()) {
         CAPTURE(cpu::kernel_isa_name(isa));
         check_vector_ops(isa);
     }

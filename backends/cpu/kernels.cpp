@@ -305,8 +305,8 @@ void silu_mul_scalar(float *out, const float *gate, const float *up, int64_t n) 
 
 std::atomic<int> g_isa{-1};  // a KernelIsa, or -1 before the first use
 
-constexpr KernelIsa kAllIsas[] = {KernelIsa::Scalar, KernelIsa::Avx2, KernelIsa::Neon, KernelIsa::NeonDotprod,
-                                   KernelIsa::NeonI8mm};
+constexpr KernelIsa kAllIsas[] = {KernelIsa::Scalar,      KernelIsa::Avx2,        KernelIsa::Avx512,
+                                   KernelIsa::Neon,        KernelIsa::NeonDotprod, KernelIsa::NeonI8mm};
 
 // The best level this CPU runs, or the one H2O_CPU_KERNELS names; a name that is unknown or a level
 // the CPU lacks is fatal, so a test or benchmark never measures other kernels than it asked for.
@@ -334,6 +334,7 @@ const KernelTable &table_of(KernelIsa isa) {
     switch (isa) {
 #if defined(H2O_KERNELS_X86)
         case KernelIsa::Avx2: return detail::kAvx2Kernels;
+        case KernelIsa::Avx512: return detail::kAvx512Kernels;
 #elif defined(H2O_KERNELS_ARM64)
         case KernelIsa::Neon: return detail::kNeonKernels;
         case KernelIsa::NeonDotprod: return detail::kNeonDotprodKernels;
@@ -387,6 +388,7 @@ const KernelTable kScalarKernels = {
 const char *kernel_isa_name(KernelIsa isa) {
     switch (isa) {
         case KernelIsa::Avx2: return "avx2";
+        case KernelIsa::Avx512: return "avx512";
         case KernelIsa::Neon: return "neon";
         case KernelIsa::NeonDotprod: return "neon+dotprod";
         case KernelIsa::NeonI8mm: return "neon+i8mm";
@@ -409,12 +411,27 @@ static bool x86_has_avx2_fma_f16c() {
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     return ebx & bit_AVX2;
 }
+
+// AVX-512 Foundation, Byte/Word, Vector Length and VNNI from CPUID leaf 7, and XCR0 showing that
+// the OS saves the opmask and the upper halves of the ZMM registers (bits 5, 6, 7) as well.
+static bool x86_has_avx512_vnni() {
+    if (!x86_has_avx2_fma_f16c()) return false;
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    constexpr unsigned kF = 1u << 16, kBW = 1u << 30, kVL = 1u << 31;  // EBX
+    constexpr unsigned kVnni = 1u << 11;                               // ECX
+    if ((ebx & (kF | kBW | kVL)) != (kF | kBW | kVL) || !(ecx & kVnni)) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & 0xE6) == 0xE6;
+}
 #endif
 
 bool cpu_supports(KernelIsa isa) {
     if (isa == KernelIsa::Scalar) return true;
 #if defined(H2O_KERNELS_X86)
-    return isa == KernelIsa::Avx2 && x86_has_avx2_fma_f16c();
+    if (isa == KernelIsa::Avx2) return x86_has_avx2_fma_f16c();
+    return isa == KernelIsa::Avx512 && x86_has_avx512_vnni();
 #elif defined(H2O_KERNELS_ARM64)
     if (isa == KernelIsa::Neon) return true;  // Advanced SIMD is part of every ARMv8-A CPU
 #if defined(__linux__)

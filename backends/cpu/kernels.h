@@ -1,7 +1,7 @@
 // CPU compute kernels: matrix multiplication against weights in their stored format, and the
 // small vector operations of a Llama layer.
 //
-// Every function has a portable implementation and SIMD ones: AVX2/FMA/F16C on x86-64; NEON on
+// Every function has a portable implementation and SIMD ones: AVX2/FMA/F16C and AVX-512 on x86-64; NEON on
 // ARM64, with variants for the dot-product (sdot) and 8-bit matrix-multiply (smmla) extensions. The
 // choice is made at run time (see KernelIsa), so the library runs on any x86-64 or ARM64 CPU. All
 // give the same results up to the order of floating-point additions.
@@ -18,9 +18,9 @@ namespace h2o::cpu {
 // ---- instruction set selection --------------------------------------------------------------
 
 // Kernel levels, each named by kernel_isa_name(): "scalar" (portable, everywhere), "avx2" (x86-64
-// with AVX2, FMA and F16C), "neon" (any ARM64), "neon+dotprod" (ARMv8.2 dotprod: sdot) and
-// "neon+i8mm" (dotprod and i8mm: smmla).
-enum class KernelIsa { Scalar, Avx2, Neon, NeonDotprod, NeonI8mm };
+// with AVX2, FMA and F16C), "avx512" (those and AVX-512 F, BW, VL and VNNI), "neon" (any ARM64),
+// "neon+dotprod" (ARMv8.2 dotprod: sdot) and "neon+i8mm" (dotprod and i8mm: smmla).
+enum class KernelIsa { Scalar, Avx2, Avx512, Neon, NeonDotprod, NeonI8mm };
 
 const char *kernel_isa_name(KernelIsa isa);
 

@@ -66,6 +66,7 @@ extern const KernelTable kScalarKernels;  // kernels.cpp
 #if defined(__x86_64__) || defined(__i386__)
 #define H2O_KERNELS_X86 1
 extern const KernelTable kAvx2Kernels;    // kernels_avx2.cpp; only for CPUs with AVX2, FMA and F16C
+extern const KernelTable kAvx512Kernels;  // kernels_avx512.cpp; those and AVX-512 F/BW/VL/VNNI
 #elif defined(__aarch64__)
 #define H2O_KERNELS_ARM64 1
 extern const KernelTable kNeonKernels;         // kernels_neon.cpp; every ARM64 CPU

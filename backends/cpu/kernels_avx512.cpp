@@ -1,0 +1,386 @@
+// AVX-512 kernels: F, BW, VL and VNNI (vpdpbusd). Built with those flags plus the AVX2 file's
+// (CMakeLists.txt does it for every *_avx512.cpp) and called only after kernels.cpp has checked
+// the CPU and that the OS saves the 512-bit registers.
+//
+// What 512-bit registers and vpdpbusd speed up is the compute-bound work: prompts (groups of 4
+// tokens) against Q4_0, Q8_0, F16 and F32 weights. The rest calls the AVX2 kernels, which every
+// AVX-512 CPU can run: decoding one token streams the weights from memory (bandwidth, not
+// arithmetic, is the limit there), and the K-quants, the vector operations and the activation
+// quantization have no 512-bit version yet.
+//
+// Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
+// templates are instantiated here (see kernels_internal.h).
+// GCC 12's AVX-512 headers trip its own uninitialized-value warnings (GCC bug 105593, fixed in 13):
+// the intrinsics start from _mm512_undefined_*() on purpose.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/kernels_internal.h"
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__)
+#error "kernels_avx512.cpp must be compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni"
+#endif
+
+namespace h2o::cpu::detail {
+
+namespace {
+
+constexpr int64_t kQ4Bytes = 18;  // sizeof(BlockQ4_0)
+constexpr int64_t kQ8Bytes = 34;  // sizeof(BlockQ8_0)
+
+inline uint16_t load_u16(const uint8_t *p) {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
+inline __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
+
+// Sum of the lower (half 0) or upper (half 1) 8 floats of v.
+inline float hsum_half(__m512 v, int half) {
+    const __m256 h = half == 0 ? _mm512_castps512_ps256(v)
+                               : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// ---- Q4_0 and Q8_0 weights against a token group -----------------------------------------------
+//
+// A 64-byte register holds the activations of one block pair for two tokens at once: a.lo[t] and
+// a.lo[t+1] are adjacent in ActBlockPair, [t: b 0..15 | b+1 0..15 | t+1: b 0..15 | b+1 0..15].
+// The weight pair is broadcast to match, and vpdpbusd (unsigned weight bytes times signed
+// activation bytes, 4 products into each int32 lane) leaves the int32 lanes as
+//   [b,t x4 | b+1,t x4 | b,t+1 x4 | b+1,t+1 x4],
+// each (block, token) sum spread over 4 lanes. Each lane is then scaled by its block's weight scale
+// and its (block, token)'s activation scale and accumulated in float; a token's result is the sum
+// of its 8 lanes at the end of the row. The weights must be unsigned for vpdpbusd:
+//   Q4_0: the nibbles (0..15) as they are, which is q + 8: subtract 8 * sum(y) = offset;
+//   Q8_0: q + 128 (flipping the sign bit): subtract 128 * sum(y) = 16 * offset.
+// The correction starts the first lane of each (block, token), so the integer sums stay exact.
+
+// One activation block pair of a group, ready for every row of a tile.
+struct GroupAct {
+    __m512i lo[2], hi[2];  // tokens (0, 1) and (2, 3)
+    __m512 d[2];           // each lane's activation scale
+    __m512i init[2];       // each lane's starting value: minus the offset correction on lane 0 of 4
+};
+
+template <TensorType kType>
+inline GroupAct group_act(const ActBlockPair &a) {
+    const __m512 d8 = _mm512_castps256_ps512(_mm256_loadu_ps(a.d));
+    const __m512i offset8 = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.offset)));
+    GroupAct g;
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+        const int t0 = 2 * k, t1 = 2 * k + 1;
+        g.lo[k] = load512(a.lo[t0]);
+        g.hi[k] = load512(a.hi[t0]);
+        // a.d and a.offset are ordered [b: tokens 0..3 | b+1: tokens 0..3].
+        const __m512i idx = _mm512_setr_epi32(t0, t0, t0, t0, 4 + t0, 4 + t0, 4 + t0, 4 + t0, t1, t1, t1, t1, 4 + t1,
+                                              4 + t1, 4 + t1, 4 + t1);
+        g.d[k] = _mm512_permutexvar_ps(idx, d8);
+        const __m512i offset = _mm512_maskz_permutexvar_epi32(0x1111, idx, offset8);
+        const __m512i correction = kType == TensorType::Q8_0 ? _mm512_slli_epi32(offset, 4) : offset;
+        g.init[k] = _mm512_sub_epi32(_mm512_setzero_si512(), correction);
+    }
+    return g;
+}
+
+// A weight block pair as unsigned bytes in the activations' order, once for each of the two
+// tokens of a register, and each lane's weight scale. Without kPair (a lone last block) the second
+// block's lanes are zero (its activations are zero too).
+struct WeightPair {
+    __m512i lo, hi;
+    __m512 d;
+};
+
+template <TensorType kType, bool kPair>
+inline WeightPair weight_pair(const uint8_t *blk, const float *fp16_table) {
+    constexpr int64_t kBytes = kType == TensorType::Q4_0 ? kQ4Bytes : kQ8Bytes;
+    constexpr __mmask16 kFirst = 0x0F0F, kSecond = 0xF0F0;  // 32-bit lanes of block b, of block b+1
+    const uint8_t *blk1 = blk + kBytes;
+    // Broadcasts 16 bytes of block b (and of block b+1) into the lanes of their block.
+    auto spread = [&](int64_t offset) {
+        const __m512i b0 = _mm512_broadcast_i32x4(load128(blk + offset));
+        return kPair ? _mm512_mask_broadcast_i32x4(b0, kSecond, load128(blk1 + offset)) : _mm512_maskz_mov_epi32(kFirst, b0);
+    };
+    WeightPair w;
+    const __m512 d0 = _mm512_set1_ps(fp16_table[load_u16(blk)]);
+    w.d = kPair ? _mm512_mask_blend_ps(kSecond, d0, _mm512_set1_ps(fp16_table[load_u16(blk1)]))
+                : _mm512_maskz_mov_ps(kFirst, d0);
+    if constexpr (kType == TensorType::Q4_0) {
+        const __m512i raw = spread(2), mask = _mm512_set1_epi8(0x0F);
+        w.lo = _mm512_and_si512(raw, mask);
+        w.hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+    } else {
+        const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+        w.lo = _mm512_xor_si512(spread(2), sign);
+        w.hi = _mm512_xor_si512(spread(18), sign);
+    }
+    return w;
+}
+
+inline void group_step(const WeightPair &w, const GroupAct &a, __m512 acc[2]) {
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a.init[k], w.lo, a.lo[k]), w.hi, a.hi[k]);
+        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w.d, a.d[k]), acc[k]);
+    }
+}
+
+// kRows rows x the 4 tokens of group g, over the block pairs [q0, q1) (a column slice): y is set
+// for the first slice and added to for the others. The activations of a pair are prepared once
+// for all kRows rows.
+template <TensorType kType, int kRows>
+void quant_group_rows(const MatmulProblem &p, int64_t r, int64_t g, int64_t q0, int64_t q1) {
+    constexpr int64_t kPairBytes = 2 * (kType == TensorType::Q4_0 ? kQ4Bytes : kQ8Bytes);
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const int64_t n_blocks = p.cols / 32, n_full = n_blocks / 2;
+    const uint8_t *row[kRows];
+    __m512 acc[kRows][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+        row[i] = p.w + (r + i) * p.w_row_bytes;
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    }
+    const int64_t q_full_end = q1 < n_full ? q1 : n_full;
+    for (int64_t q = q0; q < q_full_end; ++q) {
+        const GroupAct a = group_act<kType>(act[q]);
+#pragma GCC unroll 4
+        for (int i = 0; i < kRows; ++i) group_step(weight_pair<kType, true>(row[i] + q * kPairBytes, p.fp16_table), a, acc[i]);
+    }
+    if ((n_blocks & 1) && q1 > n_full) {  // the lone last block
+        const GroupAct a = group_act<kType>(act[n_full]);
+#pragma GCC unroll 4
+        for (int i = 0; i < kRows; ++i) {
+            group_step(weight_pair<kType, false>(row[i] + n_full * kPairBytes, p.fp16_table), a, acc[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+        for (int t = 0; t < kGroupTokens; ++t) {
+            const float out = hsum_half(acc[i][t / 2], t % 2);
+            float &y = p.y[(g * kGroupTokens + t) * p.rows + r + i];
+            y = q0 == 0 ? out : y + out;
+        }
+    }
+}
+
+template <TensorType kType>
+void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int kGroupRows = 4;
+    constexpr int64_t kSlicePairs = 64;  // 4096 columns: 20 KiB of a group's activations stay in L1
+    for (int64_t g = g0; g < g1; ++g) {
+        if (p.n_tokens - g * kGroupTokens < kGroupTokens) {
+            kAvx2Kernels.matmul_range(p, r0, r1, g, g + 1);  // single tokens: bound by memory
+            continue;
+        }
+        for (int64_t q0 = 0; q0 < p.n_pairs; q0 += kSlicePairs) {
+            const int64_t q1 = q0 + kSlicePairs < p.n_pairs ? q0 + kSlicePairs : p.n_pairs;
+            int64_t r = r0;
+            for (; r + kGroupRows <= r1; r += kGroupRows) quant_group_rows<kType, kGroupRows>(p, r, g, q0, q1);
+            for (; r < r1; ++r) quant_group_rows<kType, 1>(p, r, g, q0, q1);
+        }
+    }
+}
+
+// ---- Q6_K weights against one token (decoding) ----------------------------------------------
+//
+// The output projection of the common Q4_0 and Q4_K_M files is Q6_K, and at 6.56 bits a weight its
+// unpacking, not memory, limited the AVX2 kernel. Here a 64-byte register holds one block pair k
+// of a super-block (blocks 2k, 2k+1) in the activations' order, as 16-byte chunks
+//   [2k: 0..15 | 2k+1: 0..15 | 2k: 16..31 | 2k+1: 16..31]   (the layout of a.lo[t] then a.hi[t]),
+// each chunk one of Q6_K's 16-element scale groups: 4k, 4k+2, 4k+1, 4k+3. In the file, blocks 2k
+// and 2k+1 lie in half h = k / 2 as its blocks i0 = 2 (k & 1) and i0 + 1: their low 4 bits are
+// the low (i0 = 0) or high (i0 = 2) nibbles of ql[64h + 0..31] and ql[64h + 32..63], their top 2
+// bits are bits 2 i0 and 2 i0 + 2 of qh[32h + 0..31]. Products of |q| and the activation with q's
+// sign (maddubs) fit int16, and vpdpwssd applies the int16 scales while adding into int32.
+
+// Quants of pair k of a Q6_K super-block, signed (-32..31), in the chunk order above.
+inline __m512i q6_pair_quants(const uint8_t *blk, int k) {
+    const int h = k / 2, i0 = 2 * (k & 1);
+    const __m512i ql = load512(blk + 64 * h);
+    const __m512i qh = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 128 + 32 * h)));
+    // ql bytes [0..15 | 32..47 | 16..31 | 48..63] and qh bytes [0..15 | 0..15 | 16..31 | 16..31].
+    const __m512i low_src = _mm512_shuffle_i64x2(ql, ql, _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512i high_src = _mm512_shuffle_i64x2(qh, qh, _MM_SHUFFLE(1, 1, 0, 0));
+    // Shifts in 16-bit lanes: the bits kept (masked below) never cross from the other byte.
+    const __m512i low = _mm512_and_si512(_mm512_srli_epi16(low_src, 4 * (k & 1)), _mm512_set1_epi8(0x0F));
+    // Bits 2 i0 (block 2k's chunks) and 2 i0 + 2 (block 2k+1's) of each qh byte.
+    const int64_t s0 = (2 * i0) * 0x0001000100010001LL, s1 = (2 * i0 + 2) * 0x0001000100010001LL;
+    const __m512i bit_shift = _mm512_setr_epi64(s0, s0, s1, s1, s0, s0, s1, s1);
+    const __m512i top = _mm512_and_si512(_mm512_srlv_epi16(high_src, bit_shift), _mm512_set1_epi8(3));
+    return _mm512_sub_epi8(_mm512_or_si512(low, _mm512_slli_epi16(top, 4)), _mm512_set1_epi8(32));
+}
+
+// kRows Q6_K rows x one token (token t of group g).
+template <int kRows>
+void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
+    constexpr int64_t kQ6KBytes = 210;
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *row[kRows];
+    __m512 acc[kRows];
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+        row[i] = p.w + (r + i) * p.w_row_bytes;
+        acc[i] = _mm512_setzero_ps();
+    }
+    // int16 lanes of chunk c take scale group [4k, 4k+2, 4k+1, 4k+3][c] of the super-block.
+    __m512i scale_idx[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+        const int64_t c0 = 4 * k, c1 = 4 * k + 2, c2 = 4 * k + 1, c3 = 4 * k + 3;
+        const int64_t q0 = c0 * 0x0001000100010001LL, q1 = c1 * 0x0001000100010001LL;
+        const int64_t q2 = c2 * 0x0001000100010001LL, q3 = c3 * 0x0001000100010001LL;
+        scale_idx[k] = _mm512_setr_epi64(q0, q0, q1, q1, q2, q2, q3, q3);
+    }
+    for (int64_t sb = 0; sb < p.cols / 256; ++sb) {
+        const ActBlockPair *a = act + 4 * sb;
+        __m512i y[4];
+        __m512 ad[4];  // each int32 lane's activation scale: [2k x4 | 2k+1 x4 | 2k x4 | 2k+1 x4]
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            y[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a[k].lo[t]))),
+                                      _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a[k].hi[t])), 1);
+            ad[k] = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(a[k].d[t]), _mm512_set1_ps(a[k].d[kGroupTokens + t]));
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) _mm_prefetch(reinterpret_cast<const char *>(row[i] + sb * kQ6KBytes + 2048), _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) {
+            const uint8_t *blk = row[i] + sb * kQ6KBytes;
+            const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load128(blk + 192)));
+            __m512 sums = _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+                const __m512i q = q6_pair_quants(blk, k);
+                const __m512i y_signed = _mm512_mask_sub_epi8(y[k], _mm512_movepi8_mask(q), _mm512_setzero_si512(), y[k]);
+                const __m512i prod = _mm512_maddubs_epi16(_mm512_abs_epi8(q), y_signed);
+                const __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), prod,
+                                                      _mm512_permutexvar_epi16(scale_idx[k], scales));
+                sums = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), ad[k], sums);
+            }
+            acc[i] = _mm512_fmadd_ps(sums, _mm512_set1_ps(p.fp16_table[load_u16(blk + 208)]), acc[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) p.y[(g * kGroupTokens + t) * p.rows + r + i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+void q6_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int kTokenRows = 4;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            kAvx2Kernels.matmul_range(p, r0, r1, g, g + 1);  // prompts: the AVX2 group kernel
+            continue;
+        }
+        for (int t = 0; t < n_tok; ++t) {
+            int64_t r = r0;
+            for (; r + kTokenRows <= r1; r += kTokenRows) q6_token_rows<kTokenRows>(p, r, g, t);
+            for (; r < r1; ++r) q6_token_rows<1>(p, r, g, t);
+        }
+    }
+}
+
+// ---- float weights --------------------------------------------------------------------------
+
+// 16 weights from column c on; with a mask, only the lanes it selects (the others read as 0).
+template <bool kF16>
+inline __m512 load_w16(const uint8_t *row, int64_t c, __mmask16 mask) {
+    if constexpr (kF16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + 2 * c));
+    else return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float *>(row) + c);
+}
+
+// kRows rows x kTokens tokens starting at token tok, as kernels_avx2.cpp's float_tile does, 16
+// columns at a time; the last columns are read through a mask instead of a scalar loop.
+template <bool kF16, int kRows, int kTokens>
+void float_tile(const MatmulProblem &p, int64_t r, int64_t tok) {
+    const uint8_t *row[kRows];
+#pragma GCC unroll 16
+    for (int i = 0; i < kRows; ++i) row[i] = p.w + (r + i) * p.w_row_bytes;
+    const float *x = p.x + tok * p.cols;
+    __m512 acc[kRows][kTokens];
+#pragma GCC unroll 16
+    for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 16
+        for (int t = 0; t < kTokens; ++t) acc[i][t] = _mm512_setzero_ps();
+    }
+    for (int64_t c = 0; c < p.cols; c += 16) {
+        const int64_t left = p.cols - c;
+        const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+        __m512 w[kRows];
+#pragma GCC unroll 16
+        for (int i = 0; i < kRows; ++i) w[i] = load_w16<kF16>(row[i], c, mask);
+#pragma GCC unroll 16
+        for (int t = 0; t < kTokens; ++t) {
+            const __m512 xv = _mm512_maskz_loadu_ps(mask, x + t * p.cols + c);
+#pragma GCC unroll 16
+            for (int i = 0; i < kRows; ++i) acc[i][t] = _mm512_fmadd_ps(w[i], xv, acc[i][t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 16
+        for (int t = 0; t < kTokens; ++t) p.y[(tok + t) * p.rows + r + i] = _mm512_reduce_add_ps(acc[i][t]);
+    }
+}
+
+template <bool kF16>
+void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int kGroupRows = 4;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t tok = g * kGroupTokens;
+        if (p.n_tokens - tok < kGroupTokens) {
+            kAvx2Kernels.matmul_range(p, r0, r1, g, g + 1);  // single tokens: bound by memory
+            continue;
+        }
+        int64_t r = r0;
+        for (; r + kGroupRows <= r1; r += kGroupRows) float_tile<kF16, kGroupRows, kGroupTokens>(p, r, tok);
+        for (; r < r1; ++r) float_tile<kF16, 1, kGroupTokens>(p, r, tok);
+    }
+}
+
+void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    switch (p.wtype) {
+        case TensorType::Q4_0: quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1); break;
+        case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
+        case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
+        case TensorType::F32: float_range<false>(p, r0, r1, g0, g1); break;
+        case TensorType::Q6_K: q6_range(p, r0, r1, g0, g1); break;
+        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;  // Q4_K, Q5_K
+    }
+}
+
+// The AVX2 kernels, called through their table: this file's flags must not touch their code.
+void quantize_activations_avx512(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
+                                 ActBlockPair *act) {
+    kAvx2Kernels.quantize_activations(x, cols, n_tokens, g0, g1, act);
+}
+void dequantize_avx512(TensorType type, const void *src, float *dst, int64_t n, const float *fp16_table) {
+    kAvx2Kernels.dequantize(type, src, dst, n, fp16_table);
+}
+float dot_f32_avx512(const float *a, const float *b, int64_t n) { return kAvx2Kernels.dot_f32(a, b, n); }
+void axpy_avx512(float *y, float a, const float *x, int64_t n) { kAvx2Kernels.axpy(y, a, x, n); }
+float exp_sub_sum_avx512(float *x, float max, int64_t n) { return kAvx2Kernels.exp_sub_sum(x, max, n); }
+void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) {
+    kAvx2Kernels.silu_mul(out, gate, up, n);
+}
+
+}  // namespace
+
+const KernelTable kAvx512Kernels = {
+    quantize_activations_avx512, matmul_range_avx512, dequantize_avx512, dot_f32_avx512,
+    axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
+};
+
+}  // namespace h2o::cpu::detail
