@@ -230,9 +230,9 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
         if (index == 0) threads_used = threads;
         AttentionScratch scratch = attention_scratch(index);
         if (gather_statistics) scratch.clear_partials(static_cast<size_t>(n_kv) * n_slots);
-        int64_t begin, end;
-        ThreadPool::split(units, index, threads, &begin, &end);
-        for (int64_t u = begin; u < end; ++u) {
+        // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
+        // tokens see more keys, and contiguous runs gave the last thread most of the work.
+        for (int64_t u = index; u < units; u += threads) {
             const int t = static_cast<int>(u / n_kv), h = static_cast<int>(u % n_kv);
             const int64_t query_index = batch.first_index + t;
             const int used = kv_.used(layer, h);
