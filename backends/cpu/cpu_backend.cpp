@@ -237,22 +237,26 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
             const int64_t query_index = batch.first_index + t;
             const int used = kv_.used(layer, h);
             const KvCache::HeadView view = kv_.head(layer, h);
-            int visible = 0;
+            // Slots from `end` on are all unseen by this query (in a prompt, usually the batch's
+            // later tokens): every loop below stops there, which changes no result.
+            int visible = 0, end = 0;
             for (int s = 0; s < used; ++s) {
                 scratch.group_weight[s] = 0.0f;
-                visible += view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
+                const bool seen = view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
+                visible += seen;
+                if (seen) end = s + 1;
             }
             for (int g = 0; g < group; ++g) {
                 const int head = h * group + g;
                 const float *qh = host<const float>(q) + t * q.cols + head * hd;
-                for (int s = 0; s < used; ++s) {
+                for (int s = 0; s < end; ++s) {
                     const bool seen = view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
                     scratch.weight[s] = seen ? dot(qh, view.keys + s * key_row) * scale : -INFINITY;
                 }
-                cpu::softmax(scratch.weight, used);
+                cpu::softmax(scratch.weight, end);
                 float *o = host<float>(out) + t * out.cols + head * hd;
                 std::fill(o, o + hd, 0.0f);
-                for (int s = 0; s < used; ++s) {
+                for (int s = 0; s < end; ++s) {
                     const float w = scratch.weight[s];
                     if (w == 0.0f) continue;
                     accumulate(o, w, view.values + s * value_row);
@@ -264,7 +268,7 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
             const size_t at = static_cast<size_t>(h) * n_slots;
             const float important = static_cast<float>(group) / static_cast<float>(visible);
             const float persistence_weight = std::pow(decay, static_cast<float>(n - 1 - t));
-            for (int s = 0; s < used; ++s) {
+            for (int s = 0; s < end; ++s) {
                 if (view.stream_index[s] < 0 || view.stream_index[s] > query_index) continue;
                 const float w = scratch.group_weight[s];
                 scratch.accumulated[at + s] += w;
