@@ -2,14 +2,16 @@
 // (CMakeLists.txt does it for every *_avx512.cpp) and called only after kernels.cpp has checked
 // the CPU and that the OS saves the 512-bit registers.
 //
-// What 512-bit registers and vpdpbusd speed up is the compute-bound work: prompts (groups of 4
-// tokens) against Q4_0, Q8_0, F16 and F32 weights. The rest calls the AVX2 kernels, which every
-// AVX-512 CPU can run: decoding one token streams the weights from memory (bandwidth, not
-// arithmetic, is the limit there), and the K-quants, the vector operations and the activation
-// quantization have no 512-bit version yet.
+// What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
+// against Q4_0, Q8_0, F16 and F32 weights, and decoding against Q6_K, whose unpacking (not memory)
+// limited the AVX2 kernel. The rest calls the AVX2 kernels, which every AVX-512 CPU can run:
+// decoding the other types streams the weights from memory (bandwidth, not arithmetic, is the
+// limit there), and the K-quants' prompts, the vector operations and the activation quantization
+// have no 512-bit version yet.
 //
 // Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
 // templates are instantiated here (see kernels_internal.h).
+
 // GCC 12's AVX-512 headers trip its own uninitialized-value warnings (GCC bug 105593, fixed in 13):
 // the intrinsics start from _mm512_undefined_*() on purpose.
 #if defined(__GNUC__) && !defined(__clang__)
