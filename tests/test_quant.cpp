@@ -965,6 +965,44 @@ void check_vector_ops(cpu::KernelIsa isa) {
     float masked[3] = {-INFINITY, -INFINITY, -INFINITY};
     cpu::softmax(masked, 3);
     for (float v : masked) CHECK(v == 0.0f);
+
+    // Attention rows: the head sizes some levels unroll (64, 128) and others, with rows further
+    // apart than their length. Rows whose weight is 0 hold NaN: they must never be read.
+    for (int64_t len : {64, 128, 37, 16}) {
+        CAPTURE(len);
+        const int64_t n = 11, stride = len + 5;
+        const std::vector<float> q = random_vector(rng, len), w0 = random_vector(rng, n), out0 = random_vector(rng, len);
+        std::vector<float> rows = random_vector(rng, n * stride);
+        std::vector<float> scores(n + 1, -7.0f);
+        cpu::dot_rows(q.data(), rows.data(), stride, n, len, scores.data());
+        CHECK(scores[n] == -7.0f);
+        for (int64_t i = 0; i < n; ++i) {
+            double want = 0.0, mag = 0.0;
+            for (int64_t j = 0; j < len; ++j) {
+                want += static_cast<double>(q[j]) * rows[i * stride + j];
+                mag += std::fabs(static_cast<double>(q[j]) * rows[i * stride + j]);
+            }
+            CHECK(std::fabs(scores[i] - want) <= 1e-5 * mag);
+        }
+        std::vector<float> w = w0;
+        for (int64_t i : {int64_t{2}, int64_t{7}}) {
+            w[i] = 0.0f;
+            for (int64_t j = 0; j < len; ++j) rows[i * stride + j] = NAN;
+        }
+        std::vector<float> out = out0;
+        out.push_back(-7.0f);
+        cpu::weighted_row_sum(out.data(), w.data(), rows.data(), stride, n, len);
+        CHECK(out[len] == -7.0f);
+        for (int64_t j = 0; j < len; ++j) {
+            double want = out0[j], mag = std::fabs(out0[j]);
+            for (int64_t i = 0; i < n; ++i) {
+                if (w[i] == 0.0f) continue;
+                want += static_cast<double>(w[i]) * rows[i * stride + j];
+                mag += std::fabs(static_cast<double>(w[i]) * rows[i * stride + j]);
+            }
+            CHECK(std::fabs(out[j] - want) <= 1e-5 * mag);
+        }
+    }
 }
 
 }  // namespace

@@ -194,16 +194,6 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
     const KvPolicyConfig &policy = kv_.config().policy;
     const KvRowFormat key_format = kv_key_format(kv_.config().type), value_format = kv_value_format(kv_.config().type);
     const size_t key_row = kv_.key_row_bytes(), value_row = kv_.value_row_bytes();
-    // F32 rows go through the SIMD kernels; the other formats are read in place (kv_format.h).
-    auto dot = [&](const float *q_head, const uint8_t *key) {
-        return key_format == KvRowFormat::F32 ? cpu::dot_f32(q_head, reinterpret_cast<const float *>(key), hd)
-                                              : kv_dot_row(key_format, q_head, key, hd);
-    };
-    auto accumulate = [&](float *o, float w, const uint8_t *value) {
-        if (value_format == KvRowFormat::F32) cpu::axpy(o, w, reinterpret_cast<const float *>(value), hd);
-        else kv_axpy_row(value_format, o, w, value, hd);
-    };
-
     // Make room (evicting by the policy when the cache is full), then store the batch's keys and
     // values in their slots.
     for (int h = 0; h < n_kv; ++h) {
@@ -249,19 +239,30 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
             for (int g = 0; g < group; ++g) {
                 const int head = h * group + g;
                 const float *qh = host<const float>(q) + t * q.cols + head * hd;
+                // Every slot before `end` is scored, then the unseen ones are masked. F32 rows go
+                // through the SIMD row kernels; the other formats are read in place (kv_format.h).
+                if (key_format == KvRowFormat::F32) {
+                    cpu::dot_rows(qh, reinterpret_cast<const float *>(view.keys), key_row / sizeof(float), end, hd,
+                                  scratch.weight);
+                } else {
+                    for (int s = 0; s < end; ++s) scratch.weight[s] = kv_dot_row(key_format, qh, view.keys + s * key_row, hd);
+                }
                 for (int s = 0; s < end; ++s) {
                     const bool seen = view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
-                    scratch.weight[s] = seen ? dot(qh, view.keys + s * key_row) * scale : -INFINITY;
+                    scratch.weight[s] = seen ? scratch.weight[s] * scale : -INFINITY;
                 }
                 cpu::softmax(scratch.weight, end);
                 float *o = host<float>(out) + t * out.cols + head * hd;
                 std::fill(o, o + hd, 0.0f);
-                for (int s = 0; s < end; ++s) {
-                    const float w = scratch.weight[s];
-                    if (w == 0.0f) continue;
-                    accumulate(o, w, view.values + s * value_row);
-                    scratch.group_weight[s] += w;
+                if (value_format == KvRowFormat::F32) {
+                    cpu::weighted_row_sum(o, scratch.weight, reinterpret_cast<const float *>(view.values),
+                                          value_row / sizeof(float), end, hd);
+                } else {
+                    for (int s = 0; s < end; ++s) {
+                        if (scratch.weight[s] != 0.0f) kv_axpy_row(value_format, o, scratch.weight[s], view.values + s * value_row, hd);
+                    }
                 }
+                for (int s = 0; s < end; ++s) scratch.group_weight[s] += scratch.weight[s];
             }
             if (!gather_statistics) continue;
             // Bookkeeping for the eviction policies (kv_policy.h).

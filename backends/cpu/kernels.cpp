@@ -382,6 +382,7 @@ namespace detail {
 const KernelTable kScalarKernels = {
     quantize_activations_scalar, matmul_range_scalar, dequantize_scalar, dot_f32_scalar,
     axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
+    nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
 };
 }  // namespace detail
 
@@ -571,6 +572,20 @@ void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t
 float dot_f32(const float *a, const float *b, int64_t n) { return kernels().dot_f32(a, b, n); }
 
 void axpy(float *y, float a, const float *x, int64_t n) { kernels().axpy(y, a, x, n); }
+
+void dot_rows(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+    const KernelTable &k = kernels();
+    if (k.dot_rows) return k.dot_rows(q, rows, stride, n, len, scores);
+    for (int64_t i = 0; i < n; ++i) scores[i] = k.dot_f32(q, rows + i * stride, len);
+}
+
+void weighted_row_sum(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len) {
+    const KernelTable &k = kernels();
+    if (k.weighted_row_sum) return k.weighted_row_sum(out, w, rows, stride, n, len);
+    for (int64_t i = 0; i < n; ++i) {
+        if (w[i] != 0.0f) k.axpy(out, w[i], rows + i * stride, len);
+    }
+}
 
 void add(float *out, const float *a, const float *b, int64_t n) {
     // Plain element-wise work: the compiler vectorizes it, and it is bound by memory anyway.

@@ -78,6 +78,14 @@ float dot_f32(const float *a, const float *b, int64_t n);
 // y[i] += a * x[i]
 void axpy(float *y, float a, const float *x, int64_t n);
 
+// Attention over n cached rows of len floats, row i starting at rows + i * stride:
+// scores[i] = dot(q, row i).
+void dot_rows(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores);
+
+// out[j] += sum of w[i] * row i [j] over the rows whose weight is not 0 (those are never read),
+// for j < len.
+void weighted_row_sum(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len);
+
 // out[i] = a[i] + b[i]; out may alias a or b.
 void add(float *out, const float *a, const float *b, int64_t n);
 

@@ -980,6 +980,7 @@ void silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
 const KernelTable kAvx2Kernels = {
     quantize_activations_avx2, matmul_range_avx2, dequantize_avx2, dot_f32_avx2,
     axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
+    nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
 };
 
 }  // namespace h2o::cpu::detail

@@ -60,6 +60,10 @@ struct KernelTable {
     // exp(x[i] - max) in place; returns their sum.
     float (*exp_sub_sum)(float *x, float max, int64_t n);
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
+    // Attention over cached rows (dot_rows and weighted_row_sum in kernels.h). Optional: a level
+    // that leaves them null gets loops over its dot_f32 and axpy (kernels.cpp).
+    void (*dot_rows)(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores);
+    void (*weighted_row_sum)(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len);
 };
 
 extern const KernelTable kScalarKernels;  // kernels.cpp

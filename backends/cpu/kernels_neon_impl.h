@@ -551,6 +551,7 @@ void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
 constexpr KernelTable kThisLevelKernels = {
     quantize_activations_neon, matmul_range_neon, dequantize_neon, dot_f32_neon,
     axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
+    nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
 };
 
 }  // namespace
