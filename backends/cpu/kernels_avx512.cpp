@@ -406,19 +406,15 @@ void dot_rows_avx512(const float *q, const float *rows, int64_t stride, int64_t 
     switch (len) {
         case 64: return dot_rows_fixed<4>(q, rows, stride, n, scores);
         case 128: return dot_rows_fixed<8>(q, rows, stride, n, scores);
-        default: break;
+        default: return kAvx2Kernels.dot_rows(q, rows, stride, n, len, scores);
     }
-    for (int64_t i = 0; i < n; ++i) scores[i] = kAvx2Kernels.dot_f32(q, rows + i * stride, len);
 }
 
 void weighted_row_sum_avx512(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len) {
     switch (len) {
         case 64: return weighted_row_sum_fixed<4>(out, w, rows, stride, n);
         case 128: return weighted_row_sum_fixed<8>(out, w, rows, stride, n);
-        default: break;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        if (w[i] != 0.0f) kAvx2Kernels.axpy(out, w[i], rows + i * stride, len);
+        default: return kAvx2Kernels.weighted_row_sum(out, w, rows, stride, n, len);
     }
 }
 
