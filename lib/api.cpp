@@ -44,6 +44,8 @@ thread_local std::string t_last_error;
 
 // Limits that keep every size computed from parameters far from overflow.
 constexpr uint32_t kMaxContext = 1u << 22;
+// kv_horizon values beyond this (H2O_KV_HORIZON_NONE aside) are refused: horizons are stored as int.
+constexpr uint32_t kMaxKvHorizon = 0x7FFFFFFFu;
 // n_ctx of a default session: a file's context length alone does not size a session's memory.
 constexpr uint32_t kDefaultMaxContext = 4096;
 constexpr uint32_t kMaxThreads = 256;
@@ -547,6 +549,22 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
                        " for the " + h2o::kv_policy_name(s.policy.policy) + " policy");
     }
     s.policy.sinks = uses_sinks ? static_cast<int>(p.kv_sinks) : 0;
+    // The horizon ranks tokens by age, so only the policies that rank by attention have one.
+    const bool ranks_by_attention = h2o::kv_policy_uses_statistics(s.policy.policy);
+    // 1.5 budgets: on the stream evaluation the default then beats a plain window at budgets 32
+    // to 128, while the chunk evaluation, whose chunks are 512 tokens, moves by less than 0.4%.
+    const uint64_t horizon = p.kv_horizon == H2O_KV_HORIZON_NONE ? 0
+                             : p.kv_horizon != 0                ? p.kv_horizon
+                             : s.policy.policy == h2o::KvPolicy::Scissorhands ? uint64_t(s.kv_budget) * 3 / 2
+                                                                              : 0;
+    if (ranks_by_attention && horizon != 0 && horizon < static_cast<uint64_t>(s.kv_budget)) {
+        return bad("kv_horizon " + std::to_string(horizon) + " is smaller than kv_budget " + std::to_string(s.kv_budget) +
+                   " (it would evict tokens the budget has room for; H2O_KV_HORIZON_NONE: no horizon)");
+    }
+    if (horizon > static_cast<uint64_t>(kMaxKvHorizon)) {
+        return bad("kv_horizon " + std::to_string(horizon) + " exceeds the maximum " + std::to_string(kMaxKvHorizon));
+    }
+    s.policy.horizon = ranks_by_attention ? static_cast<int>(horizon) : 0;
     s.policy.seed = p.seed;
     s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
     s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
@@ -610,6 +628,7 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         out.position_rolling = s.rolling ? 1 : 0;
         out.type = static_cast<uint32_t>(s.kv_type);
         out.n_ctx = static_cast<uint32_t>(s.n_ctx);
+        out.horizon = static_cast<uint32_t>(s.policy.horizon);
         if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
         return succeed(session);
     });
@@ -645,6 +664,7 @@ h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_se
     p.kv_recent = static_cast<uint32_t>(settings.policy.recent);
     p.kv_recent_ratio = 0.0f;  // with kv_recent 0 the window is 0 too
     p.kv_sinks = static_cast<uint32_t>(settings.policy.sinks);
+    p.kv_horizon = settings.policy.horizon ? static_cast<uint32_t>(settings.policy.horizon) : H2O_KV_HORIZON_NONE;
     p.kv_type = static_cast<uint32_t>(settings.kv_type);
     p.position_rolling = settings.rolling ? 1 : 0;
     p.n_batch = static_cast<uint32_t>(settings.n_batch);
@@ -654,7 +674,8 @@ h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_se
 
 bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettings &b) {
     return a.n_ctx == b.n_ctx && a.kv_budget == b.kv_budget && a.policy.policy == b.policy.policy &&
-           a.policy.recent == b.policy.recent && a.policy.sinks == b.policy.sinks && a.kv_type == b.kv_type &&
+           a.policy.recent == b.policy.recent && a.policy.sinks == b.policy.sinks &&
+           a.policy.horizon == b.policy.horizon && a.kv_type == b.kv_type &&
            a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed;
 }
 

@@ -127,9 +127,10 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
             std::swap(candidates_[i], candidates_[j]);
         }
     } else {
+        const int64_t stale_before = kv_stale_before(policy, next_index, n);
         auto before = [&](int32_t a, int32_t b) {
-            const double pa = kv_priority(policy, slot_stats(v, a), v.stream_index[a]);
-            const double pb = kv_priority(policy, slot_stats(v, b), v.stream_index[b]);
+            const double pa = kv_victim_priority(policy, slot_stats(v, a), v.stream_index[a], stale_before);
+            const double pb = kv_victim_priority(policy, slot_stats(v, b), v.stream_index[b], stale_before);
             return pa < pb || (pa == pb && v.stream_index[a] < v.stream_index[b]);
         };
         std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates, before);

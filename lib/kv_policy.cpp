@@ -64,4 +64,14 @@ double kv_priority(const KvPolicyConfig &config, const SlotStats &s, int64_t str
     return static_cast<double>(stream_index);
 }
 
+int64_t kv_stale_before(const KvPolicyConfig &config, int64_t next_index, int n) {
+    if (config.horizon <= 0) return 0;
+    const int64_t newest = next_index + n - 1;
+    return newest - config.horizon + 1 > 0 ? newest - config.horizon + 1 : 0;
+}
+
+double kv_victim_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index, int64_t stale_before) {
+    return stream_index < stale_before ? -1.0 : kv_priority(config, stats, stream_index);
+}
+
 }  // namespace h2o

@@ -122,7 +122,7 @@ uint64_t Session::prefix_cache_key() const {
     const SessionSettings &s = settings_;
     uint64_t h = 0xcbf29ce484222325ull;
     for (uint64_t v : {uint64_t(s.n_ctx), uint64_t(s.kv_budget), uint64_t(s.policy.policy), uint64_t(s.policy.recent),
-                       uint64_t(s.policy.sinks), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed}) {
+                       uint64_t(s.policy.sinks), uint64_t(s.policy.horizon), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed}) {
         h = (h ^ v) * 0x100000001b3ull;
     }
     return h;

@@ -12,7 +12,8 @@ namespace h2o {
 namespace {
 
 constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
+constexpr size_t kHeaderSizeV1 = 88;  // version 1: no horizon
 // Level 1: the KV rows are mostly incompressible numbers, so higher levels buy a few percent of
 // size for several times the time (measured: see the README's session-state figures).
 constexpr int kCompressionLevel = 1;
@@ -42,6 +43,8 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
         w.put<uint32_t>(static_cast<uint32_t>(v));
     }
     w.put<uint64_t>(s.seed);
+    w.put<uint32_t>(static_cast<uint32_t>(s.policy.horizon));
+    w.put<uint32_t>(0);
     w.put<uint64_t>(state.size());
     const size_t bound = ZSTD_compressBound(state.size());
     w.put<uint64_t>(0);  // compressed size, filled in below
@@ -57,41 +60,48 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
     if (ZSTD_isError(compressed)) return make_error(H2O_ERR_INTERNAL, std::string("zstd compression failed: ") + ZSTD_getErrorName(compressed));
     out->resize(kSnapshotHeaderSize + compressed);
     const uint64_t compressed_size = compressed;
-    std::memcpy(out->data() + 72, &compressed_size, sizeof(compressed_size));
-    const uint64_t hash = fnv1a(out->data(), 80);
-    std::memcpy(out->data() + 80, &hash, sizeof(hash));
+    std::memcpy(out->data() + 80, &compressed_size, sizeof(compressed_size));
+    const uint64_t hash = fnv1a(out->data(), 88);
+    std::memcpy(out->data() + 88, &hash, sizeof(hash));
     return Status::Ok();
 }
 
 Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fingerprint, SnapshotHeader *header) {
-    if (size < kSnapshotHeaderSize) {
-        return bad(std::to_string(size) + " bytes is shorter than the " + std::to_string(kSnapshotHeaderSize) + "-byte header");
-    }
+    if (size < 16) return bad(std::to_string(size) + " bytes is shorter than a header");
     if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) return bad("it does not begin with \"H2OSTATE\"");
-    ByteReader r(data + sizeof(kMagic), kSnapshotHeaderSize - sizeof(kMagic));
-    uint32_t version = 0, header_size = 0, fields[8] = {};
+    uint32_t version = 0, header_size = 0;
+    std::memcpy(&version, data + 8, sizeof(version));
+    std::memcpy(&header_size, data + 12, sizeof(header_size));
+    if (version != kFormatVersion && version != 1) {
+        return make_error(H2O_ERR_UNSUPPORTED, "session snapshot format version " + std::to_string(version) +
+                                                   " is not supported (this library reads versions 1 and " + std::to_string(kFormatVersion) + ")");
+    }
+    const size_t expected_size = version == 1 ? kHeaderSizeV1 : kSnapshotHeaderSize;
+    if (header_size != expected_size) return bad("header size " + std::to_string(header_size) + " (version " + std::to_string(version) + ": " + std::to_string(expected_size) + ")");
+    if (size < header_size) {
+        return bad(std::to_string(size) + " bytes is shorter than the " + std::to_string(header_size) + "-byte header");
+    }
+    ByteReader r(data + 16, header_size - 16);
+    uint32_t fields[8] = {}, horizon = 0, reserved = 0;
     uint64_t fingerprint = 0, seed = 0, payload_size = 0, compressed_size = 0, hash = 0;
-    H2O_TRY(r.get("format version", &version));
-    H2O_TRY(r.get("header size", &header_size));
     H2O_TRY(r.get("model fingerprint", &fingerprint));
     for (uint32_t &f : fields) H2O_TRY(r.get("settings", &f));
     H2O_TRY(r.get("seed", &seed));
+    if (version >= 2) {
+        H2O_TRY(r.get("horizon", &horizon));
+        H2O_TRY(r.get("reserved", &reserved));
+    }
     H2O_TRY(r.get("payload size", &payload_size));
     H2O_TRY(r.get("compressed size", &compressed_size));
     H2O_TRY(r.get("header hash", &hash));
-    if (version != kFormatVersion) {
-        return make_error(H2O_ERR_UNSUPPORTED, "session snapshot format version " + std::to_string(version) +
-                                                   " is not supported (this library reads version " + std::to_string(kFormatVersion) + ")");
-    }
-    if (header_size != kSnapshotHeaderSize) return bad("header size " + std::to_string(header_size));
-    if (hash != fnv1a(data, 80)) return bad("the header is corrupted (its hash does not match)");
+    if (hash != fnv1a(data, header_size - 8)) return bad("the header is corrupted (its hash does not match)");
     if (fingerprint != model_fingerprint) {
         return bad("it was saved with another model (fingerprint " + std::to_string(fingerprint) + ", this model's is " +
                    std::to_string(model_fingerprint) + ")");
     }
-    if (compressed_size != size - kSnapshotHeaderSize) {
+    if (compressed_size != size - header_size) {
         return bad("the header announces " + std::to_string(compressed_size) + " bytes of payload but " +
-                   std::to_string(size - kSnapshotHeaderSize) + " follow (truncated or extended)");
+                   std::to_string(size - header_size) + " follow (truncated or extended)");
     }
     SessionSettings &s = header->settings;
     s.n_ctx = static_cast<int>(fields[0] & 0x7FFFFFFF);
@@ -102,14 +112,16 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     s.kv_type = static_cast<KvType>(fields[5]);
     s.rolling = fields[6] != 0;
     s.n_batch = static_cast<int>(fields[7] & 0x7FFFFFFF);
+    s.policy.horizon = static_cast<int>(horizon & 0x7FFFFFFF);
     s.seed = seed;
     // Every setting is checked again when the session is created from it; these are the fields
     // that must be exactly representable.
     if (fields[0] != static_cast<uint32_t>(s.n_ctx) || fields[1] != static_cast<uint32_t>(s.kv_budget) ||
         fields[3] != static_cast<uint32_t>(s.policy.recent) || fields[4] != static_cast<uint32_t>(s.policy.sinks) ||
-        fields[7] != static_cast<uint32_t>(s.n_batch) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
+        fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || reserved != 0 || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
         return bad("its session settings are out of range");
     }
+    header->header_size = header_size;
     header->fingerprint = fingerprint;
     header->payload_size = payload_size;
     header->compressed_size = compressed_size;
@@ -122,7 +134,7 @@ Status read_snapshot_payload(const uint8_t *data, const SnapshotHeader &header, 
         return bad("the payload is said to be " + std::to_string(header.payload_size) + " bytes; a session with these settings saves at most " +
                    std::to_string(payload_limit));
     }
-    const uint8_t *frame = data + kSnapshotHeaderSize;
+    const uint8_t *frame = data + header.header_size;
     const unsigned long long content = ZSTD_getFrameContentSize(frame, header.compressed_size);
     if (content == ZSTD_CONTENTSIZE_ERROR) return bad("the payload is not a zstd frame");
     if (content != header.payload_size) return bad("the payload's frame does not hold the announced number of bytes");

@@ -41,7 +41,7 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_backend_info, device_type) == 140);
     CHECK(offsetof(h2o_backend_info, memory_bytes) == 160);
 
-    CHECK(sizeof(h2o_session_params) == 72);
+    CHECK(sizeof(h2o_session_params) == 80);
     CHECK(offsetof(h2o_session_params, n_ctx) == 4);
     CHECK(offsetof(h2o_session_params, n_threads) == 8);
     CHECK(offsetof(h2o_session_params, n_batch) == 12);
@@ -56,12 +56,14 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_session_params, device_index) == 52);
     CHECK(offsetof(h2o_session_params, kv_type) == 56);
     CHECK(offsetof(h2o_session_params, max_memory_bytes) == 64);
+    CHECK(offsetof(h2o_session_params, kv_horizon) == 72);  // 0.3
 
-    CHECK(sizeof(h2o_kv_layout) == 36);
+    CHECK(sizeof(h2o_kv_layout) == 40);
     CHECK(offsetof(h2o_kv_layout, heavy) == 20);
     CHECK(offsetof(h2o_kv_layout, position_rolling) == 24);
     CHECK(offsetof(h2o_kv_layout, type) == 28);
     CHECK(offsetof(h2o_kv_layout, n_ctx) == 32);
+    CHECK(offsetof(h2o_kv_layout, horizon) == 36);  // 0.3
 
     CHECK(sizeof(h2o_device_traffic) == 40);
     CHECK(sizeof(h2o_memory_report) == 32);

@@ -122,6 +122,42 @@ TEST_CASE("policies pick the victim their definition names") {
             else CHECK(gone == first);
         }
     }
+    SUBCASE("horizon: stale tokens go first, oldest first, whatever their statistics") {
+        KvPolicyConfig p = policy_of(KvPolicy::Scissorhands, 2);
+        p.horizon = 6;  // with token 8 coming in, tokens 0..2 lie 6 or more behind it
+        const float persistence[8] = {9, 8, 7, 0.5f, 4, 1, 2, 0};
+        SmallCache c(p);
+        std::copy(persistence, persistence + 8, c.view().persistence);
+        CHECK(kv_stale_before(p, 8, 1) == 3);
+        CHECK(c.evict() == std::set<int64_t>{0});
+        SmallCache two(p);
+        std::copy(persistence, persistence + 8, two.view().persistence);
+        CHECK(two.evict(2) == std::set<int64_t>{0, 1});  // newest is 9: 0..3 are stale
+        SmallCache pinned(p);
+        std::copy(persistence, persistence + 8, pinned.view().persistence);
+        pinned.view().pinned[0] = 1;  // pinning outranks the horizon
+        CHECK(pinned.evict() == std::set<int64_t>{1});
+        // Once nothing is stale the policy decides again: 3 is the least persistent.
+        SmallCache many(p);
+        std::copy(persistence, persistence + 8, many.view().persistence);
+        CHECK(many.evict(4) == std::set<int64_t>{0, 1, 2, 3});
+    }
+    SUBCASE("horizon: sinks stay, and no horizon means no stale tokens") {
+        KvPolicyConfig p = policy_of(KvPolicy::MeanH2O, 2, /*sinks=*/1);
+        p.horizon = 6;
+        SmallCache c(p);
+        const float steps[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        const float acc[8] = {9, 8, 7, 0.5f, 4, 1, 2, 0};
+        std::copy(acc, acc + 8, c.view().accumulated);
+        std::copy(steps, steps + 8, c.view().steps);
+        CHECK(c.evict() == std::set<int64_t>{1});
+        p.horizon = 0;
+        CHECK(kv_stale_before(p, 1000, 1) == 0);
+        SmallCache none(p);
+        std::copy(acc, acc + 8, none.view().accumulated);
+        std::copy(steps, steps + 8, none.view().steps);
+        CHECK(none.evict() == std::set<int64_t>{3});
+    }
     SUBCASE("ties go to the oldest") {
         SmallCache c(policy_of(KvPolicy::H2O, 1));
         CHECK(c.evict() == std::set<int64_t>{0});
@@ -345,6 +381,58 @@ TEST_CASE("the full policy refuses to evict") {
     const Status s = r.session->generate("Once upon a time", greedy(100), nullptr, nullptr);
     CHECK(s.code == H2O_ERR_CONTEXT_FULL);
     CHECK(r.session->n_past() == 32);
+}
+
+TEST_CASE("kv_horizon: defaults by policy, validation, and no kept token beyond it on a long stream") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    auto horizon_of = [&](uint32_t policy, uint32_t horizon) -> int64_t {
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
+        sp.n_threads = 1;
+        sp.kv_budget = 64;
+        sp.position_rolling = 1;
+        sp.kv_policy = policy;
+        sp.kv_horizon = horizon;
+        h2o_session *session = nullptr;
+        if (h2o_session_create(model, &sp, &session) != H2O_OK) return -1;
+        h2o_kv_layout layout;
+        layout.struct_size = sizeof layout;
+        REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
+        h2o_session_free(session);
+        return layout.horizon;
+    };
+    CHECK(horizon_of(H2O_KV_SCISSORHANDS, 0) == 96);  // the default: 1.5 budgets
+    CHECK(horizon_of(H2O_KV_SCISSORHANDS, H2O_KV_HORIZON_NONE) == 0);
+    CHECK(horizon_of(H2O_KV_H2O, 0) == 0);
+    CHECK(horizon_of(H2O_KV_H2O, 80) == 80);
+    CHECK(horizon_of(H2O_KV_TOVA, 64) == 64);
+    CHECK(horizon_of(H2O_KV_WINDOW, 80) == 0);  // ranks by age already: ignored
+    CHECK(horizon_of(H2O_KV_SCISSORHANDS, 63) == -1);
+    CHECK(std::string(h2o_last_error()).find("kv_horizon 63 is smaller than kv_budget 64") != std::string::npos);
+    CHECK(horizon_of(H2O_KV_H2O, 0x80000000u) == -1);
+    CHECK(std::string(h2o_last_error()).find("exceeds the maximum") != std::string::npos);
+    h2o_model_free(model);
+
+    // Every eviction takes the stale tokens first, so after a long stream no (layer, kv head)
+    // holds a token 96 or more behind the newest, whatever the policy thought of it.
+    RealSession r(path, 64, KvPolicy::Scissorhands, /*rolling=*/true, 56);
+    KvPolicyConfig policy = r.session->settings().policy;
+    REQUIRE(policy.horizon == 0);
+    policy.horizon = 96;
+    SessionSettings s = r.session->settings();
+    s.policy = policy;
+    REQUIRE(Session::create(*r.model, s, &r.session).ok());
+    REQUIRE(r.session->generate("Once upon a time", greedy(600), nullptr, nullptr).ok());
+    const int64_t newest = r.session->n_past() - 1;
+    size_t kept_far_back = 0;  // beyond the recent window: kept for their attention
+    for (const auto &h : r.kept()) {
+        REQUIRE(h.size() == 64);
+        CHECK(h.front() > newest - 96);
+        kept_far_back += static_cast<size_t>(std::count_if(h.begin(), h.end(), [&](int64_t i) { return i <= newest - 56; }));
+    }
+    CHECK(kept_far_back > 0);
 }
 
 TEST_CASE("session memory is fixed at creation") {

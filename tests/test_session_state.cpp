@@ -1,5 +1,6 @@
 // Session snapshots (save, load, fork): exact resumption for every policy, and a malformed-snapshot
 // sweep in the style of the GGUF reader's tests.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -186,6 +187,15 @@ struct Refusal {
     std::string message;
 };
 
+// The snapshot header of lib/session_snapshot.h (version 2); its last 8 bytes hash the others.
+constexpr size_t kHeaderSize = 96;
+
+void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+    for (size_t i = 0; i + 8 < header_size; ++i) h = (h ^ (*bytes)[i]) * 0x100000001b3ull;
+    std::memcpy(bytes->data() + header_size - 8, &h, sizeof(h));
+}
+
 Refusal try_load(h2o_model *model, const std::vector<uint8_t> &bytes) {
     h2o_session *session = nullptr;
     const h2o_status st = h2o_session_load_from_buffer(model, bytes.data(), bytes.size(), nullptr, &session);
@@ -220,8 +230,8 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
     SUBCASE("every header byte and a sample of payload bytes flipped") {
         std::mt19937 rng(7);
         std::vector<size_t> positions;
-        for (size_t i = 0; i < 88; ++i) positions.push_back(i);
-        for (int i = 0; i < 300; ++i) positions.push_back(88 + rng() % (good.size() - 88));
+        for (size_t i = 0; i < kHeaderSize; ++i) positions.push_back(i);
+        for (int i = 0; i < 300; ++i) positions.push_back(kHeaderSize + rng() % (good.size() - kHeaderSize));
         for (size_t at : positions) {
             CAPTURE(at);
             std::vector<uint8_t> bad = good;
@@ -253,13 +263,29 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
     SUBCASE("a header that claims a huge payload, with a valid hash") {
         std::vector<uint8_t> bad = good;
         const uint64_t huge = uint64_t{1} << 40;
-        std::memcpy(bad.data() + 64, &huge, sizeof(huge));
-        uint64_t h = 0xcbf29ce484222325ull;  // the header hash, recomputed as a forger would
-        for (size_t i = 0; i < 80; ++i) h = (h ^ bad[i]) * 0x100000001b3ull;
-        std::memcpy(bad.data() + 80, &h, sizeof(h));
+        std::memcpy(bad.data() + 72, &huge, sizeof(huge));
+        rehash_header(&bad, kHeaderSize);  // as a forger would
         const Refusal r = try_load(m.model, bad);
         CHECK(r.status == H2O_ERR_STATE_FORMAT);
         CHECK(r.message.find("at most") != std::string::npos);
+    }
+    SUBCASE("a version-1 snapshot (library 0.2, no horizon) loads and continues the same") {
+        // Version 1 is version 2 without the horizon and reserved words at bytes 64..71.
+        std::vector<uint8_t> v1 = good;
+        REQUIRE(std::all_of(v1.begin() + 64, v1.begin() + 72, [](uint8_t b) { return b == 0; }));  // h2o: no horizon
+        v1.erase(v1.begin() + 64, v1.begin() + 72);
+        const uint32_t version = 1, header_size = 88;
+        std::memcpy(v1.data() + 8, &version, 4);
+        std::memcpy(v1.data() + 12, &header_size, 4);
+        rehash_header(&v1, header_size);
+        h2o_session *from_v1 = nullptr, *from_v2 = nullptr;
+        REQUIRE(h2o_session_load_from_buffer(m.model, v1.data(), v1.size(), nullptr, &from_v1) == H2O_OK);
+        REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &from_v2) == H2O_OK);
+        CHECK(generate(from_v1, " The", 60, 0.8f) == generate(from_v2, " The", 60, 0.8f));
+        h2o_session_free(from_v1);
+        h2o_session_free(from_v2);
+        v1[12] = 96;  // a version-1 header of the version-2 size
+        CHECK(try_load(m.model, v1).message.find("header size") != std::string::npos);
     }
     SUBCASE("bad arguments") {
         h2o_session *session = nullptr;

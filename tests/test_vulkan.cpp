@@ -644,13 +644,14 @@ TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU, with
     // the other types run the policies whose victims depend on the stored values (those reading
     // the statistics) and sinks + window, each once, rolling for every other one (alternating per
     // type so that each policy meets both).
+    // Scissorhands and mean_h2o run with a horizon (16 slots, 42 tokens: stale tokens appear).
     const struct {
         KvPolicy policy;
-        int recent, sinks;
+        int recent, sinks, horizon;
     } cases[] = {
-        {KvPolicy::Full, 0, 0},         {KvPolicy::H2O, 6, 0},  {KvPolicy::Window, 0, 0}, {KvPolicy::SinkWindow, 0, 3},
-        {KvPolicy::Scissorhands, 6, 0}, {KvPolicy::Tova, 0, 0}, {KvPolicy::RoCo, 6, 0},   {KvPolicy::Random, 4, 0},
-        {KvPolicy::MeanH2O, 5, 2},
+        {KvPolicy::Full, 0, 0, 0},          {KvPolicy::H2O, 6, 0, 0},  {KvPolicy::Window, 0, 0, 0},
+        {KvPolicy::SinkWindow, 0, 3, 0},    {KvPolicy::Scissorhands, 6, 0, 24}, {KvPolicy::Tova, 0, 0, 0},
+        {KvPolicy::RoCo, 6, 0, 0},          {KvPolicy::Random, 4, 0, 0}, {KvPolicy::MeanH2O, 5, 2, 20},
     };
     for (KvType type : kKvTypes) {
         for (size_t ci = 0; ci < std::size(cases); ++ci) {
@@ -662,7 +663,9 @@ TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU, with
                 }
                 INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
                 BACKENDS_OR_SKIP(b, 8);
-                AttentionRun run(b, with_type(small_kv(16, c.policy, c.recent, c.sinks, rolling), type), 4, 8);
+                KvConfig kv = with_type(small_kv(16, c.policy, c.recent, c.sinks, rolling), type);
+                kv.policy.horizon = c.horizon;
+                AttentionRun run(b, kv, 4, 8);
                 // Two pinned tokens, a prompt that fills most of the cache, single tokens that
                 // evict, then batches that evict several at once.
                 bool ok = run.step(2, /*pinned=*/true) && run.step(8);
@@ -814,8 +817,8 @@ TEST_CASE("vulkan: greedy generation equals the CPU's and llama.cpp's for the go
 }
 
 TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CPU generates") {
-    // 64 slots for about 215 tokens: H2O (with and without rolling positions) and sinks + window
-    // run far past the budget; the kept tokens of every (layer, kv head) must be the CPU's too.
+    // 64 slots for about 215 tokens: H2O (with and without rolling positions), sinks + window and
+    // Scissorhands with its horizon run far past the budget; the kept tokens of every (layer, kv head) must be the CPU's too.
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     // Quantized caches (rows stored as the CPU stores them) run H2O with rolling positions, for
     // 120 tokens (still twice the budget) to keep the test short.
@@ -827,6 +830,7 @@ TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CP
     } cases[] = {{KvPolicy::H2O, true, KvType::F32, 200},
                  {KvPolicy::H2O, false, KvType::F32, 200},
                  {KvPolicy::SinkWindow, true, KvType::F32, 200},
+                 {KvPolicy::Scissorhands, true, KvType::F32, 200},
                  {KvPolicy::H2O, true, KvType::Q8, 120},
                  {KvPolicy::H2O, true, KvType::K8V4, 120}};
     for (const auto &run : cases) {
@@ -840,6 +844,7 @@ TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CP
         config.policy = policy;
         config.recent = 32;
         config.sinks = policy == KvPolicy::SinkWindow ? 4 : 0;
+        config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;  // the API's default for 64 slots
         VULKAN_OR_SKIP(vk, 16);
         ModelRun gpu(path, std::move(vk), 16, 64, config, rolling, type);
         ModelRun cpu(path, make_cpu_backend(2, 16), 16, 64, config, rolling, type);

@@ -151,7 +151,7 @@ struct ElementwisePush {
     uint32_t a_off, b_off, count;
 };
 struct KvClaimPush {
-    uint32_t first_index[2], recent_from[2];
+    uint32_t first_index[2], recent_from[2], stale_before[2];
     uint32_t k_off, v_off, pos_off, k_stride, v_stride;
     uint32_t keys_off, values_off, table_off;
     uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
@@ -1070,6 +1070,7 @@ void VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         // The recent window counts the incoming tokens (KvCache::make_room).
         const int64_t recent_from = std::max<int64_t>(0, batch.first_index - std::max(0, policy.recent - n));
         split64(recent_from, push.recent_from);
+        split64(kv_stale_before(policy, batch.first_index, n), push.stale_before);
         push.k_off = bk.word;
         push.v_off = bv.word;
         push.pos_off = bp.word;

@@ -71,7 +71,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define H2O_VERSION_MAJOR 0
-#define H2O_VERSION_MINOR 2
+#define H2O_VERSION_MINOR 3
 #define H2O_VERSION_PATCH 0
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
 
@@ -317,7 +317,8 @@ typedef enum h2o_kv_policy {
     /* StreamingLLM: keep the first kv_sinks tokens of the stream (default 4) plus the most recent. */
     H2O_KV_SINK_WINDOW = 3,
     /* Scissorhands: recent window plus the tokens that were most persistently important (received
-     * more than a uniform share of attention), counted with an exponential decay of 0.9 per step. */
+     * more than a uniform share of attention), counted with an exponential decay of 0.9 per step;
+     * by default no token is kept 1.5 budgets or more behind the newest (kv_horizon). */
     H2O_KV_SCISSORHANDS = 4,
     /* TOVA: evict the token with the lowest attention at the latest step (no recent window). */
     H2O_KV_TOVA = 5,
@@ -372,8 +373,8 @@ typedef struct h2o_session_params {
      * grows. 0 or >= n_ctx: n_ctx slots, a full cache that never evicts. */
     uint32_t kv_budget;
     /* Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
-     * on our evaluation is better than H2O, a window and StreamingLLM at every budget measured
-     * (see the README's evaluation table). */
+     * on our evaluation beats H2O, a window and StreamingLLM on short texts at every budget
+     * measured, and H2O and a window on long streams (see the README's evaluation tables). */
     uint32_t kv_policy;  /* h2o_kv_policy */
     /* Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
     uint32_t kv_recent;
@@ -404,7 +405,18 @@ typedef struct h2o_session_params {
      * session that would need more is refused before anything is allocated, with
      * H2O_ERR_OUT_OF_MEMORY and a message giving the needed and the allowed bytes. */
     uint64_t max_memory_bytes;
+    /* Horizon of the policies that keep tokens for their attention (h2o, scissorhands, tova,
+     * roco, mean_h2o; the others ignore it): a token kv_horizon or more tokens behind the newest
+     * is stale and is evicted before any other unprotected token, however much attention it
+     * had. Over a long stream this stops the cache from filling with tokens of text the stream
+     * has moved past (see the README's stream evaluation). 0 (the default): the policy's own,
+     * 1.5 × kv_budget for H2O_KV_SCISSORHANDS and none for the others; H2O_KV_HORIZON_NONE:
+     * none. Otherwise at least kv_budget. */
+    uint32_t kv_horizon;
 } h2o_session_params;
+
+/* kv_horizon: keep heavy hitters however far back they lie. */
+#define H2O_KV_HORIZON_NONE 0xFFFFFFFFu
 
 /* Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
 H2O_API h2o_status h2o_session_params_init(h2o_session_params *params, size_t struct_size);
@@ -426,6 +438,7 @@ typedef struct h2o_kv_layout {
     int32_t position_rolling;
     uint32_t type;           /* h2o_kv_type */
     uint32_t n_ctx;          /* longest stream without rolling, after defaults */
+    uint32_t horizon;        /* stale distance (see kv_horizon); 0: none */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */

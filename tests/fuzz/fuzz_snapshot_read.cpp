@@ -20,7 +20,10 @@
 
 namespace {
 
-// The 88-byte header of a snapshot of a fresh session with the seed corpus's default settings.
+// The snapshot layout of lib/session_snapshot.h (version 2).
+constexpr size_t kHeaderSize = 96, kPayloadSizeAt = 72, kCompressedSizeAt = 80, kHashAt = 88;
+
+// The header of a snapshot of a fresh session with the seed corpus's default settings.
 const std::vector<uint8_t> &header_template() {
     static const std::vector<uint8_t> header = [] {
         h2o_session_params sp;
@@ -36,7 +39,7 @@ const std::vector<uint8_t> &header_template() {
         std::vector<uint8_t> bytes(bound);
         h2o_fuzz::check(h2o_session_save_to_buffer(s, bytes.data(), bytes.size(), &size) == H2O_OK, "save");
         h2o_session_free(s);
-        bytes.resize(88);
+        bytes.resize(kHeaderSize);
         return bytes;
     }();
     return header;
@@ -44,16 +47,16 @@ const std::vector<uint8_t> &header_template() {
 
 std::vector<uint8_t> wrap_state(const uint8_t *state, size_t size) {
     std::vector<uint8_t> out = header_template();
-    out.resize(88 + ZSTD_compressBound(size));
-    const size_t compressed = ZSTD_compress(out.data() + 88, out.size() - 88, state, size, 1);
+    out.resize(kHeaderSize + ZSTD_compressBound(size));
+    const size_t compressed = ZSTD_compress(out.data() + kHeaderSize, out.size() - kHeaderSize, state, size, 1);
     h2o_fuzz::check(!ZSTD_isError(compressed), "zstd compression");
-    out.resize(88 + compressed);
+    out.resize(kHeaderSize + compressed);
     const uint64_t payload = size, frame = compressed;
-    std::memcpy(out.data() + 64, &payload, 8);
-    std::memcpy(out.data() + 72, &frame, 8);
-    uint64_t h = 0xcbf29ce484222325ull;  // the header hash (FNV-1a of bytes 0..79)
-    for (size_t i = 0; i < 80; ++i) h = (h ^ out[i]) * 0x100000001b3ull;
-    std::memcpy(out.data() + 80, &h, 8);
+    std::memcpy(out.data() + kPayloadSizeAt, &payload, 8);
+    std::memcpy(out.data() + kCompressedSizeAt, &frame, 8);
+    uint64_t h = 0xcbf29ce484222325ull;  // the header hash (FNV-1a of the bytes before it)
+    for (size_t i = 0; i < kHashAt; ++i) h = (h ^ out[i]) * 0x100000001b3ull;
+    std::memcpy(out.data() + kHashAt, &h, 8);
     return out;
 }
 

@@ -169,8 +169,9 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         whole.insert(whole.end(), snapshot.begin(), snapshot.end());
         write_file(dir / ("snapshot-" + std::to_string(n)), whole);
         if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
-            Bytes state(ZSTD_getFrameContentSize(snapshot.data() + 88, snapshot.size() - 88));
-            if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + 88, snapshot.size() - 88))) die("zstd");
+            const size_t header = 96;  // lib/session_snapshot.h, version 2
+            Bytes state(ZSTD_getFrameContentSize(snapshot.data() + header, snapshot.size() - header));
+            if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + header, snapshot.size() - header))) die("zstd");
             state.insert(state.begin(), 1);
             write_file(dir / ("state-" + std::to_string(n)), state);
         }

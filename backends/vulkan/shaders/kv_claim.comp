@@ -30,6 +30,7 @@ layout(binding = 6) readonly buffer Table { uvec2 turn_fractions[]; };
 layout(push_constant) uniform Params {
     uvec2 first_index;  // stream index of the batch's first token
     uvec2 recent_from;  // stream indices >= this are in the protected recent window (clamped to >= 0)
+    uvec2 stale_before; // stream indices < this are stale (kv_stale_before; 0: none)
     uint k_off, v_off, pos_off, k_stride, v_stride;
     uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots] rows
     uint meta_off, n_cells, n_slots, n_kv, max_batch;
@@ -54,9 +55,11 @@ void set_stream(uint at, uvec2 s) {
 }
 float stat(uint at, uint which) { return uintBitsToFloat(meta[L.stats + 5u * at + which]); }
 
-// kv_priority() in float: the victim is the eligible slot with the smallest value, ties going to
-// the oldest. Window-like policies return 0 for all, so the stream index alone decides.
+// kv_victim_priority() in float: the victim is the eligible slot with the smallest value, ties
+// going to the oldest. Stale slots rank -1, below every policy priority; window-like policies
+// return 0 for all others, so the stream index alone decides.
 float priority(uint at) {
+    if (stream_lt(stream_at(at), p.stale_before)) return -1.0;
     switch (p.policy) {
         case POLICY_H2O: return stat(at, STAT_ACCUMULATED);
         case POLICY_SCISSORHANDS: return stat(at, STAT_PERSISTENCE);

@@ -60,6 +60,7 @@ namespace H2o
         public int device_index;
         public uint kv_type;
         public ulong max_memory_bytes;
+        public uint kv_horizon;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -67,7 +68,7 @@ namespace H2o
     {
         public uint struct_size, budget, policy, recent, sinks, heavy;
         public int position_rolling;
-        public uint type, n_ctx;
+        public uint type, n_ctx, horizon;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -45,6 +45,11 @@ namespace H2o
         public KvType KvType { get => (KvType)Raw.kv_type; set => Raw.kv_type = (uint)value; }
         /// <summary>Refuse a session that needs more bytes than this; 0: no cap.</summary>
         public ulong MaxMemoryBytes { get => Raw.max_memory_bytes; set => Raw.max_memory_bytes = value; }
+        /// <summary>Heavy hitters this many tokens or more behind the newest are evicted first;
+        /// 0: the policy's default, <see cref="KvHorizonNone"/>: none.</summary>
+        public uint KvHorizon { get => Raw.kv_horizon; set => Raw.kv_horizon = value; }
+        /// <summary>H2O_KV_HORIZON_NONE: heavy hitters are kept however far back they lie.</summary>
+        public const uint KvHorizonNone = 0xFFFFFFFFu;
     }
 
     /// <summary>How text is generated (h2o_generate_params), from the library's defaults.</summary>

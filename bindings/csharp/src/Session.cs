@@ -7,6 +7,8 @@ namespace H2o
     public struct KvLayout
     {
         public uint Budget, Recent, Sinks, Heavy, NCtx;
+        /// <summary>Stale distance: heavy hitters this far back are evicted first; 0: none.</summary>
+        public uint Horizon;
         public KvPolicy Policy;
         public KvType Type;
         public bool PositionRolling;
@@ -175,7 +177,7 @@ namespace H2o
                 return new KvLayout
                 {
                     Budget = l.budget, Policy = (KvPolicy)l.policy, Recent = l.recent, Sinks = l.sinks,
-                    Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx,
+                    Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx, Horizon = l.horizon,
                 };
             }
         }

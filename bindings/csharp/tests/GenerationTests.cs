@@ -130,13 +130,14 @@ namespace H2o.Tests
         public static void ConstantMemorySessionRunsPastItsBudget()
         {
             using (var model = Model.Load(Runner.ModelPath()))
-            using (var session = new Session(model, new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, PositionRolling = true, KvType = KvType.Q8 }))
+            using (var session = new Session(model, new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, PositionRolling = true, KvType = KvType.Q8, KvHorizon = 48 }))
             {
                 var layout = session.KvLayout;
                 Assert.Equal(32u, layout.Budget, "budget");
                 Assert.Equal(KvPolicy.H2o, layout.Policy);
                 Assert.Equal(KvType.Q8, layout.Type);
                 Assert.True(layout.PositionRolling, "rolling");
+                Assert.Equal(48u, layout.Horizon, "horizon");
                 var memory = session.Memory;
                 Assert.True(memory.KvBytes > 0 && memory.WeightBytes > 0, "memory is reported");
                 session.AddText("You are a storyteller.", pin: true);

@@ -7,7 +7,9 @@
 
 use std::os::raw::{c_char, c_int, c_void};
 
-pub const H2O_VERSION_NUMBER: u32 = 200;
+pub const H2O_VERSION_NUMBER: u32 = 300;
+/// kv_horizon: keep heavy hitters however far back they lie.
+pub const H2O_KV_HORIZON_NONE: u32 = 0xFFFF_FFFF;
 
 /// `h2o_status` codes. New codes may appear in later versions: treat others as "some error".
 pub type h2o_status = i32;
@@ -123,6 +125,7 @@ pub struct h2o_session_params {
     pub device_index: i32,
     pub kv_type: u32,
     pub max_memory_bytes: u64,
+    pub kv_horizon: u32,
 }
 
 #[repr(C)]
@@ -137,6 +140,7 @@ pub struct h2o_kv_layout {
     pub position_rolling: i32,
     pub type_: u32,
     pub n_ctx: u32,
+    pub horizon: u32,
 }
 
 #[repr(C)]

@@ -67,10 +67,11 @@ fn rust_layouts() -> Vec<Layout> {
             backend,
             device_index,
             kv_type,
-            max_memory_bytes
+            max_memory_bytes,
+            kv_horizon
         }),
         layout!(h2o_kv_layout { struct_size, budget, policy, recent, sinks, heavy, position_rolling,
-                                type_ = "type", n_ctx }),
+                                type_ = "type", n_ctx, horizon }),
         layout!(h2o_device_traffic { struct_size, bytes_to_device, bytes_to_host, submissions, device_memory_bytes }),
         layout!(h2o_memory_report { struct_size, weight_bytes, kv_bytes, scratch_bytes }),
         layout!(h2o_generate_params {

@@ -22,7 +22,7 @@ pub use names::{Backend, KvPolicy, KvType, StopReason};
 pub use params::{GenerateParams, SessionParams};
 pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryReport, Session, Stream};
 
-/// The library's version, e.g. "0.2.0".
+/// The library's version, e.g. "0.3.0".
 pub fn version() -> String {
     // SAFETY: a constant string.
     unsafe { error::cstr(h2o_sys::h2o_version()) }

@@ -58,6 +58,9 @@ impl SessionParams {
         kv_type: KvType => kv_type as raw;
         /// Refuse to create a session needing more bytes than this; 0: no cap.
         max_memory_bytes: u64 => max_memory_bytes;
+        /// Heavy hitters this many tokens or more behind the newest are evicted first; 0: the
+        /// policy's default, `h2o_sys::H2O_KV_HORIZON_NONE`: none.
+        kv_horizon: u32 => kv_horizon;
     }
 }
 

@@ -62,6 +62,8 @@ pub struct KvLayout {
     pub position_rolling: bool,
     pub kv_type: KvType,
     pub n_ctx: u32,
+    /// Stale distance: heavy hitters this far back are evicted first; 0: none.
+    pub horizon: u32,
 }
 
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
@@ -293,6 +295,7 @@ impl Session {
             position_rolling: l.position_rolling != 0,
             kv_type: KvType::from_raw(l.type_),
             n_ctx: l.n_ctx,
+            horizon: l.horizon,
         })
     }
 
