@@ -49,8 +49,56 @@ if(NOT seen STREQUAL "full/128;h2o/32;window/32")
   message(FATAL_ERROR "unexpected rows: ${seen}")
 endif()
 
+# Stream mode on a text shorter than the stream (it goes round again), with the tail compared
+# with its in-context perplexity, and the horizon each policy resolves to.
+file(READ "${TEXT}" text LIMIT 600)
+string(FIND "${text}" "\n" last_newline REVERSE)  # whole lines: no UTF-8 sequence is cut
+string(SUBSTRING "${text}" 0 ${last_newline} text)
+set(short_text "${CMAKE_CURRENT_BINARY_DIR}/eval_short_text.txt")
+file(WRITE "${short_text}" "${text}")
+execute_process(
+  COMMAND ${EVAL} -m ${MODEL} -f ${short_text} --stream 400 --segment 100 --tail 1 --context 64 --budgets 32
+          --policies scissorhands,window --json --quiet -t 1
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "h2o-eval --stream failed (${rc}): ${err}")
+endif()
+string(STRIP "${out}" out)
+string(REPLACE "\n" ";" lines "${out}")
+list(LENGTH lines n)
+if(NOT n EQUAL 2)
+  message(FATAL_ERROR "expected 2 JSON lines (scissorhands/32, window/32), got ${n}:\n${out}")
+endif()
+foreach(line IN LISTS lines)
+  foreach(key policy horizon tokens tail_first_token tail_ppl tail_in_context_ppl tail_greedy_agreement)
+    string(JSON ${key} ERROR_VARIABLE json_error GET "${line}" ${key})
+    if(json_error)
+      message(FATAL_ERROR "bad stream JSON line (${json_error}): ${line}")
+    endif()
+  endforeach()
+  if(NOT tokens EQUAL 400 OR NOT tail_first_token EQUAL 301)
+    message(FATAL_ERROR "${policy}: expected 400 tokens and a tail from 301: ${line}")
+  endif()
+  if(NOT (tail_ppl GREATER 1 AND tail_ppl LESS 20 AND tail_in_context_ppl GREATER 1 AND tail_in_context_ppl LESS 20))
+    message(FATAL_ERROR "${policy}: implausible tail perplexities: ${line}")
+  endif()
+  if(tail_greedy_agreement LESS 0.5 OR tail_greedy_agreement GREATER 1)
+    message(FATAL_ERROR "${policy}: implausible greedy agreement with the in-context reference: ${line}")
+  endif()
+  # The default horizon: 1.5 budgets for scissorhands; none for a window.
+  if((policy STREQUAL "scissorhands" AND NOT horizon EQUAL 48) OR (policy STREQUAL "window" AND NOT horizon EQUAL 0))
+    message(FATAL_ERROR "${policy}: unexpected horizon ${horizon}: ${line}")
+  endif()
+endforeach()
+execute_process(COMMAND ${EVAL} -m ${MODEL} -f ${short_text} --stream 100 --budgets 32 --policies h2o --horizon 20 --quiet -t 1
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "kv_horizon 20 is smaller than kv_budget 32")
+  message(FATAL_ERROR "h2o-eval --horizon 20 --budgets 32: expected exit 1 and the library's message, got ${rc}: ${err}")
+endif()
+
 # Usage errors: exit code 2 and a message naming the problem.
-foreach(case "--policies;full,nonsense;unknown policy" "--budgets;1;at least 2" "--chunk;1;--chunk")
+foreach(case "--policies;full,nonsense;unknown policy" "--budgets;1;at least 2" "--chunk;1;--chunk"
+             "--context;1;--context must be 0" "--horizon;1;--horizon needs")
   list(GET case 0 option)
   list(GET case 1 value)
   list(GET case 2 expected)

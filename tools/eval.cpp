@@ -2,8 +2,8 @@
 //
 //   h2o-eval -m MODEL -f TEXT [--policies full,h2o,window,...] [--budgets 32,64,128] [--chunk 512]
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
-//            [--segment N] [--rolling 0|1] [--n-ctx N] [-t THREADS] [-j JOBS] [--json] [--svg FILE]
-//            [--quiet]
+//            [--segment N] [--context N] [--tail N] [--horizon N|none] [--rolling 0|1] [--n-ctx N]
+//            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
 //
 // Chunk mode (default, the "chunk-512" protocol of ../shared/README.md): the whole text is
 // tokenized without BOS, cut into consecutive chunks of chunk-1 tokens, and each chunk, behind a
@@ -11,9 +11,14 @@
 // log-softmax (double precision) of the previous step's logits. Greedy agreement compares each
 // step's argmax with the full cache's argmax at the same position.
 //
-// Stream mode (--stream TOKENS): BOS and the first TOKENS tokens of the text go through one
-// session per configuration, token by token, with position rolling on unless --rolling 0; the
-// perplexity is reported per segment of --segment tokens and overall.
+// Stream mode (--stream TOKENS): BOS and the first TOKENS tokens of the text (repeated when it is
+// shorter) go through one session per configuration, token by token, with position rolling on
+// unless --rolling 0; the perplexity is reported per segment of --segment tokens and overall.
+// The last --tail segments are compared with their in-context perplexity: each of their tokens
+// scored by a fresh full cache holding only the --context - 1 tokens before it (default 512: the
+// context stories260K was trained with). A rolling window of --context slots is not that: the
+// keys and values it keeps were computed when their tokens saw older ones. The reference costs a
+// fresh prompt of --context - 1 tokens per scored token, hence only for the tail.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -50,6 +55,11 @@ void usage() {
                  "  --kv-type T            KV cache format: f32 (default), f16, q8, q4, k8v4\n"
                  "  --stream TOKENS        stream mode: one stream of BOS + TOKENS tokens per configuration\n"
                  "  --segment N            stream mode: report perplexity per N tokens (default 1000)\n"
+                 "  --context N            stream mode: the in-context reference scores each token of\n"
+                 "                         the tail with the N-1 tokens before it (default 512; 0: none)\n"
+                 "  --tail N               stream mode: segments compared with the reference (default 2)\n"
+                 "  --horizon N|none       kv_horizon: heavy hitters N or more tokens back go first\n"
+                 "                         (default: the policy's, 1.5 budgets for scissorhands)\n"
                  "  --rolling 0|1          position rolling (default: 0 in chunk mode, 1 in stream mode)\n"
                  "  --n-ctx N              session n_ctx; the full cache's size (default: chunk length,\n"
                  "                         or TOKENS + 1 in stream mode)\n"
@@ -77,6 +87,10 @@ struct Options {
     uint32_t kv_type = H2O_KV_TYPE_F32;
     uint32_t stream = 0;        // 0: chunk mode
     uint32_t segment = 1000;
+    uint32_t context = 512;     // stream mode: the in-context reference's context (0: none)
+    uint32_t tail = 2;          // stream mode: segments compared with the reference
+    uint32_t horizon = 0;       // kv_horizon (0: the policy's default)
+    bool repeats = false;       // stream mode: the text is shorter than the stream
     int rolling = -1;           // -1: the mode's default
     uint32_t n_ctx = 0;         // 0: the mode's default
     uint32_t threads = 0, jobs = 1;
@@ -150,6 +164,14 @@ Options parse_options(int argc, char **argv) {
             o.stream = parse_count(arg, value(), 1, (1u << 22) - 1);
         } else if (arg == "--segment") {
             o.segment = parse_count(arg, value(), 1, 1u << 30);
+        } else if (arg == "--context") {
+            o.context = parse_count(arg, value(), 0, 1u << 22);
+            if (o.context == 1) usage_error("--context must be 0 (no reference) or at least 2");
+        } else if (arg == "--tail") {
+            o.tail = parse_count(arg, value(), 1, 1u << 30);
+        } else if (arg == "--horizon") {
+            const std::string text = value();
+            o.horizon = text == "none" ? H2O_KV_HORIZON_NONE : parse_count(arg, text, 2, 0x7FFFFFFF);
         } else if (arg == "--rolling") {
             o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
         } else if (arg == "--n-ctx") {
@@ -234,6 +256,7 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     p.kv_recent_ratio = o.recent_ratio;
     p.kv_sinks = o.sinks;
     p.kv_type = o.kv_type;
+    p.kv_horizon = o.horizon;
     p.position_rolling = o.rolling;
     return p;
 }
@@ -295,6 +318,62 @@ private:
     size_t total_, done_ = 0;
     std::mutex mutex_;
 };
+
+// The in-context reference of a stream's tail: per scored token from `first` (an index into a
+// run's nll, i.e. stream position first + 1) on, -log p and argmax from a fresh full cache.
+struct InContext {
+    size_t first = 0;
+    std::vector<double> nll;
+    std::vector<int32_t> argmax;
+    double seconds = 0;
+    std::string error;
+};
+
+// Scores stream tokens from index `first` of a run's nll on (stream position first + 1) each
+// with a fresh full cache of the --context - 1 tokens before it, o.jobs sessions at a time.
+InContext score_in_context(h2o_model *model, size_t n_vocab, const Options &o, const std::vector<int32_t> &stream, size_t first,
+                           Progress &progress) {
+    InContext ref;
+    ref.first = first;
+    const size_t count = stream.size() - 1 - first;
+    ref.nll.resize(count);
+    ref.argmax.resize(count);
+    const double start = h2o_tools::now_seconds();
+    std::atomic<size_t> next{0}, done{0};
+    std::mutex error_mutex;
+    auto worker = [&]() {
+        h2o_session_params p;
+        h2o_session_params_init(&p, sizeof p);
+        p.n_ctx = o.context;
+        p.n_batch = o.context;
+        p.n_threads = o.threads;
+        p.kv_type = o.kv_type;
+        h2o_session *session = nullptr;
+        h2o_status st = h2o_session_create(model, &p, &session);
+        std::vector<float> logits(n_vocab);
+        for (size_t i = next++; i < count && st == H2O_OK; i = next++) {
+            const size_t position = first + 1 + i;  // of the scored token; BOS is 0
+            const size_t from = position >= o.context ? position - (o.context - 1) : 0;
+            st = h2o_session_reset(session);
+            if (st == H2O_OK) st = h2o_session_decode(session, &stream[from], position - from);
+            if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
+            if (st == H2O_OK) ref.nll[i] = negative_log_prob(logits, stream[position], &ref.argmax[i]);
+            if (++done % 1000 == 0) progress.note("  in-context reference: " + std::to_string(done.load()) + "/" + std::to_string(count) + " tokens");
+        }
+        if (st != H2O_OK) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            ref.error = std::string("the in-context reference failed: ") + (session ? h2o_session_last_error(session) : h2o_last_error()) +
+                        " (" + h2o_status_string(st) + ")";
+        }
+        h2o_session_free(session);
+    };
+    std::vector<std::thread> workers;
+    for (size_t j = 1; j < std::min<size_t>(o.jobs, count); ++j) workers.emplace_back(worker);
+    worker();
+    for (std::thread &t : workers) t.join();
+    ref.seconds = h2o_tools::now_seconds() - start;
+    return ref;
+}
 
 // Feeds every sequence (BOS first) to one session, token by token, scoring each token after BOS.
 Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &config,
@@ -358,9 +437,17 @@ struct Summary {
     double mean_nll, ppl;
     double agreement;  // NaN without a full-cache baseline
     std::vector<double> segment_ppl;
+    // Stream mode with a reference: the tail's perplexity and greedy agreement with the reference.
+    double tail_ppl = NAN, tail_agreement = NAN;
 };
 
-Summary summarize(const Options &o, const Config &config, const Run &run, const Run *baseline) {
+double mean_of(const std::vector<double> &values, size_t first, size_t end) {
+    double total = 0;
+    for (size_t i = first; i < end; ++i) total += values[i];
+    return total / static_cast<double>(end - first);
+}
+
+Summary summarize(const Options &o, const Config &config, const Run &run, const Run *baseline, const InContext *reference) {
     Summary s{config, budget_split(run.layout), &run, 0, 0, NAN, {}};
     s.mean_nll = sum(run.nll) / static_cast<double>(run.nll.size());
     s.ppl = std::exp(s.mean_nll);
@@ -371,10 +458,14 @@ Summary summarize(const Options &o, const Config &config, const Run &run, const 
     }
     if (o.stream > 0) {
         for (size_t first = 0; first < run.nll.size(); first += o.segment) {
-            const size_t end = std::min(run.nll.size(), first + o.segment);
-            const std::vector<double> segment(run.nll.begin() + first, run.nll.begin() + end);
-            s.segment_ppl.push_back(std::exp(sum(segment) / static_cast<double>(segment.size())));
+            s.segment_ppl.push_back(std::exp(mean_of(run.nll, first, std::min(run.nll.size(), first + o.segment))));
         }
+    }
+    if (reference) {
+        s.tail_ppl = std::exp(mean_of(run.nll, reference->first, run.nll.size()));
+        size_t agree = 0;
+        for (size_t i = 0; i < reference->argmax.size(); ++i) agree += run.argmax[reference->first + i] == reference->argmax[i];
+        s.tail_agreement = static_cast<double>(agree) / static_cast<double>(reference->argmax.size());
     }
     return s;
 }
@@ -387,13 +478,14 @@ std::string json_number(double v, const char *fmt = "%.6f") {
     return buf;
 }
 
-void print_json(const Options &o, const std::vector<Summary> &rows, const Summary *full) {
+void print_json(const Options &o, const std::vector<Summary> &rows, const Summary *full, const InContext *reference) {
     for (const Summary &r : rows) {
         std::string line = "{\"mode\":\"" + std::string(o.stream ? "stream" : "chunks") + "\"";
         line += ",\"policy\":\"" + std::string(policy_name(r.config.policy)) + "\"";
         line += ",\"budget\":" + std::to_string(r.config.budget);
         line += ",\"sinks\":" + std::to_string(r.split.sinks) + ",\"recent\":" + std::to_string(r.split.recent) +
                 ",\"heavy\":" + std::to_string(r.split.rest);
+        line += ",\"horizon\":" + std::to_string(r.run->layout.horizon);
         line += ",\"rolling\":" + std::string(o.rolling ? "true" : "false");
         line += ",\"tokens\":" + std::to_string(r.run->nll.size());
         line += ",\"mean_nll\":" + json_number(r.mean_nll) + ",\"ppl\":" + json_number(r.ppl);
@@ -405,11 +497,19 @@ void print_json(const Options &o, const std::vector<Summary> &rows, const Summar
             for (size_t i = 0; i < r.segment_ppl.size(); ++i) line += (i ? "," : "") + json_number(r.segment_ppl[i], "%.4f");
             line += "]";
         }
+        if (reference) {
+            const double reference_ppl = std::exp(mean_of(reference->nll, 0, reference->nll.size()));
+            line += ",\"tail_first_token\":" + std::to_string(reference->first + 1) + ",\"tail_ppl\":" + json_number(r.tail_ppl, "%.4f");
+            line += ",\"tail_in_context_ppl\":" + json_number(reference_ppl, "%.4f");
+            line += ",\"tail_vs_in_context_pct\":" + json_number(100 * (r.tail_ppl / reference_ppl - 1), "%.3f");
+            line += ",\"tail_greedy_agreement\":" + json_number(r.tail_agreement);
+        }
         std::printf("%s}\n", line.c_str());
     }
 }
 
-void print_table(const Options &o, const std::vector<Summary> &rows, const Summary *full, const std::string &setup) {
+void print_table(const Options &o, const std::vector<Summary> &rows, const Summary *full, const InContext *reference,
+                 const std::string &setup) {
     std::printf("%s", setup.c_str());
     std::printf("%-13s %7s  %-31s %9s %7s %9s %9s %8s %7s\n", "policy", "budget", "split", "KV KiB", "tokens", "mean NLL",
                 "ppl", "vs full", "agree");
@@ -421,9 +521,20 @@ void print_table(const Options &o, const std::vector<Summary> &rows, const Summa
                     r.split.text.c_str(), r.run->kv_bytes / 1024.0, r.run->nll.size(), r.mean_nll, r.ppl, vs_full, agree);
     }
     if (!o.stream) return;
+    if (reference) {
+        const double reference_ppl = std::exp(mean_of(reference->nll, 0, reference->nll.size()));
+        std::printf("\ntokens %zu-%u against their in-context perplexity %.4f (each scored by a fresh full cache with\n"
+                    "the %u tokens before it; %.1f s); agree = greedy agreement with it\n",
+                    reference->first + 1, o.stream, reference_ppl, o.context - 1, reference->seconds);
+        for (const Summary &r : rows) {
+            std::printf("  %-22s ppl %.4f  %+6.2f%%  agree %.4f\n", config_label(r.config).c_str(), r.tail_ppl,
+                        100 * (r.tail_ppl / reference_ppl - 1), r.tail_agreement);
+        }
+    }
     // Per segment: one row per segment, one perplexity column per configuration.
     std::printf("\nperplexity per segment of %u tokens (token range = stream positions scored; BOS is 0)\n", o.segment);
     std::printf("%7s  %-13s", "segment", "tokens");
+    if (reference) std::printf(" %10s", "in-context");
     std::vector<int> widths;
     for (const Summary &r : rows) {
         const std::string label = config_label(r.config);
@@ -436,6 +547,12 @@ void print_table(const Options &o, const std::vector<Summary> &rows, const Summa
         const size_t first = s * o.segment + 1, last = std::min<size_t>((s + 1) * o.segment, o.stream);
         const std::string range = std::to_string(first) + "-" + std::to_string(last);
         std::printf("%7zu  %-13s", s, range.c_str());
+        if (reference && s * o.segment >= reference->first) {
+            const size_t from = s * o.segment - reference->first;
+            std::printf(" %10.4f", std::exp(mean_of(reference->nll, from, std::min(reference->nll.size(), from + o.segment))));
+        } else if (reference) {
+            std::printf(" %10s", "-");
+        }
         for (size_t i = 0; i < rows.size(); ++i) std::printf(" %*.4f", widths[i], rows[i].segment_ppl[s]);
         std::printf("\n");
     }
@@ -505,10 +622,12 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
                       o.rolling ? "on" : "off");
     }
     std::string text = line;
+    if (o.repeats) text += "# the text is shorter than the stream: the stream goes round it again\n";
+    const std::string horizon = o.horizon == 0 ? "by policy default" : o.horizon == H2O_KV_HORIZON_NONE ? "none" : std::to_string(o.horizon);
     const std::string recent = o.recent ? std::to_string(o.recent) + " tokens"
                                : o.recent_ratio < 0 ? "by policy default" : "ratio " + json_number(o.recent_ratio, "%g");
-    std::snprintf(line, sizeof(line), "# KV %s, kv_sinks %u, recent window %s; %.1f s\n", h2o_tools::kv_type_name(o.kv_type),
-                  o.sinks, recent.c_str(), seconds);
+    std::snprintf(line, sizeof(line), "# KV %s, kv_sinks %u, recent window %s, horizon %s; %.1f s\n",
+                  h2o_tools::kv_type_name(o.kv_type), o.sinks, recent.c_str(), horizon.c_str(), seconds);
     return text + line;
 }
 
@@ -533,12 +652,16 @@ std::vector<int32_t> tokenize_text(h2o_model *model, const Options &o, const std
 std::vector<std::vector<int32_t>> make_sequences(Options *o, const std::vector<int32_t> &tokens, int32_t bos) {
     std::vector<std::vector<int32_t>> sequences;
     if (o->stream > 0) {
-        if (tokens.size() < o->stream) {
-            usage_error("'" + o->text_path + "' has " + std::to_string(tokens.size()) + " tokens, fewer than --stream " +
-                        std::to_string(o->stream));
+        // A stream longer than the text goes round it again: a cache of a few hundred tokens cannot
+        // remember the text's first pass, so a repeat reads as new text (to the full cache it
+        // does not: compare repeated streams with the in-context reference only).
+        o->repeats = tokens.size() < o->stream;
+        if (o->repeats && !o->quiet) {
+            std::fprintf(stderr, "h2o-eval: note: the text has %zu tokens: the stream of %u goes round it %.1f times\n",
+                         tokens.size(), o->stream, static_cast<double>(o->stream) / tokens.size());
         }
         sequences.push_back({bos});
-        sequences[0].insert(sequences[0].end(), tokens.begin(), tokens.begin() + o->stream);
+        for (size_t i = 0; i < o->stream; ++i) sequences[0].push_back(tokens[i % tokens.size()]);
         return sequences;
     }
     const size_t per_chunk = o->chunk - 1;
@@ -620,8 +743,8 @@ int main(int argc, char **argv) {
         full_run = evaluate(model, info.n_vocab, o, full_config, sequences, progress);
         progress.finished(config_label(full_config), full_run);
     }
-    // The others, o.jobs at a time, each with its own session. Rows of 'full' use full_run.
     std::vector<Run> runs(configs.size());
+    // The others, o.jobs at a time, each with its own session. Rows of 'full' use full_run.
     std::atomic<size_t> next{0};
     auto worker = [&]() {
         for (size_t i = next++; i < configs.size(); i = next++) {
@@ -634,6 +757,14 @@ int main(int argc, char **argv) {
     for (size_t j = 1; j < std::min<size_t>(o.jobs, configs.size()); ++j) workers.emplace_back(worker);
     worker();
     for (std::thread &t : workers) t.join();
+    // The stream's tail against its in-context perplexity.
+    InContext reference;
+    const bool have_reference = o.stream > 0 && o.context > 0;
+    if (have_reference) {
+        const size_t n_segments = (o.stream + o.segment - 1) / o.segment;
+        reference = score_in_context(model, info.n_vocab, o, sequences[0], (n_segments - std::min<size_t>(o.tail, n_segments)) * o.segment,
+                                     progress);
+    }
     const double seconds = h2o_tools::now_seconds() - start;
     auto run_of = [&](size_t i) -> const Run & { return configs[i].policy == H2O_KV_FULL ? full_run : runs[i]; };
 
@@ -647,21 +778,26 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "h2o-eval: %s: %s\n", config_label(configs[i]).c_str(), runs[i].error.c_str());
         rc = 1;
     }
+    if (!reference.error.empty()) {
+        std::fprintf(stderr, "h2o-eval: %s\n", reference.error.c_str());
+        rc = 1;
+    }
     if (rc) {
         h2o_model_free(model);
         return rc;
     }
 
     const Run *baseline = have_full ? &full_run : nullptr;
+    const InContext *tail_reference = have_reference ? &reference : nullptr;
     std::vector<Summary> rows;
-    for (size_t i = 0; i < configs.size(); ++i) rows.push_back(summarize(o, configs[i], run_of(i), baseline));
-    const Summary full_summary = summarize(o, full_config, full_run, baseline);
+    for (size_t i = 0; i < configs.size(); ++i) rows.push_back(summarize(o, configs[i], run_of(i), baseline, tail_reference));
+    const Summary full_summary = have_full ? summarize(o, full_config, full_run, baseline, tail_reference) : Summary{};
     const Summary *full = have_full ? &full_summary : nullptr;
 
     if (o.json) {
-        print_json(o, rows, full);
+        print_json(o, rows, full, tail_reference);
     } else {
-        print_table(o, rows, full, setup_text(o, sequences.size() * (sequences[0].size() - 1), seconds));
+        print_table(o, rows, full, tail_reference, setup_text(o, sequences.size() * (sequences[0].size() - 1), seconds));
     }
     if (!o.svg_path.empty()) {
         const std::string svg = h2o_tools::render_svg(make_plot(o, rows, full, base_name(o.model_path)));
