@@ -96,6 +96,32 @@ if(NOT rc EQUAL 1 OR NOT err MATCHES "kv_horizon 20 is smaller than kv_budget 32
   message(FATAL_ERROR "h2o-eval --horizon 20 --budgets 32: expected exit 1 and the library's message, got ${rc}: ${err}")
 endif()
 
+# Retention mode: the two references and each configuration with the first passage pinned or not.
+execute_process(
+  COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} --retention 40 --trials 2 --passage 12 --budgets 32 --policies window --json --quiet -t 1
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "h2o-eval --retention failed (${rc}): ${err}")
+endif()
+string(STRIP "${out}" out)
+string(REPLACE "\n" ";" lines "${out}")
+set(seen "")
+foreach(line IN LISTS lines)
+  foreach(key row other_tokens trials repeat_nll)
+    string(JSON ${key} ERROR_VARIABLE json_error GET "${line}" ${key})
+    if(json_error)
+      message(FATAL_ERROR "bad retention JSON line (${json_error}): ${line}")
+    endif()
+  endforeach()
+  if(NOT other_tokens EQUAL 40 OR NOT trials EQUAL 2 OR NOT (repeat_nll GREATER 0 AND repeat_nll LESS 10))
+    message(FATAL_ERROR "implausible retention line: ${line}")
+  endif()
+  list(APPEND seen "${row}")
+endforeach()
+if(NOT seen STREQUAL "full cache;unseen (no 1st passage);window/32;window/32 pinned")
+  message(FATAL_ERROR "unexpected retention rows: ${seen}")
+endif()
+
 # Usage errors: exit code 2 and a message naming the problem.
 foreach(case "--policies;full,nonsense;unknown policy" "--budgets;1;at least 2" "--chunk;1;--chunk"
              "--context;1;--context must be 0" "--horizon;1;--horizon needs")

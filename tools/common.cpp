@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,18 @@ uint64_t current_rss_bytes() {
 
 double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double negative_log_prob(const std::vector<float> &logits, int32_t token, int32_t *argmax) {
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i) {
+        if (logits[i] > logits[best]) best = i;
+    }
+    const double max = logits[best];
+    double exp_sum = 0;
+    for (float v : logits) exp_sum += std::exp(static_cast<double>(v) - max);
+    *argmax = static_cast<int32_t>(best);
+    return -(static_cast<double>(logits[token]) - max - std::log(exp_sum));
 }
 
 std::string json_escape(const std::string &text) {

@@ -14,6 +14,8 @@ uint64_t peak_rss_bytes();
 // Current resident set size in bytes (from /proc/self/statm).
 uint64_t current_rss_bytes();
 double now_seconds();
+// -log p(token) under the softmax of logits (in double precision); *argmax gets the most likely id.
+double negative_log_prob(const std::vector<float> &logits, int32_t token, int32_t *argmax);
 // Escapes text for a JSON string literal (without the quotes).
 std::string json_escape(const std::string &text);
 // Names of eviction policies (h2o_kv_policy), KV types (h2o_kv_type) and backends

@@ -4,6 +4,7 @@
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
 //            [--segment N] [--context N] [--tail N] [--horizon N|none] [--rolling 0|1] [--n-ctx N]
 //            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
+//   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [policies, budgets...]
 //
 // Chunk mode (default, the "chunk-512" protocol of ../shared/README.md): the whole text is
 // tokenized without BOS, cut into consecutive chunks of chunk-1 tokens, and each chunk, behind a
@@ -19,6 +20,8 @@
 // context stories260K was trained with). A rolling window of --context slots is not that: the
 // keys and values it keeps were computed when their tokens saw older ones. The reference costs a
 // fresh prompt of --context - 1 tokens per scored token, hence only for the tail.
+//
+// Retention mode (--retention LIST): see eval_retention.h.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -30,6 +33,7 @@
 #include <vector>
 
 #include "common.h"
+#include "eval_retention.h"
 #include "h2o/h2o.h"
 #include "svg_plot.h"
 
@@ -60,6 +64,10 @@ void usage() {
                  "  --tail N               stream mode: segments compared with the reference (default 2)\n"
                  "  --horizon N|none       kv_horizon: heavy hitters N or more tokens back go first\n"
                  "                         (default: the policy's, 1.5 budgets for scissorhands)\n"
+                 "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
+                 "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
+                 "  --trials N             retention mode: passages to average over (default 8)\n"
+                 "  --passage N            retention mode: tokens per passage (default 24)\n"
                  "  --rolling 0|1          position rolling (default: 0 in chunk mode, 1 in stream mode)\n"
                  "  --n-ctx N              session n_ctx; the full cache's size (default: chunk length,\n"
                  "                         or TOKENS + 1 in stream mode)\n"
@@ -91,6 +99,8 @@ struct Options {
     uint32_t tail = 2;          // stream mode: segments compared with the reference
     uint32_t horizon = 0;       // kv_horizon (0: the policy's default)
     bool repeats = false;       // stream mode: the text is shorter than the stream
+    std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
+    uint32_t trials = 8, passage = 24;
     int rolling = -1;           // -1: the mode's default
     uint32_t n_ctx = 0;         // 0: the mode's default
     uint32_t threads = 0, jobs = 1;
@@ -167,6 +177,12 @@ Options parse_options(int argc, char **argv) {
         } else if (arg == "--context") {
             o.context = parse_count(arg, value(), 0, 1u << 22);
             if (o.context == 1) usage_error("--context must be 0 (no reference) or at least 2");
+        } else if (arg == "--retention") {
+            for (const std::string &item : h2o_tools::split(value(), ',')) o.retention.push_back(parse_count(arg, item, 1, 1u << 20));
+        } else if (arg == "--trials") {
+            o.trials = parse_count(arg, value(), 1, 1000);
+        } else if (arg == "--passage") {
+            o.passage = parse_count(arg, value(), 2, 4096);
         } else if (arg == "--tail") {
             o.tail = parse_count(arg, value(), 1, 1u << 30);
         } else if (arg == "--horizon") {
@@ -197,7 +213,9 @@ Options parse_options(int argc, char **argv) {
     if (o.model_path.empty()) usage_error("no model given: pass -m MODEL or set H2O_MODEL");
     if (o.text_path.empty()) usage_error("no text given: pass -f TEXT");
     if (o.policies.empty()) usage_error("--policies is empty");
-    if (o.rolling < 0) o.rolling = o.stream > 0 ? 1 : 0;
+    if (!o.retention.empty() && o.stream > 0) usage_error("give --stream or --retention, not both");
+    if (o.rolling < 0) o.rolling = o.stream > 0 || !o.retention.empty() ? 1 : 0;
+    if (!o.retention.empty()) return o;  // each trial sizes its own sessions
     const uint32_t length = o.stream > 0 ? o.stream + 1 : o.chunk;  // tokens of one sequence, BOS included
     if (o.n_ctx == 0) o.n_ctx = length;
     if (!o.rolling && o.n_ctx < length) {
@@ -270,18 +288,6 @@ struct Run {
     double seconds = 0;
     std::string error;  // empty: success
 };
-
-double negative_log_prob(const std::vector<float> &logits, int32_t token, int32_t *argmax) {
-    size_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i) {
-        if (logits[i] > logits[best]) best = i;
-    }
-    const double max = logits[best];
-    double exp_sum = 0;
-    for (float v : logits) exp_sum += std::exp(static_cast<double>(v) - max);
-    *argmax = static_cast<int32_t>(best);
-    return -(static_cast<double>(logits[token]) - max - std::log(exp_sum));
-}
 
 double sum(const std::vector<double> &values) {
     double total = 0;
@@ -357,7 +363,7 @@ InContext score_in_context(h2o_model *model, size_t n_vocab, const Options &o, c
             st = h2o_session_reset(session);
             if (st == H2O_OK) st = h2o_session_decode(session, &stream[from], position - from);
             if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
-            if (st == H2O_OK) ref.nll[i] = negative_log_prob(logits, stream[position], &ref.argmax[i]);
+            if (st == H2O_OK) ref.nll[i] = h2o_tools::negative_log_prob(logits, stream[position], &ref.argmax[i]);
             if (++done % 1000 == 0) progress.note("  in-context reference: " + std::to_string(done.load()) + "/" + std::to_string(count) + " tokens");
         }
         if (st != H2O_OK) {
@@ -405,7 +411,7 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
         for (size_t i = 0; i < seq.size() && st == H2O_OK; ++i) {
             if (i > 0) {
                 int32_t argmax = 0;
-                run.nll.push_back(negative_log_prob(logits, seq[i], &argmax));
+                run.nll.push_back(h2o_tools::negative_log_prob(logits, seq[i], &argmax));
                 run.argmax.push_back(argmax);
             }
             if (i + 1 == seq.size()) break;  // the last token predicts nothing we score
@@ -709,7 +715,7 @@ int main(int argc, char **argv) {
     }
     const bool full_requested = std::find(o.policies.begin(), o.policies.end(), H2O_KV_FULL) != o.policies.end();
     for (uint32_t b : o.budgets) {
-        if (b >= o.n_ctx && !o.rolling && !o.quiet && configs.size() > (full_requested ? 1u : 0u)) {
+        if (o.retention.empty() && b >= o.n_ctx && !o.rolling && !o.quiet && configs.size() > (full_requested ? 1u : 0u)) {
             std::fprintf(stderr, "h2o-eval: note: budget %u >= n_ctx %u: those sessions never evict (like 'full')\n", b, o.n_ctx);
         }
     }
@@ -729,6 +735,20 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "h2o-eval: the model has no BOS token, which every sequence starts with\n");
         h2o_model_free(model);
         return 1;
+    }
+    if (!o.retention.empty()) {
+        h2o_tools::RetentionOptions r;
+        r.policies = o.policies;
+        r.budgets = o.budgets;
+        r.lengths = o.retention;
+        r.trials = o.trials;
+        r.passage_tokens = o.passage;
+        r.jobs = o.jobs;
+        r.json = o.json;
+        r.session_params = [&o](uint32_t policy, uint32_t budget) { return session_params(o, Config{policy, budget}); };
+        const int rc = h2o_tools::run_retention(model, text, r);
+        h2o_model_free(model);
+        return rc;
     }
     const std::vector<std::vector<int32_t>> sequences = make_sequences(&o, tokenize_text(model, o, text), info.bos_token);
 
