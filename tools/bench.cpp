@@ -98,18 +98,20 @@ void measure_ttft(const std::string &model_path, int threads, int budget, const 
 int main(int argc, char **argv) {
     std::string model_path;
     int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0, n_ctx = 0, ttft = 0;
-    bool rolling = false, state = false;
+    bool rolling = false, state = false, json = false;
     h2o_session_params defaults;
     h2o_session_params_init(&defaults, sizeof defaults);
     uint32_t policy = defaults.kv_policy;  // the library's default policy
     uint32_t kv_type = defaults.kv_type;
     std::vector<uint32_t> backends = {H2O_BACKEND_CPU};
     const char *const usage = "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
-                              "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B[,B...]] [-c CTX]\n";
+                              "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B[,B...]] [-c CTX]\n"
+                              "                 [--state] [--ttft N] [--json]\n"
+                              "  --json: one JSON object per line and measurement (pp, tg) instead of text\n";
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg == "--rolling" || arg == "--state") {
-            (arg == "--rolling" ? rolling : state) = true;
+        if (arg == "--rolling" || arg == "--state" || arg == "--json") {
+            (arg == "--rolling" ? rolling : arg == "--state" ? state : json) = true;
             continue;
         }
         if (arg == "-h" || arg == "--help") {
@@ -167,6 +169,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (json && (state || ttft > 0)) {
+        std::fprintf(stderr, "h2o-bench: --json reports the -p and -n measurements; run --state and --ttft without it\n");
+        return 2;
+    }
     model_path = h2o_tools::resolve_model_path(model_path);
     if (model_path.empty()) {
         std::fprintf(stderr, "h2o-bench: pass -m MODEL or set H2O_MODEL\n");
@@ -189,9 +195,9 @@ int main(int argc, char **argv) {
     }
     if (info.bos_token >= 0) tokens[0] = info.bos_token;
 
-    std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
-                info.weight_bytes / 1048576.0);
-    std::printf("threads: %s, repetitions: %d, KV %s: %s\n", threads ? std::to_string(threads).c_str() : "default (cores, at most 8)", reps, h2o_tools::kv_type_name(kv_type),
+    if (!json) std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
+                           info.weight_bytes / 1048576.0);
+    if (!json) std::printf("threads: %s, repetitions: %d, KV %s: %s\n", threads ? std::to_string(threads).c_str() : "default (cores, at most 8)", reps, h2o_tools::kv_type_name(kv_type),
                 budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) +
                               (rolling ? ", rolling" : "")).c_str()
                            : "full cache");
@@ -245,6 +251,27 @@ int main(int argc, char **argv) {
         h2o_backend_info device;
         device.struct_size = sizeof(device);
         h2o_session_get_backend(session, &device);
+        if (json) {
+            // One line per measurement, with everything needed to compare it with another.
+            const std::string common = "\"model\":\"" + h2o_tools::json_escape(model_path) + "\",\"params\":" + std::to_string(info.n_params) +
+                                       ",\"backend\":\"" + h2o_tools::json_escape(device.name) + "\",\"threads\":" + std::to_string(threads) +
+                                       ",\"kv_type\":\"" + h2o_tools::kv_type_name(kv_type) + "\",\"kv_budget\":" + std::to_string(budget) +
+                                       ",\"kv_policy\":\"" + (budget > 0 ? h2o_tools::policy_name(policy) : "full") +
+                                       "\",\"rolling\":" + (rolling ? "true" : "false") + ",\"repetitions\":" + std::to_string(reps);
+            auto line = [&](const char *test, int n, int at_depth, const std::vector<double> &v) {
+                std::string samples;
+                for (double sample : v) samples += (samples.empty() ? "" : ",") + std::to_string(sample);
+                std::printf("{\"test\":\"%s%d\",\"tokens\":%d,\"depth\":%d,%s,\"tokens_per_second\":{\"median\":%.3f,\"min\":%.3f,"
+                            "\"max\":%.3f,\"samples\":[%s]},\"kv_bytes\":%llu,\"scratch_bytes\":%llu}\n",
+                            test, n, n, at_depth, common.c_str(), median(v), *std::min_element(v.begin(), v.end()),
+                            *std::max_element(v.begin(), v.end()), samples.c_str(), static_cast<unsigned long long>(mem.kv_bytes),
+                            static_cast<unsigned long long>(mem.scratch_bytes));
+            };
+            if (!pp.empty()) line("pp", n_prompt, 0, pp);
+            if (!tg.empty()) line("tg", n_gen, depth, tg);
+            h2o_session_free(session);
+            continue;
+        }
         std::printf("\nbackend: %s\n", device.name);
         std::printf("session memory: weights %.2f MiB, KV %.2f MiB, scratch %.2f MiB\n", mem.weight_bytes / 1048576.0,
                     mem.kv_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
@@ -264,7 +291,11 @@ int main(int argc, char **argv) {
         h2o_session_free(session);
     }
     if (ttft > 0) measure_ttft(model_path, threads, budget, tokens, ttft, reps);
-    std::printf("peak RSS: %.1f MiB\n", h2o_tools::peak_rss_bytes() / 1048576.0);
+    if (json) {
+        std::printf("{\"test\":\"peak_rss\",\"bytes\":%llu}\n", static_cast<unsigned long long>(h2o_tools::peak_rss_bytes()));
+    } else {
+        std::printf("peak RSS: %.1f MiB\n", h2o_tools::peak_rss_bytes() / 1048576.0);
+    }
     h2o_model_free(model);
     return 0;
 }
