@@ -185,6 +185,7 @@ TEST_CASE("session state: fork starts conversations from a processed system prom
 struct Refusal {
     h2o_status status;
     std::string message;
+    std::vector<uint8_t> resaved;  // H2O_OK: the loaded session saved again
 };
 
 // The snapshot header of lib/session_snapshot.h (version 2); its last 8 bytes hash the others.
@@ -200,11 +201,12 @@ Refusal try_load(h2o_model *model, const std::vector<uint8_t> &bytes) {
     h2o_session *session = nullptr;
     const h2o_status st = h2o_session_load_from_buffer(model, bytes.data(), bytes.size(), nullptr, &session);
     if (st == H2O_OK) {
+        Refusal accepted{st, "", save(session)};
         h2o_session_free(session);
-        return {st, ""};
+        return accepted;
     }
     CHECK(session == nullptr);
-    return {st, h2o_last_error()};
+    return {st, h2o_last_error(), {}};
 }
 
 TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots are refused by name") {
@@ -237,6 +239,12 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
             std::vector<uint8_t> bad = good;
             bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
             const Refusal r = try_load(m.model, bad);
+            if (r.status == H2O_OK && at >= kHeaderSize) {
+                // A few bits of a zstd frame are never read by the decoder (the content checksum
+                // guards the content, not them): the state is then intact, and so is the session.
+                CHECK(r.resaved == good);
+                continue;
+            }
             // The version field gets its own code; every other change is a format error.
             CHECK((r.status == H2O_ERR_STATE_FORMAT || (at >= 8 && at < 12 && r.status == H2O_ERR_UNSUPPORTED)));
             CHECK_FALSE(r.message.empty());
