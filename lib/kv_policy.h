@@ -55,7 +55,8 @@ struct KvPolicyConfig {
     // limit. Over a long stream, attention statistics keep tokens of text the stream has long
     // moved past (a story's names, a paragraph's topic), and the model, whose positions rolling
     // has moved next to the recent window, reads them as current: Scissorhands' perplexity rose
-    // 8.5% over 20 000 tokens until its heavy hitters were limited to 1.5 budgets back.
+    // 8.5% over 20 000 tokens until its heavy hitters were limited to 1.5 budgets back. The
+    // random policy draws its victims uniformly and does not use it.
     int horizon = 0;
     uint64_t seed = 0;          // Random
 };
