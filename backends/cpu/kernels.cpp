@@ -23,6 +23,9 @@
 #include <sys/auxv.h>  // getauxval: the CPU features the kernel reports
 #endif
 
+static_assert(h2o::cpu::detail::kQ4Bytes == sizeof(h2o::BlockQ4_0) && h2o::cpu::detail::kQ8Bytes == sizeof(h2o::BlockQ8_0),
+              "kernels_internal.h: block sizes");
+
 namespace h2o::cpu {
 
 using detail::ActBlockPair;

@@ -31,8 +31,6 @@ namespace h2o::cpu::detail {
 
 namespace {
 
-constexpr int64_t kQ4Bytes = 18;  // sizeof(BlockQ4_0)
-constexpr int64_t kQ8Bytes = 34;  // sizeof(BlockQ8_0)
 
 inline uint16_t load_u16(const uint8_t *p) {
     uint16_t v;

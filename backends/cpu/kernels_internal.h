@@ -16,6 +16,9 @@ namespace h2o::cpu::detail {
 // Tokens are processed in groups of this many; the last group is padded with zero tokens.
 constexpr int kGroupTokens = 4;
 
+// Bytes of a Q4_0 and a Q8_0 block (BlockQ4_0, BlockQ8_0: an fp16 scale and 32 quants).
+constexpr int64_t kQ4Bytes = 18, kQ8Bytes = 34;
+
 // The activations of one token group, quantized to 8 bits for the integer dot products against
 // quantized weights (Q4_0, Q8_0 and the K-quants), covering two 32-column blocks b and b+1 (64
 // columns). The byte order matches what

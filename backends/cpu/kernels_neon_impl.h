@@ -26,8 +26,6 @@ namespace h2o::cpu::detail {
 
 namespace {
 
-constexpr int64_t kQ4Bytes = sizeof(BlockQ4_0), kQ8Bytes = sizeof(BlockQ8_0);
-
 uint16_t load_u16(const uint8_t *p) {
     uint16_t v;
     std::memcpy(&v, p, sizeof v);
