@@ -31,6 +31,24 @@ double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+h2o_status tokenize(const h2o_model *model, const std::string &text, uint32_t flags, std::vector<int32_t> *ids) {
+    size_t n = 0;
+    h2o_status st = h2o_tokenize(model, text.data(), text.size(), flags, nullptr, 0, &n);
+    ids->assign(n, 0);
+    if (st == H2O_OK || st == H2O_ERR_BUFFER_TOO_SMALL) st = h2o_tokenize(model, text.data(), text.size(), flags, ids->data(), ids->size(), &n);
+    if (st != H2O_OK) ids->clear();
+    return st;
+}
+
+std::string detokenize(const h2o_model *model, const std::vector<int32_t> &ids) {
+    size_t n = 0;
+    h2o_detokenize(model, ids.data(), ids.size(), nullptr, 0, &n);
+    std::string text(n, '\0');
+    if (h2o_detokenize(model, ids.data(), ids.size(), text.data(), text.size(), &n) != H2O_OK) return "";
+    text.resize(n);
+    return text;
+}
+
 double negative_log_prob(const std::vector<float> &logits, int32_t token, int32_t *argmax) {
     size_t best = 0;
     for (size_t i = 1; i < logits.size(); ++i) {

@@ -14,6 +14,11 @@ uint64_t peak_rss_bytes();
 // Current resident set size in bytes (from /proc/self/statm).
 uint64_t current_rss_bytes();
 double now_seconds();
+// The ids of text (no BOS; flags: H2O_TOKENIZE_*), sized by a first call. On failure *ids is
+// empty and the status says why (h2o_last_error() has the message).
+h2o_status tokenize(const h2o_model *model, const std::string &text, uint32_t flags, std::vector<int32_t> *ids);
+// The text of ids; "" when h2o_detokenize fails.
+std::string detokenize(const h2o_model *model, const std::vector<int32_t> &ids);
 // -log p(token) under the softmax of logits (in double precision); *argmax gets the most likely id.
 double negative_log_prob(const std::vector<float> &logits, int32_t token, int32_t *argmax);
 // Escapes text for a JSON string literal (without the quotes).

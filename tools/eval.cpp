@@ -331,6 +331,7 @@ struct InContext {
     size_t first = 0;
     std::vector<double> nll;
     std::vector<int32_t> argmax;
+    double ppl = NAN;  // over the whole tail
     double seconds = 0;
     std::string error;
 };
@@ -504,7 +505,7 @@ void print_json(const Options &o, const std::vector<Summary> &rows, const Summar
             line += "]";
         }
         if (reference) {
-            const double reference_ppl = std::exp(mean_of(reference->nll, 0, reference->nll.size()));
+            const double reference_ppl = reference->ppl;
             line += ",\"tail_first_token\":" + std::to_string(reference->first + 1) + ",\"tail_ppl\":" + json_number(r.tail_ppl, "%.4f");
             line += ",\"tail_in_context_ppl\":" + json_number(reference_ppl, "%.4f");
             line += ",\"tail_vs_in_context_pct\":" + json_number(100 * (r.tail_ppl / reference_ppl - 1), "%.3f");
@@ -528,7 +529,7 @@ void print_table(const Options &o, const std::vector<Summary> &rows, const Summa
     }
     if (!o.stream) return;
     if (reference) {
-        const double reference_ppl = std::exp(mean_of(reference->nll, 0, reference->nll.size()));
+        const double reference_ppl = reference->ppl;
         std::printf("\ntokens %zu-%u against their in-context perplexity %.4f (each scored by a fresh full cache with\n"
                     "the %u tokens before it; %.1f s); agree = greedy agreement with it\n",
                     reference->first + 1, o.stream, reference_ppl, o.context - 1, reference->seconds);
@@ -639,12 +640,8 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
 
 // The text as tokens, without BOS. Exits on failure (2 for text that is not UTF-8).
 std::vector<int32_t> tokenize_text(h2o_model *model, const Options &o, const std::string &text) {
-    size_t n_tokens = 0;
-    h2o_status st = h2o_tokenize(model, text.data(), text.size(), 0, nullptr, 0, &n_tokens);
-    std::vector<int32_t> tokens(n_tokens);
-    if (st == H2O_OK || st == H2O_ERR_BUFFER_TOO_SMALL) {
-        st = h2o_tokenize(model, text.data(), text.size(), 0, tokens.data(), tokens.size(), &n_tokens);
-    }
+    std::vector<int32_t> tokens;
+    const h2o_status st = h2o_tools::tokenize(model, text, 0, &tokens);
     if (st != H2O_OK) {
         std::fprintf(stderr, "h2o-eval: cannot tokenize '%s': %s (%s)\n", o.text_path.c_str(), h2o_last_error(),
                      h2o_status_string(st));
@@ -784,6 +781,7 @@ int main(int argc, char **argv) {
         const size_t n_segments = (o.stream + o.segment - 1) / o.segment;
         reference = score_in_context(model, info.n_vocab, o, sequences[0], (n_segments - std::min<size_t>(o.tail, n_segments)) * o.segment,
                                      progress);
+        if (reference.error.empty()) reference.ppl = std::exp(mean_of(reference.nll, 0, reference.nll.size()));
     }
     const double seconds = h2o_tools::now_seconds() - start;
     auto run_of = [&](size_t i) -> const Run & { return configs[i].policy == H2O_KV_FULL ? full_run : runs[i]; };

@@ -33,21 +33,9 @@ struct Trial {
 };
 
 std::vector<int32_t> tokenize(h2o_model *model, const std::string &text) {
-    size_t n = 0;
-    h2o_status st = h2o_tokenize(model, text.data(), text.size(), 0, nullptr, 0, &n);
-    std::vector<int32_t> ids(n);
-    if (st == H2O_ERR_BUFFER_TOO_SMALL || st == H2O_OK) st = h2o_tokenize(model, text.data(), text.size(), 0, ids.data(), ids.size(), &n);
-    if (st != H2O_OK) ids.clear();
+    std::vector<int32_t> ids;
+    h2o_tools::tokenize(model, text, 0, &ids);  // empty on failure: the caller skips the text
     return ids;
-}
-
-std::string detokenize(h2o_model *model, const std::vector<int32_t> &ids) {
-    size_t n = 0;
-    h2o_detokenize(model, ids.data(), ids.size(), nullptr, 0, &n);
-    std::string text(n, '\0');
-    if (h2o_detokenize(model, ids.data(), ids.size(), text.data(), text.size(), &n) != H2O_OK) return "";
-    text.resize(n);
-    return text;
 }
 
 // Passages: the first passage_tokens tokens of lines of the text's second half, spread evenly;
@@ -65,7 +53,7 @@ std::vector<Trial> make_trials(h2o_model *model, const std::string &text, const 
         if (ids.size() < o.passage_tokens) continue;
         ids.resize(o.passage_tokens);
         Trial t;
-        t.passage_text = detokenize(model, ids);
+        t.passage_text = h2o_tools::detokenize(model, ids);
         t.passage = tokenize(model, t.passage_text);  // the ids h2o_session_add_text will make
         if (t.passage.empty()) continue;
         trials.push_back(t);
