@@ -60,9 +60,11 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
     if (ZSTD_isError(compressed)) return make_error(H2O_ERR_INTERNAL, std::string("zstd compression failed: ") + ZSTD_getErrorName(compressed));
     out->resize(kSnapshotHeaderSize + compressed);
     const uint64_t compressed_size = compressed;
-    std::memcpy(out->data() + 80, &compressed_size, sizeof(compressed_size));
-    const uint64_t hash = fnv1a(out->data(), 88);
-    std::memcpy(out->data() + 88, &hash, sizeof(hash));
+    // The header ends with the compressed size and the hash of the bytes before the hash.
+    constexpr size_t kHashAt = kSnapshotHeaderSize - 8;
+    std::memcpy(out->data() + kHashAt - 8, &compressed_size, sizeof(compressed_size));
+    const uint64_t hash = fnv1a(out->data(), kHashAt);
+    std::memcpy(out->data() + kHashAt, &hash, sizeof(hash));
     return Status::Ok();
 }
 

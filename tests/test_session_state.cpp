@@ -11,6 +11,7 @@
 
 #include "doctest/doctest.h"
 #include "h2o/h2o.h"
+#include "session_snapshot.h"
 #include "synthetic_model.h"
 #include "test_util.h"
 
@@ -189,7 +190,7 @@ struct Refusal {
 };
 
 // The snapshot header of lib/session_snapshot.h (version 2); its last 8 bytes hash the others.
-constexpr size_t kHeaderSize = 96;
+constexpr size_t kHeaderSize = h2o::kSnapshotHeaderSize;
 
 void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {
     uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
