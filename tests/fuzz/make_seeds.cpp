@@ -168,6 +168,20 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         Bytes whole = {0};
         whole.insert(whole.end(), snapshot.begin(), snapshot.end());
         write_file(dir / ("snapshot-" + std::to_string(n)), whole);
+        if (s.policy == H2O_KV_H2O) {
+            // The same snapshot in format 1 (library 0.2), which is still read: without the horizon
+            // and reserved words at bytes 64..71, an 88-byte header whose last 8 bytes hash the rest.
+            Bytes v1(whole.begin() + 1, whole.end());
+            v1.erase(v1.begin() + 64, v1.begin() + 72);
+            const uint32_t version = 1, header_size = 88;
+            std::memcpy(v1.data() + 8, &version, 4);
+            std::memcpy(v1.data() + 12, &header_size, 4);
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (size_t i = 0; i < 80; ++i) h = (h ^ v1[i]) * 0x100000001b3ull;
+            std::memcpy(v1.data() + 80, &h, 8);
+            v1.insert(v1.begin(), 0);
+            write_file(dir / ("snapshot-v1-" + std::to_string(n)), v1);
+        }
         if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
             const size_t header = 96;  // lib/session_snapshot.h, version 2
             Bytes state(ZSTD_getFrameContentSize(snapshot.data() + header, snapshot.size() - header));
