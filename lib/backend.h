@@ -94,6 +94,9 @@ public:
     // lifetime (it points into the mapped model file), so a host backend may use it in place.
     virtual Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data,
                                 Tensor *out) = 0;
+    // Whether the backend keeps its own copy of an adopted weight and never reads its host_data
+    // again, so the model may let the OS drop those pages of the mapped file.
+    virtual bool weight_is_copy(const Tensor &weight) const { return false; }
     virtual void upload(const Tensor &dst, const void *src, size_t bytes) = 0;
     virtual void download(const Tensor &src, void *dst, size_t bytes) = 0;
     // Waits until every issued operation has finished.

@@ -279,6 +279,15 @@ GgufFile::~GgufFile() {
     if (mapping_ != nullptr) munmap(mapping_, size_);
 }
 
+void GgufFile::release_pages(const void *data, size_t bytes) const {
+    const auto begin = reinterpret_cast<uintptr_t>(data), map = reinterpret_cast<uintptr_t>(mapping_);
+    if (mapping_ == nullptr || begin < map || bytes > size_ || begin - map > size_ - bytes) return;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (begin + page - 1) / page * page, last = (begin + bytes) / page * page;
+    // Advice only: if the OS declines, the pages simply stay resident.
+    if (last > first) madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
+}
+
 Status GgufFile::open(const std::string &path, std::unique_ptr<GgufFile> *out) {
     // O_NONBLOCK so that opening a FIFO by mistake fails the regular-file check below instead of
     // blocking until a writer appears. It has no effect on regular files.

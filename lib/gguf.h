@@ -75,6 +75,10 @@ public:
     uint32_t alignment() const { return alignment_; }
     size_t file_size() const { return size_; }
     const uint8_t *file_data() const { return data_; }
+    // Lets the OS drop the pages wholly inside [data, data + bytes) of the mapped file: nobody will
+    // read them soon, and if anyone does they come back from the file (the mapping is read-only).
+    // Does nothing for a parsed buffer, or for bytes outside the mapping.
+    void release_pages(const void *data, size_t bytes) const;
 
     const std::vector<GgufKeyValue> &metadata() const { return kv_; }
     const std::vector<GgufTensor> &tensors() const { return tensors_; }

@@ -11,7 +11,11 @@ Status LlamaGraph::create(const Model &model, Backend &backend, int max_batch, s
 }
 
 Status LlamaGraph::adopt_weights() {
-    auto adopt = [&](const WeightView &w, Tensor *t) { return backend_.adopt_weight(w.type, w.cols, w.rows, w.data, t); };
+    auto adopt = [&](const WeightView &w, Tensor *t) {
+        H2O_TRY(backend_.adopt_weight(w.type, w.cols, w.rows, w.data, t));
+        if (backend_.weight_is_copy(*t)) model_.release_weight_pages(w);  // one copy in memory, not two
+        return Status::Ok();
+    };
     const ModelWeights &w = model_.weights();
     H2O_TRY(adopt(w.token_embd, &token_embd_));
     H2O_TRY(adopt(w.output_norm, &output_norm_));

@@ -61,6 +61,11 @@ public:
     // A 64-bit hash of the tensor table (names, types, shapes) and the vocabulary (pieces, types):
     // session snapshots carry it so that another model's snapshot is refused.
     uint64_t fingerprint() const { return fingerprint_; }
+    // For a backend that copied a weight (Backend::weight_is_copy): the OS may drop the file's pages
+    // of it; they are read from the file again if another session needs them.
+    void release_weight_pages(const WeightView &w) const {
+        file_->release_pages(w.data, row_bytes(w.type, w.cols) * static_cast<size_t>(w.rows));
+    }
     // Shared by the model's sessions; internally synchronised, so usable through a const model.
     PrefixCache &prefix_cache() const { return *prefix_cache_; }
 

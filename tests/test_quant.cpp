@@ -716,6 +716,7 @@ namespace {
 struct MatmulCase {
     TensorType type;
     int64_t rows, cols, n_tokens;
+    cpu::WeightLayout layout = cpu::WeightLayout::Rows;  // Q4_0x8: run_matmul interleaves the weights
 };
 
 // Runs matmul with the current kernels; checks it writes exactly y and leaves the guards alone.
@@ -725,7 +726,15 @@ std::vector<float> run_matmul(ThreadPool &pool, const MatmulCase &c, const std::
     std::vector<float> y(c.rows * c.n_tokens + 16, sentinel);
     // Scratch at an odd address: matmul must align it itself.
     std::vector<uint8_t> scratch(cpu::matmul_scratch_bytes(c.type, c.cols, c.n_tokens) + 1);
-    cpu::matmul(pool, c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, y.data() + 8, scratch.data() + 1);
+    std::vector<uint8_t> interleaved;
+    const void *weights = w.data();
+    if (c.layout == cpu::WeightLayout::Q4_0x8) {
+        interleaved.resize(w.size());
+        cpu::interleave_q4_0(w.data(), interleaved.data(), c.rows, c.cols);
+        weights = interleaved.data();
+    }
+    cpu::matmul(pool, c.type, weights, c.rows, c.cols, x.data(), c.n_tokens, y.data() + 8, scratch.data() + 1,
+                c.layout);
     for (int i = 0; i < 8; ++i) {
         REQUIRE(y[i] == sentinel);
         REQUIRE(y[y.size() - 1 - i] == sentinel);
@@ -753,6 +762,15 @@ std::vector<MatmulCase> matmul_cases() {
         // Float types: a row length that leaves a remainder after 8-wide vectors.
         if (!is_quant(type)) cases.push_back({type, 9, 37, 5});
     }
+    // Q4_0 interleaved by 8 rows: one group and several (thread chunks end inside the matrix),
+    // odd block counts, and a row longer than one 4096-column slice.
+    constexpr auto kX8 = cpu::WeightLayout::Q4_0x8;
+    for (int64_t rows : {8, 136}) {
+        for (int64_t cols : {32, 96, 320}) {
+            for (int64_t n_tokens : {1, 3, 17, 64}) cases.push_back({TensorType::Q4_0, rows, cols, n_tokens, kX8});
+        }
+    }
+    cases.push_back({TensorType::Q4_0, 16, 32 * 131, 5, kX8});
     return cases;
 }
 
@@ -762,7 +780,9 @@ void check_matmul(cpu::KernelIsa isa) {
     IsaGuard guard;
     std::mt19937 rng(42);
     for (const MatmulCase &c : matmul_cases()) {
+        if (c.layout == cpu::WeightLayout::Q4_0x8 && kernel_table(isa).q4_0x8_support == 0) continue;
         CAPTURE(std::string(type_name(c.type)));
+        CAPTURE(c.layout == cpu::WeightLayout::Q4_0x8);
         CAPTURE(c.rows);
         CAPTURE(c.cols);
         CAPTURE(c.n_tokens);
@@ -870,6 +890,42 @@ void check_nan_propagation(cpu::KernelIsa isa) {
             for (int64_t r = 0; r < rows; ++r) CHECK(std::isnan(y[t * rows + r]) == (t == 2));
         }
     }
+    if (kernel_table(isa).q4_0x8_support == 0) return;
+    const int64_t x8_rows = 16;
+    const std::vector<uint8_t> w = quantize_matrix(TensorType::Q4_0, random_vector(rng, x8_rows * cols), x8_rows, cols);
+    std::vector<float> x = random_vector(rng, n_tokens * cols);
+    x[2 * cols + 40] = NAN;
+    const std::vector<float> y =
+        run_matmul(pool, {TensorType::Q4_0, x8_rows, cols, n_tokens, cpu::WeightLayout::Q4_0x8}, w, x);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < x8_rows; ++r) CHECK(std::isnan(y[t * x8_rows + r]) == (t == 2));
+    }
+}
+
+// Interleaving Q4_0 by 8 rows rearranges bytes and nothing else: every row comes back, and an
+// embedding lookup in the interleaved layout gives the reference's floats.
+void check_q4_0x8_layout(cpu::KernelIsa isa) {
+    IsaGuard guard;
+    REQUIRE(cpu::set_kernel_isa(isa));
+    std::mt19937 rng(17);
+    const int64_t rows = 24, cols = 96;
+    const std::vector<uint8_t> w = quantize_matrix(TensorType::Q4_0, random_vector(rng, rows * cols), rows, cols);
+    std::vector<uint8_t> x8(w.size()), row(row_bytes(TensorType::Q4_0, cols));
+    cpu::interleave_q4_0(w.data(), x8.data(), rows, cols);
+    CHECK(x8 != w);
+    for (int64_t r = 0; r < rows; ++r) {
+        cpu::deinterleave_q4_0_row(x8.data(), cols, r, row.data());
+        REQUIRE(std::memcmp(row.data(), w.data() + r * row.size(), row.size()) == 0);
+    }
+    // Block 1 of row 10 (group 1, lane 2): its scale and its quant bytes 4..7 (chunk 1).
+    const uint8_t *blk = w.data() + 10 * row.size() + 18, *grp = x8.data() + (1 * 3 + 1) * 144;
+    CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);
+    CHECK(std::memcmp(grp + 16 + 32 * 1 + 4 * 2, blk + 2 + 4, 4) == 0);
+    std::vector<float> ref(rows * cols), some(3 * cols);
+    REQUIRE(dequantize_row(TensorType::Q4_0, w.data(), ref.data(), rows * cols));
+    const int32_t ids[3] = {23, 0, 9};
+    cpu::dequantize_rows(TensorType::Q4_0, x8.data(), cols, ids, 3, some.data(), cpu::WeightLayout::Q4_0x8);
+    for (int i = 0; i < 3; ++i) CHECK(std::memcmp(&some[i * cols], &ref[ids[i] * cols], cols * sizeof(float)) == 0);
 }
 
 // dequantize/dequantize_rows with `isa` equal the reference dequantize_row exactly.
@@ -1013,6 +1069,27 @@ TEST_CASE("matmul: a NaN activation makes its outputs NaN (SIMD levels)") {
     for (cpu::KernelIsa isa : simd_levels()) {
         CAPTURE(cpu::kernel_isa_name(isa));
         check_nan_propagation(isa);
+    }
+}
+
+TEST_CASE("Q4_0x8: interleaving only rearranges bytes, and lookups read it back (every level that runs it)") {
+    check_q4_0x8_layout(cpu::KernelIsa::Scalar);
+    for (cpu::KernelIsa isa : simd_levels()) {
+        if (kernel_table(isa).q4_0x8_support == 0) continue;
+        CAPTURE(cpu::kernel_isa_name(isa));
+        check_q4_0x8_layout(isa);
+    }
+}
+
+TEST_CASE("Q4_0x8 is preferred exactly by the levels with kernels for it") {
+    IsaGuard guard;
+    REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
+    CHECK_FALSE(cpu::q4_0x8_preferred());
+    for (cpu::KernelIsa isa : simd_levels()) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        REQUIRE(cpu::set_kernel_isa(isa));
+        const bool x86 = isa == cpu::KernelIsa::Avx2 || isa == cpu::KernelIsa::Avx512;
+        CHECK(cpu::q4_0x8_preferred() == x86);
     }
 }
 

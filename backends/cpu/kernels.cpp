@@ -109,34 +109,46 @@ void quantize_activations_scalar(const float *x, int64_t cols, int64_t n_tokens,
     }
 }
 
-// One weight block as signed integers in the activations' lo/hi order, with its scale.
+// One weight block (in the file's layout) as signed integers in the activations' lo/hi order,
+// with its scale.
 template <TensorType kType>
-float unpack_block(const uint8_t *row, int64_t b, const float *fp16_table, int8_t lo[16], int8_t hi[16]) {
+float unpack_block(const uint8_t *blk, const float *fp16_table, int8_t lo[16], int8_t hi[16]) {
     if constexpr (kType == TensorType::Q4_0) {
-        const uint8_t *blk = row + b * sizeof(BlockQ4_0);
         for (int j = 0; j < 16; ++j) {
             lo[j] = static_cast<int8_t>((blk[2 + j] & 0x0F) - 8);
             hi[j] = static_cast<int8_t>((blk[2 + j] >> 4) - 8);
         }
-        return fp16_table[load_u16(blk)];
     } else {
-        const uint8_t *blk = row + b * sizeof(BlockQ8_0);
         std::memcpy(lo, blk + 2, 16);
         std::memcpy(hi, blk + 18, 16);
-        return fp16_table[load_u16(blk)];
     }
+    return fp16_table[load_u16(blk)];
 }
 
-// Dot products of one quantized weight row with the n_tok tokens of one group.
+// Block b of row `row` of a Q4_0x8 matrix, in the file's Q4_0 layout.
+void gather_q4_0x8_block(const uint8_t *w, int64_t cols, int64_t row, int64_t b, uint8_t out[detail::kQ4Bytes]) {
+    const uint8_t *src = w + ((row / 8) * (cols / 32) + b) * detail::kQ4x8Bytes;
+    const int lane = static_cast<int>(row % 8);
+    std::memcpy(out, src + 2 * lane, 2);
+    for (int c = 0; c < 4; ++c) std::memcpy(out + 2 + 4 * c, src + 16 + 32 * c + 4 * lane, 4);
+}
+
+// Dot products of quantized weight row r with the n_tok tokens of one group.
 template <TensorType kType>
-void dot_quant_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPair *act, int n_tok, float *out) {
+void dot_quant_row(const MatmulProblem &p, int64_t r, const ActBlockPair *act, int n_tok, float *out) {
     float sum[kGroupTokens] = {};
     const int64_t n_blocks = p.cols / 32;
     for (int64_t b = 0; b < n_blocks; ++b) {
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
         int8_t lo[16], hi[16];
-        const float dw = unpack_block<kType>(row, b, p.fp16_table, lo, hi);
+        uint8_t gathered[detail::kQ4Bytes];
+        const uint8_t *blk = p.w + r * p.w_row_bytes + b * traits(kType).block_bytes;
+        if (p.q4_0x8) {
+            gather_q4_0x8_block(p.w, p.cols, r, b, gathered);
+            blk = gathered;
+        }
+        const float dw = unpack_block<kType>(blk, p.fp16_table, lo, hi);
         for (int t = 0; t < n_tok; ++t) {
             const int8_t *ylo = &a.lo[t][16 * half], *yhi = &a.hi[t][16 * half];
             int32_t s = 0;
@@ -261,8 +273,8 @@ void matmul_range_scalar(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             const uint8_t *row = p.w + r * p.w_row_bytes;
             float out[kGroupTokens];
             switch (p.wtype) {
-                case TensorType::Q4_0: dot_quant_row<TensorType::Q4_0>(p, row, act, n_tok, out); break;
-                case TensorType::Q8_0: dot_quant_row<TensorType::Q8_0>(p, row, act, n_tok, out); break;
+                case TensorType::Q4_0: dot_quant_row<TensorType::Q4_0>(p, r, act, n_tok, out); break;
+                case TensorType::Q8_0: dot_quant_row<TensorType::Q8_0>(p, r, act, n_tok, out); break;
                 case TensorType::Q4_K: dot_kquant_row<TensorType::Q4_K>(p, row, act, n_tok, out); break;
                 case TensorType::Q5_K: dot_kquant_row<TensorType::Q5_K>(p, row, act, n_tok, out); break;
                 case TensorType::Q6_K: dot_kquant_row<TensorType::Q6_K>(p, row, act, n_tok, out); break;
@@ -386,6 +398,7 @@ const KernelTable kScalarKernels = {
     quantize_activations_scalar, matmul_range_scalar, dequantize_scalar, dot_f32_scalar,
     axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
+    1,                 // Q4_0x8: runs it, as the reference the SIMD levels are tested against
 };
 }  // namespace detail
 
@@ -470,10 +483,39 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens) {
     return static_cast<size_t>(n_groups * n_pairs) * sizeof(ActBlockPair) + kScratchAlign;
 }
 
+bool q4_0x8_preferred() { return kernels().q4_0x8_support == 2; }
+
+void interleave_q4_0(const void *src, void *dst, int64_t rows, int64_t cols) {
+    if (rows % 8 != 0 || cols % 32 != 0) fatal("interleave_q4_0: rows must be a multiple of 8, columns of 32");
+    const int64_t n_blocks = cols / 32;
+    const auto *in = static_cast<const uint8_t *>(src);
+    auto *out = static_cast<uint8_t *>(dst);
+    for (int64_t g = 0; g < rows / 8; ++g) {
+        for (int64_t b = 0; b < n_blocks; ++b) {
+            uint8_t *o = out + (g * n_blocks + b) * detail::kQ4x8Bytes;
+            for (int lane = 0; lane < 8; ++lane) {
+                const uint8_t *blk = in + ((8 * g + lane) * n_blocks + b) * detail::kQ4Bytes;
+                std::memcpy(o + 2 * lane, blk, 2);
+                for (int c = 0; c < 4; ++c) std::memcpy(o + 16 + 32 * c + 4 * lane, blk + 2 + 4 * c, 4);
+            }
+        }
+    }
+}
+
+void deinterleave_q4_0_row(const void *src, int64_t cols, int64_t row, void *dst) {
+    for (int64_t b = 0; b < cols / 32; ++b) {
+        gather_q4_0x8_block(static_cast<const uint8_t *>(src), cols, row, b,
+                            static_cast<uint8_t *>(dst) + b * detail::kQ4Bytes);
+    }
+}
+
 void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
-            int64_t n_tokens, float *y, void *scratch) {
+            int64_t n_tokens, float *y, void *scratch, WeightLayout layout) {
     if (rows <= 0 || n_tokens <= 0) return;
     if (!matmul_supports(wtype)) fatal("matmul: unsupported weight type");
+    const bool q4_0x8 = layout == WeightLayout::Q4_0x8;
+    if (q4_0x8 && (wtype != TensorType::Q4_0 || rows % 8 != 0)) fatal("matmul: Q4_0x8 needs Q4_0 weights, rows a multiple of 8");
+    if (q4_0x8 && kernels().q4_0x8_support == 0) fatal("matmul: these kernels cannot run Q4_0x8 weights");
     if (cols <= 0) {  // empty dot products
         std::memset(y, 0, static_cast<size_t>(rows * n_tokens) * sizeof(float));
         return;
@@ -519,6 +561,7 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     p.wtype = wtype;
     p.w = static_cast<const uint8_t *>(w);
     p.w_row_bytes = row_bytes(wtype, cols);
+    p.q4_0x8 = q4_0x8;
     p.rows = rows;
     p.cols = cols;
     p.n_tokens = n_tokens;
@@ -535,7 +578,9 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     // writes disjoint parts of y.
     const int n_threads = pool.size();
     job.n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
-    job.chunk = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~int64_t{3}, 4, 64);
+    // Q4_0x8 chunks are whole 8-row groups.
+    const int64_t chunk_align = q4_0x8 ? 8 : 4;
+    job.chunk = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~(chunk_align - 1), chunk_align, 64);
     const int64_t n_chunks = (rows + job.chunk - 1) / job.chunk;
     job.n_slices = 1;
     while (n_chunks * job.n_slices < 4 * n_threads && job.n_slices < job.n_groups) job.n_slices *= 2;
@@ -561,10 +606,22 @@ void dequantize(TensorType type, const void *src, float *dst, int64_t n) {
     kernels().dequantize(type, src, dst, n, fp16_table());
 }
 
-void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t *ids, int64_t n_ids, float *out) {
+void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t *ids, int64_t n_ids, float *out,
+                     WeightLayout layout) {
     if (!matmul_supports(type)) fatal("dequantize_rows: unsupported type");
     const KernelTable &k = kernels();
     const size_t rb = row_bytes(type, cols);
+    if (layout == WeightLayout::Q4_0x8) {
+        if (type != TensorType::Q4_0) fatal("dequantize_rows: Q4_0x8 needs Q4_0 weights");
+        for (int64_t i = 0; i < n_ids; ++i) {
+            for (int64_t b = 0; b < cols / 32; ++b) {
+                uint8_t blk[detail::kQ4Bytes];
+                gather_q4_0x8_block(static_cast<const uint8_t *>(w), cols, ids[i], b, blk);
+                k.dequantize(type, blk, out + i * cols + 32 * b, 32, fp16_table());
+            }
+        }
+        return;
+    }
     for (int64_t i = 0; i < n_ids; ++i) {
         const uint8_t *row = static_cast<const uint8_t *>(w) + static_cast<size_t>(ids[i]) * rb;
         if (is_kquant(type)) dequantize_row(type, row, out + i * cols, cols);

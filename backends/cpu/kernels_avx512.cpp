@@ -3,11 +3,11 @@
 // the CPU and that the OS saves the 512-bit registers.
 //
 // What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
-// against Q4_0, Q8_0, F16 and F32 weights, and decoding against Q6_K, whose unpacking (not memory)
-// limited the AVX2 kernel. The rest calls the AVX2 kernels, which every AVX-512 CPU can run:
-// decoding the other types streams the weights from memory (bandwidth, not arithmetic, is the
-// limit there), and the K-quants' prompts, the vector operations and the activation quantization
-// have no 512-bit version yet.
+// against Q4_0, Q8_0, F16 and F32 weights, decoding against Q6_K, whose unpacking (not memory)
+// limited the AVX2 kernel, and both against Q4_0 in the interleaved Q4_0x8 layout (vpdpbusd on
+// 256-bit registers). The rest calls the AVX2 kernels, which every AVX-512 CPU can run: the
+// K-quants' prompts, the vector operations and the activation quantization have no 512-bit
+// version yet.
 //
 // Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
 // templates are instantiated here (see kernels_internal.h).
@@ -193,6 +193,109 @@ void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
     }
 }
 
+// ---- Q4_0x8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
+//
+// As in kernels_avx2.cpp (one row per 32-bit lane, activation bytes broadcast), with vpdpbusd on
+// 256-bit registers: one instruction per 32 products instead of maddubs, madd and an add, and the
+// -8 offset as the starting value. 512-bit registers would only split into two halves again on the
+// CPUs that run these kernels at full width per 256 bits, and they need no broadcast pattern.
+
+inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+
+// The 4 activation bytes at p, in every 32-bit lane.
+inline __m256i broadcast4(const int8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+// acc (one float per row) += exact block sums * weight scales * activation scale.
+inline __m256 q4x8_accumulate(const uint8_t *blk, __m256i sums, float d, __m256 acc) {
+    const __m256 dw = _mm256_cvtph_ps(load128(blk));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, _mm256_set1_ps(d)), acc);
+}
+
+// The 8 rows of group rg x token t of token group g: the decode case.
+void q4x8_token(const MatmulProblem &p, int64_t rg, int64_t g, int t) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const int64_t n_blocks = p.cols / 32;
+    const uint8_t *w = p.w + rg * n_blocks * kQ4x8Bytes;
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const uint8_t *blk = w + b * kQ4x8Bytes;
+        _mm_prefetch(reinterpret_cast<const char *>(blk + 2048), _MM_HINT_T0);
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1), k = half * kGroupTokens + t;
+        const int8_t *xlo = &a.lo[t][16 * half], *xhi = &a.hi[t][16 * half];
+        __m256i s = _mm256_set1_epi32(-a.offset[k]);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            const __m256i v = load256(blk + 16 + 32 * c);
+            s = _mm256_dpbusd_epi32(s, _mm256_and_si256(v, mask), broadcast4(xlo + 4 * c));
+            s = _mm256_dpbusd_epi32(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), mask), broadcast4(xhi + 4 * c));
+        }
+        acc = q4x8_accumulate(blk, s, a.d[k], acc);
+    }
+    _mm256_storeu_ps(p.y + (g * kGroupTokens + t) * p.rows + 8 * rg, acc);
+}
+
+// The 8 rows of group rg x the 4 tokens of group g, over blocks [b0, b1) (a column slice): y is
+// set for the first slice and added to for the others.
+void q4x8_group(const MatmulProblem &p, int64_t rg, int64_t g, int64_t b0, int64_t b1) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const int64_t n_blocks = p.cols / 32;
+    const uint8_t *w = p.w + rg * n_blocks * kQ4x8Bytes;
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256 acc[kGroupTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kGroupTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t *blk = w + b * kQ4x8Bytes;
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        __m256i s[kGroupTokens];
+#pragma GCC unroll 4
+        for (int t = 0; t < kGroupTokens; ++t) s[t] = _mm256_set1_epi32(-a.offset[half * kGroupTokens + t]);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            const __m256i v = load256(blk + 16 + 32 * c);
+            const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+#pragma GCC unroll 4
+            for (int t = 0; t < kGroupTokens; ++t) {
+                s[t] = _mm256_dpbusd_epi32(s[t], lo, broadcast4(&a.lo[t][16 * half + 4 * c]));
+                s[t] = _mm256_dpbusd_epi32(s[t], hi, broadcast4(&a.hi[t][16 * half + 4 * c]));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < kGroupTokens; ++t) acc[t] = q4x8_accumulate(blk, s[t], a.d[half * kGroupTokens + t], acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < kGroupTokens; ++t) {
+        float *y = p.y + (g * kGroupTokens + t) * p.rows + 8 * rg;
+        _mm256_storeu_ps(y, b0 == 0 ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
+    }
+}
+
+// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of Q4_0x8 weights.
+void q4x8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int64_t kSliceBlocks = 128;  // 4096 columns: a group's activations stay in L1
+    const int64_t n_blocks = p.cols / 32;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            for (int64_t b0 = 0; b0 < n_blocks; b0 += kSliceBlocks) {
+                const int64_t b1 = b0 + kSliceBlocks < n_blocks ? b0 + kSliceBlocks : n_blocks;
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4x8_group(p, rg, g, b0, b1);
+            }
+        } else {
+            for (int t = 0; t < n_tok; ++t) {
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4x8_token(p, rg, g, t);
+            }
+        }
+    }
+}
+
 // ---- Q6_K weights against one token (decoding) ----------------------------------------------
 //
 // The output projection of the common Q4_0 and Q4_K_M files is Q6_K, and at 6.56 bits a weight its
@@ -352,7 +455,10 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 
 void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
-        case TensorType::Q4_0: quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1); break;
+        case TensorType::Q4_0:
+            if (p.q4_0x8) q4x8_range(p, r0, r1, g0, g1);
+            else quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
+            break;
         case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
         case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
         case TensorType::F32: float_range<false>(p, r0, r1, g0, g1); break;
@@ -437,6 +543,7 @@ const KernelTable kAvx512Kernels = {
     quantize_activations_avx512, matmul_range_avx512, dequantize_avx512, dot_f32_avx512,
     axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
     dot_rows_avx512,             weighted_row_sum_avx512,
+    2,  // Q4_0x8: faster than the file's layout
 };
 
 }  // namespace h2o::cpu::detail
