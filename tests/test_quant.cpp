@@ -716,7 +716,7 @@ namespace {
 struct MatmulCase {
     TensorType type;
     int64_t rows, cols, n_tokens;
-    cpu::WeightLayout layout = cpu::WeightLayout::Rows;  // Q4_0x8: run_matmul interleaves the weights
+    cpu::WeightLayout layout = cpu::WeightLayout::Rows;  // Interleaved8: run_matmul interleaves the weights
 };
 
 // Runs matmul with the current kernels; checks it writes exactly y and leaves the guards alone.
@@ -728,9 +728,9 @@ std::vector<float> run_matmul(ThreadPool &pool, const MatmulCase &c, const std::
     std::vector<uint8_t> scratch(cpu::matmul_scratch_bytes(c.type, c.cols, c.n_tokens) + 1);
     std::vector<uint8_t> interleaved;
     const void *weights = w.data();
-    if (c.layout == cpu::WeightLayout::Q4_0x8) {
-        interleaved.resize(w.size());
-        cpu::interleave_q4_0(w.data(), interleaved.data(), c.rows, c.cols);
+    if (c.layout == cpu::WeightLayout::Interleaved8) {
+        interleaved.resize(cpu::interleaved_bytes(c.type, c.rows, c.cols));
+        cpu::interleave_rows(c.type, w.data(), interleaved.data(), c.rows, c.cols);
         weights = interleaved.data();
     }
     cpu::matmul(pool, c.type, weights, c.rows, c.cols, x.data(), c.n_tokens, y.data() + 8, scratch.data() + 1,
@@ -762,15 +762,17 @@ std::vector<MatmulCase> matmul_cases() {
         // Float types: a row length that leaves a remainder after 8-wide vectors.
         if (!is_quant(type)) cases.push_back({type, 9, 37, 5});
     }
-    // Q4_0 interleaved by 8 rows: one group and several (thread chunks end inside the matrix),
-    // odd block counts, and a row longer than one 4096-column slice.
-    constexpr auto kX8 = cpu::WeightLayout::Q4_0x8;
+    // Q4_0 and Q4_K interleaved by 8 rows: one group and several (thread chunks end inside the
+    // matrix), odd block counts, and a row longer than one 4096-column slice.
+    constexpr auto kX8 = cpu::WeightLayout::Interleaved8;
     for (int64_t rows : {8, 136}) {
-        for (int64_t cols : {32, 96, 320}) {
-            for (int64_t n_tokens : {1, 3, 17, 64}) cases.push_back({TensorType::Q4_0, rows, cols, n_tokens, kX8});
+        for (int64_t n_tokens : {1, 3, 17, 64}) {
+            for (int64_t cols : {32, 96, 320}) cases.push_back({TensorType::Q4_0, rows, cols, n_tokens, kX8});
+            for (int64_t cols : {256, 768}) cases.push_back({TensorType::Q4_K, rows, cols, n_tokens, kX8});
         }
     }
     cases.push_back({TensorType::Q4_0, 16, 32 * 131, 5, kX8});
+    cases.push_back({TensorType::Q4_K, 16, 256 * 17, 5, kX8});
     return cases;
 }
 
@@ -780,9 +782,10 @@ void check_matmul(cpu::KernelIsa isa) {
     IsaGuard guard;
     std::mt19937 rng(42);
     for (const MatmulCase &c : matmul_cases()) {
-        if (c.layout == cpu::WeightLayout::Q4_0x8 && kernel_table(isa).q4_0x8_support == 0) continue;
+        const bool interleaved = c.layout == cpu::WeightLayout::Interleaved8;
+        if (interleaved && kernel_table(isa).interleaved_support == 0) continue;
         CAPTURE(std::string(type_name(c.type)));
-        CAPTURE(c.layout == cpu::WeightLayout::Q4_0x8);
+        CAPTURE(interleaved);
         CAPTURE(c.rows);
         CAPTURE(c.cols);
         CAPTURE(c.n_tokens);
@@ -890,42 +893,61 @@ void check_nan_propagation(cpu::KernelIsa isa) {
             for (int64_t r = 0; r < rows; ++r) CHECK(std::isnan(y[t * rows + r]) == (t == 2));
         }
     }
-    if (kernel_table(isa).q4_0x8_support == 0) return;
+    if (kernel_table(isa).interleaved_support == 0) return;
     const int64_t x8_rows = 16;
-    const std::vector<uint8_t> w = quantize_matrix(TensorType::Q4_0, random_vector(rng, x8_rows * cols), x8_rows, cols);
-    std::vector<float> x = random_vector(rng, n_tokens * cols);
-    x[2 * cols + 40] = NAN;
-    const std::vector<float> y =
-        run_matmul(pool, {TensorType::Q4_0, x8_rows, cols, n_tokens, cpu::WeightLayout::Q4_0x8}, w, x);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        for (int64_t r = 0; r < x8_rows; ++r) CHECK(std::isnan(y[t * x8_rows + r]) == (t == 2));
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K}) {
+        CAPTURE(std::string(type_name(type)));
+        const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, x8_rows * cols), x8_rows, cols);
+        std::vector<float> x = random_vector(rng, n_tokens * cols);
+        x[2 * cols + 40] = NAN;
+        const std::vector<float> y =
+            run_matmul(pool, {type, x8_rows, cols, n_tokens, cpu::WeightLayout::Interleaved8}, w, x);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < x8_rows; ++r) CHECK(std::isnan(y[t * x8_rows + r]) == (t == 2));
+        }
     }
 }
 
-// Interleaving Q4_0 by 8 rows rearranges bytes and nothing else: every row comes back, and an
-// embedding lookup in the interleaved layout gives the reference's floats.
-void check_q4_0x8_layout(cpu::KernelIsa isa) {
+// Interleaving Q4_0 and Q4_K by 8 rows rearranges bytes (Q4_K: and unpacks the 6-bit scales) and
+// nothing else: every row comes back, and an embedding lookup in the interleaved layout gives the
+// reference's floats.
+void check_interleaved_layout(cpu::KernelIsa isa) {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(isa));
     std::mt19937 rng(17);
-    const int64_t rows = 24, cols = 96;
-    const std::vector<uint8_t> w = quantize_matrix(TensorType::Q4_0, random_vector(rng, rows * cols), rows, cols);
-    std::vector<uint8_t> x8(w.size()), row(row_bytes(TensorType::Q4_0, cols));
-    cpu::interleave_q4_0(w.data(), x8.data(), rows, cols);
-    CHECK(x8 != w);
-    for (int64_t r = 0; r < rows; ++r) {
-        cpu::deinterleave_q4_0_row(x8.data(), cols, r, row.data());
-        REQUIRE(std::memcmp(row.data(), w.data() + r * row.size(), row.size()) == 0);
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K}) {
+        CAPTURE(std::string(type_name(type)));
+        const int64_t rows = 24, cols = type == TensorType::Q4_0 ? 96 : 512;
+        const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
+        std::vector<uint8_t> x8(cpu::interleaved_bytes(type, rows, cols)), row(row_bytes(type, cols));
+        CHECK(x8.size() == (type == TensorType::Q4_0 ? w.size() : w.size() / 144 * 148));
+        cpu::interleave_rows(type, w.data(), x8.data(), rows, cols);
+        for (int64_t r = 0; r < rows; ++r) {
+            cpu::deinterleave_row(type, x8.data(), cols, r, row.data());
+            REQUIRE(std::memcmp(row.data(), w.data() + r * row.size(), row.size()) == 0);
+        }
+        // Block 1 of row 10 (group 1, lane 2).
+        const uint8_t *blk = w.data() + 10 * row.size() + traits(type).block_bytes;
+        if (type == TensorType::Q4_0) {
+            const uint8_t *grp = x8.data() + (1 * 3 + 1) * 144;
+            CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);                  // scale
+            CHECK(std::memcmp(grp + 16 + 32 * 1 + 4 * 2, blk + 2 + 4, 4) == 0);  // quant bytes 4..7
+        } else {
+            const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1184;
+            uint8_t sc[8], m[8];
+            unpack_k_scales(blk + 4, sc, m);
+            CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);       // d
+            CHECK(std::memcmp(grp + 16 + 2 * 2, blk + 2, 2) == 0);  // dmin
+            CHECK(grp[32 + 8 * 5 + 2] == sc[5]);
+            CHECK(grp[96 + 8 * 5 + 2] == m[5]);
+            CHECK(std::memcmp(grp + 160 + 32 * 9 + 4 * 2, blk + 16 + 36, 4) == 0);  // quant bytes 36..39
+        }
+        std::vector<float> ref(rows * cols), some(3 * cols);
+        REQUIRE(dequantize_row(type, w.data(), ref.data(), rows * cols));
+        const int32_t ids[3] = {23, 0, 9};
+        cpu::dequantize_rows(type, x8.data(), cols, ids, 3, some.data(), cpu::WeightLayout::Interleaved8);
+        for (int i = 0; i < 3; ++i) CHECK(std::memcmp(&some[i * cols], &ref[ids[i] * cols], cols * sizeof(float)) == 0);
     }
-    // Block 1 of row 10 (group 1, lane 2): its scale and its quant bytes 4..7 (chunk 1).
-    const uint8_t *blk = w.data() + 10 * row.size() + 18, *grp = x8.data() + (1 * 3 + 1) * 144;
-    CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);
-    CHECK(std::memcmp(grp + 16 + 32 * 1 + 4 * 2, blk + 2 + 4, 4) == 0);
-    std::vector<float> ref(rows * cols), some(3 * cols);
-    REQUIRE(dequantize_row(TensorType::Q4_0, w.data(), ref.data(), rows * cols));
-    const int32_t ids[3] = {23, 0, 9};
-    cpu::dequantize_rows(TensorType::Q4_0, x8.data(), cols, ids, 3, some.data(), cpu::WeightLayout::Q4_0x8);
-    for (int i = 0; i < 3; ++i) CHECK(std::memcmp(&some[i * cols], &ref[ids[i] * cols], cols * sizeof(float)) == 0);
 }
 
 // dequantize/dequantize_rows with `isa` equal the reference dequantize_row exactly.
@@ -1072,24 +1094,27 @@ TEST_CASE("matmul: a NaN activation makes its outputs NaN (SIMD levels)") {
     }
 }
 
-TEST_CASE("Q4_0x8: interleaving only rearranges bytes, and lookups read it back (every level that runs it)") {
-    check_q4_0x8_layout(cpu::KernelIsa::Scalar);
+TEST_CASE("interleaved Q4_0 and Q4_K: only a rearrangement, and lookups read it back (every level that runs it)") {
+    check_interleaved_layout(cpu::KernelIsa::Scalar);
     for (cpu::KernelIsa isa : simd_levels()) {
-        if (kernel_table(isa).q4_0x8_support == 0) continue;
+        if (kernel_table(isa).interleaved_support == 0) continue;
         CAPTURE(cpu::kernel_isa_name(isa));
-        check_q4_0x8_layout(isa);
+        check_interleaved_layout(isa);
     }
 }
 
-TEST_CASE("Q4_0x8 is preferred exactly by the levels with kernels for it") {
+TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, for Q4_0 and Q4_K") {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
-    CHECK_FALSE(cpu::q4_0x8_preferred());
+    CHECK_FALSE(cpu::interleaving_preferred(TensorType::Q4_0));
     for (cpu::KernelIsa isa : simd_levels()) {
         CAPTURE(cpu::kernel_isa_name(isa));
         REQUIRE(cpu::set_kernel_isa(isa));
         const bool x86 = isa == cpu::KernelIsa::Avx2 || isa == cpu::KernelIsa::Avx512;
-        CHECK(cpu::q4_0x8_preferred() == x86);
+        for (TensorType type : kAllTypes) {
+            CAPTURE(std::string(type_name(type)));
+            CHECK(cpu::interleaving_preferred(type) == (x86 && (type == TensorType::Q4_0 || type == TensorType::Q4_K)));
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
-#include "cpu/shared_q4_0x8.h"
+#include "cpu/shared_weights.h"
 #include "kv_cache.h"
 #include "thread_pool.h"
 
@@ -47,21 +47,21 @@ public:
 
     Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) override {
         // The mapped file is used in place: weights cost no extra memory and are shared by every
-        // session of the model. Q4_0 matrices are the exception where the kernels run the
-        // interleaved layout faster: one rearranged copy, shared by the model's CPU sessions.
+        // session of the model. Q4_0 and Q4_K matrices are the exception where the kernels run
+        // them interleaved faster: one rearranged copy, shared by the model's CPU sessions.
         *out = Tensor{reinterpret_cast<uintptr_t>(host_data), 0, type, cols, rows};
-        if (type == TensorType::Q4_0 && rows % 8 == 0 && cpu::q4_0x8_preferred()) {
+        if (rows % 8 == 0 && cpu::interleaving_preferred(type)) {
             std::shared_ptr<const uint8_t> copy;
-            H2O_TRY(cpu::shared_q4_0x8(host_data, rows, cols, &copy));
+            H2O_TRY(cpu::shared_interleaved(type, host_data, rows, cols, &copy));
             out->buffer = reinterpret_cast<uintptr_t>(copy.get());
-            q4_0x8_weights_[out->buffer] = std::move(copy);
+            interleaved_weights_[out->buffer] = std::move(copy);
         }
         const size_t scratch = cpu::matmul_scratch_bytes(type, cols, max_batch_);
         if (scratch > matmul_scratch_.size()) matmul_scratch_.resize(scratch);
         return Status::Ok();
     }
 
-    bool weight_is_copy(const Tensor &weight) const override { return q4_0x8_weights_.count(weight.buffer) != 0; }
+    bool weight_is_copy(const Tensor &weight) const override { return interleaved_weights_.count(weight.buffer) != 0; }
 
     void upload(const Tensor &dst, const void *src, size_t bytes) override { std::memcpy(host<uint8_t>(dst), src, bytes); }
     void download(const Tensor &src, void *dst, size_t bytes) override { std::memcpy(dst, host<const uint8_t>(src), bytes); }
@@ -194,12 +194,12 @@ private:
     std::vector<std::unique_ptr<void, AlignedFree>> buffers_;
     size_t allocated_ = 0;
     std::vector<uint8_t> matmul_scratch_;
-    // The adopted weights held in the Q4_0x8 layout, by their address (not counted in
-    // allocated_bytes: like the mapped file, they belong to the model's sessions together).
-    std::unordered_map<uintptr_t, std::shared_ptr<const uint8_t>> q4_0x8_weights_;
+    // The adopted weights held interleaved, by their address (not counted in allocated_bytes:
+    // like the mapped file, they belong to the model's sessions together).
+    std::unordered_map<uintptr_t, std::shared_ptr<const uint8_t>> interleaved_weights_;
 
     cpu::WeightLayout layout(const Tensor &weight) const {
-        return weight_is_copy(weight) ? cpu::WeightLayout::Q4_0x8 : cpu::WeightLayout::Rows;
+        return weight_is_copy(weight) ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows;
     }
 
     KvCache kv_;

@@ -125,12 +125,41 @@ float unpack_block(const uint8_t *blk, const float *fp16_table, int8_t lo[16], i
     return fp16_table[load_u16(blk)];
 }
 
-// Block b of row `row` of a Q4_0x8 matrix, in the file's Q4_0 layout.
-void gather_q4_0x8_block(const uint8_t *w, int64_t cols, int64_t row, int64_t b, uint8_t out[detail::kQ4Bytes]) {
-    const uint8_t *src = w + ((row / 8) * (cols / 32) + b) * detail::kQ4x8Bytes;
-    const int lane = static_cast<int>(row % 8);
-    std::memcpy(out, src + 2 * lane, 2);
-    for (int c = 0; c < 4; ++c) std::memcpy(out + 2 + 4 * c, src + 16 + 32 * c + 4 * lane, 4);
+// Bytes of one block (Q4_0: 32 columns; Q4_K: a 256-column super-block) of an 8-row group in the
+// interleaved layouts (kernels.h), and where block b of row `row` starts.
+int64_t interleaved_block_bytes(TensorType type) {
+    return type == TensorType::Q4_0 ? detail::kQ4x8Bytes : detail::kQ4Kx8Bytes;
+}
+const uint8_t *interleaved_block(TensorType type, const uint8_t *w, int64_t cols, int64_t row, int64_t b) {
+    const int64_t per_row = cols / static_cast<int64_t>(traits(type).block_elements);
+    return w + ((row / 8) * per_row + b) * interleaved_block_bytes(type);
+}
+
+// Moves one block of one row between the file's layout (blk) and its lane of an interleaved
+// group block (group): to_file copies group -> blk, otherwise blk -> group.
+void move_interleaved_block(TensorType type, uint8_t *group, int lane, uint8_t *blk, bool to_file) {
+    auto move = [&](uint8_t *g, uint8_t *f, size_t n) { to_file ? std::memcpy(f, g, n) : std::memcpy(g, f, n); };
+    if (type == TensorType::Q4_0) {
+        move(group + 2 * lane, blk, 2);
+        for (int c = 0; c < 4; ++c) move(group + 16 + 32 * c + 4 * lane, blk + 2 + 4 * c, 4);
+        return;
+    }
+    move(group + 2 * lane, blk, 2);            // d
+    move(group + 16 + 2 * lane, blk + 2, 2);  // dmin
+    uint8_t sc[8], m[8];
+    if (!to_file) unpack_k_scales(blk + 4, sc, m);
+    for (int sub = 0; sub < 8; ++sub) {
+        move(group + 32 + 8 * sub + lane, &sc[sub], 1);
+        move(group + 96 + 8 * sub + lane, &m[sub], 1);
+    }
+    if (to_file) pack_k_scales(sc, m, blk + 4);
+    for (int k = 0; k < 32; ++k) move(group + 160 + 32 * k + 4 * lane, blk + 16 + 4 * k, 4);
+}
+
+// Block b of row `row` of an interleaved matrix, in the file's layout (at most a Q4_K block).
+void gather_interleaved_block(TensorType type, const uint8_t *w, int64_t cols, int64_t row, int64_t b, uint8_t *out) {
+    move_interleaved_block(type, const_cast<uint8_t *>(interleaved_block(type, w, cols, row, b)),
+                           static_cast<int>(row % 8), out, true);
 }
 
 // Dot products of quantized weight row r with the n_tok tokens of one group.
@@ -144,8 +173,8 @@ void dot_quant_row(const MatmulProblem &p, int64_t r, const ActBlockPair *act, i
         int8_t lo[16], hi[16];
         uint8_t gathered[detail::kQ4Bytes];
         const uint8_t *blk = p.w + r * p.w_row_bytes + b * traits(kType).block_bytes;
-        if (p.q4_0x8) {
-            gather_q4_0x8_block(p.w, p.cols, r, b, gathered);
+        if (p.interleaved) {
+            gather_interleaved_block(kType, p.w, p.cols, r, b, gathered);
             blk = gathered;
         }
         const float dw = unpack_block<kType>(blk, p.fp16_table, lo, hi);
@@ -207,12 +236,18 @@ void unpack_super_block(const uint8_t *blk, const float *fp16_table, KSuperBlock
 //   Q6_K:      a * d * (scale16[lo] * sum_lo(q * y) + scale16[hi] * sum_hi(q * y))
 // sum(y) is the activation block's offset / 8 (see ActBlockPair).
 template <TensorType kType>
-void dot_kquant_row(const MatmulProblem &p, const uint8_t *row, const ActBlockPair *act, int n_tok, float *out) {
+void dot_kquant_row(const MatmulProblem &p, int64_t r, const ActBlockPair *act, int n_tok, float *out) {
     const size_t block_bytes = traits(kType).block_bytes;
     float sum[kGroupTokens] = {};
     KSuperBlock sb;
     for (int64_t s = 0; s < p.cols / 256; ++s) {
-        unpack_super_block<kType>(row + s * block_bytes, p.fp16_table, &sb);
+        uint8_t gathered[sizeof(BlockQ4_K)];
+        const uint8_t *blk = p.w + r * p.w_row_bytes + s * block_bytes;
+        if (p.interleaved) {
+            gather_interleaved_block(kType, p.w, p.cols, r, s, gathered);
+            blk = gathered;
+        }
+        unpack_super_block<kType>(blk, p.fp16_table, &sb);
         for (int j = 0; j < 8; ++j) {
             const int64_t b = 8 * s + j;
             const ActBlockPair &a = act[b / 2];
@@ -275,9 +310,9 @@ void matmul_range_scalar(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             switch (p.wtype) {
                 case TensorType::Q4_0: dot_quant_row<TensorType::Q4_0>(p, r, act, n_tok, out); break;
                 case TensorType::Q8_0: dot_quant_row<TensorType::Q8_0>(p, r, act, n_tok, out); break;
-                case TensorType::Q4_K: dot_kquant_row<TensorType::Q4_K>(p, row, act, n_tok, out); break;
-                case TensorType::Q5_K: dot_kquant_row<TensorType::Q5_K>(p, row, act, n_tok, out); break;
-                case TensorType::Q6_K: dot_kquant_row<TensorType::Q6_K>(p, row, act, n_tok, out); break;
+                case TensorType::Q4_K: dot_kquant_row<TensorType::Q4_K>(p, r, act, n_tok, out); break;
+                case TensorType::Q5_K: dot_kquant_row<TensorType::Q5_K>(p, r, act, n_tok, out); break;
+                case TensorType::Q6_K: dot_kquant_row<TensorType::Q6_K>(p, r, act, n_tok, out); break;
                 case TensorType::F16: dot_f16_row(p, row, x, n_tok, out); break;
                 default:
                     for (int t = 0; t < n_tok; ++t) {
@@ -398,7 +433,7 @@ const KernelTable kScalarKernels = {
     quantize_activations_scalar, matmul_range_scalar, dequantize_scalar, dot_f32_scalar,
     axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
-    1,                 // Q4_0x8: runs it, as the reference the SIMD levels are tested against
+    1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
 }  // namespace detail
 
@@ -483,29 +518,34 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens) {
     return static_cast<size_t>(n_groups * n_pairs) * sizeof(ActBlockPair) + kScratchAlign;
 }
 
-bool q4_0x8_preferred() { return kernels().q4_0x8_support == 2; }
+bool interleaving_preferred(TensorType type) {
+    return (type == TensorType::Q4_0 || type == TensorType::Q4_K) && kernels().interleaved_support == 2;
+}
 
-void interleave_q4_0(const void *src, void *dst, int64_t rows, int64_t cols) {
-    if (rows % 8 != 0 || cols % 32 != 0) fatal("interleave_q4_0: rows must be a multiple of 8, columns of 32");
-    const int64_t n_blocks = cols / 32;
-    const auto *in = static_cast<const uint8_t *>(src);
-    auto *out = static_cast<uint8_t *>(dst);
-    for (int64_t g = 0; g < rows / 8; ++g) {
-        for (int64_t b = 0; b < n_blocks; ++b) {
-            uint8_t *o = out + (g * n_blocks + b) * detail::kQ4x8Bytes;
-            for (int lane = 0; lane < 8; ++lane) {
-                const uint8_t *blk = in + ((8 * g + lane) * n_blocks + b) * detail::kQ4Bytes;
-                std::memcpy(o + 2 * lane, blk, 2);
-                for (int c = 0; c < 4; ++c) std::memcpy(o + 16 + 32 * c + 4 * lane, blk + 2 + 4 * c, 4);
-            }
+size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols) {
+    const int64_t per_row = cols / static_cast<int64_t>(traits(type).block_elements);
+    return static_cast<size_t>(rows / 8 * per_row * interleaved_block_bytes(type));
+}
+
+void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols) {
+    if (type != TensorType::Q4_0 && type != TensorType::Q4_K) fatal("interleave_rows: only Q4_0 and Q4_K interleave");
+    const int64_t block = traits(type).block_elements;
+    if (rows % 8 != 0 || cols % block != 0) fatal("interleave_rows: rows must be a multiple of 8, columns of the block");
+    const size_t rb = row_bytes(type, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < cols / block; ++b) {
+            auto *blk = const_cast<uint8_t *>(static_cast<const uint8_t *>(src) + r * rb + b * traits(type).block_bytes);
+            move_interleaved_block(type, const_cast<uint8_t *>(interleaved_block(type, static_cast<uint8_t *>(dst), cols, r, b)),
+                                   static_cast<int>(r % 8), blk, false);
         }
     }
 }
 
-void deinterleave_q4_0_row(const void *src, int64_t cols, int64_t row, void *dst) {
-    for (int64_t b = 0; b < cols / 32; ++b) {
-        gather_q4_0x8_block(static_cast<const uint8_t *>(src), cols, row, b,
-                            static_cast<uint8_t *>(dst) + b * detail::kQ4Bytes);
+void deinterleave_row(TensorType type, const void *src, int64_t cols, int64_t row, void *dst) {
+    const int64_t block = traits(type).block_elements;
+    for (int64_t b = 0; b < cols / block; ++b) {
+        gather_interleaved_block(type, static_cast<const uint8_t *>(src), cols, row, b,
+                                 static_cast<uint8_t *>(dst) + b * traits(type).block_bytes);
     }
 }
 
@@ -513,9 +553,11 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
             int64_t n_tokens, float *y, void *scratch, WeightLayout layout) {
     if (rows <= 0 || n_tokens <= 0) return;
     if (!matmul_supports(wtype)) fatal("matmul: unsupported weight type");
-    const bool q4_0x8 = layout == WeightLayout::Q4_0x8;
-    if (q4_0x8 && (wtype != TensorType::Q4_0 || rows % 8 != 0)) fatal("matmul: Q4_0x8 needs Q4_0 weights, rows a multiple of 8");
-    if (q4_0x8 && kernels().q4_0x8_support == 0) fatal("matmul: these kernels cannot run Q4_0x8 weights");
+    const bool interleaved = layout == WeightLayout::Interleaved8;
+    if (interleaved && ((wtype != TensorType::Q4_0 && wtype != TensorType::Q4_K) || rows % 8 != 0)) {
+        fatal("matmul: interleaved weights must be Q4_0 or Q4_K, rows a multiple of 8");
+    }
+    if (interleaved && kernels().interleaved_support == 0) fatal("matmul: these kernels cannot run interleaved weights");
     if (cols <= 0) {  // empty dot products
         std::memset(y, 0, static_cast<size_t>(rows * n_tokens) * sizeof(float));
         return;
@@ -561,7 +603,7 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     p.wtype = wtype;
     p.w = static_cast<const uint8_t *>(w);
     p.w_row_bytes = row_bytes(wtype, cols);
-    p.q4_0x8 = q4_0x8;
+    p.interleaved = interleaved;
     p.rows = rows;
     p.cols = cols;
     p.n_tokens = n_tokens;
@@ -578,8 +620,8 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     // writes disjoint parts of y.
     const int n_threads = pool.size();
     job.n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
-    // Q4_0x8 chunks are whole 8-row groups.
-    const int64_t chunk_align = q4_0x8 ? 8 : 4;
+    // Interleaved chunks are whole 8-row groups.
+    const int64_t chunk_align = interleaved ? 8 : 4;
     job.chunk = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~(chunk_align - 1), chunk_align, 64);
     const int64_t n_chunks = (rows + job.chunk - 1) / job.chunk;
     job.n_slices = 1;
@@ -611,13 +653,16 @@ void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t
     if (!matmul_supports(type)) fatal("dequantize_rows: unsupported type");
     const KernelTable &k = kernels();
     const size_t rb = row_bytes(type, cols);
-    if (layout == WeightLayout::Q4_0x8) {
-        if (type != TensorType::Q4_0) fatal("dequantize_rows: Q4_0x8 needs Q4_0 weights");
+    if (layout == WeightLayout::Interleaved8) {
+        if (type != TensorType::Q4_0 && type != TensorType::Q4_K) fatal("dequantize_rows: interleaved weights must be Q4_0 or Q4_K");
+        const int64_t block = traits(type).block_elements;
         for (int64_t i = 0; i < n_ids; ++i) {
-            for (int64_t b = 0; b < cols / 32; ++b) {
-                uint8_t blk[detail::kQ4Bytes];
-                gather_q4_0x8_block(static_cast<const uint8_t *>(w), cols, ids[i], b, blk);
-                k.dequantize(type, blk, out + i * cols + 32 * b, 32, fp16_table());
+            for (int64_t b = 0; b < cols / block; ++b) {
+                uint8_t blk[sizeof(BlockQ4_K)];
+                gather_interleaved_block(type, static_cast<const uint8_t *>(w), cols, ids[i], b, blk);
+                float *dst = out + i * cols + b * block;
+                if (is_kquant(type)) dequantize_row(type, blk, dst, block);
+                else k.dequantize(type, blk, dst, block, fp16_table());
             }
         }
         return;

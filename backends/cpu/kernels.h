@@ -60,35 +60,45 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 // Breaking these preconditions (an unsupported type, a bad row length, no scratch) is a programming
 // error and aborts with a message: check matmul_supports() when loading a model.
 //
-// layout: how W's rows lie in memory. Rows (the file's layout) for every type; Q4_0x8 for Q4_0
-// weights that interleave_q4_0 has rearranged (rows a multiple of 8).
-enum class WeightLayout { Rows, Q4_0x8 };
+// layout: how W's rows lie in memory: Rows (the file's layout) for every type, or Interleaved8
+// for Q4_0 and Q4_K weights that interleave_rows has rearranged (below).
+enum class WeightLayout { Rows, Interleaved8 };
 void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
             int64_t n_tokens, float *y, void *scratch, WeightLayout layout = WeightLayout::Rows);
 
-// ---- Q4_0 weights, 8 rows interleaved -------------------------------------------------------
+// ---- Q4_0 and Q4_K weights, 8 rows interleaved ----------------------------------------------
 //
 // A matrix-vector product reads each weight once, so its speed is how few instructions a weight
 // byte costs. In the file's layout a row's block sums to one number, which costs a horizontal
 // reduction per row and block. Interleaving 8 rows puts one row in each 32-bit lane of a 256-bit
 // register instead: 4 bytes of each of the 8 rows meet the same 4 activation bytes (broadcast), so
 // every integer dot-product instruction works for all 8 rows and no lane is ever reduced across.
+// Rows come in groups of 8 (the row count must be a multiple of 8); group g's blocks follow each
+// other, block b of group g at byte (g * blocks_per_row + b) * interleaved_block_bytes.
 //
-// Layout Q4_0x8: rows in groups of 8; group g's block b (32 columns) is 144 bytes at byte
-// (g * cols / 32 + b) * 144: the 8 rows' fp16 scales (row i at bytes 2i, 2i+1), then 4 chunks of
-// 32 bytes, chunk c holding bytes 4c..4c+3 of each row's 16 quant bytes (row i at 4i..4i+3). The
-// same bytes as the file's Q4_0, rearranged, so the same size.
+// Q4_0x8, 144 bytes per block of 32 columns: the 8 rows' fp16 scales (row i at bytes 2i, 2i+1),
+// then 4 chunks of 32 bytes, chunk c holding bytes 4c..4c+3 of each row's 16 quant bytes (row i
+// at 4i..4i+3). The same bytes as the file's Q4_0, rearranged, so the same size.
+//
+// Q4_Kx8, 1184 bytes per super-block of 256 columns: the 8 rows' fp16 d (bytes 0..15) and dmin
+// (16..31); the sub-block scales unpacked to one byte each, sub-block s of row i at 32 + 8s + i;
+// the mins likewise at 96 + 8s + i; then 32 chunks of 32 bytes from byte 160, chunk k holding bytes
+// 4k..4k+3 of each row's 128 quant bytes (row i at 4i..4i+3). The unpacked 6-bit scales make it
+// 32 bytes (2.8%) larger than the file's 8 blocks of 144.
 
-// Whether the kernels in use run Q4_0x8 faster than the file's layout (AVX2 and AVX-512: yes).
-// Every level can run Q4_0x8 except NEON, whose kernels use the file's layout.
-bool q4_0x8_preferred();
+// Whether the kernels in use run `type` interleaved faster than in the file's layout (AVX2 and
+// AVX-512, for Q4_0 and Q4_K). Every level can run interleaved weights except NEON's.
+bool interleaving_preferred(TensorType type);
 
-// Rearranges a Q4_0 matrix of `rows` (a multiple of 8) rows of `cols` (a multiple of 32) columns
-// into Q4_0x8; src and dst each hold rows * row_bytes(Q4_0, cols) bytes and must not overlap.
-void interleave_q4_0(const void *src, void *dst, int64_t rows, int64_t cols);
+// Bytes of a rows x cols matrix of `type` (Q4_0 or Q4_K) interleaved.
+size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols);
 
-// Row `row` of a Q4_0x8 matrix back in the file's layout: row_bytes(Q4_0, cols) bytes at dst.
-void deinterleave_q4_0_row(const void *src, int64_t cols, int64_t row, void *dst);
+// Rearranges a Q4_0 or Q4_K matrix of `rows` (a multiple of 8) rows into the interleaved layout:
+// src holds rows * row_bytes(type, cols) bytes, dst interleaved_bytes(type, rows, cols); no overlap.
+void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols);
+
+// Row `row` of an interleaved matrix back in the file's layout: row_bytes(type, cols) bytes at dst.
+void deinterleave_row(TensorType type, const void *src, int64_t cols, int64_t row, void *dst);
 
 // ---- weight rows ----------------------------------------------------------------------------
 

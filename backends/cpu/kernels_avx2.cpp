@@ -489,6 +489,94 @@ void q4x8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int6
     }
 }
 
+// ---- Q4_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
+//
+// Quant chunk 8j + c of a super-block holds bytes 4c..4c+3 of each row's qs group j: low nibbles
+// are elements 4c..4c+3 of sub-block 2j, high nibbles those of sub-block 2j+1. The two sub-blocks
+// are the two blocks of activation pair 4 sb + j, so each meets one activation scale:
+//   row's share = a_d * (d * sc * sum(q * y) - dmin * m * sum(y)),  sum(y) = offset / 8.
+// sc, m and d, dmin come one per lane (row) from the group block; the integer sums as in Q4_0x8.
+
+// One lane per row: the 8 unsigned bytes at p as floats.
+inline __m256 bytes_to_floats(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
+}
+
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1): y is set
+// for s0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for a group.
+template <int kTokens>
+void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const int64_t n_super = p.cols / 256;
+    const uint8_t *w = p.w + rg * n_super * kQ4Kx8Bytes;
+    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[kTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const uint8_t *blk = w + sb * kQ4Kx8Bytes;
+        if constexpr (kTokens == 1) {
+            for (int k = 0; k < kQ4Kx8Bytes; k += 64) prefetch_ahead(blk + k);
+        }
+        const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
+        for (int j = 0; j < 4; ++j) {
+            const ActBlockPair &a = act[4 * sb + j];
+            __m256i s16[2][kTokens];  // [sub-block 2j, 2j+1][token]
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) s16[0][t] = s16[1][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) {
+                const __m256i v = load256(blk + 160 + 32 * (8 * j + c));
+                const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+#pragma GCC unroll 4
+                for (int t = 0; t < kTokens; ++t) {
+                    // Elements 4c..4c+3 of each block: in a.lo for c < 4, a.hi after; block 2j+1 16 on.
+                    const int8_t *x = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 4 * (c % 4);
+                    s16[0][t] = _mm256_add_epi16(s16[0][t], _mm256_maddubs_epi16(lo, broadcast4(x)));
+                    s16[1][t] = _mm256_add_epi16(s16[1][t], _mm256_maddubs_epi16(hi, broadcast4(x + 16)));
+                }
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const __m256 step = _mm256_mul_ps(d, bytes_to_floats(blk + 32 + 8 * (2 * j + h)));
+                const __m256 off = _mm256_mul_ps(dmin, bytes_to_floats(blk + 96 + 8 * (2 * j + h)));
+#pragma GCC unroll 4
+                for (int t = 0; t < kTokens; ++t) {
+                    const int k = h * kGroupTokens + t0 + t;
+                    const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[h][t], ones));
+                    const __m256 ad = _mm256_set1_ps(a.d[k]);
+                    acc[t] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, ad), acc[t]);
+                    acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(a.d[k] * static_cast<float>(a.offset[k] / 8)), acc[t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
+        _mm256_storeu_ps(y, s0 == 0 ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
+    }
+}
+
+// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of Q4_Kx8 weights.
+void q4kx8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int64_t kSliceSupers = 16;  // 4096 columns, as in quant_range
+    const int64_t n_super = p.cols / 256;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            for (int64_t s0 = 0; s0 < n_super; s0 += kSliceSupers) {
+                const int64_t s1 = s0 + kSliceSupers < n_super ? s0 + kSliceSupers : n_super;
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<kGroupTokens>(p, rg, g, 0, s0, s1);
+            }
+        } else {
+            for (int t = 0; t < n_tok; ++t) {
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<1>(p, rg, g, t, 0, n_super);
+            }
+        }
+    }
+}
+
 template <TensorType kType>
 void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     constexpr int kGroupRows = 2;
@@ -957,11 +1045,14 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 void matmul_range_avx2(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
         case TensorType::Q4_0:
-            if (p.q4_0x8) q4x8_range(p, r0, r1, g0, g1);
+            if (p.interleaved) q4x8_range(p, r0, r1, g0, g1);
             else quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
-        case TensorType::Q4_K: kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1); break;
+        case TensorType::Q4_K:
+            if (p.interleaved) q4kx8_range(p, r0, r1, g0, g1);
+            else kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1);
+            break;
         case TensorType::Q5_K: kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1); break;
         case TensorType::Q6_K: kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1); break;
         case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
@@ -1141,7 +1232,7 @@ const KernelTable kAvx2Kernels = {
     quantize_activations_avx2, matmul_range_avx2, dequantize_avx2, dot_f32_avx2,
     axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
     dot_rows_avx2, weighted_row_sum_avx2,
-    2,  // Q4_0x8: faster than the file's layout
+    2,  // interleaved Q4_0 and Q4_K: faster than the file's layout
 };
 
 }  // namespace h2o::cpu::detail

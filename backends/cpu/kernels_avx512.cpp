@@ -4,7 +4,7 @@
 //
 // What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
 // against Q4_0, Q8_0, F16 and F32 weights, decoding against Q6_K, whose unpacking (not memory)
-// limited the AVX2 kernel, and both against Q4_0 in the interleaved Q4_0x8 layout (vpdpbusd on
+// limited the AVX2 kernel, and both against Q4_0 and Q4_K in the interleaved layouts (vpdpbusd on
 // 256-bit registers). The rest calls the AVX2 kernels, which every AVX-512 CPU can run: the
 // K-quants' prompts, the vector operations and the activation quantization have no 512-bit
 // version yet.
@@ -296,6 +296,88 @@ void q4x8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int6
     }
 }
 
+// ---- Q4_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
+//
+// As in kernels_avx2.cpp's q4kx8_rows, with vpdpbusd for the integer sums.
+
+// One lane per row: the 8 unsigned bytes at p as floats.
+inline __m256 bytes_to_floats(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
+}
+
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1): y is set
+// for s0 == 0 and added to otherwise.
+template <int kTokens>
+void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const int64_t n_super = p.cols / 256;
+    const uint8_t *w = p.w + rg * n_super * kQ4Kx8Bytes;
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256 acc[kTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const uint8_t *blk = w + sb * kQ4Kx8Bytes;
+        if constexpr (kTokens == 1) {
+            for (int k = 0; k < kQ4Kx8Bytes; k += 64) _mm_prefetch(reinterpret_cast<const char *>(blk + k + 2048), _MM_HINT_T0);
+        }
+        const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
+        for (int j = 0; j < 4; ++j) {
+            const ActBlockPair &a = act[4 * sb + j];
+            __m256i s[2][kTokens];  // [sub-block 2j, 2j+1][token]
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) s[0][t] = s[1][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) {
+                const __m256i v = load256(blk + 160 + 32 * (8 * j + c));
+                const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+#pragma GCC unroll 4
+                for (int t = 0; t < kTokens; ++t) {
+                    const int8_t *x = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 4 * (c % 4);
+                    s[0][t] = _mm256_dpbusd_epi32(s[0][t], lo, broadcast4(x));
+                    s[1][t] = _mm256_dpbusd_epi32(s[1][t], hi, broadcast4(x + 16));
+                }
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const __m256 step = _mm256_mul_ps(d, bytes_to_floats(blk + 32 + 8 * (2 * j + h)));
+                const __m256 off = _mm256_mul_ps(dmin, bytes_to_floats(blk + 96 + 8 * (2 * j + h)));
+#pragma GCC unroll 4
+                for (int t = 0; t < kTokens; ++t) {
+                    const int k = h * kGroupTokens + t0 + t;
+                    const __m256 ad = _mm256_set1_ps(a.d[k]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h][t]), _mm256_mul_ps(step, ad), acc[t]);
+                    acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(a.d[k] * static_cast<float>(a.offset[k] / 8)), acc[t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
+        _mm256_storeu_ps(y, s0 == 0 ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
+    }
+}
+
+// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of Q4_Kx8 weights.
+void q4kx8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int64_t kSliceSupers = 16;  // 4096 columns: a group's activations stay in L1
+    const int64_t n_super = p.cols / 256;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            for (int64_t s0 = 0; s0 < n_super; s0 += kSliceSupers) {
+                const int64_t s1 = s0 + kSliceSupers < n_super ? s0 + kSliceSupers : n_super;
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<kGroupTokens>(p, rg, g, 0, s0, s1);
+            }
+        } else {
+            for (int t = 0; t < n_tok; ++t) {
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<1>(p, rg, g, t, 0, n_super);
+            }
+        }
+    }
+}
+
 // ---- Q6_K weights against one token (decoding) ----------------------------------------------
 //
 // The output projection of the common Q4_0 and Q4_K_M files is Q6_K, and at 6.56 bits a weight its
@@ -456,14 +538,18 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
         case TensorType::Q4_0:
-            if (p.q4_0x8) q4x8_range(p, r0, r1, g0, g1);
+            if (p.interleaved) q4x8_range(p, r0, r1, g0, g1);
             else quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
         case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
         case TensorType::F32: float_range<false>(p, r0, r1, g0, g1); break;
         case TensorType::Q6_K: q6_range(p, r0, r1, g0, g1); break;
-        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;  // Q4_K, Q5_K
+        case TensorType::Q4_K:
+            if (p.interleaved) q4kx8_range(p, r0, r1, g0, g1);
+            else kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
+            break;
+        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;  // Q5_K
     }
 }
 
@@ -543,7 +629,7 @@ const KernelTable kAvx512Kernels = {
     quantize_activations_avx512, matmul_range_avx512, dequantize_avx512, dot_f32_avx512,
     axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
     dot_rows_avx512,             weighted_row_sum_avx512,
-    2,  // Q4_0x8: faster than the file's layout
+    2,  // interleaved Q4_0 and Q4_K: faster than the file's layout
 };
 
 }  // namespace h2o::cpu::detail

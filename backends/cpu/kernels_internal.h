@@ -19,8 +19,9 @@ constexpr int kGroupTokens = 4;
 // Bytes of a Q4_0 and a Q8_0 block (BlockQ4_0, BlockQ8_0: an fp16 scale and 32 quants).
 constexpr int64_t kQ4Bytes = 18, kQ8Bytes = 34;
 
-// Bytes of one block of an 8-row group in the Q4_0x8 layout (kernels.h): 8 scales, 4 chunks.
-constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes;
+// Bytes of one block of an 8-row group in the interleaved layouts (kernels.h): Q4_0x8 (8 scales,
+// 4 chunks) and Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks).
+constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ4Kx8Bytes = 160 + 32 * 32;
 
 // The activations of one token group, quantized to 8 bits for the integer dot products against
 // quantized weights (Q4_0, Q8_0 and the K-quants), covering two 32-column blocks b and b+1 (64
@@ -42,7 +43,7 @@ struct MatmulProblem {
     TensorType wtype;
     const uint8_t *w;
     size_t w_row_bytes;
-    bool q4_0x8;  // Q4_0 weights in the Q4_0x8 layout (kernels.h); w_row_bytes is then unused
+    bool interleaved;  // Q4_0 or Q4_K weights, 8 rows interleaved (kernels.h); w_row_bytes unused
     int64_t rows, cols, n_tokens;
     const float *x;  // [n_tokens][cols]
     float *y;        // [n_tokens][rows]
@@ -71,9 +72,9 @@ struct KernelTable {
     // that leaves them null gets loops over its dot_f32 and axpy (kernels.cpp).
     void (*dot_rows)(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores);
     void (*weighted_row_sum)(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len);
-    // What matmul_range does with Q4_0x8 weights: 0: cannot run them; 1: runs them (the scalar
-    // reference); 2: runs them faster than the file's layout (q4_0x8_preferred).
-    int q4_0x8_support;
+    // What matmul_range does with interleaved weights: 0: cannot run them; 1: runs them (the
+    // scalar reference); 2: runs them faster than the file's layout (interleaving_preferred).
+    int interleaved_support;
 };
 
 extern const KernelTable kScalarKernels;  // kernels.cpp

@@ -550,7 +550,7 @@ constexpr KernelTable kThisLevelKernels = {
     quantize_activations_neon, matmul_range_neon, dequantize_neon, dot_f32_neon,
     axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
-    0,                 // Q4_0x8: NEON runs the file's layout
+    0,                 // interleaved weights: NEON runs the file's layout
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Q4_0 weight matrices rearranged into the Q4_0x8 layout (cpu/kernels.h) for the CPU kernels.
+// Q4_0 and Q4_K weight matrices interleaved by 8 rows (cpu/kernels.h) for the CPU kernels.
 //
 // The model file's bytes cannot be used in place for that layout, so each matrix is copied once,
 // and the copy is shared by every CPU session that uses the same matrix of the same loaded model
@@ -10,12 +10,14 @@
 #include <memory>
 
 #include "status.h"
+#include "tensor_types.h"
 
 namespace h2o::cpu {
 
-// The Q4_0x8 copy of the Q4_0 matrix at `file_data` (rows a multiple of 8, cols of 32), made on the
-// first request and shared with every later one while any holder lives.
+// The interleaved copy of the Q4_0 or Q4_K matrix at `file_data` (rows a multiple of 8), made on
+// the first request and shared with every later one while any holder lives.
 // Errors: H2O_ERR_OUT_OF_MEMORY.
-Status shared_q4_0x8(const void *file_data, int64_t rows, int64_t cols, std::shared_ptr<const uint8_t> *out);
+Status shared_interleaved(TensorType type, const void *file_data, int64_t rows, int64_t cols,
+                          std::shared_ptr<const uint8_t> *out);
 
 }  // namespace h2o::cpu
