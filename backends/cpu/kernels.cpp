@@ -126,40 +126,48 @@ float unpack_block(const uint8_t *blk, const float *fp16_table, int8_t lo[16], i
 }
 
 // Bytes of one block (Q4_0: 32 columns; Q4_K: a 256-column super-block) of an 8-row group in the
-// interleaved layouts (kernels.h), and where block b of row `row` starts.
+// interleaved layouts (kernels.h), and the offset of the group block holding block b of `row`.
 int64_t interleaved_block_bytes(TensorType type) {
     return type == TensorType::Q4_0 ? detail::kQ4x8Bytes : detail::kQ4Kx8Bytes;
 }
-const uint8_t *interleaved_block(TensorType type, const uint8_t *w, int64_t cols, int64_t row, int64_t b) {
+int64_t interleaved_block_offset(TensorType type, int64_t cols, int64_t row, int64_t b) {
     const int64_t per_row = cols / static_cast<int64_t>(traits(type).block_elements);
-    return w + ((row / 8) * per_row + b) * interleaved_block_bytes(type);
+    return ((row / 8) * per_row + b) * interleaved_block_bytes(type);
 }
 
-// Moves one block of one row between the file's layout (blk) and its lane of an interleaved
-// group block (group): to_file copies group -> blk, otherwise blk -> group.
-void move_interleaved_block(TensorType type, uint8_t *group, int lane, uint8_t *blk, bool to_file) {
-    auto move = [&](uint8_t *g, uint8_t *f, size_t n) { to_file ? std::memcpy(f, g, n) : std::memcpy(g, f, n); };
+// Copies one block of one row between the file's layout and its lane of an interleaved group
+// block: to_file: src is the group block, dst the file's block; otherwise the other way round.
+void copy_interleaved_block(TensorType type, const uint8_t *src, uint8_t *dst, int lane, bool to_file) {
+    // n bytes at offset g of the group block <-> offset f of the file's block.
+    auto copy = [&](size_t g, size_t f, size_t n) { to_file ? std::memcpy(dst + f, src + g, n) : std::memcpy(dst + g, src + f, n); };
     if (type == TensorType::Q4_0) {
-        move(group + 2 * lane, blk, 2);
-        for (int c = 0; c < 4; ++c) move(group + 16 + 32 * c + 4 * lane, blk + 2 + 4 * c, 4);
+        copy(2 * lane, 0, 2);
+        for (int c = 0; c < 4; ++c) copy(16 + 32 * c + 4 * lane, 2 + 4 * c, 4);
         return;
     }
-    move(group + 2 * lane, blk, 2);            // d
-    move(group + 16 + 2 * lane, blk + 2, 2);  // dmin
+    copy(2 * lane, 0, 2);       // d
+    copy(16 + 2 * lane, 2, 2);  // dmin
+    for (int k = 0; k < 32; ++k) copy(160 + 32 * k + 4 * lane, 16 + 4 * k, 4);
+    // The 6-bit scales and mins: packed in the file, a byte each in the group block.
     uint8_t sc[8], m[8];
-    if (!to_file) unpack_k_scales(blk + 4, sc, m);
-    for (int sub = 0; sub < 8; ++sub) {
-        move(group + 32 + 8 * sub + lane, &sc[sub], 1);
-        move(group + 96 + 8 * sub + lane, &m[sub], 1);
+    if (to_file) {
+        for (int sub = 0; sub < 8; ++sub) {
+            sc[sub] = src[32 + 8 * sub + lane];
+            m[sub] = src[96 + 8 * sub + lane];
+        }
+        pack_k_scales(sc, m, dst + 4);
+    } else {
+        unpack_k_scales(src + 4, sc, m);
+        for (int sub = 0; sub < 8; ++sub) {
+            dst[32 + 8 * sub + lane] = sc[sub];
+            dst[96 + 8 * sub + lane] = m[sub];
+        }
     }
-    if (to_file) pack_k_scales(sc, m, blk + 4);
-    for (int k = 0; k < 32; ++k) move(group + 160 + 32 * k + 4 * lane, blk + 16 + 4 * k, 4);
 }
 
 // Block b of row `row` of an interleaved matrix, in the file's layout (at most a Q4_K block).
 void gather_interleaved_block(TensorType type, const uint8_t *w, int64_t cols, int64_t row, int64_t b, uint8_t *out) {
-    move_interleaved_block(type, const_cast<uint8_t *>(interleaved_block(type, w, cols, row, b)),
-                           static_cast<int>(row % 8), out, true);
+    copy_interleaved_block(type, w + interleaved_block_offset(type, cols, row, b), out, static_cast<int>(row % 8), true);
 }
 
 // Dot products of quantized weight row r with the n_tok tokens of one group.
@@ -532,11 +540,12 @@ void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, 
     const int64_t block = traits(type).block_elements;
     if (rows % 8 != 0 || cols % block != 0) fatal("interleave_rows: rows must be a multiple of 8, columns of the block");
     const size_t rb = row_bytes(type, cols);
+    const auto *in = static_cast<const uint8_t *>(src);
+    auto *out = static_cast<uint8_t *>(dst);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t b = 0; b < cols / block; ++b) {
-            auto *blk = const_cast<uint8_t *>(static_cast<const uint8_t *>(src) + r * rb + b * traits(type).block_bytes);
-            move_interleaved_block(type, const_cast<uint8_t *>(interleaved_block(type, static_cast<uint8_t *>(dst), cols, r, b)),
-                                   static_cast<int>(r % 8), blk, false);
+            copy_interleaved_block(type, in + r * rb + b * traits(type).block_bytes,
+                                   out + interleaved_block_offset(type, cols, r, b), static_cast<int>(r % 8), false);
         }
     }
 }
