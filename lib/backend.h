@@ -90,8 +90,9 @@ public:
     // ---- memory -------------------------------------------------------------------------
     // Allocates a tensor of rows × cols elements. Errors: H2O_ERR_OUT_OF_MEMORY.
     virtual Status alloc(TensorType type, int64_t cols, int64_t rows, Tensor *out) = 0;
-    // Makes a weight tensor available to the backend. `host_data` stays valid for the backend's
-    // lifetime (it points into the mapped model file), so a host backend may use it in place.
+    // Makes a weight tensor available to the backend. `host_data` stays valid and unchanged for
+    // the backend's lifetime (it points into the mapped model file), so a host backend may use it
+    // in place, and copies made from it may be shared by every backend adopting the same bytes.
     virtual Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data,
                                 Tensor *out) = 0;
     // Whether the backend keeps its own copy of an adopted weight and never reads its host_data
