@@ -391,99 +391,75 @@ inline __m256i broadcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-// One block of 8 rows against one token (activation bytes xlo = elements 0..15, xhi = 16..31):
-// per lane, the row's integer sum with the nibbles' +8 still in it.
-inline __m256i q4x8_block_sums(const uint8_t *blk, const int8_t *xlo, const int8_t *xhi) {
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m256i s16 = _mm256_setzero_si256();
+// Writes (first) or adds the 8 rows' results of tokens t0.. of group g, one register per token.
+template <int kTokens>
+inline void store_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, bool first, const __m256 *acc) {
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-        const __m256i v = load256(blk + 16 + 32 * c);
-        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(v, mask), broadcast4(xlo + 4 * c)));
-        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
-                                                         broadcast4(xhi + 4 * c)));
+    for (int t = 0; t < kTokens; ++t) {
+        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
+        _mm256_storeu_ps(y, first ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
     }
-    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
 }
 
-// acc (one float per row) += block sums (less the offset) * weight scales * activation scale.
-inline __m256 q4x8_accumulate(const uint8_t *blk, __m256i sums, int32_t offset, float d, __m256 acc) {
-    const __m256 dw = _mm256_cvtph_ps(load128(blk));
-    const __m256i exact = _mm256_sub_epi32(sums, _mm256_set1_epi32(offset));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), _mm256_mul_ps(dw, _mm256_set1_ps(d)), acc);
-}
-
-// The 8 rows of group `rg` (rows 8 rg ..) x token t of token group g: the decode case.
-void q4x8_token(const MatmulProblem &p, int64_t rg, int64_t g, int t) {
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg (rows 8 rg ..) over blocks [b0, b1):
+// y is set for b0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for
+// the group's tokens.
+template <int kTokens>
+void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
-    const int64_t n_blocks = p.cols / 32;
-    const uint8_t *w = p.w + rg * n_blocks * kQ4x8Bytes;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t *blk = w + b * kQ4x8Bytes;
-        prefetch_ahead(blk);
-        const ActBlockPair &a = act[b / 2];
-        const int half = static_cast<int>(b & 1), k = half * kGroupTokens + t;
-        acc = q4x8_accumulate(blk, q4x8_block_sums(blk, &a.lo[t][16 * half], &a.hi[t][16 * half]), a.offset[k], a.d[k], acc);
-    }
-    _mm256_storeu_ps(p.y + (g * kGroupTokens + t) * p.rows + 8 * rg, acc);
-}
-
-// The 8 rows of group rg x the 4 tokens of group g, over blocks [b0, b1) (a column slice): y is
-// set for the first slice and added to for the others. The weights are unpacked once per chunk
-// for all 4 tokens.
-void q4x8_group(const MatmulProblem &p, int64_t rg, int64_t g, int64_t b0, int64_t b1) {
-    const ActBlockPair *act = p.act + g * p.n_pairs;
-    const int64_t n_blocks = p.cols / 32;
-    const uint8_t *w = p.w + rg * n_blocks * kQ4x8Bytes;
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m256 acc[kGroupTokens];
+    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ4x8Bytes;
+    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[kTokens];
 #pragma GCC unroll 4
-    for (int t = 0; t < kGroupTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ4x8Bytes;
+        if constexpr (kTokens == 1) prefetch_ahead(blk);
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
-        __m256i s16[kGroupTokens];
+        __m256i s16[kTokens];
 #pragma GCC unroll 4
-        for (int t = 0; t < kGroupTokens; ++t) s16[t] = _mm256_setzero_si256();
+        for (int t = 0; t < kTokens; ++t) s16[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
             const __m256i v = load256(blk + 16 + 32 * c);
             const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
 #pragma GCC unroll 4
-            for (int t = 0; t < kGroupTokens; ++t) {
-                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, broadcast4(&a.lo[t][16 * half + 4 * c])));
-                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, broadcast4(&a.hi[t][16 * half + 4 * c])));
+            for (int t = 0; t < kTokens; ++t) {
+                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, broadcast4(&a.lo[t0 + t][16 * half + 4 * c])));
+                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, broadcast4(&a.hi[t0 + t][16 * half + 4 * c])));
             }
         }
+        const __m256 dw = _mm256_cvtph_ps(load128(blk));
 #pragma GCC unroll 4
-        for (int t = 0; t < kGroupTokens; ++t) {
-            const int k = half * kGroupTokens + t;
-            acc[t] = q4x8_accumulate(blk, _mm256_madd_epi16(s16[t], _mm256_set1_epi16(1)), a.offset[k], a.d[k], acc[t]);
+        for (int t = 0; t < kTokens; ++t) {
+            const int k = half * kGroupTokens + t0 + t;
+            const __m256i exact = _mm256_sub_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(a.offset[k]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[k])), acc[t]);
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < kGroupTokens; ++t) {
-        float *y = p.y + (g * kGroupTokens + t) * p.rows + 8 * rg;
-        _mm256_storeu_ps(y, b0 == 0 ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
-    }
+    store_rows<kTokens>(p, rg, g, t0, b0 == 0, acc);
 }
 
-// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of Q4_0x8 weights.
-void q4x8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
-    constexpr int64_t kSliceBlocks = 128;  // 4096 columns, as in quant_range
-    const int64_t n_blocks = p.cols / 32;
+// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of interleaved weights whose row
+// functions work on units (blocks or super-blocks) of kUnitCols columns. Token groups go over
+// column slices of 4096, as in quant_range, so their activations stay in L1; single tokens
+// (decoding, the tail of a prompt) take whole rows.
+template <int64_t kUnitCols, void (*kGroupRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t),
+          void (*kTokenRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t)>
+void interleaved_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int64_t kSliceUnits = 4096 / kUnitCols;
+    const int64_t n_units = p.cols / kUnitCols;
     for (int64_t g = g0; g < g1; ++g) {
         const int64_t n_tok = p.n_tokens - g * kGroupTokens;
         if (n_tok >= kGroupTokens) {
-            for (int64_t b0 = 0; b0 < n_blocks; b0 += kSliceBlocks) {
-                const int64_t b1 = b0 + kSliceBlocks < n_blocks ? b0 + kSliceBlocks : n_blocks;
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4x8_group(p, rg, g, b0, b1);
+            for (int64_t u0 = 0; u0 < n_units; u0 += kSliceUnits) {
+                const int64_t u1 = u0 + kSliceUnits < n_units ? u0 + kSliceUnits : n_units;
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kGroupRows(p, rg, g, 0, u0, u1);
             }
         } else {
             for (int t = 0; t < n_tok; ++t) {
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4x8_token(p, rg, g, t);
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, 0, n_units);
             }
         }
     }
@@ -551,30 +527,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
             }
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) {
-        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
-        _mm256_storeu_ps(y, s0 == 0 ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
-    }
-}
-
-// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of Q4_Kx8 weights.
-void q4kx8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
-    constexpr int64_t kSliceSupers = 16;  // 4096 columns, as in quant_range
-    const int64_t n_super = p.cols / 256;
-    for (int64_t g = g0; g < g1; ++g) {
-        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
-        if (n_tok >= kGroupTokens) {
-            for (int64_t s0 = 0; s0 < n_super; s0 += kSliceSupers) {
-                const int64_t s1 = s0 + kSliceSupers < n_super ? s0 + kSliceSupers : n_super;
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<kGroupTokens>(p, rg, g, 0, s0, s1);
-            }
-        } else {
-            for (int t = 0; t < n_tok; ++t) {
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<1>(p, rg, g, t, 0, n_super);
-            }
-        }
-    }
+    store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
 }
 
 template <TensorType kType>
@@ -1045,12 +998,12 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 void matmul_range_avx2(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
         case TensorType::Q4_0:
-            if (p.interleaved) q4x8_range(p, r0, r1, g0, g1);
+            if (p.interleaved) interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
             else quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
         case TensorType::Q4_K:
-            if (p.interleaved) q4kx8_range(p, r0, r1, g0, g1);
+            if (p.interleaved) interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
             else kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q5_K: kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1); break;

@@ -197,8 +197,8 @@ void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 //
 // As in kernels_avx2.cpp (one row per 32-bit lane, activation bytes broadcast), with vpdpbusd on
 // 256-bit registers: one instruction per 32 products instead of maddubs, madd and an add, and the
-// -8 offset as the starting value. 512-bit registers would only split into two halves again on the
-// CPUs that run these kernels at full width per 256 bits, and they need no broadcast pattern.
+// -8 offset as the starting value. The layout fills a 256-bit register with 8 rows; a 16-row
+// variant for 512-bit registers has not been tried.
 
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 
@@ -209,88 +209,71 @@ inline __m256i broadcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-// acc (one float per row) += exact block sums * weight scales * activation scale.
-inline __m256 q4x8_accumulate(const uint8_t *blk, __m256i sums, float d, __m256 acc) {
-    const __m256 dw = _mm256_cvtph_ps(load128(blk));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, _mm256_set1_ps(d)), acc);
-}
-
-// The 8 rows of group rg x token t of token group g: the decode case.
-void q4x8_token(const MatmulProblem &p, int64_t rg, int64_t g, int t) {
-    const ActBlockPair *act = p.act + g * p.n_pairs;
-    const int64_t n_blocks = p.cols / 32;
-    const uint8_t *w = p.w + rg * n_blocks * kQ4x8Bytes;
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t *blk = w + b * kQ4x8Bytes;
-        _mm_prefetch(reinterpret_cast<const char *>(blk + 2048), _MM_HINT_T0);
-        const ActBlockPair &a = act[b / 2];
-        const int half = static_cast<int>(b & 1), k = half * kGroupTokens + t;
-        const int8_t *xlo = &a.lo[t][16 * half], *xhi = &a.hi[t][16 * half];
-        __m256i s = _mm256_set1_epi32(-a.offset[k]);
+// Writes (first) or adds the 8 rows' results of tokens t0.. of group g, one register per token.
+template <int kTokens>
+inline void store_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, bool first, const __m256 *acc) {
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-            const __m256i v = load256(blk + 16 + 32 * c);
-            s = _mm256_dpbusd_epi32(s, _mm256_and_si256(v, mask), broadcast4(xlo + 4 * c));
-            s = _mm256_dpbusd_epi32(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), mask), broadcast4(xhi + 4 * c));
-        }
-        acc = q4x8_accumulate(blk, s, a.d[k], acc);
+    for (int t = 0; t < kTokens; ++t) {
+        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
+        _mm256_storeu_ps(y, first ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
     }
-    _mm256_storeu_ps(p.y + (g * kGroupTokens + t) * p.rows + 8 * rg, acc);
 }
 
-// The 8 rows of group rg x the 4 tokens of group g, over blocks [b0, b1) (a column slice): y is
-// set for the first slice and added to for the others.
-void q4x8_group(const MatmulProblem &p, int64_t rg, int64_t g, int64_t b0, int64_t b1) {
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over blocks [b0, b1): y is set for
+// b0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for the group.
+template <int kTokens>
+void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
-    const int64_t n_blocks = p.cols / 32;
-    const uint8_t *w = p.w + rg * n_blocks * kQ4x8Bytes;
+    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ4x8Bytes;
     const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m256 acc[kGroupTokens];
+    __m256 acc[kTokens];
 #pragma GCC unroll 4
-    for (int t = 0; t < kGroupTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ4x8Bytes;
+        if constexpr (kTokens == 1) _mm_prefetch(reinterpret_cast<const char *>(blk + 2048), _MM_HINT_T0);
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
-        __m256i s[kGroupTokens];
+        __m256i s[kTokens];  // starting at minus the -8 offset's share
 #pragma GCC unroll 4
-        for (int t = 0; t < kGroupTokens; ++t) s[t] = _mm256_set1_epi32(-a.offset[half * kGroupTokens + t]);
+        for (int t = 0; t < kTokens; ++t) s[t] = _mm256_set1_epi32(-a.offset[half * kGroupTokens + t0 + t]);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
             const __m256i v = load256(blk + 16 + 32 * c);
             const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
 #pragma GCC unroll 4
-            for (int t = 0; t < kGroupTokens; ++t) {
-                s[t] = _mm256_dpbusd_epi32(s[t], lo, broadcast4(&a.lo[t][16 * half + 4 * c]));
-                s[t] = _mm256_dpbusd_epi32(s[t], hi, broadcast4(&a.hi[t][16 * half + 4 * c]));
+            for (int t = 0; t < kTokens; ++t) {
+                s[t] = _mm256_dpbusd_epi32(s[t], lo, broadcast4(&a.lo[t0 + t][16 * half + 4 * c]));
+                s[t] = _mm256_dpbusd_epi32(s[t], hi, broadcast4(&a.hi[t0 + t][16 * half + 4 * c]));
             }
         }
+        const __m256 dw = _mm256_cvtph_ps(load128(blk));
 #pragma GCC unroll 4
-        for (int t = 0; t < kGroupTokens; ++t) acc[t] = q4x8_accumulate(blk, s[t], a.d[half * kGroupTokens + t], acc[t]);
+        for (int t = 0; t < kTokens; ++t) {
+            const float d = a.d[half * kGroupTokens + t0 + t];
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(d)), acc[t]);
+        }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < kGroupTokens; ++t) {
-        float *y = p.y + (g * kGroupTokens + t) * p.rows + 8 * rg;
-        _mm256_storeu_ps(y, b0 == 0 ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
-    }
+    store_rows<kTokens>(p, rg, g, t0, b0 == 0, acc);
 }
 
-// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of Q4_0x8 weights.
-void q4x8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
-    constexpr int64_t kSliceBlocks = 128;  // 4096 columns: a group's activations stay in L1
-    const int64_t n_blocks = p.cols / 32;
+// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of interleaved weights, as in
+// kernels_avx2.cpp's interleaved_range.
+template <int64_t kUnitCols, void (*kGroupRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t),
+          void (*kTokenRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t)>
+void interleaved_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int64_t kSliceUnits = 4096 / kUnitCols;  // a group's activations stay in L1
+    const int64_t n_units = p.cols / kUnitCols;
     for (int64_t g = g0; g < g1; ++g) {
         const int64_t n_tok = p.n_tokens - g * kGroupTokens;
         if (n_tok >= kGroupTokens) {
-            for (int64_t b0 = 0; b0 < n_blocks; b0 += kSliceBlocks) {
-                const int64_t b1 = b0 + kSliceBlocks < n_blocks ? b0 + kSliceBlocks : n_blocks;
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4x8_group(p, rg, g, b0, b1);
+            for (int64_t u0 = 0; u0 < n_units; u0 += kSliceUnits) {
+                const int64_t u1 = u0 + kSliceUnits < n_units ? u0 + kSliceUnits : n_units;
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kGroupRows(p, rg, g, 0, u0, u1);
             }
         } else {
             for (int t = 0; t < n_tok; ++t) {
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4x8_token(p, rg, g, t);
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, 0, n_units);
             }
         }
     }
@@ -352,30 +335,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
             }
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) {
-        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
-        _mm256_storeu_ps(y, s0 == 0 ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
-    }
-}
-
-// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of Q4_Kx8 weights.
-void q4kx8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
-    constexpr int64_t kSliceSupers = 16;  // 4096 columns: a group's activations stay in L1
-    const int64_t n_super = p.cols / 256;
-    for (int64_t g = g0; g < g1; ++g) {
-        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
-        if (n_tok >= kGroupTokens) {
-            for (int64_t s0 = 0; s0 < n_super; s0 += kSliceSupers) {
-                const int64_t s1 = s0 + kSliceSupers < n_super ? s0 + kSliceSupers : n_super;
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<kGroupTokens>(p, rg, g, 0, s0, s1);
-            }
-        } else {
-            for (int t = 0; t < n_tok; ++t) {
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) q4kx8_rows<1>(p, rg, g, t, 0, n_super);
-            }
-        }
-    }
+    store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
 }
 
 // ---- Q6_K weights against one token (decoding) ----------------------------------------------
@@ -538,7 +498,7 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
         case TensorType::Q4_0:
-            if (p.interleaved) q4x8_range(p, r0, r1, g0, g1);
+            if (p.interleaved) interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
             else quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
@@ -546,7 +506,7 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
         case TensorType::F32: float_range<false>(p, r0, r1, g0, g1); break;
         case TensorType::Q6_K: q6_range(p, r0, r1, g0, g1); break;
         case TensorType::Q4_K:
-            if (p.interleaved) q4kx8_range(p, r0, r1, g0, g1);
+            if (p.interleaved) interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
             else kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
             break;
         default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;  // Q5_K
