@@ -7,6 +7,12 @@
 
 namespace h2o {
 
+namespace {
+// The statistics in the order snapshots store them.
+constexpr float SlotStats::*kStatFields[] = {&SlotStats::accumulated, &SlotStats::squared, &SlotStats::steps, &SlotStats::last,
+                                             &SlotStats::persistence};
+}  // namespace
+
 Status KvCache::init(const KvConfig &config) {
     config_ = config;
     key_format_ = kv_key_format(config.type);
@@ -27,8 +33,7 @@ Status KvCache::init(const KvConfig &config) {
         position_.assign(slots, 0);
         pinned_.assign(slots, 0);
         // Attention statistics cost 20 bytes a slot; only policies that read them get them.
-        const size_t stat_slots = kv_policy_uses_statistics(config.policy.policy) ? slots : 0;
-        for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) v->assign(stat_slots, 0.0f);
+        stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? slots : 0, kv_stats_zero());
         used_.assign(heads, 0);
         free_list_.assign(slots, 0);
         free_count_.assign(heads, 0);
@@ -58,22 +63,15 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
     const size_t slots = heads * config.n_slots;
     const size_t row_bytes = kv_row_bytes(kv_key_format(config.type), config.head_dim) +
                              kv_row_bytes(kv_value_format(config.type), config.head_dim);
-    const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? 5 * sizeof(float) : 0;
+    const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? sizeof(SlotStats) : 0;
     // Per slot: key and value rows, stream index, position, pinned flag, free-list entry, statistics.
     return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats);
 }
 
 KvCache::HeadView KvCache::head(int layer, int kv_head) {
     const size_t base = slot_base(layer, kv_head);
-    auto stats = [&](std::vector<float> &v) { return v.empty() ? nullptr : v.data() + base; };
     return HeadView{keys_.data() + base * key_row_bytes_, values_.data() + base * value_row_bytes_, stream_index_.data() + base,
-                    position_.data() + base, pinned_.data() + base, stats(accumulated_), stats(squared_), stats(steps_),
-                    stats(last_), stats(persistence_)};
-}
-
-SlotStats KvCache::slot_stats(const HeadView &v, int slot) {
-    if (!v.accumulated) return SlotStats{};
-    return SlotStats{v.accumulated[slot], v.squared[slot], v.steps[slot], v.last[slot], v.persistence[slot]};
+                    position_.data() + base, pinned_.data() + base, stats_.empty() ? nullptr : stats_.data() + base};
 }
 
 int KvCache::free_slots(int layer, int kv_head) const {
@@ -111,7 +109,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     const KvPolicyConfig &policy = config_.policy;
     const int used = used_[head_index(layer, kv_head)];
     // The recent window counts the incoming tokens: protect the newest (recent - n) cached ones.
-    const int64_t recent_from = next_index - std::max(0, policy.recent - n);
+    const int64_t recent_from = kv_recent_from(policy, next_index, n);
 
     int n_candidates = 0;
     for (int s = 0; s < used; ++s) {
@@ -129,8 +127,8 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     } else {
         const int64_t stale_before = kv_stale_before(policy, next_index, n);
         auto before = [&](int32_t a, int32_t b) {
-            const double pa = kv_victim_priority(policy, slot_stats(v, a), v.stream_index[a], stale_before);
-            const double pb = kv_victim_priority(policy, slot_stats(v, b), v.stream_index[b], stale_before);
+            const float pa = kv_victim_priority(policy, slot_stats(v, a), v.stream_index[a], stale_before);
+            const float pb = kv_victim_priority(policy, slot_stats(v, b), v.stream_index[b], stale_before);
             return pa < pb || (pa == pb && v.stream_index[a] < v.stream_index[b]);
         };
         std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates, before);
@@ -186,8 +184,11 @@ void KvCache::save(ByteWriter &out) const {
             out.put_raw(stream_index_.data() + base, used * sizeof(int64_t));
             out.put_raw(position_.data() + base, used * sizeof(int32_t));
             out.put_raw(pinned_.data() + base, used);
-            for (const auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) {
-                if (!v->empty()) out.put_raw(v->data() + base, used * sizeof(float));
+            // Field by field (the snapshot format predates the slot-major layout in memory).
+            if (!stats_.empty()) {
+                for (float SlotStats::*field : kStatFields) {
+                    for (size_t s = 0; s < used; ++s) out.put<float>(stats_[base + s].*field);
+                }
             }
             out.put_raw(free_list_.data() + base, static_cast<size_t>(free_count_[h]) * sizeof(int32_t));
         }
@@ -215,8 +216,10 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                 H2O_TRY(in.get_raw("KV stream indices", stream_index_.data() + base, n * sizeof(int64_t)));
                 H2O_TRY(in.get_raw("KV positions", position_.data() + base, n * sizeof(int32_t)));
                 H2O_TRY(in.get_raw("KV pinned flags", pinned_.data() + base, n));
-                for (auto *v : {&accumulated_, &squared_, &steps_, &last_, &persistence_}) {
-                    if (!v->empty()) H2O_TRY(in.get_raw("KV statistics", v->data() + base, n * sizeof(float)));
+                if (!stats_.empty()) {
+                    for (float SlotStats::*field : kStatFields) {
+                        for (size_t s = 0; s < n; ++s) H2O_TRY(in.get("KV statistics", &(stats_[base + s].*field)));
+                    }
                 }
                 H2O_TRY(in.get_raw("KV free list", free_list_.data() + base, static_cast<size_t>(free_count) * sizeof(int32_t)));
                 used_[h] = used;
@@ -259,7 +262,7 @@ int KvCache::claim_slot(int layer, int kv_head, int64_t stream_index, int32_t po
     stream_index_[at] = stream_index;
     position_[at] = position;
     pinned_[at] = pinned ? 1 : 0;
-    if (!accumulated_.empty()) accumulated_[at] = squared_[at] = steps_[at] = last_[at] = persistence_[at] = 0.0f;
+    if (!stats_.empty()) stats_[at] = kv_stats_zero();
     return slot;
 }
 

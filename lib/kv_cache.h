@@ -36,10 +36,10 @@ public:
         int64_t *stream_index;
         int32_t *position;
         uint8_t *pinned;
-        float *accumulated, *squared, *steps, *last, *persistence;  // null when the policy reads none
+        SlotStats *stats;  // null when the policy reads none
     };
     // A slot's statistics (zeros when the policy keeps none).
-    static SlotStats slot_stats(const HeadView &view, int slot);
+    static SlotStats slot_stats(const HeadView &view, int slot) { return view.stats ? view.stats[slot] : kv_stats_zero(); }
     HeadView head(int layer, int kv_head);
 
     // Slots [0, used(layer, head)) have been written at least once; later slots are untouched.
@@ -76,7 +76,7 @@ private:
     std::vector<int64_t> stream_index_;
     std::vector<int32_t> position_;
     std::vector<uint8_t> pinned_;
-    std::vector<float> accumulated_, squared_, steps_, last_, persistence_;
+    std::vector<SlotStats> stats_;
     std::vector<int> used_;
     // Per (layer, head): slots freed by eviction and not yet reused (a stack of n_slots capacity).
     std::vector<int32_t> free_list_;

@@ -1,44 +1,41 @@
 // KV eviction policies: which cached token of a (layer, kv head) gives up its slot when a new
-// token needs one and none is free. This file is the specification every backend follows; the
-// CPU backend runs it as written (kv_cache.cpp), GPU backends reimplement it in their kernels.
+// token needs one and none is free. This file states the rules and holds the host-side
+// configuration; their arithmetic (statistics, priorities, policy ids) is kv_policy_spec.h, which
+// every backend includes, and the CPU backend's cache (kv_cache.cpp) is the reference that runs it.
 //
-// Per slot, attention maintains these statistics, where w is the attention weight a query gives
-// the slot summed over the query heads that share the kv head (so it lies in [0, group size]):
-//   accumulated  Σ w over every query since the token entered           (H2O)
-//   squared      Σ w²                                                    (RoCo: variance)
-//   steps        number of queries that have seen the token              (RoCo: mean)
-//   last         w of the most recent query                              (TOVA)
-//   persistence  decay·persistence + [w > group/visible], per query      (Scissorhands)
-// Prompt processing is causal: a query only updates slots at or before its own stream index.
+// Per slot, attention maintains the statistics of SlotStats (kv_policy_spec.h). Prompt processing
+// is causal: a query only updates slots at or before its own stream index.
 //
 // Victim selection for a batch of n new tokens, per (layer, kv head):
 //   - pinned tokens are never evicted;
 //   - the newest max(0, recent - n) cached tokens are protected (the recent window counts the
-//     incoming tokens, as in the H2O paper);
+//     incoming tokens, as in the H2O paper): kv_recent_from;
 //   - for sink_window and mean_h2o, the first `sinks` tokens of the stream are protected;
 //   - among the rest, stale tokens go first, oldest first: with a horizon H, a token is stale when
 //     it lies H or more tokens behind the newest incoming one (kv_stale_before);
-//   - then the token with the smallest priority is evicted (ties: the oldest);
+//   - then the token with the smallest kv_victim_priority is evicted (ties: the oldest);
 //   - if nothing is left after the protections, the oldest unpinned token is evicted.
 #pragma once
 
 #include <cstdint>
 
+#include "kv_policy_spec.h"
+
 namespace h2o {
 
 enum class KvPolicy : uint32_t {
-    Full = 0,          // no eviction: a full cache is an error (H2O_ERR_CONTEXT_FULL)
-    H2O = 1,           // recent window + heavy hitters by accumulated attention
-    Window = 2,        // most recent tokens only (priority: stream index)
-    SinkWindow = 3,    // first `sinks` tokens + most recent (StreamingLLM)
-    Scissorhands = 4,  // recent window + tokens that were persistently important
-    Tova = 5,          // lowest attention at the latest step
-    RoCo = 6,          // recent window + mean attention, ties broken by its standard deviation
-    Random = 7,        // sanity baseline: a uniformly random unprotected token
-    MeanH2O = 8,       // sinks + recent window + heavy hitters by mean attention since entry
+    Full = KV_POLICY_FULL,
+    H2O = KV_POLICY_H2O,
+    Window = KV_POLICY_WINDOW,
+    SinkWindow = KV_POLICY_SINK_WINDOW,
+    Scissorhands = KV_POLICY_SCISSORHANDS,
+    Tova = KV_POLICY_TOVA,
+    RoCo = KV_POLICY_ROCO,
+    Random = KV_POLICY_RANDOM,
+    MeanH2O = KV_POLICY_MEAN_H2O,
 };
 
-constexpr uint32_t kKvPolicyCount = 9;
+constexpr uint32_t kKvPolicyCount = KV_POLICY_COUNT;
 // Names by policy value, as tools and the C API print and parse them.
 extern const char *const kKvPolicyNames[kKvPolicyCount];
 
@@ -61,28 +58,22 @@ struct KvPolicyConfig {
     uint64_t seed = 0;          // Random
 };
 
-// The statistics of one slot (see above).
-struct SlotStats {
-    float accumulated = 0;
-    float squared = 0;
-    float steps = 0;
-    float last = 0;
-    float persistence = 0;
-};
+inline bool kv_policy_uses_statistics(KvPolicy policy) {
+    return kv_policy_uses_statistics(static_cast<uint32_t>(policy));
+}
 
-// Whether the policy reads attention statistics; the others (full, window, sink_window, random)
-// let attention skip gathering them.
-bool kv_policy_uses_statistics(KvPolicy policy);
-
-// The policy's priority of a slot: the victim is the eligible slot with the smallest value.
-double kv_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index);
+// Stream indices at or after this are in the protected recent window when n tokens starting at
+// next_index come in.
+int64_t kv_recent_from(const KvPolicyConfig &config, int64_t next_index, int n);
 
 // Stream indices below this are stale when n tokens starting at next_index come in (0 when the
 // policy has no horizon, so nothing is).
 int64_t kv_stale_before(const KvPolicyConfig &config, int64_t next_index, int n);
 
-// The victim order of make_room: a stale slot ranks below every other (priorities are never
-// negative), otherwise kv_priority. Ties go to the oldest.
-double kv_victim_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index, int64_t stale_before);
+// kv_victim_priority of kv_policy_spec.h for a slot holding the token at stream_index.
+inline float kv_victim_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index,
+                                int64_t stale_before) {
+    return kv_victim_priority(static_cast<uint32_t>(config.policy), stats, stream_index < stale_before);
+}
 
 }  // namespace h2o

@@ -39,6 +39,10 @@ struct SmallCache {
         for (int i = 0; i < n; ++i) cache.claim_slot(0, 0, i, i, false);
     }
     KvCache::HeadView view() { return cache.head(0, 0); }
+    // Sets one statistic of every slot.
+    void set(float SlotStats::*field, const float *values) {
+        for (int s = 0; s < cache.config().n_slots; ++s) view().stats[s].*field = values[s];
+    }
     // Evicts for one incoming token (stream index n) and returns the evicted stream indices.
     std::set<int64_t> evict(int n_new = 1) {
         std::vector<int64_t> before(view().stream_index, view().stream_index + cache.config().n_slots);
@@ -65,13 +69,13 @@ TEST_CASE("policies pick the victim their definition names") {
     SUBCASE("h2o: smallest accumulated attention outside the recent window") {
         SmallCache c(policy_of(KvPolicy::H2O, /*recent=*/3));
         const float acc[8] = {5, 0.5f, 2, 0.2f, 3, 4, 0.1f, 0.0f};
-        std::copy(acc, acc + 8, c.view().accumulated);
+        c.set(&SlotStats::accumulated, acc);
         // Indices 6 and 7 are the newest two cached tokens (recent 3 counts the incoming one).
         CHECK(c.evict() == std::set<int64_t>{3});
     }
     SUBCASE("window: the oldest") {
         SmallCache c(policy_of(KvPolicy::Window));
-        CHECK(c.view().accumulated == nullptr);  // window policies keep no statistics
+        CHECK(c.view().stats == nullptr);  // window policies keep no statistics
         CHECK(c.evict() == std::set<int64_t>{0});
     }
     SUBCASE("sink_window: the oldest after the sinks") {
@@ -82,13 +86,13 @@ TEST_CASE("policies pick the victim their definition names") {
     SUBCASE("scissorhands: least persistent importance") {
         SmallCache c(policy_of(KvPolicy::Scissorhands, 2));
         const float persistence[8] = {3, 2, 0.5f, 4, 1, 2, 5, 0};
-        std::copy(persistence, persistence + 8, c.view().persistence);
+        c.set(&SlotStats::persistence, persistence);
         CHECK(c.evict() == std::set<int64_t>{2});
     }
     SUBCASE("tova: lowest attention at the last step, no recent window") {
         SmallCache c(policy_of(KvPolicy::Tova));
         const float last[8] = {0.3f, 0.2f, 0.1f, 0.2f, 0.05f, 0.05f, 0.08f, 0.02f};
-        std::copy(last, last + 8, c.view().last);
+        c.set(&SlotStats::last, last);
         CHECK(c.evict() == std::set<int64_t>{7});
     }
     SUBCASE("roco: lowest mean attention since entry") {
@@ -96,16 +100,16 @@ TEST_CASE("policies pick the victim their definition names") {
         // Slot 0 accumulated most but over many steps; slot 4 has the lowest mean.
         const float acc[8] = {8, 3, 3, 3, 1, 3, 2, 0};
         const float steps[8] = {8, 2, 2, 2, 4, 2, 1, 1};
-        std::copy(acc, acc + 8, c.view().accumulated);
-        std::copy(steps, steps + 8, c.view().steps);
+        c.set(&SlotStats::accumulated, acc);
+        c.set(&SlotStats::steps, steps);
         CHECK(c.evict() == std::set<int64_t>{4});
     }
     SUBCASE("mean_h2o: lowest mean attention, sinks and recent window protected") {
         SmallCache c(policy_of(KvPolicy::MeanH2O, 2, 1));
         const float acc[8] = {0, 4, 1, 3, 3, 3, 2, 0};
         const float steps[8] = {8, 7, 6, 5, 4, 3, 2, 1};
-        std::copy(acc, acc + 8, c.view().accumulated);
-        std::copy(steps, steps + 8, c.view().steps);
+        c.set(&SlotStats::accumulated, acc);
+        c.set(&SlotStats::steps, steps);
         CHECK(c.evict() == std::set<int64_t>{2});
     }
     SUBCASE("random: deterministic for a seed and never a protected token") {
@@ -127,19 +131,19 @@ TEST_CASE("policies pick the victim their definition names") {
         p.horizon = 6;  // with token 8 coming in, tokens 0..2 lie 6 or more behind it
         const float persistence[8] = {9, 8, 7, 0.5f, 4, 1, 2, 0};
         SmallCache c(p);
-        std::copy(persistence, persistence + 8, c.view().persistence);
+        c.set(&SlotStats::persistence, persistence);
         CHECK(kv_stale_before(p, 8, 1) == 3);
         CHECK(c.evict() == std::set<int64_t>{0});
         SmallCache two(p);
-        std::copy(persistence, persistence + 8, two.view().persistence);
+        two.set(&SlotStats::persistence, persistence);
         CHECK(two.evict(2) == std::set<int64_t>{0, 1});  // newest is 9: 0..3 are stale
         SmallCache pinned(p);
-        std::copy(persistence, persistence + 8, pinned.view().persistence);
+        pinned.set(&SlotStats::persistence, persistence);
         pinned.view().pinned[0] = 1;  // pinning outranks the horizon
         CHECK(pinned.evict() == std::set<int64_t>{1});
         // Once nothing is stale the policy decides again: 3 is the least persistent.
         SmallCache many(p);
-        std::copy(persistence, persistence + 8, many.view().persistence);
+        many.set(&SlotStats::persistence, persistence);
         CHECK(many.evict(4) == std::set<int64_t>{0, 1, 2, 3});
     }
     SUBCASE("horizon: sinks stay, and no horizon means no stale tokens") {
@@ -148,14 +152,14 @@ TEST_CASE("policies pick the victim their definition names") {
         SmallCache c(p);
         const float steps[8] = {1, 1, 1, 1, 1, 1, 1, 1};
         const float acc[8] = {9, 8, 7, 0.5f, 4, 1, 2, 0};
-        std::copy(acc, acc + 8, c.view().accumulated);
-        std::copy(steps, steps + 8, c.view().steps);
+        c.set(&SlotStats::accumulated, acc);
+        c.set(&SlotStats::steps, steps);
         CHECK(c.evict() == std::set<int64_t>{1});
         p.horizon = 0;
         CHECK(kv_stale_before(p, 1000, 1) == 0);
         SmallCache none(p);
-        std::copy(acc, acc + 8, none.view().accumulated);
-        std::copy(steps, steps + 8, none.view().steps);
+        none.set(&SlotStats::accumulated, acc);
+        none.set(&SlotStats::steps, steps);
         CHECK(none.evict() == std::set<int64_t>{3});
     }
     SUBCASE("ties go to the oldest") {
@@ -167,7 +171,7 @@ TEST_CASE("policies pick the victim their definition names") {
 TEST_CASE("pinned tokens are never evicted, and a fully protected cache evicts the oldest unpinned") {
     SmallCache c(policy_of(KvPolicy::H2O, /*recent=*/8));  // the window covers everything
     for (int s = 0; s < 3; ++s) c.view().pinned[s] = 1;
-    c.view().accumulated[5] = -1;                            // would be the H2O victim if allowed
+    c.view().stats[5].accumulated = -1;                      // would be the H2O victim if allowed
     CHECK(c.evict() == std::set<int64_t>{3});
     CHECK(c.evict(3) == std::set<int64_t>{4, 5});  // one slot is still free: two more go
 }

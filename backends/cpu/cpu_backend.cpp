@@ -67,7 +67,8 @@ public:
     void download(const Tensor &src, void *dst, size_t bytes) override { std::memcpy(dst, host<const uint8_t>(src), bytes); }
     void synchronize() override {}
     size_t allocated_bytes() const override {
-        return allocated_ + matmul_scratch_.size() + attention_scratch_.size() * sizeof(float) + kv_.bytes();
+        return allocated_ + matmul_scratch_.size() + attention_weights_.size() * sizeof(float) +
+               partial_stats_.size() * sizeof(SlotStats) + kv_.bytes();
     }
 
     void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
@@ -128,10 +129,12 @@ public:
     Status create_kv(const KvConfig &config) override {
         H2O_TRY(kv_.init(config));
         // Per thread: the attention weights of one query head and of its kv-head group, and the
-        // partial statistics of every (kv head, slot).
-        per_thread_ = static_cast<size_t>(config.n_slots) * (2 + 4 * static_cast<size_t>(config.n_head_kv));
+        // batch's partial statistics of every (kv head, slot).
+        const size_t threads = pool_.size(), n_slots = static_cast<size_t>(config.n_slots);
         try {
-            attention_scratch_.assign(per_thread_ * pool_.size(), 0.0f);
+            attention_weights_.assign(2 * n_slots * threads, 0.0f);
+            partial_stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? n_slots * config.n_head_kv * threads : 0,
+                                  kv_stats_zero());
         } catch (const std::bad_alloc &) {
             return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate attention scratch");
         }
@@ -175,18 +178,14 @@ public:
 
 private:
     struct AttentionScratch {
-        float *weight, *group_weight;                            // [n_slots]
-        float *accumulated, *squared, *steps, *persistence;     // [n_head_kv × n_slots]
-        void clear_partials(size_t count) {
-            for (float *p : {accumulated, squared, steps, persistence}) std::fill(p, p + count, 0.0f);
-        }
+        float *weight, *group_weight;  // [n_slots]
+        SlotStats *partial;            // [n_head_kv × n_slots]
     };
     AttentionScratch attention_scratch(int thread) {
         const size_t n_slots = static_cast<size_t>(kv_.config().n_slots);
-        const size_t partial = n_slots * kv_.config().n_head_kv;
-        float *base = attention_scratch_.data() + per_thread_ * thread;
-        return AttentionScratch{base, base + n_slots, base + 2 * n_slots, base + 2 * n_slots + partial,
-                                base + 2 * n_slots + 2 * partial, base + 2 * n_slots + 3 * partial};
+        float *weights = attention_weights_.data() + 2 * n_slots * thread;
+        SlotStats *partial = partial_stats_.empty() ? nullptr : partial_stats_.data() + n_slots * kv_.config().n_head_kv * thread;
+        return AttentionScratch{weights, weights + n_slots, partial};
     }
 
     ThreadPool pool_;
@@ -203,8 +202,8 @@ private:
     }
 
     KvCache kv_;
-    size_t per_thread_ = 0;
-    std::vector<float> attention_scratch_;
+    std::vector<float> attention_weights_;
+    std::vector<SlotStats> partial_stats_;
 };
 
 void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
@@ -227,9 +226,8 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
         }
     }
 
-    // Statistics are summed per thread and reduced afterwards, so no two threads write one slot.
-    // Persistence decays once per query: over this batch, a query t's indicator is worth
-    // decay^(n-1-t) and the old value decay^n.
+    // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
+    // so no two threads write one slot.
     const int n_slots = kv_.config().n_slots;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float decay = policy.persistence_decay;
@@ -240,7 +238,7 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
     pool_.run([&](int index, int threads) {
         if (index == 0) threads_used = threads;
         AttentionScratch scratch = attention_scratch(index);
-        if (gather_statistics) scratch.clear_partials(static_cast<size_t>(n_kv) * n_slots);
+        if (gather_statistics) std::fill(scratch.partial, scratch.partial + static_cast<size_t>(n_kv) * n_slots, kv_stats_zero());
         // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
         // tokens see more keys, and contiguous runs gave the last thread most of the work.
         for (int64_t u = index; u < units; u += threads) {
@@ -286,36 +284,27 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
                 for (int s = 0; s < end; ++s) scratch.group_weight[s] += scratch.weight[s];
             }
             if (!gather_statistics) continue;
-            // Bookkeeping for the eviction policies (kv_policy.h).
-            const size_t at = static_cast<size_t>(h) * n_slots;
-            const float important = static_cast<float>(group) / static_cast<float>(visible);
-            const float persistence_weight = std::pow(decay, static_cast<float>(n - 1 - t));
+            // Bookkeeping for the eviction policies.
+            SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
+            const float threshold = kv_importance_threshold(group, visible);
+            const float persistence_weight = kv_persistence_weight(decay, n, t);
             for (int s = 0; s < end; ++s) {
                 if (view.stream_index[s] < 0 || view.stream_index[s] > query_index) continue;
-                const float w = scratch.group_weight[s];
-                scratch.accumulated[at + s] += w;
-                scratch.squared[at + s] += w * w;
-                scratch.steps[at + s] += 1.0f;
-                if (w > important) scratch.persistence[at + s] += persistence_weight;
-                if (t == n - 1) view.last[s] = w;  // only this unit writes the last query's weights
+                partial[s] = kv_stats_add_query(partial[s], scratch.group_weight[s], threshold, persistence_weight, t == n - 1);
             }
         }
     }, work);
     if (!gather_statistics) return;
-    const float old_persistence_weight = std::pow(decay, static_cast<float>(n));
+    const float old_persistence_weight = kv_power(decay, n);
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::HeadView view = kv_.head(layer, h);
         const int used = kv_.used(layer, h);
-        for (int s = 0; s < used; ++s) view.persistence[s] *= old_persistence_weight;
-        for (int th = 0; th < threads_used; ++th) {
-            const AttentionScratch scratch = attention_scratch(th);
-            const size_t at = static_cast<size_t>(h) * n_slots;
-            for (int s = 0; s < used; ++s) {
-                view.accumulated[s] += scratch.accumulated[at + s];
-                view.squared[s] += scratch.squared[at + s];
-                view.steps[s] += scratch.steps[at + s];
-                view.persistence[s] += scratch.persistence[at + s];
+        for (int s = 0; s < used; ++s) {
+            SlotStats batch_stats = attention_scratch(0).partial[static_cast<size_t>(h) * n_slots + s];
+            for (int th = 1; th < threads_used; ++th) {
+                batch_stats = kv_stats_add(batch_stats, attention_scratch(th).partial[static_cast<size_t>(h) * n_slots + s]);
             }
+            view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, old_persistence_weight);
         }
     }
 }

@@ -28,7 +28,7 @@ if(H2O_VULKAN)
   set(h2o_vk_shader_dir ${h2o_vk_dir}/shaders)
   set(h2o_vk_out ${CMAKE_CURRENT_BINARY_DIR}/vulkan_shaders)
   file(MAKE_DIRECTORY ${h2o_vk_out})
-  file(GLOB h2o_vk_includes CONFIGURE_DEPENDS ${h2o_vk_shader_dir}/*.glsl)
+  file(GLOB h2o_vk_includes CONFIGURE_DEPENDS ${h2o_vk_shader_dir}/*.glsl ${h2o_vk_shader_dir}/*.h)
 
   set(h2o_vk_names "")
   set(h2o_vk_spv "")
@@ -37,9 +37,9 @@ if(H2O_VULKAN)
     set(spv ${h2o_vk_out}/${name}.spv)
     add_custom_command(
       OUTPUT ${spv}
-      COMMAND ${H2O_GLSLC} -fshader-stage=compute --target-env=${env} -O -Werror ${ARGN}
+      COMMAND ${H2O_GLSLC} -fshader-stage=compute --target-env=${env} -O -Werror -I ${CMAKE_CURRENT_SOURCE_DIR}/lib ${ARGN}
               ${h2o_vk_shader_dir}/${source} -o ${spv}
-      DEPENDS ${h2o_vk_shader_dir}/${source} ${h2o_vk_includes}
+      DEPENDS ${h2o_vk_shader_dir}/${source} ${h2o_vk_includes} ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv_policy_spec.h
       COMMENT "glslc ${source} -> ${name}.spv"
       VERBATIM)
     set(h2o_vk_names ${h2o_vk_names} ${name} PARENT_SCOPE)

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "log.h"
+#include "vulkan/shaders/kv_meta_layout.h"
 #include "vulkan/vk_context.h"
 
 namespace h2o {
@@ -109,28 +110,6 @@ const char *type_suffix(TensorType type) {
         default: return "f32";
     }
 }
-
-// Offsets (in words) of the KV bookkeeping regions; mirrors kv_layout.glsl.
-struct KvLayout {
-    uint32_t stream = 0, position = 0, pinned = 0, stats = 0, free_list = 0, used = 0, free_count = 0, rng = 0,
-             batch_slot = 0, victims = 0, candidates = 0, total = 0;
-    KvLayout() = default;
-    KvLayout(uint32_t n_cells, uint32_t n_slots, uint32_t n_kv, uint32_t max_batch) {
-        const uint32_t slots = n_cells * n_slots;
-        stream = 0;
-        position = stream + 2 * slots;
-        pinned = position + slots;
-        stats = pinned + slots;
-        free_list = stats + 5 * slots;
-        used = free_list + slots;
-        free_count = used + n_cells;
-        rng = free_count + n_cells;
-        batch_slot = rng + 2;
-        victims = batch_slot + n_kv * max_batch;
-        candidates = victims + 2 * n_kv * max_batch;
-        total = candidates + n_slots;
-    }
-};
 
 // ---- push constants (mirror the shaders' Params blocks) -----------------------------------------
 
@@ -353,7 +332,7 @@ private:
     // KV cache.
     bool has_kv_ = false;
     KvConfig kv_;
-    KvLayout layout_;
+    KvLayout layout_{};  // kv_meta_layout.h
     std::vector<Tensor> keys_, values_;  // per layer: [n_kv][n_slots] rows (kv_row.glsl)
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
@@ -986,7 +965,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const auto n_slots = static_cast<uint32_t>(config.n_slots), n_kv = static_cast<uint32_t>(config.n_head_kv);
     const VkDeviceSize key_layer_bytes = VkDeviceSize{4} * n_kv * n_slots * kv_row_words(key_format, config.head_dim);
     const VkDeviceSize value_layer_bytes = VkDeviceSize{4} * n_kv * n_slots * kv_row_words(value_format, config.head_dim);
-    const KvLayout layout(n_cells, n_slots, n_kv, static_cast<uint32_t>(max_batch_));
+    const KvLayout layout = kv_layout(0, n_cells, n_slots, n_kv, static_cast<uint32_t>(max_batch_));
     const VkDeviceSize meta_bytes = VkDeviceSize{4} * layout.total;
     // Attention weights of a chunk of queries (weights and group weights per slot) and the
     // visible-slot counts: as many tokens as the budget allows.
@@ -1068,8 +1047,7 @@ void VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         KvClaimPush push{};
         split64(batch.first_index, push.first_index);
         // The recent window counts the incoming tokens (KvCache::make_room).
-        const int64_t recent_from = std::max<int64_t>(0, batch.first_index - std::max(0, policy.recent - n));
-        split64(recent_from, push.recent_from);
+        split64(kv_recent_from(policy, batch.first_index, n), push.recent_from);
         split64(kv_stale_before(policy, batch.first_index, n), push.stale_before);
         push.k_off = bk.word;
         push.v_off = bv.word;

@@ -3,9 +3,8 @@
 #include "common.glsl"
 
 // Folds the group-summed attention weights of a chunk of queries (from attention.comp) into the
-// statistics of one layer's slots (kv_policy.h), with the CPU backend's formulation: over a batch
-// of n queries, persistence becomes decay^n * old + sum of decay^(n-1-t) for every query t that
-// found the slot important (w > group / visible), and `last` is the last query's weight.
+// statistics of one layer's slots, as kv_policy_spec.h specifies: the chunk's queries are summed
+// into a partial, which is then folded into the slot's statistics.
 // One invocation per (slot, kv head); it walks the chunk's queries in order.
 
 #define WG 64
@@ -27,29 +26,13 @@ layout(push_constant) uniform Params {
 
 #include "kv_layout.glsl"
 
-float power(float x, uint k) {
-    float r = 1.0;
-    for (; k > 0u; k >>= 1) {
-        if ((k & 1u) != 0u) r *= x;
-        x *= x;
-    }
-    return r;
-}
-
 void main() {
     const uint s = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y;
     const KvLayout L = kv_layout(p.meta_off, p.n_cells, p.n_slots, p.n_kv, p.max_batch);
     const uint cell = p.layer * p.n_kv + h;
     if (s >= meta[L.used + cell]) return;
     const uint at = cell * p.n_slots + s;
-    const uint st = L.stats + 5u * at;
-    float accumulated = uintBitsToFloat(meta[st + STAT_ACCUMULATED]);
-    float squared = uintBitsToFloat(meta[st + STAT_SQUARED]);
-    float steps = uintBitsToFloat(meta[st + STAT_STEPS]);
-    float last = uintBitsToFloat(meta[st + STAT_LAST]);
-    float persistence = uintBitsToFloat(meta[st + STAT_PERSISTENCE]);
-    if (p.t0 == 0u) persistence *= power(p.decay, p.n);
-
+    SlotStats chunk = kv_stats_zero();
     const uvec2 stream = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
     if (!stream_is_free(stream)) {
         for (uint tt = 0u; tt < p.chunk_tokens; ++tt) {
@@ -57,16 +40,16 @@ void main() {
             const float w = scratch[p.scratch_off + 2u * ((tt * p.n_kv + h) * p.n_slots) + p.n_slots + s];
             const float visible = scratch[p.scratch_off + 2u * p.chunk_capacity * p.n_kv * p.n_slots + tt * p.n_kv + h];
             const uint t = p.t0 + tt;
-            accumulated += w;
-            squared += w * w;
-            steps += 1.0;
-            if (w > float(p.group) / visible) persistence += power(p.decay, p.n - 1u - t);
-            if (t == p.n - 1u) last = w;
+            chunk = kv_stats_add_query(chunk, w, kv_importance_threshold(p.group, uint(visible)),
+                                       kv_persistence_weight(p.decay, p.n, t), t == p.n - 1u);
         }
     }
-    meta[st + STAT_ACCUMULATED] = floatBitsToUint(accumulated);
-    meta[st + STAT_SQUARED] = floatBitsToUint(squared);
-    meta[st + STAT_STEPS] = floatBitsToUint(steps);
-    meta[st + STAT_LAST] = floatBitsToUint(last);
-    meta[st + STAT_PERSISTENCE] = floatBitsToUint(persistence);
+    // The batch's old statistics decay once, with its first chunk.
+    const SlotStats folded = kv_stats_fold(load_slot_stats(L, at), chunk, p.t0 == 0u ? kv_power(p.decay, p.n) : 1.0);
+    const uint st = L.stats + 5u * at;
+    meta[st] = floatBitsToUint(folded.accumulated);
+    meta[st + 1u] = floatBitsToUint(folded.squared);
+    meta[st + 2u] = floatBitsToUint(folded.steps);
+    meta[st + 3u] = floatBitsToUint(folded.last);
+    meta[st + 4u] = floatBitsToUint(folded.persistence);
 }

@@ -42,8 +42,6 @@ layout(push_constant) uniform Params {
 #include "kv_row.glsl"
 #include "rotary.glsl"
 
-const uint POLICY_H2O = 1u, POLICY_SCISSORHANDS = 4u, POLICY_TOVA = 5u, POLICY_ROCO = 6u, POLICY_RANDOM = 7u,
-           POLICY_MEAN_H2O = 8u;
 const uint NONE = 0xFFFFFFFFu;
 
 KvLayout L;
@@ -53,29 +51,9 @@ void set_stream(uint at, uvec2 s) {
     meta[L.stream + 2u * at] = s.x;
     meta[L.stream + 2u * at + 1u] = s.y;
 }
-float stat(uint at, uint which) { return uintBitsToFloat(meta[L.stats + 5u * at + which]); }
-
-// kv_victim_priority() in float: the victim is the eligible slot with the smallest value, ties
-// going to the oldest. Stale slots rank -1, below every policy priority; window-like policies
-// return 0 for all others, so the stream index alone decides.
+// The victim is the eligible slot with the smallest kv_victim_priority, ties going to the oldest.
 float priority(uint at) {
-    if (stream_lt(stream_at(at), p.stale_before)) return -1.0;
-    switch (p.policy) {
-        case POLICY_H2O: return stat(at, STAT_ACCUMULATED);
-        case POLICY_SCISSORHANDS: return stat(at, STAT_PERSISTENCE);
-        case POLICY_TOVA: return stat(at, STAT_LAST);
-        case POLICY_ROCO: {
-            const float steps = stat(at, STAT_STEPS) > 0.0 ? stat(at, STAT_STEPS) : 1.0;
-            const float mean = stat(at, STAT_ACCUMULATED) / steps;
-            const float variance = max(0.0, stat(at, STAT_SQUARED) / steps - mean * mean);
-            return mean + 1e-3 * sqrt(variance);
-        }
-        case POLICY_MEAN_H2O: {
-            const float steps = stat(at, STAT_STEPS);
-            return steps > 0.0 ? stat(at, STAT_ACCUMULATED) / steps : 0.0;
-        }
-        default: return 0.0;
-    }
+    return kv_victim_priority(p.policy, load_slot_stats(L, at), stream_lt(stream_at(at), p.stale_before));
 }
 
 bool occupied_unpinned(uint at) { return !stream_is_free(stream_at(at)) && meta[L.pinned + at] == 0u; }
@@ -250,7 +228,7 @@ void make_room(uint cell, uint h) {
     const uint n_candidates = sh_count;
     uint n_victims = min(uint(needed), n_candidates);
 
-    if (p.policy == POLICY_RANDOM) {
+    if (p.policy == KV_POLICY_RANDOM) {
         // Partial Fisher-Yates over the candidates in slot order; the draws are made (and the
         // generator advances) even when the fallback below then replaces the choice.
         compact_candidates(base, used);
@@ -334,7 +312,7 @@ void claim_and_store(uint cell, uint h) {
             set_stream(at, stream_add(p.first_index, t));
             meta[L.position + at] = uint(positions[p.pos_off + t]);
             meta[L.pinned + at] = p.pinned;
-            for (uint k = 0u; k < 5u; ++k) meta[L.stats + 5u * at + k] = 0u;  // 0.0f
+            for (uint k = 0u; k < 5u; ++k) meta[L.stats + 5u * at + k] = 0u;  // kv_stats_zero()
         }
         meta[L.used + cell] = sh_used;
         meta[L.free_count + cell] = sh_free_count;

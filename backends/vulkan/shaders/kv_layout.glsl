@@ -1,38 +1,17 @@
-// Word offsets of the regions of the KV bookkeeping buffer ("meta"). Mirrored by KvLayout in
-// vulkan_backend.cpp; keep the two in step. `slots` = n_cells * n_slots, a cell being one
-// (layer, kv head); index a slot region by cell * n_slots + slot.
-//
-//   stream      2 words per slot: the stream index as (low, high); -1 (both words ~0) when free
-//   position    1 word per slot: rotary position (int)
-//   pinned      1 word per slot: 1 when the token may not be evicted
-//   stats       5 floats per slot: accumulated, squared, steps, last, persistence (kv_policy.h)
-//   free_list   1 word per slot: per cell, a stack of the slots freed by eviction
-//   used        1 word per cell: slots [0, used) have been written at least once
-//   free_count  1 word per cell: entries on the cell's free-list stack
-//   rng         2 words: xorshift64* state of the random policy
-//   batch_slot  n_kv * max_batch words: slot taken by each token of the current batch, per kv head
-//   victims     2 words * n_kv * max_batch: stream indices evicted for the current batch
-//   candidates  n_slots words: scratch for the random policy
+// The KV bookkeeping buffer's layout (kv_meta_layout.h) and the eviction policies' arithmetic
+// (kv_policy_spec.h), both shared with the host code.
+#define H2O_GLSL 1
+#include "kv_meta_layout.h"
 
-struct KvLayout {
-    uint stream, position, pinned, stats, free_list, used, free_count, rng, batch_slot, victims, candidates;
-};
-
-KvLayout kv_layout(uint base, uint n_cells, uint n_slots, uint n_kv, uint max_batch) {
-    const uint slots = n_cells * n_slots;
-    KvLayout l;
-    l.stream = base;
-    l.position = l.stream + 2u * slots;
-    l.pinned = l.position + slots;
-    l.stats = l.pinned + slots;
-    l.free_list = l.stats + 5u * slots;
-    l.used = l.free_list + slots;
-    l.free_count = l.used + n_cells;
-    l.rng = l.free_count + n_cells;
-    l.batch_slot = l.rng + 2u;
-    l.victims = l.batch_slot + n_kv * max_batch;
-    l.candidates = l.victims + 2u * n_kv * max_batch;
-    return l;
+// The statistics of the slot at index `at` of the stats region (an including shader declares the
+// `meta` buffer).
+SlotStats load_slot_stats(KvLayout l, uint at) {
+    const uint base = l.stats + 5u * at;
+    SlotStats s;
+    s.accumulated = uintBitsToFloat(meta[base]);
+    s.squared = uintBitsToFloat(meta[base + 1u]);
+    s.steps = uintBitsToFloat(meta[base + 2u]);
+    s.last = uintBitsToFloat(meta[base + 3u]);
+    s.persistence = uintBitsToFloat(meta[base + 4u]);
+    return s;
 }
-
-const uint STAT_ACCUMULATED = 0u, STAT_SQUARED = 1u, STAT_STEPS = 2u, STAT_LAST = 3u, STAT_PERSISTENCE = 4u;

@@ -1,0 +1,53 @@
+// Word offsets of the regions of the Vulkan backend's KV bookkeeping buffer ("meta"), written once
+// in the subset of C++ and GLSL that kv_policy_spec.h keeps to: the host code (vulkan_backend.cpp)
+// and the shaders (through kv_layout.glsl) include this same file. `slots` = n_cells * n_slots, a
+// cell being one (layer, kv head); index a slot region by cell * n_slots + slot.
+//
+//   stream      2 words per slot: the stream index as (low, high); -1 (both words ~0) when free
+//   position    1 word per slot: rotary position (int)
+//   pinned      1 word per slot: 1 when the token may not be evicted
+//   stats       5 floats per slot: SlotStats of kv_policy_spec.h
+//   free_list   1 word per slot: per cell, a stack of the slots freed by eviction
+//   used        1 word per cell: slots [0, used) have been written at least once
+//   free_count  1 word per cell: entries on the cell's free-list stack
+//   rng         2 words: xorshift64* state of the random policy
+//   batch_slot  n_kv * max_batch words: slot taken by each token of the current batch, per kv head
+//   victims     2 words * n_kv * max_batch: stream indices evicted for the current batch
+//   candidates  n_slots words: scratch for the random policy
+//   total       the end of the buffer
+#ifndef H2O_KV_META_LAYOUT_H
+#define H2O_KV_META_LAYOUT_H
+
+#include "kv_policy_spec.h"
+
+#ifdef __cplusplus
+namespace h2o {
+#endif
+
+struct KvLayout {
+    KV_UINT stream, position, pinned, stats, free_list, used, free_count, rng, batch_slot, victims, candidates, total;
+};
+
+KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT n_slots, KV_UINT n_kv, KV_UINT max_batch) {
+    const KV_UINT slots = n_cells * n_slots;
+    KvLayout l;
+    l.stream = base;
+    l.position = l.stream + 2u * slots;
+    l.pinned = l.position + slots;
+    l.stats = l.pinned + slots;
+    l.free_list = l.stats + 5u * slots;
+    l.used = l.free_list + slots;
+    l.free_count = l.used + n_cells;
+    l.rng = l.free_count + n_cells;
+    l.batch_slot = l.rng + 2u;
+    l.victims = l.batch_slot + n_kv * max_batch;
+    l.candidates = l.victims + 2u * n_kv * max_batch;
+    l.total = l.candidates + n_slots;
+    return l;
+}
+
+#ifdef __cplusplus
+}  // namespace h2o
+#endif
+
+#endif  // H2O_KV_META_LAYOUT_H

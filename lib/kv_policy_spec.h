@@ -1,0 +1,167 @@
+// The eviction policies' arithmetic, written once for every backend: the policy ids, a slot's
+// attention statistics and how a query updates them, and the priority by which victims are
+// chosen. kv_policy.h states the rules in words; this header is their only implementation.
+//
+// It compiles unchanged as C++ (the CPU backend), as CUDA (every function is __host__ __device__)
+// and as GLSL (the Vulkan shaders define H2O_GLSL before including it), so it keeps to their
+// common subset: scalar float, uint and bool, one struct, functions that take and return values
+// (no pointers, references, overloads or default arguments), constants rather than enums. The
+// macros below spell what differs. Every backend computes in IEEE single precision with these
+// formulas; a device compiler may still fuse a multiply and an add, so results agree to rounding,
+// not always bit for bit (tests/test_kv_policy_spec.cpp checks both).
+#ifndef H2O_KV_POLICY_SPEC_H
+#define H2O_KV_POLICY_SPEC_H
+
+#if defined(H2O_GLSL)
+#define KV_FN
+#define KV_UINT uint
+#define sqrtf sqrt
+#define fmaxf max
+#elif defined(__CUDACC__)
+#include <math.h>
+#include <stdint.h>
+#define KV_FN __host__ __device__ inline
+#define KV_UINT uint32_t
+#else
+#include <math.h>
+#include <stdint.h>
+#define KV_FN inline
+#define KV_UINT uint32_t
+#endif
+
+#ifdef __cplusplus
+namespace h2o {
+#endif
+
+// Policy ids, as stored in sessions and snapshots, passed to shaders, and numbered in the public
+// header's h2o_kv_policy (which must agree: lib/kv_policy.cpp checks it at compile time).
+const KV_UINT KV_POLICY_FULL = 0u;          // no eviction: a full cache is an error
+const KV_UINT KV_POLICY_H2O = 1u;           // recent window + heavy hitters by accumulated attention
+const KV_UINT KV_POLICY_WINDOW = 2u;        // most recent tokens only
+const KV_UINT KV_POLICY_SINK_WINDOW = 3u;   // first `sinks` tokens + most recent (StreamingLLM)
+const KV_UINT KV_POLICY_SCISSORHANDS = 4u;  // recent window + tokens that were persistently important
+const KV_UINT KV_POLICY_TOVA = 5u;          // lowest attention at the latest step
+const KV_UINT KV_POLICY_ROCO = 6u;          // recent window + mean attention, ties by its deviation
+const KV_UINT KV_POLICY_RANDOM = 7u;        // a uniformly random unprotected token
+const KV_UINT KV_POLICY_MEAN_H2O = 8u;      // sinks + recent window + mean attention since entry
+const KV_UINT KV_POLICY_COUNT = 9u;
+
+// The statistics of one slot. w is the attention weight a query gives the slot, summed over the
+// query heads that share the kv head (so it lies in [0, group size]). Backends store them as five
+// consecutive floats per slot, in this order.
+struct SlotStats {
+    float accumulated;  // Σ w over every query since the token entered        (H2O)
+    float squared;      // Σ w²                                                 (RoCo: variance)
+    float steps;        // number of queries that have seen the token           (RoCo: mean)
+    float last;         // w of the most recent query                           (TOVA)
+    float persistence;  // decay·persistence + [w > group/visible], per query    (Scissorhands)
+};
+
+// Whether the policy reads attention statistics; the others (full, window, sink_window, random)
+// let attention skip gathering them.
+KV_FN bool kv_policy_uses_statistics(KV_UINT policy) {
+    return policy == KV_POLICY_H2O || policy == KV_POLICY_SCISSORHANDS || policy == KV_POLICY_TOVA ||
+           policy == KV_POLICY_ROCO || policy == KV_POLICY_MEAN_H2O;
+}
+
+KV_FN SlotStats kv_stats_zero() {
+    SlotStats s;
+    s.accumulated = 0.0f;
+    s.squared = 0.0f;
+    s.steps = 0.0f;
+    s.last = 0.0f;
+    s.persistence = 0.0f;
+    return s;
+}
+
+// x^k by repeated squaring: the same roundings on every backend (a library pow need not agree).
+KV_FN float kv_power(float x, KV_UINT k) {
+    float result = 1.0f;
+    while (k > 0u) {
+        if ((k & 1u) != 0u) result *= x;
+        x *= x;
+        k >>= 1u;
+    }
+    return result;
+}
+
+// ---- the statistics update ----------------------------------------------------------------------
+// Statistics change once per batch of n queries (a prompt chunk or one decoded token). A backend
+// sums the queries' contributions into a partial (from kv_stats_zero), in any grouping, adding
+// partials with kv_stats_add; then kv_stats_fold applies the partial to the slot. Persistence
+// decays once per query, so over the batch query t's indicator is worth decay^(n-1-t) and the old
+// value decay^n.
+
+// A query finds a slot important when it gives it more than a uniform share of its attention:
+// w > group / visible, where `visible` slots are visible to the query.
+KV_FN float kv_importance_threshold(KV_UINT group, KV_UINT visible) { return float(group) / float(visible); }
+
+// The weight of query t's importance indicator in a batch of n queries.
+KV_FN float kv_persistence_weight(float decay, KV_UINT n, KV_UINT t) { return kv_power(decay, n - 1u - t); }
+
+// A partial after one more query saw the slot with weight w. Only the batch's last query sets
+// `last`; every slot a query of the batch sees is seen by its last query (attention is causal).
+KV_FN SlotStats kv_stats_add_query(SlotStats partial, float w, float threshold, float persistence_weight, bool last_query) {
+    partial.accumulated += w;
+    partial.squared += w * w;
+    partial.steps += 1.0f;
+    if (w > threshold) partial.persistence += persistence_weight;
+    if (last_query) partial.last = w;
+    return partial;
+}
+
+// Two partials of one batch together. At most one of them holds the last query, and the other's
+// `last` is zero, so adding them keeps it exactly.
+KV_FN SlotStats kv_stats_add(SlotStats a, SlotStats b) {
+    a.accumulated += b.accumulated;
+    a.squared += b.squared;
+    a.steps += b.steps;
+    a.last += b.last;
+    a.persistence += b.persistence;
+    return a;
+}
+
+// A slot's statistics after a batch: old_persistence_weight is decay^n for the whole batch (a
+// backend that folds a batch in several parts passes it with the first part and 1 after). A slot
+// no query saw keeps its `last`.
+KV_FN SlotStats kv_stats_fold(SlotStats old, SlotStats batch, float old_persistence_weight) {
+    old.accumulated += batch.accumulated;
+    old.squared += batch.squared;
+    if (batch.steps > 0.0f) old.last = batch.last;
+    old.steps += batch.steps;
+    old.persistence = old.persistence * old_persistence_weight + batch.persistence;
+    return old;
+}
+
+// ---- the victim priority ------------------------------------------------------------------------
+// Among the slots no protection covers (kv_policy.h), the victim is the one with the smallest
+// priority, ties going to the oldest token. Stale slots (behind the horizon) rank -1, below every
+// policy's priority (which is never negative); the window-like policies rank every other slot 0,
+// so age alone decides.
+KV_FN float kv_victim_priority(KV_UINT policy, SlotStats s, bool stale) {
+    if (stale) return -1.0f;
+    if (policy == KV_POLICY_H2O) return s.accumulated;
+    if (policy == KV_POLICY_SCISSORHANDS) return s.persistence;
+    if (policy == KV_POLICY_TOVA) return s.last;
+    if (policy == KV_POLICY_ROCO) {
+        // Mean attention since entry; the standard deviation, scaled far below any real
+        // difference of means, only breaks ties between tokens with equal means.
+        const float steps = s.steps > 0.0f ? s.steps : 1.0f;
+        const float mean = s.accumulated / steps;
+        const float variance = fmaxf(0.0f, s.squared / steps - mean * mean);
+        return mean + 1e-3f * sqrtf(variance);
+    }
+    if (policy == KV_POLICY_MEAN_H2O) return s.steps > 0.0f ? s.accumulated / s.steps : 0.0f;
+    return 0.0f;
+}
+
+#ifdef __cplusplus
+}  // namespace h2o
+#endif
+
+#if defined(H2O_GLSL)
+#undef sqrtf
+#undef fmaxf
+#endif
+
+#endif  // H2O_KV_POLICY_SPEC_H

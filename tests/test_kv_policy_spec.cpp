@@ -1,0 +1,262 @@
+// kv_policy_spec.h: the eviction arithmetic every backend includes. Checks that the CPU cache's
+// victims and the CPU backend's statistics are the spec's, and that the spec compiled by nvcc (on
+// the host, and on a device when one is present) computes what the C++ compiler's build does.
+// The Vulkan shaders include the same header; test_vulkan.cpp checks their decisions against the
+// CPU's.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "kv_cache.h"
+#include "policy_spec_cases.h"
+
+using namespace h2o;
+
+#ifdef H2O_TEST_CUDA
+namespace {
+
+std::vector<SpecCase> spec_cases() {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    std::vector<SpecCase> cases;
+    for (KV_UINT policy = 0; policy < KV_POLICY_COUNT; ++policy) {
+        for (int i = 0; i < 64; ++i) {
+            SpecCase c{};
+            c.old = SlotStats{4 * unit(rng), 2 * unit(rng), std::floor(8 * unit(rng)), unit(rng), 3 * unit(rng)};
+            c.group = 1u + static_cast<KV_UINT>(4 * unit(rng));
+            c.visible = 1u + static_cast<KV_UINT>(300 * unit(rng));
+            c.w = c.group * unit(rng) * (unit(rng) < 0.5f ? 1.0f : 8.0f / c.visible);
+            c.decay = 0.5f + 0.5f * unit(rng);
+            c.n = 1u + static_cast<KV_UINT>(40 * unit(rng));
+            c.t = static_cast<KV_UINT>((c.n - 1) * unit(rng));
+            c.policy = policy;
+            c.stale = i % 9 == 0;
+            cases.push_back(c);
+        }
+    }
+    return cases;
+}
+
+std::vector<float> floats_of(const std::vector<SpecResult> &results) {
+    std::vector<float> out(results.size() * sizeof(SpecResult) / sizeof(float));
+    static_assert(sizeof(SpecResult) % sizeof(float) == 0);
+    std::memcpy(out.data(), results.data(), results.size() * sizeof(SpecResult));
+    return out;
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("policy spec: the statistics fold and priorities as defined") {
+    SlotStats old{1.0f, 0.5f, 2.0f, 0.25f, 2.0f};
+    // Query 0 of a batch of 2 finds the slot important (0.9 > 2/4), the last query does not.
+    const float threshold = kv_importance_threshold(2, 4);
+    SlotStats batch = kv_stats_add_query(kv_stats_zero(), 0.9f, threshold, kv_persistence_weight(0.5f, 2, 0), false);
+    batch = kv_stats_add(batch, kv_stats_add_query(kv_stats_zero(), 0.1f, threshold, kv_persistence_weight(0.5f, 2, 1), true));
+    const SlotStats after = kv_stats_fold(old, batch, kv_power(0.5f, 2));
+    CHECK(after.accumulated == doctest::Approx(2.0));
+    CHECK(after.squared == doctest::Approx(0.5 + 0.81 + 0.01));
+    CHECK(after.steps == 4.0f);
+    CHECK(after.last == doctest::Approx(0.1));
+    CHECK(after.persistence == doctest::Approx(2.0 * 0.25 + 0.5));  // old·decay² + decay^(2-1-0)
+    // A batch that never saw the slot keeps its `last` and only decays its persistence.
+    const SlotStats unseen = kv_stats_fold(old, kv_stats_zero(), 0.5f);
+    CHECK(unseen.last == 0.25f);
+    CHECK(unseen.persistence == 1.0f);
+
+    CHECK(kv_victim_priority(KV_POLICY_H2O, after, false) == after.accumulated);
+    CHECK(kv_victim_priority(KV_POLICY_SCISSORHANDS, after, false) == after.persistence);
+    CHECK(kv_victim_priority(KV_POLICY_TOVA, after, false) == after.last);
+    CHECK(kv_victim_priority(KV_POLICY_MEAN_H2O, after, false) == doctest::Approx(0.5));
+    CHECK(kv_victim_priority(KV_POLICY_WINDOW, after, false) == 0.0f);
+    for (KV_UINT p = 0; p < KV_POLICY_COUNT; ++p) CHECK(kv_victim_priority(p, after, true) < 0.0f);
+    CHECK(kv_power(0.9f, 0) == 1.0f);
+    CHECK(kv_power(0.9f, 5) == doctest::Approx(std::pow(0.9, 5)));
+    CHECK(static_cast<uint32_t>(KvPolicy::MeanH2O) == KV_POLICY_MEAN_H2O);
+}
+
+TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec ranks lowest") {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    const int n_slots = 24;
+    for (KV_UINT id = 1; id < KV_POLICY_COUNT; ++id) {
+        if (id == KV_POLICY_RANDOM) continue;  // its victims are drawn, not ranked
+        for (int trial = 0; trial < 40; ++trial) {
+            KvConfig config;
+            config.n_layer = 1;
+            config.n_head_kv = 1;
+            config.head_dim = 4;
+            config.n_slots = n_slots;
+            config.policy.policy = static_cast<KvPolicy>(id);
+            config.policy.recent = static_cast<int>(8 * unit(rng));
+            config.policy.sinks = trial % 3 == 0 ? 2 : 0;
+            config.policy.horizon = trial % 4 == 0 ? 12 + static_cast<int>(8 * unit(rng)) : 0;
+            KvCache cache;
+            REQUIRE(cache.init(config).ok());
+            // Slots hold stream indices 0..n_slots-1 in a shuffled order, a few of them pinned.
+            std::vector<int64_t> order(n_slots);
+            for (int i = 0; i < n_slots; ++i) order[i] = i;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (int s = 0; s < n_slots; ++s) cache.claim_slot(0, 0, order[s], static_cast<int32_t>(order[s]), unit(rng) < 0.1f);
+            KvCache::HeadView view = cache.head(0, 0);
+            for (int s = 0; view.stats && s < n_slots; ++s) {
+                // Coarse values, so that ties (broken by age) occur.
+                view.stats[s] = SlotStats{std::round(4 * unit(rng)), std::round(4 * unit(rng)), 1 + std::round(3 * unit(rng)),
+                                          std::round(4 * unit(rng)) / 4, std::round(4 * unit(rng))};
+            }
+            const int n_new = 1 + static_cast<int>(3 * unit(rng));
+            const int64_t next = n_slots;
+
+            // The spec's choice: unprotected slots by (priority, stream index); the oldest
+            // unpinned tokens when the protections leave too few.
+            const int64_t recent_from = kv_recent_from(config.policy, next, n_new);
+            const int64_t stale_before = kv_stale_before(config.policy, next, n_new);
+            std::vector<std::pair<float, int64_t>> ranked, unpinned;
+            for (int s = 0; s < n_slots; ++s) {
+                const int64_t index = view.stream_index[s];
+                if (view.pinned[s]) continue;
+                unpinned.push_back({0.0f, index});
+                if (index >= recent_from || index < config.policy.sinks) continue;
+                const SlotStats stats = view.stats ? view.stats[s] : kv_stats_zero();
+                ranked.push_back({kv_victim_priority(id, stats, index < stale_before), index});
+            }
+            std::vector<std::pair<float, int64_t>> &pool = static_cast<int>(ranked.size()) >= n_new ? ranked : unpinned;
+            std::sort(pool.begin(), pool.end());
+            std::set<int64_t> expected;
+            for (int i = 0; i < n_new && i < static_cast<int>(pool.size()); ++i) expected.insert(pool[i].second);
+
+            const std::vector<int64_t> before(view.stream_index, view.stream_index + n_slots);
+            cache.make_room(0, 0, n_new, next);
+            std::set<int64_t> evicted;
+            for (int s = 0; s < n_slots; ++s) {
+                if (before[s] >= 0 && view.stream_index[s] < 0) evicted.insert(before[s]);
+            }
+            INFO("policy " << kv_policy_name(static_cast<KvPolicy>(id)) << ", trial " << trial);
+            CHECK(evicted == expected);
+        }
+    }
+}
+
+TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the attention weights") {
+    // 2 kv heads, 6 query heads (groups of 3), head_dim 8, random queries and keys; a prompt of 5
+    // then 2 single tokens. The expected statistics are computed here from the attention weights.
+    ModelShape shape;
+    shape.n_head = 6;
+    shape.n_head_kv = 2;
+    shape.head_dim = 8;
+    shape.n_embd = 48;
+    const int n_kv = 2, group = 3, hd = 8, n_slots = 16;
+    const float decay = 0.8f;
+    auto backend = make_cpu_backend(2, 8);
+    KvConfig kv;
+    kv.n_layer = 1;
+    kv.n_head_kv = n_kv;
+    kv.head_dim = hd;
+    kv.n_slots = n_slots;
+    kv.policy.policy = KvPolicy::Scissorhands;
+    kv.policy.persistence_decay = decay;
+    REQUIRE(backend->create_kv(kv).ok());
+    Tensor q, k, v, out, positions;
+    REQUIRE(backend->alloc(TensorType::F32, 48, 5, &q).ok());
+    REQUIRE(backend->alloc(TensorType::F32, 16, 5, &k).ok());
+    REQUIRE(backend->alloc(TensorType::F32, 16, 5, &v).ok());
+    REQUIRE(backend->alloc(TensorType::F32, 48, 5, &out).ok());
+    REQUIRE(backend->alloc(TensorType::I32, 1, 5, &positions).ok());
+
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 1.5f);
+    std::vector<float> keys;  // every token's keys so far, [token][kv head][hd]
+    std::vector<SlotStats> expected(static_cast<size_t>(n_kv) * n_slots, kv_stats_zero());
+    int64_t next = 0;
+    for (int n : {5, 1, 1}) {
+        std::vector<float> qs(48 * n), ks(16 * n), vs(16 * n);
+        for (float &x : qs) x = normal(rng);
+        for (float &x : ks) x = normal(rng);
+        for (float &x : vs) x = normal(rng);
+        keys.insert(keys.end(), ks.begin(), ks.end());
+        std::vector<int32_t> pos(n);
+        for (int t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(next + t);
+        backend->upload(q, qs.data(), qs.size() * sizeof(float));
+        backend->upload(k, ks.data(), ks.size() * sizeof(float));
+        backend->upload(v, vs.data(), vs.size() * sizeof(float));
+        backend->upload(positions, pos.data(), pos.size() * sizeof(int32_t));
+        backend->attention(out, q, k, v, 0, AttentionBatch{n, next, positions, false}, shape);
+
+        // Tokens take slots in stream order (no eviction here): slot j holds token j.
+        for (int h = 0; h < n_kv; ++h) {
+            SlotStats *slots = expected.data() + static_cast<size_t>(h) * n_slots;
+            std::vector<SlotStats> batch(static_cast<size_t>(next + n), kv_stats_zero());
+            for (int t = 0; t < n; ++t) {
+                const int visible = static_cast<int>(next) + t + 1;
+                std::vector<double> w(visible, 0.0);
+                for (int g = 0; g < group; ++g) {
+                    const float *qh = qs.data() + t * 48 + (h * group + g) * hd;
+                    std::vector<double> logits(visible);
+                    double top = -INFINITY, sum = 0;
+                    for (int j = 0; j < visible; ++j) {
+                        double dot = 0;
+                        for (int d = 0; d < hd; ++d) dot += double(qh[d]) * keys[(j * n_kv + h) * hd + d];
+                        logits[j] = dot / std::sqrt(double(hd));
+                        top = std::max(top, logits[j]);
+                    }
+                    for (int j = 0; j < visible; ++j) sum += std::exp(logits[j] - top);
+                    for (int j = 0; j < visible; ++j) w[j] += std::exp(logits[j] - top) / sum;
+                }
+                for (int j = 0; j < visible; ++j) {
+                    batch[j] = kv_stats_add_query(batch[j], static_cast<float>(w[j]), kv_importance_threshold(group, visible),
+                                                  kv_persistence_weight(decay, n, t), t == n - 1);
+                }
+            }
+            for (int j = 0; j < n_slots; ++j) {
+                slots[j] = kv_stats_fold(slots[j], j < next + n ? batch[j] : kv_stats_zero(), kv_power(decay, n));
+            }
+        }
+        next += n;
+    }
+    std::vector<SlotStats> got(expected.size());
+    backend->download_kv_statistics(got.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+        INFO("kv head " << i / n_slots << ", slot " << i % n_slots);
+        CHECK(got[i].accumulated == doctest::Approx(expected[i].accumulated).epsilon(1e-5));
+        CHECK(got[i].squared == doctest::Approx(expected[i].squared).epsilon(1e-5));
+        CHECK(got[i].steps == expected[i].steps);
+        CHECK(got[i].last == doctest::Approx(expected[i].last).epsilon(1e-5));
+        CHECK(got[i].persistence == doctest::Approx(expected[i].persistence).epsilon(1e-6));
+    }
+}
+
+TEST_CASE("policy spec: compiled by nvcc for the host, it computes what the C++ build computes") {
+#ifdef H2O_TEST_CUDA
+    const std::vector<SpecCase> cases = spec_cases();
+    std::vector<SpecResult> cpp(cases.size()), nvcc(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) cpp[i] = evaluate_spec_case(cases[i]);
+    evaluate_spec_cases_cuda_host(cases.data(), static_cast<int>(cases.size()), nvcc.data());
+    CHECK(floats_of(cpp) == floats_of(nvcc));
+#else
+    MESSAGE("H2O-SKIP: this build found no CUDA compiler");
+#endif
+}
+
+TEST_CASE("policy spec: compiled by nvcc for a device, it computes what the C++ build computes") {
+#ifdef H2O_TEST_CUDA
+    const std::vector<SpecCase> cases = spec_cases();
+    std::vector<SpecResult> cpp(cases.size()), device(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) cpp[i] = evaluate_spec_case(cases[i]);
+    char why[256];
+    if (!evaluate_spec_cases_cuda_device(cases.data(), static_cast<int>(cases.size()), device.data(), why, sizeof why)) {
+        MESSAGE("H2O-SKIP: the device run did not happen: " << why);
+        return;
+    }
+    // The device may fuse multiplies and adds: equal to rounding.
+    const std::vector<float> a = floats_of(cpp), b = floats_of(device);
+    for (size_t i = 0; i < a.size(); ++i) CHECK(b[i] == doctest::Approx(a[i]).epsilon(1e-6));
+#else
+    MESSAGE("H2O-SKIP: this build found no CUDA compiler");
+#endif
+}
