@@ -30,7 +30,7 @@ stage "clang build and test suite"
 echo "== fuzz targets (clang, libFuzzer, ASan + UBSan)"
 fuzz="$prefix-fuzz"
 CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_FUZZ=ON \
-  -DH2O_WERROR=ON -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF >/dev/null
+  -DH2O_WERROR=ON -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF -DH2O_CUDA=OFF >/dev/null
 cmake --build "$fuzz" -j"$jobs" --target h2o-fuzz-seeds h2o-fuzz-gguf_load h2o-fuzz-text h2o-fuzz-snapshot_read
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The seed corpus is written by the first of these tests; the others replay it and the crashes.
@@ -55,7 +55,7 @@ done
 
 echo "== ThreadSanitizer: eight sessions on one model"
 tsan="$prefix-tsan"
-cmake -S "$root" -B "$tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF \
+cmake -S "$root" -B "$tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF -DH2O_CUDA=OFF \
   -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_C_FLAGS=-fsanitize=thread \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
 cmake --build "$tsan" -j"$jobs" --target h2o-tests
