@@ -263,6 +263,7 @@ H2O_API const char *h2o_status_string(int32_t status) {
         case H2O_ERR_INTERNAL: return "internal error";
         case H2O_ERR_CANCELLED: return "cancelled";
         case H2O_ERR_STATE_FORMAT: return "malformed session state";
+        case H2O_ERR_BACKEND_FAILED: return "compute backend failed";
     }
     return "unknown status";
 }
@@ -637,7 +638,7 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
 H2O_API h2o_status h2o_session_reset(h2o_session *session) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_reset: session is NULL");
-        session->impl->reset();
+        if (Status st = session->impl->reset(); !st.ok()) return fail(st, session);
         return succeed(session);
     });
 }

@@ -7,6 +7,13 @@
 //
 // A backend may execute operations as they are issued (CPU) or record them and execute at
 // synchronize() (GPU). Operations issued on one backend execute in order.
+//
+// Every operation returns a status. A device error (allocation, submission, a lost device, a
+// kernel launch) is H2O_ERR_BACKEND_FAILED with a message naming it, returned by the operation
+// that meets it (for a recording backend: the one that submits, such as download) and by every
+// later one: a failed backend stays failed, and the session that owns it refuses work until it
+// is reset, which builds a new backend. No operation ever reports success with output it did not
+// compute (a failed download leaves the destination's contents unspecified and says so).
 #pragma once
 
 #include <cstddef>
@@ -98,10 +105,10 @@ public:
     // Whether the backend keeps its own copy of an adopted weight and never reads its host_data
     // again, so the model may let the OS drop those pages of the mapped file.
     virtual bool weight_is_copy(const Tensor &weight) const { return false; }
-    virtual void upload(const Tensor &dst, const void *src, size_t bytes) = 0;
-    virtual void download(const Tensor &src, void *dst, size_t bytes) = 0;
+    virtual Status upload(const Tensor &dst, const void *src, size_t bytes) = 0;
+    virtual Status download(const Tensor &src, void *dst, size_t bytes) = 0;
     // Waits until every issued operation has finished.
-    virtual void synchronize() = 0;
+    virtual Status synchronize() = 0;
     // Bytes the backend has allocated (weights adopted in place are not counted).
     virtual size_t allocated_bytes() const = 0;
 
@@ -114,32 +121,32 @@ public:
 
     // ---- operations (all tensors F32 unless stated) -------------------------------------------
     // out[t] = row ids[t] of `table` (any weight type), dequantized. ids: I32.
-    virtual void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) = 0;
+    virtual Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) = 0;
     // out[t] = in[t] / rms(in[t]) * weight, for the first n rows.
-    virtual void rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) = 0;
+    virtual Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) = 0;
     // out[t] = W · in[t] for the first n rows of in; W is a weight tensor [rows_out × cols].
-    virtual void matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) = 0;
+    virtual Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) = 0;
     // Rotates the first rope_dims of each head of q (n_head heads) and k (n_head_kv heads) in
     // place, for the first n rows, by `positions` (I32).
-    virtual void rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) = 0;
+    virtual Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) = 0;
     // gate[t] = silu(gate[t]) * up[t].
-    virtual void swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
+    virtual Status swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
     // acc[t] += x[t].
-    virtual void add(const Tensor &acc, const Tensor &x, int n) = 0;
+    virtual Status add(const Tensor &acc, const Tensor &x, int n) = 0;
 
     // ---- KV cache and attention ---------------------------------------------------------------
     // Allocates the KV cache (all of its memory, once). Errors: H2O_ERR_OUT_OF_MEMORY.
     virtual Status create_kv(const KvConfig &config) = 0;
     // Forgets every cached token (no memory is freed).
-    virtual void clear_kv() = 0;
+    virtual Status clear_kv() = 0;
     // Bytes of the KV cache: keys, values and per-slot bookkeeping.
     virtual size_t kv_bytes() const = 0;
     // Copies the stream index held by every slot (-1: free), ordered [layer][kv head][slot], to
     // the host. For tests and evaluation: which tokens each (layer, kv head) kept.
-    virtual void download_kv_stream_indices(int64_t *out) = 0;
+    virtual Status download_kv_stream_indices(int64_t *out) = 0;
     // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
     // For tests and evaluation only.
-    virtual void download_kv_statistics(SlotStats *out) = 0;
+    virtual Status download_kv_statistics(SlotStats *out) = 0;
     // The whole KV cache in the host reference layout (KvCache::save), for session snapshots,
     // and back. A backend that cannot do this says so with H2O_ERR_UNSUPPORTED.
     virtual Status save_kv(ByteWriter &out) = 0;
@@ -149,7 +156,7 @@ public:
     // attention of q over the occupied slots (a slot is visible to a query when its stream index
     // is not after the query's), writing out [n × n_head*head_dim], and updates the visible
     // slots' statistics. The caller guarantees that n slots can be freed (pinned tokens excepted).
-    virtual void attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+    virtual Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
                            const AttentionBatch &batch, const ModelShape &shape) = 0;
 };
 

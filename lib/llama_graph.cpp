@@ -65,42 +65,42 @@ Status LlamaGraph::alloc_activations() {
     return Status::Ok();
 }
 
-void LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned) {
+Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned) {
     const ModelShape &s = model_.shape();
     Backend &be = backend_;
-    be.upload(ids_, tokens, sizeof(int32_t) * n);
-    be.upload(positions_, positions, sizeof(int32_t) * n);
+    H2O_TRY(be.upload(ids_, tokens, sizeof(int32_t) * n));
+    H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * n));
     AttentionBatch batch{n, first_index, positions_, pinned};
 
-    be.get_rows(x_, token_embd_, ids_, n);
+    H2O_TRY(be.get_rows(x_, token_embd_, ids_, n));
     for (int l = 0; l < s.n_layer; ++l) {
         const LayerTensors &w = layers_[l];
-        be.rms_norm(xn_, x_, w.attn_norm, n, s.rms_eps);
-        be.matmul(q_, w.wq, xn_, n);
-        be.matmul(k_, w.wk, xn_, n);
-        be.matmul(v_, w.wv, xn_, n);
-        be.rope(q_, k_, positions_, n, s);
-        be.attention(attn_, q_, k_, v_, l, batch, s);
-        be.matmul(proj_, w.wo, attn_, n);
-        be.add(x_, proj_, n);
+        H2O_TRY(be.rms_norm(xn_, x_, w.attn_norm, n, s.rms_eps));
+        H2O_TRY(be.matmul(q_, w.wq, xn_, n));
+        H2O_TRY(be.matmul(k_, w.wk, xn_, n));
+        H2O_TRY(be.matmul(v_, w.wv, xn_, n));
+        H2O_TRY(be.rope(q_, k_, positions_, n, s));
+        H2O_TRY(be.attention(attn_, q_, k_, v_, l, batch, s));
+        H2O_TRY(be.matmul(proj_, w.wo, attn_, n));
+        H2O_TRY(be.add(x_, proj_, n));
 
-        be.rms_norm(xn_, x_, w.ffn_norm, n, s.rms_eps);
-        be.matmul(gate_, w.w_gate, xn_, n);
-        be.matmul(up_, w.w_up, xn_, n);
-        be.swiglu(gate_, up_, n);
-        be.matmul(proj_, w.w_down, gate_, n);
-        be.add(x_, proj_, n);
+        H2O_TRY(be.rms_norm(xn_, x_, w.ffn_norm, n, s.rms_eps));
+        H2O_TRY(be.matmul(gate_, w.w_gate, xn_, n));
+        H2O_TRY(be.matmul(up_, w.w_up, xn_, n));
+        H2O_TRY(be.swiglu(gate_, up_, n));
+        H2O_TRY(be.matmul(proj_, w.w_down, gate_, n));
+        H2O_TRY(be.add(x_, proj_, n));
     }
     // Only the last token's logits are needed: generation samples from them, and evaluation
     // feeds one token at a time.
     const Tensor last = x_.slice_rows(n - 1, 1);
     const Tensor last_norm = xn_.slice_rows(0, 1);
-    be.rms_norm(last_norm, last, output_norm_, 1, s.rms_eps);
-    be.matmul(logits_, output_, last_norm, 1);
+    H2O_TRY(be.rms_norm(last_norm, last, output_norm_, 1, s.rms_eps));
+    return be.matmul(logits_, output_, last_norm, 1);
 }
 
-void LlamaGraph::download_logits(float *host_logits) {
-    backend_.download(logits_, host_logits, logits_.bytes());
+Status LlamaGraph::download_logits(float *host_logits) {
+    return backend_.download(logits_, host_logits, logits_.bytes());
 }
 
 }  // namespace h2o

@@ -18,8 +18,8 @@ public:
     // Runs n (1..max_batch) tokens whose stream indices start at first_index, with rotary
     // positions `positions`; pinned tokens are never evicted from the KV cache. Afterwards
     // download_logits copies the last token's logits to the host.
-    void evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned);
-    void download_logits(float *host_logits);
+    Status evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned);
+    Status download_logits(float *host_logits);
 
     int max_batch() const { return max_batch_; }
     // Bytes of the activations create() allocates for batches of max_batch tokens.

@@ -88,17 +88,33 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
 }
 
 Status Session::build(h2o_backend_kind kind, int device_index) {
-    graph_.reset();
-    backend_.reset();
+    // Made aside and kept only when complete, so that a session whose rebuild fails (reset after
+    // a device error) still holds a backend to answer queries with.
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<LlamaGraph> graph;
+    BackendDevice device;
     std::string why;
-    H2O_TRY(make_backend(kind, device_index, settings_.n_threads, settings_.n_batch, &backend_, &device_, &why));
-    log(H2O_LOG_INFO, "session backend: " + device_.name + " (" + why + ")");
-    H2O_TRY(LlamaGraph::create(model_, *backend_, settings_.n_batch, &graph_));
-    return backend_->create_kv(kv_config(model_, settings_));
+    H2O_TRY(make_backend(kind, device_index, settings_.n_threads, settings_.n_batch, &backend, &device, &why));
+    device_ = device;  // also when the steps below fail: Session::create's fallback reads it
+    log(H2O_LOG_INFO, "session backend: " + device.name + " (" + why + ")");
+    H2O_TRY(LlamaGraph::create(model_, *backend, settings_.n_batch, &graph));
+    H2O_TRY(backend->create_kv(kv_config(model_, settings_)));
+    graph_ = std::move(graph);  // the graph refers to the old backend: it goes first
+    backend_ = std::move(backend);
+    return Status::Ok();
 }
 
-void Session::reset() {
-    backend_->clear_kv();
+Status Session::reset() {
+    if (!failure_.ok()) {
+        // A backend that failed is not trusted again: the session gets a new one.
+        if (Status st = build(device_.kind, device_.device_index); !st.ok()) {
+            failure_ = st;
+            return st;
+        }
+        failure_ = Status::Ok();
+    } else if (Status st = backend_->clear_kv(); !st.ok()) {
+        return backend_failed(st);
+    }
     sampler_.reseed(settings_.seed);
     history_.clear();
     n_past_ = n_cached_ = n_pinned_ = 0;
@@ -106,6 +122,20 @@ void Session::reset() {
     has_logits_ = false;
     stats_ = h2o_generate_stats{};
     generation_.active = false;
+    return Status::Ok();
+}
+
+Status Session::check_usable() const {
+    if (failure_.ok()) return Status::Ok();
+    return make_error(H2O_ERR_BACKEND_FAILED, "the session's backend failed (" + failure_.message +
+                                                  "); h2o_session_reset() gives the session a new one");
+}
+
+Status Session::backend_failed(Status error) {
+    failure_ = error;
+    has_logits_ = false;
+    generation_.active = false;
+    return error;
 }
 
 h2o_memory_report Session::memory() const {
@@ -130,6 +160,7 @@ uint64_t Session::prefix_cache_key() const {
 
 Status Session::save_state(std::vector<uint8_t> *out) {
     out->clear();
+    H2O_TRY(check_usable());
     ByteWriter w(out);
     w.put<int64_t>(n_past_);
     w.put<int64_t>(n_cached_);
@@ -144,7 +175,7 @@ Status Session::save_state(std::vector<uint8_t> *out) {
 }
 
 Status Session::load_state(const uint8_t *data, size_t size) {
-    reset();
+    H2O_TRY(reset());
     ByteReader r(data, size);
     Status st = [&]() -> Status {
         uint8_t has_logits = 0;
@@ -175,7 +206,10 @@ Status Session::load_state(const uint8_t *data, size_t size) {
         if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " unexpected bytes at the end");
         return Status::Ok();
     }();
-    if (!st.ok()) reset();
+    if (!st.ok()) {
+        const Status cleared = reset();
+        if (!cleared.ok()) return cleared;
+    }
     return st;
 }
 
@@ -201,11 +235,12 @@ Status Session::check_room(size_t n, bool pinned) const {
 
 Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *processed) {
     *processed = 0;
+    H2O_TRY(check_usable());
     H2O_TRY(check_room(n, pinned));
     const int64_t budget = settings_.kv_budget;
     for (size_t done = 0; done < n;) {
         if (cancel_requested_.load(std::memory_order_relaxed)) {
-            if (done > 0) finish_evaluation(tokens[done - 1]);
+            if (done > 0) H2O_TRY(finish_evaluation(tokens[done - 1]));
             return make_error(H2O_ERR_CANCELLED, "cancelled after " + std::to_string(done) + " of " + std::to_string(n) + " tokens");
         }
         // Without eviction a batch may take every free slot. When the batch must evict, it
@@ -218,24 +253,27 @@ Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *p
         for (int64_t i = 0; i < chunk; ++i) {
             positions_[i] = static_cast<int32_t>(settings_.rolling ? first_rank + i : n_past_ + i);
         }
-        graph_->evaluate(tokens + done, positions_.data(), static_cast<int>(chunk), n_past_, pinned);
+        if (Status st = graph_->evaluate(tokens + done, positions_.data(), static_cast<int>(chunk), n_past_, pinned); !st.ok()) {
+            return backend_failed(st);
+        }
         n_past_ += chunk;
         n_cached_ = first_rank + chunk;
         if (pinned) n_pinned_ += chunk;
         done += static_cast<size_t>(chunk);
         *processed = done;
     }
-    finish_evaluation(tokens[n - 1]);
+    return finish_evaluation(tokens[n - 1]);
+}
+
+Status Session::finish_evaluation(int32_t last_token) {
+    if (Status st = graph_->download_logits(logits_.data()); !st.ok()) return backend_failed(st);
+    last_token_ = last_token;
+    has_logits_ = true;
     return Status::Ok();
 }
 
-void Session::finish_evaluation(int32_t last_token) {
-    graph_->download_logits(logits_.data());
-    last_token_ = last_token;
-    has_logits_ = true;
-}
-
 Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
+    H2O_TRY(check_usable());
     const int32_t n_vocab = model_.shape().n_vocab;
     for (size_t i = 0; i < n; ++i) {
         if (tokens[i] < 0 || tokens[i] >= n_vocab) {

@@ -47,7 +47,9 @@ public:
     // shapes alone, so a memory cap is checked before anything is allocated.
     static uint64_t planned_bytes(const Model &model, const SessionSettings &settings);
 
-    void reset();
+    // Forgets the conversation. A session whose backend failed gets a new backend first (made as
+    // at creation); if that fails too, the session stays refused.
+    Status reset();
     // Makes the running call return H2O_ERR_CANCELLED at its next batch boundary. Any thread.
     void cancel() { cancel_requested_.store(true, std::memory_order_relaxed); }
     // Called as each public call starts: a cancel that came while nothing ran is forgotten.
@@ -99,7 +101,12 @@ private:
     // *processed receives how many tokens were stored (all of them unless it fails).
     Status evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *processed);
     // Downloads the logits of the last stored token.
-    void finish_evaluation(int32_t last_token);
+    Status finish_evaluation(int32_t last_token);
+    // Work is refused while the backend has failed (H2O_ERR_BACKEND_FAILED, naming its error).
+    Status check_usable() const;
+    // Records a failed backend operation: the cache may be half updated, so the session refuses
+    // further work until reset. Returns the error.
+    Status backend_failed(Status error);
     // Ends the generation in progress with `reason`, moving all text still held back to *piece.
     void finish_generation(h2o_stop_reason reason, std::string *piece);
 
@@ -125,6 +132,7 @@ private:
     int32_t last_token_ = -1;      // the most recent token fed to the model
     int32_t pending_token_ = -1;   // sampled and delivered but not yet fed to the model
     bool has_logits_ = false;
+    Status failure_;  // the backend's error (see backend_failed)
     std::vector<float> logits_;
     std::vector<int32_t> positions_;  // scratch for one batch
     std::vector<int32_t> prompt_tokens_;

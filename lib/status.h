@@ -8,7 +8,7 @@
 
 namespace h2o {
 
-struct Status {
+struct [[nodiscard]] Status {
     h2o_status code = H2O_OK;
     std::string message;
 

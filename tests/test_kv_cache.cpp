@@ -222,21 +222,21 @@ TEST_CASE("attention statistics are causal and sum the query heads of a kv group
     REQUIRE(backend->alloc(TensorType::I32, 1, 3, &positions).ok());
     std::vector<float> values(24);
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
-    backend->upload(v, values.data(), values.size() * sizeof(float));
+    REQUIRE(backend->upload(v, values.data(), values.size() * sizeof(float)).ok());
     const int32_t pos[3] = {0, 1, 2};
-    backend->upload(positions, pos, sizeof(pos));
-    backend->attention(out, q, k, v, 0, AttentionBatch{3, 0, positions, false}, shape);
+    REQUIRE(backend->upload(positions, pos, sizeof(pos)).ok());
+    REQUIRE(backend->attention(out, q, k, v, 0, AttentionBatch{3, 0, positions, false}, shape).ok());
 
     // Output of query 2, head 0 (kv head 0): the mean of the three value vectors of kv head 0.
     std::vector<float> o(48);
-    backend->download(out, o.data(), o.size() * sizeof(float));
+    REQUIRE(backend->download(out, o.data(), o.size() * sizeof(float)).ok());
     for (int d = 0; d < 4; ++d) CHECK(o[2 * 16 + d] == doctest::Approx((values[d] + values[8 + d] + values[16 + d]) / 3));
 
     // Slot j of each kv head: steps = queries at or after it; accumulated = 2 heads × Σ_{t>=j} 1/(t+1).
     std::vector<int64_t> indices(2 * 8);
-    backend->download_kv_stream_indices(indices.data());
+    REQUIRE(backend->download_kv_stream_indices(indices.data()).ok());
     std::vector<SlotStats> stats(2 * 8);
-    backend->download_kv_statistics(stats.data());
+    REQUIRE(backend->download_kv_statistics(stats.data()).ok());
     const double expected_acc[3] = {2 * (1.0 + 0.5 + 1.0 / 3), 2 * (0.5 + 1.0 / 3), 2 * (1.0 / 3)};
     for (int h = 0; h < 2; ++h) {
         for (int j = 0; j < 3; ++j) {
@@ -275,7 +275,7 @@ struct RealSession {
         const ModelShape &sh = model->shape();
         const int slots = session->settings().kv_budget;
         std::vector<int64_t> all(static_cast<size_t>(sh.n_layer) * sh.n_head_kv * slots);
-        session->backend().download_kv_stream_indices(all.data());
+        REQUIRE(session->backend().download_kv_stream_indices(all.data()).ok());
         std::vector<std::vector<int64_t>> heads(static_cast<size_t>(sh.n_layer) * sh.n_head_kv);
         for (size_t h = 0; h < heads.size(); ++h) {
             for (int s = 0; s < slots; ++s) {

@@ -182,11 +182,11 @@ TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the 
         keys.insert(keys.end(), ks.begin(), ks.end());
         std::vector<int32_t> pos(n);
         for (int t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(next + t);
-        backend->upload(q, qs.data(), qs.size() * sizeof(float));
-        backend->upload(k, ks.data(), ks.size() * sizeof(float));
-        backend->upload(v, vs.data(), vs.size() * sizeof(float));
-        backend->upload(positions, pos.data(), pos.size() * sizeof(int32_t));
-        backend->attention(out, q, k, v, 0, AttentionBatch{n, next, positions, false}, shape);
+        REQUIRE(backend->upload(q, qs.data(), qs.size() * sizeof(float)).ok());
+        REQUIRE(backend->upload(k, ks.data(), ks.size() * sizeof(float)).ok());
+        REQUIRE(backend->upload(v, vs.data(), vs.size() * sizeof(float)).ok());
+        REQUIRE(backend->upload(positions, pos.data(), pos.size() * sizeof(int32_t)).ok());
+        REQUIRE(backend->attention(out, q, k, v, 0, AttentionBatch{n, next, positions, false}, shape).ok());
 
         // Tokens take slots in stream order (no eviction here): slot j holds token j.
         for (int h = 0; h < n_kv; ++h) {
@@ -220,7 +220,7 @@ TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the 
         next += n;
     }
     std::vector<SlotStats> got(expected.size());
-    backend->download_kv_statistics(got.data());
+    REQUIRE(backend->download_kv_statistics(got.data()).ok());
     for (size_t i = 0; i < got.size(); ++i) {
         INFO("kv head " << i / n_slots << ", slot " << i % n_slots);
         CHECK(got[i].accumulated == doctest::Approx(expected[i].accumulated).epsilon(1e-5));

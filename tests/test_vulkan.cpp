@@ -122,8 +122,8 @@ struct Backends {
         REQUIRE(cpu->alloc(type, cols, rows, &t.cpu).ok());
         REQUIRE(gpu->alloc(type, cols, rows, &t.gpu).ok());
         if (data) {
-            cpu->upload(t.cpu, data, t.cpu.bytes());
-            gpu->upload(t.gpu, data, t.gpu.bytes());
+            REQUIRE(cpu->upload(t.cpu, data, t.cpu.bytes()).ok());
+            REQUIRE(gpu->upload(t.gpu, data, t.gpu.bytes()).ok());
         }
         return t;
     }
@@ -156,12 +156,12 @@ struct Backends {
     }
     std::vector<float> cpu_floats(const Tensor &t, size_t count) {
         std::vector<float> v(count);
-        cpu->download(t, v.data(), count * sizeof(float));
+        REQUIRE(cpu->download(t, v.data(), count * sizeof(float)).ok());
         return v;
     }
     std::vector<float> gpu_floats(const Tensor &t, size_t count) {
         std::vector<float> v(count);
-        gpu->download(t, v.data(), count * sizeof(float));
+        REQUIRE(gpu->download(t, v.data(), count * sizeof(float)).ok());
         return v;
     }
 };
@@ -225,15 +225,15 @@ TEST_CASE("vulkan: get_rows dequantizes exactly as the CPU for every weight type
         INFO("type " << type_name(type));
         const Twin table = b.weight(type, cols, rows, random_floats(cols * rows, 1, -2, 2));
         const Twin out = b.alloc(TensorType::F32, cols, n);
-        b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n);
-        b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n);
+        REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
+        REQUIRE(b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n).ok());
         CHECK(b.gpu_floats(out.gpu, cols * n) == b.cpu_floats(out.cpu, cols * n));
     }
     // Odd rows: F16 rows of 75 values are not 4-byte aligned in the file.
     const Twin table = b.weight(TensorType::F16, 75, rows, random_floats(75 * rows, 11, -2, 2));
     const Twin out = b.alloc(TensorType::F32, 75, n);
-    b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n);
-    b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n);
+    REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
+    REQUIRE(b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n).ok());
     CHECK(b.gpu_floats(out.gpu, 75 * n) == b.cpu_floats(out.cpu, 75 * n));
     check_validation_clean(*b.gpu);
 }
@@ -250,8 +250,8 @@ TEST_CASE("vulkan: an allocation beyond the device's memory fails with H2O_ERR_O
     REQUIRE(vk->alloc(TensorType::F32, 4, 1, &small).ok());
     const float in[4] = {1, 2, 3, 4};
     float back[4] = {};
-    vk->upload(small, in, sizeof in);
-    vk->download(small, back, sizeof back);
+    REQUIRE(vk->upload(small, in, sizeof in).ok());
+    REQUIRE(vk->download(small, back, sizeof back).ok());
     CHECK(std::equal(in, in + 4, back));
     check_validation_clean(*vk);
 }
@@ -265,8 +265,8 @@ TEST_CASE("vulkan: rms_norm, add and swiglu match the CPU") {
             const Twin in = b.floats(cols, n, random_floats(cols * n, 2, -3, 3));
             const Twin w = b.weight(TensorType::F32, cols, 1, random_floats(cols, 3));
             const Twin out = b.alloc(TensorType::F32, cols, n);
-            b.cpu->rms_norm(out.cpu, in.cpu, w.cpu, n, 1e-5f);
-            b.gpu->rms_norm(out.gpu, in.gpu, w.gpu, n, 1e-5f);
+            REQUIRE(b.cpu->rms_norm(out.cpu, in.cpu, w.cpu, n, 1e-5f).ok());
+            REQUIRE(b.gpu->rms_norm(out.gpu, in.gpu, w.gpu, n, 1e-5f).ok());
             const auto c = b.cpu_floats(out.cpu, cols * n), g = b.gpu_floats(out.gpu, cols * n);
             CHECK(max_abs_diff(c, g) <= 2e-6 * max_abs(c));
         }
@@ -274,13 +274,13 @@ TEST_CASE("vulkan: rms_norm, add and swiglu match the CPU") {
         const int n = 7;
         const auto a_data = random_floats(cols * n, 4, -8, 8), b_data = random_floats(cols * n, 5, -2, 2);
         const Twin a = b.floats(cols, n, a_data), x = b.floats(cols, n, b_data);
-        b.cpu->add(a.cpu, x.cpu, n);
-        b.gpu->add(a.gpu, x.gpu, n);
+        REQUIRE(b.cpu->add(a.cpu, x.cpu, n).ok());
+        REQUIRE(b.gpu->add(a.gpu, x.gpu, n).ok());
         CHECK(b.gpu_floats(a.gpu, cols * n) == b.cpu_floats(a.cpu, cols * n));  // one rounding, same order
 
         const Twin gate = b.floats(cols, n, a_data), up = b.floats(cols, n, b_data);
-        b.cpu->swiglu(gate.cpu, up.cpu, n);
-        b.gpu->swiglu(gate.gpu, up.gpu, n);
+        REQUIRE(b.cpu->swiglu(gate.cpu, up.cpu, n).ok());
+        REQUIRE(b.gpu->swiglu(gate.gpu, up.gpu, n).ok());
         const auto c = b.cpu_floats(gate.cpu, cols * n), g = b.gpu_floats(gate.gpu, cols * n);
         for (size_t i = 0; i < c.size(); ++i) CHECK(g[i] == doctest::Approx(c[i]).epsilon(1e-5).scale(1e-6));
         check_validation_clean(*b.gpu);
@@ -330,8 +330,8 @@ TEST_CASE("vulkan: matmul matches the CPU for every weight type, one token and b
                     const auto x_values = random_floats(s.cols * n, 7 + n, -2, 2);
                     const Twin x = b.floats(s.cols, n, x_values);
                     const Twin y = b.alloc(TensorType::F32, s.rows, n);
-                    b.cpu->matmul(y.cpu, w.cpu, x.cpu, n);
-                    b.gpu->matmul(y.gpu, w.gpu, x.gpu, n);
+                    REQUIRE(b.cpu->matmul(y.cpu, w.cpu, x.cpu, n).ok());
+                    REQUIRE(b.gpu->matmul(y.gpu, w.gpu, x.gpu, n).ok());
                     const auto c = b.cpu_floats(y.cpu, s.rows * n), g = b.gpu_floats(y.gpu, s.rows * n);
                     int bad = 0;
                     for (int t = 0; t < n; ++t) {
@@ -380,8 +380,8 @@ TEST_CASE("vulkan: weights larger than one storage buffer binding are processed 
         const int n_ids = static_cast<int>(ids.size());
         const Twin id = b.alloc(TensorType::I32, 1, n_ids, ids.data());
         const Twin rows_out = b.alloc(TensorType::F32, cols, n_ids);
-        b.cpu->get_rows(rows_out.cpu, w.cpu, id.cpu, n_ids);
-        b.gpu->get_rows(rows_out.gpu, w.gpu, id.gpu, n_ids);
+        REQUIRE(b.cpu->get_rows(rows_out.cpu, w.cpu, id.cpu, n_ids).ok());
+        REQUIRE(b.gpu->get_rows(rows_out.gpu, w.gpu, id.gpu, n_ids).ok());
         CHECK(b.gpu_floats(rows_out.gpu, cols * n_ids) == b.cpu_floats(rows_out.cpu, cols * n_ids));
         // Each output row is computed the same way whatever window holds it: the result equals
         // that of a backend without the limit exactly.
@@ -391,14 +391,14 @@ TEST_CASE("vulkan: weights larger than one storage buffer binding are processed 
             const auto x_values = random_floats(cols * n, 13);
             const Twin x = b.floats(cols, n, x_values);
             const Twin y = b.alloc(TensorType::F32, rows, n);
-            b.gpu->matmul(y.gpu, w.gpu, x.gpu, n);
+            REQUIRE(b.gpu->matmul(y.gpu, w.gpu, x.gpu, n).ok());
             Tensor x_ref, y_ref;
             REQUIRE(ref->alloc(TensorType::F32, cols, n, &x_ref).ok());
             REQUIRE(ref->alloc(TensorType::F32, rows, n, &y_ref).ok());
-            ref->upload(x_ref, x_values.data(), x_values.size() * sizeof(float));
-            ref->matmul(y_ref, w_ref, x_ref, n);
+            REQUIRE(ref->upload(x_ref, x_values.data(), x_values.size() * sizeof(float)).ok());
+            REQUIRE(ref->matmul(y_ref, w_ref, x_ref, n).ok());
             std::vector<float> expected(rows * n);
-            ref->download(y_ref, expected.data(), expected.size() * sizeof(float));
+            REQUIRE(ref->download(y_ref, expected.data(), expected.size() * sizeof(float)).ok());
             CHECK(b.gpu_floats(y.gpu, rows * n) == expected);
         }
     }
@@ -419,8 +419,8 @@ TEST_CASE("vulkan: rope matches the CPU, including large positions and partial r
         const Twin pos = b.alloc(TensorType::I32, 1, n, positions.data());
         const Twin q = b.floats(64, n, random_floats(64 * n, 8));
         const Twin k = b.floats(32, n, random_floats(32 * n, 9));
-        b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape);
-        b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape);
+        REQUIRE(b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape).ok());
+        REQUIRE(b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape).ok());
         // The CPU rotates with double-precision angles; so does the GPU, in fixed point, with
         // sin/cos to about 1 ulp: the results agree to a few ulps of the inputs (|x| <= 1).
         INFO("rope_dims " << rope_dims);
@@ -463,8 +463,8 @@ struct AttentionRun {
     }
 
     void upload(const Twin &t, const std::vector<float> &data) {
-        b.cpu->upload(t.cpu, data.data(), data.size() * sizeof(float));
-        b.gpu->upload(t.gpu, data.data(), data.size() * sizeof(float));
+        REQUIRE(b.cpu->upload(t.cpu, data.data(), data.size() * sizeof(float)).ok());
+        REQUIRE(b.gpu->upload(t.gpu, data.data(), data.size() * sizeof(float)).ok());
     }
 
     // One batch of n tokens through every layer; false once a check failed.
@@ -474,8 +474,8 @@ struct AttentionRun {
         const int64_t first_rank = n_cached - evicted;
         std::vector<int32_t> p(n);
         for (int i = 0; i < n; ++i) p[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : next_index + i);
-        b.cpu->upload(pos.cpu, p.data(), n * sizeof(int32_t));
-        b.gpu->upload(pos.gpu, p.data(), n * sizeof(int32_t));
+        REQUIRE(b.cpu->upload(pos.cpu, p.data(), n * sizeof(int32_t)).ok());
+        REQUIRE(b.gpu->upload(pos.gpu, p.data(), n * sizeof(int32_t)).ok());
         bool ok = true;
         for (int layer = 0; layer < kv.n_layer; ++layer) {
             // Scaled queries make the attention peaked, so the statistics differ between slots.
@@ -483,8 +483,8 @@ struct AttentionRun {
             upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
             upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
             const AttentionBatch cb{n, next_index, pos.cpu, pinned}, gb{n, next_index, pos.gpu, pinned};
-            b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape);
-            b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape);
+            REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
+            REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
             const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
             INFO("layer " << layer << ", tokens " << next_index << ".." << next_index + n - 1);
             const double diff = max_abs_diff(c, g);
@@ -499,13 +499,13 @@ struct AttentionRun {
     bool compare_kv() {
         const size_t slots = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
         std::vector<int64_t> ci(slots), gi(slots);
-        b.cpu->download_kv_stream_indices(ci.data());
-        b.gpu->download_kv_stream_indices(gi.data());
+        REQUIRE(b.cpu->download_kv_stream_indices(ci.data()).ok());
+        REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
         INFO("after tokens up to " << next_index - 1);
         CHECK(gi == ci);
         std::vector<SlotStats> cs(slots), gs(slots);
-        b.cpu->download_kv_statistics(cs.data());
-        b.gpu->download_kv_statistics(gs.data());
+        REQUIRE(b.cpu->download_kv_statistics(cs.data()).ok());
+        REQUIRE(b.gpu->download_kv_statistics(gs.data()).ok());
         int bad = 0;
         for (size_t i = 0; i < slots; ++i) {
             if (ci[i] < 0) continue;
@@ -562,8 +562,8 @@ TEST_CASE("vulkan: attention and its statistics match the CPU for every KV type 
             REQUIRE(run.step(17));
             for (int i = 0; i < 6; ++i) REQUIRE(run.step(1));
             REQUIRE(run.step(32));
-            b.cpu->clear_kv();
-            b.gpu->clear_kv();
+            REQUIRE(b.cpu->clear_kv().ok());
+            REQUIRE(b.gpu->clear_kv().ok());
             run.next_index = run.n_cached = 0;
             REQUIRE(run.step(5));
             CHECK(b.gpu->kv_bytes() > 0);
@@ -601,17 +601,17 @@ TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every K
                 const float magnitude = is_special ? (h == 0 ? 1.0f : -0.37f) : std::pow(10.0f, (trial % 7) - 3.0f + 0.3f * h);
                 for (int d = 0; d < kv.head_dim; ++d) values[h * kv.head_dim + d] = r[d] * magnitude;
             }
-            b.cpu->clear_kv();
-            b.gpu->clear_kv();
+            REQUIRE(b.cpu->clear_kv().ok());
+            REQUIRE(b.gpu->clear_kv().ok());
             run.upload(run.v, values);
             run.upload(run.k, random_floats(row, 900 + static_cast<uint32_t>(trial)));
             run.upload(run.q, random_floats(run.shape.n_embd, 700 + static_cast<uint32_t>(trial)));
             const int32_t position = 0;
-            b.cpu->upload(run.pos.cpu, &position, sizeof position);
-            b.gpu->upload(run.pos.gpu, &position, sizeof position);
+            REQUIRE(b.cpu->upload(run.pos.cpu, &position, sizeof position).ok());
+            REQUIRE(b.gpu->upload(run.pos.gpu, &position, sizeof position).ok());
             const AttentionBatch cb{1, 0, run.pos.cpu, false}, gb{1, 0, run.pos.gpu, false};
-            b.cpu->attention(run.out.cpu, run.q.cpu, run.k.cpu, run.v.cpu, 0, cb, run.shape);
-            b.gpu->attention(run.out.gpu, run.q.gpu, run.k.gpu, run.v.gpu, 0, gb, run.shape);
+            REQUIRE(b.cpu->attention(run.out.cpu, run.q.cpu, run.k.cpu, run.v.cpu, 0, cb, run.shape).ok());
+            REQUIRE(b.gpu->attention(run.out.gpu, run.q.gpu, run.k.gpu, run.v.gpu, 0, gb, run.shape).ok());
             const auto c = b.cpu_floats(run.out.cpu, run.shape.n_embd), g = b.gpu_floats(run.out.gpu, run.shape.n_embd);
             if (g != c && mismatches++ < 3) MESSAGE("trial " << trial << ": max difference " << max_abs_diff(c, g));
             ++trials;
@@ -719,13 +719,13 @@ struct ModelRun {
             const int64_t first_rank = n_cached - evicted;
             std::vector<int32_t> positions(n);
             for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
-            graph->evaluate(tokens.data() + done, positions.data(), static_cast<int>(n), n_past, false);
+            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), static_cast<int>(n), n_past, false).ok());
             n_past += n;
             n_cached = first_rank + n;
             done += static_cast<size_t>(n);
         }
         std::vector<float> logits(model->shape().n_vocab);
-        graph->download_logits(logits.data());
+        REQUIRE(graph->download_logits(logits.data()).ok());
         return logits;
     }
 };
@@ -861,8 +861,8 @@ TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CP
         CHECK(gpu_tokens == cpu_tokens);
         const size_t slots = static_cast<size_t>(gpu.kv.n_layer) * gpu.kv.n_head_kv * gpu.kv.n_slots;
         std::vector<int64_t> gi(slots), ci(slots);
-        gpu.backend->download_kv_stream_indices(gi.data());
-        cpu.backend->download_kv_stream_indices(ci.data());
+        REQUIRE(gpu.backend->download_kv_stream_indices(gi.data()).ok());
+        REQUIRE(cpu.backend->download_kv_stream_indices(ci.data()).ok());
         CHECK(gi == ci);
         CHECK(max_abs_diff(g, c) <= 1e-3 * max_abs(c));
         check_validation_clean(*gpu.backend);

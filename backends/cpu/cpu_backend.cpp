@@ -63,31 +63,46 @@ public:
 
     bool weight_is_copy(const Tensor &weight) const override { return interleaved_weights_.count(weight.buffer) != 0; }
 
-    void upload(const Tensor &dst, const void *src, size_t bytes) override { std::memcpy(host<uint8_t>(dst), src, bytes); }
-    void download(const Tensor &src, void *dst, size_t bytes) override { std::memcpy(dst, host<const uint8_t>(src), bytes); }
-    void synchronize() override {}
+    Status upload(const Tensor &dst, const void *src, size_t bytes) override {
+        H2O_TRY(injected_fault());
+        std::memcpy(host<uint8_t>(dst), src, bytes);
+        return Status::Ok();
+    }
+    Status download(const Tensor &src, void *dst, size_t bytes) override {
+        H2O_TRY(injected_fault());
+        std::memcpy(dst, host<const uint8_t>(src), bytes);
+        return Status::Ok();
+    }
+    Status synchronize() override { return injected_fault(); }
     size_t allocated_bytes() const override {
         return allocated_ + matmul_scratch_.size() + attention_weights_.size() * sizeof(float) +
                partial_stats_.size() * sizeof(SlotStats) + kv_.bytes();
     }
 
-    void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
+    Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
+        H2O_TRY(injected_fault());
         cpu::dequantize_rows(table.type, host<const void>(table), table.cols, host<const int32_t>(ids), n, host<float>(out),
                              layout(table));
+        return Status::Ok();
     }
 
-    void rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override {
+    Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override {
+        H2O_TRY(injected_fault());
         for (int t = 0; t < n; ++t) {
             cpu::rmsnorm(host<float>(out) + t * out.cols, host<const float>(in) + t * in.cols, host<const float>(weight), in.cols, eps);
         }
+        return Status::Ok();
     }
 
-    void matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override {
+    Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override {
+        H2O_TRY(injected_fault());
         cpu::matmul(pool_, weight.type, host<const void>(weight), weight.rows, weight.cols, host<const float>(in), n,
                     host<float>(out), matmul_scratch_.data(), layout(weight));
+        return Status::Ok();
     }
 
-    void rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override {
+    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override {
+        H2O_TRY(injected_fault());
         const int32_t *pos = host<const int32_t>(positions);
         const int half = shape.rope_dims / 2;
         for (int t = 0; t < n; ++t) {
@@ -109,9 +124,11 @@ public:
                 rotate(host<float>(k) + t * k.cols, shape.n_head_kv);
             }
         }
+        return Status::Ok();
     }
 
-    void swiglu(const Tensor &gate, const Tensor &up, int n) override {
+    Status swiglu(const Tensor &gate, const Tensor &up, int n) override {
+        H2O_TRY(injected_fault());
         float *g = host<float>(gate);
         const float *u = host<const float>(up);
         const int64_t count = gate.cols * n;
@@ -120,10 +137,13 @@ public:
             ThreadPool::split(count, index, threads, &begin, &end);
             cpu::silu_mul(g + begin, g + begin, u + begin, end - begin);
         }, count * 8);  // an exp and a few flops per element
+        return Status::Ok();
     }
 
-    void add(const Tensor &acc, const Tensor &x, int n) override {
+    Status add(const Tensor &acc, const Tensor &x, int n) override {
+        H2O_TRY(injected_fault());
         cpu::add(host<float>(acc), host<const float>(acc), host<const float>(x), acc.cols * n);
+        return Status::Ok();
     }
 
     Status create_kv(const KvConfig &config) override {
@@ -141,7 +161,10 @@ public:
         return Status::Ok();
     }
 
-    void clear_kv() override { kv_.clear(); }
+    Status clear_kv() override {
+        kv_.clear();
+        return Status::Ok();
+    }
     Status save_kv(ByteWriter &out) override {
         kv_.save(out);
         return Status::Ok();
@@ -151,7 +174,7 @@ public:
     }
     size_t kv_bytes() const override { return kv_.bytes(); }
 
-    void download_kv_statistics(SlotStats *out) override {
+    Status download_kv_statistics(SlotStats *out) override {
         const KvConfig &c = kv_.config();
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
@@ -161,9 +184,10 @@ public:
                 }
             }
         }
+        return Status::Ok();
     }
 
-    void download_kv_stream_indices(int64_t *out) override {
+    Status download_kv_stream_indices(int64_t *out) override {
         const KvConfig &c = kv_.config();
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
@@ -171,12 +195,23 @@ public:
                 out = std::copy(view.stream_index, view.stream_index + c.n_slots, out);
             }
         }
+        return Status::Ok();
     }
 
-    void attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                   const AttentionBatch &batch, const ModelShape &shape) override;
+    Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                     const AttentionBatch &batch, const ModelShape &shape) override;
+
+    // Test hook (cpu_inject_fault): the operation `after` operations from now fails.
+    void inject_fault(int after) { fault_countdown_ = after; }
 
 private:
+    // Like a device error, an injected fault stays: every later operation fails too.
+    Status injected_fault() {
+        if (fault_countdown_ == 0) fault_ = make_error(H2O_ERR_BACKEND_FAILED, "cpu backend: injected fault");
+        if (fault_countdown_ >= 0) --fault_countdown_;
+        return fault_;
+    }
+
     struct AttentionScratch {
         float *weight, *group_weight;  // [n_slots]
         SlotStats *partial;            // [n_head_kv × n_slots]
@@ -201,13 +236,16 @@ private:
         return weight_is_copy(weight) ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows;
     }
 
+    int fault_countdown_ = -1;  // no fault
+    Status fault_;
     KvCache kv_;
     std::vector<float> attention_weights_;
     std::vector<SlotStats> partial_stats_;
 };
 
-void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                           const AttentionBatch &batch, const ModelShape &shape) {
+Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                             const AttentionBatch &batch, const ModelShape &shape) {
+    H2O_TRY(injected_fault());
     const int n = batch.n_tokens, hd = shape.head_dim, n_kv = shape.n_head_kv;
     const int group = shape.n_head / n_kv;
     const int32_t *pos = host<const int32_t>(batch.positions);
@@ -294,7 +332,7 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
             }
         }
     }, work);
-    if (!gather_statistics) return;
+    if (!gather_statistics) return Status::Ok();
     const float old_persistence_weight = kv_power(decay, n);
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::HeadView view = kv_.head(layer, h);
@@ -307,12 +345,19 @@ void CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, 
             view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, old_persistence_weight);
         }
     }
+    return Status::Ok();
 }
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, int max_batch) {
     return std::make_unique<CpuBackend>(n_threads, max_batch);
+}
+
+bool cpu_inject_fault(Backend &backend, int after_operations) {
+    auto *cpu = dynamic_cast<CpuBackend *>(&backend);
+    if (cpu) cpu->inject_fault(after_operations);
+    return cpu != nullptr;
 }
 
 }  // namespace h2o

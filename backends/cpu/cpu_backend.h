@@ -11,4 +11,9 @@ namespace h2o {
 // max_batch: the most tokens one operation will see (sizes the matmul scratch).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, int max_batch);
 
+// For tests of error handling: makes a CPU backend's operation `after_operations` operations from
+// now (0: the next) fail with H2O_ERR_BACKEND_FAILED, as a device error would. False when
+// `backend` is not a CPU backend.
+bool cpu_inject_fault(Backend &backend, int after_operations);
+
 }  // namespace h2o

@@ -194,24 +194,27 @@ public:
 
     Status alloc(TensorType type, int64_t cols, int64_t rows, Tensor *out) override;
     Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) override;
-    void upload(const Tensor &dst, const void *src, size_t bytes) override;
-    void download(const Tensor &src, void *dst, size_t bytes) override;
-    void synchronize() override { flush(); }
+    Status upload(const Tensor &dst, const void *src, size_t bytes) override;
+    Status download(const Tensor &src, void *dst, size_t bytes) override;
+    Status synchronize() override {
+        flush();
+        return error_;
+    }
     size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes); }
 
-    void get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
-    void rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
-    void matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override;
-    void rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override;
-    void swiglu(const Tensor &gate, const Tensor &up, int n) override;
-    void add(const Tensor &acc, const Tensor &x, int n) override;
-    void elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n);
+    Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
+    Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
+    Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override;
+    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override;
+    Status swiglu(const Tensor &gate, const Tensor &up, int n) override;
+    Status add(const Tensor &acc, const Tensor &x, int n) override;
+    Status elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n);
 
     Status create_kv(const KvConfig &config) override;
-    void clear_kv() override;
+    Status clear_kv() override;
     size_t kv_bytes() const override { return static_cast<size_t>(kv_bytes_); }
-    void download_kv_stream_indices(int64_t *out) override;
-    void download_kv_statistics(SlotStats *out) override;
+    Status download_kv_stream_indices(int64_t *out) override;
+    Status download_kv_statistics(SlotStats *out) override;
     // Snapshots need the device's cache in the host layout; that copy is not written yet.
     Status save_kv(ByteWriter &) override { return snapshot_unsupported(); }
     Status load_kv(ByteReader &, int64_t, int64_t, int64_t) override { return snapshot_unsupported(); }
@@ -219,8 +222,11 @@ public:
         return make_error(H2O_ERR_UNSUPPORTED, "session snapshots (save, load, fork) are not implemented on the Vulkan backend "
                                                "yet; create the session with the CPU backend");
     }
-    void attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                   const AttentionBatch &batch, const ModelShape &shape) override;
+    Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                     const AttentionBatch &batch, const ModelShape &shape) override;
+
+    // Test hook (vulkan_fail_next_submission): the next submission fails as a lost device would.
+    void fail_next_submission() { fail_next_submission_ = true; }
 
     VulkanCounters counters() const;
 
@@ -263,7 +269,9 @@ private:
     // ---- recording
     bool begin();
     void flush();
-    void fail(const std::string &what);
+    // Records the backend's first error: it stays, and every later operation returns it.
+    void fail(const std::string &what, h2o_status code = H2O_ERR_BACKEND_FAILED);
+    bool failed() const { return !error_.ok(); }
     // Records the barrier `accesses` need against what was recorded since the last one.
     void track(const Access *accesses, size_t count, VkPipelineStageFlags stage);
     // Bindings cover whole tensors (so descriptor sets do not depend on the batch size, and the
@@ -284,13 +292,14 @@ private:
     bool reserve_host(VkDeviceSize bytes, VkDeviceSize *offset);
     void record_upload(VkBuffer dst, VkDeviceSize dst_offset, const void *src, VkDeviceSize bytes);
     void record_fill(VkBuffer dst, VkDeviceSize offset, VkDeviceSize bytes, uint32_t value);
-    void download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes);
+    Status download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes);
     void ensure_rope_table(int slot, int rope_dims, float base);
 
     std::unique_ptr<vk::Context> ctx_;
     const vk::DeviceFunctions &vk_;
     int max_batch_;
-    bool failed_ = false;
+    Status error_;  // the first error (see fail)
+    bool fail_next_submission_ = false;
 
     std::vector<Block> blocks_;
     VkDeviceSize device_bytes_ = 0;   // VkDeviceMemory of the blocks
@@ -564,7 +573,7 @@ Status VulkanBackend::adopt_weight(TensorType type, int64_t cols, int64_t rows, 
     const size_t row_in = row_bytes(type, cols);
     const int64_t rows_per_copy = std::max<int64_t>(1, static_cast<int64_t>(kHostBufferBytes / row_out));
     if (row_out > kHostBufferBytes) return make_error(H2O_ERR_UNSUPPORTED, "a weight row is larger than the staging buffer");
-    for (int64_t r0 = 0; r0 < rows && !failed_; r0 += rows_per_copy) {
+    for (int64_t r0 = 0; r0 < rows && !failed(); r0 += rows_per_copy) {
         const int64_t count = std::min(rows_per_copy, rows - r0);
         VkDeviceSize at = 0;
         if (!reserve_host(row_out * count, &at)) break;
@@ -577,19 +586,20 @@ Status VulkanBackend::adopt_weight(TensorType type, int64_t cols, int64_t rows, 
         vk_.vkCmdCopyBuffer(cmd_, host_buffer_, block(*out).buffer, 1, &copy);
         bytes_to_device_ += row_out * count;
     }
-    if (failed_) return make_error(H2O_ERR_INTERNAL, "Vulkan: uploading a weight failed");
+    H2O_TRY(error_);
     return Status::Ok();
 }
 
 // ---- recording ----------------------------------------------------------------------------------
 
-void VulkanBackend::fail(const std::string &what) {
-    if (!failed_) log(H2O_LOG_ERROR, "vulkan backend: " + what + "; further operations are skipped");
-    failed_ = true;
+void VulkanBackend::fail(const std::string &what, h2o_status code) {
+    if (failed()) return;
+    log(H2O_LOG_ERROR, "vulkan backend: " + what + "; further operations are refused");
+    error_ = make_error(code, "vulkan backend: " + what);
 }
 
 bool VulkanBackend::begin() {
-    if (failed_) return false;
+    if (failed()) return false;
     if (recording_) return true;
     auto info = vk::make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
     info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -610,6 +620,12 @@ void VulkanBackend::flush() {
     pending_writes_ = 0;
     host_used_ = 0;
     VkResult r = vk_.vkEndCommandBuffer(cmd_);
+    if (r == VK_SUCCESS && fail_next_submission_) {
+        fail_next_submission_ = false;
+        vk_.vkResetCommandPool(ctx_->device(), command_pool_, 0);
+        fail("vkQueueSubmit: VK_ERROR_DEVICE_LOST (injected)");
+        return;
+    }
     if (r == VK_SUCCESS) {
         auto submit = vk::make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
         submit.commandBufferCount = 1;
@@ -731,10 +747,10 @@ VkDescriptorSet VulkanBackend::descriptor_set(const Bound *bound, size_t count) 
 
 void VulkanBackend::dispatch(const std::string &kernel, std::initializer_list<Bound> bound, const void *push, size_t push_bytes,
                              uint32_t gx, uint32_t gy, uint32_t gz) {
-    if (failed_ || gx == 0 || gy == 0 || gz == 0) return;
+    if (failed() || gx == 0 || gy == 0 || gz == 0) return;
     const VkPipeline pipeline = ctx_->pipeline(kernel);
     if (!pipeline) {
-        fail("the kernel " + kernel + " is unavailable");
+        fail("the kernel " + kernel + " is unavailable", H2O_ERR_INTERNAL);
         return;
     }
     const VkDescriptorSet set = descriptor_set(bound.begin(), bound.size());
@@ -774,7 +790,7 @@ bool VulkanBackend::reserve_host(VkDeviceSize bytes, VkDeviceSize *offset) {
 }
 
 void VulkanBackend::record_upload(VkBuffer dst, VkDeviceSize dst_offset, const void *src, VkDeviceSize bytes) {
-    for (VkDeviceSize done = 0; done < bytes && !failed_;) {
+    for (VkDeviceSize done = 0; done < bytes && !failed();) {
         const VkDeviceSize piece = std::min(bytes - done, kHostBufferBytes);
         VkDeviceSize at = 0;
         if (!reserve_host(piece, &at)) return;
@@ -795,14 +811,11 @@ void VulkanBackend::record_fill(VkBuffer dst, VkDeviceSize offset, VkDeviceSize 
     vk_.vkCmdFillBuffer(cmd_, dst, offset, bytes, value);
 }
 
-void VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes) {
+Status VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes) {
     for (VkDeviceSize done = 0; done < bytes;) {
         const VkDeviceSize piece = std::min(bytes - done, kHostBufferBytes);
         VkDeviceSize at = 0;
-        if (failed_ || !reserve_host(piece, &at)) {
-            std::memset(static_cast<uint8_t *>(dst) + done, 0, bytes - done);
-            return;
-        }
+        if (failed() || !reserve_host(piece, &at)) return error_;
         const Access a{src, offset + done, piece, false};
         track(&a, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
         const VkBufferCopy copy{offset + done, at, piece};
@@ -814,10 +827,7 @@ void VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *dst,
         vk_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0,
                                  nullptr);
         flush();
-        if (failed_) {
-            std::memset(static_cast<uint8_t *>(dst) + done, 0, bytes - done);
-            return;
-        }
+        H2O_TRY(error_);
         if (!host_coherent_) {
             auto range = vk::make<VkMappedMemoryRange>(VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE);
             range.memory = host_memory_;
@@ -829,22 +839,24 @@ void VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *dst,
         bytes_to_host_ += piece;
         done += piece;
     }
+    return error_;
 }
 
-void VulkanBackend::upload(const Tensor &dst, const void *src, size_t bytes) {
-    if (failed_ || bytes == 0) return;
+Status VulkanBackend::upload(const Tensor &dst, const void *src, size_t bytes) {
+    if (failed() || bytes == 0) return error_;
     record_upload(block(dst).buffer, dst.offset, src, bytes);
+    return error_;
 }
 
-void VulkanBackend::download(const Tensor &src, void *dst, size_t bytes) {
-    if (bytes == 0) return;
-    download_range(block(src).buffer, src.offset, dst, bytes);
+Status VulkanBackend::download(const Tensor &src, void *dst, size_t bytes) {
+    if (bytes == 0) return error_;
+    return download_range(block(src).buffer, src.offset, dst, bytes);
 }
 
 // ---- operations ---------------------------------------------------------------------------------
 
-void VulkanBackend::get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) {
-    if (failed_ || n <= 0) return;
+Status VulkanBackend::get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) {
+    if (failed() || n <= 0) return error_;
     const VkDeviceSize row_out = 4 * static_cast<VkDeviceSize>(weight_row_words(table.type, table.cols));
     const int64_t window = rows_per_binding(table, row_out);
     // A table larger than one binding is looked up window by window; each id is in one of them.
@@ -859,19 +871,21 @@ void VulkanBackend::get_rows(const Tensor &out, const Tensor &table, const Tenso
         grid_1d(static_cast<uint64_t>(n) * table.cols, kElementwiseGroup, &gx, &gy);
         dispatch(std::string("get_rows_") + type_suffix(table.type), {t, i, o}, &push, sizeof push, gx, gy);
     }
+    return error_;
 }
 
-void VulkanBackend::rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) {
-    if (failed_ || n <= 0) return;
+Status VulkanBackend::rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) {
+    if (failed() || n <= 0) return error_;
     const Bound i = bind(in, false);
     const Bound w = bind(weight, false);
     const Bound o = bind(out, true);
     const RmsNormPush push{i.word, w.word, o.word, static_cast<uint32_t>(in.cols), eps};
     dispatch(reduction_kernel("rms_norm"), {i, w, o}, &push, sizeof push, static_cast<uint32_t>(n));
+    return error_;
 }
 
-void VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) {
-    if (failed_ || n <= 0) return;
+Status VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) {
+    if (failed() || n <= 0) return error_;
     const VkDeviceSize row_out = 4 * static_cast<VkDeviceSize>(weight_row_words(weight.type, weight.cols));
     const bool few_tokens = n < kMatvecMaxTokens;
     int64_t window = rows_per_binding(weight, row_out);
@@ -893,6 +907,7 @@ void VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tensor
                      static_cast<uint32_t>((n + kMatmulTileTokens - 1) / kMatmulTileTokens));
         }
     }
+    return error_;
 }
 
 void VulkanBackend::ensure_rope_table(int slot, int rope_dims, float base) {
@@ -904,12 +919,13 @@ void VulkanBackend::ensure_rope_table(int slot, int rope_dims, float base) {
     rope_base_[slot] = base;
 }
 
-void VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) {
+Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) {
     const int pairs = shape.rope_dims / 2;
-    if (failed_ || n <= 0 || pairs <= 0) return;
+    if (failed() || n <= 0 || pairs <= 0) return error_;
     if (pairs > static_cast<int>(kRopeTablePairs)) {
-        fail("rope_dims " + std::to_string(shape.rope_dims) + " is larger than supported (" + std::to_string(2 * kRopeTablePairs) + ")");
-        return;
+        fail("rope_dims " + std::to_string(shape.rope_dims) + " is larger than supported (" + std::to_string(2 * kRopeTablePairs) + ")",
+             H2O_ERR_INTERNAL);
+        return error_;
     }
     ensure_rope_table(0, shape.rope_dims, shape.rope_freq_base);
     const Bound bq = bind(q, true);
@@ -922,15 +938,16 @@ void VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positio
     uint32_t gx, gy;
     grid_1d(static_cast<uint64_t>(n) * (shape.n_head + shape.n_head_kv) * pairs, kRopeGroup, &gx, &gy);
     dispatch("rope", {bq, bk, bp, bt}, &push, sizeof push, gx, gy);
+    return error_;
 }
 
-void VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) { elementwise("swiglu", gate, up, n); }
+Status VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) { return elementwise("swiglu", gate, up, n); }
 
-void VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) { elementwise("add", acc, x, n); }
+Status VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) { return elementwise("add", acc, x, n); }
 
 // out[t] = op(out[t], in[t]) over the first n rows: the shaders of elementwise.comp.
-void VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n) {
-    if (failed_ || n <= 0) return;
+Status VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n) {
+    if (failed() || n <= 0) return error_;
     const uint64_t count = static_cast<uint64_t>(out.cols) * n;
     const Bound a = bind(out, true);
     const Bound b = bind(in, false);
@@ -938,6 +955,7 @@ void VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const T
     uint32_t gx, gy;
     grid_1d(count, kElementwiseGroup, &gx, &gy);
     dispatch(pipeline, {a, b}, &push, sizeof push, gx, gy);
+    return error_;
 }
 
 // ---- KV cache -----------------------------------------------------------------------------------
@@ -993,40 +1011,40 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     kv_bytes_ = (key_layer_bytes + value_layer_bytes) * config.n_layer + meta_bytes;
     has_kv_ = true;
     if (config.rolling && config.rope_dims >= 2) ensure_rope_table(1, config.rope_dims, config.rope_freq_base);
-    clear_kv();
-    return failed_ ? make_error(H2O_ERR_INTERNAL, "Vulkan: initialising the KV cache failed") : Status::Ok();
+    return clear_kv();
 }
 
-void VulkanBackend::clear_kv() {
-    if (!has_kv_ || failed_) return;
+Status VulkanBackend::clear_kv() {
+    if (!has_kv_ || failed()) return error_;
     const VkBuffer meta = block(meta_).buffer;
     const uint32_t slots = layout_.position - layout_.stream;  // 2 words per slot
     record_fill(meta, meta_.offset, VkDeviceSize{4} * slots, 0xFFFFFFFFu);  // every slot free (-1)
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.position, VkDeviceSize{4} * (layout_.rng - layout_.position), 0);
     const uint64_t rng = kv_.policy.seed ^ 0x9E3779B97F4A7C15ull;  // KvCache::clear
     record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.rng, &rng, sizeof rng);
+    return error_;
 }
 
-void VulkanBackend::download_kv_stream_indices(int64_t *out) {
-    if (!has_kv_) return;
+Status VulkanBackend::download_kv_stream_indices(int64_t *out) {
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
     const VkDeviceSize slots = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
-    download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stream, out, slots * sizeof(int64_t));
+    return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stream, out, slots * sizeof(int64_t));
 }
 
-void VulkanBackend::download_kv_statistics(SlotStats *out) {
-    if (!has_kv_) return;
+Status VulkanBackend::download_kv_statistics(SlotStats *out) {
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
     const VkDeviceSize slots = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
-    download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stats, out, slots * sizeof(SlotStats));
+    return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stats, out, slots * sizeof(SlotStats));
 }
 
-void VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                              const AttentionBatch &batch, const ModelShape &shape) {
+Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                                const AttentionBatch &batch, const ModelShape &shape) {
     const int n = batch.n_tokens;
-    if (failed_ || n <= 0) return;
+    if (failed() || n <= 0) return error_;
     if (!has_kv_ || n > max_batch_ || shape.head_dim != kv_.head_dim || shape.n_head_kv != kv_.n_head_kv ||
         shape.n_head % shape.n_head_kv != 0) {
-        fail("attention called without a matching KV cache or with more than max_batch tokens");
-        return;
+        fail("attention called without a matching KV cache or with more than max_batch tokens", H2O_ERR_INTERNAL);
+        return error_;
     }
     const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
     const auto hd = static_cast<uint32_t>(kv_.head_dim);
@@ -1130,6 +1148,7 @@ void VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         read_scratch.access.write = false;
         dispatch("attention_stats", {bmeta, read_scratch}, &stats, sizeof stats, (n_slots + kStatsGroup - 1) / kStatsGroup, n_kv);
     }
+    return error_;
 }
 
 VulkanCounters VulkanBackend::counters() const {
@@ -1158,6 +1177,12 @@ Status make_vulkan_backend(int device_index, int max_batch, std::unique_ptr<Back
     H2O_TRY(backend->init());
     *out = std::move(backend);
     return Status::Ok();
+}
+
+bool vulkan_fail_next_submission(Backend &backend) {
+    auto *vulkan = dynamic_cast<VulkanBackend *>(&backend);
+    if (vulkan) vulkan->fail_next_submission();
+    return vulkan != nullptr;
 }
 
 bool vulkan_counters(const Backend &backend, VulkanCounters *out) {

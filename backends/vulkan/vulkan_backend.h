@@ -58,6 +58,10 @@ struct VulkanCounters {
     uint64_t validation_messages = 0; // validation warnings and errors (H2O_VULKAN_VALIDATION=1)
 };
 
+// For tests of error handling: the backend's next submission fails as if the device were lost
+// (H2O_ERR_BACKEND_FAILED). False when `backend` is not a Vulkan backend.
+bool vulkan_fail_next_submission(Backend &backend);
+
 // The counters of a backend made by make_vulkan_backend; false for any other backend.
 bool vulkan_counters(const Backend &backend, VulkanCounters *out);
 

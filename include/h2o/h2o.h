@@ -98,7 +98,10 @@ typedef enum h2o_status {
     H2O_ERR_TOKENIZER = 10,          /* the tokenizer could not be built or failed */
     H2O_ERR_INTERNAL = 11,           /* a bug in h2o; please report it with the message */
     H2O_ERR_CANCELLED = 12,          /* h2o_session_cancel() or a progress callback stopped the call */
-    H2O_ERR_STATE_FORMAT = 13        /* a saved session state is malformed, truncated or foreign */
+    H2O_ERR_STATE_FORMAT = 13,       /* a saved session state is malformed, truncated or foreign */
+    H2O_ERR_BACKEND_FAILED = 14      /* the compute device failed while running (a lost device, a
+                                      * failed submission or kernel launch): the session refuses
+                                      * further work until h2o_session_reset() */
 } h2o_status;
 
 /* A constant English name for a status code, e.g. "invalid argument"; "unknown status" for a
@@ -462,7 +465,10 @@ H2O_API h2o_status h2o_session_get_device_traffic(const h2o_session *session, h2
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout);
 
 /* Forgets the conversation (KV cache, positions, sampler history) and reseeds the sampler with
- * the session's seed. No memory is allocated or freed. */
+ * the session's seed. No memory is allocated or freed, except after a call failed with
+ * H2O_ERR_BACKEND_FAILED: then the session's backend is made anew, on the same device (its
+ * weights uploaded again), and the errors of h2o_session_create are possible; while that fails,
+ * the session keeps refusing work with H2O_ERR_BACKEND_FAILED. */
 H2O_API h2o_status h2o_session_reset(h2o_session *session);
 
 /* Asks the call running on the session (h2o_generate, h2o_generate_begin/_next,

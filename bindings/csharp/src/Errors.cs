@@ -10,7 +10,7 @@ namespace H2o
     {
         Ok = 0, InvalidArgument = 1, OutOfMemory = 2, Io = 3, ModelFormat = 4, Unsupported = 5,
         ContextFull = 6, BackendUnavailable = 7, InvalidText = 8, BufferTooSmall = 9, Tokenizer = 10,
-        Internal = 11, Cancelled = 12, StateFormat = 13,
+        Internal = 11, Cancelled = 12, StateFormat = 13, BackendFailed = 14,
     }
 
     /// <summary>A failed h2o call: its status and the library's message.</summary>

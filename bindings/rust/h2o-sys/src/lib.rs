@@ -27,6 +27,7 @@ pub const H2O_ERR_TOKENIZER: h2o_status = 10;
 pub const H2O_ERR_INTERNAL: h2o_status = 11;
 pub const H2O_ERR_CANCELLED: h2o_status = 12;
 pub const H2O_ERR_STATE_FORMAT: h2o_status = 13;
+pub const H2O_ERR_BACKEND_FAILED: h2o_status = 14;
 
 pub const H2O_LOG_DEBUG: i32 = 0;
 pub const H2O_LOG_INFO: i32 = 1;

@@ -19,10 +19,11 @@ pub enum Status {
     Internal,
     Cancelled,
     StateFormat,
+    BackendFailed,
     Other(i32),
 }
 
-const KNOWN: [Status; 13] = [
+const KNOWN: [Status; 14] = [
     Status::InvalidArgument,
     Status::OutOfMemory,
     Status::Io,
@@ -36,10 +37,11 @@ const KNOWN: [Status; 13] = [
     Status::Internal,
     Status::Cancelled,
     Status::StateFormat,
+    Status::BackendFailed,
 ];
 
 impl Status {
-    /// The status of a non-zero code (the known ones are 1..=13, in the header's order).
+    /// The status of a non-zero code (the known ones are 1..=14, in the header's order).
     pub fn from_code(code: i32) -> Status {
         usize::try_from(code - 1).ok().and_then(|i| KNOWN.get(i).copied()).unwrap_or(Status::Other(code))
     }
