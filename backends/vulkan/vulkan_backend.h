@@ -22,6 +22,11 @@
 
 namespace h2o {
 
+struct BackendEntry;
+
+// The Vulkan backend's entry in the backend table (backend_registry.h).
+extern const BackendEntry kVulkanBackendEntry;
+
 enum class VulkanDeviceType { Other, Discrete, Integrated, Virtual, Cpu };
 
 const char *vulkan_device_type_name(VulkanDeviceType type);
