@@ -1,113 +1,128 @@
 #include "backend_registry.h"
 
-#include "cpu/cpu_backend.h"
-#include "cpu/kernels.h"
-#ifdef H2O_HAVE_VULKAN
-#include "vulkan/vulkan_backend.h"
-#endif
+#include <algorithm>
 
 namespace h2o {
 
 namespace {
 
-BackendDevice cpu_device(int n_threads) {
-    BackendDevice d;
-    d.kind = H2O_BACKEND_CPU;
-    d.name = std::string("cpu (") + cpu::kernel_isa_name(cpu::current_kernel_isa()) + " kernels" +
-             (n_threads > 0 ? ", " + std::to_string(n_threads) + " threads" : "") + ")";
-    d.type = "cpu";
-    return d;
+// Preference among a backend's devices when none is named: discrete, integrated, virtual, CPU
+// implementations, anything else.
+int preference(const BackendDevice &d) {
+    if (d.type == "discrete") return 4;
+    if (d.type == "integrated") return 3;
+    if (d.type == "virtual") return 2;
+    if (d.type == "cpu") return 1;
+    return 0;
 }
 
-#ifdef H2O_HAVE_VULKAN
-// Enumerating devices creates a Vulkan instance, which is slow; the devices of a machine do not
-// change while a process runs, so they are listed once.
-const std::vector<BackendDevice> &vulkan_devices() {
-    static const std::vector<BackendDevice> devices = [] {
-        std::vector<VulkanDeviceInfo> infos;
-        std::vector<BackendDevice> out;
-        if (!list_vulkan_devices(&infos).ok()) return out;
-        for (const VulkanDeviceInfo &info : infos) {
-            BackendDevice d;
-            d.kind = H2O_BACKEND_VULKAN;
-            d.device_index = info.index;
-            d.name = info.name;
-            d.type = vulkan_device_type_name(info.type);
-            d.memory_bytes = info.device_local_bytes;
-            out.push_back(d);
-        }
-        return out;
-    }();
-    return devices;
+// The devices of one backend; an error when it has none.
+Status backend_devices(const BackendEntry &backend, std::vector<BackendDevice> *out) {
+    H2O_TRY(backend.devices(out));
+    if (out->empty()) {
+        return make_error(H2O_ERR_BACKEND_UNAVAILABLE, std::string("no ") + backend_kind_title(backend.kind) + " device is present");
+    }
+    return Status::Ok();
 }
-#endif
+
+Status plan_explicit(const BackendEntry &backend, int device_index, const BackendRequirements &needs,
+                     std::vector<BackendCandidate> *out) {
+    std::vector<BackendDevice> devices;
+    H2O_TRY(backend_devices(backend, &devices));
+    const BackendDevice *device = nullptr;
+    if (device_index < 0) {
+        device = &*std::max_element(devices.begin(), devices.end(),
+                                    [](const BackendDevice &a, const BackendDevice &b) { return preference(a) < preference(b); });
+    } else {
+        for (const BackendDevice &d : devices) {
+            if (d.device_index == device_index) device = &d;
+        }
+    }
+    if (!device) {
+        return make_error(H2O_ERR_BACKEND_UNAVAILABLE, std::string("the ") + backend_kind_title(backend.kind) + " backend has no device " +
+                                                           std::to_string(device_index) + " (h2o_backend_get_info lists them)");
+    }
+    out->push_back({&backend, *device, backend.supports(needs, *device)});
+    return Status::Ok();
+}
+
+void plan_auto(const BackendRequirements &needs, std::vector<BackendCandidate> *out) {
+    for (const BackendEntry *backend : registered_backends()) {
+        std::vector<BackendDevice> devices;
+        if (!backend->devices(&devices).ok()) continue;  // a backend without a driver has no devices to weigh
+        for (const BackendDevice &d : devices) {
+            BackendCandidate c{backend, d, backend->supports(needs, d)};
+            if (c.verdict.ok() && backend->kind != H2O_BACKEND_CPU && d.type == "cpu") {
+                c.verdict = make_error(H2O_ERR_UNSUPPORTED, "skipped, a CPU implementation (slower than the CPU backend)");
+            }
+            out->push_back(std::move(c));
+        }
+    }
+    // The CPU backend runs everything the model loader accepts, so it comes last, after every
+    // device that may be faster.
+    std::stable_sort(out->begin(), out->end(), [](const BackendCandidate &a, const BackendCandidate &b) {
+        const bool a_cpu = a.backend->kind == H2O_BACKEND_CPU, b_cpu = b.backend->kind == H2O_BACKEND_CPU;
+        if (a_cpu != b_cpu) return b_cpu;
+        return preference(a.device) > preference(b.device);
+    });
+}
 
 }  // namespace
 
-std::vector<BackendDevice> list_backend_devices() {
-    std::vector<BackendDevice> devices{cpu_device(0)};
-#ifdef H2O_HAVE_VULKAN
-    for (const BackendDevice &d : vulkan_devices()) devices.push_back(d);
-#endif
-    return devices;
+const BackendEntry *find_backend(h2o_backend_kind kind) {
+    for (const BackendEntry *backend : registered_backends()) {
+        if (backend->kind == kind) return backend;
+    }
+    return nullptr;
 }
 
-Status make_backend(h2o_backend_kind kind, int device_index, int n_threads, int max_batch,
-                    std::unique_ptr<Backend> *out, BackendDevice *chosen, std::string *why) {
+const char *backend_kind_title(h2o_backend_kind kind) {
     switch (kind) {
-        case H2O_BACKEND_CPU:
-            if (device_index > 0) {
-                return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "the CPU backend has one device (index 0 or -1), not " +
-                                                                   std::to_string(device_index));
-            }
-            *out = make_cpu_backend(n_threads, max_batch);
-            *chosen = cpu_device(n_threads);
-            *why = "the CPU backend was requested";
-            return Status::Ok();
-        case H2O_BACKEND_VULKAN: {
-#ifdef H2O_HAVE_VULKAN
-            H2O_TRY(make_vulkan_backend(device_index, max_batch, out));
-            VulkanCounters counters;
-            vulkan_counters(**out, &counters);
-            for (const BackendDevice &d : vulkan_devices()) {
-                if (d.name == counters.device_name) *chosen = d;
-            }
-            *why = "the Vulkan backend was requested";
-            return Status::Ok();
-#else
-            return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "this build of h2o has no Vulkan backend");
-#endif
-        }
-        case H2O_BACKEND_CUDA:
-            return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "this build of h2o has no CUDA backend");
-        case H2O_BACKEND_AUTO: {
-            if (device_index >= 0) {
-                return make_error(H2O_ERR_INVALID_ARGUMENT, "device_index " + std::to_string(device_index) +
-                                                                " needs an explicit backend, not auto");
-            }
-#ifdef H2O_HAVE_VULKAN
-            std::string seen;
-            for (const BackendDevice &d : vulkan_devices()) {
-                seen += (seen.empty() ? "" : ", ") + d.name + " (" + d.type + ")";
-                if (d.type == "cpu") continue;
-                const Status st = make_vulkan_backend(d.device_index, max_batch, out);
-                if (st.ok()) {
-                    *chosen = d;
-                    *why = "auto: chose the Vulkan GPU " + d.name;
-                    return Status::Ok();
-                }
-                seen += " [failed: " + st.message + "]";
-            }
-            *why = "auto: chose the CPU backend; Vulkan devices: " + (seen.empty() ? std::string("none") : seen);
-#else
-            *why = "auto: chose the CPU backend (this build has no GPU backend)";
-#endif
-            *out = make_cpu_backend(n_threads, max_batch);
-            *chosen = cpu_device(n_threads);
-            return Status::Ok();
-        }
+        case H2O_BACKEND_AUTO: return "auto";
+        case H2O_BACKEND_CPU: return "CPU";
+        case H2O_BACKEND_VULKAN: return "Vulkan";
+        case H2O_BACKEND_CUDA: return "CUDA";
     }
-    return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown backend kind " + std::to_string(static_cast<int>(kind)));
+    return nullptr;
+}
+
+std::vector<BackendDevice> list_backend_devices() {
+    std::vector<BackendDevice> all;
+    for (const BackendEntry *backend : registered_backends()) {
+        std::vector<BackendDevice> devices;
+        if (backend->devices(&devices).ok()) all.insert(all.end(), devices.begin(), devices.end());
+    }
+    return all;
+}
+
+Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs,
+                     std::vector<BackendCandidate> *out) {
+    out->clear();
+    if (kind == H2O_BACKEND_AUTO) {
+        if (device_index >= 0) {
+            return make_error(H2O_ERR_INVALID_ARGUMENT, "device_index " + std::to_string(device_index) + " needs an explicit backend, not auto");
+        }
+        plan_auto(needs, out);
+        return Status::Ok();
+    }
+    const char *title = backend_kind_title(kind);
+    if (!title) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown backend kind " + std::to_string(static_cast<int>(kind)));
+    }
+    const BackendEntry *backend = find_backend(kind);
+    if (!backend) return make_error(H2O_ERR_BACKEND_UNAVAILABLE, std::string("this build of h2o has no ") + title + " backend");
+    return plan_explicit(*backend, device_index, needs, out);
+}
+
+std::string candidate_label(const BackendCandidate &candidate) {
+    if (candidate.backend->kind == H2O_BACKEND_CPU) return "the CPU backend";
+    return std::string(backend_kind_title(candidate.backend->kind)) + " " + candidate.device.name + " (" + candidate.device.type + ")";
+}
+
+std::string explain_auto_choice(const std::vector<BackendCandidate> &plan, size_t chosen) {
+    std::string why = "auto: chose " + candidate_label(plan[chosen]);
+    for (size_t i = 0; i < chosen; ++i) why += "; " + candidate_label(plan[i]) + ": " + plan[i].verdict.message;
+    return why;
 }
 
 }  // namespace h2o

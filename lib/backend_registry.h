@@ -1,7 +1,14 @@
-// Which compute backends and devices exist, and making one for a session.
+// Which compute backends and devices exist, what each can run, and choosing one for a session.
+//
+// Each backend describes itself in a BackendEntry; the table of the backends compiled into this
+// build is backends/registry_table.cpp, the one place that knows which those are. lib/ reaches a
+// backend only through its entry, and asks it what it runs before making anything, so AUTO picks
+// a device from the answers and can say why it passed over the others.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,13 +25,69 @@ struct BackendDevice {
     uint64_t memory_bytes = 0;
 };
 
-// The CPU, then every Vulkan device (none when Vulkan is not built or not installed).
+// What a session needs of a backend, known from the model and the session's settings alone.
+struct BackendRequirements {
+    std::vector<TensorType> weight_types;  // the distinct types of the model's weight tensors
+    KvConfig kv;                           // the session's KV cache
+    uint64_t weight_bytes = 0;             // the weights, as stored in the model file
+    uint64_t session_bytes = 0;            // the KV cache and activations (Session::planned_bytes)
+};
+
+// How a backend is made.
+struct BackendOptions {
+    int n_threads = 0;  // host threads (the CPU backend); 0: its default
+    int max_batch = 0;  // the most tokens one operation sees
+};
+
+struct BackendEntry {
+    h2o_backend_kind kind;
+    // The backend's devices on this machine, in the order of their device_index. An error (no
+    // driver, no loader) means there are none, and says why.
+    Status (*devices)(std::vector<BackendDevice> *out);
+    // Whether `device` runs a session that needs `needs`: Ok, or the error making that session
+    // there would give (H2O_ERR_UNSUPPORTED, H2O_ERR_OUT_OF_MEMORY), saying what is missing.
+    // Answers from the facts the backend itself enforces; makes nothing.
+    Status (*supports)(const BackendRequirements &needs, const BackendDevice &device);
+    // Makes the backend on `device`, one of its devices. *running: the device as the session
+    // reports it (the CPU backend adds its thread count to the name).
+    Status (*create)(const BackendDevice &device, const BackendOptions &options, std::unique_ptr<Backend> *out,
+                     BackendDevice *running);
+};
+
+// The backends compiled into this build, the CPU backend first (backends/registry_table.cpp).
+std::span<const BackendEntry *const> registered_backends();
+
+// The entry of a kind, or nullptr when this build has no such backend.
+const BackendEntry *find_backend(h2o_backend_kind kind);
+
+// "CPU", "Vulkan", "CUDA": how messages name a backend kind; nullptr for a value that is none.
+const char *backend_kind_title(h2o_backend_kind kind);
+
+// Every device of every registered backend: the CPU first, then each backend's in table order.
+// A backend whose devices cannot be listed simply has none here.
 std::vector<BackendDevice> list_backend_devices();
 
-// Makes the backend a session asked for. AUTO picks a Vulkan GPU when there is one and the CPU
-// otherwise (a Vulkan device that is itself a CPU implementation is slower than the CPU backend),
-// and falls back to the CPU if the GPU backend cannot be made; *why says what was chosen and why.
-Status make_backend(h2o_backend_kind kind, int device_index, int n_threads, int max_batch,
-                    std::unique_ptr<Backend> *out, BackendDevice *chosen, std::string *why);
+// A device a session may run on, with its backend's answer.
+struct BackendCandidate {
+    const BackendEntry *backend = nullptr;
+    BackendDevice device;
+    Status verdict;  // Ok: it can run the session; otherwise why not
+};
+
+// The devices a session may run on, in the order to try them, each with its verdict; makes no
+// backend. An explicit kind gives the one device asked for (device_index, or for -1 the best:
+// discrete, integrated, virtual, then CPU implementations), and an error when this build lacks
+// the kind or the kind lacks the device. AUTO gives every device of every backend: the device
+// backends' by that preference, then the CPU backend; a device backend's CPU implementation is
+// refused, being slower than the CPU backend.
+Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs,
+                     std::vector<BackendCandidate> *out);
+
+// Names a candidate in messages: "the CPU backend", or "Vulkan <device name> (<type>)".
+std::string candidate_label(const BackendCandidate &candidate);
+
+// Why AUTO chose plan[chosen]: "auto: chose <label>; <label>: <reason>; ..." for each candidate
+// before it (refused, or failed when made).
+std::string explain_auto_choice(const std::vector<BackendCandidate> &plan, size_t chosen);
 
 }  // namespace h2o

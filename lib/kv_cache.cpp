@@ -17,10 +17,7 @@ Status KvCache::init(const KvConfig &config) {
     config_ = config;
     key_format_ = kv_key_format(config.type);
     value_format_ = kv_value_format(config.type);
-    if ((key_format_ == KvRowFormat::Q4 || value_format_ == KvRowFormat::Q4) && config.head_dim % 2 != 0) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("the ") + kv_type_name(config.type) +
-                                                   " KV format needs an even head size, not " + std::to_string(config.head_dim));
-    }
+    H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
     key_row_bytes_ = kv_row_bytes(key_format_, config.head_dim);
     value_row_bytes_ = kv_row_bytes(value_format_, config.head_dim);
     const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;

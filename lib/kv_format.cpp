@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "quant.h"
 
@@ -67,6 +68,14 @@ KvRowFormat kv_value_format(KvType type) {
         case KvType::F32: break;
     }
     return KvRowFormat::F32;
+}
+
+Status kv_type_fits_head_dim(KvType type, int head_dim) {
+    if ((kv_key_format(type) == KvRowFormat::Q4 || kv_value_format(type) == KvRowFormat::Q4) && head_dim % 2 != 0) {
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          std::string("the ") + kv_type_name(type) + " KV format needs an even head size, not " + std::to_string(head_dim));
+    }
+    return Status::Ok();
 }
 
 size_t kv_row_bytes(KvRowFormat type, int head_dim) {

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "status.h"
+
 namespace h2o {
 
 enum class KvRowFormat : uint32_t { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3 };
@@ -34,6 +36,10 @@ extern const char *const kKvTypeNames[kKvTypeCount];
 const char *kv_type_name(KvType type);
 KvRowFormat kv_key_format(KvType type);
 KvRowFormat kv_value_format(KvType type);
+
+// Whether rows of `type` can hold heads of head_dim elements: Q4 packs two per byte, so its
+// heads must be even. H2O_ERR_UNSUPPORTED (saying so) otherwise; every backend refuses the same.
+Status kv_type_fits_head_dim(KvType type, int head_dim);
 
 // Bytes of one stored row of head_dim elements (head_dim must be even for Q4).
 size_t kv_row_bytes(KvRowFormat type, int head_dim);

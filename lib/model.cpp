@@ -1,26 +1,12 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 namespace h2o {
 
 namespace {
-
-bool is_supported_weight_type(TensorType type) {
-    switch (type) {
-        case TensorType::F32:
-        case TensorType::F16:
-        case TensorType::Q4_0:
-        case TensorType::Q8_0:
-        case TensorType::Q4_K:
-        case TensorType::Q5_K:
-        case TensorType::Q6_K:
-            return true;
-        default:
-            return false;
-    }
-}
 
 // Upper bounds that no real Llama comes near; they keep products of dimensions far from overflow
 // and reject files whose metadata would make us allocate absurd activation buffers.
@@ -181,13 +167,14 @@ Status Model::bind(const std::string &name, int64_t cols, int64_t rows, WeightVi
         return make_error(H2O_ERR_MODEL_FORMAT, "tensor '" + name + "' has shape [" + got + "], expected [" +
                                                     std::to_string(cols) + (is_vector ? "" : " x " + std::to_string(rows)) + "]");
     }
-    if (!is_supported_weight_type(t->type) || (is_vector && t->type != TensorType::F32)) {
+    if (!is_weight_type(t->type) || (is_vector && t->type != TensorType::F32)) {
         return make_error(H2O_ERR_UNSUPPORTED, "tensor '" + name + "' has type " + type_name(t->type) +
                                                    (is_vector ? ", norm weights must be F32" : ", which this runtime does not run"));
     }
     *out = WeightView{name, t->type, cols, rows, t->data};
     n_params_ += static_cast<uint64_t>(t->n_elements());
     weight_bytes_ += t->n_bytes;
+    if (std::find(weight_types_.begin(), weight_types_.end(), t->type) == weight_types_.end()) weight_types_.push_back(t->type);
     return Status::Ok();
 }
 

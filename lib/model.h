@@ -55,6 +55,8 @@ public:
     uint32_t n_ctx_train() const { return n_ctx_train_; }
     uint64_t n_params() const { return n_params_; }
     uint64_t weight_bytes() const { return weight_bytes_; }
+    // The distinct types of the weight tensors, in the order first met: what a backend must run.
+    const std::vector<TensorType> &weight_types() const { return weight_types_; }
     const std::string &name() const { return name_; }
     // tokenizer.chat_template from the file ("" when absent).
     const std::string &chat_template() const { return chat_template_; }
@@ -85,6 +87,7 @@ private:
     uint32_t n_ctx_train_ = 0;
     uint64_t n_params_ = 0;
     uint64_t weight_bytes_ = 0;
+    std::vector<TensorType> weight_types_;
     std::string name_;
     std::string chat_template_;
     uint64_t fingerprint_ = 0;

@@ -63,20 +63,22 @@ uint64_t Session::planned_bytes(const Model &model, const SessionSettings &setti
     return KvCache::planned_bytes(kv_config(model, settings)) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch);
 }
 
+BackendRequirements Session::requirements(const Model &model, const SessionSettings &settings) {
+    BackendRequirements needs;
+    needs.weight_types = model.weight_types();
+    needs.kv = kv_config(model, settings);
+    needs.weight_bytes = model.weight_bytes();
+    needs.session_bytes = planned_bytes(model, settings);
+    return needs;
+}
+
 Status Session::create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out) {
     const uint64_t cap = settings.max_memory_bytes;
     if (cap != 0 && planned_bytes(model, settings) > cap) {
         return memory_cap_error(planned_bytes(model, settings), cap, " for its KV cache and activations alone");
     }
     std::unique_ptr<Session> s(new Session(model, settings));
-    Status st = s->build(static_cast<h2o_backend_kind>(settings.backend), settings.device_index);
-    if (!st.ok() && settings.backend == H2O_BACKEND_AUTO && s->device_.kind != H2O_BACKEND_CPU) {
-        // Auto never fails for want of a GPU feature (a weight type its shaders lack, too little
-        // device memory): it falls back to the CPU and says so.
-        log(H2O_LOG_WARN, "auto backend: " + s->device_.name + " cannot run this model (" + st.message + "); using the CPU");
-        st = s->build(H2O_BACKEND_CPU, -1);
-    }
-    H2O_TRY(st);
+    H2O_TRY(s->build());
     const ModelShape &shape = model.shape();
     s->logits_.assign(shape.n_vocab, 0.0f);
     s->positions_.assign(settings.n_batch, 0);
@@ -87,27 +89,53 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     return Status::Ok();
 }
 
-Status Session::build(h2o_backend_kind kind, int device_index) {
+Status Session::build() {
+    const auto kind = static_cast<h2o_backend_kind>(settings_.backend);
+    std::vector<BackendCandidate> plan;
+    H2O_TRY(plan_backends(kind, settings_.device_index, requirements(model_, settings_), &plan));
+    for (size_t i = 0; i < plan.size(); ++i) {
+        BackendCandidate &candidate = plan[i];
+        if (!candidate.verdict.ok()) {
+            if (kind != H2O_BACKEND_AUTO) return candidate.verdict;
+            continue;
+        }
+        candidate.verdict = start(candidate);
+        if (candidate.verdict.ok()) {
+            const std::string why = kind == H2O_BACKEND_AUTO ? explain_auto_choice(plan, i)
+                                                             : std::string("the ") + backend_kind_title(kind) + " backend was requested";
+            log(H2O_LOG_INFO, "session backend: " + device_.name + " (" + why + ")");
+            return Status::Ok();
+        }
+        if (kind != H2O_BACKEND_AUTO) return candidate.verdict;
+        // The device said it runs the session, yet making it failed (a driver out of memory):
+        // auto does not fail for want of a GPU, so it goes on to the next device.
+        log(H2O_LOG_WARN, "auto backend: " + candidate_label(candidate) + " failed (" + candidate.verdict.message + "); trying the next device");
+    }
+    // Only when the CPU backend, always planned last, cannot run the session either.
+    return plan.empty() ? make_error(H2O_ERR_INTERNAL, "no backend was planned") : plan.back().verdict;
+}
+
+Status Session::start(const BackendCandidate &candidate) {
     // Made aside and kept only when complete, so that a session whose rebuild fails (reset after
     // a device error) still holds a backend to answer queries with.
     std::unique_ptr<Backend> backend;
     std::unique_ptr<LlamaGraph> graph;
     BackendDevice device;
-    std::string why;
-    H2O_TRY(make_backend(kind, device_index, settings_.n_threads, settings_.n_batch, &backend, &device, &why));
-    device_ = device;  // also when the steps below fail: Session::create's fallback reads it
-    log(H2O_LOG_INFO, "session backend: " + device.name + " (" + why + ")");
+    const BackendOptions options{settings_.n_threads, settings_.n_batch};
+    H2O_TRY(candidate.backend->create(candidate.device, options, &backend, &device));
     H2O_TRY(LlamaGraph::create(model_, *backend, settings_.n_batch, &graph));
     H2O_TRY(backend->create_kv(kv_config(model_, settings_)));
     graph_ = std::move(graph);  // the graph refers to the old backend: it goes first
     backend_ = std::move(backend);
+    device_ = device;
     return Status::Ok();
 }
 
 Status Session::reset() {
     if (!failure_.ok()) {
-        // A backend that failed is not trusted again: the session gets a new one.
-        if (Status st = build(device_.kind, device_.device_index); !st.ok()) {
+        // A backend that failed is not trusted again: the session gets a new one, chosen as at
+        // creation.
+        if (Status st = build(); !st.ok()) {
             failure_ = st;
             return st;
         }

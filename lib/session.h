@@ -46,6 +46,8 @@ public:
     // Bytes of KV cache and activations a session with these settings allocates: known from the
     // shapes alone, so a memory cap is checked before anything is allocated.
     static uint64_t planned_bytes(const Model &model, const SessionSettings &settings);
+    // What a backend must run for a session with these settings, for choosing one before any is made.
+    static BackendRequirements requirements(const Model &model, const SessionSettings &settings);
 
     // Forgets the conversation. A session whose backend failed gets a new backend first (made as
     // at creation); if that fails too, the session stays refused.
@@ -92,8 +94,11 @@ public:
 
 private:
     Session(const Model &model, const SessionSettings &settings);
-    // Makes the backend, adopts the weights and allocates the KV cache.
-    Status build(h2o_backend_kind kind, int device_index);
+    // Runs the session on the first device of plan_backends() that can run it, and logs which and
+    // why. An explicit backend fails with its device's answer; auto goes on to the next device.
+    Status build();
+    // Makes the candidate's backend, adopts the weights and allocates the KV cache.
+    Status start(const BackendCandidate &candidate);
     // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning).
     Status check_room(size_t n, bool pinned) const;
     // Runs tokens through the model in batches, evicting between batches when the cache is full.

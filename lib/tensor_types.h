@@ -45,6 +45,18 @@ inline const TensorTypeTraits &traits(TensorType type) { return *tensor_type_tra
 
 inline const char *type_name(TensorType type) { return traits(type).name; }
 
+// The types a model's weights may have: those the CPU backend, the reference, runs. Other
+// backends run a subset (each backend's supports() says which).
+constexpr TensorType kWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::Q4_0, TensorType::Q8_0,
+                                       TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+constexpr bool is_weight_type(TensorType type) {
+    for (TensorType t : kWeightTypes) {
+        if (t == type) return true;
+    }
+    return false;
+}
+
 // Bytes of a row of n elements; n must be a multiple of the block size.
 inline size_t row_bytes(TensorType type, int64_t n) {
     const TensorTypeTraits &t = traits(type);

@@ -189,8 +189,6 @@ double max_abs(const std::vector<float> &a) {
     return m;
 }
 
-const TensorType kWeightTypes[] = {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0};
-
 }  // namespace
 
 TEST_CASE("vulkan: devices are listed, and a bad index is refused") {
@@ -221,7 +219,7 @@ TEST_CASE("vulkan: get_rows dequantizes exactly as the CPU for every weight type
     const std::vector<int32_t> ids = {0, 39, 7, 7, 21, 13, 1, 38, 20, 5, 2};
     const int n = static_cast<int>(ids.size());
     const Twin id = b.alloc(TensorType::I32, 1, n, ids.data());
-    for (TensorType type : kWeightTypes) {
+    for (TensorType type : vulkan_weight_types()) {
         INFO("type " << type_name(type));
         const Twin table = b.weight(type, cols, rows, random_floats(cols * rows, 1, -2, 2));
         const Twin out = b.alloc(TensorType::F32, cols, n);
@@ -299,7 +297,7 @@ TEST_CASE("vulkan: matmul matches the CPU for every weight type, one token and b
     for (bool subgroups : {true, false}) {
         INFO("subgroups " << subgroups);
         BACKENDS_OR_SKIP(b, 64, subgroups);
-        for (TensorType type : kWeightTypes) {
+        for (TensorType type : vulkan_weight_types()) {
             const bool quantized = type == TensorType::Q8_0 || type == TensorType::Q4_0;
             std::vector<Shape> shapes = {{256, 96}, {64, 130}};
             if (!quantized) {

@@ -8,6 +8,11 @@
 
 namespace h2o {
 
+struct BackendEntry;
+
+// The CPU backend's entry in the backend table (backend_registry.h).
+extern const BackendEntry kCpuBackendEntry;
+
 // max_batch: the most tokens one operation will see (sizes the matmul scratch).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, int max_batch);
 

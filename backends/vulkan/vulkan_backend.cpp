@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -54,6 +55,10 @@ constexpr VkDeviceSize kAttentionScratchBudget = VkDeviceSize{32} << 20;
 constexpr uint32_t kSetsPerPool = 64;
 
 VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
+
+// The weight types the kernels run: vulkan.cmake builds get_rows, matmul and matvec for each, and
+// weight_row_words / repack_row / type_suffix below lay them out.
+constexpr TensorType kVulkanWeightTypes[] = {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0};
 
 // Words of one repacked weight row (weights.glsl).
 uint32_t weight_row_words(TensorType type, int64_t cols) {
@@ -554,9 +559,7 @@ Status VulkanBackend::alloc(TensorType type, int64_t cols, int64_t rows, Tensor 
 }
 
 Status VulkanBackend::adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) {
-    if (type != TensorType::F32 && type != TensorType::F16 && type != TensorType::Q8_0 && type != TensorType::Q4_0) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("the Vulkan backend does not support ") + type_name(type) + " weights");
-    }
+    H2O_TRY(vulkan_runs_weight_type(type));
     if ((type == TensorType::Q8_0 || type == TensorType::Q4_0) && cols % 32 != 0) {
         return make_error(H2O_ERR_UNSUPPORTED, "quantized weight rows must be a multiple of 32 long");
     }
@@ -961,23 +964,9 @@ Status VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const
 // ---- KV cache -----------------------------------------------------------------------------------
 
 Status VulkanBackend::create_kv(const KvConfig &config) {
-    if (static_cast<uint32_t>(config.type) >= kKvTypeCount) return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown KV cache type");
     if (has_kv_) return make_error(H2O_ERR_INVALID_ARGUMENT, "the KV cache was already created");
-    if (config.n_slots <= 0 || config.n_layer <= 0 || config.n_head_kv <= 0 || config.head_dim <= 0) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "empty KV cache configuration");
-    }
-    if (config.head_dim > kMaxHeadDim) {
-        return make_error(H2O_ERR_UNSUPPORTED, "head_dim " + std::to_string(config.head_dim) + " is larger than the Vulkan backend supports (" +
-                                                   std::to_string(kMaxHeadDim) + ")");
-    }
+    H2O_TRY(vulkan_runs_kv(config));
     const KvRowFormat key_format = kv_key_format(config.type), value_format = kv_value_format(config.type);
-    if ((key_format == KvRowFormat::Q4 || value_format == KvRowFormat::Q4) && config.head_dim % 2 != 0) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("the ") + kv_type_name(config.type) +
-                                                   " KV format needs an even head size, not " + std::to_string(config.head_dim));
-    }
-    if (config.rolling && config.rope_dims / 2 > static_cast<int>(kRopeTablePairs)) {
-        return make_error(H2O_ERR_UNSUPPORTED, "rope_dims " + std::to_string(config.rope_dims) + " is too large");
-    }
     const VkDeviceSize range = binding_limit_;
     const auto n_cells = static_cast<uint32_t>(config.n_layer * config.n_head_kv);
     const auto n_slots = static_cast<uint32_t>(config.n_slots), n_kv = static_cast<uint32_t>(config.n_head_kv);
@@ -1168,6 +1157,31 @@ VulkanCounters VulkanBackend::counters() const {
 }
 
 }  // namespace
+
+std::span<const TensorType> vulkan_weight_types() { return kVulkanWeightTypes; }
+
+Status vulkan_runs_weight_type(TensorType type) {
+    if (std::ranges::find(kVulkanWeightTypes, type) == std::end(kVulkanWeightTypes)) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("the Vulkan backend does not support ") + type_name(type) + " weights");
+    }
+    return Status::Ok();
+}
+
+Status vulkan_runs_kv(const KvConfig &config) {
+    if (static_cast<uint32_t>(config.type) >= kKvTypeCount) return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown KV cache type");
+    if (config.n_slots <= 0 || config.n_layer <= 0 || config.n_head_kv <= 0 || config.head_dim <= 0) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "empty KV cache configuration");
+    }
+    if (config.head_dim > kMaxHeadDim) {
+        return make_error(H2O_ERR_UNSUPPORTED, "head_dim " + std::to_string(config.head_dim) + " is larger than the Vulkan backend supports (" +
+                                                   std::to_string(kMaxHeadDim) + ")");
+    }
+    H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
+    if (config.rolling && config.rope_dims / 2 > static_cast<int>(kRopeTablePairs)) {
+        return make_error(H2O_ERR_UNSUPPORTED, "rope_dims " + std::to_string(config.rope_dims) + " is too large");
+    }
+    return Status::Ok();
+}
 
 Status make_vulkan_backend(int device_index, int max_batch, std::unique_ptr<Backend> *out) {
     if (max_batch <= 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "max_batch must be positive");

@@ -14,12 +14,18 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend.h"
 
 namespace h2o {
+
+struct BackendEntry;
+
+// The Vulkan backend's entry in the backend table (backend_registry.h).
+extern const BackendEntry kVulkanBackendEntry;
 
 enum class VulkanDeviceType { Other, Discrete, Integrated, Virtual, Cpu };
 
@@ -42,6 +48,17 @@ Status list_vulkan_devices(std::vector<VulkanDeviceInfo> *out);
 // operation will see. Errors: H2O_ERR_BACKEND_UNAVAILABLE (no loader, no device, bad index, a
 // device without the needed features), H2O_ERR_OUT_OF_MEMORY.
 Status make_vulkan_backend(int device_index, int max_batch, std::unique_ptr<Backend> *out);
+
+// What the backend runs, on every device; adopt_weight and create_kv refuse the rest with these
+// errors, and the backend's supports() answers from them before anything is made.
+// The weight types the kernels run: F32, F16, Q8_0 and Q4_0.
+std::span<const TensorType> vulkan_weight_types();
+// H2O_ERR_UNSUPPORTED, naming the type, unless it is one of those.
+Status vulkan_runs_weight_type(TensorType type);
+// H2O_ERR_UNSUPPORTED (H2O_ERR_INVALID_ARGUMENT for a malformed config) unless the kernels run a
+// KV cache of this type, head size and rotary size. Limits of a device (its storage buffer range)
+// are checked when the cache is made on it.
+Status vulkan_runs_kv(const KvConfig &config);
 
 // What a Vulkan backend has done so far, for measurements and tests.
 struct VulkanCounters {

@@ -275,8 +275,9 @@ typedef struct h2o_session h2o_session;
 
 /* Compute backends. The CPU backend is the reference; every other backend is tested against it. */
 typedef enum h2o_backend_kind {
-    /* A GPU through Vulkan when one is present, else the CPU. The session's backend info (and the
-     * log, at INFO level) says which was chosen and why. */
+    /* A GPU through Vulkan when one is present and runs the model (its weight types, KV format,
+     * memory), else the CPU. The session's backend info (and the log, at INFO level) says which
+     * was chosen and why the others were passed over. */
     H2O_BACKEND_AUTO = 0,
     H2O_BACKEND_CPU = 1,
     H2O_BACKEND_VULKAN = 2,

@@ -1,0 +1,308 @@
+// The backend table and choosing a backend: what the table holds, what each backend says it runs
+// (before anything is made), and how auto picks a device and explains the ones it passed over.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend_registry.h"
+#include "model.h"
+#include "session.h"
+#include "synthetic_model.h"
+#include "test_util.h"
+#ifdef H2O_HAVE_VULKAN
+#include "vulkan/vulkan_backend.h"
+#endif
+
+using namespace h2o;
+
+namespace {
+
+// A one-layer random model whose matrices are all of `type` (head_dim 64). Test cases run as
+// processes side by side, so each names its files with its own tag.
+std::string synthetic_model_path(TensorType type, const std::string &tag) {
+    SyntheticModelSpec spec;
+    spec.n_embd = 256;  // a multiple of the K-quants' 256-element blocks
+    spec.n_layer = 1;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.n_ff = 256;
+    spec.n_vocab = 300;
+    spec.n_ctx = 64;
+    spec.type = type;
+    const std::string path = h2o_test::temp_path("registry_" + tag + "_" + type_name(type) + ".gguf");
+    REQUIRE(write_synthetic_model(spec, path).ok());
+    return path;
+}
+
+
+// What a small auto session of a synthetic model needs.
+BackendRequirements requirements_of(TensorType weight_type, const std::string &tag) {
+    std::unique_ptr<Model> model;
+    const Status st = Model::load(synthetic_model_path(weight_type, tag), "", &model);
+    REQUIRE_MESSAGE(st.ok(), st.message);
+    SessionSettings settings;
+    settings.n_ctx = settings.kv_budget = 64;
+    settings.n_batch = 16;
+    return Session::requirements(*model, settings);
+}
+
+bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+// Collects the library's log messages while it lives.
+struct LogCapture {
+    std::vector<std::string> messages;
+    LogCapture() { REQUIRE(h2o_set_log_callback(collect, this, H2O_LOG_DEBUG) == H2O_OK); }
+    ~LogCapture() { h2o_set_log_callback(nullptr, nullptr, H2O_LOG_WARN); }
+    static void collect(h2o_log_level, const char *message, void *user_data) {
+        static_cast<LogCapture *>(user_data)->messages.emplace_back(message);
+    }
+    std::string find(const std::string &part) const {
+        for (const std::string &m : messages) {
+            if (contains(m, part)) return m;
+        }
+        return "";
+    }
+};
+
+}  // namespace
+
+TEST_CASE("backend registry: the table lists the backends of this build, the CPU first") {
+    const auto table = registered_backends();
+    REQUIRE(!table.empty());
+    CHECK(table[0]->kind == H2O_BACKEND_CPU);
+    size_t devices = 0;
+    for (size_t i = 0; i < table.size(); ++i) {
+        const BackendEntry &entry = *table[i];
+        CAPTURE(backend_kind_title(entry.kind));
+        CHECK(backend_kind_title(entry.kind) != nullptr);
+        CHECK((entry.devices && entry.supports && entry.create));
+        for (size_t j = 0; j < i; ++j) CHECK(table[j]->kind != entry.kind);
+        CHECK(find_backend(entry.kind) == &entry);
+        std::vector<BackendDevice> listed;
+        if (entry.devices(&listed).ok()) devices += listed.size();
+        for (const BackendDevice &d : listed) CHECK(d.kind == entry.kind);
+    }
+#ifdef H2O_HAVE_VULKAN
+    CHECK(table.size() == 2);
+    CHECK(find_backend(H2O_BACKEND_VULKAN) != nullptr);
+#else
+    CHECK(table.size() == 1);
+    CHECK(find_backend(H2O_BACKEND_VULKAN) == nullptr);
+#endif
+    CHECK(find_backend(H2O_BACKEND_CUDA) == nullptr);
+    CHECK(find_backend(H2O_BACKEND_AUTO) == nullptr);
+
+    // The public device list is the table's devices, the CPU first.
+    const std::vector<BackendDevice> all = list_backend_devices();
+    REQUIRE(!all.empty());
+    CHECK(all[0].kind == H2O_BACKEND_CPU);
+    CHECK(all.size() == devices);
+    size_t count = 0;
+    REQUIRE(h2o_backend_count(&count) == H2O_OK);
+    CHECK(count == devices);
+}
+
+TEST_CASE("backend registry: a kind or device this build lacks is refused before anything is made") {
+    const BackendRequirements needs = requirements_of(TensorType::F32, "refused");
+    std::vector<BackendCandidate> plan;
+    Status st = plan_backends(H2O_BACKEND_CUDA, -1, needs, &plan);
+    CHECK(st.code == H2O_ERR_BACKEND_UNAVAILABLE);
+    CHECK(st.message == "this build of h2o has no CUDA backend");
+    st = plan_backends(H2O_BACKEND_CPU, 1, needs, &plan);
+    CHECK(st.code == H2O_ERR_BACKEND_UNAVAILABLE);
+    CHECK(contains(st.message, "no device 1"));
+    CHECK(plan_backends(H2O_BACKEND_AUTO, 0, needs, &plan).code == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(plan_backends(static_cast<h2o_backend_kind>(42), -1, needs, &plan).code == H2O_ERR_INVALID_ARGUMENT);
+
+    for (int index : {-1, 0}) {
+        REQUIRE(plan_backends(H2O_BACKEND_CPU, index, needs, &plan).ok());
+        REQUIRE(plan.size() == 1);
+        CHECK(plan[0].backend->kind == H2O_BACKEND_CPU);
+        CHECK(plan[0].verdict.ok());
+    }
+}
+
+TEST_CASE("backend registry: the CPU backend supports every weight type, and refuses Q4 KV rows for odd heads") {
+    const BackendEntry *cpu = find_backend(H2O_BACKEND_CPU);
+    REQUIRE(cpu);
+    std::vector<BackendDevice> devices;
+    REQUIRE(cpu->devices(&devices).ok());
+    REQUIRE(devices.size() == 1);
+    BackendRequirements needs;
+    needs.kv.head_dim = 8;
+    for (TensorType type : kWeightTypes) {
+        CAPTURE(type_name(type));
+        needs.weight_types = {type};
+        CHECK(cpu->supports(needs, devices[0]).ok());
+    }
+    needs.weight_types.assign(std::begin(kWeightTypes), std::end(kWeightTypes));
+    CHECK(cpu->supports(needs, devices[0]).ok());
+    needs.weight_types = {TensorType::I32};  // never a weight
+    CHECK(cpu->supports(needs, devices[0]).code == H2O_ERR_UNSUPPORTED);
+
+    needs.weight_types = {TensorType::F32};
+    needs.kv.head_dim = 7;
+    for (KvType type : {KvType::F32, KvType::F16, KvType::Q8}) {
+        needs.kv.type = type;
+        CHECK(cpu->supports(needs, devices[0]).ok());
+    }
+    for (KvType type : {KvType::Q4, KvType::K8V4}) {
+        needs.kv.type = type;
+        const Status st = cpu->supports(needs, devices[0]);
+        CHECK(st.code == H2O_ERR_UNSUPPORTED);
+        CHECK(contains(st.message, "even head size"));
+    }
+}
+
+TEST_CASE("backend registry: auto passes over devices that cannot run the model and names why, without making them") {
+    // Q4_K weights: the CPU runs them, the Vulkan kernels do not.
+    const BackendRequirements needs = requirements_of(TensorType::Q4_K, "auto");
+    std::vector<BackendCandidate> plan;
+    REQUIRE(plan_backends(H2O_BACKEND_AUTO, -1, needs, &plan).ok());
+    REQUIRE(!plan.empty());
+    CHECK(plan.size() == list_backend_devices().size());
+    // The CPU comes last, and is the first device that can run the model.
+    CHECK(plan.back().backend->kind == H2O_BACKEND_CPU);
+    size_t chosen = 0;
+    while (chosen < plan.size() && !plan[chosen].verdict.ok()) ++chosen;
+    REQUIRE(chosen == plan.size() - 1);
+    const std::string why = explain_auto_choice(plan, chosen);
+    CAPTURE(why);
+    CHECK(why.rfind("auto: chose the CPU backend", 0) == 0);
+    for (size_t i = 0; i < chosen; ++i) {
+        CHECK(plan[i].backend->kind == H2O_BACKEND_VULKAN);
+        CHECK(plan[i].verdict.code == H2O_ERR_UNSUPPORTED);
+        CHECK(contains(plan[i].verdict.message, "Q4_K"));
+        CHECK(contains(why, candidate_label(plan[i]) + ": the Vulkan backend does not support Q4_K weights"));
+    }
+
+    // Q4_0 weights: a Vulkan device may run them, but one that is a CPU implementation is skipped.
+    REQUIRE(plan_backends(H2O_BACKEND_AUTO, -1, requirements_of(TensorType::Q4_0, "auto"), &plan).ok());
+    for (const BackendCandidate &c : plan) {
+        if (c.backend->kind != H2O_BACKEND_CPU && c.device.type == "cpu") CHECK(contains(c.verdict.message, "a CPU implementation"));
+    }
+}
+
+TEST_CASE("backend registry: an auto session logs the choice and the reasons, and no device failed to start") {
+    const std::string path = synthetic_model_path(TensorType::Q4_K, "auto_session");
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 64;
+    LogCapture log;
+    h2o_test::ApiSession m;
+    REQUIRE_MESSAGE(m.open(path, sp), h2o_last_error());
+    h2o_backend_info chosen;
+    chosen.struct_size = sizeof(chosen);
+    REQUIRE(h2o_session_get_backend(m.session, &chosen) == H2O_OK);
+    CHECK(chosen.kind == H2O_BACKEND_CPU);
+    const std::string line = log.find("session backend:");
+    CAPTURE(line);
+    CHECK(contains(line, "auto: chose the CPU backend"));
+    for (const BackendDevice &d : list_backend_devices()) {
+        if (d.kind != H2O_BACKEND_CPU) CHECK(contains(line, d.name + " (" + d.type + "): the Vulkan backend does not support Q4_K weights"));
+    }
+    // A device is made only once its backend has said it runs the session.
+    CHECK(log.find("failed").empty());
+}
+
+#ifdef H2O_HAVE_VULKAN
+
+namespace {
+
+// CI sets H2O_REQUIRE_VULKAN=1: there a missing device fails the tests instead of skipping them.
+bool vulkan_required() {
+    const char *v = std::getenv("H2O_REQUIRE_VULKAN");
+    return v && std::string(v) == "1";
+}
+
+}  // namespace
+
+TEST_CASE("backend registry: Vulkan supports() refuses Q4_K weights and accepts Q4_0 and F16, as the backend does") {
+    const BackendEntry *vulkan = find_backend(H2O_BACKEND_VULKAN);
+    REQUIRE(vulkan);
+    // The answer comes from the model and the backend's own rules, not from a device: a made-up
+    // one with a gigabyte of memory does.
+    BackendDevice device;
+    device.kind = H2O_BACKEND_VULKAN;
+    device.name = "made-up GPU";
+    device.type = "discrete";
+    device.memory_bytes = uint64_t{1} << 30;
+
+    const Status q4_k = vulkan->supports(requirements_of(TensorType::Q4_K, "vulkan"), device);
+    CHECK(q4_k.code == H2O_ERR_UNSUPPORTED);
+    CHECK(q4_k.message == "the Vulkan backend does not support Q4_K weights");
+    for (TensorType type : {TensorType::Q4_0, TensorType::F16}) {
+        CAPTURE(type_name(type));
+        const Status st = vulkan->supports(requirements_of(type, "vulkan"), device);
+        CHECK_MESSAGE(st.ok(), st.message);
+    }
+
+    // Too little device memory for the weights, KV cache and activations.
+    BackendRequirements needs = requirements_of(TensorType::Q4_0, "vulkan");
+    device.memory_bytes = needs.weight_bytes + needs.session_bytes - 1;
+    CHECK(vulkan->supports(needs, device).code == H2O_ERR_OUT_OF_MEMORY);
+    device.memory_bytes = uint64_t{1} << 30;
+    // Heads larger than the attention kernel holds.
+    needs.kv.head_dim = 512;
+    const Status head = vulkan->supports(needs, device);
+    CHECK(head.code == H2O_ERR_UNSUPPORTED);
+    CHECK(contains(head.message, "head_dim 512"));
+}
+
+TEST_CASE("backend registry: Vulkan supports() and adopt_weight agree on every weight type") {
+    std::unique_ptr<Backend> backend;
+    const Status made = make_vulkan_backend(-1, 8, &backend);
+    if (made.code == H2O_ERR_BACKEND_UNAVAILABLE && !vulkan_required()) {
+        std::printf("H2O-SKIP: no usable Vulkan device: %s\n", made.message.c_str());
+        return;
+    }
+    REQUIRE_MESSAGE(made.ok(), made.message);
+    const BackendEntry *vulkan = find_backend(H2O_BACKEND_VULKAN);
+    REQUIRE(vulkan);
+    std::vector<BackendDevice> devices;
+    REQUIRE(vulkan->devices(&devices).ok());
+    REQUIRE(!devices.empty());
+    BackendRequirements needs;
+    needs.kv.n_layer = needs.kv.n_head_kv = 1;
+    needs.kv.head_dim = 64;
+    needs.kv.n_slots = 16;
+    const int64_t cols = 256;
+    std::vector<std::vector<uint8_t>> weights;  // adopted bytes stay valid while the backend lives
+    for (TensorType type : kWeightTypes) {
+        CAPTURE(type_name(type));
+        needs.weight_types = {type};
+        weights.emplace_back(row_bytes(type, cols), 0);
+        Tensor t;
+        const Status adopted = backend->adopt_weight(type, cols, 1, weights.back().data(), &t);
+        const Status answer = vulkan->supports(needs, devices[0]);
+        CHECK(adopted.ok() == answer.ok());
+        CHECK(adopted.message == answer.message);
+    }
+    REQUIRE(backend->synchronize().ok());
+}
+
+TEST_CASE("backend registry: an explicit Vulkan session of Q4_K weights is refused with the backend's reason") {
+    const BackendEntry *vulkan = find_backend(H2O_BACKEND_VULKAN);
+    REQUIRE(vulkan);
+    std::vector<BackendDevice> devices;
+    if (!vulkan->devices(&devices).ok() || devices.empty()) {
+        if (vulkan_required()) FAIL("H2O_REQUIRE_VULKAN=1 but no Vulkan device is listed");
+        std::printf("H2O-SKIP: no Vulkan device\n");
+        return;
+    }
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 64;
+    sp.backend = H2O_BACKEND_VULKAN;
+    h2o_test::ApiSession m;
+    CHECK_FALSE(m.open(synthetic_model_path(TensorType::Q4_K, "explicit"), sp));
+    CHECK(m.session == nullptr);
+    CHECK(std::string(h2o_last_error()) == "the Vulkan backend does not support Q4_K weights");
+    CHECK(h2o_session_create(m.model, &sp, &m.session) == H2O_ERR_UNSUPPORTED);
+}
+
+#endif  // H2O_HAVE_VULKAN
