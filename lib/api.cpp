@@ -985,6 +985,7 @@ H2O_API h2o_status h2o_session_get_logits(const h2o_session *session, float *log
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_get_logits: session is NULL");
         if (!logits) return invalid("h2o_session_get_logits: logits is NULL", session);
+        if (Status st = session->impl->fetch_logits(); !st.ok()) return fail(st, session);
         const std::vector<float> &src = session->impl->logits();
         if (capacity < src.size()) {
             return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "logits need " + std::to_string(src.size()) +

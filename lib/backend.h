@@ -133,6 +133,9 @@ public:
     virtual Status swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
     // acc[t] += x[t].
     virtual Status add(const Tensor &acc, const Tensor &x, int n) = 0;
+    // out[t] (I32) = the index of the largest element of in[t] (ties: the smallest index; a row
+    // of NaNs: 0), for the first n rows: greedy sampling where the logits are.
+    virtual Status argmax(const Tensor &out, const Tensor &in, int n) = 0;
 
     // ---- KV cache and attention ---------------------------------------------------------------
     // Allocates the KV cache (all of its memory, once). Errors: H2O_ERR_OUT_OF_MEMORY.

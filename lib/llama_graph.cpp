@@ -51,6 +51,7 @@ std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const Model
         {&LlamaGraph::v_, TensorType::F32, kv_dim, n},       {&LlamaGraph::attn_, TensorType::F32, s.n_embd, n},
         {&LlamaGraph::proj_, TensorType::F32, s.n_embd, n},  {&LlamaGraph::gate_, TensorType::F32, s.n_ff, n},
         {&LlamaGraph::up_, TensorType::F32, s.n_ff, n},      {&LlamaGraph::logits_, TensorType::F32, s.n_vocab, 1},
+        {&LlamaGraph::greedy_token_, TensorType::I32, 1, 1},
     };
 }
 
@@ -101,6 +102,11 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int
 
 Status LlamaGraph::download_logits(float *host_logits) {
     return backend_.download(logits_, host_logits, logits_.bytes());
+}
+
+Status LlamaGraph::greedy_token(int32_t *token) {
+    H2O_TRY(backend_.argmax(greedy_token_, logits_, 1));
+    return backend_.download(greedy_token_, token, sizeof(int32_t));
 }
 
 }  // namespace h2o

@@ -20,6 +20,9 @@ public:
     // download_logits copies the last token's logits to the host.
     Status evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned);
     Status download_logits(float *host_logits);
+    // The index of the largest of the last token's logits (ties: the smallest), computed where
+    // the logits are: greedy sampling reads back 4 bytes instead of the logits.
+    Status greedy_token(int32_t *token);
 
     int max_batch() const { return max_batch_; }
     // Bytes of the activations create() allocates for batches of max_batch tokens.
@@ -56,6 +59,7 @@ private:
     Tensor proj_;              // [n_embd]: output of attn_output / ffn_down before the residual add
     Tensor gate_, up_;         // [n_ff]
     Tensor logits_;            // [n_vocab], one row
+    Tensor greedy_token_;      // I32, one: the argmax of logits_
 };
 
 }  // namespace h2o

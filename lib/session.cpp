@@ -189,6 +189,7 @@ uint64_t Session::prefix_cache_key() const {
 Status Session::save_state(std::vector<uint8_t> *out) {
     out->clear();
     H2O_TRY(check_usable());
+    H2O_TRY(fetch_logits());
     ByteWriter w(out);
     w.put<int64_t>(n_past_);
     w.put<int64_t>(n_cached_);
@@ -230,6 +231,7 @@ Status Session::load_state(const uint8_t *data, size_t size) {
             if (history_.recent(i) < 0 || history_.recent(i) >= n_vocab) return bad("a token id in the history is out of range");
         }
         has_logits_ = has_logits != 0;
+        logits_on_host_ = true;
         H2O_TRY(backend_->load_kv(r, n_past_, n_cached_, n_pinned_));
         if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " unexpected bytes at the end");
         return Status::Ok();
@@ -268,7 +270,7 @@ Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *p
     const int64_t budget = settings_.kv_budget;
     for (size_t done = 0; done < n;) {
         if (cancel_requested_.load(std::memory_order_relaxed)) {
-            if (done > 0) H2O_TRY(finish_evaluation(tokens[done - 1]));
+            if (done > 0) finish_evaluation(tokens[done - 1]);
             return make_error(H2O_ERR_CANCELLED, "cancelled after " + std::to_string(done) + " of " + std::to_string(n) + " tokens");
         }
         // Without eviction a batch may take every free slot. When the batch must evict, it
@@ -290,17 +292,32 @@ Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *p
         done += static_cast<size_t>(chunk);
         *processed = done;
     }
-    return finish_evaluation(tokens[n - 1]);
+    finish_evaluation(tokens[n - 1]);
+    return Status::Ok();
 }
 
-Status Session::finish_evaluation(int32_t last_token) {
-    if (Status st = graph_->download_logits(logits_.data()); !st.ok()) return backend_failed(st);
+void Session::finish_evaluation(int32_t last_token) {
     last_token_ = last_token;
     has_logits_ = true;
+    logits_on_host_ = false;
+}
+
+Status Session::fetch_logits() {
+    if (!has_logits_ || logits_on_host_) return Status::Ok();
+    H2O_TRY(check_usable());
+    if (Status st = graph_->download_logits(logits_.data()); !st.ok()) return backend_failed(st);
+    logits_on_host_ = true;
     return Status::Ok();
 }
 
 Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
+    H2O_TRY(feed(tokens, n, pinned));
+    // The work is done, and any device error reported, before the call returns.
+    if (Status st = backend_->synchronize(); !st.ok()) return backend_failed(st);
+    return Status::Ok();
+}
+
+Status Session::feed(const int32_t *tokens, size_t n, bool pinned) {
     H2O_TRY(check_usable());
     const int32_t n_vocab = model_.shape().n_vocab;
     for (size_t i = 0; i < n; ++i) {
@@ -399,14 +416,25 @@ Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
         if (pending_token_ >= 0) {
             // Feeds the token sampled before. On failure (cancel, full context) the generation
             // ends; the token stays pending, so the conversation can continue later.
-            if (Status st = decode(nullptr, 0); !st.ok()) {
+            if (Status st = feed(nullptr, 0, false); !st.ok()) {
                 generation_.active = false;
                 stats_.generate_seconds = seconds_since(generation_.start);
                 stats_.n_past = static_cast<uint64_t>(n_past_);
                 return st;
             }
         }
-        const int32_t token = sampler_.sample(logits_.data(), settings.sampler, history_);
+        // Greedy sampling without a penalty takes the argmax where the logits are, reading back
+        // 4 bytes (the same token: Sampler::sample's greedy choice is the first maximum too).
+        const SamplerSettings &sampling = settings.sampler;
+        const bool greedy_on_backend =
+            sampling.temperature <= 0.0f && (sampling.repeat_penalty == 1.0f || sampling.repeat_last_n == 0) && !logits_on_host_;
+        int32_t token = 0;
+        Status fetched = greedy_on_backend ? graph_->greedy_token(&token) : fetch_logits();
+        if (!fetched.ok()) {
+            generation_.active = false;
+            return greedy_on_backend ? backend_failed(fetched) : fetched;
+        }
+        if (!greedy_on_backend) token = sampler_.sample(logits_.data(), sampling, history_);
         ++stats_.n_generated_tokens;
         history_.push(token);
         pending_token_ = token;

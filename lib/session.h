@@ -71,6 +71,9 @@ public:
     void abandon_generation() { generation_.active = false; }
     Status generate(std::string_view prompt, const GenerateSettings &settings, TextSink sink, void *user_data);
 
+    // The last token's logits, after fetch_logits() (evaluation leaves them where the backend
+    // computed them: greedy generation never needs them on the host).
+    Status fetch_logits();
     const std::vector<float> &logits() const { return logits_; }
     bool has_logits() const { return has_logits_; }
     int64_t n_past() const { return n_past_; }
@@ -99,14 +102,17 @@ private:
     Status build();
     // Makes the candidate's backend, adopts the weights and allocates the KV cache.
     Status start(const BackendCandidate &candidate);
+    // decode() without waiting for the backend: a recording backend runs the work with what
+    // follows (generation's next token: one submission per token).
+    Status feed(const int32_t *tokens, size_t n, bool pinned);
     // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning).
     Status check_room(size_t n, bool pinned) const;
     // Runs tokens through the model in batches, evicting between batches when the cache is full.
     // A cancel stops it between batches; the batches done before stay.
     // *processed receives how many tokens were stored (all of them unless it fails).
     Status evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *processed);
-    // Downloads the logits of the last stored token.
-    Status finish_evaluation(int32_t last_token);
+    // Notes that the backend holds the logits of the last stored token.
+    void finish_evaluation(int32_t last_token);
     // Work is refused while the backend has failed (H2O_ERR_BACKEND_FAILED, naming its error).
     Status check_usable() const;
     // Records a failed backend operation: the cache may be half updated, so the session refuses
@@ -137,6 +143,7 @@ private:
     int32_t last_token_ = -1;      // the most recent token fed to the model
     int32_t pending_token_ = -1;   // sampled and delivered but not yet fed to the model
     bool has_logits_ = false;
+    bool logits_on_host_ = false;  // logits_ holds the last token's logits (else only the backend does)
     Status failure_;  // the backend's error (see backend_failed)
     std::vector<float> logits_;
     std::vector<int32_t> positions_;  // scratch for one batch

@@ -373,6 +373,7 @@ TEST_CASE("a long document is fed in chunks with eviction in between") {
     CHECK(r.session->n_past() == static_cast<int64_t>(tokens.size()));
     for (const auto &h : r.kept()) CHECK(h.size() == 128);
     // The model still predicts sensibly: the logits are finite and not flat.
+    REQUIRE(r.session->fetch_logits().ok());
     const auto &logits = r.session->logits();
     const auto [lo, hi] = std::minmax_element(logits.begin(), logits.end());
     CHECK(std::isfinite(*lo));

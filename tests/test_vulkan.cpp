@@ -28,6 +28,7 @@ TEST_CASE("vulkan: backend") { std::printf("H2O-SKIP: built without the Vulkan b
 #include "llama_graph.h"
 #include "model.h"
 #include "quant.h"
+#include "session.h"
 #include "test_util.h"
 #include "vulkan/vulkan_backend.h"
 
@@ -281,6 +282,69 @@ TEST_CASE("vulkan: rms_norm, add and swiglu match the CPU") {
         REQUIRE(b.gpu->swiglu(gate.gpu, up.gpu, n).ok());
         const auto c = b.cpu_floats(gate.cpu, cols * n), g = b.gpu_floats(gate.gpu, cols * n);
         for (size_t i = 0; i < c.size(); ++i) CHECK(g[i] == doctest::Approx(c[i]).epsilon(1e-5).scale(1e-6));
+        check_validation_clean(*b.gpu);
+    }
+}
+
+TEST_CASE("vulkan: a greedy session reads back 4 bytes per generated token, in one submission") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    SessionSettings settings;
+    settings.n_ctx = 256;
+    settings.kv_budget = 256;
+    settings.backend = H2O_BACKEND_VULKAN;
+    std::unique_ptr<Session> session;
+    const Status created = Session::create(*model, settings, &session);
+    if (created.code == H2O_ERR_BACKEND_UNAVAILABLE && !std::getenv("H2O_REQUIRE_VULKAN")) {
+        std::printf("H2O-SKIP: %s\n", created.message.c_str());
+        return;
+    }
+    REQUIRE_MESSAGE(created.ok(), created.message);
+    GenerateSettings greedy;
+    greedy.max_tokens = 40;
+    greedy.sampler.temperature = 0.0f;
+    greedy.stop_at_eos = false;
+    REQUIRE(session->begin_generation("Once upon a time", greedy).ok());
+    std::string piece;
+    h2o_stop_reason reason = H2O_STOP_NONE;
+    REQUIRE(session->next_piece(&piece, &reason).ok());  // the first token: sampled from the prompt's logits
+    const uint32_t first = session->stats().n_generated_tokens;
+    const Backend::Traffic before = session->backend().traffic();
+    while (reason == H2O_STOP_NONE) REQUIRE(session->next_piece(&piece, &reason).ok());
+    const Backend::Traffic after = session->backend().traffic();
+    const uint64_t tokens = session->stats().n_generated_tokens - first;
+    REQUIRE(tokens > 0);
+    // Each later token: its id and position go up (8 bytes), its successor's id comes back.
+    CHECK(after.bytes_to_host - before.bytes_to_host == 4 * tokens);
+    CHECK(after.bytes_to_device - before.bytes_to_device == 8 * tokens);
+    CHECK(after.submissions - before.submissions == tokens);
+}
+
+TEST_CASE("vulkan: argmax picks what the CPU picks, the first of equal maxima") {
+    for (bool subgroups : {true, false}) {
+        INFO("subgroups " << subgroups);
+        BACKENDS_OR_SKIP(b, 8, subgroups);
+        for (int64_t cols : {1, 7, 300, 32000}) {
+            const int n = 4;
+            std::vector<float> data = random_floats(cols * n, 6, -5, 5);
+            // Row 1 holds its maximum twice, row 2 everywhere, row 3 at its last element.
+            if (cols > 2) data[cols + 2] = data[cols + cols - 1] = 9.0f;
+            std::fill(data.begin() + 2 * cols, data.begin() + 3 * cols, 1.5f);
+            data[3 * cols + cols - 1] = 7.0f;
+            const Twin in = b.floats(cols, n, data);
+            const Twin out = b.alloc(TensorType::I32, 1, n);
+            REQUIRE(b.cpu->argmax(out.cpu, in.cpu, n).ok());
+            REQUIRE(b.gpu->argmax(out.gpu, in.gpu, n).ok());
+            int32_t c[n], g[n];
+            REQUIRE(b.cpu->download(out.cpu, c, sizeof c).ok());
+            REQUIRE(b.gpu->download(out.gpu, g, sizeof g).ok());
+            INFO("cols " << cols);
+            CHECK(std::equal(c, c + n, g));
+            if (cols > 2) CHECK(c[1] == 2);
+            CHECK(c[2] == 0);
+            CHECK(c[3] == cols - 1);
+        }
         check_validation_clean(*b.gpu);
     }
 }
@@ -709,6 +773,12 @@ struct ModelRun {
     // cache is full, with rank positions when rolling, as Session does) and returns the last
     // logits.
     std::vector<float> feed(const std::vector<int32_t> &tokens) {
+        store(tokens);
+        std::vector<float> logits(model->shape().n_vocab);
+        REQUIRE(graph->download_logits(logits.data()).ok());
+        return logits;
+    }
+    void store(const std::vector<int32_t> &tokens) {
         const int64_t budget = kv.n_slots;
         for (size_t done = 0; done < tokens.size();) {
             int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
@@ -722,9 +792,6 @@ struct ModelRun {
             n_cached = first_rank + n;
             done += static_cast<size_t>(n);
         }
-        std::vector<float> logits(model->shape().n_vocab);
-        REQUIRE(graph->download_logits(logits.data()).ok());
-        return logits;
     }
 };
 
@@ -905,6 +972,22 @@ TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded to
         CHECK(submissions == 1.0);
         CHECK(per_token_up == 8.0);  // the token id and its position
         CHECK(per_token_down == 4.0 * run.model->shape().n_vocab);  // the logits
+
+        // Greedy decoding takes the argmax on the device: 4 bytes come back per token.
+        int32_t token = argmax(logits);
+        const VulkanCounters before_greedy = counters_of(*run.backend);
+        for (int i = 0; i < kTokens; ++i) {
+            run.store({token});
+            REQUIRE(run.graph->greedy_token(&token).ok());
+        }
+        const VulkanCounters greedy = counters_of(*run.backend);
+        const double greedy_down = static_cast<double>(greedy.bytes_to_host - before_greedy.bytes_to_host) / kTokens;
+        MESSAGE("per greedy token: " << static_cast<double>(greedy.bytes_to_device - before_greedy.bytes_to_device) / kTokens
+                                     << " bytes to the device, " << greedy_down << " bytes to the host, "
+                                     << static_cast<double>(greedy.submissions - before_greedy.submissions) / kTokens << " submissions");
+        CHECK(greedy_down == 4.0);
+        CHECK(greedy.submissions - before_greedy.submissions == kTokens);
+        CHECK(greedy.bytes_to_device - before_greedy.bytes_to_device == 8u * kTokens);
         CHECK(after.device_memory_bytes == ready.device_memory_bytes);  // nothing is allocated while decoding
         // Rows of head_dim 8 are whole words in every format, so the device holds the CPU's row
         // sizes (kv_format.h) exactly; the bookkeeping does not depend on the type.

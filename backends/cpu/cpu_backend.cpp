@@ -146,6 +146,16 @@ public:
         return Status::Ok();
     }
 
+    Status argmax(const Tensor &out, const Tensor &in, int n) override {
+        H2O_TRY(injected_fault());
+        for (int t = 0; t < n; ++t) {
+            const float *row = host<const float>(in) + t * in.cols;
+            // The first maximum: only a strictly larger element moves it.
+            host<int32_t>(out)[t] = static_cast<int32_t>(std::max_element(row, row + in.cols) - row);
+        }
+        return Status::Ok();
+    }
+
     Status create_kv(const KvConfig &config) override {
         H2O_TRY(kv_.init(config));
         // Per thread: the attention weights of one query head and of its kv-head group, and the

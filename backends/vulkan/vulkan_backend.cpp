@@ -121,6 +121,10 @@ const char *type_suffix(TensorType type) {
 struct GetRowsPush {
     uint32_t table_off, ids_off, out_off, cols, n, row_first, row_count;
 };
+struct ArgmaxPush {
+    uint32_t in_off, out_off, cols;
+};
+
 struct RmsNormPush {
     uint32_t in_off, weight_off, out_off, cols;
     float eps;
@@ -213,6 +217,7 @@ public:
     Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override;
     Status swiglu(const Tensor &gate, const Tensor &up, int n) override;
     Status add(const Tensor &acc, const Tensor &x, int n) override;
+    Status argmax(const Tensor &out, const Tensor &in, int n) override;
     Status elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n);
 
     Status create_kv(const KvConfig &config) override;
@@ -947,6 +952,15 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
 Status VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) { return elementwise("swiglu", gate, up, n); }
 
 Status VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) { return elementwise("add", acc, x, n); }
+
+Status VulkanBackend::argmax(const Tensor &out, const Tensor &in, int n) {
+    if (failed() || n <= 0) return error_;
+    const Bound i = bind(in, false);
+    const Bound o = bind(out, true);
+    const ArgmaxPush push{i.word, o.word, static_cast<uint32_t>(in.cols)};
+    dispatch(reduction_kernel("argmax"), {i, o}, &push, sizeof push, static_cast<uint32_t>(n));
+    return error_;
+}
 
 // out[t] = op(out[t], in[t]) over the first n rows: the shaders of elementwise.comp.
 Status VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n) {
