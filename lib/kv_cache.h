@@ -63,6 +63,26 @@ public:
     // holds n_cached, n_pinned of them pinned. On error the cache is cleared.
     Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned);
 
+    // The bookkeeping beyond the slots' own (HeadView), for a device backend that keeps its cache
+    // in its own memory and saves and loads it in the snapshot format through a host KvCache.
+    struct HeadCounts {
+        int used = 0;        // slots written at least once
+        int free_count = 0;  // entries of the free list
+    };
+    HeadCounts counts(int layer, int kv_head) const {
+        return {used_[head_index(layer, kv_head)], free_count_[head_index(layer, kv_head)]};
+    }
+    // Sets what a device backend's cache holds; used and free_count must be within n_slots (the
+    // device's own state, not a file's: load() is what checks foreign data).
+    void set_counts(int layer, int kv_head, HeadCounts counts) {
+        used_[head_index(layer, kv_head)] = counts.used;
+        free_count_[head_index(layer, kv_head)] = counts.free_count;
+    }
+    // The slots freed by eviction and not yet reused: n_slots entries, the first free_count used.
+    int32_t *free_list(int layer, int kv_head) { return free_list_.data() + slot_base(layer, kv_head); }
+    uint64_t random_state() const { return random_state_; }
+    void set_random_state(uint64_t state) { random_state_ = state; }
+
 private:
     size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
     size_t slot_base(int layer, int kv_head) const { return head_index(layer, kv_head) * config_.n_slots; }

@@ -2,6 +2,7 @@
 // sweep in the style of the GGUF reader's tests.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,43 @@ h2o_session_params small_session(uint32_t policy, int rolling, uint32_t kv_type)
     return sp;
 }
 
+// Saves a session of `sp` on `saved_on` after a pinned sentence and an evicting generation, loads
+// the snapshot into a freshly loaded model on `loaded_on`, and checks that both continue alike.
+void check_resumption(const std::string &path, h2o_session_params sp, float temperature, uint32_t saved_on, uint32_t loaded_on) {
+    sp.backend = saved_on;
+    h2o_test::ApiSession original;
+    REQUIRE_MESSAGE(original.open(path, sp), h2o_last_error());
+    const char *pinned = "Lily had a red ball.";
+    REQUIRE(h2o_session_add_text(original.session, pinned, std::strlen(pinned), H2O_TEXT_PIN) == H2O_OK);
+    generate(original.session, " Once upon a time", 40, temperature);  // past the budget: evicting
+    const std::vector<uint8_t> snapshot = save(original.session);
+
+    // A freshly loaded model, as another process would have.
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_session_params lp;
+    h2o_session_params_init(&lp, sizeof lp);
+    lp.backend = loaded_on;
+    h2o_session *loaded = nullptr;
+    REQUIRE(h2o_session_load_from_buffer(model, snapshot.data(), snapshot.size(), &lp, &loaded) == H2O_OK);
+    h2o_model_free(model);
+
+    h2o_kv_layout a, b;
+    a.struct_size = b.struct_size = sizeof(h2o_kv_layout);
+    REQUIRE(h2o_session_get_kv_layout(original.session, &a) == H2O_OK);
+    REQUIRE(h2o_session_get_kv_layout(loaded, &b) == H2O_OK);
+    CHECK(std::memcmp(&a, &b, sizeof(a)) == 0);
+    // The logits of the last token come back, so generation continues at once.
+    std::vector<float> la(512), lb(512);
+    REQUIRE(h2o_session_get_logits(original.session, la.data(), la.size()) == H2O_OK);
+    REQUIRE(h2o_session_get_logits(loaded, lb.data(), lb.size()) == H2O_OK);
+    CHECK(la == lb);
+
+    CHECK(generate(loaded, "", 40, temperature) == generate(original.session, "", 40, temperature));
+    CHECK(generate(loaded, " The end.", 10, temperature) == generate(original.session, " The end.", 10, temperature));
+    h2o_session_free(loaded);
+}
+
 TEST_CASE("session state: a loaded session continues exactly as the saved one, for every policy") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     for (uint32_t policy = 1; h2o_kv_policy_name(policy); ++policy) {
@@ -69,38 +107,41 @@ TEST_CASE("session state: a loaded session continues exactly as the saved one, f
                     CAPTURE(rolling);
                     CAPTURE(kv_type);
                     CAPTURE(temperature);
-                    const h2o_session_params sp = small_session(policy, rolling, kv_type);
-                    h2o_test::ApiSession original;
-                    REQUIRE(original.open(path, sp));
-                    const char *pinned = "Lily had a red ball.";
-                    REQUIRE(h2o_session_add_text(original.session, pinned, std::strlen(pinned), H2O_TEXT_PIN) == H2O_OK);
-                    generate(original.session, " Once upon a time", 40, temperature);  // past the budget: evicting
-                    const std::vector<uint8_t> snapshot = save(original.session);
-
-                    // A freshly loaded model, as another process would have.
-                    h2o_model *model = nullptr;
-                    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-                    h2o_session *loaded = nullptr;
-                    REQUIRE(h2o_session_load_from_buffer(model, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK);
-                    h2o_model_free(model);
-
-                    h2o_kv_layout a, b;
-                    a.struct_size = b.struct_size = sizeof(h2o_kv_layout);
-                    REQUIRE(h2o_session_get_kv_layout(original.session, &a) == H2O_OK);
-                    REQUIRE(h2o_session_get_kv_layout(loaded, &b) == H2O_OK);
-                    CHECK(std::memcmp(&a, &b, sizeof(a)) == 0);
-                    // The logits of the last token come back, so generation continues at once.
-                    std::vector<float> la(512), lb(512);
-                    REQUIRE(h2o_session_get_logits(original.session, la.data(), la.size()) == H2O_OK);
-                    REQUIRE(h2o_session_get_logits(loaded, lb.data(), lb.size()) == H2O_OK);
-                    CHECK(la == lb);
-
-                    CHECK(generate(loaded, "", 40, temperature) == generate(original.session, "", 40, temperature));
-                    CHECK(generate(loaded, " The end.", 10, temperature) == generate(original.session, " The end.", 10, temperature));
-                    h2o_session_free(loaded);
+                    check_resumption(path, small_session(policy, rolling, kv_type), temperature, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
                 }
             }
         }
+    }
+}
+
+TEST_CASE("session state: Vulkan sessions save and load their device cache, for every policy, and continue on the CPU") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    size_t n_devices = 0;
+    REQUIRE(h2o_backend_count(&n_devices) == H2O_OK);
+    uint32_t vulkan_devices = 0;
+    for (size_t i = 0; i < n_devices; ++i) {
+        h2o_backend_info info;
+        info.struct_size = sizeof info;
+        if (h2o_backend_get_info(i, &info) == H2O_OK && info.kind == H2O_BACKEND_VULKAN) ++vulkan_devices;
+    }
+    if (vulkan_devices == 0 && !std::getenv("H2O_REQUIRE_VULKAN")) {
+        std::printf("H2O-SKIP: no Vulkan device\n");
+        return;
+    }
+    // Every policy, with and without rolling and in both formats alternately (lavapipe is slow).
+    for (uint32_t policy = 1; h2o_kv_policy_name(policy); ++policy) {
+        const int rolling = policy % 2;
+        const uint32_t kv_type = policy % 4 < 2 ? H2O_KV_TYPE_F32 : H2O_KV_TYPE_K8V4;
+        CAPTURE(h2o_kv_policy_name(policy));
+        CAPTURE(rolling);
+        CAPTURE(kv_type);
+        check_resumption(path, small_session(policy, rolling, kv_type), 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
+    }
+    // The snapshot format is the backends' common one: a Vulkan session's cache continues on the
+    // CPU (greedily, where the two backends' logits, equal to rounding, pick the same tokens).
+    for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}}) {
+        CAPTURE(h2o_kv_policy_name(policy));
+        check_resumption(path, small_session(policy, 1, H2O_KV_TYPE_K8V4), 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
     }
 }
 

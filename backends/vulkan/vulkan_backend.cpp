@@ -29,6 +29,7 @@
 #include <map>
 #include <vector>
 
+#include "kv_cache.h"
 #include "log.h"
 #include "vulkan/shaders/kv_meta_layout.h"
 #include "vulkan/vk_context.h"
@@ -225,13 +226,9 @@ public:
     size_t kv_bytes() const override { return static_cast<size_t>(kv_bytes_); }
     Status download_kv_stream_indices(int64_t *out) override;
     Status download_kv_statistics(SlotStats *out) override;
-    // Snapshots need the device's cache in the host layout; that copy is not written yet.
-    Status save_kv(ByteWriter &) override { return snapshot_unsupported(); }
-    Status load_kv(ByteReader &, int64_t, int64_t, int64_t) override { return snapshot_unsupported(); }
-    static Status snapshot_unsupported() {
-        return make_error(H2O_ERR_UNSUPPORTED, "session snapshots (save, load, fork) are not implemented on the Vulkan backend "
-                                               "yet; create the session with the CPU backend");
-    }
+    // Snapshots go through a host KvCache, whose save/load define the format and check it.
+    Status save_kv(ByteWriter &out) override;
+    Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) override;
     Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
                      const AttentionBatch &batch, const ModelShape &shape) override;
 
@@ -275,6 +272,10 @@ private:
     }
     // Rows of a weight tensor that fit one storage buffer binding.
     int64_t rows_per_binding(const Tensor &w, VkDeviceSize row_bytes) const;
+
+    // The device's cache and a host KvCache of the same configuration, one into the other.
+    Status cache_to_host(KvCache *host);
+    Status cache_from_host(KvCache &host);
 
     // ---- recording
     bool begin();
@@ -1025,6 +1026,98 @@ Status VulkanBackend::clear_kv() {
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.position, VkDeviceSize{4} * (layout_.rng - layout_.position), 0);
     const uint64_t rng = kv_.policy.seed ^ 0x9E3779B97F4A7C15ull;  // KvCache::clear
     record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.rng, &rng, sizeof rng);
+    return error_;
+}
+
+// ---- snapshots ----------------------------------------------------------------------------------
+// The host cache is a transient copy as large as the device's (a snapshot holds as much). Rows on
+// the device are the host's rows padded to whole words (kv_row.glsl), bit for bit; the bookkeeping
+// is kv_meta_layout.h's, the host's in words.
+
+Status VulkanBackend::save_kv(ByteWriter &out) {
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
+    KvCache host;
+    H2O_TRY(host.init(kv_));
+    H2O_TRY(cache_to_host(&host));
+    host.save(out);
+    return Status::Ok();
+}
+
+Status VulkanBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) {
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
+    H2O_TRY(error_);
+    KvCache host;
+    H2O_TRY(host.init(kv_));
+    H2O_TRY(host.load(in, n_past, n_cached, n_pinned));  // checks everything before the device changes
+    return cache_from_host(host);
+}
+
+Status VulkanBackend::cache_to_host(KvCache *host) {
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
+    const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
+    const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
+    std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. rng
+    H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
+    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words), values(static_cast<size_t>(n_kv) * n_slots * value_words);
+    for (int l = 0; l < kv_.n_layer; ++l) {
+        H2O_TRY(download_range(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * keys.size()));
+        H2O_TRY(download_range(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * values.size()));
+        for (uint32_t h = 0; h < n_kv; ++h) {
+            const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
+            const KvCache::HeadView view = host->head(l, static_cast<int>(h));
+            for (uint32_t s = 0; s < n_slots; ++s) {
+                const uint32_t at = cell * n_slots + s;
+                std::memcpy(view.keys + s * host->key_row_bytes(), &keys[(h * n_slots + s) * key_words], host->key_row_bytes());
+                std::memcpy(view.values + s * host->value_row_bytes(), &values[(h * n_slots + s) * value_words], host->value_row_bytes());
+                view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
+                                                            uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
+                view.position[s] = static_cast<int32_t>(meta[layout_.position + at]);
+                view.pinned[s] = meta[layout_.pinned + at] != 0;
+                if (view.stats) std::memcpy(&view.stats[s], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
+                host->free_list(l, static_cast<int>(h))[s] = static_cast<int32_t>(meta[layout_.free_list + at]);
+            }
+            host->set_counts(l, static_cast<int>(h), {static_cast<int>(meta[layout_.used + cell]), static_cast<int>(meta[layout_.free_count + cell])});
+        }
+    }
+    host->set_random_state(uint64_t{meta[layout_.rng]} | uint64_t{meta[layout_.rng + 1]} << 32);
+    return Status::Ok();
+}
+
+Status VulkanBackend::cache_from_host(KvCache &host) {
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
+    const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
+    const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
+    std::vector<uint32_t> meta(layout_.batch_slot, 0);  // stream .. rng; zero statistics for the policies without
+    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words), values(static_cast<size_t>(n_kv) * n_slots * value_words);
+    for (int l = 0; l < kv_.n_layer; ++l) {
+        std::fill(keys.begin(), keys.end(), 0u);
+        std::fill(values.begin(), values.end(), 0u);
+        for (uint32_t h = 0; h < n_kv; ++h) {
+            const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
+            const KvCache::HeadView view = host.head(l, static_cast<int>(h));
+            for (uint32_t s = 0; s < n_slots; ++s) {
+                const uint32_t at = cell * n_slots + s;
+                std::memcpy(&keys[(h * n_slots + s) * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
+                std::memcpy(&values[(h * n_slots + s) * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
+                const auto stream = static_cast<uint64_t>(view.stream_index[s]);  // -1 (free): both words ~0
+                meta[layout_.stream + 2 * at] = static_cast<uint32_t>(stream);
+                meta[layout_.stream + 2 * at + 1] = static_cast<uint32_t>(stream >> 32);
+                meta[layout_.position + at] = static_cast<uint32_t>(view.position[s]);
+                meta[layout_.pinned + at] = view.pinned[s];
+                if (view.stats) std::memcpy(&meta[layout_.stats + 5 * at], &view.stats[s], sizeof(SlotStats));
+                meta[layout_.free_list + at] = static_cast<uint32_t>(host.free_list(l, static_cast<int>(h))[s]);
+            }
+            const KvCache::HeadCounts counts = host.counts(l, static_cast<int>(h));
+            meta[layout_.used + cell] = static_cast<uint32_t>(counts.used);
+            meta[layout_.free_count + cell] = static_cast<uint32_t>(counts.free_count);
+        }
+        record_upload(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * keys.size());
+        record_upload(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * values.size());
+    }
+    const uint64_t rng = host.random_state();
+    meta[layout_.rng] = static_cast<uint32_t>(rng);
+    meta[layout_.rng + 1] = static_cast<uint32_t>(rng >> 32);
+    record_upload(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size());  // staged: copied now
     return error_;
 }
 

@@ -523,8 +523,8 @@ H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, 
  * zstd-compressed, carry a fingerprint of the model (its tensor table and vocabulary) and a
  * checksum; a truncated, corrupted, foreign or hostile snapshot is H2O_ERR_STATE_FORMAT (a newer
  * format version: H2O_ERR_UNSUPPORTED) with a message, and nothing is created. A pull-style
- * generation in progress is not part of the state. Snapshots are implemented on the CPU backend;
- * other backends return H2O_ERR_UNSUPPORTED.
+ * generation in progress is not part of the state. The format does not depend on the backend: a
+ * snapshot saved on one backend loads on any (the CPU and Vulkan backends implement them).
  * ------------------------------------------------------------------------------------------- */
 
 /* Writes a snapshot to path: to a temporary file beside it, synced, then renamed, so that path
