@@ -15,6 +15,7 @@
 #include "cpu/cpu_backend.h"
 #include "model.h"
 #include "session.h"
+#include "session_util.h"
 #include "test_util.h"
 #ifdef H2O_HAVE_VULKAN
 #include "vulkan/vulkan_backend.h"
@@ -24,13 +25,7 @@ using namespace h2o;
 
 namespace {
 
-GenerateSettings greedy(uint32_t n) {
-    GenerateSettings g;
-    g.max_tokens = n;
-    g.sampler.temperature = 0.0f;
-    g.stop_at_eos = false;
-    return g;
-}
+using h2o_test::greedy;
 
 bool append_piece(const char *text, size_t length, void *user_data) {
     static_cast<std::string *>(user_data)->append(text, length);
@@ -50,13 +45,8 @@ void check_fault_is_reported(h2o_backend_kind kind, const std::function<bool(Bac
     settings.n_threads = 1;
     settings.n_batch = 16;
     settings.backend = kind;
-    std::unique_ptr<Session> session;
-    const Status created = Session::create(*model, settings, &session);
-    if (created.code == H2O_ERR_BACKEND_UNAVAILABLE && !std::getenv("H2O_REQUIRE_VULKAN")) {
-        std::printf("H2O-SKIP: %s\n", created.message.c_str());
-        return;
-    }
-    REQUIRE_MESSAGE(created.ok(), created.message);
+    const std::unique_ptr<Session> session = h2o_test::session_or_skip(*model, settings);
+    if (!session) return;
     REQUIRE(session->device().kind == kind);
 
     const char *prompt = "Once upon a time, there was a little girl who";

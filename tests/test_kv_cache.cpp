@@ -14,6 +14,7 @@
 #include "cpu/cpu_backend.h"
 #include "h2o/h2o.h"
 #include "kv_cache.h"
+#include "session_util.h"
 #include "model.h"
 #include "session.h"
 #include "test_util.h"
@@ -287,13 +288,7 @@ struct RealSession {
     }
 };
 
-GenerateSettings greedy(uint32_t n) {
-    GenerateSettings g;
-    g.max_tokens = n;
-    g.sampler.temperature = 0.0f;
-    g.stop_at_eos = false;
-    return g;
-}
+using h2o_test::greedy;
 
 }  // namespace
 

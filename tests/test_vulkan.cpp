@@ -29,6 +29,7 @@ TEST_CASE("vulkan: backend") { std::printf("H2O-SKIP: built without the Vulkan b
 #include "model.h"
 #include "quant.h"
 #include "session.h"
+#include "session_util.h"
 #include "test_util.h"
 #include "vulkan/vulkan_backend.h"
 
@@ -294,18 +295,9 @@ TEST_CASE("vulkan: a greedy session reads back 4 bytes per generated token, in o
     settings.n_ctx = 256;
     settings.kv_budget = 256;
     settings.backend = H2O_BACKEND_VULKAN;
-    std::unique_ptr<Session> session;
-    const Status created = Session::create(*model, settings, &session);
-    if (created.code == H2O_ERR_BACKEND_UNAVAILABLE && !std::getenv("H2O_REQUIRE_VULKAN")) {
-        std::printf("H2O-SKIP: %s\n", created.message.c_str());
-        return;
-    }
-    REQUIRE_MESSAGE(created.ok(), created.message);
-    GenerateSettings greedy;
-    greedy.max_tokens = 40;
-    greedy.sampler.temperature = 0.0f;
-    greedy.stop_at_eos = false;
-    REQUIRE(session->begin_generation("Once upon a time", greedy).ok());
+    const std::unique_ptr<Session> session = h2o_test::session_or_skip(*model, settings);
+    if (!session) return;
+    REQUIRE(session->begin_generation("Once upon a time", h2o_test::greedy(40)).ok());
     std::string piece;
     h2o_stop_reason reason = H2O_STOP_NONE;
     REQUIRE(session->next_piece(&piece, &reason).ok());  // the first token: sampled from the prompt's logits

@@ -1,0 +1,37 @@
+// Helpers for tests that drive the internal Session class directly.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "doctest/doctest.h"
+#include "model.h"
+#include "session.h"
+
+namespace h2o_test {
+
+// Greedy decoding of n tokens that does not stop at the end of a story.
+inline h2o::GenerateSettings greedy(uint32_t n) {
+    h2o::GenerateSettings g;
+    g.max_tokens = n;
+    g.sampler.temperature = 0.0f;
+    g.stop_at_eos = false;
+    return g;
+}
+
+// Creates a session, or prints the skip marker and returns null when its backend is not on this
+// machine (unless CI requires the device backends: H2O_REQUIRE_VULKAN=1).
+inline std::unique_ptr<h2o::Session> session_or_skip(const h2o::Model &model, const h2o::SessionSettings &settings) {
+    std::unique_ptr<h2o::Session> session;
+    const h2o::Status created = h2o::Session::create(model, settings, &session);
+    if (created.code == H2O_ERR_BACKEND_UNAVAILABLE && !std::getenv("H2O_REQUIRE_VULKAN")) {
+        std::printf("H2O-SKIP: %s\n", created.message.c_str());
+        return nullptr;
+    }
+    REQUIRE_MESSAGE(created.ok(), created.message);
+    return session;
+}
+
+}  // namespace h2o_test
