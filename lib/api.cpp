@@ -179,7 +179,7 @@ h2o_session_params default_session_params() {
     p.kv_sinks = 4;
     p.backend = H2O_BACKEND_AUTO;
     p.device_index = -1;
-    p.kv_type = H2O_KV_TYPE_F32;
+    p.kv_type = H2O_KV_TYPE_F16;  // h2o.h says why
     return p;
 }
 

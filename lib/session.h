@@ -22,7 +22,7 @@ struct SessionSettings {
     int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
     int kv_budget = 0;  // KV slots per (layer, kv head); n_ctx for a full cache
     KvPolicyConfig policy;
-    KvType kv_type = KvType::F32;
+    KvType kv_type = KvType::F16;  // as h2o_session_params_default
     bool rolling = false;
     int n_threads = 1;
     int n_batch = 256;

@@ -1080,6 +1080,35 @@ void check_vector_ops(cpu::KernelIsa isa) {
             }
             CHECK(std::fabs(out[j] - want) <= 1e-5 * mag);
         }
+
+        // The same over rows of halves (the F16 KV format), against the halves' exact values.
+        std::vector<uint16_t> halves(n * stride);
+        for (size_t i = 0; i < halves.size(); ++i) halves[i] = fp32_to_fp16(rows[i]);  // NaN rows stay NaN
+        std::vector<float> f16_scores(n + 1, -7.0f);
+        cpu::dot_rows_f16(q.data(), halves.data(), stride, n, len, f16_scores.data());
+        CHECK(f16_scores[n] == -7.0f);
+        for (int64_t i = 0; i < n; ++i) {
+            if (w[i] == 0.0f) continue;  // the NaN rows
+            double want = 0.0, mag = 0.0;
+            for (int64_t j = 0; j < len; ++j) {
+                want += static_cast<double>(q[j]) * fp16_to_fp32(halves[i * stride + j]);
+                mag += std::fabs(static_cast<double>(q[j]) * fp16_to_fp32(halves[i * stride + j]));
+            }
+            CHECK(std::fabs(f16_scores[i] - want) <= 1e-5 * mag);
+        }
+        std::vector<float> f16_out = out0;
+        f16_out.push_back(-7.0f);
+        cpu::weighted_row_sum_f16(f16_out.data(), w.data(), halves.data(), stride, n, len);
+        CHECK(f16_out[len] == -7.0f);
+        for (int64_t j = 0; j < len; ++j) {
+            double want = out0[j], mag = std::fabs(out0[j]);
+            for (int64_t i = 0; i < n; ++i) {
+                if (w[i] == 0.0f) continue;
+                want += static_cast<double>(w[i]) * fp16_to_fp32(halves[i * stride + j]);
+                mag += std::fabs(static_cast<double>(w[i]) * fp16_to_fp32(halves[i * stride + j]));
+            }
+            CHECK(std::fabs(f16_out[j] - want) <= 1e-5 * mag);
+        }
     }
 }
 

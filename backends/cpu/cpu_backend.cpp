@@ -306,11 +306,15 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
             for (int g = 0; g < group; ++g) {
                 const int head = h * group + g;
                 const float *qh = host<const float>(q) + t * q.cols + head * hd;
-                // Every slot before `end` is scored, then the unseen ones are masked. F32 rows go
-                // through the SIMD row kernels; the other formats are read in place (kv_format.h).
+                // Every slot before `end` is scored, then the unseen ones are masked. F32 and F16
+                // rows go through the SIMD row kernels; the other formats are read in place
+                // (kv_format.h).
                 if (key_format == KvRowFormat::F32) {
                     cpu::dot_rows(qh, reinterpret_cast<const float *>(view.keys), key_row / sizeof(float), end, hd,
                                   scratch.weight);
+                } else if (key_format == KvRowFormat::F16) {
+                    cpu::dot_rows_f16(qh, reinterpret_cast<const uint16_t *>(view.keys), key_row / sizeof(uint16_t), end, hd,
+                                      scratch.weight);
                 } else {
                     for (int s = 0; s < end; ++s) scratch.weight[s] = kv_dot_row(key_format, qh, view.keys + s * key_row, hd);
                 }
@@ -324,6 +328,9 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                 if (value_format == KvRowFormat::F32) {
                     cpu::weighted_row_sum(o, scratch.weight, reinterpret_cast<const float *>(view.values),
                                           value_row / sizeof(float), end, hd);
+                } else if (value_format == KvRowFormat::F16) {
+                    cpu::weighted_row_sum_f16(o, scratch.weight, reinterpret_cast<const uint16_t *>(view.values),
+                                              value_row / sizeof(uint16_t), end, hd);
                 } else {
                     for (int s = 0; s < end; ++s) {
                         if (scratch.weight[s] != 0.0f) kv_axpy_row(value_format, o, scratch.weight[s], view.values + s * value_row, hd);

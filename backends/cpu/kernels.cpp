@@ -441,6 +441,7 @@ const KernelTable kScalarKernels = {
     quantize_activations_scalar, matmul_range_scalar, dequantize_scalar, dot_f32_scalar,
     axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
+    nullptr, nullptr,  // the same for F16 rows
     1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
 }  // namespace detail
@@ -698,6 +699,27 @@ void weighted_row_sum(float *out, const float *w, const float *rows, int64_t str
     if (k.weighted_row_sum) return k.weighted_row_sum(out, w, rows, stride, n, len);
     for (int64_t i = 0; i < n; ++i) {
         if (w[i] != 0.0f) k.axpy(out, w[i], rows + i * stride, len);
+    }
+}
+
+void dot_rows_f16(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+    const KernelTable &k = kernels();
+    if (k.dot_rows_f16) return k.dot_rows_f16(q, rows, stride, n, len, scores);
+    const float *half = fp16_table();
+    for (int64_t i = 0; i < n; ++i) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < len; ++j) sum += q[j] * half[rows[i * stride + j]];
+        scores[i] = sum;
+    }
+}
+
+void weighted_row_sum_f16(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len) {
+    const KernelTable &k = kernels();
+    if (k.weighted_row_sum_f16) return k.weighted_row_sum_f16(out, w, rows, stride, n, len);
+    const float *half = fp16_table();
+    for (int64_t i = 0; i < n; ++i) {
+        if (w[i] == 0.0f) continue;
+        for (int64_t j = 0; j < len; ++j) out[j] += w[i] * half[rows[i * stride + j]];
     }
 }
 

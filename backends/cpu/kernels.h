@@ -125,6 +125,11 @@ void dot_rows(const float *q, const float *rows, int64_t stride, int64_t n, int6
 // for j < len.
 void weighted_row_sum(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len);
 
+// dot_rows and weighted_row_sum over rows of len IEEE halves (the F16 KV format); stride counts
+// halves.
+void dot_rows_f16(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores);
+void weighted_row_sum_f16(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len);
+
 // out[i] = a[i] + b[i]; out may alias a or b.
 void add(float *out, const float *a, const float *b, int64_t n);
 

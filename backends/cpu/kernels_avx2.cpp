@@ -1141,42 +1141,63 @@ void silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
 
 constexpr int64_t kRowChunks = 8;  // head size 64, 8 floats a register
 
-void dot_rows_avx2(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
-    if (len != 8 * kRowChunks) {
-        for (int64_t i = 0; i < n; ++i) scores[i] = dot_f32_avx2(q, rows + i * stride, len);
-        return;
-    }
-    __m256 qv[kRowChunks];
-#pragma GCC unroll 8
-    for (int k = 0; k < kRowChunks; ++k) qv[k] = _mm256_loadu_ps(q + 8 * k);
-    for (int64_t i = 0; i < n; ++i) {
-        const float *row = rows + i * stride;
-        __m256 acc[2] = {_mm256_mul_ps(qv[0], _mm256_loadu_ps(row)), _mm256_mul_ps(qv[1], _mm256_loadu_ps(row + 8))};
-#pragma GCC unroll 8
-        for (int k = 2; k < kRowChunks; ++k) acc[k & 1] = _mm256_fmadd_ps(qv[k], _mm256_loadu_ps(row + 8 * k), acc[k & 1]);
-        scores[i] = hsum(_mm256_add_ps(acc[0], acc[1]));
-    }
-}
+// Rows of floats (the F32 KV format) or of IEEE halves (F16), widened 8 at a time by vcvtph2ps.
+inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+inline float to_float(float x) { return x; }
+inline float to_float(uint16_t h) { return _cvtsh_ss(h); }
 
-void weighted_row_sum_avx2(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len) {
-    if (len != 8 * kRowChunks) {
+template <typename Element>
+void dot_rows_avx2(const float *q, const Element *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+    if (len == 8 * kRowChunks) {
+        __m256 qv[kRowChunks];
+#pragma GCC unroll 8
+        for (int k = 0; k < kRowChunks; ++k) qv[k] = _mm256_loadu_ps(q + 8 * k);
         for (int64_t i = 0; i < n; ++i) {
-            if (w[i] != 0.0f) axpy_avx2(out, w[i], rows + i * stride, len);
+            const Element *row = rows + i * stride;
+            __m256 acc[2] = {_mm256_mul_ps(qv[0], load8(row)), _mm256_mul_ps(qv[1], load8(row + 8))};
+#pragma GCC unroll 8
+            for (int k = 2; k < kRowChunks; ++k) acc[k & 1] = _mm256_fmadd_ps(qv[k], load8(row + 8 * k), acc[k & 1]);
+            scores[i] = hsum(_mm256_add_ps(acc[0], acc[1]));
         }
         return;
     }
-    __m256 acc[kRowChunks];
+    for (int64_t i = 0; i < n; ++i) {
+        const Element *row = rows + i * stride;
+        __m256 acc = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= len; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + j), load8(row + j), acc);
+        float sum = hsum(acc);
+        for (; j < len; ++j) sum += q[j] * to_float(row[j]);
+        scores[i] = sum;
+    }
+}
+
+template <typename Element>
+void weighted_row_sum_avx2(float *out, const float *w, const Element *rows, int64_t stride, int64_t n, int64_t len) {
+    if (len == 8 * kRowChunks) {
+        __m256 acc[kRowChunks];
 #pragma GCC unroll 8
-    for (int k = 0; k < kRowChunks; ++k) acc[k] = _mm256_loadu_ps(out + 8 * k);
+        for (int k = 0; k < kRowChunks; ++k) acc[k] = _mm256_loadu_ps(out + 8 * k);
+        for (int64_t i = 0; i < n; ++i) {
+            if (w[i] == 0.0f) continue;
+            const __m256 wv = _mm256_set1_ps(w[i]);
+            const Element *row = rows + i * stride;
+#pragma GCC unroll 8
+            for (int k = 0; k < kRowChunks; ++k) acc[k] = _mm256_fmadd_ps(wv, load8(row + 8 * k), acc[k]);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < kRowChunks; ++k) _mm256_storeu_ps(out + 8 * k, acc[k]);
+        return;
+    }
     for (int64_t i = 0; i < n; ++i) {
         if (w[i] == 0.0f) continue;
+        const Element *row = rows + i * stride;
         const __m256 wv = _mm256_set1_ps(w[i]);
-        const float *row = rows + i * stride;
-#pragma GCC unroll 8
-        for (int k = 0; k < kRowChunks; ++k) acc[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row + 8 * k), acc[k]);
+        int64_t j = 0;
+        for (; j + 8 <= len; j += 8) _mm256_storeu_ps(out + j, _mm256_fmadd_ps(wv, load8(row + j), _mm256_loadu_ps(out + j)));
+        for (; j < len; ++j) out[j] += w[i] * to_float(row[j]);
     }
-#pragma GCC unroll 8
-    for (int k = 0; k < kRowChunks; ++k) _mm256_storeu_ps(out + 8 * k, acc[k]);
 }
 
 }  // namespace
@@ -1184,7 +1205,8 @@ void weighted_row_sum_avx2(float *out, const float *w, const float *rows, int64_
 const KernelTable kAvx2Kernels = {
     quantize_activations_avx2, matmul_range_avx2, dequantize_avx2, dot_f32_avx2,
     axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
-    dot_rows_avx2, weighted_row_sum_avx2,
+    dot_rows_avx2<float>,      weighted_row_sum_avx2<float>,
+    dot_rows_avx2<uint16_t>,   weighted_row_sum_avx2<uint16_t>,
     2,  // interleaved Q4_0 and Q4_K: faster than the file's layout
 };
 

@@ -521,50 +521,70 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
 // dependency through memory that makes. Here the query, or the output, stays in registers for all
 // rows (measured per row of 64: scores 3.9 -> 1.6 ns, values 5.0 -> 1.5 ns).
 
-// Head sizes that are whole registers get a fully unrolled loop; kChunks = len / 16.
-template <int kChunks>
-void dot_rows_fixed(const float *q, const float *rows, int64_t stride, int64_t n, float *scores) {
+// Head sizes that are whole registers get a fully unrolled loop; kChunks = len / 16. Rows of
+// floats (the F32 KV format) or of IEEE halves (F16), widened 16 at a time by vcvtph2ps.
+inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+
+template <int kChunks, typename Element>
+void dot_rows_fixed(const float *q, const Element *rows, int64_t stride, int64_t n, float *scores) {
     __m512 qv[kChunks];
 #pragma GCC unroll 8
     for (int k = 0; k < kChunks; ++k) qv[k] = _mm512_loadu_ps(q + 16 * k);
     for (int64_t i = 0; i < n; ++i) {
-        const float *row = rows + i * stride;
-        __m512 acc[2] = {_mm512_mul_ps(qv[0], _mm512_loadu_ps(row)), _mm512_setzero_ps()};
+        const Element *row = rows + i * stride;
+        __m512 acc[2] = {_mm512_mul_ps(qv[0], load16(row)), _mm512_setzero_ps()};
 #pragma GCC unroll 8
-        for (int k = 1; k < kChunks; ++k) acc[k & 1] = _mm512_fmadd_ps(qv[k], _mm512_loadu_ps(row + 16 * k), acc[k & 1]);
+        for (int k = 1; k < kChunks; ++k) acc[k & 1] = _mm512_fmadd_ps(qv[k], load16(row + 16 * k), acc[k & 1]);
         scores[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
     }
 }
 
-template <int kChunks>
-void weighted_row_sum_fixed(float *out, const float *w, const float *rows, int64_t stride, int64_t n) {
+template <int kChunks, typename Element>
+void weighted_row_sum_fixed(float *out, const float *w, const Element *rows, int64_t stride, int64_t n) {
     __m512 acc[kChunks];
 #pragma GCC unroll 8
     for (int k = 0; k < kChunks; ++k) acc[k] = _mm512_loadu_ps(out + 16 * k);
     for (int64_t i = 0; i < n; ++i) {
         if (w[i] == 0.0f) continue;
         const __m512 wv = _mm512_set1_ps(w[i]);
-        const float *row = rows + i * stride;
+        const Element *row = rows + i * stride;
 #pragma GCC unroll 8
-        for (int k = 0; k < kChunks; ++k) acc[k] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(row + 16 * k), acc[k]);
+        for (int k = 0; k < kChunks; ++k) acc[k] = _mm512_fmadd_ps(wv, load16(row + 16 * k), acc[k]);
     }
 #pragma GCC unroll 8
     for (int k = 0; k < kChunks; ++k) _mm512_storeu_ps(out + 16 * k, acc[k]);
 }
 
-void dot_rows_avx512(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+// Other head sizes go to the AVX2 level's kernels of the same row type.
+void avx2_dot_rows(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+    kAvx2Kernels.dot_rows(q, rows, stride, n, len, scores);
+}
+void avx2_dot_rows(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+    kAvx2Kernels.dot_rows_f16(q, rows, stride, n, len, scores);
+}
+void avx2_weighted_row_sum(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len) {
+    kAvx2Kernels.weighted_row_sum(out, w, rows, stride, n, len);
+}
+void avx2_weighted_row_sum(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len) {
+    kAvx2Kernels.weighted_row_sum_f16(out, w, rows, stride, n, len);
+}
+
+template <typename Element>
+void dot_rows_avx512(const float *q, const Element *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
     switch (len) {
         case 64: return dot_rows_fixed<4>(q, rows, stride, n, scores);
         case 128: return dot_rows_fixed<8>(q, rows, stride, n, scores);
-        default: return kAvx2Kernels.dot_rows(q, rows, stride, n, len, scores);
+        default: return avx2_dot_rows(q, rows, stride, n, len, scores);
     }
 }
 
-void weighted_row_sum_avx512(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len) {
+template <typename Element>
+void weighted_row_sum_avx512(float *out, const float *w, const Element *rows, int64_t stride, int64_t n, int64_t len) {
     switch (len) {
         case 64: return weighted_row_sum_fixed<4>(out, w, rows, stride, n);
         case 128: return weighted_row_sum_fixed<8>(out, w, rows, stride, n);
-        default: return kAvx2Kernels.weighted_row_sum(out, w, rows, stride, n, len);
+        default: return avx2_weighted_row_sum(out, w, rows, stride, n, len);
     }
 }
 
@@ -588,7 +608,8 @@ void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) 
 const KernelTable kAvx512Kernels = {
     quantize_activations_avx512, matmul_range_avx512, dequantize_avx512, dot_f32_avx512,
     axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
-    dot_rows_avx512,             weighted_row_sum_avx512,
+    dot_rows_avx512<float>,      weighted_row_sum_avx512<float>,
+    dot_rows_avx512<uint16_t>,   weighted_row_sum_avx512<uint16_t>,
     2,  // interleaved Q4_0 and Q4_K: faster than the file's layout
 };
 

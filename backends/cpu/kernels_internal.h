@@ -72,6 +72,9 @@ struct KernelTable {
     // that leaves them null gets loops over its dot_f32 and axpy (kernels.cpp).
     void (*dot_rows)(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores);
     void (*weighted_row_sum)(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len);
+    // The same over rows of IEEE halves (the F16 KV format). Optional as above.
+    void (*dot_rows_f16)(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores);
+    void (*weighted_row_sum_f16)(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len);
     // What matmul_range does with interleaved weights: 0: cannot run them; 1: runs them (the
     // scalar reference); 2: runs them faster than the file's layout (interleaving_preferred).
     int interleaved_support;

@@ -489,6 +489,36 @@ void axpy_neon(float *y, float a, const float *x, int64_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// Attention over F16 rows (the F16 KV format): 4 halves widened per fcvtl. (F32 rows take the
+// loops over dot_f32 and axpy in kernels.cpp.)
+float32x4_t load_halves4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+
+void dot_rows_f16_neon(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+    for (int64_t i = 0; i < n; ++i) {
+        const uint16_t *row = rows + i * stride;
+        float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+        int64_t j = 0;
+        for (; j + 8 <= len; j += 8) {
+            acc[0] = vfmaq_f32(acc[0], vld1q_f32(q + j), load_halves4(row + j));
+            acc[1] = vfmaq_f32(acc[1], vld1q_f32(q + j + 4), load_halves4(row + j + 4));
+        }
+        for (; j + 4 <= len; j += 4) acc[0] = vfmaq_f32(acc[0], vld1q_f32(q + j), load_halves4(row + j));
+        float s = vaddvq_f32(vaddq_f32(acc[0], acc[1]));
+        for (; j < len; ++j) s += q[j] * vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(row[j]))), 0);
+        scores[i] = s;
+    }
+}
+
+void weighted_row_sum_f16_neon(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len) {
+    for (int64_t i = 0; i < n; ++i) {
+        if (w[i] == 0.0f) continue;
+        const uint16_t *row = rows + i * stride;
+        int64_t j = 0;
+        for (; j + 4 <= len; j += 4) vst1q_f32(out + j, vfmaq_n_f32(vld1q_f32(out + j), load_halves4(row + j), w[i]));
+        for (; j < len; ++j) out[j] += w[i] * vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(row[j]))), 0);
+    }
+}
+
 // exp(x) to about 2 ulp, the same method as the AVX2 kernels: exp(x) = 2^n * exp(r) with
 // n = round(x / ln 2), ln 2 split in two parts so r is exact enough, and exp(r) by a degree-7
 // polynomial (the Cephes expf coefficients). Below -87 gives 0, above 88 saturates at exp(88);
@@ -550,6 +580,7 @@ constexpr KernelTable kThisLevelKernels = {
     quantize_activations_neon, matmul_range_neon, dequantize_neon, dot_f32_neon,
     axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
+    dot_rows_f16_neon, weighted_row_sum_f16_neon,
     0,                 // interleaved weights: NEON runs the file's layout
 };
 
