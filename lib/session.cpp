@@ -303,8 +303,8 @@ void Session::finish_evaluation(int32_t last_token) {
 }
 
 Status Session::fetch_logits() {
-    if (!has_logits_ || logits_on_host_) return Status::Ok();
     H2O_TRY(check_usable());
+    if (!has_logits_ || logits_on_host_) return Status::Ok();
     if (Status st = graph_->download_logits(logits_.data()); !st.ok()) return backend_failed(st);
     logits_on_host_ = true;
     return Status::Ok();

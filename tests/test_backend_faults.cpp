@@ -71,6 +71,7 @@ void check_fault_is_reported(h2o_backend_kind kind, const std::function<bool(Bac
     CHECK(session->add_text("more", false).code == H2O_ERR_BACKEND_FAILED);
     std::vector<uint8_t> state;
     CHECK(session->save_state(&state).code == H2O_ERR_BACKEND_FAILED);
+    CHECK(session->fetch_logits().code == H2O_ERR_BACKEND_FAILED);
 
     REQUIRE(session->reset().ok());
     std::string after;
