@@ -32,10 +32,7 @@ TEST_CASE("vulkan: backend") { std::printf("H2O-SKIP: built without the Vulkan b
 #include "session_util.h"
 #include "test_util.h"
 #include "vulkan/vulkan_backend.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <dlfcn.h>
-#endif
+#include "vulkan_test_util.h"
 
 using namespace h2o;
 
@@ -43,7 +40,8 @@ using namespace h2o;
 // VK_LAYER_KHRONOS_validation 1.3.239 leaks about 3 KB inside the layer for every command buffer
 // when synchronization validation is on (reproduced with a plain C program that only creates a
 // command buffer). The loader unloads the layer at vkDestroyInstance, after which LeakSanitizer
-// cannot name it; keeping it loaded lets this suppression match that library and nothing else.
+// cannot name it; keeping it loaded (h2o_test::keep_validation_layer_loaded) lets this suppression
+// match that library and nothing else.
 extern "C" __attribute__((visibility("default"), used)) const char *__lsan_default_suppressions() {
     return "leak:libVkLayer_khronos_validation.so\n";
 }
@@ -51,55 +49,9 @@ extern "C" __attribute__((visibility("default"), used)) const char *__lsan_defau
 
 namespace {
 
-void keep_validation_layer_loaded() {
-#if defined(__SANITIZE_ADDRESS__)
-    static void *const layer = dlopen("libVkLayer_khronos_validation.so", RTLD_NOW | RTLD_NODELETE);
-    (void)layer;
-#endif
-}
-
-VulkanCounters counters_of(const Backend &b);
-
-// A Vulkan backend with validation on (unless H2O_VULKAN_VALIDATION is set otherwise), or null:
-// after printing the skip marker when there is no usable device, after failing the test when
-// creating it failed otherwise. subgroups=false forces the shared-memory reductions.
-std::unique_ptr<Backend> make_vk(int max_batch, bool subgroups = true) {
-    setenv("H2O_VULKAN_VALIDATION", "1", /*overwrite=*/0);
-    keep_validation_layer_loaded();
-    if (subgroups) {
-        unsetenv("H2O_VULKAN_SUBGROUPS");
-    } else {
-        setenv("H2O_VULKAN_SUBGROUPS", "0", 1);
-    }
-    std::unique_ptr<Backend> backend;
-    const Status st = make_vulkan_backend(-1, max_batch, &backend);
-    unsetenv("H2O_VULKAN_SUBGROUPS");
-    // CI sets H2O_REQUIRE_VULKAN=1: there, a missing device or validation layer is a failure, so
-    // that the backend is really exercised rather than skipped.
-    const bool required = std::getenv("H2O_REQUIRE_VULKAN") && std::string(std::getenv("H2O_REQUIRE_VULKAN")) == "1";
-    if (st.code == H2O_ERR_BACKEND_UNAVAILABLE && !required) {
-        std::printf("H2O-SKIP: no usable Vulkan device: %s\n", st.message.c_str());
-        return nullptr;
-    }
-    if (!st.ok()) FAIL_CHECK("creating the Vulkan backend failed: " << st.message);
-    if (backend && required) REQUIRE_MESSAGE(counters_of(*backend).validation, "the Vulkan validation layer is not active");
-    return backend;
-}
-
-VulkanCounters counters_of(const Backend &b) {
-    VulkanCounters c;
-    REQUIRE(vulkan_counters(b, &c));
-    return c;
-}
-
-// No validation layer message so far.
-void check_validation_clean(const Backend &b) {
-    CHECK(counters_of(b).validation_messages == 0);
-}
-
-#define VULKAN_OR_SKIP(var, ...)          \
-    auto var = make_vk(__VA_ARGS__);      \
-    if (!var) return
+using h2o_test::check_validation_clean;
+using h2o_test::counters_of;
+using h2o_test::make_vk;
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::mt19937 rng(seed);
@@ -953,10 +905,12 @@ TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded to
         MESSAGE("KV cache " << std::string(kv_type_name(type)) << ": Vulkan on " << after.device_name
                              << std::string(after.subgroups ? ", subgroup reductions" : ", shared-memory reductions")
                              << std::string(after.validation ? ", validation layer on" : ", no validation layer"));
-        MESSAGE("device memory: " << created.device_memory_bytes << " bytes after creation, " << ready.device_memory_bytes
-                                  << " with stories260K's weights, activations and a 512-slot KV cache; host staging "
-                                  << after.host_memory_bytes << " bytes");
-        MESSAGE("weights uploaded: " << ready.bytes_to_device << " bytes; allocated_bytes() " << run.backend->allocated_bytes()
+        MESSAGE("device memory of the backend's own: " << created.device_memory_bytes << " bytes after creation, "
+                                                       << ready.device_memory_bytes
+                                                       << " with activations and a 512-slot KV cache; stories260K's weights (shared) "
+                                                       << ready.shared_weight_bytes << " bytes; host staging " << after.host_memory_bytes
+                                                       << " bytes");
+        MESSAGE("weights uploaded: " << ready.weight_bytes_to_device << " bytes; allocated_bytes() " << run.backend->allocated_bytes()
                                      << ", kv_bytes() " << run.backend->kv_bytes());
         MESSAGE("per decoded token: " << per_token_up << " bytes to the device, " << per_token_down << " bytes to the host, "
                                       << submissions << " submissions, " << dispatches << " dispatches, " << barriers << " barriers, "

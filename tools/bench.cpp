@@ -280,8 +280,8 @@ int main(int argc, char **argv) {
         if (!tg.empty()) std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
                                      *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
         if (!tg.empty() && after.submissions > 0) {
-            std::printf("per decoded token: %.1f bytes to the device, %.1f bytes back, %.2f submissions; device memory "
-                        "%.2f MiB after creation, %.2f MiB after the run\n",
+            std::printf("per decoded token: %.1f bytes to the device, %.1f bytes back, %.2f submissions; device memory of the "
+                        "session's own (the model's weights apart) %.2f MiB after creation, %.2f MiB after the run\n",
                         double(after.bytes_to_device - before.bytes_to_device) / n_gen,
                         double(after.bytes_to_host - before.bytes_to_host) / n_gen,
                         double(after.submissions - before.submissions) / n_gen, created.device_memory_bytes / 1048576.0,

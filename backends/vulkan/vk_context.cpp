@@ -21,12 +21,12 @@ const char *vulkan_device_type_name(VulkanDeviceType type) {
 
 namespace vk {
 
-namespace {
-
 bool env_is(const char *name, const char *value) {
     const char *v = std::getenv(name);
     return v && std::strcmp(v, value) == 0;
 }
+
+namespace {
 
 Status unavailable(const std::string &why) {
     return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "Vulkan backend unavailable: " + why);
@@ -43,12 +43,12 @@ VulkanDeviceType device_type(VkPhysicalDeviceType type) {
 }
 
 // Preference when no device is named: discrete, integrated, virtual, CPU, anything else.
-int preference(VkPhysicalDeviceType type) {
+int preference(VulkanDeviceType type) {
     switch (type) {
-        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
-        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
-        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
-        case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+        case VulkanDeviceType::Discrete: return 4;
+        case VulkanDeviceType::Integrated: return 3;
+        case VulkanDeviceType::Virtual: return 2;
+        case VulkanDeviceType::Cpu: return 1;
         default: return 0;
     }
 }
@@ -144,7 +144,18 @@ VKAPI_ATTR VkBool32 VKAPI_CALL Context::debug_callback(VkDebugUtilsMessageSeveri
     return VK_FALSE;  // never abort the call
 }
 
-Status Context::create(int device_index, std::unique_ptr<Context> *out) {
+Status best_device_index(int *out) {
+    std::vector<VulkanDeviceInfo> devices;
+    H2O_TRY(list_vulkan_devices(&devices));
+    if (devices.empty()) return unavailable("no Vulkan device is present");
+    *out = 0;
+    for (const VulkanDeviceInfo &d : devices) {
+        if (preference(d.type) > preference(devices[*out].type)) *out = d.index;
+    }
+    return Status::Ok();
+}
+
+Status Context::create(int device_index, bool want_validation, std::unique_ptr<Context> *out) {
     std::string error;
     const GlobalFunctions *g = vulkan_loader(&error);
     if (!g) return unavailable(error);
@@ -152,7 +163,6 @@ Status Context::create(int device_index, std::unique_ptr<Context> *out) {
 
     // Validation (tests, debugging): the Khronos layer with synchronization checks, reporting
     // through a debug messenger that also covers instance creation itself.
-    const bool want_validation = env_is("H2O_VULKAN_VALIDATION", "1");
     const char *kLayer = "VK_LAYER_KHRONOS_validation";
     const bool validation = want_validation && has_layer(*g, kLayer) &&
                             (has_instance_extension(*g, nullptr, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) ||
@@ -217,23 +227,11 @@ Status Context::create(int device_index, std::unique_ptr<Context> *out) {
 Status Context::create_device(int device_index) {
     const std::vector<VkPhysicalDevice> devices = physical_devices(vki_, instance_);
     if (devices.empty()) return unavailable("no Vulkan device is present");
-    if (device_index >= static_cast<int>(devices.size())) {
+    if (device_index < 0 || device_index >= static_cast<int>(devices.size())) {
         return unavailable("device index " + std::to_string(device_index) + " is out of range (" +
                            std::to_string(devices.size()) + " devices)");
     }
-    if (device_index >= 0) {
-        physical_ = devices[device_index];
-    } else {
-        int best = -1;
-        for (VkPhysicalDevice d : devices) {
-            VkPhysicalDeviceProperties p;
-            vki_.vkGetPhysicalDeviceProperties(d, &p);
-            if (preference(p.deviceType) > best) {
-                best = preference(p.deviceType);
-                physical_ = d;
-            }
-        }
-    }
+    physical_ = devices[device_index];
     vki_.vkGetPhysicalDeviceProperties(physical_, &properties_);
     vki_.vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
     const std::string name = properties_.deviceName;
@@ -266,8 +264,8 @@ Status Context::create_device(int device_index) {
         props2.pNext = &subgroup;
         vki_.vkGetPhysicalDeviceProperties2(physical_, &props2);
         const VkSubgroupFeatureFlags needed = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
-        subgroups_ = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (subgroup.supportedOperations & needed) == needed &&
-                     subgroup.subgroupSize >= 1 && !env_is("H2O_VULKAN_SUBGROUPS", "0");
+        subgroup_arithmetic_ = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                               (subgroup.supportedOperations & needed) == needed && subgroup.subgroupSize >= 1;
         if (maintenance3.maxMemoryAllocationSize > 0) max_allocation_ = maintenance3.maxMemoryAllocationSize;
     }
 
@@ -324,6 +322,7 @@ Status Context::create_device(int device_index) {
 }
 
 VkPipeline Context::pipeline(const std::string &name) {
+    std::lock_guard<std::mutex> lock(pipelines_mutex_);
     if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
     const ShaderBlob *blob = find_shader(name.c_str());
     if (!blob) {

@@ -1,10 +1,12 @@
 // A Vulkan instance and logical device with one compute queue, the shared pipeline layout, and
-// the compute pipelines (created on first use). One per backend.
+// the compute pipelines (created on first use). One per device, shared by every backend on it
+// through vk::SharedDevice (vk_shared_device.h), which also guards the queue.
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,10 +21,18 @@ constexpr uint32_t kBindings = 8;
 // Push constant bytes every kernel may use (the guaranteed minimum of maxPushConstantsSize).
 constexpr uint32_t kPushConstantBytes = 128;
 
+// Whether the environment variable `name` is set to `value`.
+bool env_is(const char *name, const char *value);
+
+// The device make_vulkan_backend(-1) runs on, as list_vulkan_devices numbers them: the first
+// discrete one, else integrated, virtual, CPU, any other.
+Status best_device_index(int *out);
+
 class Context {
 public:
-    // device_index: as list_vulkan_devices numbers them, or -1 for the best device.
-    static Status create(int device_index, std::unique_ptr<Context> *out);
+    // device_index: as list_vulkan_devices numbers them. validation: with
+    // VK_LAYER_KHRONOS_validation when it is installed (H2O_VULKAN_VALIDATION=1).
+    static Status create(int device_index, bool validation, std::unique_ptr<Context> *out);
     ~Context();
     Context(const Context &) = delete;
     Context &operator=(const Context &) = delete;
@@ -38,12 +48,13 @@ public:
     const VkPhysicalDeviceMemoryProperties &memory_properties() const { return memory_; }
     // Largest single allocation the driver accepts.
     VkDeviceSize max_allocation() const { return max_allocation_; }
-    bool subgroups() const { return subgroups_; }
+    // Subgroup arithmetic in compute shaders (Vulkan 1.1), for the reductions.
+    bool subgroup_arithmetic() const { return subgroup_arithmetic_; }
     VkDescriptorSetLayout set_layout() const { return set_layout_; }
     VkPipelineLayout pipeline_layout() const { return pipeline_layout_; }
 
     // The pipeline of an embedded shader variant, compiled the first time it is asked for.
-    // Null (after logging why) if it cannot be created.
+    // Null (after logging why) if it cannot be created. Any thread.
     VkPipeline pipeline(const std::string &name);
 
     bool validation() const { return messenger_ != VK_NULL_HANDLE; }
@@ -68,9 +79,10 @@ private:
     VkPhysicalDeviceProperties properties_{};
     VkPhysicalDeviceMemoryProperties memory_{};
     VkDeviceSize max_allocation_ = 0;
-    bool subgroups_ = false;
+    bool subgroup_arithmetic_ = false;
     VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
     VkPipelineLayout pipeline_layout_ = VK_NULL_HANDLE;
+    std::mutex pipelines_mutex_;  // backends on several threads ask for pipelines
     std::map<std::string, VkPipeline> pipelines_;
     std::atomic<uint64_t> validation_messages_{0};
 };

@@ -1,10 +1,15 @@
 // The Vulkan backend (vulkan_backend.h).
 //
+// Device. The Vulkan device, its pipelines and the weights on it are shared with every other
+// backend on the same device (vk_shared_device.h); the backend owns the rest.
+//
 // Memory. Tensors are sub-allocated from a few large device-local blocks (one VkBuffer and one
 // VkDeviceMemory each); Tensor::buffer is the block number + 1 and Tensor::offset the byte offset
-// in it. One host-visible buffer serves as the staging area of uploads and downloads: uploads
-// issued while a command buffer is being recorded take consecutive pieces of it (the copy runs in
-// order with the recorded kernels), and it is reused once the command buffer has completed.
+// in it. Each weight is a block of its own whose buffer belongs to the shared weight (the backend
+// holds a reference to it), so kernels reach shared and own memory alike. One host-visible buffer
+// serves as the staging area of uploads and downloads: uploads issued while a command buffer is
+// being recorded take consecutive pieces of it (the copy runs in order with the recorded
+// kernels), and it is reused once the command buffer has completed.
 //
 // Execution. Every operation is recorded into one command buffer. Each tensor a kernel uses is a
 // storage buffer binding covering the whole tensor (from an offset the device accepts; the rest
@@ -33,6 +38,7 @@
 #include "log.h"
 #include "vulkan/shaders/kv_meta_layout.h"
 #include "vulkan/vk_context.h"
+#include "vulkan/vk_shared_device.h"
 
 namespace h2o {
 
@@ -195,7 +201,8 @@ std::vector<uint64_t> rope_turn_fractions(int rope_dims, float base) {
 
 class VulkanBackend final : public Backend {
 public:
-    VulkanBackend(std::unique_ptr<vk::Context> ctx, int max_batch) : ctx_(std::move(ctx)), vk_(ctx_->vk()), max_batch_(max_batch) {}
+    VulkanBackend(std::shared_ptr<vk::SharedDevice> device, int max_batch)
+        : device_(std::move(device)), ctx_(device_->context()), vk_(ctx_.vk()), max_batch_(max_batch) {}
     ~VulkanBackend() override;
 
     Status init();
@@ -210,6 +217,8 @@ public:
         flush();
         return error_;
     }
+    // The backend's own tensors and staging: not the weights, which belong to the model's
+    // sessions on the device together (as the CPU backend does not count the model file).
     size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes); }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
@@ -243,11 +252,14 @@ public:
     }
 
 private:
+    // A buffer tensors live in: one of the backend's own (`owned`), or a weight shared with the
+    // other backends on the device (`weight` owns the buffer).
     struct Block {
         VkBuffer buffer = VK_NULL_HANDLE;
-        VkDeviceMemory memory = VK_NULL_HANDLE;
-        VkDeviceSize size = 0, used = 0;
+        VkDeviceSize size = 0, used = 0;  // of the buffer
         bool pooled = false;  // shared by many tensors (else: one large tensor)
+        vk::Buffer owned;
+        std::shared_ptr<const vk::SharedWeight> weight;
     };
     // A range of a buffer an operation reads or writes.
     struct Access {
@@ -264,7 +276,8 @@ private:
 
     // ---- memory
     Status allocate(VkDeviceSize bytes, Tensor *out);
-    Status create_buffer(VkDeviceSize bytes, bool host_visible, VkBuffer *buffer, VkDeviceMemory *memory);
+    // Repacks a weight into `dst` through the staging buffer and waits until the copies are done.
+    Status upload_weight(VkBuffer dst, TensorType type, int64_t cols, int64_t rows, const void *host_data);
     const Block &block(const Tensor &t) const { return blocks_[t.buffer - 1]; }
     // Bytes of a tensor in device memory (weights as repacked; F32/I32 as row_bytes says).
     static VkDeviceSize extent(const Tensor &t) {
@@ -298,7 +311,7 @@ private:
                   uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
     // A 1-D problem of `count` invocations as a grid of at most 65535 x N workgroups.
     void grid_1d(uint64_t count, uint32_t group, uint32_t *gx, uint32_t *gy) const;
-    std::string reduction_kernel(const std::string &name) const { return ctx_->subgroups() ? name : name + "_shared"; }
+    std::string reduction_kernel(const std::string &name) const { return subgroups_ ? name : name + "_shared"; }
     // A piece of the host buffer for this command buffer (flushing first if it is full).
     bool reserve_host(VkDeviceSize bytes, VkDeviceSize *offset);
     void record_upload(VkBuffer dst, VkDeviceSize dst_offset, const void *src, VkDeviceSize bytes);
@@ -306,30 +319,32 @@ private:
     Status download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes);
     void ensure_rope_table(int slot, int rope_dims, float base);
 
-    std::unique_ptr<vk::Context> ctx_;
+    // First: the blocks of shared weights and everything else below need the device.
+    std::shared_ptr<vk::SharedDevice> device_;
+    vk::Context &ctx_;
     const vk::DeviceFunctions &vk_;
     int max_batch_;
+    bool subgroups_ = false;  // subgroup-arithmetic kernels in use
     Status error_;  // the first error (see fail)
     bool fail_next_submission_ = false;
 
     std::vector<Block> blocks_;
-    VkDeviceSize device_bytes_ = 0;   // VkDeviceMemory of the blocks
+    size_t pool_block_ = 0;           // the pooled block new tensors go to (block number + 1), 0: none
+    VkDeviceSize device_bytes_ = 0;   // VkDeviceMemory of the backend's own blocks
     VkDeviceSize tensor_bytes_ = 0;   // sub-allocated from them
+    VkDeviceSize shared_weight_bytes_ = 0;  // device memory of the shared weights held
     VkDeviceSize alignment_ = 256;
     VkDeviceSize binding_limit_ = 0;  // bytes one storage buffer binding may cover
-    uint32_t device_memory_type_ = 0;
-    uint32_t device_heap_ = 0;
 
-    VkBuffer host_buffer_ = VK_NULL_HANDLE;
-    VkDeviceMemory host_memory_ = VK_NULL_HANDLE;
+    vk::Buffer host_;
     uint8_t *host_ptr_ = nullptr;
-    bool host_coherent_ = true;
     VkDeviceSize host_used_ = 0;
 
     VkCommandPool command_pool_ = VK_NULL_HANDLE;
     VkCommandBuffer cmd_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
     bool recording_ = false;
+    bool in_flight_ = false;  // submitted, and the fence not yet seen signalled
 
     std::vector<VkDescriptorPool> descriptor_pools_;
     uint32_t sets_in_last_pool_ = kSetsPerPool;
@@ -343,6 +358,7 @@ private:
     VkAccessFlags pending_writes_ = 0;
 
     uint64_t bytes_to_device_ = 0, bytes_to_host_ = 0, submissions_ = 0, dispatches_ = 0, barriers_ = 0;
+    uint64_t weight_bytes_to_device_ = 0;  // of bytes_to_device_: weights this backend uploaded
 
     // Rotary tables: slot 0 for rope(), slot 1 for re-rotating rolled keys.
     Tensor rope_table_;
@@ -362,7 +378,7 @@ private:
 // ---- set-up -------------------------------------------------------------------------------------
 
 Status VulkanBackend::init() {
-    const VkPhysicalDeviceLimits &limits = ctx_->limits();
+    const VkPhysicalDeviceLimits &limits = ctx_.limits();
     alignment_ = std::max<VkDeviceSize>({256, limits.minStorageBufferOffsetAlignment, limits.nonCoherentAtomSize});
     binding_limit_ = limits.maxStorageBufferRange;
     // Test hook: a smaller binding limit, so small tensors exercise the paths that split weights
@@ -370,174 +386,84 @@ Status VulkanBackend::init() {
     if (const char *limit = std::getenv("H2O_VULKAN_BINDING_LIMIT"); limit && *limit) {
         binding_limit_ = std::clamp<VkDeviceSize>(std::strtoull(limit, nullptr, 10), 4096, binding_limit_);
     }
+    subgroups_ = ctx_.subgroup_arithmetic() && !vk::env_is("H2O_VULKAN_SUBGROUPS", "0");
 
-    // Memory types: device-local for tensors; host-visible and coherent (cached if possible) for
-    // staging. The buffer requirements say which types a storage buffer may use.
-    auto probe = vk::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
-    probe.size = 4096;
-    probe.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-    VkBuffer probe_buffer = VK_NULL_HANDLE;
-    VkResult r = vk_.vkCreateBuffer(ctx_->device(), &probe, nullptr, &probe_buffer);
-    if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkCreateBuffer: ") + vk::result_name(r));
-    VkMemoryRequirements req;
-    vk_.vkGetBufferMemoryRequirements(ctx_->device(), probe_buffer, &req);
-    vk_.vkDestroyBuffer(ctx_->device(), probe_buffer, nullptr);
-    const VkPhysicalDeviceMemoryProperties &mem = ctx_->memory_properties();
-    int device_type = -1;
-    for (uint32_t i = 0; i < mem.memoryTypeCount && device_type < 0; ++i) {
-        if ((req.memoryTypeBits & (1u << i)) && (mem.memoryTypes[i].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) {
-            device_type = static_cast<int>(i);
-        }
-    }
-    for (uint32_t i = 0; i < mem.memoryTypeCount && device_type < 0; ++i) {
-        if (req.memoryTypeBits & (1u << i)) device_type = static_cast<int>(i);
-    }
-    if (device_type < 0) return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "Vulkan: no memory type can hold storage buffers");
-    device_memory_type_ = static_cast<uint32_t>(device_type);
-    device_heap_ = mem.memoryTypes[device_memory_type_].heapIndex;
-
-    H2O_TRY(create_buffer(kHostBufferBytes, true, &host_buffer_, &host_memory_));
+    H2O_TRY(device_->create_buffer(kHostBufferBytes, true, &host_));
     void *mapped = nullptr;
-    r = vk_.vkMapMemory(ctx_->device(), host_memory_, 0, VK_WHOLE_SIZE, 0, &mapped);
+    VkResult r = vk_.vkMapMemory(ctx_.device(), host_.memory, 0, VK_WHOLE_SIZE, 0, &mapped);
     if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkMapMemory: ") + vk::result_name(r));
     host_ptr_ = static_cast<uint8_t *>(mapped);
 
     auto pool_info = vk::make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
     pool_info.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
-    pool_info.queueFamilyIndex = ctx_->queue_family();
-    r = vk_.vkCreateCommandPool(ctx_->device(), &pool_info, nullptr, &command_pool_);
+    pool_info.queueFamilyIndex = ctx_.queue_family();
+    r = vk_.vkCreateCommandPool(ctx_.device(), &pool_info, nullptr, &command_pool_);
     if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkCreateCommandPool: ") + vk::result_name(r));
     auto cmd_info = vk::make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
     cmd_info.commandPool = command_pool_;
     cmd_info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     cmd_info.commandBufferCount = 1;
-    r = vk_.vkAllocateCommandBuffers(ctx_->device(), &cmd_info, &cmd_);
+    r = vk_.vkAllocateCommandBuffers(ctx_.device(), &cmd_info, &cmd_);
     if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkAllocateCommandBuffers: ") + vk::result_name(r));
     auto fence_info = vk::make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
-    r = vk_.vkCreateFence(ctx_->device(), &fence_info, nullptr, &fence_);
+    r = vk_.vkCreateFence(ctx_.device(), &fence_info, nullptr, &fence_);
     if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkCreateFence: ") + vk::result_name(r));
 
     return allocate(2 * kRopeTablePairs * sizeof(uint64_t), &rope_table_);
 }
 
 VulkanBackend::~VulkanBackend() {
-    VkDevice device = ctx_->device();
+    VkDevice device = ctx_.device();
     if (recording_) {
         vk_.vkEndCommandBuffer(cmd_);
         recording_ = false;
     }
-    vk_.vkDeviceWaitIdle(device);
+    // Only this backend's own work is waited for: the device and its queue are shared, and
+    // vkDeviceWaitIdle would need every other backend's submissions held off.
+    if (in_flight_) vk_.vkWaitForFences(device, 1, &fence_, VK_TRUE, UINT64_MAX);
     for (VkDescriptorPool pool : descriptor_pools_) vk_.vkDestroyDescriptorPool(device, pool, nullptr);
     if (fence_) vk_.vkDestroyFence(device, fence_, nullptr);
     if (command_pool_) vk_.vkDestroyCommandPool(device, command_pool_, nullptr);
-    if (host_ptr_) vk_.vkUnmapMemory(device, host_memory_);
-    if (host_buffer_) vk_.vkDestroyBuffer(device, host_buffer_, nullptr);
-    if (host_memory_) vk_.vkFreeMemory(device, host_memory_, nullptr);
-    for (Block &b : blocks_) {
-        vk_.vkDestroyBuffer(device, b.buffer, nullptr);
-        vk_.vkFreeMemory(device, b.memory, nullptr);
-    }
+    if (host_ptr_) vk_.vkUnmapMemory(device, host_.memory);
+    device_->destroy_buffer(host_);
+    // Shared weights are let go with blocks_, and freed by the last backend holding them.
+    for (const Block &b : blocks_) device_->destroy_buffer(b.owned);
 }
 
 // ---- memory -------------------------------------------------------------------------------------
 
-Status VulkanBackend::create_buffer(VkDeviceSize bytes, bool host_visible, VkBuffer *buffer, VkDeviceMemory *memory) {
-    VkDevice device = ctx_->device();
-    const std::string device_name = ctx_->properties().deviceName;
-    auto info = vk::make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
-    info.size = bytes;
-    info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-    info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    VkResult r = vk_.vkCreateBuffer(device, &info, nullptr, buffer);
-    if (r != VK_SUCCESS) {
-        *buffer = VK_NULL_HANDLE;
-        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot create a buffer of " +
-                                                     std::to_string(bytes) + " bytes (" + vk::result_name(r) + ")");
-    }
-    VkMemoryRequirements req;
-    vk_.vkGetBufferMemoryRequirements(device, *buffer, &req);
-    const VkPhysicalDeviceMemoryProperties &mem = ctx_->memory_properties();
-    uint32_t type = device_memory_type_;
-    if (host_visible) {
-        // Coherent host memory, cached when available (downloads read it).
-        int best = -1, best_score = -1;
-        for (uint32_t i = 0; i < mem.memoryTypeCount; ++i) {
-            const VkMemoryPropertyFlags f = mem.memoryTypes[i].propertyFlags;
-            if (!(req.memoryTypeBits & (1u << i)) || !(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) continue;
-            const int score = ((f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) ? 2 : 0) + ((f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 1 : 0);
-            if (score > best_score) {
-                best = static_cast<int>(i);
-                best_score = score;
-            }
-        }
-        if (best < 0) {
-            vk_.vkDestroyBuffer(device, *buffer, nullptr);
-            *buffer = VK_NULL_HANDLE;
-            return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "Vulkan device '" + device_name + "' has no host-visible memory");
-        }
-        type = static_cast<uint32_t>(best);
-        host_coherent_ = (mem.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
-    } else {
-        // Stay within the heap: some drivers accept allocations past it and fail later.
-        const VkDeviceSize heap = mem.memoryHeaps[device_heap_].size;
-        if (device_bytes_ + req.size > heap) {
-            vk_.vkDestroyBuffer(device, *buffer, nullptr);
-            *buffer = VK_NULL_HANDLE;
-            return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': not enough device memory for " +
-                                                         std::to_string(req.size >> 20) + " MiB more (" +
-                                                         std::to_string(device_bytes_ >> 20) + " MiB allocated, heap of " +
-                                                         std::to_string(heap >> 20) + " MiB)");
-        }
-    }
-    auto alloc = vk::make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
-    alloc.allocationSize = req.size;
-    alloc.memoryTypeIndex = type;
-    r = vk_.vkAllocateMemory(device, &alloc, nullptr, memory);
-    if (r == VK_SUCCESS) r = vk_.vkBindBufferMemory(device, *buffer, *memory, 0);
-    if (r != VK_SUCCESS) {
-        if (*memory) vk_.vkFreeMemory(device, *memory, nullptr);
-        vk_.vkDestroyBuffer(device, *buffer, nullptr);
-        *buffer = VK_NULL_HANDLE;
-        *memory = VK_NULL_HANDLE;
-        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot allocate " +
-                                                     std::to_string(req.size >> 20) + " MiB of " +
-                                                     (host_visible ? "host-visible" : "device") + " memory (" +
-                                                     vk::result_name(r) + "; " + std::to_string(device_bytes_ >> 20) +
-                                                     " MiB already allocated)");
-    }
-    if (!host_visible) device_bytes_ += req.size;
-    return Status::Ok();
-}
-
 Status VulkanBackend::allocate(VkDeviceSize bytes, Tensor *out) {
     bytes = round_up(std::max<VkDeviceSize>(bytes, 4), 4);
     const VkDeviceSize range = binding_limit_;
-    if (!blocks_.empty() && blocks_.back().pooled) {
-        Block &b = blocks_.back();
+    if (pool_block_ != 0) {
+        Block &b = blocks_[pool_block_ - 1];
         const VkDeviceSize at = round_up(b.used, alignment_);
         if (at + bytes <= b.size) {
             b.used = at + bytes;
             tensor_bytes_ += bytes;
-            *out = Tensor{blocks_.size(), static_cast<size_t>(at), TensorType::F32, static_cast<int64_t>(bytes / 4), 1};
+            *out = Tensor{pool_block_, static_cast<size_t>(at), TensorType::F32, static_cast<int64_t>(bytes / 4), 1};
             return Status::Ok();
         }
     }
-    if (bytes > ctx_->max_allocation()) {
-        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + std::string(ctx_->properties().deviceName) + "': a tensor of " +
+    if (bytes > ctx_.max_allocation()) {
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + std::string(ctx_.properties().deviceName) + "': a tensor of " +
                                                      std::to_string(bytes >> 20) + " MiB exceeds the largest allocation (" +
-                                                     std::to_string(ctx_->max_allocation() >> 20) + " MiB)");
+                                                     std::to_string(ctx_.max_allocation() >> 20) + " MiB)");
     }
     // Pooled blocks grow with what is allocated so far (small models stay small) and stay
     // within one storage buffer binding, so kernels bind them whole; a tensor larger than the
     // next pooled block gets a block of its own.
-    const VkDeviceSize pool_limit = std::min({kMaxPoolBlockBytes, static_cast<VkDeviceSize>(range), ctx_->max_allocation()});
+    const VkDeviceSize pool_limit = std::min({kMaxPoolBlockBytes, static_cast<VkDeviceSize>(range), ctx_.max_allocation()});
     const VkDeviceSize pooled_size = std::min(pool_limit, std::max(kMinBlockBytes, device_bytes_));
     Block b;
     b.pooled = bytes <= pooled_size / 2;
     b.size = b.pooled ? pooled_size : bytes;
-    H2O_TRY(create_buffer(b.size, false, &b.buffer, &b.memory));
+    H2O_TRY(device_->create_buffer(b.size, false, &b.owned));
+    b.buffer = b.owned.buffer;
     b.used = bytes;
-    blocks_.push_back(b);
+    device_bytes_ += b.owned.size;
+    blocks_.push_back(std::move(b));
+    if (blocks_.back().pooled) pool_block_ = blocks_.size();
     tensor_bytes_ += bytes;
     *out = Tensor{blocks_.size(), 0, TensorType::F32, static_cast<int64_t>(bytes / 4), 1};
     return Status::Ok();
@@ -546,7 +472,7 @@ Status VulkanBackend::allocate(VkDeviceSize bytes, Tensor *out) {
 int64_t VulkanBackend::rows_per_binding(const Tensor &w, VkDeviceSize row_bytes) const {
     // A binding starts up to one offset alignment before the first row.
     const VkDeviceSize range = binding_limit_;
-    const VkDeviceSize slack = std::max<VkDeviceSize>(4, ctx_->limits().minStorageBufferOffsetAlignment);
+    const VkDeviceSize slack = std::max<VkDeviceSize>(4, ctx_.limits().minStorageBufferOffsetAlignment);
     const VkDeviceSize usable = range > slack ? range - slack : 0;
     return std::min<int64_t>(w.rows, static_cast<int64_t>(usable / row_bytes));
 }
@@ -569,34 +495,57 @@ Status VulkanBackend::adopt_weight(TensorType type, int64_t cols, int64_t rows, 
     if ((type == TensorType::Q8_0 || type == TensorType::Q4_0) && cols % 32 != 0) {
         return make_error(H2O_ERR_UNSUPPORTED, "quantized weight rows must be a multiple of 32 long");
     }
-    const VkDeviceSize row_words = weight_row_words(type, cols), row_out = 4 * row_words;
-    H2O_TRY(allocate(row_out * static_cast<VkDeviceSize>(rows), out));
-    out->type = type;
-    out->cols = cols;
-    out->rows = rows;
-    if (rows_per_binding(*out, row_out) < 1) {
+    const Tensor shape{0, 0, type, cols, rows};
+    const VkDeviceSize row_out = 4 * VkDeviceSize{weight_row_words(type, cols)};
+    if (rows_per_binding(shape, row_out) < 1) {
         return make_error(H2O_ERR_UNSUPPORTED, "a weight row is longer than the device's storage buffer range");
     }
+    if (row_out > kHostBufferBytes) return make_error(H2O_ERR_UNSUPPORTED, "a weight row is larger than the staging buffer");
+    H2O_TRY(error_);
+    // Uploaded by the first backend on the device to adopt it; the others find it.
+    const VkDeviceSize bytes = round_up(std::max<VkDeviceSize>(extent(shape), 4), 4);
+    const auto upload = [&](VkBuffer dst) { return upload_weight(dst, type, cols, rows, host_data); };
+    std::shared_ptr<const vk::SharedWeight> weight;
+    H2O_TRY(device_->shared_weight({host_data, type, rows, cols}, bytes, upload, &weight));
+    // One block per weight held, found again if the weight is adopted twice.
+    auto held = std::ranges::find(blocks_, weight, &Block::weight);
+    if (held == blocks_.end()) {
+        Block b;
+        b.buffer = weight->buffer();
+        b.size = b.used = bytes;
+        b.weight = weight;
+        shared_weight_bytes_ += weight->memory_bytes();
+        blocks_.push_back(std::move(b));
+        held = blocks_.end() - 1;
+    }
+    *out = Tensor{static_cast<uintptr_t>(held - blocks_.begin()) + 1, 0, type, cols, rows};
+    return Status::Ok();
+}
+
+Status VulkanBackend::upload_weight(VkBuffer dst, TensorType type, int64_t cols, int64_t rows, const void *host_data) {
     // Repacked straight into the staging buffer, as many rows per copy as fit.
     const auto *src = static_cast<const uint8_t *>(host_data);
     const size_t row_in = row_bytes(type, cols);
+    const VkDeviceSize row_out = 4 * VkDeviceSize{weight_row_words(type, cols)};
     const int64_t rows_per_copy = std::max<int64_t>(1, static_cast<int64_t>(kHostBufferBytes / row_out));
-    if (row_out > kHostBufferBytes) return make_error(H2O_ERR_UNSUPPORTED, "a weight row is larger than the staging buffer");
     for (int64_t r0 = 0; r0 < rows && !failed(); r0 += rows_per_copy) {
         const int64_t count = std::min(rows_per_copy, rows - r0);
         VkDeviceSize at = 0;
         if (!reserve_host(row_out * count, &at)) break;
         std::memset(host_ptr_ + at, 0, row_out * count);
         for (int64_t r = 0; r < count; ++r) repack_row(type, src + (r0 + r) * row_in, cols, host_ptr_ + at + r * row_out);
-        const VkDeviceSize dst = out->offset + row_out * r0;
-        const Access accesses[] = {{block(*out).buffer, dst, row_out * count, true}};
+        const VkDeviceSize offset = row_out * r0;
+        const Access accesses[] = {{dst, offset, row_out * count, true}};
         track(accesses, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
-        const VkBufferCopy copy{at, dst, row_out * count};
-        vk_.vkCmdCopyBuffer(cmd_, host_buffer_, block(*out).buffer, 1, &copy);
+        const VkBufferCopy copy{at, offset, row_out * count};
+        vk_.vkCmdCopyBuffer(cmd_, host_.buffer, dst, 1, &copy);
         bytes_to_device_ += row_out * count;
+        weight_bytes_to_device_ += row_out * count;
     }
-    H2O_TRY(error_);
-    return Status::Ok();
+    // Other backends read the weight in their own submissions, after this returns: its copies
+    // must have completed (the fence wait orders them before anything submitted later).
+    flush();
+    return error_;
 }
 
 // ---- recording ----------------------------------------------------------------------------------
@@ -631,20 +580,21 @@ void VulkanBackend::flush() {
     VkResult r = vk_.vkEndCommandBuffer(cmd_);
     if (r == VK_SUCCESS && fail_next_submission_) {
         fail_next_submission_ = false;
-        vk_.vkResetCommandPool(ctx_->device(), command_pool_, 0);
+        vk_.vkResetCommandPool(ctx_.device(), command_pool_, 0);
+        device_->mark_lost();  // as a real loss would: the backend made next gets a new device
         fail("vkQueueSubmit: VK_ERROR_DEVICE_LOST (injected)");
         return;
     }
     if (r == VK_SUCCESS) {
-        auto submit = vk::make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
-        submit.commandBufferCount = 1;
-        submit.pCommandBuffers = &cmd_;
-        r = vk_.vkQueueSubmit(ctx_->queue(), 1, &submit, fence_);
+        r = device_->submit(cmd_, fence_);
         ++submissions_;
+        in_flight_ = r == VK_SUCCESS;
     }
-    if (r == VK_SUCCESS) r = vk_.vkWaitForFences(ctx_->device(), 1, &fence_, VK_TRUE, UINT64_MAX);
-    if (r == VK_SUCCESS) r = vk_.vkResetFences(ctx_->device(), 1, &fence_);
-    if (r == VK_SUCCESS) r = vk_.vkResetCommandPool(ctx_->device(), command_pool_, 0);
+    if (r == VK_SUCCESS) r = vk_.vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS) in_flight_ = false;
+    if (r == VK_SUCCESS) r = vk_.vkResetFences(ctx_.device(), 1, &fence_);
+    if (r == VK_SUCCESS) r = vk_.vkResetCommandPool(ctx_.device(), command_pool_, 0);
+    if (r == VK_ERROR_DEVICE_LOST) device_->mark_lost();
     if (r != VK_SUCCESS) fail(std::string("submitting work failed: ") + vk::result_name(r));
 }
 
@@ -687,7 +637,7 @@ void VulkanBackend::track(const Access *accesses, size_t count, VkPipelineStageF
 VulkanBackend::Bound VulkanBackend::bind_range(VkBuffer buffer, VkDeviceSize offset, VkDeviceSize bytes, bool write) {
     // Binding offsets must be multiples of minStorageBufferOffsetAlignment: start at the aligned
     // offset below and pass the rest to the kernel as a word offset.
-    const VkDeviceSize align = std::max<VkDeviceSize>(4, ctx_->limits().minStorageBufferOffsetAlignment);
+    const VkDeviceSize align = std::max<VkDeviceSize>(4, ctx_.limits().minStorageBufferOffsetAlignment);
     const VkDeviceSize base = offset / align * align;
     Bound b;
     b.access = Access{buffer, base, std::max<VkDeviceSize>(offset + bytes - base, 4), write};
@@ -709,7 +659,7 @@ VkDescriptorSet VulkanBackend::descriptor_set(const Bound *bound, size_t count) 
     }
     if (auto it = descriptor_sets_.find(key); it != descriptor_sets_.end()) return it->second;
 
-    VkDevice device = ctx_->device();
+    VkDevice device = ctx_.device();
     if (sets_in_last_pool_ == kSetsPerPool) {
         const VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * vk::kBindings};
         auto info = vk::make<VkDescriptorPoolCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO);
@@ -725,7 +675,7 @@ VkDescriptorSet VulkanBackend::descriptor_set(const Bound *bound, size_t count) 
         descriptor_pools_.push_back(pool);
         sets_in_last_pool_ = 0;
     }
-    const VkDescriptorSetLayout layout = ctx_->set_layout();
+    const VkDescriptorSetLayout layout = ctx_.set_layout();
     auto alloc = vk::make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
     alloc.descriptorPool = descriptor_pools_.back();
     alloc.descriptorSetCount = 1;
@@ -757,7 +707,7 @@ VkDescriptorSet VulkanBackend::descriptor_set(const Bound *bound, size_t count) 
 void VulkanBackend::dispatch(const std::string &kernel, std::initializer_list<Bound> bound, const void *push, size_t push_bytes,
                              uint32_t gx, uint32_t gy, uint32_t gz) {
     if (failed() || gx == 0 || gy == 0 || gz == 0) return;
-    const VkPipeline pipeline = ctx_->pipeline(kernel);
+    const VkPipeline pipeline = ctx_.pipeline(kernel);
     if (!pipeline) {
         fail("the kernel " + kernel + " is unavailable", H2O_ERR_INTERNAL);
         return;
@@ -769,8 +719,8 @@ void VulkanBackend::dispatch(const std::string &kernel, std::initializer_list<Bo
     for (const Bound &b : bound) accesses[count++] = b.access;
     track(accesses.data(), count, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT);
     vk_.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
-    vk_.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_->pipeline_layout(), 0, 1, &set, 0, nullptr);
-    vk_.vkCmdPushConstants(cmd_, ctx_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(push_bytes), push);
+    vk_.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout(), 0, 1, &set, 0, nullptr);
+    vk_.vkCmdPushConstants(cmd_, ctx_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, static_cast<uint32_t>(push_bytes), push);
     vk_.vkCmdDispatch(cmd_, gx, gy, gz);
     ++dispatches_;
 }
@@ -807,7 +757,7 @@ void VulkanBackend::record_upload(VkBuffer dst, VkDeviceSize dst_offset, const v
         const Access a{dst, dst_offset + done, piece, true};
         track(&a, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
         const VkBufferCopy copy{at, dst_offset + done, piece};
-        vk_.vkCmdCopyBuffer(cmd_, host_buffer_, dst, 1, &copy);
+        vk_.vkCmdCopyBuffer(cmd_, host_.buffer, dst, 1, &copy);
         bytes_to_device_ += piece;
         done += piece;
     }
@@ -828,7 +778,7 @@ Status VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *ds
         const Access a{src, offset + done, piece, false};
         track(&a, 1, VK_PIPELINE_STAGE_TRANSFER_BIT);
         const VkBufferCopy copy{offset + done, at, piece};
-        vk_.vkCmdCopyBuffer(cmd_, src, host_buffer_, 1, &copy);
+        vk_.vkCmdCopyBuffer(cmd_, src, host_.buffer, 1, &copy);
         // Make the copy visible to host reads once the fence has signalled.
         auto barrier = vk::make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
         barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
@@ -837,12 +787,12 @@ Status VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *ds
                                  nullptr);
         flush();
         H2O_TRY(error_);
-        if (!host_coherent_) {
+        if (!device_->host_coherent()) {
             auto range = vk::make<VkMappedMemoryRange>(VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE);
-            range.memory = host_memory_;
+            range.memory = host_.memory;
             range.offset = 0;
             range.size = VK_WHOLE_SIZE;
-            vk_.vkInvalidateMappedMemoryRanges(ctx_->device(), 1, &range);
+            vk_.vkInvalidateMappedMemoryRanges(ctx_.device(), 1, &range);
         }
         std::memcpy(static_cast<uint8_t *>(dst) + done, host_ptr_ + at, piece);
         bytes_to_host_ += piece;
@@ -1249,17 +1199,20 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
 
 VulkanCounters VulkanBackend::counters() const {
     VulkanCounters c;
-    c.device_name = ctx_->properties().deviceName;
-    c.subgroups = ctx_->subgroups();
-    c.validation = ctx_->validation();
+    c.device_name = ctx_.properties().deviceName;
+    c.subgroups = subgroups_;
+    c.validation = ctx_.validation();
     c.bytes_to_device = bytes_to_device_;
     c.bytes_to_host = bytes_to_host_;
     c.submissions = submissions_;
     c.dispatches = dispatches_;
     c.barriers = barriers_;
     c.device_memory_bytes = device_bytes_;
+    c.weight_bytes_to_device = weight_bytes_to_device_;
+    c.shared_weight_bytes = shared_weight_bytes_;
+    c.device_total_bytes = device_->device_bytes();
     c.host_memory_bytes = kHostBufferBytes;
-    c.validation_messages = ctx_->validation_messages();
+    c.validation_messages = ctx_.validation_messages();
     return c;
 }
 
@@ -1292,9 +1245,9 @@ Status vulkan_runs_kv(const KvConfig &config) {
 
 Status make_vulkan_backend(int device_index, int max_batch, std::unique_ptr<Backend> *out) {
     if (max_batch <= 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "max_batch must be positive");
-    std::unique_ptr<vk::Context> ctx;
-    H2O_TRY(vk::Context::create(device_index, &ctx));
-    auto backend = std::make_unique<VulkanBackend>(std::move(ctx), max_batch);
+    std::shared_ptr<vk::SharedDevice> device;
+    H2O_TRY(vk::SharedDevice::get(device_index, &device));
+    auto backend = std::make_unique<VulkanBackend>(std::move(device), max_batch);
     H2O_TRY(backend->init());
     *out = std::move(backend);
     return Status::Ok();

@@ -453,7 +453,10 @@ H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backe
 
 /* What a device backend has moved since the session was created: bytes copied host -> device
  * and device -> host, command submissions, and device memory allocated. All zero on the CPU
- * backend, which works in host memory. */
+ * backend, which works in host memory. The sessions of one model on one device share its weights
+ * there: bytes_to_device counts the weights only for the session that uploaded them (the first),
+ * and device_memory_bytes is the session's own memory (KV cache, activations, scratch), never the
+ * shared weights. */
 typedef struct h2o_device_traffic {
     uint32_t struct_size;
     uint64_t bytes_to_device;
