@@ -5,6 +5,8 @@
 #include <new>
 #include <string>
 
+#include "rotary.h"
+
 namespace h2o {
 
 namespace {
@@ -41,7 +43,7 @@ Status KvCache::init(const KvConfig &config) {
     }
     inv_freq_.resize(config.rope_dims / 2);
     for (size_t i = 0; i < inv_freq_.size(); ++i) {
-        inv_freq_[i] = std::pow(static_cast<double>(config.rope_freq_base), -2.0 * static_cast<double>(i) / config.rope_dims);
+        inv_freq_[i] = rotary_inv_freq(config.rope_freq_base, static_cast<int>(i), config.rope_dims);
     }
     clear();
     return Status::Ok();
@@ -90,11 +92,9 @@ void KvCache::rotate_back(uint8_t *stored_key, int shift) {
     kv_load_row(key_format_, stored_key, config_.head_dim, key);
     const int n_pairs = config_.rope_dims / 2;
     for (int i = 0; i < n_pairs; ++i) {
-        const double theta = -static_cast<double>(shift) * inv_freq_[i];
-        const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
-        const float a = key[2 * i], b = key[2 * i + 1];
-        key[2 * i] = a * c - b * s;
-        key[2 * i + 1] = a * s + b * c;
+        float c, s;
+        rotary_cos_sin(-shift, inv_freq_[i], &c, &s);
+        rotate_pair(&key[2 * i], &key[2 * i + 1], c, s);
     }
     kv_store_row(key_format_, key, config_.head_dim, stored_key);
 }
