@@ -39,7 +39,7 @@ using namespace h2o;
 
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+[[maybe_unused]] std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> dist(lo, hi);
     std::vector<float> v(n);

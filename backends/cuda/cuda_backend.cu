@@ -687,6 +687,14 @@ private:
         return Status::Ok();
     }
 
+    // A copy in stream order that has finished when this returns.
+    Status copy_to_device_now(void *dst, const void *src, size_t bytes) {
+        if (bytes == 0) return Status::Ok();
+        H2O_TRY(check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync"));
+        traffic_.bytes_to_device += bytes;
+        return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
+
     Status download_raw(const void *src, void *dst, size_t bytes) {
         H2O_TRY(check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)"));
         traffic_.bytes_to_host += bytes;
@@ -699,9 +707,9 @@ private:
             std::vector<double> table(static_cast<size_t>(dims / 2));
             for (size_t i = 0; i < table.size(); ++i) table[i] = rotary_inv_freq(base, static_cast<int>(i), dims);
             if (!rope_inv_freq_ || rope_dims_ < dims) H2O_TRY(device_array(table.size(), &rope_inv_freq_));
-            // Synchronous: the host table goes out of scope, and earlier kernels may read the old one.
-            H2O_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-            H2O_TRY(check(cudaMemcpy(rope_inv_freq_, table.data(), table.size() * sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy"));
+            // In stream order (earlier kernels read the old table), waited for: the host table goes
+            // out of scope.
+            H2O_TRY(copy_to_device_now(rope_inv_freq_, table.data(), table.size() * sizeof(double)));
             rope_base_ = base;
             rope_dims_ = dims;
         }
@@ -731,7 +739,7 @@ private:
 Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(failed_);
     H2O_TRY(cuda_runs_kv(config));
-    if (has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: the KV cache exists already");
+    if (has_kv_) return make_error(H2O_ERR_INVALID_ARGUMENT, "the KV cache was already created");
     const KvRowFormat key_format = kv_key_format(config.type), value_format = kv_value_format(config.type);
     key_row_ = kv_row_bytes(key_format, config.head_dim);
     value_row_ = kv_row_bytes(value_format, config.head_dim);
@@ -758,8 +766,7 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &kv_.inv_freq));
     std::vector<double> inv_freq(static_cast<size_t>(pairs));
     for (int i = 0; i < pairs; ++i) inv_freq[i] = rotary_inv_freq(config.rope_freq_base, i, config.rope_dims);
-    H2O_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-    H2O_TRY(check(cudaMemcpy(kv_.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy"));
+    H2O_TRY(copy_to_device_now(kv_.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(double)));
     // The attention scratch is sized at the first attention call, when the number of query heads
     // is known.
     has_kv_ = true;
@@ -775,10 +782,9 @@ Status CudaBackend::clear_kv() {
     H2O_TRY(check(cudaMemsetAsync(kv_.used, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
     H2O_TRY(check(cudaMemsetAsync(kv_.free_count, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
     if (kv_.stats) H2O_TRY(check(cudaMemsetAsync(kv_.stats, 0, slot_count() * sizeof(SlotStats), stream_), "cudaMemsetAsync"));
-    // KvCache::clear's generator state; a synchronous copy, the value being on this stack.
+    // KvCache::clear's generator state (the value is on this stack: the copy is waited for).
     const uint64_t rng = kv_config_.policy.seed ^ 0x9E3779B97F4A7C15ull;
-    H2O_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-    return check(cudaMemcpy(kv_.rng, &rng, sizeof rng, cudaMemcpyHostToDevice), "cudaMemcpy");
+    return copy_to_device_now(kv_.rng, &rng, sizeof rng);
 }
 
 Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
