@@ -5,6 +5,7 @@
 #include <new>
 #include <string>
 
+#include "kv_victim_rules.h"
 #include "rotary.h"
 
 namespace h2o {
@@ -79,11 +80,8 @@ int KvCache::free_slots(int layer, int kv_head) const {
 }
 
 uint64_t KvCache::next_random() {
-    // xorshift64*: deterministic for a given seed and sequence of evictions.
-    random_state_ ^= random_state_ >> 12;
-    random_state_ ^= random_state_ << 25;
-    random_state_ ^= random_state_ >> 27;
-    return random_state_ * 0x2545F4914F6CDD1Dull;
+    // xorshift64*: deterministic for a given seed and sequence of evictions (kv_victim_rules.h).
+    return kv_next_random(&random_state_);
 }
 
 void KvCache::rotate_back(uint8_t *stored_key, int shift) {
@@ -111,7 +109,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     int n_candidates = 0;
     for (int s = 0; s < used; ++s) {
         const int64_t index = v.stream_index[s];
-        if (index < 0 || v.pinned[s] || index >= recent_from || index < policy.sinks) continue;
+        if (!kv_slot_evictable(index, v.pinned[s] != 0, recent_from, policy.sinks)) continue;
         candidates_[n_candidates++] = s;
     }
     int n_victims = std::min(needed, n_candidates);
@@ -126,7 +124,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
         auto before = [&](int32_t a, int32_t b) {
             const float pa = kv_victim_priority(policy, slot_stats(v, a), v.stream_index[a], stale_before);
             const float pb = kv_victim_priority(policy, slot_stats(v, b), v.stream_index[b], stale_before);
-            return pa < pb || (pa == pb && v.stream_index[a] < v.stream_index[b]);
+            return kv_victim_before(pa, v.stream_index[a], pb, v.stream_index[b]);
         };
         std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates, before);
     }

@@ -27,6 +27,7 @@
 
 #ifdef H2O_TEST_CUDA
 #include "cuda/device_math_cuda.h"
+#include "kv_victim_rules.h"
 #endif
 #ifdef H2O_HAVE_CUDA
 #include "backend_registry.h"
@@ -216,6 +217,18 @@ TEST_CASE("cuda: the online softmax's weights are the CPU softmax's, masked scor
     std::vector<float> masked(5, -INFINITY), got(5, 1.0f);
     cuda_host_softmax(masked.data(), 5, 4, got.data());
     for (float w : got) CHECK(w == 0.0f);
+}
+
+TEST_CASE("cuda: the nvcc-compiled random policy generator draws the C++ build's sequence") {
+    for (uint64_t seed : {uint64_t{0}, uint64_t{7}, ~uint64_t{0}}) {
+        const uint64_t state = seed ^ 0x9E3779B97F4A7C15ull;  // as KvCache::clear seeds it
+        std::vector<uint64_t> got(1000), expected(1000);
+        cuda_host_random_draws(state, 1000, got.data());
+        uint64_t s = state;
+        for (uint64_t &x : expected) x = kv_next_random(&s);
+        CHECK(got == expected);
+        CHECK(expected[0] != expected[1]);
+    }
 }
 
 #endif  // H2O_TEST_CUDA

@@ -15,6 +15,7 @@
 #include "kv_policy.h"
 #include "kv_policy_spec.h"
 #include "kv_row_codec.h"
+#include "kv_victim_rules.h"
 #include "online_softmax.h"
 #include "rotary.h"
 #include "weight_element.h"
@@ -189,10 +190,9 @@ struct ClaimArgs {
     const int32_t *positions;
 };
 
-// Outside every protection (kv_policy.h): occupied, not pinned, not in the recent window, not a sink.
+// Outside every protection (kv_victim_rules.h).
 __device__ bool eligible(const ClaimArgs &a, size_t at) {
-    const int64_t index = a.kv.stream[at];
-    return index >= 0 && !a.kv.pinned[at] && index < a.recent_from && index >= a.sinks;
+    return kv_slot_evictable(a.kv.stream[at], a.kv.pinned[at] != 0, a.recent_from, a.sinks);
 }
 
 __device__ float victim_priority(const ClaimArgs &a, size_t at) {
@@ -214,7 +214,7 @@ __device__ int argmin_slot(const ClaimArgs &a, size_t base, int used, bool by_ag
         if (by_age ? (a.kv.stream[at] < 0 || a.kv.pinned[at]) : !eligible(a, at)) continue;
         const float p = by_age ? 0.0f : victim_priority(a, at);
         const int64_t st = a.kv.stream[at];
-        if (bslot < 0 || p < bp || (p == bp && st < bs)) {
+        if (bslot < 0 || kv_victim_before(p, st, bp, bs)) {
             bp = p;
             bs = st;
             bslot = s;
@@ -227,8 +227,7 @@ __device__ int argmin_slot(const ClaimArgs &a, size_t base, int used, bool by_ag
     for (int half = kBlock / 2; half > 0; half >>= 1) {
         const int me = threadIdx.x, o = me + half;
         if (me < half && best_slot[o] >= 0 &&
-            (best_slot[me] < 0 || best_priority[o] < best_priority[me] ||
-             (best_priority[o] == best_priority[me] && best_stream[o] < best_stream[me]))) {
+            (best_slot[me] < 0 || kv_victim_before(best_priority[o], best_stream[o], best_priority[me], best_stream[me]))) {
             best_priority[me] = best_priority[o];
             best_stream[me] = best_stream[o];
             best_slot[me] = best_slot[o];
@@ -238,16 +237,6 @@ __device__ int argmin_slot(const ClaimArgs &a, size_t base, int used, bool by_ag
     const int result = best_slot[0];
     __syncthreads();
     return result;
-}
-
-// KvCache::next_random.
-__device__ uint64_t next_random(uint64_t *state) {
-    uint64_t x = *state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    return x * 0x2545F4914F6CDD1Dull;
 }
 
 // One layer: for each kv head, make room for the batch (KvCache::make_room), take its slots
@@ -290,7 +279,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                         if (eligible(a, base + s)) a.kv.candidates[count++] = s;
                     }
                     for (int i = 0; i < n_victims; ++i) {
-                        const int j = i + static_cast<int>(next_random(a.kv.rng) % static_cast<uint64_t>(n_candidates - i));
+                        const int j = i + static_cast<int>(kv_next_random(a.kv.rng) % static_cast<uint64_t>(n_candidates - i));
                         const int32_t swap = a.kv.candidates[i];
                         a.kv.candidates[i] = a.kv.candidates[j];
                         a.kv.candidates[j] = swap;

@@ -6,6 +6,7 @@
 
 #include "fp16.h"
 #include "kv_row_codec.h"
+#include "kv_victim_rules.h"
 #include "online_softmax.h"
 #include "rotary.h"
 #include "weight_element.h"
@@ -46,6 +47,10 @@ void cuda_host_softmax(const float *scores, int n, int lanes, float *weights) {
         for (int l = 0; l < half; ++l) states[l] = softmax_merge(states[l], states[l + half]);
     }
     for (int i = 0; i < n; ++i) weights[i] = softmax_weight(states[0], scores[i]);
+}
+
+void cuda_host_random_draws(uint64_t state, int n, uint64_t *out) {
+    for (int i = 0; i < n; ++i) out[i] = kv_next_random(&state);
 }
 
 }  // namespace h2o

@@ -21,5 +21,7 @@ void cuda_host_rope(float *x, int n_heads, int head_dim, int rope_dims, float ba
 // Softmax of n scores (-infinity: masked) as the attention kernel computes it: the scores dealt
 // out to `lanes` online states in turn, merged pairwise as a tree (lanes: a power of two).
 void cuda_host_softmax(const float *scores, int n, int lanes, float *weights);
+// n draws of the random policy's generator (kv_victim_rules.h) from `state`.
+void cuda_host_random_draws(uint64_t state, int n, uint64_t *out);
 
 }  // namespace h2o
