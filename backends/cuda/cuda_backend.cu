@@ -540,7 +540,8 @@ public:
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
         H2O_TRY(failed_);
         if (n <= 0) return Status::Ok();
-        get_rows_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(out), out.cols, device_ptr<const uint8_t>(table),
+        // Rows of table.cols values, one after the other, as the CPU backend writes them.
+        get_rows_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(out), table.cols, device_ptr<const uint8_t>(table),
                                                    row_bytes(table.type, table.cols), table.type, device_ptr<const int32_t>(ids), table.cols);
         return launched("get_rows");
     }
@@ -558,9 +559,10 @@ public:
         if (n <= 0) return Status::Ok();
         const dim3 grid(static_cast<unsigned>((weight.rows + kWarpsPerRow - 1) / kWarpsPerRow),
                         static_cast<unsigned>((n + kMatmulTokens - 1) / kMatmulTokens));
+        // Input rows of weight.cols values, as the CPU backend reads them; output rows of out.cols.
         matmul_kernel<<<grid, 32 * kWarpsPerRow, 0, stream_>>>(device_ptr<float>(out), out.cols, device_ptr<const uint8_t>(weight),
                                                                row_bytes(weight.type, weight.cols), weight.type, weight.rows,
-                                                               weight.cols, device_ptr<const float>(in), in.cols, n);
+                                                               weight.cols, device_ptr<const float>(in), weight.cols, n);
         return launched("matmul");
     }
 
