@@ -7,6 +7,9 @@
 #ifdef H2O_HAVE_VULKAN
 #include "vulkan/vulkan_backend.h"
 #endif
+#ifdef H2O_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 
 namespace h2o {
 
@@ -15,6 +18,9 @@ std::span<const BackendEntry *const> registered_backends() {
         &kCpuBackendEntry,
 #ifdef H2O_HAVE_VULKAN
         &kVulkanBackendEntry,
+#endif
+#ifdef H2O_HAVE_CUDA
+        &kCudaBackendEntry,
 #endif
     };
     return table;

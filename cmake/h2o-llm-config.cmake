@@ -23,4 +23,6 @@ foreach(h2o_pc_prefix h2o_pc_module IN ZIP_LISTS h2o_pc_prefixes h2o_pc_modules)
   endif()
 endforeach()
 
+# Dependencies of this build's options (the CUDA runtime, with the CUDA backend).
+include(${CMAKE_CURRENT_LIST_DIR}/h2o-llm-dependencies.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/h2o-llm-targets.cmake)

@@ -16,8 +16,14 @@ install(EXPORT h2o-llm-targets NAMESPACE h2o:: DESTINATION ${h2o_cmake_dir})
 # Before 1.0 a minor version may break the API, so 0.3.x accepts only requests for 0.3.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
   COMPATIBILITY SameMinorVersion)
+# What this build's static library needs besides: the CUDA runtime when the CUDA backend is in.
+if(H2O_CUDA)
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-dependencies.cmake "find_dependency(CUDAToolkit)\n")
+else()
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-dependencies.cmake "")
+endif()
 install(FILES cmake/h2o-llm-config.cmake ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
-  DESTINATION ${h2o_cmake_dir})
+  ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-dependencies.cmake DESTINATION ${h2o_cmake_dir})
 
 # ---- pkg-config ------------------------------------------------------------------------------
 # Two files, because the static archive is not named like the shared library: -lh2o-llm would
@@ -32,6 +38,10 @@ file(RELATIVE_PATH H2O_PC_INCLUDEDIR ${CMAKE_INSTALL_PREFIX} ${CMAKE_INSTALL_FUL
 set(H2O_PC_LIBS_PRIVATE "-lstdc++ -lm -pthread")
 if(H2O_VULKAN AND CMAKE_DL_LIBS)
   string(APPEND H2O_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}")
+endif()
+if(H2O_CUDA)
+  # The static CUDA runtime, which opens the driver itself (libdl, librt).
+  string(APPEND H2O_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
 endif()
 
 function(h2o_pkg_config name cflags)

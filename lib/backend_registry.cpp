@@ -49,7 +49,17 @@ Status plan_explicit(const BackendEntry &backend, int device_index, const Backen
 void plan_auto(const BackendRequirements &needs, std::vector<BackendCandidate> *out) {
     for (const BackendEntry *backend : registered_backends()) {
         std::vector<BackendDevice> devices;
-        if (!backend->devices(&devices).ok()) continue;  // a backend without a driver has no devices to weigh
+        Status listed = backend->devices(&devices);
+        if (!listed.ok()) {
+            // A backend without a driver or devices has nothing to weigh; it stays in the plan,
+            // refused, so that the choice can say why it was passed over.
+            BackendDevice none;
+            none.kind = backend->kind;
+            none.device_index = -1;
+            none.type = "none";
+            out->push_back({backend, std::move(none), std::move(listed)});
+            continue;
+        }
         for (const BackendDevice &d : devices) {
             BackendCandidate c{backend, d, backend->supports(needs, d)};
             if (c.verdict.ok() && backend->kind != H2O_BACKEND_CPU && d.type == "cpu") {
@@ -116,6 +126,7 @@ Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequi
 
 std::string candidate_label(const BackendCandidate &candidate) {
     if (candidate.backend->kind == H2O_BACKEND_CPU) return "the CPU backend";
+    if (candidate.device.device_index < 0) return std::string("the ") + backend_kind_title(candidate.backend->kind) + " backend";
     return std::string(backend_kind_title(candidate.backend->kind)) + " " + candidate.device.name + " (" + candidate.device.type + ")";
 }
 

@@ -79,11 +79,13 @@ struct BackendCandidate {
 // discrete, integrated, virtual, then CPU implementations), and an error when this build lacks
 // the kind or the kind lacks the device. AUTO gives every device of every backend: the device
 // backends' by that preference, then the CPU backend; a device backend's CPU implementation is
-// refused, being slower than the CPU backend.
+// refused, being slower than the CPU backend. A backend whose devices cannot be listed (no
+// driver, no device) is in AUTO's plan once, refused with that error, its device_index -1.
 Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs,
                      std::vector<BackendCandidate> *out);
 
-// Names a candidate in messages: "the CPU backend", or "Vulkan <device name> (<type>)".
+// Names a candidate in messages: "the CPU backend", "Vulkan <device name> (<type>)", or for a
+// backend without devices "the CUDA backend".
 std::string candidate_label(const BackendCandidate &candidate);
 
 // Why AUTO chose plan[chosen]: "auto: chose <label>; <label>: <reason>; ..." for each candidate

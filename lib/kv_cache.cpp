@@ -5,6 +5,9 @@
 #include <new>
 #include <string>
 
+#include "kv_victim_rules.h"
+#include "rotary.h"
+
 namespace h2o {
 
 namespace {
@@ -41,7 +44,7 @@ Status KvCache::init(const KvConfig &config) {
     }
     inv_freq_.resize(config.rope_dims / 2);
     for (size_t i = 0; i < inv_freq_.size(); ++i) {
-        inv_freq_[i] = std::pow(static_cast<double>(config.rope_freq_base), -2.0 * static_cast<double>(i) / config.rope_dims);
+        inv_freq_[i] = rotary_inv_freq(config.rope_freq_base, static_cast<int>(i), config.rope_dims);
     }
     clear();
     return Status::Ok();
@@ -77,11 +80,8 @@ int KvCache::free_slots(int layer, int kv_head) const {
 }
 
 uint64_t KvCache::next_random() {
-    // xorshift64*: deterministic for a given seed and sequence of evictions.
-    random_state_ ^= random_state_ >> 12;
-    random_state_ ^= random_state_ << 25;
-    random_state_ ^= random_state_ >> 27;
-    return random_state_ * 0x2545F4914F6CDD1Dull;
+    // xorshift64*: deterministic for a given seed and sequence of evictions (kv_victim_rules.h).
+    return kv_next_random(&random_state_);
 }
 
 void KvCache::rotate_back(uint8_t *stored_key, int shift) {
@@ -90,11 +90,9 @@ void KvCache::rotate_back(uint8_t *stored_key, int shift) {
     kv_load_row(key_format_, stored_key, config_.head_dim, key);
     const int n_pairs = config_.rope_dims / 2;
     for (int i = 0; i < n_pairs; ++i) {
-        const double theta = -static_cast<double>(shift) * inv_freq_[i];
-        const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
-        const float a = key[2 * i], b = key[2 * i + 1];
-        key[2 * i] = a * c - b * s;
-        key[2 * i + 1] = a * s + b * c;
+        float c, s;
+        rotary_cos_sin(-shift, inv_freq_[i], &c, &s);
+        rotate_pair(&key[2 * i], &key[2 * i + 1], c, s);
     }
     kv_store_row(key_format_, key, config_.head_dim, stored_key);
 }
@@ -111,7 +109,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     int n_candidates = 0;
     for (int s = 0; s < used; ++s) {
         const int64_t index = v.stream_index[s];
-        if (index < 0 || v.pinned[s] || index >= recent_from || index < policy.sinks) continue;
+        if (!kv_slot_evictable(index, v.pinned[s] != 0, recent_from, policy.sinks)) continue;
         candidates_[n_candidates++] = s;
     }
     int n_victims = std::min(needed, n_candidates);
@@ -126,7 +124,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
         auto before = [&](int32_t a, int32_t b) {
             const float pa = kv_victim_priority(policy, slot_stats(v, a), v.stream_index[a], stale_before);
             const float pb = kv_victim_priority(policy, slot_stats(v, b), v.stream_index[b], stale_before);
-            return pa < pb || (pa == pb && v.stream_index[a] < v.stream_index[b]);
+            return kv_victim_before(pa, v.stream_index[a], pb, v.stream_index[b]);
         };
         std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates, before);
     }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "kv_row_codec.h"
 #include "quant.h"
 
 namespace h2o {
@@ -20,11 +21,6 @@ float read_f16(const uint8_t *p) {
     uint16_t h;
     std::memcpy(&h, p, sizeof(h));
     return fp16_to_fp32(h);
-}
-
-void write_f16(uint8_t *p, float f) {
-    const uint16_t h = fp32_to_fp16(f);
-    std::memcpy(p, &h, sizeof(h));
 }
 
 int nibble(const uint8_t *q, int i) { return (q[i / 2] >> (4 * (i & 1))) & 15; }
@@ -89,69 +85,10 @@ size_t kv_row_bytes(KvRowFormat type, int head_dim) {
     return 0;
 }
 
-void kv_store_row(KvRowFormat type, const float *src, int n, uint8_t *dst) {
-    switch (type) {
-        case KvRowFormat::F32:
-            std::memcpy(dst, src, sizeof(float) * n);
-            return;
-        case KvRowFormat::F16:
-            for (int i = 0; i < n; ++i) write_f16(dst + 2 * i, src[i]);
-            return;
-        case KvRowFormat::Q8: {
-            float amax = 0;
-            for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(src[i]));
-            const float scale = amax / 127.0f;
-            const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-            std::memcpy(dst, &scale, sizeof(scale));
-            auto *q = reinterpret_cast<int8_t *>(dst + 4);
-            for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::lround(src[i] * inv));
-            return;
-        }
-        case KvRowFormat::Q4: {
-            float lo = src[0], hi = src[0];
-            for (int i = 1; i < n; ++i) {
-                lo = std::fmin(lo, src[i]);
-                hi = std::fmax(hi, src[i]);
-            }
-            // Quantize against the stored (half-precision) scale and minimum, so that decoding
-            // reproduces exactly what was rounded here.
-            write_f16(dst, (hi - lo) / 15.0f);
-            write_f16(dst + 2, lo);
-            const float scale = read_f16(dst), min = read_f16(dst + 2);
-            const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-            uint8_t *q = dst + 4;
-            std::memset(q, 0, static_cast<size_t>(n) / 2);
-            for (int i = 0; i < n; ++i) {
-                const long v = std::lround((src[i] - min) * inv);
-                const uint8_t code = static_cast<uint8_t>(v < 0 ? 0 : v > 15 ? 15 : v);
-                q[i / 2] |= static_cast<uint8_t>(code << (4 * (i & 1)));
-            }
-            return;
-        }
-    }
-}
+// One implementation for the host and the CUDA kernels: kv_row_codec.h.
+void kv_store_row(KvRowFormat type, const float *src, int n, uint8_t *dst) { kv_encode_row(type, src, n, dst); }
 
-void kv_load_row(KvRowFormat type, const uint8_t *src, int n, float *dst) {
-    switch (type) {
-        case KvRowFormat::F32:
-            std::memcpy(dst, src, sizeof(float) * n);
-            return;
-        case KvRowFormat::F16:
-            for (int i = 0; i < n; ++i) dst[i] = read_f16(src + 2 * i);
-            return;
-        case KvRowFormat::Q8: {
-            const float scale = read_f32(src);
-            const auto *q = reinterpret_cast<const int8_t *>(src + 4);
-            for (int i = 0; i < n; ++i) dst[i] = scale * q[i];
-            return;
-        }
-        case KvRowFormat::Q4: {
-            const float scale = read_f16(src), min = read_f16(src + 2);
-            for (int i = 0; i < n; ++i) dst[i] = min + scale * static_cast<float>(nibble(src + 4, i));
-            return;
-        }
-    }
-}
+void kv_load_row(KvRowFormat type, const uint8_t *src, int n, float *dst) { kv_decode_row(type, src, n, dst); }
 
 float kv_dot_row(KvRowFormat type, const float *q, const uint8_t *row, int n) {
     switch (type) {

@@ -13,6 +13,7 @@
 #include "cpu/kernels.h"
 #include "cpu/shared_weights.h"
 #include "kv_cache.h"
+#include "rotary.h"
 #include "thread_pool.h"
 
 namespace h2o {
@@ -110,14 +111,13 @@ public:
             for (int i = 0; i < half; ++i) {
                 // Angles in double precision: positions reach tens of thousands, where float angles
                 // would lose the low bits that distinguish neighbouring positions.
-                const double theta = pos[t] * std::pow(static_cast<double>(shape.rope_freq_base), -2.0 * i / shape.rope_dims);
-                const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+                // (rotary.h: the one implementation, shared with the KV cache and the CUDA kernels)
+                float c, s;
+                rotary_cos_sin(pos[t], rotary_inv_freq(shape.rope_freq_base, i, shape.rope_dims), &c, &s);
                 auto rotate = [&](float *x, int heads) {
                     for (int h = 0; h < heads; ++h) {
                         float *p = x + h * shape.head_dim + 2 * i;
-                        const float a = p[0], b = p[1];
-                        p[0] = a * c - b * s;
-                        p[1] = a * s + b * c;
+                        rotate_pair(&p[0], &p[1], c, s);
                     }
                 };
                 rotate(host<float>(q) + t * q.cols, shape.n_head);

@@ -1,0 +1,959 @@
+// The CUDA backend (cuda_backend.h): kernels and the Backend implementation.
+#include "cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kv_cache.h"
+#include "kv_policy.h"
+#include "kv_policy_spec.h"
+#include "kv_row_codec.h"
+#include "kv_victim_rules.h"
+#include "online_softmax.h"
+#include "rotary.h"
+#include "weight_element.h"
+
+namespace h2o {
+
+namespace {
+
+constexpr TensorType kCudaWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::Q8_0, TensorType::Q4_0,
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+constexpr int kBlock = 256;      // threads of the reduction and eviction kernels
+constexpr int kWarpsPerRow = 8;  // matmul: warps (one output row each) per block
+constexpr int kMatmulTokens = 8; // matmul: tokens one warp multiplies with each weight row
+// Attention scores of one chunk of queries: as many tokens as fit in this.
+constexpr size_t kAttentionScratchBudget = size_t{64} << 20;
+
+std::string cuda_error_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
+
+// ---- reductions -----------------------------------------------------------------------------------
+
+__device__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+// ---- element-wise and row operations --------------------------------------------------------------
+
+__global__ void get_rows_kernel(float *out, int64_t out_cols, const uint8_t *table, size_t table_row_bytes, TensorType type,
+                                const int32_t *ids, int64_t cols) {
+    const int t = blockIdx.x;
+    const uint8_t *row = table + static_cast<size_t>(ids[t]) * table_row_bytes;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[t * out_cols + c] = weight_element(type, row, c);
+}
+
+// The sum of squares in double, as the CPU reference sums it.
+__global__ void rms_norm_kernel(float *out, int64_t out_cols, const float *in, int64_t in_cols, const float *weight, float eps) {
+    __shared__ double partial[kBlock];
+    const int t = blockIdx.x;
+    const float *x = in + t * in_cols;
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < in_cols; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = kBlock / 2; half > 0; half >>= 1) {
+        if (static_cast<int>(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+        __syncthreads();
+    }
+    const double mean = partial[0] / static_cast<double>(in_cols);
+    const float scale = static_cast<float>(1.0 / sqrt(mean + eps));
+    for (int64_t i = threadIdx.x; i < in_cols; i += blockDim.x) out[t * out_cols + i] = H2O_FMUL(H2O_FMUL(x[i], scale), weight[i]);
+}
+
+// out[t][r] = W[r] · in[t]: one warp per weight row, each row dequantized once for up to
+// kMatmulTokens tokens.
+__global__ void matmul_kernel(float *out, int64_t out_cols, const uint8_t *weight, size_t weight_row_bytes, TensorType type,
+                              int64_t rows, int64_t cols, const float *in, int64_t in_cols, int n) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerRow + warp;
+    const int t0 = blockIdx.y * kMatmulTokens;
+    if (r >= rows) return;
+    const int count = min(kMatmulTokens, n - t0);
+    const uint8_t *row = weight + static_cast<size_t>(r) * weight_row_bytes;
+    float acc[kMatmulTokens];
+    for (int j = 0; j < kMatmulTokens; ++j) acc[j] = 0.0f;
+    for (int64_t k = lane; k < cols; k += 32) {
+        const float w = weight_element(type, row, k);
+        for (int j = 0; j < kMatmulTokens; ++j) {
+            if (j < count) acc[j] += w * in[(t0 + j) * in_cols + k];
+        }
+    }
+    for (int j = 0; j < kMatmulTokens; ++j) {
+        const float sum = warp_sum(acc[j]);
+        if (lane == 0 && j < count) out[(t0 + j) * out_cols + r] = sum;
+    }
+}
+
+__global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, const int32_t *positions, const double *inv_freq,
+                            int pairs, int head_dim, int n_head, int n_head_kv) {
+    const int t = blockIdx.x;
+    const int total = (n_head + n_head_kv) * pairs;
+    for (int u = threadIdx.x; u < total; u += blockDim.x) {
+        const int head = u / pairs, i = u % pairs;
+        float *p = head < n_head ? q + t * q_cols + head * head_dim : k + t * k_cols + (head - n_head) * head_dim;
+        float c, s;
+        rotary_cos_sin(positions[t], inv_freq[i], &c, &s);
+        rotate_pair(&p[2 * i], &p[2 * i + 1], c, s);
+    }
+}
+
+__global__ void swiglu_kernel(float *gate, const float *up, int64_t count) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+__global__ void add_kernel(float *acc, const float *x, int64_t count) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        acc[i] = acc[i] + x[i];
+    }
+}
+
+// The CPU's std::max_element: the first element, replaced only by a strictly larger one; NaNs
+// never replace it, and a NaN first element is never replaced.
+__global__ void argmax_kernel(int32_t *out, const float *in, int64_t cols) {
+    __shared__ float best_value[kBlock];
+    __shared__ int64_t best_index[kBlock];
+    const int t = blockIdx.x;
+    const float *x = in + t * cols;
+    float bv = 0.0f;
+    int64_t bi = -1;  // -1: no comparable element yet
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+        const float v = x[i];
+        if (isnan(v)) continue;
+        if (bi < 0 || v > bv) {
+            bv = v;
+            bi = i;
+        }
+    }
+    best_value[threadIdx.x] = bv;
+    best_index[threadIdx.x] = bi;
+    __syncthreads();
+    for (int half = kBlock / 2; half > 0; half >>= 1) {
+        if (static_cast<int>(threadIdx.x) < half) {
+            const float ov = best_value[threadIdx.x + half];
+            const int64_t oi = best_index[threadIdx.x + half];
+            const int64_t mi = best_index[threadIdx.x];
+            if (oi >= 0 && (mi < 0 || ov > best_value[threadIdx.x] || (ov == best_value[threadIdx.x] && oi < mi))) {
+                best_value[threadIdx.x] = ov;
+                best_index[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[t] = (isnan(x[0]) || best_index[0] < 0) ? 0 : static_cast<int32_t>(best_index[0]);
+}
+
+// ---- the KV cache -------------------------------------------------------------------------------
+
+// The device's KV cache. A cell is one (layer, kv head); slot arrays are [cell][slot].
+struct KvDevice {
+    uint8_t *keys = nullptr, *values = nullptr;  // rows of key_row / value_row bytes
+    int64_t *stream = nullptr;                   // stream index, -1: free
+    int32_t *position = nullptr;
+    uint8_t *pinned = nullptr;
+    SlotStats *stats = nullptr;    // null when the policy reads none
+    SlotStats *partial = nullptr;  // [n_kv][n_slots]: the current batch's statistics
+    int32_t *free_list = nullptr;  // per cell, a stack of slots freed by eviction
+    int32_t *used = nullptr;       // [cell]: slots [0, used) have held a token
+    int32_t *free_count = nullptr; // [cell]
+    uint64_t *rng = nullptr;       // the random policy's xorshift64* state
+    int32_t *batch_slot = nullptr; // [n_kv][n_slots]: the slot of each token of the batch
+    int64_t *victims = nullptr;    // [n_kv][n_slots]: stream indices evicted for the batch
+    int32_t *candidates = nullptr; // [n_slots]: the random policy's shuffle
+    double *inv_freq = nullptr;    // rotary inverse frequencies (rolling)
+    float *scores = nullptr;       // [chunk][n_head][n_slots]: a chunk's attention weights
+    int32_t *visible = nullptr;    // [chunk][n_kv]: slots each query of the chunk sees
+};
+
+// What one layer's eviction and storing needs.
+struct ClaimArgs {
+    KvDevice kv;
+    int layer, n_kv, n_slots, head_dim, n, pairs;
+    KvRowFormat key_format, value_format;
+    size_t key_row, value_row;
+    uint32_t policy;
+    int64_t first_index, recent_from, stale_before, sinks;
+    bool pinned, rolling, random;
+    const float *k, *v;
+    int64_t k_cols, v_cols;
+    const int32_t *positions;
+};
+
+// Outside every protection (kv_victim_rules.h).
+__device__ bool eligible(const ClaimArgs &a, size_t at) {
+    return kv_slot_evictable(a.kv.stream[at], a.kv.pinned[at] != 0, a.recent_from, a.sinks);
+}
+
+__device__ float victim_priority(const ClaimArgs &a, size_t at) {
+    const SlotStats s = a.kv.stats ? a.kv.stats[at] : kv_stats_zero();
+    return kv_victim_priority(a.policy, s, a.kv.stream[at] < a.stale_before);
+}
+
+// The slot with the smallest (priority, stream index) among eligible slots, or by_age: the oldest
+// occupied unpinned slot; -1 when there is none. Every thread of the block calls it.
+__device__ int argmin_slot(const ClaimArgs &a, size_t base, int used, bool by_age) {
+    __shared__ float best_priority[kBlock];
+    __shared__ int64_t best_stream[kBlock];
+    __shared__ int best_slot[kBlock];
+    float bp = 0.0f;
+    int64_t bs = 0;
+    int bslot = -1;
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        const size_t at = base + s;
+        if (by_age ? (a.kv.stream[at] < 0 || a.kv.pinned[at]) : !eligible(a, at)) continue;
+        const float p = by_age ? 0.0f : victim_priority(a, at);
+        const int64_t st = a.kv.stream[at];
+        if (bslot < 0 || kv_victim_before(p, st, bp, bs)) {
+            bp = p;
+            bs = st;
+            bslot = s;
+        }
+    }
+    best_priority[threadIdx.x] = bp;
+    best_stream[threadIdx.x] = bs;
+    best_slot[threadIdx.x] = bslot;
+    __syncthreads();
+    for (int half = kBlock / 2; half > 0; half >>= 1) {
+        const int me = threadIdx.x, o = me + half;
+        if (me < half && best_slot[o] >= 0 &&
+            (best_slot[me] < 0 || kv_victim_before(best_priority[o], best_stream[o], best_priority[me], best_stream[me]))) {
+            best_priority[me] = best_priority[o];
+            best_stream[me] = best_stream[o];
+            best_slot[me] = best_slot[o];
+        }
+        __syncthreads();
+    }
+    const int result = best_slot[0];
+    __syncthreads();
+    return result;
+}
+
+// One layer: for each kv head, make room for the batch (KvCache::make_room), take its slots
+// (KvCache::claim_slot) and store its keys and values. One block per kv head, or for the random
+// policy one block walking the kv heads in order, its generator being one sequence.
+__global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
+    __shared__ int sh_used, sh_free, sh_count, sh_victims;
+    for (int h = blockIdx.x; h < a.n_kv; h += gridDim.x) {
+        const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = cell * a.n_slots;
+        if (threadIdx.x == 0) {
+            sh_used = a.kv.used[cell];
+            sh_free = a.kv.free_count[cell];
+            sh_count = 0;
+            sh_victims = 0;
+        }
+        __syncthreads();
+        const int used = sh_used;
+        const int needed = a.n - (a.n_slots - used + sh_free);
+        __syncthreads();  // every thread has read the counts before thread 0 changes them
+        int64_t *victims = a.kv.victims + static_cast<size_t>(h) * a.n_slots;
+        auto evict = [&](int slot) {  // thread 0 only
+            const size_t at = base + slot;
+            victims[sh_victims++] = a.kv.stream[at];
+            a.kv.stream[at] = -1;
+            a.kv.free_list[base + sh_free++] = slot;
+        };
+        if (needed > 0) {
+            int mine = 0;
+            for (int s = threadIdx.x; s < used; s += blockDim.x) mine += eligible(a, base + s) ? 1 : 0;
+            atomicAdd(&sh_count, mine);
+            __syncthreads();
+            const int n_candidates = sh_count;
+            const int n_victims = min(needed, n_candidates);
+            if (a.random) {
+                // A partial Fisher-Yates shuffle of the candidates in slot order; the draws are
+                // made (the generator advances) even when the fallback below replaces the choice.
+                if (threadIdx.x == 0) {
+                    int count = 0;
+                    for (int s = 0; s < used; ++s) {
+                        if (eligible(a, base + s)) a.kv.candidates[count++] = s;
+                    }
+                    for (int i = 0; i < n_victims; ++i) {
+                        const int j = i + static_cast<int>(kv_next_random(a.kv.rng) % static_cast<uint64_t>(n_candidates - i));
+                        const int32_t swap = a.kv.candidates[i];
+                        a.kv.candidates[i] = a.kv.candidates[j];
+                        a.kv.candidates[j] = swap;
+                    }
+                    if (n_victims == needed) {
+                        for (int i = 0; i < n_victims; ++i) evict(a.kv.candidates[i]);
+                    }
+                }
+                __syncthreads();
+            } else if (n_victims == needed) {
+                for (int i = 0; i < n_victims; ++i) {
+                    const int slot = argmin_slot(a, base, used, false);
+                    if (threadIdx.x == 0) evict(slot);
+                    __syncthreads();
+                }
+            }
+            if (n_victims < needed) {
+                // Everything evictable is protected by the windows: the oldest unpinned tokens go.
+                for (int i = 0; i < needed; ++i) {
+                    const int slot = argmin_slot(a, base, used, true);
+                    if (slot < 0) break;
+                    if (threadIdx.x == 0) evict(slot);
+                    __syncthreads();
+                }
+            }
+            __syncthreads();
+            const int evicted = sh_victims;
+            if (a.rolling && evicted > 0) {
+                // Each kept token moves back one rank per evicted token that preceded it.
+                float key[kCudaMaxHeadDim];
+                for (int s = threadIdx.x; s < used; s += blockDim.x) {
+                    const size_t at = base + s;
+                    const int64_t index = a.kv.stream[at];
+                    if (index < 0) continue;
+                    int shift = 0;
+                    for (int i = 0; i < evicted; ++i) shift += victims[i] < index ? 1 : 0;
+                    if (shift == 0) continue;
+                    a.kv.position[at] -= shift;
+                    uint8_t *row = a.kv.keys + at * a.key_row;
+                    kv_decode_row(a.key_format, row, a.head_dim, key);
+                    for (int i = 0; i < a.pairs; ++i) {
+                        float c, sn;
+                        rotary_cos_sin(-shift, a.kv.inv_freq[i], &c, &sn);
+                        rotate_pair(&key[2 * i], &key[2 * i + 1], c, sn);
+                    }
+                    kv_encode_row(a.key_format, key, a.head_dim, row);
+                }
+            }
+            __syncthreads();
+        }
+        int32_t *batch_slot = a.kv.batch_slot + static_cast<size_t>(h) * a.n_slots;
+        if (threadIdx.x == 0) {
+            for (int t = 0; t < a.n; ++t) {
+                const int slot = sh_free > 0 ? a.kv.free_list[base + --sh_free] : sh_used++;
+                batch_slot[t] = slot;
+                const size_t at = base + slot;
+                a.kv.stream[at] = a.first_index + t;
+                a.kv.position[at] = a.positions[t];
+                a.kv.pinned[at] = a.pinned ? 1 : 0;
+                if (a.kv.stats) a.kv.stats[at] = kv_stats_zero();
+            }
+            a.kv.used[cell] = sh_used;
+            a.kv.free_count[cell] = sh_free;
+        }
+        __syncthreads();
+        // One thread per row: a quantized row's scale depends on all of its elements.
+        for (int u = threadIdx.x; u < 2 * a.n; u += blockDim.x) {
+            const int t = u / 2;
+            const size_t at = base + batch_slot[t];
+            if (u % 2 == 0) {
+                kv_encode_row(a.key_format, a.k + t * a.k_cols + h * a.head_dim, a.head_dim, a.kv.keys + at * a.key_row);
+            } else {
+                kv_encode_row(a.value_format, a.v + t * a.v_cols + h * a.head_dim, a.head_dim, a.kv.values + at * a.value_row);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+struct AttentionArgs {
+    KvDevice kv;
+    int layer, n_kv, n_head, n_slots, head_dim, n, t0;
+    KvRowFormat key_format, value_format;
+    size_t key_row, value_row;
+    int64_t first_index;
+    float scale;
+    const float *q;
+    int64_t q_cols;
+    float *out;
+    int64_t out_cols;
+};
+
+// One block per (query token of the chunk, query head): scores over the visible slots, an online
+// softmax, the weights kept in the chunk's scratch (for the statistics), and the weighted sum of
+// the values.
+__global__ void __launch_bounds__(kBlock) attention_kernel(AttentionArgs a) {
+    __shared__ float q[kCudaMaxHeadDim];
+    __shared__ SoftmaxState states[kBlock];
+    __shared__ int counts[kBlock];
+    const int c = blockIdx.x, t = a.t0 + c, head = blockIdx.y;
+    const int group = a.n_head / a.n_kv, h = head / group;
+    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = cell * a.n_slots;
+    const int used = a.kv.used[cell];
+    const int64_t query_index = a.first_index + t;
+    for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) q[d] = a.q[t * a.q_cols + head * a.head_dim + d];
+    __syncthreads();
+    float *weights = a.kv.scores + (static_cast<size_t>(c) * a.n_head + head) * a.n_slots;
+    SoftmaxState state = softmax_empty();
+    int visible = 0;
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        const int64_t index = a.kv.stream[base + s];
+        float score = -INFINITY;
+        if (index >= 0 && index <= query_index) {
+            const uint8_t *row = a.kv.keys + (base + s) * a.key_row;
+            float dot = 0.0f;
+            for (int d = 0; d < a.head_dim; ++d) dot += q[d] * kv_row_element(a.key_format, row, d);
+            score = dot * a.scale;
+            ++visible;
+        }
+        weights[s] = score;
+        state = softmax_add(state, score);
+    }
+    states[threadIdx.x] = state;
+    counts[threadIdx.x] = visible;
+    __syncthreads();
+    for (int half = kBlock / 2; half > 0; half >>= 1) {
+        if (static_cast<int>(threadIdx.x) < half) {
+            states[threadIdx.x] = softmax_merge(states[threadIdx.x], states[threadIdx.x + half]);
+            counts[threadIdx.x] += counts[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    const SoftmaxState total = states[0];
+    if (threadIdx.x == 0 && head % group == 0) a.kv.visible[static_cast<size_t>(c) * a.n_kv + h] = counts[0];
+    for (int s = threadIdx.x; s < used; s += blockDim.x) weights[s] = softmax_weight(total, weights[s]);
+    __syncthreads();
+    for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < used; ++s) {
+            const float w = weights[s];
+            if (w != 0.0f) acc += w * kv_row_element(a.value_format, a.kv.values + (base + s) * a.value_row, d);
+        }
+        a.out[t * a.out_cols + head * a.head_dim + d] = acc;
+    }
+}
+
+struct StatsArgs {
+    KvDevice kv;
+    int layer, n_kv, n_head, n_slots, n, t0, count;
+    int64_t first_index;
+    float decay;
+};
+
+// The chunk's queries' contributions to each slot's statistics of the batch (kv_policy_spec.h):
+// one block per kv head, one thread per slot.
+__global__ void attention_stats_kernel(StatsArgs a) {
+    const int h = blockIdx.x, group = a.n_head / a.n_kv;
+    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = cell * a.n_slots;
+    const int used = a.kv.used[cell];
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        const int64_t index = a.kv.stream[base + s];
+        if (index < 0) continue;
+        SlotStats partial = a.kv.partial[static_cast<size_t>(h) * a.n_slots + s];
+        for (int c = 0; c < a.count; ++c) {
+            const int t = a.t0 + c;
+            if (index > a.first_index + t) continue;
+            float w = 0.0f;
+            for (int g = 0; g < group; ++g) w += a.kv.scores[(static_cast<size_t>(c) * a.n_head + h * group + g) * a.n_slots + s];
+            const float threshold = kv_importance_threshold(static_cast<KV_UINT>(group),
+                                                            static_cast<KV_UINT>(a.kv.visible[static_cast<size_t>(c) * a.n_kv + h]));
+            partial = kv_stats_add_query(partial, w, threshold,
+                                         kv_persistence_weight(a.decay, static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t)), t == a.n - 1);
+        }
+        a.kv.partial[static_cast<size_t>(h) * a.n_slots + s] = partial;
+    }
+}
+
+__global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_slots, float old_persistence_weight) {
+    const int h = blockIdx.x;
+    const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = cell * n_slots;
+    const int used = kv.used[cell];
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        kv.stats[base + s] = kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight);
+    }
+}
+
+// ---- the backend --------------------------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(int device, int max_batch) : device_(device), max_batch_(std::max(1, max_batch)) {}
+
+    ~CudaBackend() override {
+        if (cudaSetDevice(device_) != cudaSuccess) return;
+        for (void *p : allocations_) (void)cudaFree(p);
+        if (stream_) (void)cudaStreamDestroy(stream_);
+    }
+
+    Status init() {
+        H2O_TRY(check(cudaSetDevice(device_), "cudaSetDevice"));
+        H2O_TRY(check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+        return Status::Ok();
+    }
+
+    const char *name() const override { return "cuda"; }
+
+    Status alloc(TensorType type, int64_t cols, int64_t rows, Tensor *out) override {
+        H2O_TRY(failed_);
+        void *p = nullptr;
+        H2O_TRY(device_alloc(row_bytes(type, cols) * static_cast<size_t>(rows), &p));
+        H2O_TRY(check(cudaMemsetAsync(p, 0, row_bytes(type, cols) * static_cast<size_t>(rows), stream_), "cudaMemsetAsync"));
+        *out = Tensor{reinterpret_cast<uintptr_t>(p), 0, type, cols, rows};
+        return Status::Ok();
+    }
+
+    Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) override {
+        H2O_TRY(failed_);
+        H2O_TRY(cuda_runs_weight_type(type));
+        const size_t bytes = row_bytes(type, cols) * static_cast<size_t>(rows);
+        void *p = nullptr;
+        H2O_TRY(device_alloc(bytes, &p));
+        H2O_TRY(check(cudaMemcpyAsync(p, host_data, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (weights)"));
+        traffic_.bytes_to_device += bytes;
+        *out = Tensor{reinterpret_cast<uintptr_t>(p), 0, type, cols, rows};
+        return Status::Ok();
+    }
+
+    bool weight_is_copy(const Tensor &) const override { return true; }
+
+    Status upload(const Tensor &dst, const void *src, size_t bytes) override {
+        H2O_TRY(failed_);
+        H2O_TRY(check(cudaMemcpyAsync(device_ptr<uint8_t>(dst), src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (upload)"));
+        traffic_.bytes_to_device += bytes;
+        return Status::Ok();
+    }
+
+    Status download(const Tensor &src, void *dst, size_t bytes) override {
+        H2O_TRY(failed_);
+        H2O_TRY(check(cudaMemcpyAsync(dst, device_ptr<uint8_t>(src), bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)"));
+        traffic_.bytes_to_host += bytes;
+        return synchronize();
+    }
+
+    Status synchronize() override {
+        H2O_TRY(failed_);
+        ++traffic_.submissions;
+        return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
+
+    size_t allocated_bytes() const override { return allocated_; }
+
+    Traffic traffic() const override {
+        Traffic t = traffic_;
+        t.device_memory_bytes = allocated_;
+        return t;
+    }
+
+    Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
+        H2O_TRY(failed_);
+        if (n <= 0) return Status::Ok();
+        // Rows of table.cols values, one after the other, as the CPU backend writes them.
+        get_rows_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(out), table.cols, device_ptr<const uint8_t>(table),
+                                                   row_bytes(table.type, table.cols), table.type, device_ptr<const int32_t>(ids), table.cols);
+        return launched("get_rows");
+    }
+
+    Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override {
+        H2O_TRY(failed_);
+        if (n <= 0) return Status::Ok();
+        rms_norm_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(out), out.cols, device_ptr<const float>(in), in.cols,
+                                                   device_ptr<const float>(weight), eps);
+        return launched("rms_norm");
+    }
+
+    Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override {
+        H2O_TRY(failed_);
+        if (n <= 0) return Status::Ok();
+        const dim3 grid(static_cast<unsigned>((weight.rows + kWarpsPerRow - 1) / kWarpsPerRow),
+                        static_cast<unsigned>((n + kMatmulTokens - 1) / kMatmulTokens));
+        // Input rows of weight.cols values, as the CPU backend reads them; output rows of out.cols.
+        matmul_kernel<<<grid, 32 * kWarpsPerRow, 0, stream_>>>(device_ptr<float>(out), out.cols, device_ptr<const uint8_t>(weight),
+                                                               row_bytes(weight.type, weight.cols), weight.type, weight.rows,
+                                                               weight.cols, device_ptr<const float>(in), weight.cols, n);
+        return launched("matmul");
+    }
+
+    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override {
+        H2O_TRY(failed_);
+        if (n <= 0 || shape.rope_dims < 2) return Status::Ok();
+        const double *inv_freq = nullptr;
+        H2O_TRY(rope_table(shape.rope_freq_base, shape.rope_dims, &inv_freq));
+        rope_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(q), q.cols, device_ptr<float>(k), k.cols,
+                                               device_ptr<const int32_t>(positions), inv_freq, shape.rope_dims / 2, shape.head_dim,
+                                               shape.n_head, shape.n_head_kv);
+        return launched("rope");
+    }
+
+    Status swiglu(const Tensor &gate, const Tensor &up, int n) override {
+        H2O_TRY(failed_);
+        const int64_t count = gate.cols * n;
+        if (count <= 0) return Status::Ok();
+        swiglu_kernel<<<grid_for(count), kBlock, 0, stream_>>>(device_ptr<float>(gate), device_ptr<const float>(up), count);
+        return launched("swiglu");
+    }
+
+    Status add(const Tensor &acc, const Tensor &x, int n) override {
+        H2O_TRY(failed_);
+        const int64_t count = acc.cols * n;
+        if (count <= 0) return Status::Ok();
+        add_kernel<<<grid_for(count), kBlock, 0, stream_>>>(device_ptr<float>(acc), device_ptr<const float>(x), count);
+        return launched("add");
+    }
+
+    Status argmax(const Tensor &out, const Tensor &in, int n) override {
+        H2O_TRY(failed_);
+        if (n <= 0) return Status::Ok();
+        argmax_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<int32_t>(out), device_ptr<const float>(in), in.cols);
+        return launched("argmax");
+    }
+
+    Status create_kv(const KvConfig &config) override;
+    Status clear_kv() override;
+    size_t kv_bytes() const override { return has_kv_ ? KvCache::planned_bytes(kv_config_) : 0; }
+    Status download_kv_stream_indices(int64_t *out) override {
+        H2O_TRY(failed_);
+        if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
+        return download_raw(kv_.stream, out, slot_count() * sizeof(int64_t));
+    }
+    Status download_kv_statistics(SlotStats *out) override {
+        H2O_TRY(failed_);
+        if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
+        if (!kv_.stats) {
+            std::fill(out, out + slot_count(), kv_stats_zero());
+            return Status::Ok();
+        }
+        return download_raw(kv_.stats, out, slot_count() * sizeof(SlotStats));
+    }
+    // Snapshots need the device's cache in the host layout; that copy is not written yet.
+    Status save_kv(ByteWriter &) override { return snapshot_unsupported(); }
+    Status load_kv(ByteReader &, int64_t, int64_t, int64_t) override { return snapshot_unsupported(); }
+    Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
+                     const ModelShape &shape) override;
+
+private:
+    static Status snapshot_unsupported() {
+        return make_error(H2O_ERR_UNSUPPORTED, "session snapshots (save, load, fork) are not implemented on the CUDA backend "
+                                               "yet; create the session with the CPU backend");
+    }
+
+    template <typename T>
+    static T *device_ptr(const Tensor &t) {
+        return reinterpret_cast<T *>(t.buffer + t.offset);
+    }
+
+    static unsigned grid_for(int64_t count) {
+        return static_cast<unsigned>(std::min<int64_t>((count + kBlock - 1) / kBlock, 65535));
+    }
+
+    size_t slot_count() const {
+        return static_cast<size_t>(kv_config_.n_layer) * kv_config_.n_head_kv * kv_config_.n_slots;
+    }
+
+    // A device error: the backend stays failed, and says which call failed and how.
+    Status check(cudaError_t e, const char *what) {
+        if (e == cudaSuccess) return Status::Ok();
+        if (failed_.ok()) {
+            // (member-wise: nvcc reports the assignment operator's [[nodiscard]] Status& result)
+            failed_.code = H2O_ERR_BACKEND_FAILED;
+            failed_.message = std::string("CUDA device error in ") + what + ": " + cuda_error_text(e);
+        }
+        return failed_;
+    }
+
+    Status launched(const char *kernel) {
+        return check(cudaGetLastError(), (std::string(kernel) + " kernel launch").c_str());
+    }
+
+    // Device memory. Running out is H2O_ERR_OUT_OF_MEMORY and leaves the backend usable.
+    Status device_alloc(size_t bytes, void **out) {
+        const cudaError_t e = cudaMalloc(out, std::max<size_t>(bytes, 1));
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();  // not sticky: clear it
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes >> 20) + " MiB of CUDA device memory");
+        }
+        H2O_TRY(check(e, "cudaMalloc"));
+        allocations_.push_back(*out);
+        allocated_ += bytes;
+        return Status::Ok();
+    }
+
+    template <typename T>
+    Status device_array(size_t count, T **out) {
+        void *p = nullptr;
+        H2O_TRY(device_alloc(count * sizeof(T), &p));
+        *out = static_cast<T *>(p);
+        return Status::Ok();
+    }
+
+    // A copy in stream order that has finished when this returns.
+    Status copy_to_device_now(void *dst, const void *src, size_t bytes) {
+        if (bytes == 0) return Status::Ok();
+        H2O_TRY(check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync"));
+        traffic_.bytes_to_device += bytes;
+        return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
+
+    Status download_raw(const void *src, void *dst, size_t bytes) {
+        H2O_TRY(check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)"));
+        traffic_.bytes_to_host += bytes;
+        return synchronize();
+    }
+
+    // The rotary inverse frequencies of (base, dims) on the device (rotary.h computes them on the host).
+    Status rope_table(float base, int dims, const double **out) {
+        if (!rope_inv_freq_ || rope_base_ != base || rope_dims_ != dims) {
+            std::vector<double> table(static_cast<size_t>(dims / 2));
+            for (size_t i = 0; i < table.size(); ++i) table[i] = rotary_inv_freq(base, static_cast<int>(i), dims);
+            if (!rope_inv_freq_ || rope_dims_ < dims) H2O_TRY(device_array(table.size(), &rope_inv_freq_));
+            // In stream order (earlier kernels read the old table), waited for: the host table goes
+            // out of scope.
+            H2O_TRY(copy_to_device_now(rope_inv_freq_, table.data(), table.size() * sizeof(double)));
+            rope_base_ = base;
+            rope_dims_ = dims;
+        }
+        *out = rope_inv_freq_;
+        return Status::Ok();
+    }
+
+    int device_;
+    int max_batch_;
+    cudaStream_t stream_ = nullptr;
+    Status failed_;  // the first device error; every later operation returns it
+    std::vector<void *> allocations_;
+    size_t allocated_ = 0;
+    Traffic traffic_;
+    double *rope_inv_freq_ = nullptr;
+    float rope_base_ = 0.0f;
+    int rope_dims_ = 0;
+
+    bool has_kv_ = false;
+    KvConfig kv_config_;
+    KvDevice kv_;
+    size_t key_row_ = 0, value_row_ = 0;
+    int chunk_ = 1;  // query tokens whose attention weights the scratch holds
+    int scratch_heads_ = 0;
+};
+
+Status CudaBackend::create_kv(const KvConfig &config) {
+    H2O_TRY(failed_);
+    H2O_TRY(cuda_runs_kv(config));
+    if (has_kv_) return make_error(H2O_ERR_INVALID_ARGUMENT, "the KV cache was already created");
+    const KvRowFormat key_format = kv_key_format(config.type), value_format = kv_value_format(config.type);
+    key_row_ = kv_row_bytes(key_format, config.head_dim);
+    value_row_ = kv_row_bytes(value_format, config.head_dim);
+    kv_config_ = config;
+    const size_t cells = static_cast<size_t>(config.n_layer) * config.n_head_kv;
+    const size_t slots = cells * config.n_slots, per_head = static_cast<size_t>(config.n_head_kv) * config.n_slots;
+    H2O_TRY(device_array(slots * key_row_, &kv_.keys));
+    H2O_TRY(device_array(slots * value_row_, &kv_.values));
+    H2O_TRY(device_array(slots, &kv_.stream));
+    H2O_TRY(device_array(slots, &kv_.position));
+    H2O_TRY(device_array(slots, &kv_.pinned));
+    if (kv_policy_uses_statistics(config.policy.policy)) {
+        H2O_TRY(device_array(slots, &kv_.stats));
+        H2O_TRY(device_array(per_head, &kv_.partial));
+    }
+    H2O_TRY(device_array(slots, &kv_.free_list));
+    H2O_TRY(device_array(cells, &kv_.used));
+    H2O_TRY(device_array(cells, &kv_.free_count));
+    H2O_TRY(device_array(1, &kv_.rng));
+    H2O_TRY(device_array(per_head, &kv_.batch_slot));
+    H2O_TRY(device_array(per_head, &kv_.victims));
+    H2O_TRY(device_array(static_cast<size_t>(config.n_slots), &kv_.candidates));
+    const int pairs = config.rope_dims / 2;
+    H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &kv_.inv_freq));
+    std::vector<double> inv_freq(static_cast<size_t>(pairs));
+    for (int i = 0; i < pairs; ++i) inv_freq[i] = rotary_inv_freq(config.rope_freq_base, i, config.rope_dims);
+    H2O_TRY(copy_to_device_now(kv_.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(double)));
+    // The attention scratch is sized at the first attention call, when the number of query heads
+    // is known.
+    has_kv_ = true;
+    return clear_kv();
+}
+
+Status CudaBackend::clear_kv() {
+    H2O_TRY(failed_);
+    if (!has_kv_) return Status::Ok();
+    const size_t cells = static_cast<size_t>(kv_config_.n_layer) * kv_config_.n_head_kv;
+    H2O_TRY(check(cudaMemsetAsync(kv_.stream, 0xFF, slot_count() * sizeof(int64_t), stream_), "cudaMemsetAsync"));  // -1: free
+    H2O_TRY(check(cudaMemsetAsync(kv_.pinned, 0, slot_count(), stream_), "cudaMemsetAsync"));
+    H2O_TRY(check(cudaMemsetAsync(kv_.used, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
+    H2O_TRY(check(cudaMemsetAsync(kv_.free_count, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
+    if (kv_.stats) H2O_TRY(check(cudaMemsetAsync(kv_.stats, 0, slot_count() * sizeof(SlotStats), stream_), "cudaMemsetAsync"));
+    // KvCache::clear's generator state (the value is on this stack: the copy is waited for).
+    const uint64_t rng = kv_config_.policy.seed ^ 0x9E3779B97F4A7C15ull;
+    return copy_to_device_now(kv_.rng, &rng, sizeof rng);
+}
+
+Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
+                              const AttentionBatch &batch, const ModelShape &shape) {
+    H2O_TRY(failed_);
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: attention without a KV cache");
+    const int n = batch.n_tokens;
+    if (n <= 0) return Status::Ok();
+    if (n > kv_config_.n_slots) return make_error(H2O_ERR_INTERNAL, "cuda backend: a batch larger than the KV cache");
+    if (shape.n_head_kv != kv_config_.n_head_kv || shape.head_dim != kv_config_.head_dim || shape.n_head % shape.n_head_kv != 0) {
+        return make_error(H2O_ERR_INTERNAL, "cuda backend: the model's heads do not match the KV cache");
+    }
+    if (scratch_heads_ < shape.n_head) {
+        // Weights of a chunk of queries, and their visible-slot counts: as many tokens as the budget allows.
+        const size_t per_token = sizeof(float) * static_cast<size_t>(shape.n_head) * kv_config_.n_slots +
+                                 sizeof(int32_t) * static_cast<size_t>(shape.n_head_kv);
+        chunk_ = static_cast<int>(std::clamp<size_t>(kAttentionScratchBudget / per_token, 1, static_cast<size_t>(max_batch_)));
+        H2O_TRY(device_array(per_token / sizeof(float) * chunk_, &kv_.scores));
+        H2O_TRY(device_array(static_cast<size_t>(shape.n_head_kv) * chunk_, &kv_.visible));
+        scratch_heads_ = shape.n_head;
+    }
+    const KvPolicyConfig &policy = kv_config_.policy;
+    const bool random = policy.policy == KvPolicy::Random;
+
+    ClaimArgs c;
+    c.kv = kv_;
+    c.layer = layer;
+    c.n_kv = shape.n_head_kv;
+    c.n_slots = kv_config_.n_slots;
+    c.head_dim = shape.head_dim;
+    c.n = n;
+    c.pairs = kv_config_.rope_dims / 2;
+    c.key_format = kv_key_format(kv_config_.type);
+    c.value_format = kv_value_format(kv_config_.type);
+    c.key_row = key_row_;
+    c.value_row = value_row_;
+    c.policy = static_cast<uint32_t>(policy.policy);
+    c.first_index = batch.first_index;
+    c.recent_from = kv_recent_from(policy, batch.first_index, n);
+    c.stale_before = kv_stale_before(policy, batch.first_index, n);
+    c.sinks = policy.sinks;
+    c.pinned = batch.pinned;
+    c.rolling = kv_config_.rolling;
+    c.random = random;
+    c.k = device_ptr<const float>(k);
+    c.v = device_ptr<const float>(v);
+    c.k_cols = k.cols;
+    c.v_cols = v.cols;
+    c.positions = device_ptr<const int32_t>(batch.positions);
+    kv_claim_kernel<<<random ? 1 : shape.n_head_kv, kBlock, 0, stream_>>>(c);
+    H2O_TRY(launched("kv_claim"));
+
+    const bool statistics = kv_.stats != nullptr;
+    if (statistics) {
+        H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * kv_config_.n_slots, stream_),
+                      "cudaMemsetAsync"));
+    }
+    for (int t0 = 0; t0 < n; t0 += chunk_) {
+        const int count = std::min(chunk_, n - t0);
+        AttentionArgs a;
+        a.kv = kv_;
+        a.layer = layer;
+        a.n_kv = shape.n_head_kv;
+        a.n_head = shape.n_head;
+        a.n_slots = kv_config_.n_slots;
+        a.head_dim = shape.head_dim;
+        a.n = n;
+        a.t0 = t0;
+        a.key_format = c.key_format;
+        a.value_format = c.value_format;
+        a.key_row = key_row_;
+        a.value_row = value_row_;
+        a.first_index = batch.first_index;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+        a.q = device_ptr<const float>(q);
+        a.q_cols = q.cols;
+        a.out = device_ptr<float>(out);
+        a.out_cols = out.cols;
+        attention_kernel<<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head)), kBlock, 0, stream_>>>(a);
+        H2O_TRY(launched("attention"));
+        if (statistics) {
+            StatsArgs s;
+            s.kv = kv_;
+            s.layer = layer;
+            s.n_kv = shape.n_head_kv;
+            s.n_head = shape.n_head;
+            s.n_slots = kv_config_.n_slots;
+            s.n = n;
+            s.t0 = t0;
+            s.count = count;
+            s.first_index = batch.first_index;
+            s.decay = policy.persistence_decay;
+            attention_stats_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(s);
+            H2O_TRY(launched("attention_stats"));
+        }
+    }
+    if (statistics) {
+        attention_fold_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, kv_config_.n_slots,
+                                                                       kv_power(policy.persistence_decay, static_cast<KV_UINT>(n)));
+        H2O_TRY(launched("attention_fold"));
+    }
+    return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<TensorType> cuda_weight_types() { return {std::begin(kCudaWeightTypes), std::end(kCudaWeightTypes)}; }
+
+Status cuda_runs_weight_type(TensorType type) {
+    if (std::find(std::begin(kCudaWeightTypes), std::end(kCudaWeightTypes), type) == std::end(kCudaWeightTypes)) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("the CUDA backend does not support ") + type_name(type) + " weights");
+    }
+    return Status::Ok();
+}
+
+Status cuda_runs_kv(const KvConfig &config) {
+    H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
+    if (config.head_dim > kCudaMaxHeadDim) {
+        return make_error(H2O_ERR_UNSUPPORTED, "the CUDA attention kernels run heads of up to " + std::to_string(kCudaMaxHeadDim) +
+                                                   " dimensions, not " + std::to_string(config.head_dim));
+    }
+    if (config.rope_dims < 0 || config.rope_dims > config.head_dim) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "rotary dimensions " + std::to_string(config.rope_dims) + " do not fit heads of " +
+                                                        std::to_string(config.head_dim));
+    }
+    return Status::Ok();
+}
+
+Status list_cuda_devices(std::vector<CudaDeviceInfo> *out) {
+    // Counting devices loads the driver; the devices of a machine do not change while a process
+    // runs, so they are listed once.
+    static const std::pair<Status, std::vector<CudaDeviceInfo>> listed = [] {
+        std::vector<CudaDeviceInfo> devices;
+        int count = 0;
+        const cudaError_t e = cudaGetDeviceCount(&count);
+        if (e != cudaSuccess) {
+            // No driver (cudaErrorInsufficientDriver), or a driver without devices (cudaErrorNoDevice).
+            (void)cudaGetLastError();
+            return std::make_pair(make_error(H2O_ERR_BACKEND_UNAVAILABLE, "no usable CUDA device: cudaGetDeviceCount: " + cuda_error_text(e)),
+                                  devices);
+        }
+        for (int i = 0; i < count; ++i) {
+            cudaDeviceProp props;
+            const cudaError_t pe = cudaGetDeviceProperties(&props, i);
+            if (pe != cudaSuccess) {
+                (void)cudaGetLastError();
+                return std::make_pair(make_error(H2O_ERR_BACKEND_UNAVAILABLE, "cudaGetDeviceProperties(" + std::to_string(i) +
+                                                                                  "): " + cuda_error_text(pe)),
+                                      std::vector<CudaDeviceInfo>());
+            }
+            CudaDeviceInfo d;
+            d.index = i;
+            d.name = props.name;
+            d.integrated = props.integrated != 0;
+            d.memory_bytes = props.totalGlobalMem;
+            d.compute_major = props.major;
+            d.compute_minor = props.minor;
+            devices.push_back(std::move(d));
+        }
+        return std::make_pair(Status::Ok(), devices);
+    }();
+    *out = listed.second;
+    return listed.first;
+}
+
+Status make_cuda_backend(int device_index, int max_batch, std::unique_ptr<Backend> *out) {
+    out->reset();
+    std::vector<CudaDeviceInfo> devices;
+    H2O_TRY(list_cuda_devices(&devices));
+    if (devices.empty()) return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "no CUDA device is present");
+    if (device_index < -1 || device_index >= static_cast<int>(devices.size())) {
+        return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "CUDA device index " + std::to_string(device_index) + " is out of range (" +
+                                                           std::to_string(devices.size()) + " devices)");
+    }
+    auto backend = std::make_unique<CudaBackend>(device_index < 0 ? 0 : device_index, max_batch);
+    H2O_TRY(backend->init());
+    *out = std::move(backend);
+    return Status::Ok();
+}
+
+}  // namespace h2o

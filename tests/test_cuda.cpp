@@ -1,0 +1,802 @@
+// The CUDA backend. On every machine with the toolkit: the device math headers compiled by nvcc
+// against the CPU reference (bit for bit where the formats demand it), and the backend's
+// registration (devices, what it supports, the errors without a driver or device). With a CUDA
+// device: every operation against the CPU backend on random data, the KV cache with every
+// eviction policy and KV type, and stories260K's greedy generation; without one those tests
+// print the skip marker.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/kernels.h"
+#include "kv_format.h"
+#include "quant.h"
+#include "test_util.h"
+
+#ifdef H2O_TEST_CUDA
+#include "cuda/device_math_cuda.h"
+#include "kv_victim_rules.h"
+#endif
+#ifdef H2O_HAVE_CUDA
+#include "backend_registry.h"
+#include "cuda/cuda_backend.h"
+#include "llama_graph.h"
+#include "model.h"
+#endif
+
+using namespace h2o;
+
+namespace {
+
+[[maybe_unused]] std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float &x : v) x = dist(rng);
+    return v;
+}
+
+[[maybe_unused]] double max_abs_diff(const std::vector<float> &a, const std::vector<float> &b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    return d;
+}
+
+[[maybe_unused]] double max_abs(const std::vector<float> &a) {
+    double m = 0;
+    for (float x : a) m = std::max(m, std::fabs(static_cast<double>(x)));
+    return m;
+}
+
+// Equal bit patterns (NaN payloads included).
+[[maybe_unused]] bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+#ifndef H2O_TEST_CUDA
+
+TEST_CASE("cuda: device math compiled by nvcc") { std::printf("H2O-SKIP: built without the CUDA toolkit (H2O_CUDA=OFF)\n"); }
+
+#else
+
+TEST_CASE("cuda: nvcc-compiled fp16 conversions equal the CPU's for every half and special floats") {
+    std::vector<uint16_t> halves(65536);
+    for (uint32_t i = 0; i < 65536; ++i) halves[i] = static_cast<uint16_t>(i);
+    std::vector<float> got(65536), expected(65536);
+    cuda_host_half_to_float(halves.data(), 65536, got.data());
+    for (uint32_t i = 0; i < 65536; ++i) expected[i] = fp16_to_fp32(halves[i]);
+    CHECK(same_bits(got, expected));
+
+    std::vector<float> floats = random_floats(100000, 1, -70000.0f, 70000.0f);
+    const std::vector<float> small = random_floats(100000, 2, -1e-4f, 1e-4f);
+    floats.insert(floats.end(), small.begin(), small.end());
+    for (float f : {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x3p-26f, 0x1p-14f, 1 + 0x1p-11f,
+                    std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min()}) {
+        floats.push_back(f);
+    }
+    std::vector<uint16_t> h(floats.size());
+    cuda_host_half_from_float(floats.data(), static_cast<int>(floats.size()), h.data());
+    int bad = 0;
+    for (size_t i = 0; i < floats.size(); ++i) bad += h[i] != fp32_to_fp16(floats[i]);
+    CHECK(bad == 0);
+}
+
+TEST_CASE("cuda: weight_element gives quant.cpp's dequantized values bit for bit, for every weight type") {
+    std::mt19937 rng(3);
+    for (TensorType type : kWeightTypes) {
+        CAPTURE(type_name(type));
+        const int64_t cols = 512;
+        for (int trial = 0; trial < 12; ++trial) {
+            std::vector<uint8_t> row(row_bytes(type, cols));
+            if (trial < 6) {
+                // Quantized from random values at several magnitudes.
+                const std::vector<float> values = random_floats(cols, 10 + trial, -std::pow(10.0f, trial - 3.0f), std::pow(10.0f, trial - 2.0f));
+                REQUIRE(quantize_row(type, values.data(), row.data(), cols));
+            } else {
+                // Arbitrary bytes: every code, scale and packing the format allows (NaN and
+                // infinite scales included, compared by their bits).
+                for (uint8_t &b : row) b = static_cast<uint8_t>(rng());
+            }
+            std::vector<float> expected(cols), got(cols);
+            REQUIRE(dequantize_row(type, row.data(), expected.data(), cols));
+            cuda_host_weight_row(type, row.data(), cols, got.data());
+            INFO("trial " << trial);
+            CHECK(same_bits(got, expected));
+        }
+    }
+}
+
+TEST_CASE("cuda: KV rows encoded and decoded by nvcc-compiled code are kv_store_row's and kv_load_row's") {
+    const KvRowFormat formats[] = {KvRowFormat::F32, KvRowFormat::F16, KvRowFormat::Q8, KvRowFormat::Q4};
+    const std::vector<std::vector<float>> special = {
+        {127, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 64.5f, -126.5f},                       // Q8 scale 1: ties
+        {15, 0.5f, 2.5f, 14.5f, 0, 1.5f, 7.5f, 8.5f},                                // Q4 scale 1, min 0: ties
+        {1 + 0x1p-11f, 1 + 0x3p-11f, -(1 + 0x1p-11f), 2049, 65519, 0x1p-14f, 0, 1},  // half ties, the top
+        {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f},                    // constant
+        {0, 0, 0, 0, 0, 0, 0, 0},
+    };
+    for (KvRowFormat format : formats) {
+        for (int head_dim : {8, 64, 128, 256}) {
+            CAPTURE(kv_row_format_name(format));
+            CAPTURE(head_dim);
+            const size_t bytes = kv_row_bytes(format, head_dim);
+            int mismatches = 0;
+            for (int trial = 0; trial < 60; ++trial) {
+                std::vector<float> src;
+                if (head_dim == 8 && trial < static_cast<int>(special.size())) {
+                    src = special[trial];
+                } else {
+                    src = random_floats(head_dim, 100 + trial, -1, 1);
+                    const float magnitude = std::pow(10.0f, (trial % 9) - 4.0f);
+                    for (float &x : src) x *= magnitude;
+                }
+                std::vector<uint8_t> expected(bytes), got(bytes, 0xAB);
+                kv_store_row(format, src.data(), head_dim, expected.data());
+                cuda_host_kv_encode_row(format, src.data(), head_dim, got.data());
+                std::vector<float> expected_values(head_dim), got_values(head_dim);
+                kv_load_row(format, expected.data(), head_dim, expected_values.data());
+                cuda_host_kv_decode_row(format, expected.data(), head_dim, got_values.data());
+                if (got != expected || !same_bits(got_values, expected_values)) ++mismatches;
+            }
+            CHECK(mismatches == 0);
+        }
+    }
+}
+
+TEST_CASE("cuda: the nvcc-compiled rotary rotation is the CPU backend's rope, bit for bit") {
+    auto cpu = make_cpu_backend(1, 4);
+    ModelShape shape;
+    shape.n_head = 4;
+    shape.n_head_kv = 2;
+    shape.head_dim = 16;
+    shape.n_embd = 64;
+    shape.rope_freq_base = 10000.0f;
+    for (int rope_dims : {16, 12}) {
+        shape.rope_dims = rope_dims;
+        for (int32_t position : {0, 1, 7, 4096, 30000, 65535, 1000000, 123456789, -3}) {
+            CAPTURE(rope_dims);
+            CAPTURE(position);
+            const std::vector<float> q_in = random_floats(64, 5 + position % 7), k_in = random_floats(32, 6);
+            Tensor q, k, pos;
+            REQUIRE(cpu->alloc(TensorType::F32, 64, 1, &q).ok());
+            REQUIRE(cpu->alloc(TensorType::F32, 32, 1, &k).ok());
+            REQUIRE(cpu->alloc(TensorType::I32, 1, 1, &pos).ok());
+            REQUIRE(cpu->upload(q, q_in.data(), 64 * sizeof(float)).ok());
+            REQUIRE(cpu->upload(k, k_in.data(), 32 * sizeof(float)).ok());
+            REQUIRE(cpu->upload(pos, &position, sizeof position).ok());
+            REQUIRE(cpu->rope(q, k, pos, 1, shape).ok());
+            std::vector<float> q_cpu(64), k_cpu(32);
+            REQUIRE(cpu->download(q, q_cpu.data(), 64 * sizeof(float)).ok());
+            REQUIRE(cpu->download(k, k_cpu.data(), 32 * sizeof(float)).ok());
+            std::vector<float> q_cuda = q_in, k_cuda = k_in;
+            cuda_host_rope(q_cuda.data(), 4, 16, rope_dims, shape.rope_freq_base, position);
+            cuda_host_rope(k_cuda.data(), 2, 16, rope_dims, shape.rope_freq_base, position);
+            CHECK(same_bits(q_cuda, q_cpu));
+            CHECK(same_bits(k_cuda, k_cpu));
+            if (rope_dims == 12) CHECK(q_cuda[13] == q_in[13]);  // beyond rope_dims: untouched
+        }
+    }
+}
+
+TEST_CASE("cuda: the online softmax's weights are the CPU softmax's, masked scores included") {
+    for (int n : {1, 2, 7, 100, 1000, 4096}) {
+        for (int lanes : {1, 32, 256}) {
+            CAPTURE(n);
+            CAPTURE(lanes);
+            std::vector<float> scores = random_floats(n, 40 + n, -20, 20);
+            for (int i = 3; i < n; i += 5) scores[i] = -INFINITY;  // masked slots
+            std::vector<float> expected = scores, got(n);
+            cpu::softmax(expected.data(), n);
+            cuda_host_softmax(scores.data(), n, lanes, got.data());
+            double worst = 0, total = 0;
+            for (int i = 0; i < n; ++i) {
+                worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - expected[i]) / std::max(1e-30, static_cast<double>(expected[i])));
+                total += got[i];
+                if (scores[i] == -INFINITY) CHECK(got[i] == 0.0f);
+            }
+            CHECK(worst <= 2e-6);
+            CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+        }
+    }
+    // Nothing visible: zeros, as the CPU gives.
+    std::vector<float> masked(5, -INFINITY), got(5, 1.0f);
+    cuda_host_softmax(masked.data(), 5, 4, got.data());
+    for (float w : got) CHECK(w == 0.0f);
+}
+
+TEST_CASE("cuda: the nvcc-compiled random policy generator draws the C++ build's sequence") {
+    for (uint64_t seed : {uint64_t{0}, uint64_t{7}, ~uint64_t{0}}) {
+        const uint64_t state = seed ^ 0x9E3779B97F4A7C15ull;  // as KvCache::clear seeds it
+        std::vector<uint64_t> got(1000), expected(1000);
+        cuda_host_random_draws(state, 1000, got.data());
+        uint64_t s = state;
+        for (uint64_t &x : expected) x = kv_next_random(&s);
+        CHECK(got == expected);
+        CHECK(expected[0] != expected[1]);
+    }
+}
+
+#endif  // H2O_TEST_CUDA
+
+#ifndef H2O_HAVE_CUDA
+
+TEST_CASE("cuda: backend") { std::printf("H2O-SKIP: built without the CUDA backend (H2O_CUDA=OFF)\n"); }
+
+#else
+
+namespace {
+
+BackendRequirements requirements(TensorType weights, KvType kv_type, int head_dim) {
+    BackendRequirements needs;
+    needs.weight_types = {weights};
+    needs.kv.n_layer = 2;
+    needs.kv.n_head_kv = 2;
+    needs.kv.head_dim = head_dim;
+    needs.kv.n_slots = 64;
+    needs.kv.type = kv_type;
+    needs.kv.rope_dims = head_dim;
+    needs.weight_bytes = 1 << 20;
+    needs.session_bytes = 1 << 20;
+    return needs;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: the backend is registered, and without a driver or device it lists none and says why") {
+    const BackendEntry *entry = find_backend(H2O_BACKEND_CUDA);
+    REQUIRE(entry);
+    std::vector<BackendDevice> devices;
+    const Status listed = entry->devices(&devices);
+    std::vector<CudaDeviceInfo> infos;
+    const Status direct = list_cuda_devices(&infos);
+    CHECK(listed.code == direct.code);
+    const BackendRequirements needs = requirements(TensorType::Q4_K, KvType::F32, 64);
+    std::vector<BackendCandidate> plan;
+    if (listed.ok()) {
+        REQUIRE(!devices.empty());
+        for (const BackendDevice &d : devices) {
+            MESSAGE("CUDA device " << d.device_index << ": " << d.name << " (" << d.type << ", " << (d.memory_bytes >> 20) << " MiB)");
+            CHECK(!d.name.empty());
+            CHECK(d.memory_bytes > 0);
+        }
+        std::unique_ptr<Backend> backend;
+        const Status bad = make_cuda_backend(static_cast<int>(devices.size()), 8, &backend);
+        CHECK(bad.code == H2O_ERR_BACKEND_UNAVAILABLE);
+        CHECK(bad.message.find("out of range") != std::string::npos);
+        REQUIRE(plan_backends(H2O_BACKEND_CUDA, -1, needs, &plan).ok());
+        CHECK(plan.size() == 1);
+        return;
+    }
+    // No driver here (cudaErrorInsufficientDriver) or no device (cudaErrorNoDevice): the message
+    // names the CUDA call and error.
+    MESSAGE("no CUDA device: " << listed.message);
+    CHECK(listed.code == H2O_ERR_BACKEND_UNAVAILABLE);
+    CHECK(devices.empty());
+    CHECK(listed.message.find("cudaGetDeviceCount") != std::string::npos);
+    CHECK(listed.message.find("cudaError") != std::string::npos);
+    std::unique_ptr<Backend> backend;
+    const Status made = make_cuda_backend(-1, 8, &backend);
+    CHECK(made.code == H2O_ERR_BACKEND_UNAVAILABLE);
+    CHECK(made.message == listed.message);
+    CHECK(!backend);
+
+    // An explicit request fails with that error.
+    const Status st = plan_backends(H2O_BACKEND_CUDA, -1, needs, &plan);
+    CHECK(st.code == H2O_ERR_BACKEND_UNAVAILABLE);
+    CHECK(st.message == listed.message);
+    // Auto passes over it, saying why.
+    REQUIRE(plan_backends(H2O_BACKEND_AUTO, -1, needs, &plan).ok());
+    size_t cuda_at = plan.size(), chosen = plan.size();
+    for (size_t i = 0; i < plan.size(); ++i) {
+        if (plan[i].backend->kind == H2O_BACKEND_CUDA) cuda_at = i;
+        if (chosen == plan.size() && plan[i].verdict.ok()) chosen = i;
+    }
+    REQUIRE(cuda_at < plan.size());
+    REQUIRE(chosen < plan.size());
+    CHECK(cuda_at < chosen);
+    CHECK(plan[cuda_at].device.device_index == -1);
+    CHECK(plan[cuda_at].verdict.message == listed.message);
+    const std::string why = explain_auto_choice(plan, chosen);
+    CAPTURE(why);
+    CHECK(why.find("the CUDA backend: " + listed.message) != std::string::npos);
+    CHECK(list_backend_devices().size() + 1 >= plan.size());  // CUDA adds no device
+}
+
+TEST_CASE("cuda: a session asking for CUDA without a device is refused with the CUDA error, and auto runs on another device") {
+    std::vector<CudaDeviceInfo> infos;
+    const Status listed = list_cuda_devices(&infos);
+    if (listed.ok()) {
+        std::printf("H2O-SKIP: a CUDA device is present; this test is about machines without one\n");
+        return;
+    }
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 64;
+    h2o_session *session = nullptr;
+    sp.backend = H2O_BACKEND_CUDA;
+    CHECK(h2o_session_create(model, &sp, &session) == H2O_ERR_BACKEND_UNAVAILABLE);
+    CHECK(std::string(h2o_last_error()).find("cudaGetDeviceCount") != std::string::npos);
+    CHECK(session == nullptr);
+    sp.backend = H2O_BACKEND_AUTO;
+    REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+    h2o_backend_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(h2o_session_get_backend(session, &info) == H2O_OK);
+    CHECK(info.kind != H2O_BACKEND_CUDA);
+    h2o_session_free(session);
+    h2o_model_free(model);
+}
+
+TEST_CASE("cuda: supports() answers from the kernels' weight types, KV formats, head sizes and memory") {
+    const BackendEntry *entry = find_backend(H2O_BACKEND_CUDA);
+    REQUIRE(entry);
+    BackendDevice device;
+    device.kind = H2O_BACKEND_CUDA;
+    device.name = "test device";
+    device.type = "discrete";
+    device.memory_bytes = uint64_t{8} << 30;
+    for (TensorType type : kWeightTypes) {
+        CAPTURE(type_name(type));
+        CHECK(entry->supports(requirements(type, KvType::F32, 64), device).ok());
+    }
+    CHECK(cuda_weight_types().size() == std::size(kWeightTypes));
+    const Status i32 = entry->supports(requirements(TensorType::I32, KvType::F32, 64), device);
+    CHECK(i32.code == H2O_ERR_UNSUPPORTED);
+    CHECK(i32.message.find("CUDA") != std::string::npos);
+    for (KvType type : {KvType::F32, KvType::F16, KvType::Q8, KvType::Q4, KvType::K8V4}) {
+        CAPTURE(kv_type_name(type));
+        CHECK(entry->supports(requirements(TensorType::F16, type, 128), device).ok());
+        CHECK(entry->supports(requirements(TensorType::F16, type, kCudaMaxHeadDim), device).ok());
+        CHECK(entry->supports(requirements(TensorType::F16, type, 2 * kCudaMaxHeadDim), device).code == H2O_ERR_UNSUPPORTED);
+    }
+    CHECK(entry->supports(requirements(TensorType::F16, KvType::Q4, 7), device).code == H2O_ERR_UNSUPPORTED);
+    CHECK(entry->supports(requirements(TensorType::F16, KvType::Q8, 7), device).ok());
+    BackendRequirements big = requirements(TensorType::Q8_0, KvType::F16, 64);
+    big.weight_bytes = uint64_t{9} << 30;
+    const Status oom = entry->supports(big, device);
+    CHECK(oom.code == H2O_ERR_OUT_OF_MEMORY);
+    CHECK(oom.message.find("MiB") != std::string::npos);
+}
+
+// ---- with a device: the operations against the CPU backend --------------------------------------
+
+namespace {
+
+// A CUDA backend, or null after printing the skip marker when there is no device.
+std::unique_ptr<Backend> make_cuda(int max_batch) {
+    std::unique_ptr<Backend> backend;
+    const Status st = make_cuda_backend(-1, max_batch, &backend);
+    if (st.code == H2O_ERR_BACKEND_UNAVAILABLE) {
+        std::printf("H2O-SKIP: %s\n", st.message.c_str());
+        return nullptr;
+    }
+    if (!st.ok()) FAIL_CHECK("creating the CUDA backend failed: " << st.message);
+    return backend;
+}
+
+#define CUDA_OR_SKIP(var, ...)           \
+    auto var = make_cuda(__VA_ARGS__);   \
+    if (!var) return
+
+// The same tensor on the CPU and the CUDA backend.
+struct Twin {
+    Tensor cpu, gpu;
+};
+
+struct Backends {
+    std::unique_ptr<Backend> cpu, gpu;
+    std::vector<std::vector<uint8_t>> weight_data;  // outlives the CPU backend, which uses it in place
+
+    Twin alloc(TensorType type, int64_t cols, int64_t rows, const void *data = nullptr) {
+        Twin t;
+        REQUIRE(cpu->alloc(type, cols, rows, &t.cpu).ok());
+        REQUIRE(gpu->alloc(type, cols, rows, &t.gpu).ok());
+        if (data) {
+            REQUIRE(cpu->upload(t.cpu, data, t.cpu.bytes()).ok());
+            REQUIRE(gpu->upload(t.gpu, data, t.gpu.bytes()).ok());
+        }
+        return t;
+    }
+    Twin floats(int64_t cols, int64_t rows, const std::vector<float> &data) {
+        REQUIRE(data.size() == static_cast<size_t>(cols * rows));
+        return alloc(TensorType::F32, cols, rows, data.data());
+    }
+    Twin weight(TensorType type, int64_t cols, int64_t rows, const std::vector<float> &values) {
+        std::vector<uint8_t> bytes(row_bytes(type, cols) * rows);
+        for (int64_t r = 0; r < rows; ++r) REQUIRE(quantize_row(type, values.data() + r * cols, bytes.data() + r * row_bytes(type, cols), cols));
+        weight_data.push_back(std::move(bytes));
+        Twin t;
+        REQUIRE(cpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.cpu).ok());
+        REQUIRE(gpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.gpu).ok());
+        return t;
+    }
+    std::vector<float> cpu_floats(const Tensor &t, size_t count) {
+        std::vector<float> v(count);
+        REQUIRE(cpu->download(t, v.data(), count * sizeof(float)).ok());
+        return v;
+    }
+    std::vector<float> gpu_floats(const Tensor &t, size_t count) {
+        std::vector<float> v(count);
+        REQUIRE(gpu->download(t, v.data(), count * sizeof(float)).ok());
+        return v;
+    }
+};
+
+bool make_backends(Backends *b, int max_batch) {
+    b->gpu = make_cuda(max_batch);
+    if (!b->gpu) return false;
+    b->cpu = make_cpu_backend(2, max_batch);
+    return true;
+}
+
+#define BACKENDS_OR_SKIP(var, ...)       \
+    Backends var;                        \
+    if (!make_backends(&var, __VA_ARGS__)) return
+
+}  // namespace
+
+TEST_CASE("cuda: get_rows dequantizes exactly as the CPU for every weight type") {
+    BACKENDS_OR_SKIP(b, 16);
+    const int64_t cols = 512, rows = 40;
+    const std::vector<int32_t> ids = {0, 39, 7, 7, 21, 13, 1, 38, 20, 5, 2};
+    const int n = static_cast<int>(ids.size());
+    const Twin id = b.alloc(TensorType::I32, 1, n, ids.data());
+    for (TensorType type : kWeightTypes) {
+        INFO("type " << type_name(type));
+        const Twin table = b.weight(type, cols, rows, random_floats(cols * rows, 1, -2, 2));
+        const Twin out = b.alloc(TensorType::F32, cols, n);
+        REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
+        REQUIRE(b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n).ok());
+        CHECK(same_bits(b.gpu_floats(out.gpu, cols * n), b.cpu_floats(out.cpu, cols * n)));
+    }
+}
+
+TEST_CASE("cuda: rms_norm, add, swiglu and argmax match the CPU") {
+    BACKENDS_OR_SKIP(b, 8);
+    for (int64_t cols : {64, 300}) {
+        const int n = 5;
+        const Twin in = b.floats(cols, n, random_floats(cols * n, 2, -3, 3));
+        const Twin w = b.weight(TensorType::F32, cols, 1, random_floats(cols, 3));
+        const Twin out = b.alloc(TensorType::F32, cols, n);
+        REQUIRE(b.cpu->rms_norm(out.cpu, in.cpu, w.cpu, n, 1e-5f).ok());
+        REQUIRE(b.gpu->rms_norm(out.gpu, in.gpu, w.gpu, n, 1e-5f).ok());
+        const auto c = b.cpu_floats(out.cpu, cols * n), g = b.gpu_floats(out.gpu, cols * n);
+        CHECK(max_abs_diff(c, g) <= 2e-6 * max_abs(c));
+    }
+    const int64_t cols = 172;
+    const int n = 7;
+    const auto a_data = random_floats(cols * n, 4, -8, 8), b_data = random_floats(cols * n, 5, -2, 2);
+    const Twin a = b.floats(cols, n, a_data), x = b.floats(cols, n, b_data);
+    REQUIRE(b.cpu->add(a.cpu, x.cpu, n).ok());
+    REQUIRE(b.gpu->add(a.gpu, x.gpu, n).ok());
+    CHECK(b.gpu_floats(a.gpu, cols * n) == b.cpu_floats(a.cpu, cols * n));
+    const Twin gate = b.floats(cols, n, a_data), up = b.floats(cols, n, b_data);
+    REQUIRE(b.cpu->swiglu(gate.cpu, up.cpu, n).ok());
+    REQUIRE(b.gpu->swiglu(gate.gpu, up.gpu, n).ok());
+    const auto c = b.cpu_floats(gate.cpu, cols * n), g = b.gpu_floats(gate.gpu, cols * n);
+    for (size_t i = 0; i < c.size(); ++i) CHECK(g[i] == doctest::Approx(c[i]).epsilon(1e-5).scale(1e-6));
+
+    for (int64_t width : {1, 7, 300, 32000}) {
+        const int rows = 5;
+        std::vector<float> data = random_floats(width * rows, 6, -5, 5);
+        if (width > 2) data[width + 2] = data[width + width - 1] = 9.0f;  // row 1: its maximum twice
+        std::fill(data.begin() + 2 * width, data.begin() + 3 * width, 1.5f);  // row 2: all equal
+        data[3 * width + width - 1] = 7.0f;                                  // row 3: at the end
+        data[4 * width] = std::numeric_limits<float>::quiet_NaN();          // row 4: a NaN first
+        const Twin in = b.floats(width, rows, data);
+        const Twin out = b.alloc(TensorType::I32, 1, rows);
+        REQUIRE(b.cpu->argmax(out.cpu, in.cpu, rows).ok());
+        REQUIRE(b.gpu->argmax(out.gpu, in.gpu, rows).ok());
+        int32_t ci[rows], gi[rows];
+        REQUIRE(b.cpu->download(out.cpu, ci, sizeof ci).ok());
+        REQUIRE(b.gpu->download(out.gpu, gi, sizeof gi).ok());
+        INFO("width " << width);
+        CHECK(std::equal(ci, ci + rows, gi));
+    }
+}
+
+TEST_CASE("cuda: matmul matches a double-precision product of the dequantized weights, one token and batches") {
+    BACKENDS_OR_SKIP(b, 64);
+    for (TensorType type : kWeightTypes) {
+        const int64_t cols = 512, rows = 70;
+        const Twin w = b.weight(type, cols, rows, random_floats(cols * rows, 6));
+        std::vector<float> deq(cols * rows);
+        for (int64_t r = 0; r < rows; ++r) {
+            REQUIRE(dequantize_row(type, b.weight_data.back().data() + r * row_bytes(type, cols), &deq[r * cols], cols));
+        }
+        for (int n : {1, 3, 17, 64}) {
+            INFO("type " << type_name(type) << ", n " << n);
+            const auto x_values = random_floats(cols * n, 7 + n, -2, 2);
+            const Twin x = b.floats(cols, n, x_values);
+            const Twin y = b.alloc(TensorType::F32, rows, n);
+            REQUIRE(b.gpu->matmul(y.gpu, w.gpu, x.gpu, n).ok());
+            const auto g = b.gpu_floats(y.gpu, rows * n);
+            int bad = 0;
+            for (int t = 0; t < n; ++t) {
+                for (int64_t r = 0; r < rows; ++r) {
+                    double exact = 0, magnitude = 0;
+                    for (int64_t k = 0; k < cols; ++k) {
+                        exact += static_cast<double>(deq[r * cols + k]) * x_values[t * cols + k];
+                        magnitude += std::fabs(static_cast<double>(deq[r * cols + k]) * x_values[t * cols + k]);
+                    }
+                    if (std::fabs(g[t * rows + r] - exact) > 1e-5 * magnitude + 1e-6) ++bad;
+                }
+            }
+            CHECK(bad == 0);
+        }
+    }
+}
+
+TEST_CASE("cuda: rope matches the CPU, including large positions and partial rotation") {
+    BACKENDS_OR_SKIP(b, 16);
+    ModelShape shape;
+    shape.n_head = 4;
+    shape.n_head_kv = 2;
+    shape.head_dim = 16;
+    shape.n_embd = 64;
+    for (int rope_dims : {16, 12}) {
+        shape.rope_dims = rope_dims;
+        const std::vector<int32_t> positions = {0, 1, 2, 7, 100, 511, 4096, 30000, 65535, 1000000, 123456789};
+        const int n = static_cast<int>(positions.size());
+        const Twin pos = b.alloc(TensorType::I32, 1, n, positions.data());
+        const Twin q = b.floats(64, n, random_floats(64 * n, 8));
+        const Twin k = b.floats(32, n, random_floats(32 * n, 9));
+        REQUIRE(b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape).ok());
+        REQUIRE(b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape).ok());
+        // Both take cos and sin in double of the same double angle: equal but for the last bit of
+        // a rare cos/sin rounded differently by the device's library.
+        INFO("rope_dims " << rope_dims);
+        CHECK(max_abs_diff(b.cpu_floats(q.cpu, 64 * n), b.gpu_floats(q.gpu, 64 * n)) <= 1e-6);
+        CHECK(max_abs_diff(b.cpu_floats(k.cpu, 32 * n), b.gpu_floats(k.gpu, 32 * n)) <= 1e-6);
+    }
+}
+
+namespace {
+
+// The same attention batches on both backends: outputs after every batch, and the KV contents
+// (stream indices exactly, statistics within tolerance) after every batch.
+struct AttentionRun {
+    Backends &b;
+    ModelShape shape;
+    KvConfig kv;
+    Twin q, k, v, out, pos;
+    int64_t next_index = 0;
+    int64_t n_cached = 0;
+    uint32_t seed = 100;
+
+    AttentionRun(Backends &backends, const KvConfig &config, int n_head, int batch) : b(backends), kv(config) {
+        shape.n_head = n_head;
+        shape.n_head_kv = config.n_head_kv;
+        shape.head_dim = config.head_dim;
+        shape.n_embd = n_head * config.head_dim;
+        shape.n_layer = config.n_layer;
+        shape.rope_dims = config.rope_dims;
+        shape.rope_freq_base = config.rope_freq_base;
+        REQUIRE(b.cpu->create_kv(kv).ok());
+        REQUIRE(b.gpu->create_kv(kv).ok());
+        q = b.alloc(TensorType::F32, shape.n_embd, batch);
+        k = b.alloc(TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
+        v = b.alloc(TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
+        out = b.alloc(TensorType::F32, shape.n_embd, batch);
+        pos = b.alloc(TensorType::I32, 1, batch);
+    }
+
+    void upload(const Twin &t, const std::vector<float> &data) {
+        REQUIRE(b.cpu->upload(t.cpu, data.data(), data.size() * sizeof(float)).ok());
+        REQUIRE(b.gpu->upload(t.gpu, data.data(), data.size() * sizeof(float)).ok());
+    }
+
+    bool step(int n, bool pinned = false) {
+        const int64_t evicted = std::max<int64_t>(0, n_cached + n - kv.n_slots);
+        const int64_t first_rank = n_cached - evicted;
+        std::vector<int32_t> p(n);
+        for (int i = 0; i < n; ++i) p[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : next_index + i);
+        REQUIRE(b.cpu->upload(pos.cpu, p.data(), n * sizeof(int32_t)).ok());
+        REQUIRE(b.gpu->upload(pos.gpu, p.data(), n * sizeof(int32_t)).ok());
+        bool ok = true;
+        for (int layer = 0; layer < kv.n_layer; ++layer) {
+            upload(q, random_floats(shape.n_embd * n, seed++, -3, 3));
+            upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
+            upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
+            const AttentionBatch cb{n, next_index, pos.cpu, pinned}, gb{n, next_index, pos.gpu, pinned};
+            REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
+            REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
+            const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
+            INFO("layer " << layer << ", tokens " << next_index << ".." << next_index + n - 1);
+            const double diff = max_abs_diff(c, g);
+            CHECK(diff <= 1e-5);
+            ok = ok && diff <= 1e-5;
+        }
+        next_index += n;
+        n_cached = first_rank + n;
+        return ok && compare_kv();
+    }
+
+    bool compare_kv() {
+        const size_t slots = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
+        std::vector<int64_t> ci(slots), gi(slots);
+        REQUIRE(b.cpu->download_kv_stream_indices(ci.data()).ok());
+        REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
+        INFO("after tokens up to " << next_index - 1);
+        CHECK(gi == ci);
+        std::vector<SlotStats> cs(slots), gs(slots);
+        REQUIRE(b.cpu->download_kv_statistics(cs.data()).ok());
+        REQUIRE(b.gpu->download_kv_statistics(gs.data()).ok());
+        int bad = 0;
+        auto close = [](float x, float y) { return std::fabs(x - y) <= 1e-5f * std::max(1.0f, std::fabs(x)); };
+        for (size_t i = 0; i < slots; ++i) {
+            if (ci[i] < 0) continue;
+            if (!close(cs[i].accumulated, gs[i].accumulated) || !close(cs[i].squared, gs[i].squared) || cs[i].steps != gs[i].steps ||
+                !close(cs[i].last, gs[i].last) || !close(cs[i].persistence, gs[i].persistence)) {
+                ++bad;
+            }
+        }
+        CHECK(bad == 0);
+        return gi == ci && bad == 0;
+    }
+};
+
+KvConfig small_kv(int n_slots, KvPolicy policy = KvPolicy::Full, int recent = 0, int sinks = 0, bool rolling = false,
+                  KvType type = KvType::F32) {
+    KvConfig kv;
+    kv.n_layer = 2;
+    kv.n_head_kv = 2;
+    kv.head_dim = 8;
+    kv.n_slots = n_slots;
+    kv.type = type;
+    kv.policy.policy = policy;
+    kv.policy.recent = recent;
+    kv.policy.sinks = sinks;
+    kv.policy.seed = 7;
+    kv.rolling = rolling;
+    kv.rope_dims = 8;
+    kv.rope_freq_base = 10000.0f;
+    return kv;
+}
+
+const KvType kKvTypes[] = {KvType::F32, KvType::F16, KvType::Q8, KvType::Q4, KvType::K8V4};
+
+}  // namespace
+
+TEST_CASE("cuda: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
+    for (KvType type : kKvTypes) {
+        INFO("kv " << std::string(kv_type_name(type)));
+        BACKENDS_OR_SKIP(b, 32);
+        AttentionRun run(b, small_kv(64, KvPolicy::H2O, 8, 0, false, type), /*n_head=*/4, 32);
+        REQUIRE(run.step(17));
+        for (int i = 0; i < 6; ++i) REQUIRE(run.step(1));
+        REQUIRE(run.step(32));
+        REQUIRE(b.cpu->clear_kv().ok());
+        REQUIRE(b.gpu->clear_kv().ok());
+        run.next_index = run.n_cached = 0;
+        REQUIRE(run.step(5));
+    }
+}
+
+TEST_CASE("cuda: every eviction policy evicts the same tokens as the CPU, with every KV type, rolling or not") {
+    const struct {
+        KvPolicy policy;
+        int recent, sinks, horizon;
+    } cases[] = {
+        {KvPolicy::Full, 0, 0, 0},       {KvPolicy::H2O, 6, 0, 0},           {KvPolicy::Window, 0, 0, 0},
+        {KvPolicy::SinkWindow, 0, 3, 0}, {KvPolicy::Scissorhands, 6, 0, 24}, {KvPolicy::Tova, 0, 0, 0},
+        {KvPolicy::RoCo, 6, 0, 0},       {KvPolicy::Random, 4, 0, 0},        {KvPolicy::MeanH2O, 5, 2, 20},
+    };
+    for (KvType type : kKvTypes) {
+        for (const auto &c : cases) {
+            for (bool rolling : {false, true}) {
+                INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
+                BACKENDS_OR_SKIP(b, 8);
+                KvConfig kv = small_kv(16, c.policy, c.recent, c.sinks, rolling, type);
+                kv.policy.horizon = c.horizon;
+                AttentionRun run(b, kv, 4, 8);
+                bool ok = run.step(2, /*pinned=*/true) && run.step(8);
+                for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
+                for (int i = 0; i < 4 && ok; ++i) ok = run.step(3);
+                CHECK(ok);
+            }
+        }
+    }
+}
+
+TEST_CASE("cuda: attention over a batch larger than the scratch processes it in chunks") {
+    // 65536 slots, 4 query heads: 1 MiB of scratch per query, so 64 queries per chunk and a
+    // 80-token batch runs as two chunks.
+    BACKENDS_OR_SKIP(b, 80);
+    KvConfig kv = small_kv(65536, KvPolicy::Scissorhands, 8);
+    kv.n_layer = 1;
+    AttentionRun run(b, kv, 4, 80);
+    REQUIRE(run.step(80));
+    REQUIRE(run.step(1));
+}
+
+TEST_CASE("cuda: stories260K greedy generation equals the CPU's, with a full and with a small evicting cache") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    const struct {
+        KvPolicy policy;
+        bool rolling;
+        KvType type;
+        int n_slots;
+    } cases[] = {{KvPolicy::Full, false, KvType::F32, 512},
+                 {KvPolicy::H2O, true, KvType::F32, 64},
+                 {KvPolicy::Scissorhands, true, KvType::Q8, 64},
+                 {KvPolicy::H2O, true, KvType::K8V4, 64}};
+    for (const auto &c : cases) {
+        const KvPolicy policy = c.policy;
+        const KvType type = c.type;
+        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(policy));
+        CUDA_OR_SKIP(cuda, 16);
+        std::unique_ptr<Model> model;
+        REQUIRE(Model::load(path, "", &model).ok());
+        KvPolicyConfig config;
+        config.policy = policy;
+        config.recent = 32;
+        config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;
+        std::unique_ptr<Backend> backends[2] = {make_cpu_backend(2, 16), std::move(cuda)};
+        std::vector<int32_t> generated[2];
+        std::vector<int64_t> kept[2];
+        for (int which = 0; which < 2; ++which) {
+            Backend &backend = *backends[which];
+            std::unique_ptr<LlamaGraph> graph;
+            REQUIRE(LlamaGraph::create(*model, backend, 16, &graph).ok());
+            const ModelShape &s = model->shape();
+            KvConfig kv;
+            kv.n_layer = s.n_layer;
+            kv.n_head_kv = s.n_head_kv;
+            kv.head_dim = s.head_dim;
+            kv.n_slots = c.n_slots;
+            kv.type = type;
+            kv.policy = config;
+            kv.rolling = c.rolling;
+            kv.rope_dims = s.rope_dims;
+            kv.rope_freq_base = s.rope_freq_base;
+            REQUIRE(backend.create_kv(kv).ok());
+            std::vector<int32_t> tokens;
+            REQUIRE(model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
+            int64_t n_past = 0, n_cached = 0;
+            std::vector<float> logits(s.n_vocab);
+            for (int i = 0; i < 150; ++i) {
+                for (size_t done = 0; done < tokens.size();) {
+                    int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
+                    if (n_cached + n > kv.n_slots) n = std::max<int64_t>(1, std::min<int64_t>(n, kv.n_slots / 4));
+                    const int64_t evicted = std::max<int64_t>(0, n_cached + n - kv.n_slots);
+                    const int64_t first_rank = n_cached - evicted;
+                    std::vector<int32_t> positions(n);
+                    for (int64_t j = 0; j < n; ++j) positions[j] = static_cast<int32_t>(kv.rolling ? first_rank + j : n_past + j);
+                    REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), static_cast<int>(n), n_past, false).ok());
+                    n_past += n;
+                    n_cached = first_rank + n;
+                    done += static_cast<size_t>(n);
+                }
+                REQUIRE(graph->download_logits(logits.data()).ok());
+                const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+                generated[which].push_back(next);
+                tokens = {next};
+            }
+            kept[which].resize(static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots);
+            REQUIRE(backend.download_kv_stream_indices(kept[which].data()).ok());
+        }
+        CHECK(generated[1] == generated[0]);
+        CHECK(kept[1] == kept[0]);
+    }
+}
+
+#endif  // H2O_HAVE_CUDA
