@@ -17,15 +17,12 @@
 #define KV_UINT uint
 #define sqrtf sqrt
 #define fmaxf max
-#elif defined(__CUDACC__)
-#include <math.h>
-#include <stdint.h>
-#define KV_FN __host__ __device__ inline
-#define KV_UINT uint32_t
 #else
 #include <math.h>
 #include <stdint.h>
-#define KV_FN inline
+
+#include "device_fn.h"
+#define KV_FN H2O_HD  // __host__ __device__ under nvcc
 #define KV_UINT uint32_t
 #endif
 
