@@ -23,6 +23,7 @@
 #include "cpu/kernels.h"
 #include "kv_format.h"
 #include "quant.h"
+#include "device_parity.h"
 #include "test_util.h"
 
 #ifdef H2O_TEST_CUDA
@@ -40,25 +41,9 @@ using namespace h2o;
 
 namespace {
 
-[[maybe_unused]] std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float &x : v) x = dist(rng);
-    return v;
-}
-
-[[maybe_unused]] double max_abs_diff(const std::vector<float> &a, const std::vector<float> &b) {
-    double d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    return d;
-}
-
-[[maybe_unused]] double max_abs(const std::vector<float> &a) {
-    double m = 0;
-    for (float x : a) m = std::max(m, std::fabs(static_cast<double>(x)));
-    return m;
-}
+using h2o_test::max_abs;
+using h2o_test::max_abs_diff;
+using h2o_test::random_floats;
 
 // Equal bit patterns (NaN payloads included).
 [[maybe_unused]] bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
@@ -396,60 +381,17 @@ std::unique_ptr<Backend> make_cuda(int max_batch) {
     auto var = make_cuda(__VA_ARGS__);   \
     if (!var) return
 
-// The same tensor on the CPU and the CUDA backend.
-struct Twin {
-    Tensor cpu, gpu;
-};
+using h2o_test::AttentionRun;
+using h2o_test::Backends;
+using h2o_test::kKvTypes;
+using h2o_test::kPolicyCases;
+using h2o_test::small_kv;
+using h2o_test::Twin;
 
-struct Backends {
-    std::unique_ptr<Backend> cpu, gpu;
-    std::vector<std::vector<uint8_t>> weight_data;  // outlives the CPU backend, which uses it in place
-
-    Twin alloc(TensorType type, int64_t cols, int64_t rows, const void *data = nullptr) {
-        Twin t;
-        REQUIRE(cpu->alloc(type, cols, rows, &t.cpu).ok());
-        REQUIRE(gpu->alloc(type, cols, rows, &t.gpu).ok());
-        if (data) {
-            REQUIRE(cpu->upload(t.cpu, data, t.cpu.bytes()).ok());
-            REQUIRE(gpu->upload(t.gpu, data, t.gpu.bytes()).ok());
-        }
-        return t;
-    }
-    Twin floats(int64_t cols, int64_t rows, const std::vector<float> &data) {
-        REQUIRE(data.size() == static_cast<size_t>(cols * rows));
-        return alloc(TensorType::F32, cols, rows, data.data());
-    }
-    Twin weight(TensorType type, int64_t cols, int64_t rows, const std::vector<float> &values) {
-        std::vector<uint8_t> bytes(row_bytes(type, cols) * rows);
-        for (int64_t r = 0; r < rows; ++r) REQUIRE(quantize_row(type, values.data() + r * cols, bytes.data() + r * row_bytes(type, cols), cols));
-        weight_data.push_back(std::move(bytes));
-        Twin t;
-        REQUIRE(cpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.cpu).ok());
-        REQUIRE(gpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.gpu).ok());
-        return t;
-    }
-    std::vector<float> cpu_floats(const Tensor &t, size_t count) {
-        std::vector<float> v(count);
-        REQUIRE(cpu->download(t, v.data(), count * sizeof(float)).ok());
-        return v;
-    }
-    std::vector<float> gpu_floats(const Tensor &t, size_t count) {
-        std::vector<float> v(count);
-        REQUIRE(gpu->download(t, v.data(), count * sizeof(float)).ok());
-        return v;
-    }
-};
-
-bool make_backends(Backends *b, int max_batch) {
-    b->gpu = make_cuda(max_batch);
-    if (!b->gpu) return false;
-    b->cpu = make_cpu_backend(2, max_batch);
-    return true;
-}
-
-#define BACKENDS_OR_SKIP(var, ...)       \
+// The CPU beside a CUDA backend.
+#define BACKENDS_OR_SKIP(var, max_batch) \
     Backends var;                        \
-    if (!make_backends(&var, __VA_ARGS__)) return
+    if (!var.pair(make_cuda(max_batch), max_batch)) return
 
 }  // namespace
 
@@ -471,29 +413,7 @@ TEST_CASE("cuda: get_rows dequantizes exactly as the CPU for every weight type")
 
 TEST_CASE("cuda: rms_norm, add, swiglu and argmax match the CPU") {
     BACKENDS_OR_SKIP(b, 8);
-    for (int64_t cols : {64, 300}) {
-        const int n = 5;
-        const Twin in = b.floats(cols, n, random_floats(cols * n, 2, -3, 3));
-        const Twin w = b.weight(TensorType::F32, cols, 1, random_floats(cols, 3));
-        const Twin out = b.alloc(TensorType::F32, cols, n);
-        REQUIRE(b.cpu->rms_norm(out.cpu, in.cpu, w.cpu, n, 1e-5f).ok());
-        REQUIRE(b.gpu->rms_norm(out.gpu, in.gpu, w.gpu, n, 1e-5f).ok());
-        const auto c = b.cpu_floats(out.cpu, cols * n), g = b.gpu_floats(out.gpu, cols * n);
-        CHECK(max_abs_diff(c, g) <= 2e-6 * max_abs(c));
-    }
-    const int64_t cols = 172;
-    const int n = 7;
-    const auto a_data = random_floats(cols * n, 4, -8, 8), b_data = random_floats(cols * n, 5, -2, 2);
-    const Twin a = b.floats(cols, n, a_data), x = b.floats(cols, n, b_data);
-    REQUIRE(b.cpu->add(a.cpu, x.cpu, n).ok());
-    REQUIRE(b.gpu->add(a.gpu, x.gpu, n).ok());
-    CHECK(b.gpu_floats(a.gpu, cols * n) == b.cpu_floats(a.cpu, cols * n));
-    const Twin gate = b.floats(cols, n, a_data), up = b.floats(cols, n, b_data);
-    REQUIRE(b.cpu->swiglu(gate.cpu, up.cpu, n).ok());
-    REQUIRE(b.gpu->swiglu(gate.gpu, up.gpu, n).ok());
-    const auto c = b.cpu_floats(gate.cpu, cols * n), g = b.gpu_floats(gate.gpu, cols * n);
-    for (size_t i = 0; i < c.size(); ++i) CHECK(g[i] == doctest::Approx(c[i]).epsilon(1e-5).scale(1e-6));
-
+    h2o_test::check_rms_norm_add_swiglu(b);
     for (int64_t width : {1, 7, 300, 32000}) {
         const int rows = 5;
         std::vector<float> data = random_floats(width * rows, 6, -5, 5);
@@ -547,185 +467,34 @@ TEST_CASE("cuda: matmul matches a double-precision product of the dequantized we
 
 TEST_CASE("cuda: rope matches the CPU, including large positions and partial rotation") {
     BACKENDS_OR_SKIP(b, 16);
-    ModelShape shape;
-    shape.n_head = 4;
-    shape.n_head_kv = 2;
-    shape.head_dim = 16;
-    shape.n_embd = 64;
-    for (int rope_dims : {16, 12}) {
-        shape.rope_dims = rope_dims;
-        const std::vector<int32_t> positions = {0, 1, 2, 7, 100, 511, 4096, 30000, 65535, 1000000, 123456789};
-        const int n = static_cast<int>(positions.size());
-        const Twin pos = b.alloc(TensorType::I32, 1, n, positions.data());
-        const Twin q = b.floats(64, n, random_floats(64 * n, 8));
-        const Twin k = b.floats(32, n, random_floats(32 * n, 9));
-        REQUIRE(b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape).ok());
-        REQUIRE(b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape).ok());
-        // Both take cos and sin in double of the same double angle: equal but for the last bit of
-        // a rare cos/sin rounded differently by the device's library.
-        INFO("rope_dims " << rope_dims);
-        CHECK(max_abs_diff(b.cpu_floats(q.cpu, 64 * n), b.gpu_floats(q.gpu, 64 * n)) <= 1e-6);
-        CHECK(max_abs_diff(b.cpu_floats(k.cpu, 32 * n), b.gpu_floats(k.gpu, 32 * n)) <= 1e-6);
-    }
+    h2o_test::check_rope(b);
 }
 
-namespace {
-
-// The same attention batches on both backends: outputs after every batch, and the KV contents
-// (stream indices exactly, statistics within tolerance) after every batch.
-struct AttentionRun {
-    Backends &b;
-    ModelShape shape;
-    KvConfig kv;
-    Twin q, k, v, out, pos;
-    int64_t next_index = 0;
-    int64_t n_cached = 0;
-    uint32_t seed = 100;
-
-    AttentionRun(Backends &backends, const KvConfig &config, int n_head, int batch) : b(backends), kv(config) {
-        shape.n_head = n_head;
-        shape.n_head_kv = config.n_head_kv;
-        shape.head_dim = config.head_dim;
-        shape.n_embd = n_head * config.head_dim;
-        shape.n_layer = config.n_layer;
-        shape.rope_dims = config.rope_dims;
-        shape.rope_freq_base = config.rope_freq_base;
-        REQUIRE(b.cpu->create_kv(kv).ok());
-        REQUIRE(b.gpu->create_kv(kv).ok());
-        q = b.alloc(TensorType::F32, shape.n_embd, batch);
-        k = b.alloc(TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
-        v = b.alloc(TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
-        out = b.alloc(TensorType::F32, shape.n_embd, batch);
-        pos = b.alloc(TensorType::I32, 1, batch);
-    }
-
-    void upload(const Twin &t, const std::vector<float> &data) {
-        REQUIRE(b.cpu->upload(t.cpu, data.data(), data.size() * sizeof(float)).ok());
-        REQUIRE(b.gpu->upload(t.gpu, data.data(), data.size() * sizeof(float)).ok());
-    }
-
-    bool step(int n, bool pinned = false) {
-        const int64_t evicted = std::max<int64_t>(0, n_cached + n - kv.n_slots);
-        const int64_t first_rank = n_cached - evicted;
-        std::vector<int32_t> p(n);
-        for (int i = 0; i < n; ++i) p[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : next_index + i);
-        REQUIRE(b.cpu->upload(pos.cpu, p.data(), n * sizeof(int32_t)).ok());
-        REQUIRE(b.gpu->upload(pos.gpu, p.data(), n * sizeof(int32_t)).ok());
-        bool ok = true;
-        for (int layer = 0; layer < kv.n_layer; ++layer) {
-            upload(q, random_floats(shape.n_embd * n, seed++, -3, 3));
-            upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
-            upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
-            const AttentionBatch cb{n, next_index, pos.cpu, pinned}, gb{n, next_index, pos.gpu, pinned};
-            REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
-            REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
-            const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
-            INFO("layer " << layer << ", tokens " << next_index << ".." << next_index + n - 1);
-            const double diff = max_abs_diff(c, g);
-            CHECK(diff <= 1e-5);
-            ok = ok && diff <= 1e-5;
-        }
-        next_index += n;
-        n_cached = first_rank + n;
-        return ok && compare_kv();
-    }
-
-    bool compare_kv() {
-        const size_t slots = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
-        std::vector<int64_t> ci(slots), gi(slots);
-        REQUIRE(b.cpu->download_kv_stream_indices(ci.data()).ok());
-        REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
-        INFO("after tokens up to " << next_index - 1);
-        CHECK(gi == ci);
-        std::vector<SlotStats> cs(slots), gs(slots);
-        REQUIRE(b.cpu->download_kv_statistics(cs.data()).ok());
-        REQUIRE(b.gpu->download_kv_statistics(gs.data()).ok());
-        int bad = 0;
-        auto close = [](float x, float y) { return std::fabs(x - y) <= 1e-5f * std::max(1.0f, std::fabs(x)); };
-        for (size_t i = 0; i < slots; ++i) {
-            if (ci[i] < 0) continue;
-            if (!close(cs[i].accumulated, gs[i].accumulated) || !close(cs[i].squared, gs[i].squared) || cs[i].steps != gs[i].steps ||
-                !close(cs[i].last, gs[i].last) || !close(cs[i].persistence, gs[i].persistence)) {
-                ++bad;
-            }
-        }
-        CHECK(bad == 0);
-        return gi == ci && bad == 0;
-    }
-};
-
-KvConfig small_kv(int n_slots, KvPolicy policy = KvPolicy::Full, int recent = 0, int sinks = 0, bool rolling = false,
-                  KvType type = KvType::F32) {
-    KvConfig kv;
-    kv.n_layer = 2;
-    kv.n_head_kv = 2;
-    kv.head_dim = 8;
-    kv.n_slots = n_slots;
-    kv.type = type;
-    kv.policy.policy = policy;
-    kv.policy.recent = recent;
-    kv.policy.sinks = sinks;
-    kv.policy.seed = 7;
-    kv.rolling = rolling;
-    kv.rope_dims = 8;
-    kv.rope_freq_base = 10000.0f;
-    return kv;
-}
-
-const KvType kKvTypes[] = {KvType::F32, KvType::F16, KvType::Q8, KvType::Q4, KvType::K8V4};
-
-}  // namespace
 
 TEST_CASE("cuda: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
     for (KvType type : kKvTypes) {
         INFO("kv " << std::string(kv_type_name(type)));
         BACKENDS_OR_SKIP(b, 32);
-        AttentionRun run(b, small_kv(64, KvPolicy::H2O, 8, 0, false, type), /*n_head=*/4, 32);
-        REQUIRE(run.step(17));
-        for (int i = 0; i < 6; ++i) REQUIRE(run.step(1));
-        REQUIRE(run.step(32));
-        REQUIRE(b.cpu->clear_kv().ok());
-        REQUIRE(b.gpu->clear_kv().ok());
-        run.next_index = run.n_cached = 0;
-        REQUIRE(run.step(5));
+        h2o_test::check_attention_without_eviction(b, type);
     }
 }
 
 TEST_CASE("cuda: every eviction policy evicts the same tokens as the CPU, with every KV type, rolling or not") {
-    const struct {
-        KvPolicy policy;
-        int recent, sinks, horizon;
-    } cases[] = {
-        {KvPolicy::Full, 0, 0, 0},       {KvPolicy::H2O, 6, 0, 0},           {KvPolicy::Window, 0, 0, 0},
-        {KvPolicy::SinkWindow, 0, 3, 0}, {KvPolicy::Scissorhands, 6, 0, 24}, {KvPolicy::Tova, 0, 0, 0},
-        {KvPolicy::RoCo, 6, 0, 0},       {KvPolicy::Random, 4, 0, 0},        {KvPolicy::MeanH2O, 5, 2, 20},
-    };
     for (KvType type : kKvTypes) {
-        for (const auto &c : cases) {
+        for (const auto &c : kPolicyCases) {
             for (bool rolling : {false, true}) {
                 INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
                 BACKENDS_OR_SKIP(b, 8);
-                KvConfig kv = small_kv(16, c.policy, c.recent, c.sinks, rolling, type);
-                kv.policy.horizon = c.horizon;
-                AttentionRun run(b, kv, 4, 8);
-                bool ok = run.step(2, /*pinned=*/true) && run.step(8);
-                for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
-                for (int i = 0; i < 4 && ok; ++i) ok = run.step(3);
-                CHECK(ok);
+                h2o_test::check_eviction(b, c, rolling, type);
             }
         }
     }
 }
 
 TEST_CASE("cuda: attention over a batch larger than the scratch processes it in chunks") {
-    // 65536 slots, 4 query heads: 1 MiB of scratch per query, so 64 queries per chunk and a
-    // 80-token batch runs as two chunks.
+    // 1 MiB of scratch per query: 64 queries per chunk, so an 80-token batch runs as two chunks.
     BACKENDS_OR_SKIP(b, 80);
-    KvConfig kv = small_kv(65536, KvPolicy::Scissorhands, 8);
-    kv.n_layer = 1;
-    AttentionRun run(b, kv, 4, 80);
-    REQUIRE(run.step(80));
-    REQUIRE(run.step(1));
+    h2o_test::check_chunked_attention(b, 80);
 }
 
 TEST_CASE("cuda: stories260K greedy generation equals the CPU's, with a full and with a small evicting cache") {

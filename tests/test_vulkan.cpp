@@ -25,6 +25,7 @@ TEST_CASE("vulkan: backend") { std::printf("H2O-SKIP: built without the Vulkan b
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "device_parity.h"
 #include "llama_graph.h"
 #include "model.h"
 #include "quant.h"
@@ -53,95 +54,21 @@ using h2o_test::check_validation_clean;
 using h2o_test::counters_of;
 using h2o_test::make_vk;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float &x : v) x = dist(rng);
-    return v;
-}
+using h2o_test::AttentionRun;
+using h2o_test::Backends;
+using h2o_test::kKvTypes;
+using h2o_test::kPolicyCases;
+using h2o_test::max_abs;
+using h2o_test::max_abs_diff;
+using h2o_test::random_floats;
+using h2o_test::small_kv;
+using h2o_test::Twin;
 
-// The same tensor on the CPU and the Vulkan backend.
-struct Twin {
-    Tensor cpu, gpu;
-};
-
-struct Backends {
-    std::unique_ptr<Backend> cpu, gpu;
-    // Weight bytes must outlive the CPU backend, which uses them in place.
-    std::vector<std::vector<uint8_t>> weight_data;
-
-    Twin alloc(TensorType type, int64_t cols, int64_t rows, const void *data = nullptr) {
-        Twin t;
-        REQUIRE(cpu->alloc(type, cols, rows, &t.cpu).ok());
-        REQUIRE(gpu->alloc(type, cols, rows, &t.gpu).ok());
-        if (data) {
-            REQUIRE(cpu->upload(t.cpu, data, t.cpu.bytes()).ok());
-            REQUIRE(gpu->upload(t.gpu, data, t.gpu.bytes()).ok());
-        }
-        return t;
-    }
-    Twin floats(int64_t cols, int64_t rows, const std::vector<float> &data) {
-        REQUIRE(data.size() == static_cast<size_t>(cols * rows));
-        return alloc(TensorType::F32, cols, rows, data.data());
-    }
-    // A weight of `type` made from float values (quantized as llama.cpp does).
-    Twin weight(TensorType type, int64_t cols, int64_t rows, const std::vector<float> &values) {
-        std::vector<uint8_t> bytes(row_bytes(type, cols) * rows);
-        for (int64_t r = 0; r < rows; ++r) {
-            uint8_t *dst = bytes.data() + r * row_bytes(type, cols);
-            const float *src = values.data() + r * cols;
-            if (type == TensorType::F32) {
-                std::memcpy(dst, src, cols * sizeof(float));
-            } else if (type == TensorType::F16) {
-                for (int64_t c = 0; c < cols; ++c) {
-                    const uint16_t h = fp32_to_fp16(src[c]);
-                    std::memcpy(dst + 2 * c, &h, 2);
-                }
-            } else {
-                REQUIRE(quantize_row(type, src, dst, cols));
-            }
-        }
-        weight_data.push_back(std::move(bytes));
-        Twin t;
-        REQUIRE(cpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.cpu).ok());
-        REQUIRE(gpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.gpu).ok());
-        return t;
-    }
-    std::vector<float> cpu_floats(const Tensor &t, size_t count) {
-        std::vector<float> v(count);
-        REQUIRE(cpu->download(t, v.data(), count * sizeof(float)).ok());
-        return v;
-    }
-    std::vector<float> gpu_floats(const Tensor &t, size_t count) {
-        std::vector<float> v(count);
-        REQUIRE(gpu->download(t, v.data(), count * sizeof(float)).ok());
-        return v;
-    }
-};
-
-bool make_backends(Backends *b, int max_batch, bool subgroups = true) {
-    b->gpu = make_vk(max_batch, subgroups);
-    if (!b->gpu) return false;
-    b->cpu = make_cpu_backend(2, max_batch);
-    return true;
-}
-
-#define BACKENDS_OR_SKIP(var, ...)                   \
-    Backends var;                                    \
-    if (!make_backends(&var, __VA_ARGS__)) return
-
-double max_abs_diff(const std::vector<float> &a, const std::vector<float> &b) {
-    double d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    return d;
-}
-
-double max_abs(const std::vector<float> &a) {
-    double m = 0;
-    for (float x : a) m = std::max(m, std::fabs(static_cast<double>(x)));
-    return m;
-}
+// The CPU beside a Vulkan backend (with validation); subgroups=false forces the shared-memory
+// reductions.
+#define BACKENDS_OR_SKIP(var, max_batch, ...) \
+    Backends var;                              \
+    if (!var.pair(make_vk(max_batch, ##__VA_ARGS__), max_batch)) return
 
 }  // namespace
 
@@ -212,29 +139,7 @@ TEST_CASE("vulkan: rms_norm, add and swiglu match the CPU") {
     for (bool subgroups : {true, false}) {
         INFO("subgroups " << subgroups);
         BACKENDS_OR_SKIP(b, 8, subgroups);
-        for (int64_t cols : {64, 300}) {
-            const int n = 5;
-            const Twin in = b.floats(cols, n, random_floats(cols * n, 2, -3, 3));
-            const Twin w = b.weight(TensorType::F32, cols, 1, random_floats(cols, 3));
-            const Twin out = b.alloc(TensorType::F32, cols, n);
-            REQUIRE(b.cpu->rms_norm(out.cpu, in.cpu, w.cpu, n, 1e-5f).ok());
-            REQUIRE(b.gpu->rms_norm(out.gpu, in.gpu, w.gpu, n, 1e-5f).ok());
-            const auto c = b.cpu_floats(out.cpu, cols * n), g = b.gpu_floats(out.gpu, cols * n);
-            CHECK(max_abs_diff(c, g) <= 2e-6 * max_abs(c));
-        }
-        const int64_t cols = 172;
-        const int n = 7;
-        const auto a_data = random_floats(cols * n, 4, -8, 8), b_data = random_floats(cols * n, 5, -2, 2);
-        const Twin a = b.floats(cols, n, a_data), x = b.floats(cols, n, b_data);
-        REQUIRE(b.cpu->add(a.cpu, x.cpu, n).ok());
-        REQUIRE(b.gpu->add(a.gpu, x.gpu, n).ok());
-        CHECK(b.gpu_floats(a.gpu, cols * n) == b.cpu_floats(a.cpu, cols * n));  // one rounding, same order
-
-        const Twin gate = b.floats(cols, n, a_data), up = b.floats(cols, n, b_data);
-        REQUIRE(b.cpu->swiglu(gate.cpu, up.cpu, n).ok());
-        REQUIRE(b.gpu->swiglu(gate.gpu, up.gpu, n).ok());
-        const auto c = b.cpu_floats(gate.cpu, cols * n), g = b.gpu_floats(gate.gpu, cols * n);
-        for (size_t i = 0; i < c.size(); ++i) CHECK(g[i] == doctest::Approx(c[i]).epsilon(1e-5).scale(1e-6));
+        h2o_test::check_rms_norm_add_swiglu(b);
         check_validation_clean(*b.gpu);
     }
 }
@@ -374,7 +279,7 @@ TEST_CASE("vulkan: weights larger than one storage buffer binding are processed 
     // With bindings limited to 16 KiB, a 300 x 256 F32 weight (300 KiB) takes 20 windows.
     setenv("H2O_VULKAN_BINDING_LIMIT", "16384", 1);
     Backends b;
-    const bool ok = make_backends(&b, 32);
+    const bool ok = b.pair(make_vk(32), 32);
     unsetenv("H2O_VULKAN_BINDING_LIMIT");
     if (!ok) return;
     VULKAN_OR_SKIP(ref, 32);
@@ -412,149 +317,12 @@ TEST_CASE("vulkan: weights larger than one storage buffer binding are processed 
 }
 
 TEST_CASE("vulkan: rope matches the CPU, including large positions and partial rotation") {
+    // The GPU computes the angles in fixed point, with sin/cos to about 1 ulp.
     BACKENDS_OR_SKIP(b, 16);
-    ModelShape shape;
-    shape.n_head = 4;
-    shape.n_head_kv = 2;
-    shape.head_dim = 16;
-    shape.n_embd = 64;
-    for (int rope_dims : {16, 12}) {
-        shape.rope_dims = rope_dims;
-        const std::vector<int32_t> positions = {0, 1, 2, 7, 100, 511, 4096, 30000, 65535, 1000000, 123456789};
-        const int n = static_cast<int>(positions.size());
-        const Twin pos = b.alloc(TensorType::I32, 1, n, positions.data());
-        const Twin q = b.floats(64, n, random_floats(64 * n, 8));
-        const Twin k = b.floats(32, n, random_floats(32 * n, 9));
-        REQUIRE(b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape).ok());
-        REQUIRE(b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape).ok());
-        // The CPU rotates with double-precision angles; so does the GPU, in fixed point, with
-        // sin/cos to about 1 ulp: the results agree to a few ulps of the inputs (|x| <= 1).
-        INFO("rope_dims " << rope_dims);
-        CHECK(max_abs_diff(b.cpu_floats(q.cpu, 64 * n), b.gpu_floats(q.gpu, 64 * n)) <= 1e-6);
-        CHECK(max_abs_diff(b.cpu_floats(k.cpu, 32 * n), b.gpu_floats(k.gpu, 32 * n)) <= 1e-6);
-    }
+    h2o_test::check_rope(b);
     check_validation_clean(*b.gpu);
 }
 
-namespace {
-
-// Runs the same sequence of attention batches on both backends and compares outputs after every
-// batch, and the KV contents (stream indices exactly, statistics within tolerance) at the end of
-// every batch.
-struct AttentionRun {
-    Backends &b;
-    ModelShape shape;
-    KvConfig kv;
-    int max_batch;
-    Twin q, k, v, out, pos;
-    int64_t next_index = 0;
-    int64_t n_cached = 0;  // for rolling positions, as Session computes them
-    uint32_t seed = 100;
-
-    AttentionRun(Backends &backends, const KvConfig &config, int n_head, int batch) : b(backends), kv(config), max_batch(batch) {
-        shape.n_head = n_head;
-        shape.n_head_kv = config.n_head_kv;
-        shape.head_dim = config.head_dim;
-        shape.n_embd = n_head * config.head_dim;
-        shape.n_layer = config.n_layer;
-        shape.rope_dims = config.rope_dims;
-        shape.rope_freq_base = config.rope_freq_base;
-        REQUIRE(b.cpu->create_kv(kv).ok());
-        REQUIRE(b.gpu->create_kv(kv).ok());
-        q = b.alloc(TensorType::F32, shape.n_embd, batch);
-        k = b.alloc(TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
-        v = b.alloc(TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
-        out = b.alloc(TensorType::F32, shape.n_embd, batch);
-        pos = b.alloc(TensorType::I32, 1, batch);
-    }
-
-    void upload(const Twin &t, const std::vector<float> &data) {
-        REQUIRE(b.cpu->upload(t.cpu, data.data(), data.size() * sizeof(float)).ok());
-        REQUIRE(b.gpu->upload(t.gpu, data.data(), data.size() * sizeof(float)).ok());
-    }
-
-    // One batch of n tokens through every layer; false once a check failed.
-    bool step(int n, bool pinned = false) {
-        const int64_t budget = kv.n_slots;
-        const int64_t evicted = std::max<int64_t>(0, n_cached + n - budget);
-        const int64_t first_rank = n_cached - evicted;
-        std::vector<int32_t> p(n);
-        for (int i = 0; i < n; ++i) p[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : next_index + i);
-        REQUIRE(b.cpu->upload(pos.cpu, p.data(), n * sizeof(int32_t)).ok());
-        REQUIRE(b.gpu->upload(pos.gpu, p.data(), n * sizeof(int32_t)).ok());
-        bool ok = true;
-        for (int layer = 0; layer < kv.n_layer; ++layer) {
-            // Scaled queries make the attention peaked, so the statistics differ between slots.
-            upload(q, random_floats(shape.n_embd * n, seed++, -3, 3));
-            upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
-            upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
-            const AttentionBatch cb{n, next_index, pos.cpu, pinned}, gb{n, next_index, pos.gpu, pinned};
-            REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
-            REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
-            const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
-            INFO("layer " << layer << ", tokens " << next_index << ".." << next_index + n - 1);
-            const double diff = max_abs_diff(c, g);
-            CHECK(diff <= 1e-5);
-            ok = ok && diff <= 1e-5;
-        }
-        next_index += n;
-        n_cached = first_rank + n;
-        return ok && compare_kv();
-    }
-
-    bool compare_kv() {
-        const size_t slots = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
-        std::vector<int64_t> ci(slots), gi(slots);
-        REQUIRE(b.cpu->download_kv_stream_indices(ci.data()).ok());
-        REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
-        INFO("after tokens up to " << next_index - 1);
-        CHECK(gi == ci);
-        std::vector<SlotStats> cs(slots), gs(slots);
-        REQUIRE(b.cpu->download_kv_statistics(cs.data()).ok());
-        REQUIRE(b.gpu->download_kv_statistics(gs.data()).ok());
-        int bad = 0;
-        for (size_t i = 0; i < slots; ++i) {
-            if (ci[i] < 0) continue;
-            auto close = [](float x, float y) { return std::fabs(x - y) <= 1e-5f * std::max(1.0f, std::fabs(x)); };
-            if (!close(cs[i].accumulated, gs[i].accumulated) || !close(cs[i].squared, gs[i].squared) ||
-                cs[i].steps != gs[i].steps || !close(cs[i].last, gs[i].last) || !close(cs[i].persistence, gs[i].persistence)) {
-                if (bad++ < 3) {
-                    MESSAGE("slot " << i << ": cpu acc " << cs[i].accumulated << " sq " << cs[i].squared << " steps " << cs[i].steps
-                                    << " last " << cs[i].last << " pers " << cs[i].persistence << " | gpu acc " << gs[i].accumulated
-                                    << " sq " << gs[i].squared << " steps " << gs[i].steps << " last " << gs[i].last << " pers "
-                                    << gs[i].persistence);
-                }
-            }
-        }
-        CHECK(bad == 0);
-        return gi == ci && bad == 0;
-    }
-};
-
-KvConfig small_kv(int n_slots, KvPolicy policy = KvPolicy::Full, int recent = 0, int sinks = 0, bool rolling = false) {
-    KvConfig kv;
-    kv.n_layer = 2;
-    kv.n_head_kv = 2;
-    kv.head_dim = 8;
-    kv.n_slots = n_slots;
-    kv.policy.policy = policy;
-    kv.policy.recent = recent;
-    kv.policy.sinks = sinks;
-    kv.policy.seed = 7;
-    kv.rolling = rolling;
-    kv.rope_dims = 8;
-    kv.rope_freq_base = 10000.0f;
-    return kv;
-}
-
-KvConfig with_type(KvConfig kv, KvType type) {
-    kv.type = type;
-    return kv;
-}
-
-const KvType kKvTypes[] = {KvType::F32, KvType::F16, KvType::Q8, KvType::Q4, KvType::K8V4};
-
-}  // namespace
 
 TEST_CASE("vulkan: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
     // The GPU stores the CPU's rows bit for bit (see the next test), so quantized caches differ
@@ -563,16 +331,7 @@ TEST_CASE("vulkan: attention and its statistics match the CPU for every KV type 
         for (bool subgroups : {true, false}) {
             INFO("kv " << std::string(kv_type_name(type)) << ", subgroups " << subgroups);
             BACKENDS_OR_SKIP(b, 32, subgroups);
-            // H2O gathers statistics; with 64 slots nothing is evicted.
-            AttentionRun run(b, with_type(small_kv(64, KvPolicy::H2O, 8), type), /*n_head=*/4, 32);
-            REQUIRE(run.step(17));
-            for (int i = 0; i < 6; ++i) REQUIRE(run.step(1));
-            REQUIRE(run.step(32));
-            REQUIRE(b.cpu->clear_kv().ok());
-            REQUIRE(b.gpu->clear_kv().ok());
-            run.next_index = run.n_cached = 0;
-            REQUIRE(run.step(5));
-            CHECK(b.gpu->kv_bytes() > 0);
+            h2o_test::check_attention_without_eviction(b, type);
             check_validation_clean(*b.gpu);
         }
     }
@@ -593,7 +352,7 @@ TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every K
     for (KvType type : kKvTypes) {
         INFO("kv " << std::string(kv_type_name(type)));
         BACKENDS_OR_SKIP(b, 1);
-        KvConfig kv = with_type(small_kv(4), type);
+        KvConfig kv = small_kv(4, KvPolicy::Full, 0, 0, false, type);
         AttentionRun run(b, kv, /*n_head=*/4, 1);
         const int row = kv.n_head_kv * kv.head_dim;
         int trials = 0, mismatches = 0;
@@ -629,14 +388,9 @@ TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every K
 }
 
 TEST_CASE("vulkan: attention over a batch larger than the scratch processes it in chunks") {
-    // 65536 slots of 2 kv heads take 1 MiB of attention scratch per query: the 32 MiB scratch
-    // holds 32 queries, so a 40-token batch runs as two chunks.
+    // The 32 MiB scratch holds 32 queries, so a 40-token batch runs as two chunks.
     BACKENDS_OR_SKIP(b, 40);
-    KvConfig kv = small_kv(65536, KvPolicy::Scissorhands, 8);
-    kv.n_layer = 1;
-    AttentionRun run(b, kv, 4, 40);
-    REQUIRE(run.step(40));
-    REQUIRE(run.step(1));
+    h2o_test::check_chunked_attention(b, 40);
     check_validation_clean(*b.gpu);
 }
 
@@ -650,18 +404,9 @@ TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU, with
     // the other types run the policies whose victims depend on the stored values (those reading
     // the statistics) and sinks + window, each once, rolling for every other one (alternating per
     // type so that each policy meets both).
-    // Scissorhands and mean_h2o run with a horizon (16 slots, 42 tokens: stale tokens appear).
-    const struct {
-        KvPolicy policy;
-        int recent, sinks, horizon;
-    } cases[] = {
-        {KvPolicy::Full, 0, 0, 0},          {KvPolicy::H2O, 6, 0, 0},  {KvPolicy::Window, 0, 0, 0},
-        {KvPolicy::SinkWindow, 0, 3, 0},    {KvPolicy::Scissorhands, 6, 0, 24}, {KvPolicy::Tova, 0, 0, 0},
-        {KvPolicy::RoCo, 6, 0, 0},          {KvPolicy::Random, 4, 0, 0}, {KvPolicy::MeanH2O, 5, 2, 20},
-    };
     for (KvType type : kKvTypes) {
-        for (size_t ci = 0; ci < std::size(cases); ++ci) {
-            const auto &c = cases[ci];
+        for (size_t ci = 0; ci < std::size(kPolicyCases); ++ci) {
+            const auto &c = kPolicyCases[ci];
             for (bool rolling : {false, true}) {
                 if (type != KvType::F32) {
                     if (!kv_policy_uses_statistics(c.policy) && c.policy != KvPolicy::SinkWindow) continue;
@@ -669,15 +414,7 @@ TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU, with
                 }
                 INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
                 BACKENDS_OR_SKIP(b, 8);
-                KvConfig kv = with_type(small_kv(16, c.policy, c.recent, c.sinks, rolling), type);
-                kv.policy.horizon = c.horizon;
-                AttentionRun run(b, kv, 4, 8);
-                // Two pinned tokens, a prompt that fills most of the cache, single tokens that
-                // evict, then batches that evict several at once.
-                bool ok = run.step(2, /*pinned=*/true) && run.step(8);
-                for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
-                for (int i = 0; i < 4 && ok; ++i) ok = run.step(3);
-                CHECK(ok);
+                h2o_test::check_eviction(b, c, rolling, type);
                 check_validation_clean(*b.gpu);
             }
         }

@@ -1,0 +1,312 @@
+// The parity harness of the device backends' tests (test_vulkan.cpp, test_cuda.cpp): the same
+// tensors on the CPU reference and on a device backend, and the same attention batches through
+// both with their KV caches compared after every batch. Each backend's file makes its device and
+// runs its cases through these.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/cpu_backend.h"
+#include "kv_format.h"
+#include "quant.h"
+
+namespace h2o_test {
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float &x : v) x = dist(rng);
+    return v;
+}
+
+inline double max_abs_diff(const std::vector<float> &a, const std::vector<float> &b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    return d;
+}
+
+inline double max_abs(const std::vector<float> &a) {
+    double m = 0;
+    for (float x : a) m = std::max(m, std::fabs(static_cast<double>(x)));
+    return m;
+}
+
+// The same tensor on the CPU and the device backend.
+struct Twin {
+    h2o::Tensor cpu, gpu;
+};
+
+struct Backends {
+    std::unique_ptr<h2o::Backend> cpu, gpu;
+    // Weight bytes must outlive the CPU backend, which uses them in place.
+    std::vector<std::vector<uint8_t>> weight_data;
+
+    // The CPU reference beside `device` (null: nothing to pair, the test skips).
+    bool pair(std::unique_ptr<h2o::Backend> device, int max_batch) {
+        if (!device) return false;
+        gpu = std::move(device);
+        cpu = h2o::make_cpu_backend(2, max_batch);
+        return true;
+    }
+
+    Twin alloc(h2o::TensorType type, int64_t cols, int64_t rows, const void *data = nullptr) {
+        Twin t;
+        REQUIRE(cpu->alloc(type, cols, rows, &t.cpu).ok());
+        REQUIRE(gpu->alloc(type, cols, rows, &t.gpu).ok());
+        if (data) {
+            REQUIRE(cpu->upload(t.cpu, data, t.cpu.bytes()).ok());
+            REQUIRE(gpu->upload(t.gpu, data, t.gpu.bytes()).ok());
+        }
+        return t;
+    }
+    Twin floats(int64_t cols, int64_t rows, const std::vector<float> &data) {
+        REQUIRE(data.size() == static_cast<size_t>(cols * rows));
+        return alloc(h2o::TensorType::F32, cols, rows, data.data());
+    }
+    // A weight of `type` made from float values (quantized as llama.cpp does).
+    Twin weight(h2o::TensorType type, int64_t cols, int64_t rows, const std::vector<float> &values) {
+        const size_t row = h2o::row_bytes(type, cols);
+        std::vector<uint8_t> bytes(row * rows);
+        for (int64_t r = 0; r < rows; ++r) REQUIRE(h2o::quantize_row(type, values.data() + r * cols, bytes.data() + r * row, cols));
+        weight_data.push_back(std::move(bytes));
+        Twin t;
+        REQUIRE(cpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.cpu).ok());
+        REQUIRE(gpu->adopt_weight(type, cols, rows, weight_data.back().data(), &t.gpu).ok());
+        return t;
+    }
+    std::vector<float> cpu_floats(const h2o::Tensor &t, size_t count) { return floats_of(*cpu, t, count); }
+    std::vector<float> gpu_floats(const h2o::Tensor &t, size_t count) { return floats_of(*gpu, t, count); }
+    static std::vector<float> floats_of(h2o::Backend &backend, const h2o::Tensor &t, size_t count) {
+        std::vector<float> v(count);
+        REQUIRE(backend.download(t, v.data(), count * sizeof(float)).ok());
+        return v;
+    }
+};
+
+// The same attention batches on both backends: outputs after every batch, and the KV contents
+// (stream indices exactly, statistics within tolerance) after every batch.
+struct AttentionRun {
+    Backends &b;
+    h2o::ModelShape shape;
+    h2o::KvConfig kv;
+    Twin q, k, v, out, pos;
+    int64_t next_index = 0;
+    int64_t n_cached = 0;  // for rolling positions, as Session computes them
+    uint32_t seed = 100;
+
+    AttentionRun(Backends &backends, const h2o::KvConfig &config, int n_head, int batch) : b(backends), kv(config) {
+        shape.n_head = n_head;
+        shape.n_head_kv = config.n_head_kv;
+        shape.head_dim = config.head_dim;
+        shape.n_embd = n_head * config.head_dim;
+        shape.n_layer = config.n_layer;
+        shape.rope_dims = config.rope_dims;
+        shape.rope_freq_base = config.rope_freq_base;
+        REQUIRE(b.cpu->create_kv(kv).ok());
+        REQUIRE(b.gpu->create_kv(kv).ok());
+        q = b.alloc(h2o::TensorType::F32, shape.n_embd, batch);
+        k = b.alloc(h2o::TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
+        v = b.alloc(h2o::TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
+        out = b.alloc(h2o::TensorType::F32, shape.n_embd, batch);
+        pos = b.alloc(h2o::TensorType::I32, 1, batch);
+    }
+
+    void upload(const Twin &t, const std::vector<float> &data) {
+        REQUIRE(b.cpu->upload(t.cpu, data.data(), data.size() * sizeof(float)).ok());
+        REQUIRE(b.gpu->upload(t.gpu, data.data(), data.size() * sizeof(float)).ok());
+    }
+
+    // Forgets both caches' tokens.
+    void clear() {
+        REQUIRE(b.cpu->clear_kv().ok());
+        REQUIRE(b.gpu->clear_kv().ok());
+        next_index = n_cached = 0;
+    }
+
+    // One batch of n tokens through every layer; false once a check failed.
+    bool step(int n, bool pinned = false) {
+        const int64_t evicted = std::max<int64_t>(0, n_cached + n - kv.n_slots);
+        const int64_t first_rank = n_cached - evicted;
+        std::vector<int32_t> p(n);
+        for (int i = 0; i < n; ++i) p[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : next_index + i);
+        REQUIRE(b.cpu->upload(pos.cpu, p.data(), n * sizeof(int32_t)).ok());
+        REQUIRE(b.gpu->upload(pos.gpu, p.data(), n * sizeof(int32_t)).ok());
+        bool ok = true;
+        for (int layer = 0; layer < kv.n_layer; ++layer) {
+            // Scaled queries make the attention peaked, so the statistics differ between slots.
+            upload(q, random_floats(shape.n_embd * n, seed++, -3, 3));
+            upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
+            upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
+            const h2o::AttentionBatch cb{n, next_index, pos.cpu, pinned}, gb{n, next_index, pos.gpu, pinned};
+            REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
+            REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
+            const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
+            INFO("layer " << layer << ", tokens " << next_index << ".." << next_index + n - 1);
+            const double diff = max_abs_diff(c, g);
+            CHECK(diff <= 1e-5);
+            ok = ok && diff <= 1e-5;
+        }
+        next_index += n;
+        n_cached = first_rank + n;
+        return ok && compare_kv();
+    }
+
+    bool compare_kv() {
+        const size_t slots = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
+        std::vector<int64_t> ci(slots), gi(slots);
+        REQUIRE(b.cpu->download_kv_stream_indices(ci.data()).ok());
+        REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
+        INFO("after tokens up to " << next_index - 1);
+        CHECK(gi == ci);
+        std::vector<h2o::SlotStats> cs(slots), gs(slots);
+        REQUIRE(b.cpu->download_kv_statistics(cs.data()).ok());
+        REQUIRE(b.gpu->download_kv_statistics(gs.data()).ok());
+        int bad = 0;
+        auto close = [](float x, float y) { return std::fabs(x - y) <= 1e-5f * std::max(1.0f, std::fabs(x)); };
+        for (size_t i = 0; i < slots; ++i) {
+            if (ci[i] < 0) continue;
+            if (!close(cs[i].accumulated, gs[i].accumulated) || !close(cs[i].squared, gs[i].squared) ||
+                cs[i].steps != gs[i].steps || !close(cs[i].last, gs[i].last) || !close(cs[i].persistence, gs[i].persistence)) {
+                if (bad++ < 3) {
+                    MESSAGE("slot " << i << ": cpu acc " << cs[i].accumulated << " sq " << cs[i].squared << " steps " << cs[i].steps
+                                    << " last " << cs[i].last << " pers " << cs[i].persistence << " | device acc " << gs[i].accumulated
+                                    << " sq " << gs[i].squared << " steps " << gs[i].steps << " last " << gs[i].last << " pers "
+                                    << gs[i].persistence);
+                }
+            }
+        }
+        CHECK(bad == 0);
+        return gi == ci && bad == 0;
+    }
+};
+
+// 2 layers of 2 kv heads of 8 dimensions.
+inline h2o::KvConfig small_kv(int n_slots, h2o::KvPolicy policy = h2o::KvPolicy::Full, int recent = 0, int sinks = 0,
+                              bool rolling = false, h2o::KvType type = h2o::KvType::F32) {
+    h2o::KvConfig kv;
+    kv.n_layer = 2;
+    kv.n_head_kv = 2;
+    kv.head_dim = 8;
+    kv.n_slots = n_slots;
+    kv.type = type;
+    kv.policy.policy = policy;
+    kv.policy.recent = recent;
+    kv.policy.sinks = sinks;
+    kv.policy.seed = 7;
+    kv.rolling = rolling;
+    kv.rope_dims = 8;
+    kv.rope_freq_base = 10000.0f;
+    return kv;
+}
+
+inline const h2o::KvType kKvTypes[] = {h2o::KvType::F32, h2o::KvType::F16, h2o::KvType::Q8, h2o::KvType::Q4, h2o::KvType::K8V4};
+
+// Every policy, each with the windows it uses, for the eviction parity tests.
+struct PolicyCase {
+    h2o::KvPolicy policy;
+    int recent, sinks, horizon;
+};
+inline const PolicyCase kPolicyCases[] = {
+    {h2o::KvPolicy::Full, 0, 0, 0},       {h2o::KvPolicy::H2O, 6, 0, 0},           {h2o::KvPolicy::Window, 0, 0, 0},
+    {h2o::KvPolicy::SinkWindow, 0, 3, 0}, {h2o::KvPolicy::Scissorhands, 6, 0, 24}, {h2o::KvPolicy::Tova, 0, 0, 0},
+    {h2o::KvPolicy::RoCo, 6, 0, 0},       {h2o::KvPolicy::Random, 4, 0, 0},        {h2o::KvPolicy::MeanH2O, 5, 2, 20},
+};
+
+// ---- checks every device backend passes, each against the CPU ---------------------------------
+
+// rms_norm (to rounding), add (exactly: one rounding in the same order) and swiglu (to the
+// device's exp).
+inline void check_rms_norm_add_swiglu(Backends &b) {
+    for (int64_t cols : {64, 300}) {
+        const int n = 5;
+        const Twin in = b.floats(cols, n, random_floats(cols * n, 2, -3, 3));
+        const Twin w = b.weight(h2o::TensorType::F32, cols, 1, random_floats(cols, 3));
+        const Twin out = b.alloc(h2o::TensorType::F32, cols, n);
+        REQUIRE(b.cpu->rms_norm(out.cpu, in.cpu, w.cpu, n, 1e-5f).ok());
+        REQUIRE(b.gpu->rms_norm(out.gpu, in.gpu, w.gpu, n, 1e-5f).ok());
+        const auto c = b.cpu_floats(out.cpu, cols * n), g = b.gpu_floats(out.gpu, cols * n);
+        CHECK(max_abs_diff(c, g) <= 2e-6 * max_abs(c));
+    }
+    const int64_t cols = 172;
+    const int n = 7;
+    const auto a_data = random_floats(cols * n, 4, -8, 8), b_data = random_floats(cols * n, 5, -2, 2);
+    const Twin a = b.floats(cols, n, a_data), x = b.floats(cols, n, b_data);
+    REQUIRE(b.cpu->add(a.cpu, x.cpu, n).ok());
+    REQUIRE(b.gpu->add(a.gpu, x.gpu, n).ok());
+    CHECK(b.gpu_floats(a.gpu, cols * n) == b.cpu_floats(a.cpu, cols * n));
+    const Twin gate = b.floats(cols, n, a_data), up = b.floats(cols, n, b_data);
+    REQUIRE(b.cpu->swiglu(gate.cpu, up.cpu, n).ok());
+    REQUIRE(b.gpu->swiglu(gate.gpu, up.gpu, n).ok());
+    const auto c = b.cpu_floats(gate.cpu, cols * n), g = b.gpu_floats(gate.gpu, cols * n);
+    for (size_t i = 0; i < c.size(); ++i) CHECK(g[i] == doctest::Approx(c[i]).epsilon(1e-5).scale(1e-6));
+}
+
+// Rotary rotation at large positions and with partial rotation. Both sides take cos and sin of
+// the same double-precision angle (a device may round a rare one differently in the last bit):
+// equal to a few ulps of the inputs (|x| <= 1).
+inline void check_rope(Backends &b) {
+    h2o::ModelShape shape;
+    shape.n_head = 4;
+    shape.n_head_kv = 2;
+    shape.head_dim = 16;
+    shape.n_embd = 64;
+    for (int rope_dims : {16, 12}) {
+        shape.rope_dims = rope_dims;
+        const std::vector<int32_t> positions = {0, 1, 2, 7, 100, 511, 4096, 30000, 65535, 1000000, 123456789};
+        const int n = static_cast<int>(positions.size());
+        const Twin pos = b.alloc(h2o::TensorType::I32, 1, n, positions.data());
+        const Twin q = b.floats(64, n, random_floats(64 * n, 8));
+        const Twin k = b.floats(32, n, random_floats(32 * n, 9));
+        REQUIRE(b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape).ok());
+        REQUIRE(b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape).ok());
+        INFO("rope_dims " << rope_dims);
+        CHECK(max_abs_diff(b.cpu_floats(q.cpu, 64 * n), b.gpu_floats(q.gpu, 64 * n)) <= 1e-6);
+        CHECK(max_abs_diff(b.cpu_floats(k.cpu, 32 * n), b.gpu_floats(k.gpu, 32 * n)) <= 1e-6);
+    }
+}
+
+// Attention and statistics without eviction (64 slots, H2O gathering statistics; GQA: 4 query
+// heads on 2 kv heads): a prompt, single tokens, a full batch, then a cleared cache.
+inline void check_attention_without_eviction(Backends &b, h2o::KvType type) {
+    AttentionRun run(b, small_kv(64, h2o::KvPolicy::H2O, 8, 0, false, type), /*n_head=*/4, 32);
+    REQUIRE(run.step(17));
+    for (int i = 0; i < 6; ++i) REQUIRE(run.step(1));
+    REQUIRE(run.step(32));
+    run.clear();
+    REQUIRE(run.step(5));
+    CHECK(b.gpu->kv_bytes() > 0);
+}
+
+// One policy evicting: two pinned tokens, a prompt that fills most of the 16 slots, single
+// tokens that evict, then batches that evict several at once (42 tokens: with a horizon, stale
+// tokens appear). The same victims as the CPU, step by step.
+inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::KvType type) {
+    h2o::KvConfig kv = small_kv(16, c.policy, c.recent, c.sinks, rolling, type);
+    kv.policy.horizon = c.horizon;
+    AttentionRun run(b, kv, 4, 8);
+    bool ok = run.step(2, /*pinned=*/true) && run.step(8);
+    for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
+    for (int i = 0; i < 4 && ok; ++i) ok = run.step(3);
+    CHECK(ok);
+}
+
+// A batch of `batch` tokens over 65536 slots of 2 kv heads (1 MiB of scores per query), more than
+// the device's attention scratch holds at once: processed in chunks, as the CPU does in one go.
+inline void check_chunked_attention(Backends &b, int batch) {
+    h2o::KvConfig kv = small_kv(65536, h2o::KvPolicy::Scissorhands, 8);
+    kv.n_layer = 1;
+    AttentionRun run(b, kv, 4, batch);
+    REQUIRE(run.step(batch));
+    REQUIRE(run.step(1));
+}
+
+}  // namespace h2o_test
