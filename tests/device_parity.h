@@ -11,11 +11,14 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend.h"
 #include "cpu/cpu_backend.h"
 #include "kv_format.h"
+#include "llama_graph.h"
+#include "model.h"
 #include "quant.h"
 
 namespace h2o_test {
@@ -221,6 +224,60 @@ inline const PolicyCase kPolicyCases[] = {
     {h2o::KvPolicy::RoCo, 6, 0, 0},       {h2o::KvPolicy::Random, 4, 0, 0},        {h2o::KvPolicy::MeanH2O, 5, 2, 20},
 };
 
+// stories260K (or any model) run through one backend by the graph, as Session runs it.
+struct ModelRun {
+    std::unique_ptr<h2o::Model> model;
+    std::unique_ptr<h2o::Backend> backend;
+    std::unique_ptr<h2o::LlamaGraph> graph;
+    int64_t n_past = 0;
+
+    int64_t n_cached = 0;
+    h2o::KvConfig kv;
+
+    ModelRun(const std::string &path, std::unique_ptr<h2o::Backend> b, int max_batch, int n_slots, h2o::KvPolicyConfig policy = {},
+             bool rolling = false, h2o::KvType type = h2o::KvType::F32)
+        : backend(std::move(b)) {
+        REQUIRE(h2o::Model::load(path, "", &model).ok());
+        REQUIRE(h2o::LlamaGraph::create(*model, *backend, max_batch, &graph).ok());
+        const h2o::ModelShape &s = model->shape();
+        kv.n_layer = s.n_layer;
+        kv.n_head_kv = s.n_head_kv;
+        kv.head_dim = s.head_dim;
+        kv.n_slots = n_slots;
+        kv.type = type;
+        kv.policy = policy;
+        kv.rolling = rolling;
+        kv.rope_dims = s.rope_dims;
+        kv.rope_freq_base = s.rope_freq_base;
+        REQUIRE(backend->create_kv(kv).ok());
+    }
+
+    // Feeds tokens in batches of at most graph->max_batch() (a quarter of the budget once the
+    // cache is full, with rank positions when rolling, as Session does) and returns the last
+    // logits.
+    std::vector<float> feed(const std::vector<int32_t> &tokens) {
+        store(tokens);
+        std::vector<float> logits(model->shape().n_vocab);
+        REQUIRE(graph->download_logits(logits.data()).ok());
+        return logits;
+    }
+    void store(const std::vector<int32_t> &tokens) {
+        const int64_t budget = kv.n_slots;
+        for (size_t done = 0; done < tokens.size();) {
+            int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
+            if (n_cached + n > budget) n = std::max<int64_t>(1, std::min<int64_t>(n, budget / 4));
+            const int64_t evicted = std::max<int64_t>(0, n_cached + n - budget);
+            const int64_t first_rank = n_cached - evicted;
+            std::vector<int32_t> positions(n);
+            for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
+            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), static_cast<int>(n), n_past, false).ok());
+            n_past += n;
+            n_cached = first_rank + n;
+            done += static_cast<size_t>(n);
+        }
+    }
+};
+
 // ---- checks every device backend passes, each against the CPU ---------------------------------
 
 // rms_norm (to rounding), add (exactly: one rounding in the same order) and swiglu (to the
@@ -307,6 +364,34 @@ inline void check_chunked_attention(Backends &b, int batch) {
     AttentionRun run(b, kv, 4, batch);
     REQUIRE(run.step(batch));
     REQUIRE(run.step(1));
+}
+
+// Greedy generation of `generated` tokens after a prompt, on the device and on the CPU, with the
+// same cache: the same tokens, every (layer, kv head) keeping the same ones, and the last logits
+// close. Returns the device's run for backend-specific checks.
+inline ModelRun check_greedy_generation(const std::string &path, std::unique_ptr<h2o::Backend> device, int n_slots,
+                                        const h2o::KvPolicyConfig &policy, bool rolling, h2o::KvType type, int generated) {
+    ModelRun gpu(path, std::move(device), 16, n_slots, policy, rolling, type);
+    ModelRun cpu(path, h2o::make_cpu_backend(2, 16), 16, n_slots, policy, rolling, type);
+    std::vector<int32_t> tokens;
+    REQUIRE(gpu.model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
+    auto g = gpu.feed(tokens), c = cpu.feed(tokens);
+    auto argmax = [](const std::vector<float> &v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); };
+    std::vector<int32_t> gpu_tokens, cpu_tokens;
+    for (int i = 0; i < generated; ++i) {
+        gpu_tokens.push_back(argmax(g));
+        cpu_tokens.push_back(argmax(c));
+        g = gpu.feed({gpu_tokens.back()});
+        c = cpu.feed({cpu_tokens.back()});
+    }
+    CHECK(gpu_tokens == cpu_tokens);
+    const size_t slots = static_cast<size_t>(gpu.kv.n_layer) * gpu.kv.n_head_kv * gpu.kv.n_slots;
+    std::vector<int64_t> gi(slots), ci(slots);
+    REQUIRE(gpu.backend->download_kv_stream_indices(gi.data()).ok());
+    REQUIRE(cpu.backend->download_kv_stream_indices(ci.data()).ok());
+    CHECK(gi == ci);
+    CHECK(max_abs_diff(g, c) <= 1e-3 * max_abs(c));
+    return gpu;
 }
 
 }  // namespace h2o_test

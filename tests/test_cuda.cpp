@@ -513,58 +513,11 @@ TEST_CASE("cuda: stories260K greedy generation equals the CPU's, with a full and
         const KvType type = c.type;
         INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(policy));
         CUDA_OR_SKIP(cuda, 16);
-        std::unique_ptr<Model> model;
-        REQUIRE(Model::load(path, "", &model).ok());
         KvPolicyConfig config;
         config.policy = policy;
         config.recent = 32;
         config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;
-        std::unique_ptr<Backend> backends[2] = {make_cpu_backend(2, 16), std::move(cuda)};
-        std::vector<int32_t> generated[2];
-        std::vector<int64_t> kept[2];
-        for (int which = 0; which < 2; ++which) {
-            Backend &backend = *backends[which];
-            std::unique_ptr<LlamaGraph> graph;
-            REQUIRE(LlamaGraph::create(*model, backend, 16, &graph).ok());
-            const ModelShape &s = model->shape();
-            KvConfig kv;
-            kv.n_layer = s.n_layer;
-            kv.n_head_kv = s.n_head_kv;
-            kv.head_dim = s.head_dim;
-            kv.n_slots = c.n_slots;
-            kv.type = type;
-            kv.policy = config;
-            kv.rolling = c.rolling;
-            kv.rope_dims = s.rope_dims;
-            kv.rope_freq_base = s.rope_freq_base;
-            REQUIRE(backend.create_kv(kv).ok());
-            std::vector<int32_t> tokens;
-            REQUIRE(model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
-            int64_t n_past = 0, n_cached = 0;
-            std::vector<float> logits(s.n_vocab);
-            for (int i = 0; i < 150; ++i) {
-                for (size_t done = 0; done < tokens.size();) {
-                    int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
-                    if (n_cached + n > kv.n_slots) n = std::max<int64_t>(1, std::min<int64_t>(n, kv.n_slots / 4));
-                    const int64_t evicted = std::max<int64_t>(0, n_cached + n - kv.n_slots);
-                    const int64_t first_rank = n_cached - evicted;
-                    std::vector<int32_t> positions(n);
-                    for (int64_t j = 0; j < n; ++j) positions[j] = static_cast<int32_t>(kv.rolling ? first_rank + j : n_past + j);
-                    REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), static_cast<int>(n), n_past, false).ok());
-                    n_past += n;
-                    n_cached = first_rank + n;
-                    done += static_cast<size_t>(n);
-                }
-                REQUIRE(graph->download_logits(logits.data()).ok());
-                const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-                generated[which].push_back(next);
-                tokens = {next};
-            }
-            kept[which].resize(static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots);
-            REQUIRE(backend.download_kv_stream_indices(kept[which].data()).ok());
-        }
-        CHECK(generated[1] == generated[0]);
-        CHECK(kept[1] == kept[0]);
+        h2o_test::check_greedy_generation(path, std::move(cuda), c.n_slots, config, c.rolling, type, 150);
     }
 }
 
