@@ -79,6 +79,14 @@ void plan_auto(const BackendRequirements &needs, std::vector<BackendCandidate> *
 
 }  // namespace
 
+Status check_device_memory(const BackendRequirements &needs, const BackendDevice &device) {
+    const uint64_t needed = needs.weight_bytes + needs.session_bytes;
+    if (device.memory_bytes == 0 || needed <= device.memory_bytes) return Status::Ok();
+    return make_error(H2O_ERR_OUT_OF_MEMORY, "the session needs " + std::to_string(needed >> 20) +
+                                                 " MiB of device memory for its weights, KV cache and activations; the device has " +
+                                                 std::to_string(device.memory_bytes >> 20) + " MiB");
+}
+
 const BackendEntry *find_backend(h2o_backend_kind kind) {
     for (const BackendEntry *backend : registered_backends()) {
         if (backend->kind == kind) return backend;

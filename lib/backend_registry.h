@@ -54,6 +54,11 @@ struct BackendEntry {
                      BackendDevice *running);
 };
 
+// For a device backend whose memory holds the weights (at about their size in the file), the KV
+// cache and the activations: Ok, or H2O_ERR_OUT_OF_MEMORY saying how much is needed and what the
+// device has (a device that reports no size is not checked).
+Status check_device_memory(const BackendRequirements &needs, const BackendDevice &device);
+
 // The backends compiled into this build, the CPU backend first (backends/registry_table.cpp).
 std::span<const BackendEntry *const> registered_backends();
 

@@ -354,11 +354,12 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::HeadView view = kv_.head(layer, h);
         const int used = kv_.used(layer, h);
+        // Thread th's partial of slot s is partial[th * per_thread + s].
+        const SlotStats *partial = partial_stats_.data() + static_cast<size_t>(h) * n_slots;
+        const size_t per_thread = static_cast<size_t>(n_slots) * n_kv;
         for (int s = 0; s < used; ++s) {
-            SlotStats batch_stats = attention_scratch(0).partial[static_cast<size_t>(h) * n_slots + s];
-            for (int th = 1; th < threads_used; ++th) {
-                batch_stats = kv_stats_add(batch_stats, attention_scratch(th).partial[static_cast<size_t>(h) * n_slots + s]);
-            }
+            SlotStats batch_stats = partial[s];
+            for (int th = 1; th < threads_used; ++th) batch_stats = kv_stats_add(batch_stats, partial[th * per_thread + s]);
             view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, old_persistence_weight);
         }
     }

@@ -257,28 +257,6 @@ void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
     store_rows<kTokens>(p, rg, g, t0, b0 == 0, acc);
 }
 
-// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of interleaved weights, as in
-// kernels_avx2.cpp's interleaved_range.
-template <int64_t kUnitCols, void (*kGroupRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t),
-          void (*kTokenRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t)>
-void interleaved_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
-    constexpr int64_t kSliceUnits = 4096 / kUnitCols;  // a group's activations stay in L1
-    const int64_t n_units = p.cols / kUnitCols;
-    for (int64_t g = g0; g < g1; ++g) {
-        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
-        if (n_tok >= kGroupTokens) {
-            for (int64_t u0 = 0; u0 < n_units; u0 += kSliceUnits) {
-                const int64_t u1 = u0 + kSliceUnits < n_units ? u0 + kSliceUnits : n_units;
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kGroupRows(p, rg, g, 0, u0, u1);
-            }
-        } else {
-            for (int t = 0; t < n_tok; ++t) {
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, 0, n_units);
-            }
-        }
-    }
-}
-
 // ---- Q4_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
 //
 // As in kernels_avx2.cpp's q4kx8_rows, with vpdpbusd for the integer sums.

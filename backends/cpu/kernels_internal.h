@@ -92,4 +92,30 @@ extern const KernelTable kNeonDotprodKernels;  // kernels_neon_dotprod.cpp; CPUs
 extern const KernelTable kNeonI8mmKernels;     // kernels_neon_i8mm.cpp; CPUs with dotprod and i8mm
 #endif
 
+// Rows [r0, r1) (whole 8-row groups) x token groups [g0, g1) of interleaved weights, for a SIMD
+// level whose row functions work on units (blocks or super-blocks) of kUnitCols columns:
+// kGroupRows for a whole group of kGroupTokens tokens, kTokenRows for one token. Token groups go
+// over column slices of 4096, as in quant_range, so their activations stay in L1; single tokens
+// (decoding, the tail of a prompt) take whole rows. No instructions of its own: each level's
+// instantiation (its own row functions, of internal linkage) is its own function.
+template <int64_t kUnitCols, void (*kGroupRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t),
+          void (*kTokenRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t)>
+void interleaved_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int64_t kSliceUnits = 4096 / kUnitCols;
+    const int64_t n_units = p.cols / kUnitCols;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            for (int64_t u0 = 0; u0 < n_units; u0 += kSliceUnits) {
+                const int64_t u1 = u0 + kSliceUnits < n_units ? u0 + kSliceUnits : n_units;
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kGroupRows(p, rg, g, 0, u0, u1);
+            }
+        } else {
+            for (int t = 0; t < n_tok; ++t) {
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, 0, n_units);
+            }
+        }
+    }
+}
+
 }  // namespace h2o::cpu::detail

@@ -27,15 +27,7 @@ Status cuda_devices(std::vector<BackendDevice> *out) {
 Status cuda_supports(const BackendRequirements &needs, const BackendDevice &device) {
     for (TensorType type : needs.weight_types) H2O_TRY(cuda_runs_weight_type(type));
     H2O_TRY(cuda_runs_kv(needs.kv));
-    // Weights (copied as they are in the file), the KV cache and the activations all live in the
-    // device's memory.
-    const uint64_t needed = needs.weight_bytes + needs.session_bytes;
-    if (device.memory_bytes != 0 && needed > device.memory_bytes) {
-        return make_error(H2O_ERR_OUT_OF_MEMORY, "the session needs " + std::to_string(needed >> 20) +
-                                                     " MiB of device memory for its weights, KV cache and activations; the device has " +
-                                                     std::to_string(device.memory_bytes >> 20) + " MiB");
-    }
-    return Status::Ok();
+    return check_device_memory(needs, device);
 }
 
 Status cuda_create(const BackendDevice &device, const BackendOptions &options, std::unique_ptr<Backend> *out, BackendDevice *running) {
