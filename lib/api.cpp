@@ -682,13 +682,13 @@ bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettin
 
 // A new session with `settings` holding `state` (Session::save_state bytes).
 Status session_from_state(h2o_model *model, const h2o::SessionSettings &settings, const h2o_session_params &host,
-                          const std::vector<uint8_t> &state, std::unique_ptr<h2o_session> *out) {
+                          const std::vector<uint8_t> &state, std::unique_ptr<h2o_session> *out, bool has_span_table = true) {
     std::unique_ptr<h2o_session> session;
     H2O_TRY(create_session(model, params_for(settings, host), &session));
     if (!same_cache_settings(session->settings, settings)) {
         return make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: its settings do not describe a session this library makes");
     }
-    H2O_TRY(session->impl->load_state(state.data(), state.size()));
+    H2O_TRY(session->impl->load_state(state.data(), state.size(), has_span_table));
     *out = std::move(session);
     return Status::Ok();
 }
@@ -714,7 +714,7 @@ Status load_snapshot(h2o_model *model, const uint8_t *data, size_t size, const h
     H2O_TRY(h2o::read_snapshot_header(data, size, model->impl->fingerprint(), &header));
     std::vector<uint8_t> state;
     H2O_TRY(h2o::read_snapshot_payload(data, header, snapshot_payload_limit(*model->impl, header.settings), &state));
-    return session_from_state(model, header.settings, host, state, out);
+    return session_from_state(model, header.settings, host, state, out, header.version >= 3);
 }
 
 }  // namespace
@@ -965,6 +965,44 @@ H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, 
         session->impl->begin_call();
         session->impl->abandon_generation();
         if (Status s = session->impl->add_text(text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0, (flags & H2O_TEXT_SPECIAL) != 0); !s.ok()) return fail(s, session);
+        return succeed(session);
+    });
+}
+
+static_assert(H2O_MAX_SPANS == h2o::KV_MAX_SPANS, "the public span limit is the cache's");
+
+H2O_API h2o_status h2o_session_add_span_text(h2o_session *session, uint32_t span_id, float min_share, const char *text,
+                                             size_t text_len, uint32_t flags) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_add_span_text: session is NULL");
+        if (!text && text_len > 0) return invalid("h2o_session_add_span_text: text is NULL but text_len is not 0", session);
+        if (flags & ~(H2O_TEXT_PIN | H2O_TEXT_SPECIAL)) return invalid("h2o_session_add_span_text: unknown flags " + std::to_string(flags), session);
+        session->impl->begin_call();
+        session->impl->abandon_generation();
+        if (Status s = session->impl->add_span_text(span_id, min_share, text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0,
+                                                    (flags & H2O_TEXT_SPECIAL) != 0);
+            !s.ok()) {
+            return fail(s, session);
+        }
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_session_get_span_info(h2o_session *session, uint32_t span_id, h2o_span_info *info) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_get_span_info: session is NULL");
+        h2o::SpanReport report;
+        if (Status s = session->impl->span_report(span_id, &report); !s.ok()) return fail(s, session);
+        h2o_span_info out{};
+        out.span_id = report.span.id;
+        out.min_share = report.span.min_share;
+        out.min_tokens = report.span.min_tokens;
+        out.n_tokens = report.span.n_tokens;
+        out.kept_min = report.kept_min;
+        out.kept_max = report.kept_max;
+        out.kept_mean = report.kept_mean;
+        out.attention_share = report.attention_share;
+        if (Status s = write_result(out, info, "h2o_session_get_span_info: info"); !s.ok()) return fail(s, session);
         return succeed(session);
     });
 }

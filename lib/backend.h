@@ -86,7 +86,7 @@ struct AttentionBatch {
     int n_tokens = 0;
     int64_t first_index = 0;
     Tensor positions;  // I32, one per token
-    bool pinned = false;  // the batch's tokens are never evicted
+    uint8_t tag = 0;  // the batch's tokens' retention tag (kv_make_tag): pinned, retention span
 };
 
 class Backend {
@@ -150,15 +150,22 @@ public:
     // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
     // For tests and evaluation only.
     virtual Status download_kv_statistics(SlotStats *out) = 0;
+    // Copies every slot's retention tag (kv_make_tag; 0 for a free slot), in the same order.
+    virtual Status download_kv_tags(uint8_t *out) = 0;
+    // Sets each retention span's minimum per (layer, kv head), in tokens (KV_MAX_SPANS entries):
+    // eviction keeps a cell's tokens of span s while it holds no more than minimums[s] of them.
+    // clear_kv() and load_kv() set them all to zero.
+    virtual Status set_kv_span_minimums(const int32_t *minimums) = 0;
     // The whole KV cache in the host reference layout (KvCache::save), for session snapshots,
     // and back. A backend that cannot do this says so with H2O_ERR_UNSUPPORTED.
     virtual Status save_kv(ByteWriter &out) = 0;
-    virtual Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) = 0;
+    virtual Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) = 0;
     // For each kv head of `layer`: if fewer than n slots are free, evicts victims by the policy
     // (kv_policy.h) until n are; stores the batch's k and v in free slots; then computes causal
     // attention of q over the occupied slots (a slot is visible to a query when its stream index
     // is not after the query's), writing out [n × n_head*head_dim], and updates the visible
-    // slots' statistics. The caller guarantees that n slots can be freed (pinned tokens excepted).
+    // slots' statistics. The caller guarantees that n slots can be freed (pinned tokens and span
+    // minimums excepted).
     virtual Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
                            const AttentionBatch &batch, const ModelShape &shape) = 0;
 };

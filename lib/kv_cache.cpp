@@ -31,7 +31,7 @@ Status KvCache::init(const KvConfig &config) {
         rotate_scratch_.assign(config.head_dim, 0.0f);
         stream_index_.assign(slots, -1);
         position_.assign(slots, 0);
-        pinned_.assign(slots, 0);
+        tags_.assign(slots, 0);
         // Attention statistics cost 20 bytes a slot; only policies that read them get them.
         stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? slots : 0, kv_stats_zero());
         used_.assign(heads, 0);
@@ -52,7 +52,9 @@ Status KvCache::init(const KvConfig &config) {
 
 void KvCache::clear() {
     std::fill(stream_index_.begin(), stream_index_.end(), -1);
-    std::fill(pinned_.begin(), pinned_.end(), 0);
+    std::fill(tags_.begin(), tags_.end(), 0);
+    std::fill(span_minimum_, span_minimum_ + KV_MAX_SPANS, 0);
+    any_span_minimum_ = false;
     std::fill(used_.begin(), used_.end(), 0);
     std::fill(free_count_.begin(), free_count_.end(), 0);
     random_state_ = config_.policy.seed ^ 0x9E3779B97F4A7C15ull;
@@ -64,14 +66,14 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
     const size_t row_bytes = kv_row_bytes(kv_key_format(config.type), config.head_dim) +
                              kv_row_bytes(kv_value_format(config.type), config.head_dim);
     const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? sizeof(SlotStats) : 0;
-    // Per slot: key and value rows, stream index, position, pinned flag, free-list entry, statistics.
+    // Per slot: key and value rows, stream index, position, tag, free-list entry, statistics.
     return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats);
 }
 
 KvCache::HeadView KvCache::head(int layer, int kv_head) {
     const size_t base = slot_base(layer, kv_head);
     return HeadView{keys_.data() + base * key_row_bytes_, values_.data() + base * value_row_bytes_, stream_index_.data() + base,
-                    position_.data() + base, pinned_.data() + base, stats_.empty() ? nullptr : stats_.data() + base};
+                    position_.data() + base, tags_.data() + base, stats_.empty() ? nullptr : stats_.data() + base};
 }
 
 int KvCache::free_slots(int layer, int kv_head) const {
@@ -97,6 +99,31 @@ void KvCache::rotate_back(uint8_t *stored_key, int shift) {
     kv_store_row(key_format_, key, config_.head_dim, stored_key);
 }
 
+void KvCache::set_span_minimums(const int32_t *minimums) {
+    any_span_minimum_ = false;
+    for (uint32_t i = 0; i < KV_MAX_SPANS; ++i) {
+        span_minimum_[i] = minimums[i];
+        any_span_minimum_ |= minimums[i] > 0;
+    }
+}
+
+void KvCache::count_span_tokens(const HeadView &v, int used) {
+    std::fill(span_held_, span_held_ + KV_MAX_SPANS, 0);
+    for (int s = 0; s < used; ++s) {
+        const uint32_t span = kv_tag_span(v.tag[s]);
+        if (v.stream_index[s] >= 0 && span != 0) ++span_held_[span - 1];
+    }
+}
+
+bool KvCache::take_if_span_allows(const HeadView &v, int s) {
+    const uint32_t span = kv_tag_span(v.tag[s]);
+    if (span == 0) return true;
+    int32_t &held = span_held_[span - 1];
+    if (!kv_span_allows_eviction(static_cast<uint32_t>(held), static_cast<uint32_t>(span_minimum_[span - 1]))) return false;
+    --held;
+    return true;
+}
+
 int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     const int needed = n - free_slots(layer, kv_head);
     if (needed <= 0) return 0;
@@ -109,15 +136,20 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     int n_candidates = 0;
     for (int s = 0; s < used; ++s) {
         const int64_t index = v.stream_index[s];
-        if (!kv_slot_evictable(index, v.pinned[s] != 0, recent_from, policy.sinks)) continue;
+        if (!kv_slot_evictable(index, kv_tag_pinned(v.tag[s]), recent_from, policy.sinks)) continue;
         candidates_[n_candidates++] = s;
     }
-    int n_victims = std::min(needed, n_candidates);
+    // Victims are taken from the candidates in the policy's order, passing over tokens whose
+    // span is down to its minimum; they are gathered at the front of candidates_.
+    count_span_tokens(v, used);
+    int n_victims = 0;
     if (policy.policy == KvPolicy::Random) {
-        // A partial Fisher-Yates shuffle puts n_victims random candidates first.
-        for (int i = 0; i < n_victims; ++i) {
+        // A partial Fisher-Yates shuffle draws the candidates in random order, one draw each
+        // until enough are taken or none is left.
+        for (int i = 0; i < n_candidates && n_victims < needed; ++i) {
             const int j = i + static_cast<int>(next_random() % static_cast<uint64_t>(n_candidates - i));
             std::swap(candidates_[i], candidates_[j]);
+            if (take_if_span_allows(v, candidates_[i])) candidates_[n_victims++] = candidates_[i];
         }
     } else {
         const int64_t stale_before = kv_stale_before(policy, next_index, n);
@@ -126,17 +158,28 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
             const float pb = kv_victim_priority(policy, slot_stats(v, b), v.stream_index[b], stale_before);
             return kv_victim_before(pa, v.stream_index[a], pb, v.stream_index[b]);
         };
-        std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates, before);
+        // Span minimums may pass over any number of candidates; without them the first `needed`
+        // in order are the victims.
+        const int ranked = any_span_minimum_ ? n_candidates : std::min(needed, n_candidates);
+        std::partial_sort(candidates_.begin(), candidates_.begin() + ranked, candidates_.begin() + n_candidates, before);
+        for (int i = 0; i < ranked && n_victims < needed; ++i) {
+            if (take_if_span_allows(v, candidates_[i])) candidates_[n_victims++] = candidates_[i];
+        }
     }
     if (n_victims < needed) {
-        // Everything evictable is protected by the windows: fall back to the oldest unpinned tokens.
+        // Everything evictable is protected by the windows: the policy's choice is dropped and
+        // the oldest unpinned tokens go, span minimums still kept.
         n_candidates = 0;
         for (int s = 0; s < used; ++s) {
-            if (v.stream_index[s] >= 0 && !v.pinned[s]) candidates_[n_candidates++] = s;
+            if (v.stream_index[s] >= 0 && !kv_tag_pinned(v.tag[s])) candidates_[n_candidates++] = s;
         }
-        n_victims = std::min(needed, n_candidates);
-        std::partial_sort(candidates_.begin(), candidates_.begin() + n_victims, candidates_.begin() + n_candidates,
-                          [&](int32_t a, int32_t b) { return v.stream_index[a] < v.stream_index[b]; });
+        std::sort(candidates_.begin(), candidates_.begin() + n_candidates,
+                  [&](int32_t a, int32_t b) { return v.stream_index[a] < v.stream_index[b]; });
+        count_span_tokens(v, used);
+        n_victims = 0;
+        for (int i = 0; i < n_candidates && n_victims < needed; ++i) {
+            if (take_if_span_allows(v, candidates_[i])) candidates_[n_victims++] = candidates_[i];
+        }
     }
 
     const size_t h = head_index(layer, kv_head);
@@ -164,7 +207,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
 
 // Per (layer, kv head): the used count, the free-list length, then for the used slots only
 // (a slot is used once it has held a token; later slots were never touched) the key and value
-// rows, stream indices, positions, pinned flags and statistics, then the free list. A cache that
+// rows, stream indices, positions, tags and statistics, then the free list. A cache that
 // has seen few tokens saves little.
 void KvCache::save(ByteWriter &out) const {
     out.put<uint64_t>(random_state_);
@@ -178,7 +221,7 @@ void KvCache::save(ByteWriter &out) const {
             out.put_raw(values_.data() + base * value_row_bytes_, used * value_row_bytes_);
             out.put_raw(stream_index_.data() + base, used * sizeof(int64_t));
             out.put_raw(position_.data() + base, used * sizeof(int32_t));
-            out.put_raw(pinned_.data() + base, used);
+            out.put_raw(tags_.data() + base, used);
             // Field by field (the snapshot format predates the slot-major layout in memory).
             if (!stats_.empty()) {
                 for (float SlotStats::*field : kStatFields) {
@@ -190,7 +233,7 @@ void KvCache::save(ByteWriter &out) const {
     }
 }
 
-Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) {
+Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) {
     clear();
     Status st = [&]() -> Status {
         H2O_TRY(in.get("KV random state", &random_state_));
@@ -210,7 +253,7 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                 H2O_TRY(in.get_raw("KV values", values_.data() + base * value_row_bytes_, n * value_row_bytes_));
                 H2O_TRY(in.get_raw("KV stream indices", stream_index_.data() + base, n * sizeof(int64_t)));
                 H2O_TRY(in.get_raw("KV positions", position_.data() + base, n * sizeof(int32_t)));
-                H2O_TRY(in.get_raw("KV pinned flags", pinned_.data() + base, n));
+                H2O_TRY(in.get_raw("KV tags", tags_.data() + base, n));
                 if (!stats_.empty()) {
                     for (float SlotStats::*field : kStatFields) {
                         for (size_t s = 0; s < n; ++s) H2O_TRY(in.get("KV statistics", &(stats_[base + s].*field)));
@@ -224,10 +267,13 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                 for (int s = 0; s < used; ++s) {
                     const int64_t index = stream_index_[base + s];
                     if (index < -1 || index >= n_past) return bad("stream index " + std::to_string(index) + where);
-                    if (pinned_[base + s] > 1 || (pinned_[base + s] && index < 0)) return bad("pinned flag" + where);
+                    const uint8_t tag = tags_[base + s];
+                    if (kv_tag_span(tag) > static_cast<uint32_t>(n_spans) || (tag != 0 && index < 0)) {
+                        return bad("tag " + std::to_string(tag) + where);
+                    }
                     if (position_[base + s] < 0) return bad("negative position" + where);
                     occupied += index >= 0;
-                    pinned += pinned_[base + s];
+                    pinned += kv_tag_pinned(tag) ? 1 : 0;
                 }
                 if (occupied != n_cached || pinned != n_pinned) {
                     return bad(std::to_string(occupied) + " tokens (" + std::to_string(pinned) + " pinned)" + where +
@@ -250,13 +296,13 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
     return st;
 }
 
-int KvCache::claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, bool pinned) {
+int KvCache::claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, uint8_t tag) {
     const size_t h = head_index(layer, kv_head);
     const int slot = free_count_[h] > 0 ? free_list_[slot_base(layer, kv_head) + --free_count_[h]] : used_[h]++;
     const size_t at = slot_base(layer, kv_head) + slot;
     stream_index_[at] = stream_index;
     position_[at] = position;
-    pinned_[at] = pinned ? 1 : 0;
+    tags_[at] = tag;
     if (!stats_.empty()) stats_[at] = kv_stats_zero();
     return slot;
 }

@@ -1,9 +1,10 @@
 // Host-resident KV cache: the reference layout and eviction bookkeeping, used by the CPU backend.
 //
 // Every (layer, kv head) owns `n_slots` slots. A slot holds a key and a value vector and what
-// eviction needs: the token's stream index (-1 when free), its rotary position, whether it is
-// pinned, and its attention statistics (kv_policy.h). Memory is allocated once in init(); tokens
-// take slots in place and nothing is ever compacted or copied.
+// eviction needs: the token's stream index (-1 when free), its rotary position, its retention tag
+// (pinned flag and retention span: kv_policy_spec.h), and its attention statistics (kv_policy.h).
+// Memory is allocated once in init(); tokens take slots in place and nothing is ever compacted or
+// copied.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +36,7 @@ public:
         uint8_t *values;
         int64_t *stream_index;
         int32_t *position;
-        uint8_t *pinned;
+        uint8_t *tag;  // kv_make_tag: pinned flag and retention span
         SlotStats *stats;  // null when the policy reads none
     };
     // A slot's statistics (zeros when the policy keeps none).
@@ -52,7 +53,13 @@ public:
     int make_room(int layer, int kv_head, int n, int64_t next_index);
 
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
-    int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, bool pinned);
+    int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, uint8_t tag);
+
+    // Each retention span's minimum per (layer, kv head), in tokens (KV_MAX_SPANS entries; all
+    // zero after clear()). Eviction keeps a cell's tokens of span s while it holds no more than
+    // minimum[s] of them.
+    void set_span_minimums(const int32_t *minimums);
+    const int32_t *span_minimums() const { return span_minimum_; }
 
     // The cache, slot by slot, as saved in a session snapshot: every used slot's rows in their
     // stored format, bookkeeping and statistics, and the free lists, so a loaded cache evicts and
@@ -60,8 +67,9 @@ public:
     void save(ByteWriter &out) const;
     // Replaces the cache with a saved one of the same configuration, after checking that every
     // index in it is consistent with a stream of n_past tokens of which every (layer, kv head)
-    // holds n_cached, n_pinned of them pinned. On error the cache is cleared.
-    Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned);
+    // holds n_cached, n_pinned of them pinned, and whose tags name none but the first n_spans
+    // retention spans. On error the cache is cleared.
+    Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans);
 
     // The bookkeeping beyond the slots' own (HeadView), for a device backend that keeps its cache
     // in its own memory and saves and loads it in the snapshot format through a host KvCache.
@@ -87,6 +95,11 @@ private:
     size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
     size_t slot_base(int layer, int kv_head) const { return head_index(layer, kv_head) * config_.n_slots; }
     void rotate_back(uint8_t *key, int shift);
+    // Counts each span's tokens among the first `used` slots of a head into span_held_.
+    void count_span_tokens(const HeadView &v, int used);
+    // Whether the unpinned token in slot s may go now (its span, if any, holds more than its
+    // minimum); if so, counts it out of its span.
+    bool take_if_span_allows(const HeadView &v, int s);
     uint64_t next_random();
 
     KvConfig config_;
@@ -95,7 +108,7 @@ private:
     std::vector<uint8_t> keys_, values_;
     std::vector<int64_t> stream_index_;
     std::vector<int32_t> position_;
-    std::vector<uint8_t> pinned_;
+    std::vector<uint8_t> tags_;
     std::vector<SlotStats> stats_;
     std::vector<int> used_;
     // Per (layer, head): slots freed by eviction and not yet reused (a stack of n_slots capacity).
@@ -104,6 +117,9 @@ private:
     // Scratch for victim selection (n_slots entries), allocated once.
     std::vector<int32_t> candidates_;
     std::vector<int64_t> evicted_indices_;
+    int32_t span_minimum_[KV_MAX_SPANS] = {};
+    bool any_span_minimum_ = false;
+    int32_t span_held_[KV_MAX_SPANS] = {};  // make_room's scratch
     std::vector<double> inv_freq_;  // rotary inverse frequencies, rope_dims / 2 entries
     std::vector<float> rotate_scratch_;  // one key as floats (head_dim)
     uint64_t random_state_ = 0;

@@ -14,7 +14,12 @@
 //   - among the rest, stale tokens go first, oldest first: with a horizon H, a token is stale when
 //     it lies H or more tokens behind the newest incoming one (kv_stale_before);
 //   - then the token with the smallest kv_victim_priority is evicted (ties: the oldest);
-//   - if nothing is left after the protections, the oldest unpinned token is evicted.
+//   - victims are taken in that order, passing over the tokens of a retention span (a tag of
+//     kv_policy_spec.h) while the (layer, kv head) holds no more of that span's tokens than the
+//     span's minimum: a span keeps at least its minimum, the ones the policy ranks highest;
+//   - if the protections leave too few (counting the spans' minimums), the policy's choice is
+//     dropped and the oldest unpinned tokens are evicted instead, spans' minimums still kept
+//     (the session keeps pins plus minimums below the budget, so enough can always go).
 #pragma once
 
 #include <cstdint>

@@ -152,6 +152,23 @@ KV_FN float kv_victim_priority(KV_UINT policy, SlotStats s, bool stale) {
     return 0.0f;
 }
 
+// ---- retention tags -----------------------------------------------------------------------------
+// A slot's tag says how its token is kept: bit 0 set when it is pinned (never evicted), and bits
+// 1 and up hold the retention span it belongs to, 0 for none or s + 1 for span s < KV_MAX_SPANS.
+// A span has a minimum per (layer, kv head): while that cell holds no more of the span's tokens
+// than the minimum, none of them may be evicted (kv_policy.h). Pinned tokens of a span count as
+// held tokens of it and stay pinned.
+const KV_UINT KV_MAX_SPANS = 32u;
+const KV_UINT KV_TAG_PINNED = 1u;
+
+KV_FN KV_UINT kv_make_tag(bool pinned, KV_UINT span_plus_one) { return (span_plus_one << 1) | (pinned ? KV_TAG_PINNED : 0u); }
+KV_FN bool kv_tag_pinned(KV_UINT tag) { return (tag & KV_TAG_PINNED) != 0u; }
+// 0: in no span; otherwise the span's index + 1.
+KV_FN KV_UINT kv_tag_span(KV_UINT tag) { return tag >> 1; }
+// Whether an unpinned token of a span may be evicted, given how many tokens of the span its cell
+// holds now and the span's minimum there.
+KV_FN bool kv_span_allows_eviction(KV_UINT held, KV_UINT minimum) { return held > minimum; }
+
 #ifdef __cplusplus
 }  // namespace h2o
 #endif

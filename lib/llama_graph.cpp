@@ -66,12 +66,12 @@ Status LlamaGraph::alloc_activations() {
     return Status::Ok();
 }
 
-Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned) {
+Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, uint8_t tag) {
     const ModelShape &s = model_.shape();
     Backend &be = backend_;
     H2O_TRY(be.upload(ids_, tokens, sizeof(int32_t) * n));
     H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * n));
-    AttentionBatch batch{n, first_index, positions_, pinned};
+    AttentionBatch batch{n, first_index, positions_, tag};
 
     H2O_TRY(be.get_rows(x_, token_embd_, ids_, n));
     for (int l = 0; l < s.n_layer; ++l) {

@@ -16,9 +16,9 @@ public:
     static Status create(const Model &model, Backend &backend, int max_batch, std::unique_ptr<LlamaGraph> *out);
 
     // Runs n (1..max_batch) tokens whose stream indices start at first_index, with rotary
-    // positions `positions`; pinned tokens are never evicted from the KV cache. Afterwards
-    // download_logits copies the last token's logits to the host.
-    Status evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, bool pinned);
+    // positions `positions`, retention tag `tag` in the KV cache (kv_make_tag: pinned tokens are
+    // never evicted). Afterwards download_logits copies the last token's logits to the host.
+    Status evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, uint8_t tag);
     Status download_logits(float *host_logits);
     // The index of the largest of the last token's logits (ties: the smallest), computed where
     // the logits are: greedy sampling reads back 4 bytes instead of the logits.

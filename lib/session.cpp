@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cmath>
 
 #include "kv_cache.h"
 #include "log.h"
@@ -28,6 +30,11 @@ size_t stop_prefix_overlap(const std::string &text, const std::vector<std::strin
         }
     }
     return longest;
+}
+
+// A span's minimum per (layer, kv head), in tokens.
+int32_t span_minimum_tokens(float min_share, int kv_budget) {
+    return static_cast<int32_t>(std::floor(static_cast<double>(min_share) * kv_budget));
 }
 
 }  // namespace
@@ -82,6 +89,7 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     const ModelShape &shape = model.shape();
     s->logits_.assign(shape.n_vocab, 0.0f);
     s->positions_.assign(settings.n_batch, 0);
+    s->spans_.reserve(KV_MAX_SPANS);
     // A backend's own scratch is known only once it is made: check the whole again.
     const h2o_memory_report used = s->memory();
     if (cap != 0 && used.kv_bytes + used.scratch_bytes > cap) return memory_cap_error(used.kv_bytes + used.scratch_bytes, cap, "");
@@ -146,6 +154,7 @@ Status Session::reset() {
     sampler_.reseed(settings_.seed);
     history_.clear();
     n_past_ = n_cached_ = n_pinned_ = 0;
+    spans_.clear();  // clear_kv() and a new backend hold no span minimums
     last_token_ = pending_token_ = -1;
     has_logits_ = false;
     stats_ = h2o_generate_stats{};
@@ -194,6 +203,13 @@ Status Session::save_state(std::vector<uint8_t> *out) {
     w.put<int64_t>(n_past_);
     w.put<int64_t>(n_cached_);
     w.put<int64_t>(n_pinned_);
+    w.put<uint32_t>(static_cast<uint32_t>(spans_.size()));
+    for (const RetentionSpan &span : spans_) {
+        w.put<uint32_t>(span.id);
+        w.put<float>(span.min_share);
+        w.put<int32_t>(span.min_tokens);
+        w.put<int64_t>(span.n_tokens);
+    }
     w.put<int32_t>(last_token_);
     w.put<int32_t>(pending_token_);
     w.put<uint8_t>(has_logits_ ? 1 : 0);
@@ -203,7 +219,7 @@ Status Session::save_state(std::vector<uint8_t> *out) {
     return backend_->save_kv(w);
 }
 
-Status Session::load_state(const uint8_t *data, size_t size) {
+Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table) {
     H2O_TRY(reset());
     ByteReader r(data, size);
     Status st = [&]() -> Status {
@@ -211,17 +227,37 @@ Status Session::load_state(const uint8_t *data, size_t size) {
         H2O_TRY(r.get("stream length", &n_past_));
         H2O_TRY(r.get("cached token count", &n_cached_));
         H2O_TRY(r.get("pinned token count", &n_pinned_));
+        auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent session state: " + what); };
+        uint32_t n_spans = 0;
+        if (has_span_table) H2O_TRY(r.get("retention span count", &n_spans));
+        if (n_spans > KV_MAX_SPANS) return bad(std::to_string(n_spans) + " retention spans");
+        for (uint32_t i = 0; i < n_spans; ++i) {
+            RetentionSpan span;
+            H2O_TRY(r.get("retention span id", &span.id));
+            H2O_TRY(r.get("retention span share", &span.min_share));
+            H2O_TRY(r.get("retention span minimum", &span.min_tokens));
+            H2O_TRY(r.get("retention span length", &span.n_tokens));
+            const bool share_ok = span.min_share >= 0.0f && span.min_share <= 1.0f;  // false for NaN
+            if (span.id == 0 || !share_ok || span.min_tokens != span_minimum_tokens(span.min_share, settings_.kv_budget) ||
+                span.n_tokens < 0) {
+                return bad("retention span " + std::to_string(i));
+            }
+            for (const RetentionSpan &other : spans_) {
+                if (other.id == span.id) return bad("retention span id " + std::to_string(span.id) + " appears twice");
+            }
+            spans_.push_back(span);
+        }
         H2O_TRY(r.get("last token", &last_token_));
         H2O_TRY(r.get("pending token", &pending_token_));
         H2O_TRY(r.get("logits flag", &has_logits));
         H2O_TRY(r.get_array("logits", logits_.size(), &logits_));
         H2O_TRY(sampler_.load(r));
         H2O_TRY(history_.load(r));
-        auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent session state: " + what); };
         const int32_t n_vocab = model_.shape().n_vocab;
         auto token_ok = [n_vocab](int32_t t) { return t >= -1 && t < n_vocab; };
         if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > settings_.kv_budget || n_pinned_ < 0 ||
-            n_pinned_ > n_cached_ || (!settings_.rolling && n_past_ > settings_.n_ctx)) {
+            n_pinned_ > n_cached_ || (!settings_.rolling && n_past_ > settings_.n_ctx) ||
+            (n_spans > 0 && n_pinned_ + span_reserved() > settings_.kv_budget - 1)) {
             return bad("stream length " + std::to_string(n_past_) + ", " + std::to_string(n_cached_) + " cached, " +
                        std::to_string(n_pinned_) + " pinned");
         }
@@ -232,7 +268,8 @@ Status Session::load_state(const uint8_t *data, size_t size) {
         }
         has_logits_ = has_logits != 0;
         logits_on_host_ = true;
-        H2O_TRY(backend_->load_kv(r, n_past_, n_cached_, n_pinned_));
+        H2O_TRY(backend_->load_kv(r, n_past_, n_cached_, n_pinned_, static_cast<int>(spans_.size())));
+        H2O_TRY(apply_span_minimums());
         if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " unexpected bytes at the end");
         return Status::Ok();
     }();
@@ -243,7 +280,20 @@ Status Session::load_state(const uint8_t *data, size_t size) {
     return st;
 }
 
-Status Session::check_room(size_t n, bool pinned) const {
+int64_t Session::span_reserved() const {
+    int64_t total = 0;
+    for (const RetentionSpan &span : spans_) total += span.min_tokens;
+    return total;
+}
+
+Status Session::apply_span_minimums() {
+    int32_t minimums[KV_MAX_SPANS] = {};
+    for (size_t i = 0; i < spans_.size(); ++i) minimums[i] = spans_[i].min_tokens;
+    if (Status st = backend_->set_kv_span_minimums(minimums); !st.ok()) return backend_failed(st);
+    return Status::Ok();
+}
+
+Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
     const int64_t budget = settings_.kv_budget;
     if (!settings_.rolling && n_past_ + static_cast<int64_t>(n) > settings_.n_ctx) {
         return make_error(H2O_ERR_CONTEXT_FULL, "the context is full: the stream has " + std::to_string(n_past_) + " tokens, " +
@@ -255,18 +305,21 @@ Status Session::check_room(size_t n, bool pinned) const {
                                                     std::to_string(budget) + " slots used, " + std::to_string(n) +
                                                     " more tokens do not fit and the policy is 'full' (no eviction)");
     }
-    if (pinned && n_pinned_ + static_cast<int64_t>(n) > budget - 1) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot pin " + std::to_string(n) + " more tokens: " +
-                                                        std::to_string(n_pinned_) + " are pinned and at most " +
-                                                        std::to_string(budget - 1) + " (kv_budget - 1) may be");
+    const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
+    if (n_pinned_ + pinning + reserved > budget - 1) {
+        const std::string spans = reserved > 0 ? " and the retention spans' minimums hold " + std::to_string(reserved) : "";
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot keep " + std::to_string(pinning) + " more pinned tokens: " +
+                                                        std::to_string(n_pinned_) + " are pinned" + spans + ", and at most " +
+                                                        std::to_string(budget - 1) + " (kv_budget - 1) slots may be held from eviction");
     }
     return Status::Ok();
 }
 
-Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *processed) {
+Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, size_t *processed) {
     *processed = 0;
     H2O_TRY(check_usable());
-    H2O_TRY(check_room(n, pinned));
+    const int64_t reserved = span_reserved();
+    H2O_TRY(check_room(n, retention.pinned, reserved));
     const int64_t budget = settings_.kv_budget;
     for (size_t done = 0; done < n;) {
         if (cancel_requested_.load(std::memory_order_relaxed)) {
@@ -277,18 +330,19 @@ Status Session::evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *p
         // evicts all its victims at once from scores gathered before it, so batches are kept to
         // a quarter of the evictable slots: the rest keep their place by those scores.
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
-        if (n_cached_ + chunk > budget) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (budget - n_pinned_) / 4));
+        if (n_cached_ + chunk > budget) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (budget - n_pinned_ - reserved) / 4));
         const int64_t evicted = std::max<int64_t>(0, n_cached_ + chunk - budget);
         const int64_t first_rank = n_cached_ - evicted;
         for (int64_t i = 0; i < chunk; ++i) {
             positions_[i] = static_cast<int32_t>(settings_.rolling ? first_rank + i : n_past_ + i);
         }
-        if (Status st = graph_->evaluate(tokens + done, positions_.data(), static_cast<int>(chunk), n_past_, pinned); !st.ok()) {
+        if (Status st = graph_->evaluate(tokens + done, positions_.data(), static_cast<int>(chunk), n_past_, retention.tag()); !st.ok()) {
             return backend_failed(st);
         }
         n_past_ += chunk;
         n_cached_ = first_rank + chunk;
-        if (pinned) n_pinned_ += chunk;
+        if (retention.pinned) n_pinned_ += chunk;
+        if (retention.span >= 0) spans_[retention.span].n_tokens += chunk;
         done += static_cast<size_t>(chunk);
         *processed = done;
     }
@@ -310,14 +364,14 @@ Status Session::fetch_logits() {
     return Status::Ok();
 }
 
-Status Session::decode(const int32_t *tokens, size_t n, bool pinned) {
-    H2O_TRY(feed(tokens, n, pinned));
+Status Session::decode(const int32_t *tokens, size_t n, Retention retention) {
+    H2O_TRY(feed(tokens, n, retention));
     // The work is done, and any device error reported, before the call returns.
     if (Status st = backend_->synchronize(); !st.ok()) return backend_failed(st);
     return Status::Ok();
 }
 
-Status Session::feed(const int32_t *tokens, size_t n, bool pinned) {
+Status Session::feed(const int32_t *tokens, size_t n, Retention retention) {
     H2O_TRY(check_usable());
     const int32_t n_vocab = model_.shape().n_vocab;
     for (size_t i = 0; i < n; ++i) {
@@ -327,18 +381,21 @@ Status Session::feed(const int32_t *tokens, size_t n, bool pinned) {
         }
     }
     // Check before feeding the pending token, so that a refused call changes nothing.
-    H2O_TRY(check_room(n + (pending_token_ >= 0 ? 1 : 0), false));
-    if (n > 0) H2O_TRY(check_room(n, pinned));
+    const int64_t reserved = span_reserved();
+    H2O_TRY(check_room(n + (pending_token_ >= 0 ? 1 : 0), false, reserved));
+    if (n > 0) H2O_TRY(check_room(n, retention.pinned, reserved));
     size_t processed = 0;
     if (pending_token_ >= 0) {
         const int32_t pending = pending_token_;
-        H2O_TRY(evaluate(&pending, 1, false, &processed));
+        H2O_TRY(evaluate(&pending, 1, Retention{}, &processed));
         pending_token_ = -1;  // already in the history: it was pushed when it was sampled
     }
     if (n == 0) return Status::Ok();
-    // A fresh session may start from a state the model's prefix cache holds for its first tokens.
+    // A fresh session may start from a state the model's prefix cache holds for its first tokens
+    // (not for a span's text: the cached state would bring another session's span with it).
     PrefixCache &cache = model_.prefix_cache();
-    const bool fresh = n_past_ == 0 && cache.enabled();
+    const bool fresh = n_past_ == 0 && cache.enabled() && retention.span < 0;
+    const bool pinned = retention.pinned;
     size_t reused = 0;
     if (fresh) {
         size_t matched = 0;
@@ -346,7 +403,7 @@ Status Session::feed(const int32_t *tokens, size_t n, bool pinned) {
         if (state && load_state(state->data(), state->size()).ok()) reused = matched;  // else: processed below
     }
     Status st = Status::Ok();
-    if (reused < n) st = evaluate(tokens + reused, n - reused, pinned, &processed);
+    if (reused < n) st = evaluate(tokens + reused, n - reused, retention, &processed);
     for (size_t i = 0; i < processed; ++i) history_.push(tokens[reused + i]);
     if (fresh && reused < n && st.ok()) {
         std::vector<uint8_t> state;
@@ -355,13 +412,96 @@ Status Session::feed(const int32_t *tokens, size_t n, bool pinned) {
     return st;
 }
 
-Status Session::add_text(std::string_view text, bool pinned, bool special) {
+Status Session::tokenize_text(std::string_view text, bool special) {
     const Tokenizer &tok = model_.tokenizer();
     const bool fresh = n_past_ == 0 && pending_token_ < 0;
     const bool add_bos = fresh && tok.bos() >= 0;
-    H2O_TRY(special ? tok.encode_special(text, add_bos, &prompt_tokens_) : tok.encode(text, add_bos, &prompt_tokens_));
+    return special ? tok.encode_special(text, add_bos, &prompt_tokens_) : tok.encode(text, add_bos, &prompt_tokens_);
+}
+
+Status Session::add_text(std::string_view text, bool pinned, bool special) {
+    H2O_TRY(tokenize_text(text, special));
     if (prompt_tokens_.empty()) return Status::Ok();
-    return decode(prompt_tokens_.data(), prompt_tokens_.size(), pinned);
+    return decode(prompt_tokens_.data(), prompt_tokens_.size(), Retention{pinned});
+}
+
+Status Session::add_span_text(uint32_t span_id, float min_share, std::string_view text, bool pinned, bool special) {
+    H2O_TRY(check_usable());
+    if (span_id == 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "retention span id 0 is reserved (no span)");
+    if (!(min_share >= 0.0f && min_share <= 1.0f)) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "a retention span's min_share must lie in [0, 1], not " + std::to_string(min_share));
+    }
+    int index = -1;
+    for (size_t i = 0; i < spans_.size(); ++i) {
+        if (spans_[i].id == span_id) index = static_cast<int>(i);
+    }
+    if (index < 0 && spans_.size() == KV_MAX_SPANS) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "a session holds at most " + std::to_string(KV_MAX_SPANS) + " retention spans");
+    }
+    if (settings_.policy.policy == KvPolicy::Full && min_share > 0.0f) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "retention span minimums need an evicting policy; this session's is 'full'");
+    }
+    H2O_TRY(tokenize_text(text, special));
+    // Check everything before anything changes: the new minimum with the others and the pins.
+    const int32_t min_tokens = span_minimum_tokens(min_share, settings_.kv_budget);
+    const int64_t reserved = span_reserved() - (index >= 0 ? spans_[index].min_tokens : 0) + min_tokens;
+    H2O_TRY(check_room(prompt_tokens_.size(), pinned, reserved));
+    if (index < 0) {
+        index = static_cast<int>(spans_.size());
+        spans_.push_back(RetentionSpan{span_id, min_share, min_tokens, 0});
+    } else {
+        spans_[index].min_share = min_share;
+        spans_[index].min_tokens = min_tokens;
+    }
+    H2O_TRY(apply_span_minimums());
+    if (prompt_tokens_.empty()) return Status::Ok();
+    return decode(prompt_tokens_.data(), prompt_tokens_.size(), Retention{pinned, index});
+}
+
+Status Session::span_report(uint32_t span_id, SpanReport *out) {
+    H2O_TRY(check_usable());
+    int index = -1;
+    for (size_t i = 0; i < spans_.size(); ++i) {
+        if (spans_[i].id == span_id) index = static_cast<int>(i);
+    }
+    if (index < 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "this session has no retention span with id " + std::to_string(span_id));
+    const ModelShape &shape = model_.shape();
+    const size_t n_cells = static_cast<size_t>(shape.n_layer) * shape.n_head_kv, n_slots = static_cast<size_t>(settings_.kv_budget);
+    // The whole cache's tags, stream indices and statistics, read for this report only.
+    std::vector<uint8_t> tags(n_cells * n_slots);
+    std::vector<int64_t> stream(n_cells * n_slots);
+    std::vector<SlotStats> stats;
+    const bool has_stats = kv_policy_uses_statistics(settings_.policy.policy);
+    if (Status st = backend_->download_kv_tags(tags.data()); !st.ok()) return backend_failed(st);
+    if (Status st = backend_->download_kv_stream_indices(stream.data()); !st.ok()) return backend_failed(st);
+    if (has_stats) {
+        stats.resize(tags.size());
+        if (Status st = backend_->download_kv_statistics(stats.data()); !st.ok()) return backend_failed(st);
+    }
+    SpanReport report;
+    report.span = spans_[index];
+    report.kept_min = INT32_MAX;
+    double kept_total = 0.0, span_attention = 0.0, all_attention = 0.0;
+    for (size_t cell = 0; cell < n_cells; ++cell) {
+        int32_t kept = 0;
+        for (size_t s = 0; s < n_slots; ++s) {
+            const size_t at = cell * n_slots + s;
+            if (stream[at] < 0) continue;
+            const bool mine = kv_tag_span(tags[at]) == static_cast<uint32_t>(index + 1);
+            kept += mine ? 1 : 0;
+            if (has_stats) {
+                all_attention += stats[at].accumulated;
+                if (mine) span_attention += stats[at].accumulated;
+            }
+        }
+        report.kept_min = std::min(report.kept_min, kept);
+        report.kept_max = std::max(report.kept_max, kept);
+        kept_total += kept;
+    }
+    report.kept_mean = kept_total / static_cast<double>(n_cells);
+    if (has_stats) report.attention_share = all_attention > 0.0 ? span_attention / all_attention : 0.0;
+    *out = report;
+    return Status::Ok();
 }
 
 Status Session::begin_generation(std::string_view prompt, const GenerateSettings &settings) {
@@ -416,7 +556,7 @@ Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
         if (pending_token_ >= 0) {
             // Feeds the token sampled before. On failure (cancel, full context) the generation
             // ends; the token stays pending, so the conversation can continue later.
-            if (Status st = feed(nullptr, 0, false); !st.ok()) {
+            if (Status st = feed(nullptr, 0, Retention{}); !st.ok()) {
                 generation_.active = false;
                 stats_.generate_seconds = seconds_since(generation_.start);
                 stats_.n_past = static_cast<uint64_t>(n_past_);

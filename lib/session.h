@@ -40,6 +40,32 @@ struct GenerateSettings {
 // Receives complete UTF-8 text; returns true to stop.
 using TextSink = bool (*)(const char *text, size_t length, void *user_data);
 
+// How appended tokens are kept in the KV cache: pinned (never evicted) and/or in a retention span
+// (an index into the session's spans, -1: none), which keeps a minimum of them per (layer, kv head).
+struct Retention {
+    bool pinned = false;
+    int span = -1;
+    uint8_t tag() const { return static_cast<uint8_t>(kv_make_tag(pinned, static_cast<uint32_t>(span + 1))); }
+};
+
+// A retention span: text tagged with a caller's id whose tokens keep at least min_tokens slots of
+// every (layer, kv head) while it has that many there (kv_policy.h).
+struct RetentionSpan {
+    uint32_t id = 0;
+    float min_share = 0.0f;  // of kv_budget
+    int32_t min_tokens = 0;  // floor(min_share * kv_budget)
+    int64_t n_tokens = 0;    // tokens added to the span
+};
+
+// Where a span's tokens stand in the cache: how many each (layer, kv head) holds, and the share
+// of the held tokens' accumulated attention that falls on them (-1: the policy gathers none).
+struct SpanReport {
+    RetentionSpan span;
+    int32_t kept_min = 0, kept_max = 0;
+    double kept_mean = 0.0;
+    double attention_share = -1.0;
+};
+
 class Session {
 public:
     static Status create(const Model &model, const SessionSettings &settings, std::unique_ptr<Session> *out);
@@ -56,12 +82,18 @@ public:
     void cancel() { cancel_requested_.store(true, std::memory_order_relaxed); }
     // Called as each public call starts: a cancel that came while nothing ran is forgotten.
     void begin_call() { cancel_requested_.store(false, std::memory_order_relaxed); }
-    // Appends tokens (batched) and leaves the last token's logits in logits(). Pinned tokens are
-    // never evicted.
-    Status decode(const int32_t *tokens, size_t n, bool pinned = false);
+    // Appends tokens (batched) and leaves the last token's logits in logits(), kept as
+    // `retention` says.
+    Status decode(const int32_t *tokens, size_t n, Retention retention = {});
     // Tokenizes text (BOS first in a fresh session) and appends it. special: the text of control
     // tokens becomes those tokens (Tokenizer::encode_special).
     Status add_text(std::string_view text, bool pinned, bool special = false);
+    // add_text into the retention span `span_id` (created on first use, at most KV_MAX_SPANS),
+    // whose minimum becomes min_share of kv_budget. Refused, changing nothing, when the pinned
+    // tokens and every span's minimum would leave fewer than one slot to eviction.
+    Status add_span_text(uint32_t span_id, float min_share, std::string_view text, bool pinned, bool special);
+    // The span's definition and where its tokens stand in the cache.
+    Status span_report(uint32_t span_id, SpanReport *out);
     // Generation, pull style: begin_generation appends the prompt; each next_piece samples until
     // it has complete text to give (or generation ends: *reason becomes the stop reason, and the
     // text still held back is in *piece). generate() drives both and streams to a sink.
@@ -91,7 +123,8 @@ public:
     Status save_state(std::vector<uint8_t> *out);
     // Restores a state saved by a session with the same settings and model. Every count and
     // index is checked first; on error the session is reset.
-    Status load_state(const uint8_t *data, size_t size);
+    // has_span_table: false for the states of snapshot format versions 1 and 2, which had none.
+    Status load_state(const uint8_t *data, size_t size, bool has_span_table = true);
     // Sessions whose states are interchangeable (the settings a snapshot stores) share this key.
     uint64_t prefix_cache_key() const;
 
@@ -104,13 +137,20 @@ private:
     Status start(const BackendCandidate &candidate);
     // decode() without waiting for the backend: a recording backend runs the work with what
     // follows (generation's next token: one submission per token).
-    Status feed(const int32_t *tokens, size_t n, bool pinned);
-    // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning).
-    Status check_room(size_t n, bool pinned) const;
+    Status feed(const int32_t *tokens, size_t n, Retention retention);
+    // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning with
+    // `reserved` slots held for span minimums).
+    Status check_room(size_t n, bool pinned, int64_t reserved) const;
+    // Slots the spans' minimums hold back from eviction (their sum).
+    int64_t span_reserved() const;
+    // Gives the backend the spans' minimums.
+    Status apply_span_minimums();
+    // Tokenizes text as add_text would into prompt_tokens_.
+    Status tokenize_text(std::string_view text, bool special);
     // Runs tokens through the model in batches, evicting between batches when the cache is full.
     // A cancel stops it between batches; the batches done before stay.
     // *processed receives how many tokens were stored (all of them unless it fails).
-    Status evaluate(const int32_t *tokens, size_t n, bool pinned, size_t *processed);
+    Status evaluate(const int32_t *tokens, size_t n, Retention retention, size_t *processed);
     // Notes that the backend holds the logits of the last stored token.
     void finish_evaluation(int32_t last_token);
     // Work is refused while the backend has failed (H2O_ERR_BACKEND_FAILED, naming its error).
@@ -140,6 +180,7 @@ private:
     int64_t n_past_ = 0;           // tokens in the stream so far
     int64_t n_cached_ = 0;         // tokens in the cache of every (layer, kv head)
     int64_t n_pinned_ = 0;         // pinned tokens among them
+    std::vector<RetentionSpan> spans_;  // capacity KV_MAX_SPANS, reserved at creation
     int32_t last_token_ = -1;      // the most recent token fed to the model
     int32_t pending_token_ = -1;   // sampled and delivered but not yet fed to the model
     bool has_logits_ = false;

@@ -12,7 +12,7 @@ namespace h2o {
 namespace {
 
 constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;
 constexpr size_t kHeaderSizeV1 = 88;  // version 1: no horizon
 // Level 1: the KV rows are mostly incompressible numbers, so higher levels buy a few percent of
 // size for several times the time (measured: see the README's session-state figures).
@@ -74,9 +74,9 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     uint32_t version = 0, header_size = 0;
     std::memcpy(&version, data + 8, sizeof(version));
     std::memcpy(&header_size, data + 12, sizeof(header_size));
-    if (version != kFormatVersion && version != 1) {
+    if (version < 1 || version > kFormatVersion) {
         return make_error(H2O_ERR_UNSUPPORTED, "session snapshot format version " + std::to_string(version) +
-                                                   " is not supported (this library reads versions 1 and " + std::to_string(kFormatVersion) + ")");
+                                                   " is not supported (this library reads versions 1 to " + std::to_string(kFormatVersion) + ")");
     }
     const size_t expected_size = version == 1 ? kHeaderSizeV1 : kSnapshotHeaderSize;
     if (header_size != expected_size) return bad("header size " + std::to_string(header_size) + " (version " + std::to_string(version) + ": " + std::to_string(expected_size) + ")");
@@ -123,6 +123,7 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
         fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || reserved != 0 || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
         return bad("its session settings are out of range");
     }
+    header->version = version;
     header->header_size = header_size;
     header->fingerprint = fingerprint;
     header->payload_size = payload_size;

@@ -2,7 +2,7 @@
 //
 // Layout (little-endian):
 //   header, 96 bytes, uncompressed:
-//     0  magic "H2OSTATE"          8  u32 format version (2)     12 u32 header size (96)
+//     0  magic "H2OSTATE"          8  u32 format version (3)     12 u32 header size (96)
 //     16 u64 model fingerprint (Model::fingerprint: tensor table and vocabulary)
 //     24 the settings that shape the cache: u32 n_ctx, kv_budget, policy, recent, sinks,
 //        kv_type, position_rolling, n_batch; u64 seed
@@ -11,7 +11,9 @@
 //     88 u64 FNV-1a hash of bytes 0..87
 //   payload: one zstd frame with a content checksum, holding Session::save_state's bytes.
 // Version 1 (library 0.2) had no horizon: its header is 88 bytes, the payload, compressed size
-// and hash 8 bytes earlier. It is still read, as a session without a horizon.
+// and hash 8 bytes earlier. It is still read, as a session without a horizon. Versions 1 and 2
+// have no retention span table in the payload (Session::save_state); they are read as sessions
+// without spans.
 // Every field is checked before it is used: a truncated, corrupted, foreign or hostile snapshot
 // is H2O_ERR_STATE_FORMAT with a message naming the problem, never a crash or a huge allocation.
 #pragma once
@@ -27,6 +29,7 @@ namespace h2o {
 constexpr size_t kSnapshotHeaderSize = 96;
 
 struct SnapshotHeader {
+    uint32_t version = 0;
     uint32_t header_size = 0;  // the payload follows it
     uint64_t fingerprint = 0;
     SessionSettings settings;  // only the cache-shaping fields are stored

@@ -136,7 +136,8 @@ struct AttentionRun {
     }
 
     // One batch of n tokens through every layer; false once a check failed.
-    bool step(int n, bool pinned = false) {
+    // tag: the tokens' retention tag (kv_make_tag).
+    bool step(int n, uint8_t tag = 0) {
         const int64_t evicted = std::max<int64_t>(0, n_cached + n - kv.n_slots);
         const int64_t first_rank = n_cached - evicted;
         std::vector<int32_t> p(n);
@@ -149,7 +150,7 @@ struct AttentionRun {
             upload(q, random_floats(shape.n_embd * n, seed++, -3, 3));
             upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
             upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
-            const h2o::AttentionBatch cb{n, next_index, pos.cpu, pinned}, gb{n, next_index, pos.gpu, pinned};
+            const h2o::AttentionBatch cb{n, next_index, pos.cpu, tag}, gb{n, next_index, pos.gpu, tag};
             REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
             REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
             const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
@@ -170,6 +171,10 @@ struct AttentionRun {
         REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
         INFO("after tokens up to " << next_index - 1);
         CHECK(gi == ci);
+        std::vector<uint8_t> ct(slots), gt(slots);
+        REQUIRE(b.cpu->download_kv_tags(ct.data()).ok());
+        REQUIRE(b.gpu->download_kv_tags(gt.data()).ok());
+        CHECK(gt == ct);
         std::vector<h2o::SlotStats> cs(slots), gs(slots);
         REQUIRE(b.cpu->download_kv_statistics(cs.data()).ok());
         REQUIRE(b.gpu->download_kv_statistics(gs.data()).ok());
@@ -188,7 +193,7 @@ struct AttentionRun {
             }
         }
         CHECK(bad == 0);
-        return gi == ci && bad == 0;
+        return gi == ci && gt == ct && bad == 0;
     }
 };
 
@@ -345,12 +350,17 @@ inline void check_attention_without_eviction(Backends &b, h2o::KvType type) {
 
 // One policy evicting: two pinned tokens, a prompt that fills most of the 16 slots, single
 // tokens that evict, then batches that evict several at once (42 tokens: with a horizon, stale
-// tokens appear). The same victims as the CPU, step by step.
+// tokens appear). The prompt's text is in two retention spans that keep 3 and 2 tokens per
+// (layer, kv head), one token of the second pinned. The same victims as the CPU, step by step.
 inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::KvType type) {
     h2o::KvConfig kv = small_kv(16, c.policy, c.recent, c.sinks, rolling, type);
     kv.policy.horizon = c.horizon;
     AttentionRun run(b, kv, 4, 8);
-    bool ok = run.step(2, /*pinned=*/true) && run.step(8);
+    const int32_t minimums[h2o::KV_MAX_SPANS] = {3, 2};
+    REQUIRE(b.cpu->set_kv_span_minimums(minimums).ok());
+    REQUIRE(b.gpu->set_kv_span_minimums(minimums).ok());
+    auto tag = [](bool pinned, uint32_t span) { return static_cast<uint8_t>(h2o::kv_make_tag(pinned, span)); };
+    bool ok = run.step(2, tag(true, 0)) && run.step(4, tag(false, 1)) && run.step(1, tag(true, 2)) && run.step(3, tag(false, 2));
     for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
     for (int i = 0; i < 4 && ok; ++i) ok = run.step(3);
     CHECK(ok);

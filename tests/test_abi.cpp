@@ -68,6 +68,13 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(sizeof(h2o_device_traffic) == 40);
     CHECK(sizeof(h2o_memory_report) == 32);
 
+    CHECK(sizeof(h2o_span_info) == 48);  // 0.3
+    CHECK(offsetof(h2o_span_info, min_share) == 8);
+    CHECK(offsetof(h2o_span_info, n_tokens) == 16);
+    CHECK(offsetof(h2o_span_info, kept_min) == 24);
+    CHECK(offsetof(h2o_span_info, kept_mean) == 32);
+    CHECK(offsetof(h2o_span_info, attention_share) == 40);
+
     CHECK(sizeof(h2o_generate_params) == 56);
     CHECK(offsetof(h2o_generate_params, temperature) == 8);
     CHECK(offsetof(h2o_generate_params, repeat_last_n) == 28);

@@ -119,7 +119,7 @@ TEST_CASE("policies pick the victim their definition names") {
             KvPolicyConfig p = policy_of(KvPolicy::Random, 3, 0);
             p.seed = 11;
             SmallCache c(p);
-            c.view().pinned[2] = 1;
+            c.view().tag[2] = KV_TAG_PINNED;
             const std::set<int64_t> gone = c.evict(2);
             REQUIRE(gone.size() == 2);
             for (int64_t i : gone) CHECK((i != 2 && i < 6));
@@ -140,7 +140,7 @@ TEST_CASE("policies pick the victim their definition names") {
         CHECK(two.evict(2) == std::set<int64_t>{0, 1});  // newest is 9: 0..3 are stale
         SmallCache pinned(p);
         pinned.set(&SlotStats::persistence, persistence);
-        pinned.view().pinned[0] = 1;  // pinning outranks the horizon
+        pinned.view().tag[0] = KV_TAG_PINNED;  // pinning outranks the horizon
         CHECK(pinned.evict() == std::set<int64_t>{1});
         // Once nothing is stale the policy decides again: 3 is the least persistent.
         SmallCache many(p);
@@ -171,7 +171,7 @@ TEST_CASE("policies pick the victim their definition names") {
 
 TEST_CASE("pinned tokens are never evicted, and a fully protected cache evicts the oldest unpinned") {
     SmallCache c(policy_of(KvPolicy::H2O, /*recent=*/8));  // the window covers everything
-    for (int s = 0; s < 3; ++s) c.view().pinned[s] = 1;
+    for (int s = 0; s < 3; ++s) c.view().tag[s] = KV_TAG_PINNED;
     c.view().stats[5].accumulated = -1;                      // would be the H2O victim if allowed
     CHECK(c.evict() == std::set<int64_t>{3});
     CHECK(c.evict(3) == std::set<int64_t>{4, 5});  // one slot is still free: two more go
@@ -226,7 +226,7 @@ TEST_CASE("attention statistics are causal and sum the query heads of a kv group
     REQUIRE(backend->upload(v, values.data(), values.size() * sizeof(float)).ok());
     const int32_t pos[3] = {0, 1, 2};
     REQUIRE(backend->upload(positions, pos, sizeof(pos)).ok());
-    REQUIRE(backend->attention(out, q, k, v, 0, AttentionBatch{3, 0, positions, false}, shape).ok());
+    REQUIRE(backend->attention(out, q, k, v, 0, AttentionBatch{3, 0, positions, 0}, shape).ok());
 
     // Output of query 2, head 0 (kv head 0): the mean of the three value vectors of kv head 0.
     std::vector<float> o(48);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 #include <vector>
@@ -81,6 +82,16 @@ TEST_CASE("policy spec: the statistics fold and priorities as defined") {
     CHECK(static_cast<uint32_t>(KvPolicy::MeanH2O) == KV_POLICY_MEAN_H2O);
 }
 
+TEST_CASE("policy spec: retention tags") {
+    CHECK(kv_make_tag(false, 0) == 0u);
+    CHECK(kv_tag_pinned(kv_make_tag(true, 0)));
+    CHECK(!kv_tag_pinned(kv_make_tag(false, 5)));
+    CHECK(kv_tag_span(kv_make_tag(true, KV_MAX_SPANS)) == KV_MAX_SPANS);
+    CHECK(kv_make_tag(true, KV_MAX_SPANS) <= 0xFFu);  // stored in a byte
+    CHECK(!kv_span_allows_eviction(3, 3));
+    CHECK(kv_span_allows_eviction(4, 3));
+}
+
 TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec ranks lowest") {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -99,11 +110,19 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
             config.policy.horizon = trial % 4 == 0 ? 12 + static_cast<int>(8 * unit(rng)) : 0;
             KvCache cache;
             REQUIRE(cache.init(config).ok());
-            // Slots hold stream indices 0..n_slots-1 in a shuffled order, a few of them pinned.
+            // Slots hold stream indices 0..n_slots-1 in a shuffled order, a few of them pinned; in
+            // odd trials, many belong to one of three retention spans with small minimums.
             std::vector<int64_t> order(n_slots);
             for (int i = 0; i < n_slots; ++i) order[i] = i;
             std::shuffle(order.begin(), order.end(), rng);
-            for (int s = 0; s < n_slots; ++s) cache.claim_slot(0, 0, order[s], static_cast<int32_t>(order[s]), unit(rng) < 0.1f);
+            const bool spans = trial % 2 == 1;
+            int32_t minimums[KV_MAX_SPANS] = {};
+            for (int i = 0; spans && i < 3; ++i) minimums[i] = static_cast<int32_t>(5 * unit(rng));
+            for (int s = 0; s < n_slots; ++s) {
+                const uint32_t span = spans && unit(rng) < 0.6f ? 1 + static_cast<uint32_t>(3 * unit(rng)) % 3 : 0;
+                cache.claim_slot(0, 0, order[s], static_cast<int32_t>(order[s]), static_cast<uint8_t>(kv_make_tag(unit(rng) < 0.1f, span)));
+            }
+            cache.set_span_minimums(minimums);
             KvCache::HeadView view = cache.head(0, 0);
             for (int s = 0; view.stats && s < n_slots; ++s) {
                 // Coarse values, so that ties (broken by age) occur.
@@ -113,23 +132,39 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
             const int n_new = 1 + static_cast<int>(3 * unit(rng));
             const int64_t next = n_slots;
 
-            // The spec's choice: unprotected slots by (priority, stream index); the oldest
-            // unpinned tokens when the protections leave too few.
+            // The spec's choice: unprotected slots by (priority, stream index), passing over a
+            // span's tokens once it is down to its minimum; the oldest unpinned tokens (minimums
+            // still kept) when the protections leave too few.
             const int64_t recent_from = kv_recent_from(config.policy, next, n_new);
             const int64_t stale_before = kv_stale_before(config.policy, next, n_new);
             std::vector<std::pair<float, int64_t>> ranked, unpinned;
+            std::map<int64_t, uint32_t> span_of;
+            int held[4] = {};
             for (int s = 0; s < n_slots; ++s) {
                 const int64_t index = view.stream_index[s];
-                if (view.pinned[s]) continue;
+                span_of[index] = kv_tag_span(view.tag[s]);
+                ++held[span_of[index]];
+                if (kv_tag_pinned(view.tag[s])) continue;
                 unpinned.push_back({0.0f, index});
                 if (index >= recent_from || index < config.policy.sinks) continue;
                 const SlotStats stats = view.stats ? view.stats[s] : kv_stats_zero();
                 ranked.push_back({kv_victim_priority(id, stats, index < stale_before), index});
             }
-            std::vector<std::pair<float, int64_t>> &pool = static_cast<int>(ranked.size()) >= n_new ? ranked : unpinned;
-            std::sort(pool.begin(), pool.end());
-            std::set<int64_t> expected;
-            for (int i = 0; i < n_new && i < static_cast<int>(pool.size()); ++i) expected.insert(pool[i].second);
+            auto take = [&](std::vector<std::pair<float, int64_t>> pool) {
+                std::sort(pool.begin(), pool.end());
+                int left[4] = {held[0], held[1], held[2], held[3]};
+                std::set<int64_t> chosen;
+                for (const auto &candidate : pool) {
+                    if (static_cast<int>(chosen.size()) == n_new) break;
+                    const uint32_t span = span_of[candidate.second];
+                    if (span != 0 && left[span] <= minimums[span - 1]) continue;
+                    if (span != 0) --left[span];
+                    chosen.insert(candidate.second);
+                }
+                return chosen;
+            };
+            std::set<int64_t> expected = take(ranked);
+            if (static_cast<int>(expected.size()) < n_new) expected = take(unpinned);
 
             const std::vector<int64_t> before(view.stream_index, view.stream_index + n_slots);
             cache.make_room(0, 0, n_new, next);
@@ -186,7 +221,7 @@ TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the 
         REQUIRE(backend->upload(k, ks.data(), ks.size() * sizeof(float)).ok());
         REQUIRE(backend->upload(v, vs.data(), vs.size() * sizeof(float)).ok());
         REQUIRE(backend->upload(positions, pos.data(), pos.size() * sizeof(int32_t)).ok());
-        REQUIRE(backend->attention(out, q, k, v, 0, AttentionBatch{n, next, positions, false}, shape).ok());
+        REQUIRE(backend->attention(out, q, k, v, 0, AttentionBatch{n, next, positions, 0}, shape).ok());
 
         // Tokens take slots in stream order (no eviction here): slot j holds token j.
         for (int h = 0; h < n_kv; ++h) {

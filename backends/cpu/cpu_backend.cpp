@@ -179,8 +179,12 @@ public:
         kv_.save(out);
         return Status::Ok();
     }
-    Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) override {
-        return kv_.load(in, n_past, n_cached, n_pinned);
+    Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) override {
+        return kv_.load(in, n_past, n_cached, n_pinned, n_spans);
+    }
+    Status set_kv_span_minimums(const int32_t *minimums) override {
+        kv_.set_span_minimums(minimums);
+        return Status::Ok();
     }
     size_t kv_bytes() const override { return kv_.bytes(); }
 
@@ -203,6 +207,17 @@ public:
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
                 out = std::copy(view.stream_index, view.stream_index + c.n_slots, out);
+            }
+        }
+        return Status::Ok();
+    }
+
+    Status download_kv_tags(uint8_t *out) override {
+        const KvConfig &c = kv_.config();
+        for (int l = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h) {
+                const KvCache::HeadView view = kv_.head(l, h);
+                for (int s = 0; s < c.n_slots; ++s) *out++ = view.stream_index[s] >= 0 ? view.tag[s] : 0;
             }
         }
         return Status::Ok();
@@ -268,7 +283,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
         kv_.make_room(layer, h, n, batch.first_index);
         KvCache::HeadView view = kv_.head(layer, h);
         for (int t = 0; t < n; ++t) {
-            const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[t], batch.pinned);
+            const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[t], batch.tag);
             kv_store_row(key_format, host<const float>(k) + t * k.cols + h * hd, hd, view.keys + slot * key_row);
             kv_store_row(value_format, host<const float>(v) + t * v.cols + h * hd, hd, view.values + slot * value_row);
         }

@@ -161,7 +161,7 @@ struct KvDevice {
     uint8_t *keys = nullptr, *values = nullptr;  // rows of key_row / value_row bytes
     int64_t *stream = nullptr;                   // stream index, -1: free
     int32_t *position = nullptr;
-    uint8_t *pinned = nullptr;
+    uint8_t *tag = nullptr;        // kv_make_tag: pinned, retention span
     SlotStats *stats = nullptr;    // null when the policy reads none
     SlotStats *partial = nullptr;  // [n_kv][n_slots]: the current batch's statistics
     int32_t *free_list = nullptr;  // per cell, a stack of slots freed by eviction
@@ -184,7 +184,9 @@ struct ClaimArgs {
     size_t key_row, value_row;
     uint32_t policy;
     int64_t first_index, recent_from, stale_before, sinks;
-    bool pinned, rolling, random;
+    uint8_t tag;  // the batch's
+    bool rolling, random;
+    int32_t span_min[KV_MAX_SPANS];  // each retention span's minimum per cell
     const float *k, *v;
     int64_t k_cols, v_cols;
     const int32_t *positions;
@@ -192,7 +194,49 @@ struct ClaimArgs {
 
 // Outside every protection (kv_victim_rules.h).
 __device__ bool eligible(const ClaimArgs &a, size_t at) {
-    return kv_slot_evictable(a.kv.stream[at], a.kv.pinned[at] != 0, a.recent_from, a.sinks);
+    return kv_slot_evictable(a.kv.stream[at], kv_tag_pinned(a.kv.tag[at]), a.recent_from, a.sinks);
+}
+
+// Retention spans, per cell: each span's tokens (held) and how many of them are eligible; held
+// goes down as victims are taken, and a span's tokens stop being taken at its minimum
+// (KvCache::make_room).
+struct SpanCounts {
+    int held[KV_MAX_SPANS];
+    int eligible[KV_MAX_SPANS];
+};
+
+// Every thread of the block calls it.
+__device__ void count_spans(const ClaimArgs &a, size_t base, int used, SpanCounts *c) {
+    for (int i = threadIdx.x; i < static_cast<int>(KV_MAX_SPANS); i += blockDim.x) c->held[i] = c->eligible[i] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        const size_t at = base + s;
+        const uint32_t span = kv_tag_span(a.kv.tag[at]);
+        if (span == 0 || a.kv.stream[at] < 0) continue;
+        atomicAdd(&c->held[span - 1], 1);
+        if (eligible(a, at)) atomicAdd(&c->eligible[span - 1], 1);
+    }
+    __syncthreads();
+}
+
+__device__ bool span_allows(const ClaimArgs &a, const SpanCounts &c, size_t at) {
+    const uint32_t span = kv_tag_span(a.kv.tag[at]);
+    return span == 0 || kv_span_allows_eviction(static_cast<uint32_t>(c.held[span - 1]), static_cast<uint32_t>(a.span_min[span - 1]));
+}
+
+// One thread, after span_allows: the victim leaves its span's count.
+__device__ void leave_span(const ClaimArgs &a, SpanCounts *c, size_t at) {
+    const uint32_t span = kv_tag_span(a.kv.tag[at]);
+    if (span != 0) --c->held[span - 1];
+}
+
+// How many eligible tokens can be taken before every span is down to its minimum.
+__device__ int takeable(const ClaimArgs &a, const SpanCounts &c, int plain_candidates) {
+    int total = plain_candidates;
+    for (uint32_t i = 0; i < KV_MAX_SPANS; ++i) {
+        if (c.held[i] > a.span_min[i]) total += min(c.eligible[i], c.held[i] - a.span_min[i]);
+    }
+    return total;
 }
 
 __device__ float victim_priority(const ClaimArgs &a, size_t at) {
@@ -201,8 +245,9 @@ __device__ float victim_priority(const ClaimArgs &a, size_t at) {
 }
 
 // The slot with the smallest (priority, stream index) among eligible slots, or by_age: the oldest
-// occupied unpinned slot; -1 when there is none. Every thread of the block calls it.
-__device__ int argmin_slot(const ClaimArgs &a, size_t base, int used, bool by_age) {
+// occupied unpinned slot, that their spans allow to go; -1 when there is none. Every thread of
+// the block calls it.
+__device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t base, int used, bool by_age) {
     __shared__ float best_priority[kBlock];
     __shared__ int64_t best_stream[kBlock];
     __shared__ int best_slot[kBlock];
@@ -211,7 +256,7 @@ __device__ int argmin_slot(const ClaimArgs &a, size_t base, int used, bool by_ag
     int bslot = -1;
     for (int s = threadIdx.x; s < used; s += blockDim.x) {
         const size_t at = base + s;
-        if (by_age ? (a.kv.stream[at] < 0 || a.kv.pinned[at]) : !eligible(a, at)) continue;
+        if ((by_age ? (a.kv.stream[at] < 0 || kv_tag_pinned(a.kv.tag[at])) : !eligible(a, at)) || !span_allows(a, spans, at)) continue;
         const float p = by_age ? 0.0f : victim_priority(a, at);
         const int64_t st = a.kv.stream[at];
         if (bslot < 0 || kv_victim_before(p, st, bp, bs)) {
@@ -244,6 +289,7 @@ __device__ int argmin_slot(const ClaimArgs &a, size_t base, int used, bool by_ag
 // policy one block walking the kv heads in order, its generator being one sequence.
 __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
     __shared__ int sh_used, sh_free, sh_count, sh_victims;
+    __shared__ SpanCounts spans;
     for (int h = blockIdx.x; h < a.n_kv; h += gridDim.x) {
         const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = cell * a.n_slots;
         if (threadIdx.x == 0) {
@@ -264,44 +310,61 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
             a.kv.free_list[base + sh_free++] = slot;
         };
         if (needed > 0) {
+            count_spans(a, base, used, &spans);
             int mine = 0;
-            for (int s = threadIdx.x; s < used; s += blockDim.x) mine += eligible(a, base + s) ? 1 : 0;
+            for (int s = threadIdx.x; s < used; s += blockDim.x) {
+                mine += eligible(a, base + s) && kv_tag_span(a.kv.tag[base + s]) == 0 ? 1 : 0;
+            }
             atomicAdd(&sh_count, mine);
             __syncthreads();
-            const int n_candidates = sh_count;
-            const int n_victims = min(needed, n_candidates);
+            // The policy's choice stands only when enough candidates can be taken.
+            const bool enough = takeable(a, spans, sh_count) >= needed;
             if (a.random) {
-                // A partial Fisher-Yates shuffle of the candidates in slot order; the draws are
-                // made (the generator advances) even when the fallback below replaces the choice.
+                // A partial Fisher-Yates shuffle of the candidates in slot order, one draw each
+                // until enough are taken or none is left; the draws are made (the generator
+                // advances) even when the fallback below replaces the choice.
                 if (threadIdx.x == 0) {
                     int count = 0;
                     for (int s = 0; s < used; ++s) {
                         if (eligible(a, base + s)) a.kv.candidates[count++] = s;
                     }
-                    for (int i = 0; i < n_victims; ++i) {
-                        const int j = i + static_cast<int>(kv_next_random(a.kv.rng) % static_cast<uint64_t>(n_candidates - i));
+                    int taken = 0;
+                    for (int i = 0; i < count && taken < needed; ++i) {
+                        const int j = i + static_cast<int>(kv_next_random(a.kv.rng) % static_cast<uint64_t>(count - i));
                         const int32_t swap = a.kv.candidates[i];
                         a.kv.candidates[i] = a.kv.candidates[j];
                         a.kv.candidates[j] = swap;
+                        const int slot = a.kv.candidates[i];
+                        if (!span_allows(a, spans, base + slot)) continue;
+                        leave_span(a, &spans, base + slot);
+                        a.kv.candidates[taken++] = slot;
                     }
-                    if (n_victims == needed) {
-                        for (int i = 0; i < n_victims; ++i) evict(a.kv.candidates[i]);
+                    if (taken == needed) {
+                        for (int i = 0; i < taken; ++i) evict(a.kv.candidates[i]);
                     }
                 }
                 __syncthreads();
-            } else if (n_victims == needed) {
-                for (int i = 0; i < n_victims; ++i) {
-                    const int slot = argmin_slot(a, base, used, false);
-                    if (threadIdx.x == 0) evict(slot);
+            } else if (enough) {
+                for (int i = 0; i < needed; ++i) {
+                    const int slot = argmin_slot(a, spans, base, used, false);
+                    if (threadIdx.x == 0) {
+                        leave_span(a, &spans, base + slot);
+                        evict(slot);
+                    }
                     __syncthreads();
                 }
             }
-            if (n_victims < needed) {
-                // Everything evictable is protected by the windows: the oldest unpinned tokens go.
+            if (!enough) {
+                // Everything evictable is protected by the windows: the oldest unpinned tokens
+                // go, span minimums still kept.
+                count_spans(a, base, used, &spans);
                 for (int i = 0; i < needed; ++i) {
-                    const int slot = argmin_slot(a, base, used, true);
+                    const int slot = argmin_slot(a, spans, base, used, true);
                     if (slot < 0) break;
-                    if (threadIdx.x == 0) evict(slot);
+                    if (threadIdx.x == 0) {
+                        leave_span(a, &spans, base + slot);
+                        evict(slot);
+                    }
                     __syncthreads();
                 }
             }
@@ -338,7 +401,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                 const size_t at = base + slot;
                 a.kv.stream[at] = a.first_index + t;
                 a.kv.position[at] = a.positions[t];
-                a.kv.pinned[at] = a.pinned ? 1 : 0;
+                a.kv.tag[at] = a.tag;
                 if (a.kv.stats) a.kv.stats[at] = kv_stats_zero();
             }
             a.kv.used[cell] = sh_used;
@@ -617,9 +680,25 @@ public:
         }
         return download_raw(kv_.stats, out, slot_count() * sizeof(SlotStats));
     }
+    Status download_kv_tags(uint8_t *out) override {
+        H2O_TRY(failed_);
+        if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
+        std::vector<int64_t> stream(slot_count());
+        H2O_TRY(download_raw(kv_.tag, out, slot_count()));
+        H2O_TRY(download_raw(kv_.stream, stream.data(), slot_count() * sizeof(int64_t)));
+        // A freed slot keeps its last token's tag on the device.
+        for (size_t i = 0; i < stream.size(); ++i) out[i] = stream[i] >= 0 ? out[i] : 0;
+        return Status::Ok();
+    }
+    // Passed to every eviction by value (ClaimArgs), so they take effect with the next batch.
+    Status set_kv_span_minimums(const int32_t *minimums) override {
+        H2O_TRY(failed_);
+        std::copy(minimums, minimums + KV_MAX_SPANS, span_min_);
+        return Status::Ok();
+    }
     // Snapshots need the device's cache in the host layout; that copy is not written yet.
     Status save_kv(ByteWriter &) override { return snapshot_unsupported(); }
-    Status load_kv(ByteReader &, int64_t, int64_t, int64_t) override { return snapshot_unsupported(); }
+    Status load_kv(ByteReader &, int64_t, int64_t, int64_t, int) override { return snapshot_unsupported(); }
     Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
                      const ModelShape &shape) override;
 
@@ -720,6 +799,7 @@ private:
     int rope_dims_ = 0;
 
     bool has_kv_ = false;
+    int32_t span_min_[KV_MAX_SPANS] = {};  // set_kv_span_minimums
     KvConfig kv_config_;
     KvDevice kv_;
     size_t key_row_ = 0, value_row_ = 0;
@@ -741,7 +821,7 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(device_array(slots * value_row_, &kv_.values));
     H2O_TRY(device_array(slots, &kv_.stream));
     H2O_TRY(device_array(slots, &kv_.position));
-    H2O_TRY(device_array(slots, &kv_.pinned));
+    H2O_TRY(device_array(slots, &kv_.tag));
     if (kv_policy_uses_statistics(config.policy.policy)) {
         H2O_TRY(device_array(slots, &kv_.stats));
         H2O_TRY(device_array(per_head, &kv_.partial));
@@ -769,7 +849,8 @@ Status CudaBackend::clear_kv() {
     if (!has_kv_) return Status::Ok();
     const size_t cells = static_cast<size_t>(kv_config_.n_layer) * kv_config_.n_head_kv;
     H2O_TRY(check(cudaMemsetAsync(kv_.stream, 0xFF, slot_count() * sizeof(int64_t), stream_), "cudaMemsetAsync"));  // -1: free
-    H2O_TRY(check(cudaMemsetAsync(kv_.pinned, 0, slot_count(), stream_), "cudaMemsetAsync"));
+    H2O_TRY(check(cudaMemsetAsync(kv_.tag, 0, slot_count(), stream_), "cudaMemsetAsync"));
+    std::fill(span_min_, span_min_ + KV_MAX_SPANS, 0);
     H2O_TRY(check(cudaMemsetAsync(kv_.used, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
     H2O_TRY(check(cudaMemsetAsync(kv_.free_count, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
     if (kv_.stats) H2O_TRY(check(cudaMemsetAsync(kv_.stats, 0, slot_count() * sizeof(SlotStats), stream_), "cudaMemsetAsync"));
@@ -817,7 +898,8 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     c.recent_from = kv_recent_from(policy, batch.first_index, n);
     c.stale_before = kv_stale_before(policy, batch.first_index, n);
     c.sinks = policy.sinks;
-    c.pinned = batch.pinned;
+    c.tag = batch.tag;
+    std::copy(span_min_, span_min_ + KV_MAX_SPANS, c.span_min);
     c.rolling = kv_config_.rolling;
     c.random = random;
     c.k = device_ptr<const float>(k);

@@ -150,7 +150,7 @@ struct KvClaimPush {
     uint32_t k_off, v_off, pos_off, k_stride, v_stride;
     uint32_t keys_off, values_off, table_off;
     uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
-    uint32_t layer, head_dim, n, pinned, policy, sinks, rolling, pairs;
+    uint32_t layer, head_dim, n, tag, policy, sinks, rolling, pairs;
     uint32_t key_format, value_format;
 };
 struct AttentionPush {
@@ -235,9 +235,11 @@ public:
     size_t kv_bytes() const override { return static_cast<size_t>(kv_bytes_); }
     Status download_kv_stream_indices(int64_t *out) override;
     Status download_kv_statistics(SlotStats *out) override;
+    Status download_kv_tags(uint8_t *out) override;
+    Status set_kv_span_minimums(const int32_t *minimums) override;
     // Snapshots go through a host KvCache, whose save/load define the format and check it.
     Status save_kv(ByteWriter &out) override;
-    Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) override;
+    Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) override;
     Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
                      const AttentionBatch &batch, const ModelShape &shape) override;
 
@@ -976,6 +978,13 @@ Status VulkanBackend::clear_kv() {
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.position, VkDeviceSize{4} * (layout_.rng - layout_.position), 0);
     const uint64_t rng = kv_.policy.seed ^ 0x9E3779B97F4A7C15ull;  // KvCache::clear
     record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.rng, &rng, sizeof rng);
+    record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.span_min, VkDeviceSize{4} * KV_MAX_SPANS, 0);
+    return error_;
+}
+
+Status VulkanBackend::set_kv_span_minimums(const int32_t *minimums) {
+    if (!has_kv_ || failed()) return error_;
+    record_upload(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.span_min, minimums, sizeof(int32_t) * KV_MAX_SPANS);
     return error_;
 }
 
@@ -993,12 +1002,12 @@ Status VulkanBackend::save_kv(ByteWriter &out) {
     return Status::Ok();
 }
 
-Status VulkanBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned) {
+Status VulkanBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
     H2O_TRY(error_);
     KvCache host;
     H2O_TRY(host.init(kv_));
-    H2O_TRY(host.load(in, n_past, n_cached, n_pinned));  // checks everything before the device changes
+    H2O_TRY(host.load(in, n_past, n_cached, n_pinned, n_spans));  // checks everything before the device changes
     return cache_from_host(host);
 }
 
@@ -1006,7 +1015,7 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
     const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
-    std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. rng
+    std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. span_min
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
     std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words), values(static_cast<size_t>(n_kv) * n_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
@@ -1022,7 +1031,7 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
                 view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
                                                             uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
                 view.position[s] = static_cast<int32_t>(meta[layout_.position + at]);
-                view.pinned[s] = meta[layout_.pinned + at] != 0;
+                view.tag[s] = static_cast<uint8_t>(meta[layout_.tag + at]);
                 if (view.stats) std::memcpy(&view.stats[s], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
                 host->free_list(l, static_cast<int>(h))[s] = static_cast<int32_t>(meta[layout_.free_list + at]);
             }
@@ -1037,7 +1046,8 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
     const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
-    std::vector<uint32_t> meta(layout_.batch_slot, 0);  // stream .. rng; zero statistics for the policies without
+    // stream .. span_min; zero statistics for the policies without, zero span minimums (load_kv).
+    std::vector<uint32_t> meta(layout_.batch_slot, 0);
     std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words), values(static_cast<size_t>(n_kv) * n_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
         std::fill(keys.begin(), keys.end(), 0u);
@@ -1053,7 +1063,7 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
                 meta[layout_.stream + 2 * at] = static_cast<uint32_t>(stream);
                 meta[layout_.stream + 2 * at + 1] = static_cast<uint32_t>(stream >> 32);
                 meta[layout_.position + at] = static_cast<uint32_t>(view.position[s]);
-                meta[layout_.pinned + at] = view.pinned[s];
+                meta[layout_.tag + at] = view.tag[s];
                 if (view.stats) std::memcpy(&meta[layout_.stats + 5 * at], &view.stats[s], sizeof(SlotStats));
                 meta[layout_.free_list + at] = static_cast<uint32_t>(host.free_list(l, static_cast<int>(h))[s]);
             }
@@ -1075,6 +1085,18 @@ Status VulkanBackend::download_kv_stream_indices(int64_t *out) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
     const VkDeviceSize slots = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
     return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stream, out, slots * sizeof(int64_t));
+}
+
+Status VulkanBackend::download_kv_tags(uint8_t *out) {
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
+    const size_t slots = static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
+    std::vector<uint32_t> words(slots);
+    std::vector<int64_t> stream(slots);
+    H2O_TRY(download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.tag, words.data(), slots * sizeof(uint32_t)));
+    H2O_TRY(download_kv_stream_indices(stream.data()));
+    // A freed slot keeps its last token's tag on the device.
+    for (size_t i = 0; i < slots; ++i) out[i] = stream[i] >= 0 ? static_cast<uint8_t>(words[i]) : 0;
+    return Status::Ok();
 }
 
 Status VulkanBackend::download_kv_statistics(SlotStats *out) {
@@ -1129,7 +1151,7 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.layer = static_cast<uint32_t>(layer);
         push.head_dim = hd;
         push.n = static_cast<uint32_t>(n);
-        push.pinned = batch.pinned ? 1 : 0;
+        push.tag = batch.tag;
         push.policy = static_cast<uint32_t>(policy.policy);
         push.sinks = static_cast<uint32_t>(std::max(0, policy.sinks));
         push.rolling = kv_.rolling ? 1 : 0;

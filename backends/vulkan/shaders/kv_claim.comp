@@ -34,7 +34,7 @@ layout(push_constant) uniform Params {
     uint k_off, v_off, pos_off, k_stride, v_stride;
     uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots] rows
     uint meta_off, n_cells, n_slots, n_kv, max_batch;
-    uint layer, head_dim, n, pinned, policy, sinks, rolling, pairs;
+    uint layer, head_dim, n, tag, policy, sinks, rolling, pairs;
     uint key_format, value_format;  // KvRowFormat
 } p;
 
@@ -56,14 +56,58 @@ float priority(uint at) {
     return kv_victim_priority(p.policy, load_slot_stats(L, at), stream_lt(stream_at(at), p.stale_before));
 }
 
-bool occupied_unpinned(uint at) { return !stream_is_free(stream_at(at)) && meta[L.pinned + at] == 0u; }
+bool occupied_unpinned(uint at) { return !stream_is_free(stream_at(at)) && !kv_tag_pinned(meta[L.tag + at]); }
 
 // Outside every protection: not pinned, not in the recent window, not a sink.
 bool eligible(uint at) {
     const uvec2 s = stream_at(at);
-    if (stream_is_free(s) || meta[L.pinned + at] != 0u) return false;
+    if (stream_is_free(s) || kv_tag_pinned(meta[L.tag + at])) return false;
     if (!stream_lt(s, p.recent_from)) return false;
     return !(s.y == 0u && s.x < p.sinks);
+}
+
+// ---- retention spans ----------------------------------------------------------------------------
+// Per span, the cell's tokens of it (held) and how many of those are eligible; held goes down as
+// victims are taken, and a span's tokens stop being taken at its minimum (KvCache::make_room).
+
+shared uint span_held[KV_MAX_SPANS];
+shared uint span_eligible[KV_MAX_SPANS];
+
+void count_spans(uint base, uint used) {
+    const uint tid = gl_LocalInvocationIndex;
+    if (tid < KV_MAX_SPANS) {
+        span_held[tid] = 0u;
+        span_eligible[tid] = 0u;
+    }
+    barrier();
+    for (uint s = tid; s < used; s += WG) {
+        const uint at = base + s, span = kv_tag_span(meta[L.tag + at]);
+        if (span == 0u || stream_is_free(stream_at(at))) continue;
+        atomicAdd(span_held[span - 1u], 1u);
+        if (eligible(at)) atomicAdd(span_eligible[span - 1u], 1u);
+    }
+    barrier();
+}
+
+bool span_allows(uint at) {
+    const uint span = kv_tag_span(meta[L.tag + at]);
+    return span == 0u || kv_span_allows_eviction(span_held[span - 1u], meta[L.span_min + span - 1u]);
+}
+
+// One invocation, after span_allows(at): the victim leaves its span's count.
+void leave_span(uint at) {
+    const uint span = kv_tag_span(meta[L.tag + at]);
+    if (span != 0u) span_held[span - 1u] -= 1u;
+}
+
+// How many eligible tokens can be taken before every span is down to its minimum.
+uint takeable(uint plain_candidates) {
+    uint total = plain_candidates;
+    for (uint i = 0u; i < KV_MAX_SPANS; ++i) {
+        const uint minimum = meta[L.span_min + i];
+        total += span_held[i] > minimum ? min(span_eligible[i], span_held[i] - minimum) : 0u;
+    }
+    return total;
 }
 
 // ---- workgroup argmin over the slots of a cell ------------------------------------------------
@@ -79,7 +123,7 @@ bool key_less(float pa, uvec2 sa, uint slot_a, float pb, uvec2 sb, uint slot_b) 
 }
 
 // The slot with the smallest (priority, stream index) among eligible slots (by_age: among
-// occupied unpinned slots, by stream index alone), or NONE.
+// occupied unpinned slots, by stream index alone) that their spans allow to go, or NONE.
 uint argmin_slot(uint base, uint used, bool by_age) {
     const uint tid = gl_LocalInvocationIndex;
     float bp = 0.0;
@@ -87,7 +131,7 @@ uint argmin_slot(uint base, uint used, bool by_age) {
     uint bslot = NONE;
     for (uint s = tid; s < used; s += WG) {
         const uint at = base + s;
-        if (by_age ? !occupied_unpinned(at) : !eligible(at)) continue;
+        if ((by_age ? !occupied_unpinned(at) : !eligible(at)) || !span_allows(at)) continue;
         const float pr = by_age ? 0.0 : priority(at);
         const uvec2 st = stream_at(at);
         if (key_less(pr, st, s, bp, bs, bslot)) {
@@ -219,49 +263,67 @@ void make_room(uint cell, uint h) {
     const int needed = int(p.n) - int(p.n_slots - used + sh_free_count);
     if (needed <= 0) return;  // uniform: every invocation sees the same shared values
 
+    count_spans(base, used);
     if (tid == 0u) sh_count = 0u;
     barrier();
     uint mine = 0u;
-    for (uint s = tid; s < used; s += WG) mine += eligible(base + s) ? 1u : 0u;
+    for (uint s = tid; s < used; s += WG) mine += eligible(base + s) && kv_tag_span(meta[L.tag + base + s]) == 0u ? 1u : 0u;
     atomicAdd(sh_count, mine);
     barrier();
-    const uint n_candidates = sh_count;
-    uint n_victims = min(uint(needed), n_candidates);
+    // The policy's choice stands only when enough candidates can be taken (KvCache::make_room).
+    const bool enough = takeable(sh_count) >= uint(needed);
+    uint n_victims = 0u;
 
     if (p.policy == KV_POLICY_RANDOM) {
-        // Partial Fisher-Yates over the candidates in slot order; the draws are made (and the
-        // generator advances) even when the fallback below then replaces the choice.
-        compact_candidates(base, used);
+        // Partial Fisher-Yates over the candidates in slot order, one draw each until enough are
+        // taken or none is left; the draws are made (and the generator advances) even when the
+        // fallback below then replaces the choice.
+        const uint n_candidates = compact_candidates(base, used);
         memoryBarrierBuffer();
         barrier();
         if (tid == 0u) {
-            for (uint i = 0u; i < n_victims; ++i) {
+            uint taken = 0u;
+            for (uint i = 0u; i < n_candidates && taken < uint(needed); ++i) {
                 const uint j = i + mod64(next_random(), n_candidates - i);
                 const uint a = meta[L.candidates + i];
                 meta[L.candidates + i] = meta[L.candidates + j];
                 meta[L.candidates + j] = a;
+                const uint slot = meta[L.candidates + i];
+                if (!span_allows(base + slot)) continue;
+                leave_span(base + slot);
+                meta[L.candidates + taken] = slot;
+                ++taken;
             }
-            if (n_victims == uint(needed)) {
-                for (uint i = 0u; i < n_victims; ++i) evict(base, h, i, meta[L.candidates + i]);
+            if (taken == uint(needed)) {
+                for (uint i = 0u; i < taken; ++i) evict(base, h, i, meta[L.candidates + i]);
             }
         }
         memoryBarrierBuffer();
         barrier();
-    } else if (n_victims == uint(needed)) {
-        for (uint i = 0u; i < n_victims; ++i) {
+        if (enough) n_victims = uint(needed);
+    } else if (enough) {
+        for (uint i = 0u; i < uint(needed); ++i) {
             const uint slot = argmin_slot(base, used, false);
-            if (tid == 0u) evict(base, h, i, slot);
+            if (tid == 0u) {
+                leave_span(base + slot);
+                evict(base, h, i, slot);
+            }
             memoryBarrierBuffer();
             barrier();
         }
+        n_victims = uint(needed);
     }
-    if (n_victims < uint(needed)) {
-        // Everything evictable is protected by the windows: the oldest unpinned tokens go.
-        n_victims = 0u;
+    if (!enough) {
+        // Everything evictable is protected by the windows: the oldest unpinned tokens go, span
+        // minimums still kept.
+        count_spans(base, used);
         for (uint i = 0u; i < uint(needed); ++i) {
             const uint slot = argmin_slot(base, used, true);
             if (slot == NONE) break;
-            if (tid == 0u) evict(base, h, i, slot);
+            if (tid == 0u) {
+                leave_span(base + slot);
+                evict(base, h, i, slot);
+            }
             memoryBarrierBuffer();
             barrier();
             ++n_victims;
@@ -311,7 +373,7 @@ void claim_and_store(uint cell, uint h) {
             const uint at = base + slot;
             set_stream(at, stream_add(p.first_index, t));
             meta[L.position + at] = uint(positions[p.pos_off + t]);
-            meta[L.pinned + at] = p.pinned;
+            meta[L.tag + at] = p.tag;
             for (uint k = 0u; k < 5u; ++k) meta[L.stats + 5u * at + k] = 0u;  // kv_stats_zero()
         }
         meta[L.used + cell] = sh_used;

@@ -5,12 +5,13 @@
 //
 //   stream      2 words per slot: the stream index as (low, high); -1 (both words ~0) when free
 //   position    1 word per slot: rotary position (int)
-//   pinned      1 word per slot: 1 when the token may not be evicted
+//   tag         1 word per slot: the token's retention tag (kv_make_tag: pinned, span)
 //   stats       5 floats per slot: SlotStats of kv_policy_spec.h
 //   free_list   1 word per slot: per cell, a stack of the slots freed by eviction
 //   used        1 word per cell: slots [0, used) have been written at least once
 //   free_count  1 word per cell: entries on the cell's free-list stack
 //   rng         2 words: xorshift64* state of the random policy
+//   span_min    KV_MAX_SPANS words: each retention span's minimum per cell, in tokens
 //   batch_slot  n_kv * max_batch words: slot taken by each token of the current batch, per kv head
 //   victims     2 words * n_kv * max_batch: stream indices evicted for the current batch
 //   candidates  n_slots words: scratch for the random policy
@@ -25,7 +26,7 @@ namespace h2o {
 #endif
 
 struct KvLayout {
-    KV_UINT stream, position, pinned, stats, free_list, used, free_count, rng, batch_slot, victims, candidates, total;
+    KV_UINT stream, position, tag, stats, free_list, used, free_count, rng, span_min, batch_slot, victims, candidates, total;
 };
 
 KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT n_slots, KV_UINT n_kv, KV_UINT max_batch) {
@@ -33,13 +34,14 @@ KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT n_slots, KV_UINT
     KvLayout l;
     l.stream = base;
     l.position = l.stream + 2u * slots;
-    l.pinned = l.position + slots;
-    l.stats = l.pinned + slots;
+    l.tag = l.position + slots;
+    l.stats = l.tag + slots;
     l.free_list = l.stats + 5u * slots;
     l.used = l.free_list + slots;
     l.free_count = l.used + n_cells;
     l.rng = l.free_count + n_cells;
-    l.batch_slot = l.rng + 2u;
+    l.span_min = l.rng + 2u;
+    l.batch_slot = l.span_min + KV_MAX_SPANS;
     l.victims = l.batch_slot + n_kv * max_batch;
     l.candidates = l.victims + 2u * n_kv * max_batch;
     l.total = l.candidates + n_slots;
