@@ -10,11 +10,10 @@
 #include <string>
 #include <vector>
 
-#include <zstd.h>
-
 #include "doctest/doctest.h"
 #include "h2o/h2o.h"
 #include "session_snapshot.h"
+#include "snapshot_formats.h"
 #include "synthetic_model.h"
 #include "test_util.h"
 
@@ -241,39 +240,6 @@ void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {
     std::memcpy(bytes->data() + header_size - 8, &h, sizeof(h));
 }
 
-// A snapshot of a session without retention spans, as an older library wrote it: version 2 has
-// no span table in its payload (the count of 0 after the three stream counters); version 1 also
-// lacks the horizon and reserved words at bytes 64..71 of the header.
-std::vector<uint8_t> as_older_version(const std::vector<uint8_t> &snapshot, uint32_t version) {
-    uint64_t payload_size = 0;
-    std::memcpy(&payload_size, snapshot.data() + 72, sizeof(payload_size));
-    std::vector<uint8_t> payload(payload_size);
-    REQUIRE(ZSTD_decompress(payload.data(), payload.size(), snapshot.data() + kHeaderSize, snapshot.size() - kHeaderSize) == payload_size);
-    constexpr size_t kSpanCountAt = 3 * sizeof(int64_t);
-    REQUIRE(std::all_of(payload.begin() + kSpanCountAt, payload.begin() + kSpanCountAt + 4, [](uint8_t b) { return b == 0; }));
-    payload.erase(payload.begin() + kSpanCountAt, payload.begin() + kSpanCountAt + 4);
-    std::vector<uint8_t> frame(ZSTD_compressBound(payload.size()));
-    ZSTD_CCtx *cctx = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-    const size_t compressed = ZSTD_compress2(cctx, frame.data(), frame.size(), payload.data(), payload.size());
-    ZSTD_freeCCtx(cctx);
-    REQUIRE(!ZSTD_isError(compressed));
-    std::vector<uint8_t> out(snapshot.begin(), snapshot.begin() + kHeaderSize);
-    const uint64_t sizes[2] = {payload.size(), compressed};
-    std::memcpy(out.data() + 72, sizes, sizeof(sizes));
-    size_t header_size = kHeaderSize;
-    if (version == 1) {
-        REQUIRE(std::all_of(out.begin() + 64, out.begin() + 72, [](uint8_t b) { return b == 0; }));  // h2o: no horizon
-        out.erase(out.begin() + 64, out.begin() + 72);
-        header_size = 88;
-    }
-    const uint32_t fields[2] = {version, static_cast<uint32_t>(header_size)};
-    std::memcpy(out.data() + 8, fields, sizeof(fields));
-    rehash_header(&out, header_size);
-    out.insert(out.end(), frame.begin(), frame.begin() + compressed);
-    return out;
-}
-
 Refusal try_load(h2o_model *model, const std::vector<uint8_t> &bytes) {
     h2o_session *session = nullptr;
     const h2o_status st = h2o_session_load_from_buffer(model, bytes.data(), bytes.size(), nullptr, &session);
@@ -355,8 +321,10 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         CHECK(r.message.find("at most") != std::string::npos);
     }
     SUBCASE("version-1 (library 0.2, no horizon) and version-2 (no spans) snapshots load and continue the same") {
-        std::vector<uint8_t> v1 = as_older_version(good, 1);
-        const std::vector<uint8_t> v2 = as_older_version(good, 2);
+        std::vector<uint8_t> v1 = h2o_test::snapshot_as_version(good, 1);
+        const std::vector<uint8_t> v2 = h2o_test::snapshot_as_version(good, 2);
+        REQUIRE(!v1.empty());
+        REQUIRE(!v2.empty());
         h2o_session *from_v1 = nullptr, *from_v2 = nullptr, *from_v3 = nullptr;
         REQUIRE(h2o_session_load_from_buffer(m.model, v1.data(), v1.size(), nullptr, &from_v1) == H2O_OK);
         REQUIRE(h2o_session_load_from_buffer(m.model, v2.data(), v2.size(), nullptr, &from_v2) == H2O_OK);

@@ -22,6 +22,7 @@
 #include <zstd.h>
 
 #include "h2o/h2o.h"
+#include "snapshot_formats.h"
 #include "synthetic_model.h"
 
 namespace fs = std::filesystem;
@@ -154,6 +155,10 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         if (h2o_session_create(model, &sp, &session) != H2O_OK) die(h2o_last_error());
         const char *pinned = "Lily had a ball.";
         h2o_session_add_text(session, pinned, std::strlen(pinned), H2O_TEXT_PIN);
+        if (s.policy != H2O_KV_H2O) {  // that one is also written in the older formats, which had no spans
+            const char *span = " Tom was her dog.";
+            if (h2o_session_add_span_text(session, 5, 0.125f, span, std::strlen(span), 0) != H2O_OK) die(h2o_session_last_error(session));
+        }
         h2o_generate_params gen;
         h2o_generate_params_init(&gen, sizeof gen);
         gen.max_tokens = 40;  // past the budget: slots have been evicted and reused
@@ -169,21 +174,17 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         whole.insert(whole.end(), snapshot.begin(), snapshot.end());
         write_file(dir / ("snapshot-" + std::to_string(n)), whole);
         if (s.policy == H2O_KV_H2O) {
-            // The same snapshot in format 1 (library 0.2), which is still read: without the horizon
-            // and reserved words at bytes 64..71, an 88-byte header whose last 8 bytes hash the rest.
-            Bytes v1(whole.begin() + 1, whole.end());
-            v1.erase(v1.begin() + 64, v1.begin() + 72);
-            const uint32_t version = 1, header_size = 88;
-            std::memcpy(v1.data() + 8, &version, 4);
-            std::memcpy(v1.data() + 12, &header_size, 4);
-            uint64_t h = 0xcbf29ce484222325ull;
-            for (size_t i = 0; i < 80; ++i) h = (h ^ v1[i]) * 0x100000001b3ull;
-            std::memcpy(v1.data() + 80, &h, 8);
-            v1.insert(v1.begin(), 0);
-            write_file(dir / ("snapshot-v1-" + std::to_string(n)), v1);
+            // The same snapshot in formats 1 (library 0.2) and 2 (before retention spans), which
+            // are still read.
+            for (uint32_t version : {1u, 2u}) {
+                Bytes older = h2o_test::snapshot_as_version(snapshot, version);
+                if (older.empty()) die("cannot write an older snapshot format");
+                older.insert(older.begin(), 0);
+                write_file(dir / ("snapshot-v" + std::to_string(version) + "-" + std::to_string(n)), older);
+            }
         }
         if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
-            const size_t header = 96;  // lib/session_snapshot.h, version 2
+            const size_t header = 96;  // lib/session_snapshot.h, version 3
             Bytes state(ZSTD_getFrameContentSize(snapshot.data() + header, snapshot.size() - header));
             if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + header, snapshot.size() - header))) die("zstd");
             state.insert(state.begin(), 1);
