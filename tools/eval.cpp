@@ -4,7 +4,7 @@
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
 //            [--segment N] [--context N] [--tail N] [--horizon N|none] [--rolling 0|1] [--n-ctx N]
 //            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
-//   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [policies, budgets...]
+//   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [--min-shares LIST] [policies, budgets...]
 //
 // Chunk mode (default, the "chunk-512" protocol of ../shared/README.md): the whole text is
 // tokenized without BOS, cut into consecutive chunks of chunk-1 tokens, and each chunk, behind a
@@ -68,6 +68,8 @@ void usage() {
                  "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
                  "  --trials N             retention mode: passages to average over (default 8)\n"
                  "  --passage N            retention mode: tokens per passage (default 24)\n"
+                 "  --min-shares LIST      retention mode: also with the passage as a retention span\n"
+                 "                         keeping each of these shares of the budget (0..1]\n"
                  "  --rolling 0|1          position rolling (default: 0 in chunk mode, 1 in stream mode)\n"
                  "  --n-ctx N              session n_ctx; the full cache's size (default: chunk length,\n"
                  "                         or TOKENS + 1 in stream mode)\n"
@@ -101,6 +103,7 @@ struct Options {
     bool repeats = false;       // stream mode: the text is shorter than the stream
     std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
+    std::vector<float> min_shares;  // retention mode: the passage as a retention span of these shares
     int rolling = -1;           // -1: the mode's default
     uint32_t n_ctx = 0;         // 0: the mode's default
     uint32_t threads = 0, jobs = 1;
@@ -183,6 +186,14 @@ Options parse_options(int argc, char **argv) {
             o.trials = parse_count(arg, value(), 1, 1000);
         } else if (arg == "--passage") {
             o.passage = parse_count(arg, value(), 2, 4096);
+        } else if (arg == "--min-shares") {
+            for (const std::string &item : h2o_tools::split(value(), ',')) {
+                double share = 0;
+                if (!h2o_tools::parse_double(item.c_str(), &share) || !(share > 0 && share <= 1)) {
+                    usage_error("--min-shares needs numbers in (0, 1], not '" + item + "'");
+                }
+                o.min_shares.push_back(static_cast<float>(share));
+            }
         } else if (arg == "--tail") {
             o.tail = parse_count(arg, value(), 1, 1u << 30);
         } else if (arg == "--horizon") {
@@ -214,6 +225,7 @@ Options parse_options(int argc, char **argv) {
     if (o.text_path.empty()) usage_error("no text given: pass -f TEXT");
     if (o.policies.empty()) usage_error("--policies is empty");
     if (!o.retention.empty() && o.stream > 0) usage_error("give --stream or --retention, not both");
+    if (!o.min_shares.empty() && o.retention.empty()) usage_error("--min-shares is for --retention mode");
     if (o.rolling < 0) o.rolling = o.stream > 0 || !o.retention.empty() ? 1 : 0;
     if (!o.retention.empty()) return o;  // each trial sizes its own sessions
     const uint32_t length = o.stream > 0 ? o.stream + 1 : o.chunk;  // tokens of one sequence, BOS included
@@ -740,6 +752,7 @@ int main(int argc, char **argv) {
         r.lengths = o.retention;
         r.trials = o.trials;
         r.passage_tokens = o.passage;
+        r.min_shares = o.min_shares;
         r.jobs = o.jobs;
         r.json = o.json;
         r.session_params = [&o](uint32_t policy, uint32_t budget) { return session_params(o, Config{policy, budget}); };

@@ -13,16 +13,19 @@ namespace h2o_tools {
 
 namespace {
 
-// One row of the report: a (policy, budget) with the first passage pinned or not, or one of the
-// two references.
+// One row of the report: a (policy, budget) with the first passage pinned, a retention span of a
+// minimum share, or neither; or one of the two references.
 struct Row {
     enum Kind { Full, Unseen, Policy } kind;
     uint32_t policy = H2O_KV_FULL, budget = 0;
     bool pinned = false;
+    float min_share = 0.0f;  // > 0: the passage is a retention span with this minimum share
     std::string label() const {
         if (kind == Full) return "full cache";
         if (kind == Unseen) return "unseen (no 1st passage)";
-        return std::string(policy_name(policy)) + "/" + std::to_string(budget) + (pinned ? " pinned" : "");
+        char share[32] = "";
+        if (min_share > 0.0f) std::snprintf(share, sizeof(share), " share %.3g", min_share);
+        return std::string(policy_name(policy)) + "/" + std::to_string(budget) + (pinned ? " pinned" : "") + share;
     }
 };
 
@@ -72,7 +75,9 @@ double run_trial(h2o_model *model, const h2o_model_info &info, const RetentionOp
     // The first text of a session starts with BOS; "unseen" has BOS and no first passage.
     if (st == H2O_OK && row.kind == Row::Unseen) st = h2o_session_decode(session, &info.bos_token, 1);
     if (st == H2O_OK && row.kind != Row::Unseen) {
-        st = h2o_session_add_text(session, trial.passage_text.data(), trial.passage_text.size(), row.pinned ? H2O_TEXT_PIN : 0);
+        const uint32_t flags = row.pinned ? H2O_TEXT_PIN : 0;
+        st = row.min_share > 0.0f ? h2o_session_add_span_text(session, 1, row.min_share, trial.passage_text.data(), trial.passage_text.size(), flags)
+                                  : h2o_session_add_text(session, trial.passage_text.data(), trial.passage_text.size(), flags);
     }
     if (st == H2O_OK) st = h2o_session_decode(session, filler.data(), filler.size());
     std::vector<float> logits(static_cast<size_t>(info.n_vocab));
@@ -106,6 +111,7 @@ int run_retention(h2o_model *model, const std::string &text, const RetentionOpti
         if (policy == H2O_KV_FULL) continue;
         for (uint32_t budget : o.budgets) {
             for (bool pinned : {false, true}) rows.push_back({Row::Policy, policy, budget, pinned});
+            for (float share : o.min_shares) rows.push_back({Row::Policy, policy, budget, false, share});
         }
     }
     // Work items: (row, length, trial); each has its own session.
@@ -143,10 +149,10 @@ int run_retention(h2o_model *model, const std::string &text, const RetentionOpti
         for (size_t r = 0; r < rows.size(); ++r) {
             for (size_t l = 0; l < o.lengths.size(); ++l) {
                 const double v = mean(r, l), full = mean(0, l);
-                std::printf("{\"mode\":\"retention\",\"row\":\"%s\",\"policy\":\"%s\",\"budget\":%u,\"pinned\":%s,\"other_tokens\":%u,"
-                            "\"trials\":%zu,\"repeat_nll\":%s,\"vs_full_pct\":%s}\n",
+                std::printf("{\"mode\":\"retention\",\"row\":\"%s\",\"policy\":\"%s\",\"budget\":%u,\"pinned\":%s,\"min_share\":%g,"
+                            "\"other_tokens\":%u,\"trials\":%zu,\"repeat_nll\":%s,\"vs_full_pct\":%s}\n",
                             json_escape(rows[r].label()).c_str(), rows[r].kind == Row::Policy ? policy_name(rows[r].policy) : "full",
-                            rows[r].budget, rows[r].pinned ? "true" : "false", o.lengths[l], trials.size(),
+                            rows[r].budget, rows[r].pinned ? "true" : "false", static_cast<double>(rows[r].min_share), o.lengths[l], trials.size(),
                             std::isfinite(v) ? std::to_string(v).c_str() : "null",
                             std::isfinite(v) ? std::to_string(100 * (v / full - 1)).c_str() : "null");
             }

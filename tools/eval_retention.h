@@ -4,7 +4,8 @@
 // the score is the mean NLL of the repeated passage. A small model copies text it can still see,
 // so the repeat's NLL falls to nearly nothing when the cache kept the first passage and stays at
 // the unseen level when it did not. Every configuration runs with the first passage added
-// normally and pinned (H2O_TEXT_PIN); two references bound the scores: the full cache (which
+// normally, pinned (H2O_TEXT_PIN), and as a retention span of each minimum share asked for
+// (h2o_session_add_span_text); two references bound the scores: the full cache (which
 // keeps everything, but past the model's trained context its positions are out of range) and
 // "unseen", the full cache without the first passage.
 #pragma once
@@ -23,6 +24,7 @@ struct RetentionOptions {
     std::vector<uint32_t> lengths;  // N: tokens of other text between the two passages
     uint32_t trials = 8;
     uint32_t passage_tokens = 24;
+    std::vector<float> min_shares;  // the passage as a retention span of each of these shares
     uint32_t jobs = 1;
     bool json = false;
     // The session parameters of a (policy, budget) pair: the tool's recent window, sinks,
