@@ -133,8 +133,8 @@ public:
     virtual Status swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
     // acc[t] += x[t].
     virtual Status add(const Tensor &acc, const Tensor &x, int n) = 0;
-    // out[t] (I32) = the index of the largest element of in[t] (ties: the smallest index; a row
-    // of NaNs: 0), for the first n rows: greedy sampling where the logits are.
+    // out[t] (I32) = greedy_index (sampler.h) of in[t]: the first of its largest elements, NaNs
+    // passed over (a row of NaNs: 0), for the first n rows: greedy sampling where the logits are.
     virtual Status argmax(const Tensor &out, const Tensor &in, int n) = 0;
 
     // ---- KV cache and attention ---------------------------------------------------------------

@@ -53,7 +53,7 @@ int32_t Sampler::sample(float *logits, const SamplerSettings &settings, const To
     }
 
     if (settings.temperature <= 0.0f) {
-        return static_cast<int32_t>(std::max_element(logits, logits + n_vocab_) - logits);
+        return greedy_index(logits, n_vocab_);
     }
 
     size_t n = static_cast<size_t>(n_vocab_);

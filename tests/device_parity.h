@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -44,6 +45,11 @@ inline double max_abs(const std::vector<float> &a) {
 }
 
 // The same tensor on the CPU and the device backend.
+// Equal bit patterns (NaN payloads included).
+inline bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 struct Twin {
     h2o::Tensor cpu, gpu;
 };

@@ -33,6 +33,7 @@
 #ifdef H2O_HAVE_CUDA
 #include "backend_registry.h"
 #include "cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "llama_graph.h"
 #include "model.h"
 #endif
@@ -45,10 +46,7 @@ using h2o_test::max_abs;
 using h2o_test::max_abs_diff;
 using h2o_test::random_floats;
 
-// Equal bit patterns (NaN payloads included).
-[[maybe_unused]] bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using h2o_test::same_bits;
 
 }  // namespace
 
@@ -361,77 +359,19 @@ TEST_CASE("cuda: supports() answers from the kernels' weight types, KV formats, 
     CHECK(oom.message.find("MiB") != std::string::npos);
 }
 
-// ---- with a device: the operations against the CPU backend --------------------------------------
+// ---- with a device: what is particular to this backend (the rest: test_device_parity.cpp) -------
 
 namespace {
 
-// A CUDA backend, or null after printing the skip marker when there is no device.
-std::unique_ptr<Backend> make_cuda(int max_batch) {
-    std::unique_ptr<Backend> backend;
-    const Status st = make_cuda_backend(-1, max_batch, &backend);
-    if (st.code == H2O_ERR_BACKEND_UNAVAILABLE) {
-        std::printf("H2O-SKIP: %s\n", st.message.c_str());
-        return nullptr;
-    }
-    if (!st.ok()) FAIL_CHECK("creating the CUDA backend failed: " << st.message);
-    return backend;
-}
-
-#define CUDA_OR_SKIP(var, ...)           \
-    auto var = make_cuda(__VA_ARGS__);   \
-    if (!var) return
-
-using h2o_test::AttentionRun;
 using h2o_test::Backends;
-using h2o_test::kKvTypes;
-using h2o_test::kPolicyCases;
-using h2o_test::small_kv;
 using h2o_test::Twin;
 
 // The CPU beside a CUDA backend.
 #define BACKENDS_OR_SKIP(var, max_batch) \
     Backends var;                        \
-    if (!var.pair(make_cuda(max_batch), max_batch)) return
+    if (!var.pair(h2o_test::make_cuda(max_batch), max_batch)) return
 
 }  // namespace
-
-TEST_CASE("cuda: get_rows dequantizes exactly as the CPU for every weight type") {
-    BACKENDS_OR_SKIP(b, 16);
-    const int64_t cols = 512, rows = 40;
-    const std::vector<int32_t> ids = {0, 39, 7, 7, 21, 13, 1, 38, 20, 5, 2};
-    const int n = static_cast<int>(ids.size());
-    const Twin id = b.alloc(TensorType::I32, 1, n, ids.data());
-    for (TensorType type : kWeightTypes) {
-        INFO("type " << type_name(type));
-        const Twin table = b.weight(type, cols, rows, random_floats(cols * rows, 1, -2, 2));
-        const Twin out = b.alloc(TensorType::F32, cols, n);
-        REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
-        REQUIRE(b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n).ok());
-        CHECK(same_bits(b.gpu_floats(out.gpu, cols * n), b.cpu_floats(out.cpu, cols * n)));
-    }
-}
-
-TEST_CASE("cuda: rms_norm, add, swiglu and argmax match the CPU") {
-    BACKENDS_OR_SKIP(b, 8);
-    h2o_test::check_rms_norm_add_swiglu(b);
-    for (int64_t width : {1, 7, 300, 32000}) {
-        const int rows = 5;
-        std::vector<float> data = random_floats(width * rows, 6, -5, 5);
-        if (width > 2) data[width + 2] = data[width + width - 1] = 9.0f;  // row 1: its maximum twice
-        std::fill(data.begin() + 2 * width, data.begin() + 3 * width, 1.5f);  // row 2: all equal
-        data[3 * width + width - 1] = 7.0f;                                  // row 3: at the end
-        data[4 * width] = std::numeric_limits<float>::quiet_NaN();          // row 4: a NaN first
-        const Twin in = b.floats(width, rows, data);
-        const Twin out = b.alloc(TensorType::I32, 1, rows);
-        REQUIRE(b.cpu->argmax(out.cpu, in.cpu, rows).ok());
-        REQUIRE(b.gpu->argmax(out.gpu, in.gpu, rows).ok());
-        int32_t ci[rows], gi[rows];
-        REQUIRE(b.cpu->download(out.cpu, ci, sizeof ci).ok());
-        REQUIRE(b.gpu->download(out.gpu, gi, sizeof gi).ok());
-        INFO("width " << width);
-        CHECK(std::equal(ci, ci + rows, gi));
-    }
-}
 
 TEST_CASE("cuda: matmul matches a double-precision product of the dequantized weights, one token and batches") {
     BACKENDS_OR_SKIP(b, 64);
@@ -462,62 +402,6 @@ TEST_CASE("cuda: matmul matches a double-precision product of the dequantized we
             }
             CHECK(bad == 0);
         }
-    }
-}
-
-TEST_CASE("cuda: rope matches the CPU, including large positions and partial rotation") {
-    BACKENDS_OR_SKIP(b, 16);
-    h2o_test::check_rope(b);
-}
-
-
-TEST_CASE("cuda: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
-    for (KvType type : kKvTypes) {
-        INFO("kv " << std::string(kv_type_name(type)));
-        BACKENDS_OR_SKIP(b, 32);
-        h2o_test::check_attention_without_eviction(b, type);
-    }
-}
-
-TEST_CASE("cuda: every eviction policy evicts the same tokens as the CPU, with every KV type, rolling or not") {
-    for (KvType type : kKvTypes) {
-        for (const auto &c : kPolicyCases) {
-            for (bool rolling : {false, true}) {
-                INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
-                BACKENDS_OR_SKIP(b, 8);
-                h2o_test::check_eviction(b, c, rolling, type);
-            }
-        }
-    }
-}
-
-TEST_CASE("cuda: attention over a batch larger than the scratch processes it in chunks") {
-    // 1 MiB of scratch per query: 64 queries per chunk, so an 80-token batch runs as two chunks.
-    BACKENDS_OR_SKIP(b, 80);
-    h2o_test::check_chunked_attention(b, 80);
-}
-
-TEST_CASE("cuda: stories260K greedy generation equals the CPU's, with a full and with a small evicting cache") {
-    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    const struct {
-        KvPolicy policy;
-        bool rolling;
-        KvType type;
-        int n_slots;
-    } cases[] = {{KvPolicy::Full, false, KvType::F32, 512},
-                 {KvPolicy::H2O, true, KvType::F32, 64},
-                 {KvPolicy::Scissorhands, true, KvType::Q8, 64},
-                 {KvPolicy::H2O, true, KvType::K8V4, 64}};
-    for (const auto &c : cases) {
-        const KvPolicy policy = c.policy;
-        const KvType type = c.type;
-        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(policy));
-        CUDA_OR_SKIP(cuda, 16);
-        KvPolicyConfig config;
-        config.policy = policy;
-        config.recent = 32;
-        config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;
-        h2o_test::check_greedy_generation(path, std::move(cuda), c.n_slots, config, c.rolling, type, 150);
     }
 }
 

@@ -1,7 +1,8 @@
-// The Vulkan backend against the CPU reference: every operation on random data, the KV cache with
-// every eviction policy, and the real stories260K model (logits and greedy generation). Each test
-// runs with VK_LAYER_KHRONOS_validation (core and synchronization checks) when it is installed,
-// and fails on any validation warning or error. Without a Vulkan device the tests are skipped.
+// What is particular to the Vulkan backend (its parity with the CPU, shared with every device
+// backend, is test_device_parity.cpp): devices, memory limits, matmul with and without subgroups,
+// weights beyond one buffer binding, stored KV rows, traffic per token. Each test runs with
+// VK_LAYER_KHRONOS_validation (core and synchronization checks) when it is installed, and fails
+// on any validation warning or error. Without a Vulkan device the tests are skipped.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -63,6 +64,9 @@ using h2o_test::max_abs_diff;
 using h2o_test::random_floats;
 using h2o_test::small_kv;
 using h2o_test::Twin;
+using h2o_test::ModelRun;
+
+int32_t argmax(const std::vector<float> &v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // The CPU beside a Vulkan backend (with validation); subgroups=false forces the shared-memory
 // reductions.
@@ -94,29 +98,6 @@ TEST_CASE("vulkan: devices are listed, and a bad index is refused") {
     check_validation_clean(*vk);
 }
 
-TEST_CASE("vulkan: get_rows dequantizes exactly as the CPU for every weight type") {
-    BACKENDS_OR_SKIP(b, 16);
-    const int64_t cols = 96, rows = 40;
-    const std::vector<int32_t> ids = {0, 39, 7, 7, 21, 13, 1, 38, 20, 5, 2};
-    const int n = static_cast<int>(ids.size());
-    const Twin id = b.alloc(TensorType::I32, 1, n, ids.data());
-    for (TensorType type : vulkan_weight_types()) {
-        INFO("type " << type_name(type));
-        const Twin table = b.weight(type, cols, rows, random_floats(cols * rows, 1, -2, 2));
-        const Twin out = b.alloc(TensorType::F32, cols, n);
-        REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
-        REQUIRE(b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n).ok());
-        CHECK(b.gpu_floats(out.gpu, cols * n) == b.cpu_floats(out.cpu, cols * n));
-    }
-    // Odd rows: F16 rows of 75 values are not 4-byte aligned in the file.
-    const Twin table = b.weight(TensorType::F16, 75, rows, random_floats(75 * rows, 11, -2, 2));
-    const Twin out = b.alloc(TensorType::F32, 75, n);
-    REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
-    REQUIRE(b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n).ok());
-    CHECK(b.gpu_floats(out.gpu, 75 * n) == b.cpu_floats(out.cpu, 75 * n));
-    check_validation_clean(*b.gpu);
-}
-
 TEST_CASE("vulkan: an allocation beyond the device's memory fails with H2O_ERR_OUT_OF_MEMORY") {
     VULKAN_OR_SKIP(vk, 8);
     Tensor huge;
@@ -133,15 +114,6 @@ TEST_CASE("vulkan: an allocation beyond the device's memory fails with H2O_ERR_O
     REQUIRE(vk->download(small, back, sizeof back).ok());
     CHECK(std::equal(in, in + 4, back));
     check_validation_clean(*vk);
-}
-
-TEST_CASE("vulkan: rms_norm, add and swiglu match the CPU") {
-    for (bool subgroups : {true, false}) {
-        INFO("subgroups " << subgroups);
-        BACKENDS_OR_SKIP(b, 8, subgroups);
-        h2o_test::check_rms_norm_add_swiglu(b);
-        check_validation_clean(*b.gpu);
-    }
 }
 
 TEST_CASE("vulkan: a greedy session reads back 4 bytes per generated token, in one submission") {
@@ -168,34 +140,6 @@ TEST_CASE("vulkan: a greedy session reads back 4 bytes per generated token, in o
     CHECK(after.bytes_to_host - before.bytes_to_host == 4 * tokens);
     CHECK(after.bytes_to_device - before.bytes_to_device == 8 * tokens);
     CHECK(after.submissions - before.submissions == tokens);
-}
-
-TEST_CASE("vulkan: argmax picks what the CPU picks, the first of equal maxima") {
-    for (bool subgroups : {true, false}) {
-        INFO("subgroups " << subgroups);
-        BACKENDS_OR_SKIP(b, 8, subgroups);
-        for (int64_t cols : {1, 7, 300, 32000}) {
-            const int n = 4;
-            std::vector<float> data = random_floats(cols * n, 6, -5, 5);
-            // Row 1 holds its maximum twice, row 2 everywhere, row 3 at its last element.
-            if (cols > 2) data[cols + 2] = data[cols + cols - 1] = 9.0f;
-            std::fill(data.begin() + 2 * cols, data.begin() + 3 * cols, 1.5f);
-            data[3 * cols + cols - 1] = 7.0f;
-            const Twin in = b.floats(cols, n, data);
-            const Twin out = b.alloc(TensorType::I32, 1, n);
-            REQUIRE(b.cpu->argmax(out.cpu, in.cpu, n).ok());
-            REQUIRE(b.gpu->argmax(out.gpu, in.gpu, n).ok());
-            int32_t c[n], g[n];
-            REQUIRE(b.cpu->download(out.cpu, c, sizeof c).ok());
-            REQUIRE(b.gpu->download(out.gpu, g, sizeof g).ok());
-            INFO("cols " << cols);
-            CHECK(std::equal(c, c + n, g));
-            if (cols > 2) CHECK(c[1] == 2);
-            CHECK(c[2] == 0);
-            CHECK(c[3] == cols - 1);
-        }
-        check_validation_clean(*b.gpu);
-    }
 }
 
 TEST_CASE("vulkan: matmul matches the CPU for every weight type, one token and batches") {
@@ -316,27 +260,6 @@ TEST_CASE("vulkan: weights larger than one storage buffer binding are processed 
     check_validation_clean(*b.gpu);
 }
 
-TEST_CASE("vulkan: rope matches the CPU, including large positions and partial rotation") {
-    // The GPU computes the angles in fixed point, with sin/cos to about 1 ulp.
-    BACKENDS_OR_SKIP(b, 16);
-    h2o_test::check_rope(b);
-    check_validation_clean(*b.gpu);
-}
-
-
-TEST_CASE("vulkan: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
-    // The GPU stores the CPU's rows bit for bit (see the next test), so quantized caches differ
-    // from the CPU only by the order of float additions, as F32 does: same tolerances.
-    for (KvType type : kKvTypes) {
-        for (bool subgroups : {true, false}) {
-            INFO("kv " << std::string(kv_type_name(type)) << ", subgroups " << subgroups);
-            BACKENDS_OR_SKIP(b, 32, subgroups);
-            h2o_test::check_attention_without_eviction(b, type);
-            check_validation_clean(*b.gpu);
-        }
-    }
-}
-
 TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every KV type") {
     // One token in an empty cache gets attention weight 1, so the output is its value row as
     // decoded: equal to the CPU's only if the GPU rounded every scale, code and half as
@@ -387,164 +310,9 @@ TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every K
     }
 }
 
-TEST_CASE("vulkan: attention over a batch larger than the scratch processes it in chunks") {
-    // The 32 MiB scratch holds 32 queries, so a 40-token batch runs as two chunks.
-    BACKENDS_OR_SKIP(b, 40);
-    h2o_test::check_chunked_attention(b, 40);
-    check_validation_clean(*b.gpu);
-}
-
-TEST_CASE("vulkan: every eviction policy evicts the same tokens as the CPU, with every KV type") {
-    // Quantized caches: the stored rows are the CPU's bit for bit, so the statistics differ from
-    // the CPU's only by the order of float additions, as with F32, and the victims are the same
-    // (exactly equal priorities are not met with random data). Re-rotated keys pass
-    // through the GPU's sine and cosine (within about an ulp of the CPU's), so a rolled key may
-    // round to a neighbouring code when its value lies within an ulp of a rounding boundary: not
-    // met with these data. To keep the run short, F32 runs every policy with and without rolling;
-    // the other types run the policies whose victims depend on the stored values (those reading
-    // the statistics) and sinks + window, each once, rolling for every other one (alternating per
-    // type so that each policy meets both).
-    for (KvType type : kKvTypes) {
-        for (size_t ci = 0; ci < std::size(kPolicyCases); ++ci) {
-            const auto &c = kPolicyCases[ci];
-            for (bool rolling : {false, true}) {
-                if (type != KvType::F32) {
-                    if (!kv_policy_uses_statistics(c.policy) && c.policy != KvPolicy::SinkWindow) continue;
-                    if (rolling != ((ci + static_cast<size_t>(type)) % 2 == 1)) continue;
-                }
-                INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
-                BACKENDS_OR_SKIP(b, 8);
-                h2o_test::check_eviction(b, c, rolling, type);
-                check_validation_clean(*b.gpu);
-            }
-        }
-    }
-}
-
 namespace {
 
-using h2o_test::ModelRun;
-
-int32_t argmax(const std::vector<float> &v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
-
-std::string json_field(const std::string &line, const std::string &field) {
-    const std::string key = "\"" + field + "\": \"";
-    size_t i = line.find(key);
-    REQUIRE(i != std::string::npos);
-    std::string out;
-    for (i += key.size(); i < line.size() && line[i] != '"'; ++i) {
-        if (line[i] != '\\') {
-            out += line[i];
-            continue;
-        }
-        const char c = line[++i];
-        if (c == 'n') {
-            out += '\n';
-        } else if (c == 'u') {
-            const unsigned cp = static_cast<unsigned>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
-            REQUIRE(cp < 0x80);  // the golden prompts and continuations are ASCII
-            out += static_cast<char>(cp);
-            i += 4;
-        } else {
-            out += c;  // \" \\ \/
-        }
-    }
-    return out;
-}
-
 }  // namespace
-
-TEST_CASE("vulkan: stories260K logits match the CPU after a prompt, batched and token by token") {
-    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    VULKAN_OR_SKIP(vk, 16);
-    ModelRun gpu(path, std::move(vk), 16, 256);
-    ModelRun cpu(path, make_cpu_backend(2, 16), 16, 256);
-    std::vector<int32_t> tokens;
-    REQUIRE(gpu.model->tokenizer().encode("Tom and his dog went to the park. They saw a big tree and a little bird.", true, &tokens).ok());
-    REQUIRE(tokens.size() > 16);  // more than one batch
-    const auto c = cpu.feed(tokens), g = gpu.feed(tokens);
-    INFO("max difference " << max_abs_diff(c, g) << ", largest logit " << max_abs(c));
-    CHECK(max_abs_diff(c, g) <= 1e-4 * max_abs(c));
-    // Then token by token.
-    for (int32_t t : {argmax(c), 42, 7}) {
-        const auto c1 = cpu.feed({t}), g1 = gpu.feed({t});
-        CHECK(max_abs_diff(c1, g1) <= 1e-4 * max_abs(c1));
-    }
-    check_validation_clean(*gpu.backend);
-}
-
-TEST_CASE("vulkan: greedy generation equals the CPU's and llama.cpp's for the golden prompts") {
-    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    H2O_SHARED_FILE_OR_SKIP(golden_path, "golden/stories260K-greedy-llamacpp.jsonl");
-    std::ifstream in(golden_path);
-    std::string line;
-    int cases = 0;
-    while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        const std::string prompt = json_field(line, "prompt"), expected = json_field(line, "continuation");
-        VULKAN_OR_SKIP(vk, 32);
-        ModelRun gpu(path, std::move(vk), 32, 512);
-        ModelRun cpu(path, make_cpu_backend(2, 32), 32, 512);
-        const Tokenizer &tok = gpu.model->tokenizer();
-        std::vector<int32_t> prompt_tokens;
-        REQUIRE(tok.encode(prompt, true, &prompt_tokens).ok());
-        auto g = gpu.feed(prompt_tokens), c = cpu.feed(prompt_tokens);
-        std::vector<int32_t> gpu_tokens, cpu_tokens;
-        std::string text;
-        int32_t last = prompt_tokens.back();
-        for (int i = 0; i < 120; ++i) {
-            const int32_t tg = argmax(g), tc = argmax(c);
-            gpu_tokens.push_back(tg);
-            cpu_tokens.push_back(tc);
-            if (tg == tok.eos()) break;
-            tok.append_piece(tg, last == tok.bos(), &text);
-            last = tg;
-            g = gpu.feed({tg});
-            c = cpu.feed({tc});
-        }
-        INFO("prompt: " << prompt);
-        CHECK(gpu_tokens == cpu_tokens);
-        CHECK(text == expected);
-        check_validation_clean(*gpu.backend);
-        ++cases;
-    }
-    CHECK(cases == 5);
-}
-
-TEST_CASE("vulkan: stories260K with a small evicting cache generates what the CPU generates") {
-    // 64 slots for about 215 tokens: H2O (with and without rolling positions), sinks + window and
-    // Scissorhands with its horizon run far past the budget; the kept tokens of every (layer, kv head) must be the CPU's too.
-    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    // Quantized caches (rows stored as the CPU stores them) run H2O with rolling positions, for
-    // 120 tokens (still twice the budget) to keep the test short.
-    const struct {
-        KvPolicy policy;
-        bool rolling;
-        KvType type;
-        int generated;
-    } cases[] = {{KvPolicy::H2O, true, KvType::F32, 200},
-                 {KvPolicy::H2O, false, KvType::F32, 200},
-                 {KvPolicy::SinkWindow, true, KvType::F32, 200},
-                 {KvPolicy::Scissorhands, true, KvType::F32, 200},
-                 {KvPolicy::H2O, true, KvType::Q8, 120},
-                 {KvPolicy::H2O, true, KvType::K8V4, 120}};
-    for (const auto &run : cases) {
-        // Plain copies: clang 14 cannot capture structured bindings in the lambda INFO makes.
-        const KvPolicy policy = run.policy;
-        const bool rolling = run.rolling;
-        const KvType type = run.type;
-        const int generated = run.generated;
-        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(policy) << (rolling ? ", rolling" : ""));
-        KvPolicyConfig config;
-        config.policy = policy;
-        config.recent = 32;
-        config.sinks = policy == KvPolicy::SinkWindow ? 4 : 0;
-        config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;  // the API's default for 64 slots
-        VULKAN_OR_SKIP(vk, 16);
-        const ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(vk), 64, config, rolling, type, generated);
-        check_validation_clean(*gpu.backend);
-    }
-}
 
 TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded token") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");

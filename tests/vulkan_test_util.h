@@ -42,11 +42,16 @@ inline bool vulkan_required() {
     return v && std::string(v) == "1";
 }
 
-// True, after printing the skip marker, when making a Vulkan backend or session failed for want
-// of a usable device and none is required.
-inline bool skip_without_vulkan(const h2o::Status &made) {
+// True when making a Vulkan backend or session failed for want of a usable device and none is
+// required; then the reason goes to *why, or without `why` is printed with the skip marker.
+inline bool skip_without_vulkan(const h2o::Status &made, std::string *why = nullptr) {
     if (made.code != H2O_ERR_BACKEND_UNAVAILABLE || vulkan_required()) return false;
-    std::printf("H2O-SKIP: no usable Vulkan device: %s\n", made.message.c_str());
+    const std::string reason = "no usable Vulkan device: " + made.message;
+    if (why) {
+        *why = reason;
+    } else {
+        std::printf("H2O-SKIP: %s\n", reason.c_str());
+    }
     return true;
 }
 
@@ -59,10 +64,10 @@ inline h2o::VulkanCounters counters_of(const h2o::Backend &b) {
 // No validation layer message so far.
 inline void check_validation_clean(const h2o::Backend &b) { CHECK(counters_of(b).validation_messages == 0); }
 
-// A Vulkan backend with validation on, or null: after printing the skip marker when there is no
-// usable device, after failing the test when creating it failed otherwise. subgroups=false
-// forces the shared-memory reductions.
-inline std::unique_ptr<h2o::Backend> make_vk(int max_batch, bool subgroups = true) {
+// A Vulkan backend with validation on, or null: when there is no usable device (after printing the
+// skip marker, or giving the reason to *no_device), after failing the test when creating it failed
+// otherwise. subgroups=false forces the shared-memory reductions.
+inline std::unique_ptr<h2o::Backend> make_vk(int max_batch, bool subgroups = true, std::string *no_device = nullptr) {
     request_vulkan_validation();
     if (subgroups) {
         unsetenv("H2O_VULKAN_SUBGROUPS");
@@ -72,7 +77,7 @@ inline std::unique_ptr<h2o::Backend> make_vk(int max_batch, bool subgroups = tru
     std::unique_ptr<h2o::Backend> backend;
     const h2o::Status st = h2o::make_vulkan_backend(-1, max_batch, &backend);
     unsetenv("H2O_VULKAN_SUBGROUPS");
-    if (skip_without_vulkan(st)) return nullptr;
+    if (skip_without_vulkan(st, no_device)) return nullptr;
     if (!st.ok()) FAIL_CHECK("creating the Vulkan backend failed: " << st.message);
     if (backend && vulkan_required()) REQUIRE_MESSAGE(counters_of(*backend).validation, "the Vulkan validation layer is not active");
     return backend;

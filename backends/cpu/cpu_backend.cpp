@@ -13,6 +13,7 @@
 #include "cpu/kernels.h"
 #include "cpu/shared_weights.h"
 #include "kv_cache.h"
+#include "sampler.h"
 #include "rotary.h"
 #include "thread_pool.h"
 
@@ -149,9 +150,7 @@ public:
     Status argmax(const Tensor &out, const Tensor &in, int n) override {
         H2O_TRY(injected_fault());
         for (int t = 0; t < n; ++t) {
-            const float *row = host<const float>(in) + t * in.cols;
-            // The first maximum: only a strictly larger element moves it.
-            host<int32_t>(out)[t] = static_cast<int32_t>(std::max_element(row, row + in.cols) - row);
+            host<int32_t>(out)[t] = greedy_index(host<const float>(in) + t * in.cols, in.cols);
         }
         return Status::Ok();
     }

@@ -1,0 +1,280 @@
+// Every device backend built in, against the CPU reference: one suite for all of them. Each case
+// runs for every device kind of device_kinds() (Vulkan with subgroup reductions and with the
+// shared-memory ones, CUDA) that finds a device here, with the checks of device_parity.h: the
+// operations on random data, attention and its statistics, the victims of every eviction policy
+// with every KV type, rolling or not (retention spans and pins included), and stories260K's logits
+// and greedy generation (the golden prompts, and small evicting caches). A kind without a device
+// is named in a message; a case that found no device at all prints the skip marker. A new backend
+// adds one entry to device_kinds(). What is particular to a backend (Vulkan's validation layer
+// and buffer windows, CUDA's supports() and nvcc-compiled device math, each backend's matmul
+// tolerances) stays in test_vulkan.cpp and test_cuda.cpp.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "device_parity.h"
+#include "model.h"
+#include "test_util.h"
+
+#ifdef H2O_HAVE_VULKAN
+#include "vulkan/vulkan_backend.h"
+#include "vulkan_test_util.h"
+#endif
+#ifdef H2O_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+#endif
+
+using namespace h2o;
+using h2o_test::Backends;
+using h2o_test::max_abs;
+using h2o_test::max_abs_diff;
+using h2o_test::ModelRun;
+using h2o_test::random_floats;
+using h2o_test::Twin;
+
+namespace {
+
+struct DeviceKind {
+    std::string name;
+    // The backend, or null with the reason in *no_device when this machine has no such device.
+    std::function<std::unique_ptr<Backend>(int max_batch, std::string *no_device)> make;
+    std::vector<TensorType> weight_types;  // those its get_rows and matmul take
+    int chunked_batch;  // a batch of more queries than its attention scratch holds at once
+    // The backend's own checks after each case (Vulkan: no validation-layer message).
+    std::function<void(const Backend &)> check_after;
+};
+
+const std::vector<DeviceKind> &device_kinds() {
+    static const std::vector<DeviceKind> kinds = [] {
+        std::vector<DeviceKind> k;
+#ifdef H2O_HAVE_VULKAN
+        // The 32 MiB scratch holds 32 queries of the chunked case's 65536 slots.
+        for (bool subgroups : {true, false}) {
+            k.push_back(DeviceKind{subgroups ? "vulkan" : "vulkan (shared-memory reductions)",
+                                   [subgroups](int max_batch, std::string *no_device) { return h2o_test::make_vk(max_batch, subgroups, no_device); },
+                                   {vulkan_weight_types().begin(), vulkan_weight_types().end()}, 40, [](const Backend &b) { h2o_test::check_validation_clean(b); }});
+        }
+#endif
+#ifdef H2O_HAVE_CUDA
+        // 1 MiB of scratch per query: 64 queries per chunk.
+        k.push_back(DeviceKind{"cuda", [](int max_batch, std::string *no_device) { return h2o_test::make_cuda(max_batch, no_device); },
+                               cuda_weight_types(), 80, nullptr});
+#endif
+        return k;
+    }();
+    return kinds;
+}
+
+// Runs body(backends, kind) for every device kind present, the CPU beside it.
+void for_each_device(int max_batch, const std::function<void(Backends &, const DeviceKind &)> &body) {
+    int ran = 0;
+    std::string absent;
+    for (const DeviceKind &kind : device_kinds()) {
+        std::string no_device;
+        Backends b;
+        if (!b.pair(kind.make(max_batch, &no_device), max_batch)) {
+            absent += (absent.empty() ? "" : "; ") + kind.name + ": " + no_device;
+            continue;
+        }
+        INFO("backend " << kind.name);
+        body(b, kind);
+        if (kind.check_after && b.gpu) kind.check_after(*b.gpu);  // (a body that moved the backend into a model checks it)
+        ++ran;
+    }
+    if (ran == 0) {
+        std::printf("H2O-SKIP: no device backend to compare with the CPU (%s)\n", absent.empty() ? "none built" : absent.c_str());
+    } else if (!absent.empty()) {
+        MESSAGE("not run: " << absent);
+    }
+}
+
+int32_t argmax(const std::vector<float> &v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+}  // namespace
+
+TEST_CASE("device parity: get_rows dequantizes exactly as the CPU for every weight type") {
+    for_each_device(16, [](Backends &b, const DeviceKind &kind) {
+        const int64_t rows = 40;
+        const std::vector<int32_t> ids = {0, 39, 7, 7, 21, 13, 1, 38, 20, 5, 2};
+        const int n = static_cast<int>(ids.size());
+        const Twin id = b.alloc(TensorType::I32, 1, n, ids.data());
+        auto check = [&](TensorType type, int64_t cols) {
+            INFO("type " << type_name(type) << ", " << cols << " columns");
+            const Twin table = b.weight(type, cols, rows, random_floats(cols * rows, 1, -2, 2));
+            const Twin out = b.alloc(TensorType::F32, cols, n);
+            REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
+            REQUIRE(b.gpu->get_rows(out.gpu, table.gpu, id.gpu, n).ok());
+            CHECK(h2o_test::same_bits(b.gpu_floats(out.gpu, cols * n), b.cpu_floats(out.cpu, cols * n)));
+        };
+        for (TensorType type : kind.weight_types) check(type, 512);
+        check(TensorType::F16, 75);  // rows of 75 halves are not 4-byte aligned in the file
+    });
+}
+
+TEST_CASE("device parity: rms_norm, add, swiglu and argmax match the CPU") {
+    for_each_device(8, [](Backends &b, const DeviceKind &) {
+        h2o_test::check_rms_norm_add_swiglu(b);
+        for (int64_t width : {1, 7, 300, 32000}) {
+            const int rows = 5;
+            std::vector<float> data = random_floats(width * rows, 6, -5, 5);
+            if (width > 2) data[width + 2] = data[width + width - 1] = 9.0f;     // row 1: its maximum twice
+            std::fill(data.begin() + 2 * width, data.begin() + 3 * width, 1.5f);  // row 2: all equal
+            data[3 * width + width - 1] = 7.0f;                                  // row 3: at the end
+            data[4 * width] = std::numeric_limits<float>::quiet_NaN();          // row 4: a NaN first
+            const Twin in = b.floats(width, rows, data);
+            const Twin out = b.alloc(TensorType::I32, 1, rows);
+            REQUIRE(b.cpu->argmax(out.cpu, in.cpu, rows).ok());
+            REQUIRE(b.gpu->argmax(out.gpu, in.gpu, rows).ok());
+            int32_t c[rows], g[rows];
+            REQUIRE(b.cpu->download(out.cpu, c, sizeof c).ok());
+            REQUIRE(b.gpu->download(out.gpu, g, sizeof g).ok());
+            INFO("width " << width);
+            CHECK(std::equal(c, c + rows, g));
+            if (width > 2) CHECK(c[1] == 2);
+            CHECK(c[2] == 0);
+            CHECK(c[3] == width - 1);
+        }
+    });
+}
+
+TEST_CASE("device parity: rope matches the CPU, including large positions and partial rotation") {
+    for_each_device(16, [](Backends &b, const DeviceKind &) { h2o_test::check_rope(b); });
+}
+
+TEST_CASE("device parity: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
+    // The devices store the CPU's rows bit for bit, so quantized caches differ from the CPU only
+    // by the order of float additions, as F32 does: same tolerances.
+    for (KvType type : h2o_test::kKvTypes) {
+        INFO("kv " << std::string(kv_type_name(type)));
+        for_each_device(32, [type](Backends &b, const DeviceKind &) { h2o_test::check_attention_without_eviction(b, type); });
+    }
+}
+
+TEST_CASE("device parity: every eviction policy evicts the same tokens as the CPU, with every KV type, rolling or not") {
+    // Quantized caches: the stored rows are the CPU's bit for bit, so the statistics differ from
+    // the CPU's only by the order of float additions, as with F32, and the victims are the same
+    // (exactly equal priorities are not met with random data). Re-rotated keys pass through the
+    // device's sine and cosine (within about an ulp of the CPU's), so a rolled key may round to a
+    // neighbouring code when its value lies within an ulp of a rounding boundary: not met with
+    // these data. To keep the run short on a software device, F32 runs every policy with and
+    // without rolling; the other types run the policies whose victims depend on the stored values
+    // (those reading the statistics) and sinks + window, each once, rolling for every other one
+    // (alternating per type so that each policy meets both).
+    for (KvType type : h2o_test::kKvTypes) {
+        for (size_t ci = 0; ci < std::size(h2o_test::kPolicyCases); ++ci) {
+            const auto &c = h2o_test::kPolicyCases[ci];
+            for (bool rolling : {false, true}) {
+                if (type != KvType::F32) {
+                    if (!kv_policy_uses_statistics(c.policy) && c.policy != KvPolicy::SinkWindow) continue;
+                    if (rolling != ((ci + static_cast<size_t>(type)) % 2 == 1)) continue;
+                }
+                INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
+                for_each_device(8, [&](Backends &b, const DeviceKind &) { h2o_test::check_eviction(b, c, rolling, type); });
+            }
+        }
+    }
+}
+
+TEST_CASE("device parity: attention over a batch larger than the scratch processes it in chunks") {
+    for (const DeviceKind &kind : device_kinds()) {
+        const int batch = kind.chunked_batch;
+        for_each_device(batch, [&](Backends &b, const DeviceKind &k) {
+            if (k.name == kind.name) h2o_test::check_chunked_attention(b, batch);
+        });
+    }
+}
+
+TEST_CASE("device parity: stories260K logits match the CPU after a prompt, batched and token by token") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
+        ModelRun gpu(path, std::move(b.gpu), 16, 256);
+        ModelRun cpu(path, make_cpu_backend(2, 16), 16, 256);
+        std::vector<int32_t> tokens;
+        REQUIRE(gpu.model->tokenizer().encode("Tom and his dog went to the park. They saw a big tree and a little bird.", true, &tokens).ok());
+        REQUIRE(tokens.size() > 16);  // more than one batch
+        const auto c = cpu.feed(tokens), g = gpu.feed(tokens);
+        INFO("max difference " << max_abs_diff(c, g) << ", largest logit " << max_abs(c));
+        CHECK(max_abs_diff(c, g) <= 1e-4 * max_abs(c));
+        for (int32_t t : {argmax(c), 42, 7}) {  // then token by token
+            const auto c1 = cpu.feed({t}), g1 = gpu.feed({t});
+            CHECK(max_abs_diff(c1, g1) <= 1e-4 * max_abs(c1));
+        }
+        if (kind.check_after) kind.check_after(*gpu.backend);
+    });
+}
+
+TEST_CASE("device parity: greedy generation equals the CPU's and llama.cpp's for the golden prompts") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    H2O_SHARED_FILE_OR_SKIP(golden_path, "golden/stories260K-greedy-llamacpp.jsonl");
+    const std::vector<h2o_test::GoldenContinuation> golden = h2o_test::read_golden_continuations(golden_path);
+    REQUIRE(golden.size() == 5);
+    for (const h2o_test::GoldenContinuation &g : golden) {
+        INFO("prompt: " << g.prompt);
+        for_each_device(32, [&](Backends &b, const DeviceKind &kind) {
+            ModelRun gpu(path, std::move(b.gpu), 32, 512);
+            ModelRun cpu(path, make_cpu_backend(2, 32), 32, 512);
+            const Tokenizer &tok = gpu.model->tokenizer();
+            std::vector<int32_t> prompt_tokens;
+            REQUIRE(tok.encode(g.prompt, true, &prompt_tokens).ok());
+            auto gl = gpu.feed(prompt_tokens), cl = cpu.feed(prompt_tokens);
+            std::vector<int32_t> gpu_tokens, cpu_tokens;
+            std::string text;
+            int32_t last = prompt_tokens.back();
+            for (int i = 0; i < 120; ++i) {
+                const int32_t tg = argmax(gl), tc = argmax(cl);
+                gpu_tokens.push_back(tg);
+                cpu_tokens.push_back(tc);
+                if (tg == tok.eos()) break;
+                tok.append_piece(tg, last == tok.bos(), &text);
+                last = tg;
+                gl = gpu.feed({tg});
+                cl = cpu.feed({tc});
+            }
+            CHECK(gpu_tokens == cpu_tokens);
+            CHECK(text == g.continuation);
+            if (kind.check_after) kind.check_after(*gpu.backend);
+        });
+    }
+}
+
+TEST_CASE("device parity: stories260K greedy generation equals the CPU's, with a full and with small evicting caches") {
+    // 64 slots for about 215 tokens: H2O (with and without rolling positions), sinks + window and
+    // Scissorhands with its horizon run far past the budget; the kept tokens of every (layer, kv
+    // head) must be the CPU's too. Quantized caches (rows stored as the CPU stores them) run for
+    // 120 tokens (still twice the budget) to keep the test short.
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    const struct {
+        KvPolicy policy;
+        bool rolling;
+        KvType type;
+        int n_slots, generated;
+    } cases[] = {{KvPolicy::Full, false, KvType::F32, 512, 150},       {KvPolicy::H2O, true, KvType::F32, 64, 200},
+                 {KvPolicy::H2O, false, KvType::F32, 64, 200},         {KvPolicy::SinkWindow, true, KvType::F32, 64, 200},
+                 {KvPolicy::Scissorhands, true, KvType::F32, 64, 200}, {KvPolicy::Scissorhands, true, KvType::Q8, 64, 120},
+                 {KvPolicy::H2O, true, KvType::K8V4, 64, 120}};
+    for (const auto &run : cases) {
+        // Plain copies: clang 14 cannot capture structured bindings in the lambda INFO makes.
+        const KvPolicy policy = run.policy;
+        const bool rolling = run.rolling;
+        const KvType type = run.type;
+        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(policy) << (rolling ? ", rolling" : ""));
+        KvPolicyConfig config;
+        config.policy = policy;
+        config.recent = 32;
+        config.sinks = policy == KvPolicy::SinkWindow ? 4 : 0;
+        config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;  // the API's default for 64 slots
+        for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
+            const ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(b.gpu), run.n_slots, config, rolling, type, run.generated);
+            if (kind.check_after) kind.check_after(*gpu.backend);
+        });
+    }
+}
