@@ -79,6 +79,17 @@ namespace H2o
     }
 
     [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeSpanInfo
+    {
+        public uint struct_size, span_id;
+        public float min_share;
+        public int min_tokens;
+        public long n_tokens;
+        public int kept_min, kept_max;
+        public double kept_mean, attention_share;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
     internal struct NativeGenerateParams
     {
         public uint struct_size, max_tokens;
@@ -153,6 +164,11 @@ namespace H2o
         internal static extern int h2o_session_memory(SessionHandle s, ref NativeMemoryReport report);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_add_text(SessionHandle s, byte[] text, UIntPtr len, uint flags);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_add_span_text(SessionHandle s, uint spanId, float minShare, byte[] text,
+                                                             UIntPtr len, uint flags);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_get_span_info(SessionHandle s, uint spanId, ref NativeSpanInfo info);
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_save(SessionHandle s, byte[] path);

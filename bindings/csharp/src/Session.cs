@@ -19,6 +19,26 @@ namespace H2o
         public ulong WeightBytes, KvBytes, ScratchBytes;
     }
 
+    /// <summary>A retention span's definition and where its tokens stand in the cache
+    /// (h2o_span_info). The counts keep the header's integer types.</summary>
+    public struct SpanInfo
+    {
+        public uint SpanId;
+        public float MinShare;
+        /// <summary>Tokens of the span every (layer, kv head) keeps at least:
+        /// floor(MinShare * kv_budget).</summary>
+        public int MinTokens;
+        /// <summary>Tokens added to the span.</summary>
+        public long NTokens;
+        /// <summary>The span's tokens held by the (layer, kv head) holding fewest, by the one
+        /// holding most, and on average.</summary>
+        public int KeptMin, KeptMax;
+        public double KeptMean;
+        /// <summary>The span's share of the attention accumulated by the cached tokens; null when
+        /// the session's policy gathers no statistics (window, random).</summary>
+        public double? AttentionShare;
+    }
+
     public struct GenerateStats
     {
         public uint NPromptTokens, NGeneratedTokens;
@@ -99,6 +119,40 @@ namespace H2o
         {
             byte[] bytes = Utf8.Bytes(text);
             Check(Native.h2o_session_add_text(handle, bytes, (UIntPtr)bytes.Length, pin ? Native.TextPin : 0));
+        }
+
+        /// <summary>Retention spans a session may hold (AddSpanText).</summary>
+        public const uint MaxSpans = 32;
+
+        /// <summary>Appends text to the retention span spanId (any nonzero id; the same id again
+        /// appends to the span, up to MaxSpans spans). Every (layer, kv head) keeps at least
+        /// floor(minShare * kv_budget) of the span's tokens, those its policy ranks highest; the rest
+        /// compete like any text. Each call sets the span's share anew (0: the policy decides
+        /// alone); pin as in AddText. Pinned tokens plus every span's minimum may not exceed
+        /// kv_budget - 1: a call that would break this, a share outside [0, 1], id 0, one span too
+        /// many, or a minimum under the 'full' policy throws Status.InvalidArgument and changes
+        /// nothing. Spans travel with snapshots and forks; Reset ends them.</summary>
+        public void AddSpanText(uint spanId, float minShare, string text, bool pin = false)
+        {
+            byte[] bytes = Utf8.Bytes(text);
+            Check(Native.h2o_session_add_span_text(handle, spanId, minShare, bytes, (UIntPtr)bytes.Length,
+                                                   pin ? Native.TextPin : 0));
+        }
+
+        /// <summary>The span spanId and what the cache holds of it; Status.InvalidArgument when the
+        /// session has no such span. It reads the whole cache's bookkeeping (from the device on a
+        /// GPU backend): a diagnostic, not a per-token call.</summary>
+        public SpanInfo GetSpanInfo(uint spanId)
+        {
+            var s = new NativeSpanInfo { struct_size = (uint)Marshal.SizeOf<NativeSpanInfo>() };
+            Check(Native.h2o_session_get_span_info(handle, spanId, ref s));
+            return new SpanInfo
+            {
+                SpanId = s.span_id, MinShare = s.min_share, MinTokens = s.min_tokens, NTokens = s.n_tokens,
+                KeptMin = s.kept_min, KeptMax = s.kept_max, KeptMean = s.kept_mean,
+                // The header's "no statistics" value is -1; any negative share means none.
+                AttentionShare = s.attention_share >= 0 ? s.attention_share : (double?)null,
+            };
         }
 
         public void Reset() => Check(Native.h2o_session_reset(handle));

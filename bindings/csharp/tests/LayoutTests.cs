@@ -18,6 +18,7 @@ namespace H2o.Tests
             { typeof(NativePrefixCacheStats), "h2o_prefix_cache_stats" },
             { typeof(NativeBackendInfo), "h2o_backend_info" }, { typeof(NativeSessionParams), "h2o_session_params" },
             { typeof(NativeKvLayout), "h2o_kv_layout" }, { typeof(NativeMemoryReport), "h2o_memory_report" },
+            { typeof(NativeSpanInfo), "h2o_span_info" },
             { typeof(NativeGenerateParams), "h2o_generate_params" }, { typeof(NativeGenerateStats), "h2o_generate_stats" },
         };
 
@@ -46,6 +47,17 @@ namespace H2o.Tests
             Directory.Delete(dir, true);
             Assert.Equal(string.Join("\n", actual), string.Join("\n", expected), "layouts (C, then C#)");
             Assert.True(expected.Count > 60, "every field was compared");
+        }
+
+        /// <summary>H2O_MAX_SPANS is a #define, which the layout program does not see: read from the
+        /// header. The span info's size is the header comment's 48 bytes as well.</summary>
+        [Test]
+        public static void SpanDeclarationsMatchTheCHeader()
+        {
+            string line = File.ReadLines(Path.Combine(Runner.Root, "include/h2o/h2o.h"))
+                .First(l => l.StartsWith("#define H2O_MAX_SPANS ", StringComparison.Ordinal));
+            Assert.Equal(line.Split(new[] { ' ' }, StringSplitOptions.RemoveEmptyEntries)[2], Session.MaxSpans.ToString(), "H2O_MAX_SPANS");
+            Assert.Equal(48, Marshal.SizeOf<NativeSpanInfo>(), "sizeof(h2o_span_info)");
         }
 
         private static string Run(string program, string arguments)

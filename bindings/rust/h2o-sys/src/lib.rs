@@ -42,6 +42,8 @@ pub const H2O_STOP_STRING: u32 = 3;
 pub const H2O_STOP_CALLBACK: u32 = 4;
 
 pub const H2O_TEXT_PIN: u32 = 1;
+/// Retention spans a session may hold (h2o_session_add_span_text).
+pub const H2O_MAX_SPANS: u32 = 32;
 
 /// Opaque handles.
 #[repr(C)]
@@ -164,6 +166,20 @@ pub struct h2o_memory_report {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_span_info {
+    pub struct_size: u32,
+    pub span_id: u32,
+    pub min_share: f32,
+    pub min_tokens: i32,
+    pub n_tokens: i64,
+    pub kept_min: i32,
+    pub kept_max: i32,
+    pub kept_mean: f64,
+    pub attention_share: f64,
+}
+
+#[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct h2o_generate_params {
     pub struct_size: u32,
@@ -258,6 +274,15 @@ extern "C" {
         text_len: usize,
         flags: u32,
     ) -> h2o_status;
+    pub fn h2o_session_add_span_text(
+        session: *mut h2o_session,
+        span_id: u32,
+        min_share: f32,
+        text: *const c_char,
+        text_len: usize,
+        flags: u32,
+    ) -> h2o_status;
+    pub fn h2o_session_get_span_info(session: *mut h2o_session, span_id: u32, info: *mut h2o_span_info) -> h2o_status;
 
     pub fn h2o_session_save(session: *mut h2o_session, path: *const c_char) -> h2o_status;
     pub fn h2o_session_load(

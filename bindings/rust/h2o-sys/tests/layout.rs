@@ -74,6 +74,17 @@ fn rust_layouts() -> Vec<Layout> {
                                 type_ = "type", n_ctx, horizon }),
         layout!(h2o_device_traffic { struct_size, bytes_to_device, bytes_to_host, submissions, device_memory_bytes }),
         layout!(h2o_memory_report { struct_size, weight_bytes, kv_bytes, scratch_bytes }),
+        layout!(h2o_span_info {
+            struct_size,
+            span_id,
+            min_share,
+            min_tokens,
+            n_tokens,
+            kept_min,
+            kept_max,
+            kept_mean,
+            attention_share
+        }),
         layout!(h2o_generate_params {
             struct_size,
             max_tokens,
@@ -153,4 +164,13 @@ fn header_version_matches() {
     let declared =
         number("H2O_VERSION_MAJOR") * 10000 + number("H2O_VERSION_MINOR") * 100 + number("H2O_VERSION_PATCH");
     assert_eq!(H2O_VERSION_NUMBER, declared, "h2o-sys was written for another version of h2o.h");
+}
+
+#[test]
+fn span_limit_matches() {
+    // A #define, so the layout program does not see it: read from the header as the version is.
+    let header =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../include/h2o/h2o.h")).unwrap();
+    let line = header.lines().find(|l| l.starts_with("#define H2O_MAX_SPANS ")).unwrap();
+    assert_eq!(line.split_whitespace().nth(2).unwrap().parse::<u32>().unwrap(), H2O_MAX_SPANS);
 }

@@ -20,7 +20,10 @@ pub use error::{Error, Result, Status};
 pub use model::{Model, ModelInfo, ModelLoader, PrefixCacheStats};
 pub use names::{Backend, KvPolicy, KvType, StopReason};
 pub use params::{GenerateParams, SessionParams};
-pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryReport, Session, Stream};
+pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryReport, Session, SpanInfo, Stream};
+
+/// Retention spans a session may hold (`Session::add_span_text`).
+pub const MAX_SPANS: u32 = h2o_sys::H2O_MAX_SPANS;
 
 /// The library's version, e.g. "0.3.0".
 pub fn version() -> String {

@@ -74,6 +74,26 @@ pub struct MemoryReport {
     pub scratch_bytes: u64,
 }
 
+/// A retention span's definition and where its tokens stand in the cache (h2o_span_info). The
+/// counts keep the header's integer types.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpanInfo {
+    pub span_id: u32,
+    pub min_share: f32,
+    /// Tokens of the span every (layer, kv head) keeps at least: floor(min_share * kv_budget).
+    pub min_tokens: i32,
+    /// Tokens added to the span.
+    pub n_tokens: i64,
+    /// The span's tokens held by the (layer, kv head) holding fewest, by the one holding most,
+    /// and on average.
+    pub kept_min: i32,
+    pub kept_max: i32,
+    pub kept_mean: f64,
+    /// The span's share of the attention accumulated by the cached tokens; None when the
+    /// session's policy gathers no statistics (window, random).
+    pub attention_share: Option<f64>,
+}
+
 /// Statistics of the last generation (h2o_generate_stats).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GenerateStats {
@@ -200,6 +220,48 @@ impl Session {
         // SAFETY: text is valid for its length; the session is ours (&mut self).
         self.check(unsafe {
             h2o_sys::h2o_session_add_text(self.ptr(), text.as_ptr() as *const c_char, text.len(), flags)
+        })
+    }
+
+    /// Appends text to the retention span `span_id` (any nonzero id; the same id again appends to
+    /// the span, up to `MAX_SPANS` spans). Every (layer, kv head) keeps at least
+    /// floor(min_share * kv_budget) of the span's tokens, those its policy ranks highest; the
+    /// rest compete like any text. Each call sets the span's share anew (0: the policy decides
+    /// alone); `pin` as in `add_text`. Pinned tokens plus every span's minimum may not exceed
+    /// kv_budget - 1: a call that would break this, a share outside [0, 1], id 0, one span too
+    /// many, or a minimum under the 'full' policy is Status::InvalidArgument and changes nothing.
+    /// Spans travel with snapshots and forks; `reset` ends them.
+    pub fn add_span_text(&mut self, span_id: u32, min_share: f32, text: &str, pin: bool) -> Result<()> {
+        let flags = if pin { h2o_sys::H2O_TEXT_PIN } else { 0 };
+        // SAFETY: text is valid for its length; the session is ours (&mut self).
+        self.check(unsafe {
+            h2o_sys::h2o_session_add_span_text(
+                self.ptr(),
+                span_id,
+                min_share,
+                text.as_ptr() as *const c_char,
+                text.len(),
+                flags,
+            )
+        })
+    }
+
+    /// The span `span_id` and what the cache holds of it; Status::InvalidArgument when the
+    /// session has no such span. It reads the whole cache's bookkeeping (from the device on a GPU
+    /// backend): a diagnostic, not a per-token call.
+    pub fn span_info(&self, span_id: u32) -> Result<SpanInfo> {
+        let s = output!(h2o_sys::h2o_span_info, |p| self
+            .check(unsafe { h2o_sys::h2o_session_get_span_info(self.ptr(), span_id, p) }))?;
+        Ok(SpanInfo {
+            span_id: s.span_id,
+            min_share: s.min_share,
+            min_tokens: s.min_tokens,
+            n_tokens: s.n_tokens,
+            kept_min: s.kept_min,
+            kept_max: s.kept_max,
+            kept_mean: s.kept_mean,
+            // The header's "no statistics" value is -1; any negative share means none.
+            attention_share: (s.attention_share >= 0.0).then_some(s.attention_share),
         })
     }
 
