@@ -543,21 +543,39 @@ inline __m256i q6x8_scales16(const uint8_t *p) {
     return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(v), idx), 8);
 }
 
+// Sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
+// pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
+// 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
+inline void group_sums16(const ActBlockPair *a, int t, __m256i out[2]) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+        // Sums of 4 bytes: [bytes 0..15 | bytes 16..31] of pair 2 half's lo, hi, then 2 half + 1's.
+        __m256i x[4];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const ActBlockPair &pair = a[2 * half + i];
+            x[2 * i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.lo[t])), ones16);
+            x[2 * i + 1] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.hi[t])), ones16);
+        }
+        // Two horizontal adds leave [m0 m1 of pair 2 half, m0 m1 of the next | m2 m3, m2 m3].
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
+        out[half] = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    }
+}
+
 // q6kx8_range's table for token t of group g: per scale group, (-16 sum(y), -16 sum(y)) as int16.
-// Group m of activation pair k (the super-block's group 4k + m) is a.lo (m even) or a.hi (m odd),
-// bytes 16 (m / 2) on.
 void q6x8_sums(const MatmulProblem &p, int64_t g, int t, int64_t s0, int64_t s1, int32_t *out) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF);
     for (int64_t sb = s0; sb < s1; ++sb) {
-        for (int k = 0; k < 4; ++k) {
-            const ActBlockPair &a = act[4 * sb + k];
-            for (int m = 0; m < 4; ++m) {
-                const int8_t *y = (m & 1 ? a.hi[t] : a.lo[t]) + 16 * (m / 2);
-                int32_t sum = 0;
-                for (int j = 0; j < 16; ++j) sum += y[j];
-                const uint32_t half = static_cast<uint16_t>(-16 * sum);
-                out[16 * (sb - s0) + 4 * k + m] = static_cast<int32_t>(half * 0x10001u);
-            }
+        __m256i y[2];
+        group_sums16(act + 4 * sb, t, y);
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const __m256i v = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(y[i], 4));
+            const __m256i pair = _mm256_or_si256(_mm256_and_si256(v, low16), _mm256_slli_epi32(v, 16));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + 16 * (sb - s0) + 8 * i), pair);
         }
     }
 }
