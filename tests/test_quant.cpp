@@ -762,17 +762,23 @@ std::vector<MatmulCase> matmul_cases() {
         // Float types: a row length that leaves a remainder after 8-wide vectors.
         if (!is_quant(type)) cases.push_back({type, 9, 37, 5});
     }
-    // Q4_0 and Q4_K interleaved by 8 rows: one group and several (thread chunks end inside the
-    // matrix), odd block counts, and a row longer than one 4096-column slice.
+    // Q4_0, Q4_K and Q6_K interleaved by 8 rows: one group and several (an odd number, 17, whose
+    // thread chunks end inside the matrix), odd block counts, and a row longer than one
+    // 4096-column slice (Q6_K: also one slice and a lone super-block after it).
     constexpr auto kX8 = cpu::WeightLayout::Interleaved8;
     for (int64_t rows : {8, 136}) {
-        for (int64_t n_tokens : {1, 3, 17, 64}) {
+        for (int64_t n_tokens : {1, 3, 4, 5, 17, 64}) {
             for (int64_t cols : {32, 96, 320}) cases.push_back({TensorType::Q4_0, rows, cols, n_tokens, kX8});
-            for (int64_t cols : {256, 768}) cases.push_back({TensorType::Q4_K, rows, cols, n_tokens, kX8});
+            for (int64_t cols : {256, 768}) {
+                cases.push_back({TensorType::Q4_K, rows, cols, n_tokens, kX8});
+                cases.push_back({TensorType::Q6_K, rows, cols, n_tokens, kX8});
+            }
         }
     }
     cases.push_back({TensorType::Q4_0, 16, 32 * 131, 5, kX8});
     cases.push_back({TensorType::Q4_K, 16, 256 * 17, 5, kX8});
+    for (int64_t n_tokens : {1, 2, 7}) cases.push_back({TensorType::Q6_K, 24, 256 * 17, n_tokens, kX8});
+    cases.push_back({TensorType::Q6_K, 40, 256 * 16, 9, kX8});
     return cases;
 }
 
@@ -895,7 +901,7 @@ void check_nan_propagation(cpu::KernelIsa isa) {
     }
     if (kernel_table(isa).interleaved_support == 0) return;
     const int64_t x8_rows = 16;
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K}) {
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K}) {
         CAPTURE(std::string(type_name(type)));
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, x8_rows * cols), x8_rows, cols);
         std::vector<float> x = random_vector(rng, n_tokens * cols);
@@ -908,19 +914,19 @@ void check_nan_propagation(cpu::KernelIsa isa) {
     }
 }
 
-// Interleaving Q4_0 and Q4_K by 8 rows rearranges bytes (Q4_K: and unpacks the 6-bit scales) and
-// nothing else: every row comes back, and an embedding lookup in the interleaved layout gives the
-// reference's floats.
+// Interleaving Q4_0, Q4_K and Q6_K by 8 rows rearranges bits (Q4_K: and unpacks the 6-bit scales;
+// Q6_K: and regroups each quant's bits) and nothing else: every row comes back, and an embedding
+// lookup in the interleaved layout gives the reference's floats.
 void check_interleaved_layout(cpu::KernelIsa isa) {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(isa));
     std::mt19937 rng(17);
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K}) {
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K}) {
         CAPTURE(std::string(type_name(type)));
         const int64_t rows = 24, cols = type == TensorType::Q4_0 ? 96 : 512;
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
         std::vector<uint8_t> x8(cpu::interleaved_bytes(type, rows, cols)), row(row_bytes(type, cols));
-        CHECK(x8.size() == (type == TensorType::Q4_0 ? w.size() : w.size() / 144 * 148));
+        CHECK(x8.size() == (type == TensorType::Q4_K ? w.size() / 144 * 148 : w.size()));
         cpu::interleave_rows(type, w.data(), x8.data(), rows, cols);
         for (int64_t r = 0; r < rows; ++r) {
             cpu::deinterleave_row(type, x8.data(), cols, r, row.data());
@@ -932,7 +938,7 @@ void check_interleaved_layout(cpu::KernelIsa isa) {
             const uint8_t *grp = x8.data() + (1 * 3 + 1) * 144;
             CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);                  // scale
             CHECK(std::memcmp(grp + 16 + 32 * 1 + 4 * 2, blk + 2 + 4, 4) == 0);  // quant bytes 4..7
-        } else {
+        } else if (type == TensorType::Q4_K) {
             const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1184;
             uint8_t sc[8], m[8];
             unpack_k_scales(blk + 4, sc, m);
@@ -941,6 +947,24 @@ void check_interleaved_layout(cpu::KernelIsa isa) {
             CHECK(grp[32 + 8 * 5 + 2] == sc[5]);
             CHECK(grp[96 + 8 * 5 + 2] == m[5]);
             CHECK(std::memcmp(grp + 160 + 32 * 9 + 4 * 2, blk + 16 + 36, 4) == 0);  // quant bytes 36..39
+        } else if (type == TensorType::Q6_K) {
+            const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1680;
+            BlockQ6_K b;
+            std::memcpy(&b, blk, sizeof b);
+            CHECK(std::memcmp(grp + 1536 + 2 * 2, &b.d, 2) == 0);
+            CHECK(static_cast<int8_t>(grp[1552 + 8 * 11 + 2]) == b.scales[11]);
+            // Columns 176..191 are scale group 11; the file's quant of column e (its q, 0..63):
+            auto file_q = [&](int e) {
+                const int h = e / 128, i = (e % 128) / 32, l = e % 32;
+                return ((b.ql[64 * h + l + 32 * (i & 1)] >> (4 * (i / 2))) & 0x0F) | ((b.qh[32 * h + l] >> (2 * i)) & 3) << 4;
+            };
+            for (int c = 0; c < 3; ++c) {
+                for (int j = 0; j < 4; ++j) {
+                    const uint8_t v = grp[96 * 11 + 32 * c + 4 * 2 + j];
+                    CHECK((v & 0x3F) == file_q(176 + 4 * c + j));
+                    CHECK((v >> 6) == ((file_q(188 + j) >> (2 * c)) & 3));
+                }
+            }
         }
         std::vector<float> ref(rows * cols), some(3 * cols);
         REQUIRE(dequantize_row(type, w.data(), ref.data(), rows * cols));
@@ -1123,7 +1147,7 @@ TEST_CASE("matmul: a NaN activation makes its outputs NaN (SIMD levels)") {
     }
 }
 
-TEST_CASE("interleaved Q4_0 and Q4_K: only a rearrangement, and lookups read it back (every level that runs it)") {
+TEST_CASE("interleaved Q4_0, Q4_K and Q6_K: only a rearrangement, and lookups read it back (every level that runs it)") {
     check_interleaved_layout(cpu::KernelIsa::Scalar);
     for (cpu::KernelIsa isa : simd_levels()) {
         if (kernel_table(isa).interleaved_support == 0) continue;
@@ -1132,7 +1156,7 @@ TEST_CASE("interleaved Q4_0 and Q4_K: only a rearrangement, and lookups read it 
     }
 }
 
-TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, for Q4_0 and Q4_K") {
+TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, for Q4_0, Q4_K and Q6_K") {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
     CHECK_FALSE(cpu::interleaving_preferred(TensorType::Q4_0));
@@ -1142,7 +1166,8 @@ TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, 
         const bool x86 = isa == cpu::KernelIsa::Avx2 || isa == cpu::KernelIsa::Avx512;
         for (TensorType type : kAllTypes) {
             CAPTURE(std::string(type_name(type)));
-            CHECK(cpu::interleaving_preferred(type) == (x86 && (type == TensorType::Q4_0 || type == TensorType::Q4_K)));
+            const bool x8_type = type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
+            CHECK(cpu::interleaving_preferred(type) == (x86 && x8_type));
         }
     }
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,7 @@
 
 static_assert(h2o::cpu::detail::kQ4Bytes == sizeof(h2o::BlockQ4_0) && h2o::cpu::detail::kQ8Bytes == sizeof(h2o::BlockQ8_0),
               "kernels_internal.h: block sizes");
+static_assert(h2o::cpu::detail::kQ6Kx8Bytes == 8 * sizeof(h2o::BlockQ6_K), "Q6_Kx8 is the file's size");
 
 namespace h2o::cpu {
 
@@ -125,10 +127,12 @@ float unpack_block(const uint8_t *blk, const float *fp16_table, int8_t lo[16], i
     return fp16_table[load_u16(blk)];
 }
 
-// Bytes of one block (Q4_0: 32 columns; Q4_K: a 256-column super-block) of an 8-row group in the
-// interleaved layouts (kernels.h), and the offset of the group block holding block b of `row`.
+bool is_interleavable(TensorType t) { return t == TensorType::Q4_0 || t == TensorType::Q4_K || t == TensorType::Q6_K; }
+
+// Bytes of one block (Q4_0: 32 columns; Q4_K, Q6_K: a 256-column super-block) of an 8-row group in
+// the interleaved layouts (kernels.h), and the offset of the group block holding block b of `row`.
 int64_t interleaved_block_bytes(TensorType type) {
-    return type == TensorType::Q4_0 ? detail::kQ4x8Bytes : detail::kQ4Kx8Bytes;
+    return type == TensorType::Q4_0 ? detail::kQ4x8Bytes : type == TensorType::Q4_K ? detail::kQ4Kx8Bytes : detail::kQ6Kx8Bytes;
 }
 int64_t interleaved_block_offset(TensorType type, int64_t cols, int64_t row, int64_t b) {
     const int64_t per_row = cols / static_cast<int64_t>(traits(type).block_elements);
@@ -140,6 +144,53 @@ int64_t interleaved_block_offset(TensorType type, int64_t cols, int64_t row, int
 void copy_interleaved_block(TensorType type, const uint8_t *src, uint8_t *dst, int lane, bool to_file) {
     // n bytes at offset g of the group block <-> offset f of the file's block.
     auto copy = [&](size_t g, size_t f, size_t n) { to_file ? std::memcpy(dst + f, src + g, n) : std::memcpy(dst + g, src + f, n); };
+    if (type == TensorType::Q6_K) {
+        copy(detail::kQ6Kx8D + 2 * lane, offsetof(BlockQ6_K, d), 2);
+        for (int s = 0; s < 16; ++s) copy(detail::kQ6Kx8Scales + 8 * s + lane, offsetof(BlockQ6_K, scales) + s, 1);
+        // The quants: element e of the row is q[e] (0..63) in both directions.
+        uint8_t q[256];
+        if (to_file) {
+            for (int s = 0; s < 16; ++s) {
+                for (int j = 0; j < 4; ++j) {
+                    uint8_t last = 0;  // column 16s + 12 + j, from bits 6..7 of the 3 vectors
+                    for (int c = 0; c < 3; ++c) {
+                        const uint8_t v = src[96 * s + 32 * c + 4 * lane + j];
+                        q[16 * s + 4 * c + j] = v & 0x3F;
+                        last = static_cast<uint8_t>(last | (v >> 6) << (2 * c));
+                    }
+                    q[16 * s + 12 + j] = last;
+                }
+            }
+            BlockQ6_K b;
+            std::memset(b.ql, 0, sizeof b.ql);
+            std::memset(b.qh, 0, sizeof b.qh);
+            for (int e = 0; e < 256; ++e) {  // the inverse of unpack_super_block's Q6_K bit positions
+                const int h = e / 128, i = (e % 128) / 32, l = e % 32;
+                b.ql[64 * h + l + 32 * (i & 1)] |= static_cast<uint8_t>((q[e] & 0x0F) << (4 * (i / 2)));
+                b.qh[32 * h + l] |= static_cast<uint8_t>((q[e] >> 4) << (2 * i));
+            }
+            std::memcpy(dst + offsetof(BlockQ6_K, ql), b.ql, sizeof b.ql);
+            std::memcpy(dst + offsetof(BlockQ6_K, qh), b.qh, sizeof b.qh);
+        } else {
+            BlockQ6_K b;
+            std::memcpy(&b, src, sizeof b);
+            for (int e = 0; e < 256; ++e) {
+                const int h = e / 128, i = (e % 128) / 32, l = e % 32;
+                const int low = (b.ql[64 * h + l + 32 * (i & 1)] >> (4 * (i / 2))) & 0x0F;
+                const int high = (b.qh[32 * h + l] >> (2 * i)) & 3;
+                q[e] = static_cast<uint8_t>(low | high << 4);
+            }
+            for (int s = 0; s < 16; ++s) {
+                for (int c = 0; c < 3; ++c) {
+                    for (int j = 0; j < 4; ++j) {
+                        const int top = (q[16 * s + 12 + j] >> (2 * c)) & 3;
+                        dst[96 * s + 32 * c + 4 * lane + j] = static_cast<uint8_t>(q[16 * s + 4 * c + j] | top << 6);
+                    }
+                }
+            }
+        }
+        return;
+    }
     if (type == TensorType::Q4_0) {
         copy(2 * lane, 0, 2);
         for (int c = 0; c < 4; ++c) copy(16 + 32 * c + 4 * lane, 2 + 4 * c, 4);
@@ -165,7 +216,7 @@ void copy_interleaved_block(TensorType type, const uint8_t *src, uint8_t *dst, i
     }
 }
 
-// Block b of row `row` of an interleaved matrix, in the file's layout (at most a Q4_K block).
+// Block b of row `row` of an interleaved matrix, in the file's layout (at most a Q6_K block).
 void gather_interleaved_block(TensorType type, const uint8_t *w, int64_t cols, int64_t row, int64_t b, uint8_t *out) {
     copy_interleaved_block(type, w + interleaved_block_offset(type, cols, row, b), out, static_cast<int>(row % 8), true);
 }
@@ -249,7 +300,7 @@ void dot_kquant_row(const MatmulProblem &p, int64_t r, const ActBlockPair *act, 
     float sum[kGroupTokens] = {};
     KSuperBlock sb;
     for (int64_t s = 0; s < p.cols / 256; ++s) {
-        uint8_t gathered[sizeof(BlockQ4_K)];
+        uint8_t gathered[sizeof(BlockQ6_K)];
         const uint8_t *blk = p.w + r * p.w_row_bytes + s * block_bytes;
         if (p.interleaved) {
             gather_interleaved_block(kType, p.w, p.cols, r, s, gathered);
@@ -528,7 +579,7 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens) {
 }
 
 bool interleaving_preferred(TensorType type) {
-    return (type == TensorType::Q4_0 || type == TensorType::Q4_K) && kernels().interleaved_support == 2;
+    return is_interleavable(type) && kernels().interleaved_support == 2;
 }
 
 size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols) {
@@ -537,7 +588,7 @@ size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols) {
 }
 
 void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols) {
-    if (type != TensorType::Q4_0 && type != TensorType::Q4_K) fatal("interleave_rows: only Q4_0 and Q4_K interleave");
+    if (!is_interleavable(type)) fatal("interleave_rows: only Q4_0, Q4_K and Q6_K interleave");
     const int64_t block = traits(type).block_elements;
     if (rows % 8 != 0 || cols % block != 0) fatal("interleave_rows: rows must be a multiple of 8, columns of the block");
     const size_t rb = row_bytes(type, cols);
@@ -564,8 +615,8 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     if (rows <= 0 || n_tokens <= 0) return;
     if (!matmul_supports(wtype)) fatal("matmul: unsupported weight type");
     const bool interleaved = layout == WeightLayout::Interleaved8;
-    if (interleaved && ((wtype != TensorType::Q4_0 && wtype != TensorType::Q4_K) || rows % 8 != 0)) {
-        fatal("matmul: interleaved weights must be Q4_0 or Q4_K, rows a multiple of 8");
+    if (interleaved && (!is_interleavable(wtype) || rows % 8 != 0)) {
+        fatal("matmul: interleaved weights must be Q4_0, Q4_K or Q6_K, rows a multiple of 8");
     }
     if (interleaved && kernels().interleaved_support == 0) fatal("matmul: these kernels cannot run interleaved weights");
     if (cols <= 0) {  // empty dot products
@@ -664,11 +715,11 @@ void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t
     const KernelTable &k = kernels();
     const size_t rb = row_bytes(type, cols);
     if (layout == WeightLayout::Interleaved8) {
-        if (type != TensorType::Q4_0 && type != TensorType::Q4_K) fatal("dequantize_rows: interleaved weights must be Q4_0 or Q4_K");
+        if (!is_interleavable(type)) fatal("dequantize_rows: interleaved weights must be Q4_0, Q4_K or Q6_K");
         const int64_t block = traits(type).block_elements;
         for (int64_t i = 0; i < n_ids; ++i) {
             for (int64_t b = 0; b < cols / block; ++b) {
-                uint8_t blk[sizeof(BlockQ4_K)];
+                uint8_t blk[sizeof(BlockQ6_K)];
                 gather_interleaved_block(type, static_cast<const uint8_t *>(w), cols, ids[i], b, blk);
                 float *dst = out + i * cols + b * block;
                 if (is_kquant(type)) dequantize_row(type, blk, dst, block);

@@ -61,12 +61,12 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 // error and aborts with a message: check matmul_supports() when loading a model.
 //
 // layout: how W's rows lie in memory: Rows (the file's layout) for every type, or Interleaved8
-// for Q4_0 and Q4_K weights that interleave_rows has rearranged (below).
+// for Q4_0, Q4_K and Q6_K weights that interleave_rows has rearranged (below).
 enum class WeightLayout { Rows, Interleaved8 };
 void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
             int64_t n_tokens, float *y, void *scratch, WeightLayout layout = WeightLayout::Rows);
 
-// ---- Q4_0 and Q4_K weights, 8 rows interleaved ----------------------------------------------
+// ---- Q4_0, Q4_K and Q6_K weights, 8 rows interleaved ----------------------------------------
 //
 // A matrix-vector product reads each weight once, so its speed is how few instructions a weight
 // byte costs. In the file's layout a row's block sums to one number, which costs a horizontal
@@ -85,15 +85,25 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
 // the mins likewise at 96 + 8s + i; then 32 chunks of 32 bytes from byte 160, chunk k holding bytes
 // 4k..4k+3 of each row's 128 quant bytes (row i at 4i..4i+3). The unpacked 6-bit scales make it
 // 32 bytes (2.8%) larger than the file's 8 blocks of 144.
+//
+// Q6_Kx8, 1680 bytes per super-block of 256 columns, the same size as the file's 8 blocks of 210:
+// the quants come first, as 16 scale groups of 96 bytes, group s (columns 16s..16s+15, scale s)
+// at byte 96s; then the 8 rows' fp16 d at 1536 + 2i; then the 8-bit scales, scale s of row i at
+// 1552 + 8s + i. A group is 3 vectors of 32 bytes, vector c at 96s + 32c, holding bytes 4i..4i+3
+// for row i. Byte j of row i in vector c holds the 6-bit quant (0..63, the file's q, not q - 32)
+// of column 16s + 4c + j in bits 0..5, and in bits 6..7 bits 2c and 2c+1 of the quant of column
+// 16s + 12 + j. So masking the 3 vectors gives 12 of a group's columns, and the 2-bit pieces of
+// the last 4 come together with three shifts: the file's split into 4 low and 2 high bits, which
+// lie in different places for different columns, is undone once, at conversion.
 
 // Whether the kernels in use run `type` interleaved faster than in the file's layout (AVX2 and
-// AVX-512, for Q4_0 and Q4_K). Every level can run interleaved weights except NEON's.
+// AVX-512, for Q4_0, Q4_K and Q6_K). Every level can run interleaved weights except NEON's.
 bool interleaving_preferred(TensorType type);
 
-// Bytes of a rows x cols matrix of `type` (Q4_0 or Q4_K) interleaved.
+// Bytes of a rows x cols matrix of `type` (Q4_0, Q4_K or Q6_K) interleaved.
 size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols);
 
-// Rearranges a Q4_0 or Q4_K matrix of `rows` (a multiple of 8) rows into the interleaved layout:
+// Rearranges a Q4_0, Q4_K or Q6_K matrix of `rows` (a multiple of 8) rows into the interleaved layout:
 // src holds rows * row_bytes(type, cols) bytes, dst interleaved_bytes(type, rows, cols); no overlap.
 void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols);
 

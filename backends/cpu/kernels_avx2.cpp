@@ -506,6 +506,133 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
 }
 
+// ---- Q6_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
+//
+// Masking a scale group's 3 vectors gives its chunks 0..2 (columns 16s + 4c + 0..3, one row per
+// lane as in Q4_0x8), and their top bits, shifted into place, chunk 3. The quants stay unsigned
+// (q + 32, 0..63) for maddubs; two chunks add up in int16 (at most 2 * 2 * 63 * 127 = 32004), and
+// madd with the row's scale in both int16 halves of its lane makes sc * sum(q * y) in int32. The
+// +32 is taken back by one more madd: sc times the token's (-16 sum(y), -16 sum(y)) from
+// q6kx8_range's table (|16 sum(y)| <= 16 * 16 * 127 = 32512 fits int16). A block's two groups
+// then sum below 2^24 (exact in float), and
+//   row's share of block b = a_d * d * sum over b's 2 groups of sc * sum((q - 32) * y).
+
+// Chunks 0..3 of the scale group at p, unsigned (0..63).
+inline void q6x8_group_quants(const uint8_t *p, __m256i q[4]) {
+    const __m256i low6 = _mm256_set1_epi8(0x3F), top2 = _mm256_set1_epi8(static_cast<char>(0xC0));
+    const __m256i v0 = load256(p), v1 = load256(p + 32), v2 = load256(p + 64);
+    q[0] = _mm256_and_si256(v0, low6);
+    q[1] = _mm256_and_si256(v1, low6);
+    q[2] = _mm256_and_si256(v2, low6);
+    // Chunk 3's bits 0-1, 2-3 and 4-5 are bits 6-7 of v0, v1 and v2: gathered from the top down,
+    // two bits at a time. Before each 16-bit shift, bits 0-1 of every byte are clear, so no bit
+    // crosses into the byte below.
+    __m256i top = _mm256_srli_epi16(_mm256_and_si256(v0, top2), 2);
+    top = _mm256_srli_epi16(_mm256_or_si256(top, _mm256_and_si256(v1, top2)), 2);
+    q[3] = _mm256_srli_epi16(_mm256_or_si256(top, _mm256_and_si256(v2, top2)), 2);
+}
+
+// A scale group's 8 int8 scales (at p) as int16, row i's in both halves of lane i: each byte goes
+// to the high byte of its int16 (index -128 zeroes the low byte), and a shift brings it down with
+// its sign. Each 128-bit half shuffles its own copy of the 8 bytes: rows 0..3, then 4..7.
+inline __m256i q6x8_scales16(const uint8_t *p) {
+    int64_t v;
+    std::memcpy(&v, p, sizeof v);
+    const __m256i idx = _mm256_setr_epi8(-128, 0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3,  //
+                                         -128, 4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(v), idx), 8);
+}
+
+// Sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
+// pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
+// 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
+inline void group_sums16(const ActBlockPair *a, int t, __m256i out[2]) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+        // Sums of 4 bytes: [bytes 0..15 | bytes 16..31] of pair 2 half's lo, hi, then 2 half + 1's.
+        __m256i x[4];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const ActBlockPair &pair = a[2 * half + i];
+            x[2 * i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.lo[t])), ones16);
+            x[2 * i + 1] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.hi[t])), ones16);
+        }
+        // Two horizontal adds leave [m0 m1 of pair 2 half, m0 m1 of the next | m2 m3, m2 m3].
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
+        out[half] = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    }
+}
+
+// q6kx8_range's table for token t of group g: per scale group, (-16 sum(y), -16 sum(y)) as int16.
+void q6x8_sums(const MatmulProblem &p, int64_t g, int t, int64_t s0, int64_t s1, int32_t *out) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        __m256i y[2];
+        group_sums16(act + 4 * sb, t, y);
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const __m256i v = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(y[i], 4));
+            const __m256i pair = _mm256_or_si256(_mm256_and_si256(v, low16), _mm256_slli_epi32(v, 16));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + 16 * (sb - s0) + 8 * i), pair);
+        }
+    }
+}
+
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1), with
+// q6kx8_range's sums (token t0 + t's at sums + t * kQ6Kx8SliceSums). kTokens = 1 decodes; 4
+// unpacks each group once for the token group.
+template <int kTokens>
+void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1, const int32_t *sums) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 256) * kQ6Kx8Bytes;
+    __m256 acc[kTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const uint8_t *blk = w + sb * kQ6Kx8Bytes;
+        if constexpr (kTokens == 1) {
+            for (int k = 0; k < kQ6Kx8Bytes; k += 64) prefetch_ahead(blk + k);
+        }
+        const __m256 d = _mm256_cvtph_ps(load128(blk + kQ6Kx8D));
+        const int32_t *ys = sums + 16 * (sb - s0);
+        for (int j = 0; j < 8; ++j) {
+            // Block 8 sb + j is half h of activation pair k: scale groups 4k + 2h (in a.lo) and
+            // 4k + 2h + 1 (in a.hi), bytes 16 h on.
+            const int k = j / 2, h = j % 2;
+            const ActBlockPair &a = act[4 * sb + k];
+            __m256i bsum[kTokens];
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) bsum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int m = 2 * h; m < 2 * h + 2; ++m) {
+                const int gi = 4 * k + m;
+                __m256i q[4];
+                q6x8_group_quants(blk + 96 * gi, q);
+                const __m256i sc = q6x8_scales16(blk + kQ6Kx8Scales + 8 * gi);
+#pragma GCC unroll 4
+                for (int t = 0; t < kTokens; ++t) {
+                    const int8_t *y = (m & 1 ? a.hi[t0 + t] : a.lo[t0 + t]) + 16 * h;
+                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], broadcast4(y)),
+                                                         _mm256_maddubs_epi16(q[1], broadcast4(y + 4)));
+                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], broadcast4(y + 8)),
+                                                         _mm256_maddubs_epi16(q[3], broadcast4(y + 12)));
+                    __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(sc, _mm256_set1_epi32(ys[t * kQ6Kx8SliceSums + gi])));
+                    bsum[t] = _mm256_add_epi32(bsum[t], s);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) {
+                const __m256 ad = _mm256_set1_ps(a.d[h * kGroupTokens + t0 + t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bsum[t]), _mm256_mul_ps(d, ad), acc[t]);
+            }
+        }
+    }
+    store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
+}
+
 template <TensorType kType>
 void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     constexpr int kGroupRows = 2;
@@ -983,7 +1110,10 @@ void matmul_range_avx2(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
             else kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q5_K: kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1); break;
-        case TensorType::Q6_K: kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1); break;
+        case TensorType::Q6_K:
+            if (p.interleaved) q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);
+            else kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1);
+            break;
         case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
         default: float_range<false>(p, r0, r1, g0, g1); break;
     }
@@ -1183,7 +1313,7 @@ const KernelTable kAvx2Kernels = {
     axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
     dot_rows_avx2<float>,      weighted_row_sum_avx2<float>,
     dot_rows_avx2<uint16_t>,   weighted_row_sum_avx2<uint16_t>,
-    2,  // interleaved Q4_0 and Q4_K: faster than the file's layout
+    2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 
 }  // namespace h2o::cpu::detail

@@ -4,10 +4,10 @@
 //
 // What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
 // against Q4_0, Q8_0, F16 and F32 weights, decoding against Q6_K, whose unpacking (not memory)
-// limited the AVX2 kernel, and both against Q4_0 and Q4_K in the interleaved layouts (vpdpbusd on
-// 256-bit registers). The rest calls the AVX2 kernels, which every AVX-512 CPU can run: the
-// K-quants' prompts, the vector operations and the activation quantization have no 512-bit
-// version yet.
+// limited the AVX2 kernel, and both against Q4_0, Q4_K and Q6_K in the interleaved layouts
+// (vpdpbusd on 256-bit registers). The rest calls the AVX2 kernels, which every AVX-512 CPU can
+// run: the K-quants' prompts in the file's layout, the vector operations and the activation
+// quantization have no 512-bit version yet.
 //
 // Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
 // templates are instantiated here (see kernels_internal.h).
@@ -316,6 +316,114 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
 }
 
+// ---- Q6_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
+//
+// As in kernels_avx2.cpp's q6kx8_rows, with vpdpbusd for the integer sums: a scale group's 4
+// chunks add up in int32 from the starting value -32 sum(y) (q6kx8_range's table), which takes
+// back the quants' +32, so the group's sum is already sum((q - 32) * y); one vpmulld by the rows'
+// scales and the two groups of a block sum below 2^24, exact in float. The top bits of chunk 3
+// are gathered with vpternlogd, an and and an or in one.
+
+// Chunks 0..3 of the scale group at p, unsigned (0..63).
+inline void q6x8_group_quants(const uint8_t *p, __m256i q[4]) {
+    const __m256i low6 = _mm256_set1_epi8(0x3F), top2 = _mm256_set1_epi8(static_cast<char>(0xC0));
+    const __m256i v0 = load256(p), v1 = load256(p + 32), v2 = load256(p + 64);
+    q[0] = _mm256_and_si256(v0, low6);
+    q[1] = _mm256_and_si256(v1, low6);
+    q[2] = _mm256_and_si256(v2, low6);
+    // Chunk 3's bits 0-1, 2-3 and 4-5 are bits 6-7 of v0, v1 and v2, gathered from the top down;
+    // bits 0-1 of every byte are clear before each 16-bit shift, so none crosses bytes.
+    // 0xF8 is A | (B & C) for the operands (A, B, C).
+    __m256i top = _mm256_srli_epi16(_mm256_and_si256(v0, top2), 2);
+    top = _mm256_srli_epi16(_mm256_ternarylogic_epi32(top, v1, top2, 0xF8), 2);
+    q[3] = _mm256_srli_epi16(_mm256_ternarylogic_epi32(top, v2, top2, 0xF8), 2);
+}
+
+// As in kernels_avx2.cpp: sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
+// pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
+// 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
+inline void group_sums16(const ActBlockPair *a, int t, __m256i out[2]) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+        // Sums of 4 bytes: [bytes 0..15 | bytes 16..31] of pair 2 half's lo, hi, then 2 half + 1's.
+        __m256i x[4];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const ActBlockPair &pair = a[2 * half + i];
+            x[2 * i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.lo[t])), ones16);
+            x[2 * i + 1] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.hi[t])), ones16);
+        }
+        // Two horizontal adds leave [m0 m1 of pair 2 half, m0 m1 of the next | m2 m3, m2 m3].
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
+        out[half] = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    }
+}
+
+// q6kx8_range's table for token t of group g: -32 sum(y) per scale group.
+void q6x8_sums(const MatmulProblem &p, int64_t g, int t, int64_t s0, int64_t s1, int32_t *out) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        __m256i y[2];
+        group_sums16(act + 4 * sb, t, y);
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const __m256i v = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(y[i], 5));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + 16 * (sb - s0) + 8 * i), v);
+        }
+    }
+}
+
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1), with
+// q6kx8_range's sums (token t0 + t's at sums + t * kQ6Kx8SliceSums).
+template <int kTokens>
+void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1, const int32_t *sums) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 256) * kQ6Kx8Bytes;
+    __m256 acc[kTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const uint8_t *blk = w + sb * kQ6Kx8Bytes;
+        if constexpr (kTokens == 1) {
+            for (int k = 0; k < kQ6Kx8Bytes; k += 64) _mm_prefetch(reinterpret_cast<const char *>(blk + k + 2048), _MM_HINT_T0);
+        }
+        const __m256 d = _mm256_cvtph_ps(load128(blk + kQ6Kx8D));
+        const int32_t *ys = sums + 16 * (sb - s0);
+        for (int j = 0; j < 8; ++j) {
+            // Block 8 sb + j is half h of activation pair k: scale groups 4k + 2h (in a.lo) and
+            // 4k + 2h + 1 (in a.hi), bytes 16 h on.
+            const int k = j / 2, h = j % 2;
+            const ActBlockPair &a = act[4 * sb + k];
+            __m256i bsum[kTokens];
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) bsum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int m = 2 * h; m < 2 * h + 2; ++m) {
+                const int gi = 4 * k + m;
+                __m256i q[4];
+                q6x8_group_quants(blk + 96 * gi, q);
+                const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk + kQ6Kx8Scales + 8 * gi)));
+#pragma GCC unroll 4
+                for (int t = 0; t < kTokens; ++t) {
+                    const int8_t *y = (m & 1 ? a.hi[t0 + t] : a.lo[t0 + t]) + 16 * h;
+                    __m256i s = _mm256_set1_epi32(ys[t * kQ6Kx8SliceSums + gi]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < 4; ++c) s = _mm256_dpbusd_epi32(s, q[c], broadcast4(y + 4 * c));
+                    s = _mm256_mullo_epi32(s, sc);
+                    bsum[t] = _mm256_add_epi32(bsum[t], s);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) {
+                const __m256 ad = _mm256_set1_ps(a.d[h * kGroupTokens + t0 + t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bsum[t]), _mm256_mul_ps(d, ad), acc[t]);
+            }
+        }
+    }
+    store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
+}
+
 // ---- Q6_K weights against one token (decoding) ----------------------------------------------
 //
 // The output projection of the common Q4_0 and Q4_K_M files is Q6_K, and at 6.56 bits a weight its
@@ -482,7 +590,10 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
         case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
         case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
         case TensorType::F32: float_range<false>(p, r0, r1, g0, g1); break;
-        case TensorType::Q6_K: q6_range(p, r0, r1, g0, g1); break;
+        case TensorType::Q6_K:
+            if (p.interleaved) q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);
+            else q6_range(p, r0, r1, g0, g1);
+            break;
         case TensorType::Q4_K:
             if (p.interleaved) interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
             else kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
@@ -588,7 +699,7 @@ const KernelTable kAvx512Kernels = {
     axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
     dot_rows_avx512<float>,      weighted_row_sum_avx512<float>,
     dot_rows_avx512<uint16_t>,   weighted_row_sum_avx512<uint16_t>,
-    2,  // interleaved Q4_0 and Q4_K: faster than the file's layout
+    2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 
 }  // namespace h2o::cpu::detail

@@ -20,8 +20,11 @@ constexpr int kGroupTokens = 4;
 constexpr int64_t kQ4Bytes = 18, kQ8Bytes = 34;
 
 // Bytes of one block of an 8-row group in the interleaved layouts (kernels.h): Q4_0x8 (8 scales,
-// 4 chunks) and Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks).
-constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ4Kx8Bytes = 160 + 32 * 32;
+// 4 chunks), Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks) and Q6_Kx8 (16 groups of 3
+// vectors, 8 d, 128 scales).
+constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ4Kx8Bytes = 160 + 32 * 32, kQ6Kx8Bytes = 16 * 96 + 16 + 128;
+// Where Q6_Kx8's d and scales start within its block.
+constexpr int64_t kQ6Kx8D = 16 * 96, kQ6Kx8Scales = kQ6Kx8D + 16;
 
 // The activations of one token group, quantized to 8 bits for the integer dot products against
 // quantized weights (Q4_0, Q8_0 and the K-quants), covering two 32-column blocks b and b+1 (64
@@ -43,7 +46,7 @@ struct MatmulProblem {
     TensorType wtype;
     const uint8_t *w;
     size_t w_row_bytes;
-    bool interleaved;  // Q4_0 or Q4_K weights, 8 rows interleaved (kernels.h); w_row_bytes unused
+    bool interleaved;  // Q4_0, Q4_K or Q6_K weights, 8 rows interleaved (kernels.h); w_row_bytes unused
     int64_t rows, cols, n_tokens;
     const float *x;  // [n_tokens][cols]
     float *y;        // [n_tokens][rows]
@@ -113,6 +116,41 @@ void interleaved_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
         } else {
             for (int t = 0; t < n_tok; ++t) {
                 for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, 0, n_units);
+            }
+        }
+    }
+}
+
+// Q6_Kx8 (kernels.h) stores quants unsigned, q + 32, so a group's integer sum of q * y carries
+// 32 * sum(y) too much, y being the 16 activation quants of its scale group. Those sums depend on
+// the token only, so they are made once per column slice of 16 super-blocks (4096 columns, as
+// above) and token, and every row group of the range reads them: kSums writes token t's (of
+// group g) for super-blocks [s0, s1), one int32 per scale group (16 * (s - s0) + group) in
+// whatever form the level's row functions want. The row functions take (p, rg, g, t0, s0, s1,
+// sums): kGroupRows all kGroupTokens tokens of group g (t0 = 0), whose sums lie kQ6Kx8SliceSums
+// apart; kTokenRows token t0 alone. Both set y for s0 == 0 and add to it otherwise. Single tokens
+// go over slices too, which only bounds the table (a whole row of sums would need the stack to
+// grow with the row length).
+constexpr int64_t kQ6Kx8SliceSupers = 16, kQ6Kx8SliceSums = 16 * kQ6Kx8SliceSupers;
+
+template <void (*kSums)(const MatmulProblem &, int64_t, int, int64_t, int64_t, int32_t *),
+          void (*kGroupRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t, const int32_t *),
+          void (*kTokenRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t, const int32_t *)>
+void q6kx8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    const int64_t n_super = p.cols / 256;
+    alignas(64) int32_t sums[kGroupTokens * kQ6Kx8SliceSums];
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        for (int64_t s0 = 0; s0 < n_super; s0 += kQ6Kx8SliceSupers) {
+            const int64_t s1 = s0 + kQ6Kx8SliceSupers < n_super ? s0 + kQ6Kx8SliceSupers : n_super;
+            if (n_tok >= kGroupTokens) {
+                for (int t = 0; t < kGroupTokens; ++t) kSums(p, g, t, s0, s1, sums + t * kQ6Kx8SliceSums);
+                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kGroupRows(p, rg, g, 0, s0, s1, sums);
+            } else {
+                for (int t = 0; t < n_tok; ++t) {
+                    kSums(p, g, t, s0, s1, sums);
+                    for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, s0, s1, sums);
+                }
             }
         }
     }
