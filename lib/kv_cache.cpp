@@ -16,7 +16,7 @@ constexpr float SlotStats::*kStatFields[] = {&SlotStats::accumulated, &SlotStats
                                              &SlotStats::persistence};
 }  // namespace
 
-Status KvCache::init(const KvConfig &config) {
+Status KvCache::init(const KvConfig &config, int threads) {
     config_ = config;
     key_format_ = kv_key_format(config.type);
     value_format_ = kv_value_format(config.type);
@@ -28,7 +28,6 @@ Status KvCache::init(const KvConfig &config) {
     try {
         keys_.assign(slots * key_row_bytes_, 0);
         values_.assign(slots * value_row_bytes_, 0);
-        rotate_scratch_.assign(config.head_dim, 0.0f);
         stream_index_.assign(slots, -1);
         position_.assign(slots, 0);
         tags_.assign(slots, 0);
@@ -37,14 +36,29 @@ Status KvCache::init(const KvConfig &config) {
         used_.assign(heads, 0);
         free_list_.assign(slots, 0);
         free_count_.assign(heads, 0);
-        candidates_.assign(config.n_slots, 0);
-        evicted_indices_.assign(config.n_slots, 0);
+        scratch_.assign(static_cast<size_t>(std::max(1, threads)), EvictionScratch{});
+        for (EvictionScratch &scratch : scratch_) {
+            scratch.candidates.assign(config.n_slots, 0);
+            scratch.evicted.assign(config.n_slots, 0);
+            scratch.key.assign(config.head_dim, 0.0f);
+        }
     } catch (const std::bad_alloc &) {
         return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (" + std::to_string(slots) + " slots)");
     }
-    inv_freq_.resize(config.rope_dims / 2);
-    for (size_t i = 0; i < inv_freq_.size(); ++i) {
-        inv_freq_[i] = rotary_inv_freq(config.rope_freq_base, static_cast<int>(i), config.rope_dims);
+    const int n_pairs = config.rope_dims / 2;
+    std::vector<double> inv_freq(n_pairs);
+    for (int i = 0; i < n_pairs; ++i) inv_freq[i] = rotary_inv_freq(config.rope_freq_base, i, config.rope_dims);
+    // One eviction of k tokens moves kept keys back by 1..k <= n_slots positions: the rotations
+    // for every such shift are computed once here. Evaluating them per key instead (a double
+    // sine and cosine per pair) cost rolling sessions 7x their decoding speed at budget 256.
+    try {
+        rotate_back_cos_sin_.assign(config.rolling ? static_cast<size_t>(config.n_slots + 1) * n_pairs * 2 : 0, 0.0f);
+    } catch (const std::bad_alloc &) {
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rotation table");
+    }
+    for (int shift = 1; config.rolling && shift <= config.n_slots; ++shift) {
+        float *row = rotate_back_cos_sin_.data() + static_cast<size_t>(shift) * n_pairs * 2;
+        for (int i = 0; i < n_pairs; ++i) rotary_cos_sin(-shift, inv_freq[i], &row[2 * i], &row[2 * i + 1]);
     }
     clear();
     return Status::Ok();
@@ -86,16 +100,12 @@ uint64_t KvCache::next_random() {
     return kv_next_random(&random_state_);
 }
 
-void KvCache::rotate_back(uint8_t *stored_key, int shift) {
+void KvCache::rotate_back(uint8_t *stored_key, int shift, float *key) {
     // Quantized keys are decoded, rotated and stored again (one more rounding per eviction).
-    float *key = rotate_scratch_.data();
     kv_load_row(key_format_, stored_key, config_.head_dim, key);
     const int n_pairs = config_.rope_dims / 2;
-    for (int i = 0; i < n_pairs; ++i) {
-        float c, s;
-        rotary_cos_sin(-shift, inv_freq_[i], &c, &s);
-        rotate_pair(&key[2 * i], &key[2 * i + 1], c, s);
-    }
+    const float *cos_sin = rotate_back_cos_sin_.data() + static_cast<size_t>(shift) * n_pairs * 2;
+    for (int i = 0; i < n_pairs; ++i) rotate_pair(&key[2 * i], &key[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
     kv_store_row(key_format_, key, config_.head_dim, stored_key);
 }
 
@@ -107,27 +117,30 @@ void KvCache::set_span_minimums(const int32_t *minimums) {
     }
 }
 
-void KvCache::count_span_tokens(const HeadView &v, int used) {
-    std::fill(span_held_, span_held_ + KV_MAX_SPANS, 0);
+void KvCache::count_span_tokens(const HeadView &v, int used, EvictionScratch &scratch) {
+    std::fill(scratch.span_held, scratch.span_held + KV_MAX_SPANS, 0);
     for (int s = 0; s < used; ++s) {
         const uint32_t span = kv_tag_span(v.tag[s]);
-        if (v.stream_index[s] >= 0 && span != 0) ++span_held_[span - 1];
+        if (v.stream_index[s] >= 0 && span != 0) ++scratch.span_held[span - 1];
     }
 }
 
-bool KvCache::take_if_span_allows(const HeadView &v, int s) {
+bool KvCache::take_if_span_allows(const HeadView &v, int s, EvictionScratch &scratch) const {
     const uint32_t span = kv_tag_span(v.tag[s]);
     if (span == 0) return true;
-    int32_t &held = span_held_[span - 1];
+    int32_t &held = scratch.span_held[span - 1];
     if (!kv_span_allows_eviction(static_cast<uint32_t>(held), static_cast<uint32_t>(span_minimum_[span - 1]))) return false;
     --held;
     return true;
 }
 
-int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
+int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int thread) {
     const int needed = n - free_slots(layer, kv_head);
     if (needed <= 0) return 0;
     HeadView v = head(layer, kv_head);
+    EvictionScratch &scratch = scratch_[thread];
+    std::vector<int32_t> &candidates = scratch.candidates;
+    std::vector<int64_t> &evicted = scratch.evicted;
     const KvPolicyConfig &policy = config_.policy;
     const int used = used_[head_index(layer, kv_head)];
     // The recent window counts the incoming tokens: protect the newest (recent - n) cached ones.
@@ -137,19 +150,19 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
     for (int s = 0; s < used; ++s) {
         const int64_t index = v.stream_index[s];
         if (!kv_slot_evictable(index, kv_tag_pinned(v.tag[s]), recent_from, policy.sinks)) continue;
-        candidates_[n_candidates++] = s;
+        candidates[n_candidates++] = s;
     }
     // Victims are taken from the candidates in the policy's order, passing over tokens whose
-    // span is down to its minimum; they are gathered at the front of candidates_.
-    count_span_tokens(v, used);
+    // span is down to its minimum; they are gathered at the front of candidates.
+    count_span_tokens(v, used, scratch);
     int n_victims = 0;
     if (policy.policy == KvPolicy::Random) {
         // A partial Fisher-Yates shuffle draws the candidates in random order, one draw each
         // until enough are taken or none is left.
         for (int i = 0; i < n_candidates && n_victims < needed; ++i) {
             const int j = i + static_cast<int>(next_random() % static_cast<uint64_t>(n_candidates - i));
-            std::swap(candidates_[i], candidates_[j]);
-            if (take_if_span_allows(v, candidates_[i])) candidates_[n_victims++] = candidates_[i];
+            std::swap(candidates[i], candidates[j]);
+            if (take_if_span_allows(v, candidates[i], scratch)) candidates[n_victims++] = candidates[i];
         }
     } else {
         const int64_t stale_before = kv_stale_before(policy, next_index, n);
@@ -161,9 +174,9 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
         // Span minimums may pass over any number of candidates; without them the first `needed`
         // in order are the victims.
         const int ranked = any_span_minimum_ ? n_candidates : std::min(needed, n_candidates);
-        std::partial_sort(candidates_.begin(), candidates_.begin() + ranked, candidates_.begin() + n_candidates, before);
+        std::partial_sort(candidates.begin(), candidates.begin() + ranked, candidates.begin() + n_candidates, before);
         for (int i = 0; i < ranked && n_victims < needed; ++i) {
-            if (take_if_span_allows(v, candidates_[i])) candidates_[n_victims++] = candidates_[i];
+            if (take_if_span_allows(v, candidates[i], scratch)) candidates[n_victims++] = candidates[i];
         }
     }
     if (n_victims < needed) {
@@ -171,35 +184,35 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index) {
         // the oldest unpinned tokens go, span minimums still kept.
         n_candidates = 0;
         for (int s = 0; s < used; ++s) {
-            if (v.stream_index[s] >= 0 && !kv_tag_pinned(v.tag[s])) candidates_[n_candidates++] = s;
+            if (v.stream_index[s] >= 0 && !kv_tag_pinned(v.tag[s])) candidates[n_candidates++] = s;
         }
-        std::sort(candidates_.begin(), candidates_.begin() + n_candidates,
+        std::sort(candidates.begin(), candidates.begin() + n_candidates,
                   [&](int32_t a, int32_t b) { return v.stream_index[a] < v.stream_index[b]; });
-        count_span_tokens(v, used);
+        count_span_tokens(v, used, scratch);
         n_victims = 0;
         for (int i = 0; i < n_candidates && n_victims < needed; ++i) {
-            if (take_if_span_allows(v, candidates_[i])) candidates_[n_victims++] = candidates_[i];
+            if (take_if_span_allows(v, candidates[i], scratch)) candidates[n_victims++] = candidates[i];
         }
     }
 
     const size_t h = head_index(layer, kv_head);
     int32_t *free_list = free_list_.data() + slot_base(layer, kv_head);
     for (int i = 0; i < n_victims; ++i) {
-        const int s = candidates_[i];
-        evicted_indices_[i] = v.stream_index[s];
+        const int s = candidates[i];
+        evicted[i] = v.stream_index[s];
         v.stream_index[s] = -1;
         free_list[free_count_[h]++] = s;
     }
     if (config_.rolling && n_victims > 0) {
         // Each kept token moves back one rank per evicted token that preceded it.
-        std::sort(evicted_indices_.begin(), evicted_indices_.begin() + n_victims);
+        std::sort(evicted.begin(), evicted.begin() + n_victims);
         for (int s = 0; s < used; ++s) {
             if (v.stream_index[s] < 0) continue;
-            const int shift = static_cast<int>(std::lower_bound(evicted_indices_.begin(), evicted_indices_.begin() + n_victims,
-                                                                v.stream_index[s]) - evicted_indices_.begin());
+            const int shift = static_cast<int>(std::lower_bound(evicted.begin(), evicted.begin() + n_victims,
+                                                                v.stream_index[s]) - evicted.begin());
             if (shift == 0) continue;
             v.position[s] -= shift;
-            rotate_back(v.keys + static_cast<size_t>(s) * key_row_bytes_, shift);
+            rotate_back(v.keys + static_cast<size_t>(s) * key_row_bytes_, shift, scratch.key.data());
         }
     }
     return n_victims;
@@ -281,10 +294,11 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                 }
                 // Free-list entries name distinct used slots that hold no token, and are all of them.
                 if (used - occupied != free_count) return bad("free list length" + where);
-                std::fill(candidates_.begin(), candidates_.end(), 0);  // marks slots already listed
+                std::vector<int32_t> &listed = scratch_[0].candidates;
+                std::fill(listed.begin(), listed.end(), 0);  // marks slots already listed
                 for (int i = 0; i < free_count; ++i) {
                     const int32_t s = free_list_[base + i];
-                    if (s < 0 || s >= used || stream_index_[base + s] != -1 || candidates_[s]++) {
+                    if (s < 0 || s >= used || stream_index_[base + s] != -1 || listed[s]++) {
                         return bad("free-list entry " + std::to_string(s) + where);
                     }
                 }

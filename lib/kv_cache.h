@@ -18,7 +18,8 @@ namespace h2o {
 
 class KvCache {
 public:
-    Status init(const KvConfig &config);
+    // threads: how many kv heads may make room at once (make_room's `thread` argument).
+    Status init(const KvConfig &config, int threads = 1);
     void clear();
 
     const KvConfig &config() const { return config_; }
@@ -50,7 +51,9 @@ public:
     // Frees slots for n incoming tokens (the first of which has stream index next_index) by
     // evicting victims as the policy says, then, with rolling, rotates the remaining keys back by
     // the number of evicted tokens before each of them. Returns the number of evictions.
-    int make_room(int layer, int kv_head, int n, int64_t next_index);
+    // Different kv heads may make room at once, each call with its own `thread` (< the init()
+    // threads), except under the random policy, whose one generator draws for the heads in order.
+    int make_room(int layer, int kv_head, int n, int64_t next_index, int thread = 0);
 
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
     int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, uint8_t tag);
@@ -94,12 +97,19 @@ public:
 private:
     size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
     size_t slot_base(int layer, int kv_head) const { return head_index(layer, kv_head) * config_.n_slots; }
-    void rotate_back(uint8_t *key, int shift);
-    // Counts each span's tokens among the first `used` slots of a head into span_held_.
-    void count_span_tokens(const HeadView &v, int used);
+    // make_room's working memory, one per thread.
+    struct EvictionScratch {
+        std::vector<int32_t> candidates;  // n_slots
+        std::vector<int64_t> evicted;     // n_slots stream indices
+        std::vector<float> key;           // one key as floats (head_dim)
+        int32_t span_held[KV_MAX_SPANS] = {};
+    };
+    void rotate_back(uint8_t *key, int shift, float *scratch);
+    // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.
+    static void count_span_tokens(const HeadView &v, int used, EvictionScratch &scratch);
     // Whether the unpinned token in slot s may go now (its span, if any, holds more than its
     // minimum); if so, counts it out of its span.
-    bool take_if_span_allows(const HeadView &v, int s);
+    bool take_if_span_allows(const HeadView &v, int s, EvictionScratch &scratch) const;
     uint64_t next_random();
 
     KvConfig config_;
@@ -114,14 +124,12 @@ private:
     // Per (layer, head): slots freed by eviction and not yet reused (a stack of n_slots capacity).
     std::vector<int32_t> free_list_;
     std::vector<int> free_count_;
-    // Scratch for victim selection (n_slots entries), allocated once.
-    std::vector<int32_t> candidates_;
-    std::vector<int64_t> evicted_indices_;
+    std::vector<EvictionScratch> scratch_;  // allocated once
     int32_t span_minimum_[KV_MAX_SPANS] = {};
     bool any_span_minimum_ = false;
-    int32_t span_held_[KV_MAX_SPANS] = {};  // make_room's scratch
-    std::vector<double> inv_freq_;  // rotary inverse frequencies, rope_dims / 2 entries
-    std::vector<float> rotate_scratch_;  // one key as floats (head_dim)
+    // With rolling: for each shift 1..n_slots, the cosine and sine of rotating back by it, for
+    // each of the rope_dims / 2 pairs ([shift][pair][cos, sin]; row 0 unused).
+    std::vector<float> rotate_back_cos_sin_;
     uint64_t random_state_ = 0;
 };
 

@@ -156,7 +156,7 @@ public:
     }
 
     Status create_kv(const KvConfig &config) override {
-        H2O_TRY(kv_.init(config));
+        H2O_TRY(kv_.init(config, pool_.size()));
         // Per thread: the attention weights of one query head and of its kv-head group, and the
         // batch's partial statistics of every (kv head, slot).
         const size_t threads = pool_.size(), n_slots = static_cast<size_t>(config.n_slots);
@@ -277,15 +277,27 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     const KvRowFormat key_format = kv_key_format(kv_.config().type), value_format = kv_value_format(kv_.config().type);
     const size_t key_row = kv_.key_row_bytes(), value_row = kv_.value_row_bytes();
     // Make room (evicting by the policy when the cache is full), then store the batch's keys and
-    // values in their slots.
-    for (int h = 0; h < n_kv; ++h) {
-        kv_.make_room(layer, h, n, batch.first_index);
+    // values in their slots. The kv heads are independent (but for the random policy's one
+    // generator), and with rolling an eviction re-rotates up to a budget of keys per head: the
+    // threads share the heads.
+    auto make_room_and_store = [&](int h, int thread) {
+        kv_.make_room(layer, h, n, batch.first_index, thread);
         KvCache::HeadView view = kv_.head(layer, h);
         for (int t = 0; t < n; ++t) {
             const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[t], batch.tag);
             kv_store_row(key_format, host<const float>(k) + t * k.cols + h * hd, hd, view.keys + slot * key_row);
             kv_store_row(value_format, host<const float>(v) + t * v.cols + h * hd, hd, view.values + slot * value_row);
         }
+    };
+    const bool evicting = kv_.free_slots(layer, 0) < n;
+    if (policy.policy == KvPolicy::Random || !evicting) {
+        for (int h = 0; h < n_kv; ++h) make_room_and_store(h, 0);
+    } else {
+        // Rough size: choosing victims and (rolling) rotating the kept keys, per kv head.
+        const int64_t eviction_work = static_cast<int64_t>(n_kv) * kv_.config().n_slots * (kv_.config().rolling ? 4 * hd : 8);
+        pool_.run([&](int index, int threads) {
+            for (int h = index; h < n_kv; h += threads) make_room_and_store(h, index);
+        }, eviction_work);
     }
 
     // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
