@@ -308,11 +308,19 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     const int64_t units = static_cast<int64_t>(n) * n_kv;  // (token, kv head) pairs
     const bool gather_statistics = kv_policy_uses_statistics(policy.policy);
     const int64_t work = units * group * kv_.used(layer, 0) * 2 * hd;  // q·k and the weighted sum of values
+    // With one token, each kv head is one unit, handled by one thread: it folds its slots'
+    // statistics in place. Several tokens of a head may be on several threads, which sum
+    // per-thread partials that are folded afterwards. Both give the same bits (a partial of one
+    // query plus zeros is that query's).
+    const bool fold_in_place = n == 1;
+    const float old_persistence_weight = kv_power(decay, n);
     int threads_used = 1;  // small batches run on the calling thread alone
     pool_.run([&](int index, int threads) {
         if (index == 0) threads_used = threads;
         AttentionScratch scratch = attention_scratch(index);
-        if (gather_statistics) std::fill(scratch.partial, scratch.partial + static_cast<size_t>(n_kv) * n_slots, kv_stats_zero());
+        if (gather_statistics && !fold_in_place) {
+            std::fill(scratch.partial, scratch.partial + static_cast<size_t>(n_kv) * n_slots, kv_stats_zero());
+        }
         // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
         // tokens see more keys, and contiguous runs gave the last thread most of the work.
         for (int64_t u = index; u < units; u += threads) {
@@ -366,17 +374,24 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
             }
             if (!gather_statistics) continue;
             // Bookkeeping for the eviction policies.
-            SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
             const float threshold = kv_importance_threshold(group, visible);
             const float persistence_weight = kv_persistence_weight(decay, n, t);
+            auto seen = [&](int s) { return view.stream_index[s] >= 0 && view.stream_index[s] <= query_index; };
+            if (fold_in_place) {
+                for (int s = 0; s < used; ++s) {
+                    const SlotStats query = seen(s) ? kv_stats_add_query(kv_stats_zero(), scratch.group_weight[s], threshold, persistence_weight, true)
+                                                    : kv_stats_zero();
+                    view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight);
+                }
+                continue;
+            }
+            SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
             for (int s = 0; s < end; ++s) {
-                if (view.stream_index[s] < 0 || view.stream_index[s] > query_index) continue;
-                partial[s] = kv_stats_add_query(partial[s], scratch.group_weight[s], threshold, persistence_weight, t == n - 1);
+                if (seen(s)) partial[s] = kv_stats_add_query(partial[s], scratch.group_weight[s], threshold, persistence_weight, t == n - 1);
             }
         }
     }, work);
-    if (!gather_statistics) return Status::Ok();
-    const float old_persistence_weight = kv_power(decay, n);
+    if (!gather_statistics || fold_in_place) return Status::Ok();
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::HeadView view = kv_.head(layer, h);
         const int used = kv_.used(layer, h);
