@@ -307,10 +307,10 @@ Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
     }
     const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
     if (n_pinned_ + pinning + reserved > budget - 1) {
-        const std::string spans = reserved > 0 ? " and the retention spans' minimums hold " + std::to_string(reserved) : "";
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot keep " + std::to_string(pinning) + " more pinned tokens: " +
-                                                        std::to_string(n_pinned_) + " are pinned" + spans + ", and at most " +
-                                                        std::to_string(budget - 1) + " (kv_budget - 1) slots may be held from eviction");
+        const std::string what = pinned ? "pin " + std::to_string(n) + " more tokens" : "hold these retention span minimums";
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot " + what + ": " + std::to_string(n_pinned_ + pinning) + " pinned tokens and " +
+                                                        std::to_string(reserved) + " slots of span minimums would pass the " +
+                                                        std::to_string(budget - 1) + " (kv_budget - 1) that may be held from eviction");
     }
     return Status::Ok();
 }
@@ -392,9 +392,9 @@ Status Session::feed(const int32_t *tokens, size_t n, Retention retention) {
     }
     if (n == 0) return Status::Ok();
     // A fresh session may start from a state the model's prefix cache holds for its first tokens
-    // (not for a span's text: the cached state would bring another session's span with it).
+    // (not once it has a retention span: the cached state has none, or another session's).
     PrefixCache &cache = model_.prefix_cache();
-    const bool fresh = n_past_ == 0 && cache.enabled() && retention.span < 0;
+    const bool fresh = n_past_ == 0 && cache.enabled() && spans_.empty();
     const bool pinned = retention.pinned;
     size_t reused = 0;
     if (fresh) {

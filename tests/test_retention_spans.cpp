@@ -193,3 +193,23 @@ TEST_CASE("retention spans: snapshots and forks carry the spans and continue exa
     h2o_session_free(loaded);
     h2o_session_free(forked);
 }
+
+TEST_CASE("retention spans: a session with a span does not start from the model's prefix cache, which would drop it") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model_params mp;
+    h2o_model_params_init(&mp, sizeof mp);
+    mp.prefix_cache_bytes = 64u << 20;
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), &mp, &model) == H2O_OK);
+    const h2o_session_params sp = span_session(H2O_KV_SCISSORHANDS);
+    h2o_session *first = nullptr, *second = nullptr;
+    REQUIRE(h2o_session_create(model, &sp, &first) == H2O_OK);
+    REQUIRE(h2o_session_add_text(first, kStory, std::strlen(kStory), 0) == H2O_OK);  // cached for the next session
+    REQUIRE(h2o_session_create(model, &sp, &second) == H2O_OK);
+    REQUIRE(add_span(second, 4, 0.25f, "") == H2O_OK);  // a span defined before any text
+    REQUIRE(h2o_session_add_text(second, kStory, std::strlen(kStory), 0) == H2O_OK);
+    CHECK(span_info(second, 4).min_tokens == 8);
+    h2o_session_free(first);
+    h2o_session_free(second);
+    h2o_model_free(model);
+}

@@ -13,8 +13,8 @@
 #include "cpu/kernels.h"
 #include "cpu/shared_weights.h"
 #include "kv_cache.h"
-#include "sampler.h"
 #include "rotary.h"
+#include "sampler.h"
 #include "thread_pool.h"
 
 namespace h2o {

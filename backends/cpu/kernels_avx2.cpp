@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "cpu/kernels_internal.h"
+#include "cpu/kernels_x86_shared.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "kernels_avx2.cpp must be compiled with -mavx2 -mfma -mf16c"
@@ -32,12 +33,6 @@ namespace h2o::cpu::detail {
 namespace {
 
 
-inline uint16_t load_u16(const uint8_t *p) {
-    uint16_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
 // Decoding streams each weight once, from L3 or DRAM; the hardware prefetcher alone leaves one
 // core short of the bandwidth it can get (measured: ~13 -> ~16 GB/s per core on a 32000x768 Q4_0
 // matrix). 2 KiB ahead in each row's stream; for short rows that reaches into the next row tiles.
@@ -47,8 +42,6 @@ inline void prefetch_ahead(const uint8_t *p) {
     _mm_prefetch(reinterpret_cast<const char *>(p + kPrefetchBytes), _MM_HINT_T0);
 }
 
-inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
-inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -541,27 +534,6 @@ inline __m256i q6x8_scales16(const uint8_t *p) {
     const __m256i idx = _mm256_setr_epi8(-128, 0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3,  //
                                          -128, 4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7);
     return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(v), idx), 8);
-}
-
-// Sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
-// pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
-// 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
-inline void group_sums16(const ActBlockPair *a, int t, __m256i out[2]) {
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-        // Sums of 4 bytes: [bytes 0..15 | bytes 16..31] of pair 2 half's lo, hi, then 2 half + 1's.
-        __m256i x[4];
-#pragma GCC unroll 2
-        for (int i = 0; i < 2; ++i) {
-            const ActBlockPair &pair = a[2 * half + i];
-            x[2 * i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.lo[t])), ones16);
-            x[2 * i + 1] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.hi[t])), ones16);
-        }
-        // Two horizontal adds leave [m0 m1 of pair 2 half, m0 m1 of the next | m2 m3, m2 m3].
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
-        out[half] = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-    }
 }
 
 // q6kx8_range's table for token t of group g: per scale group, (-16 sum(y), -16 sum(y)) as int16.

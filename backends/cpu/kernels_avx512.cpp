@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "cpu/kernels_internal.h"
+#include "cpu/kernels_x86_shared.h"
 
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__)
 #error "kernels_avx512.cpp must be compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni"
@@ -34,13 +35,6 @@ namespace h2o::cpu::detail {
 namespace {
 
 
-inline uint16_t load_u16(const uint8_t *p) {
-    uint16_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
 inline __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
 
 // Sum of the lower (half 0) or upper (half 1) 8 floats of v.
@@ -200,8 +194,6 @@ void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 // -8 offset as the starting value. The layout fills a 256-bit register with 8 rows; a 16-row
 // variant for 512-bit registers has not been tried.
 
-inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
-
 // The 4 activation bytes at p, in every 32-bit lane.
 inline __m256i broadcast4(const int8_t *p) {
     int32_t v;
@@ -337,27 +329,6 @@ inline void q6x8_group_quants(const uint8_t *p, __m256i q[4]) {
     __m256i top = _mm256_srli_epi16(_mm256_and_si256(v0, top2), 2);
     top = _mm256_srli_epi16(_mm256_ternarylogic_epi32(top, v1, top2, 0xF8), 2);
     q[3] = _mm256_srli_epi16(_mm256_ternarylogic_epi32(top, v2, top2, 0xF8), 2);
-}
-
-// As in kernels_avx2.cpp: sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
-// pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
-// 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
-inline void group_sums16(const ActBlockPair *a, int t, __m256i out[2]) {
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-        // Sums of 4 bytes: [bytes 0..15 | bytes 16..31] of pair 2 half's lo, hi, then 2 half + 1's.
-        __m256i x[4];
-#pragma GCC unroll 2
-        for (int i = 0; i < 2; ++i) {
-            const ActBlockPair &pair = a[2 * half + i];
-            x[2 * i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.lo[t])), ones16);
-            x[2 * i + 1] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.hi[t])), ones16);
-        }
-        // Two horizontal adds leave [m0 m1 of pair 2 half, m0 m1 of the next | m2 m3, m2 m3].
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
-        out[half] = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-    }
 }
 
 // q6kx8_range's table for token t of group g: -32 sum(y) per scale group.

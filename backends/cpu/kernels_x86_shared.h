@@ -1,0 +1,50 @@
+// Helpers that both x86 kernel files use at the AVX2 level: kernels_avx2.cpp and kernels_avx512.cpp
+// include this file under their own target flags (CMakeLists.txt). Everything here has internal
+// linkage, so each file gets its own copy compiled for its level and no AVX-512 instruction can
+// reach the AVX2 path (see kernels_internal.h). Included by those two files only.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/kernels_internal.h"
+
+namespace h2o::cpu::detail {
+
+namespace {
+
+inline uint16_t load_u16(const uint8_t *p) {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
+inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+
+// Sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
+// pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
+// 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
+inline void group_sums16(const ActBlockPair *a, int t, __m256i out[2]) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+        // Sums of 4 bytes: [bytes 0..15 | bytes 16..31] of pair 2 half's lo, hi, then 2 half + 1's.
+        __m256i x[4];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const ActBlockPair &pair = a[2 * half + i];
+            x[2 * i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.lo[t])), ones16);
+            x[2 * i + 1] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(pair.hi[t])), ones16);
+        }
+        // Two horizontal adds leave [m0 m1 of pair 2 half, m0 m1 of the next | m2 m3, m2 m3].
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
+        out[half] = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    }
+}
+
+}  // namespace
+
+}  // namespace h2o::cpu::detail
