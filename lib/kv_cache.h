@@ -62,6 +62,16 @@ public:
     // zero after clear()). Eviction keeps a cell's tokens of span s while it holds no more than
     // minimum[s] of them.
     void set_span_minimums(const int32_t *minimums);
+
+    // Faster conversions of F16 rows that give exactly fp16.h's results (the CPU backend's, with
+    // the processor's instructions), for re-rotating F16 keys when positions roll. Rolling
+    // re-encodes up to a budget of keys per eviction and (layer, kv head); the portable conversion
+    // made that a third of decoding.
+    struct HalfConversions {
+        void (*to_halves)(const float *src, uint16_t *dst, int64_t n) = nullptr;
+        void (*to_floats)(const uint16_t *src, float *dst, int64_t n) = nullptr;
+    };
+    void set_half_conversions(const HalfConversions &conversions) { half_conversions_ = conversions; }
     const int32_t *span_minimums() const { return span_minimum_; }
 
     // The cache, slot by slot, as saved in a session snapshot: every used slot's rows in their
@@ -125,6 +135,7 @@ private:
     std::vector<int32_t> free_list_;
     std::vector<int> free_count_;
     std::vector<EvictionScratch> scratch_;  // allocated once
+    HalfConversions half_conversions_;
     int32_t span_minimum_[KV_MAX_SPANS] = {};
     bool any_span_minimum_ = false;
     // With rolling: for each shift 1..n_slots, the cosine and sine of rotating back by it, for

@@ -1191,3 +1191,35 @@ TEST_CASE("vector operations against double-precision references (SIMD levels)")
         check_vector_ops(isa);
     }
 }
+
+TEST_CASE("half conversions: every kernel level gives fp16.h's halves and floats, bit for bit") {
+    // The F16 KV rows are written by these (rolling re-rotates keys through them) and read by every
+    // backend's codec (kv_row_codec.h), so the bits must be fp16.h's: specials, ties and all.
+    std::vector<float> values = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e9f, 0x1p-14f, 0x1p-24f,
+                                 0x1p-25f, 0x3p-26f, 0x1p-26f, 1 + 0x1p-11f, 1 + 0x3p-11f, INFINITY, -INFINITY, NAN};
+    std::mt19937 rng(5);
+    while (values.size() < 4099) values.push_back(float_of(static_cast<uint32_t>(rng())));
+    std::vector<uint16_t> expected_halves(values.size());
+    for (size_t i = 0; i < values.size(); ++i) expected_halves[i] = fp32_to_fp16(values[i]);
+    std::vector<float> expected_floats(65536);
+    std::vector<uint16_t> every_half(65536);
+    for (uint32_t h = 0; h < 65536; ++h) {
+        every_half[h] = static_cast<uint16_t>(h);
+        expected_floats[h] = fp16_to_fp32(static_cast<uint16_t>(h));
+    }
+    std::vector<cpu::KernelIsa> levels = simd_levels();
+    levels.push_back(cpu::KernelIsa::Scalar);
+    for (cpu::KernelIsa isa : levels) {
+        const cpu::detail::KernelTable &k = kernel_table(isa);
+        INFO("level " << cpu::kernel_isa_name(isa));
+        if (!k.floats_to_halves) continue;  // the portable loops of kernels.cpp: fp16.h itself
+        for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{64}, values.size()}) {
+            std::vector<uint16_t> halves(n);
+            k.floats_to_halves(values.data(), halves.data(), static_cast<int64_t>(n));
+            CHECK(std::equal(halves.begin(), halves.end(), expected_halves.begin()));
+        }
+        std::vector<float> floats(every_half.size());
+        k.halves_to_floats(every_half.data(), floats.data(), static_cast<int64_t>(floats.size()));
+        CHECK(std::memcmp(floats.data(), expected_floats.data(), floats.size() * sizeof(float)) == 0);
+    }
+}

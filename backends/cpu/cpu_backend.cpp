@@ -157,6 +157,7 @@ public:
 
     Status create_kv(const KvConfig &config) override {
         H2O_TRY(kv_.init(config, pool_.size()));
+        kv_.set_half_conversions({cpu::floats_to_halves, cpu::halves_to_floats});
         // Per thread: the attention weights of one query head and of its kv-head group, and the
         // batch's partial statistics of every (kv head, slot).
         const size_t threads = pool_.size(), n_slots = static_cast<size_t>(config.n_slots);

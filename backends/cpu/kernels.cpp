@@ -493,6 +493,7 @@ const KernelTable kScalarKernels = {
     axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
     nullptr, nullptr,  // the same for F16 rows
+    nullptr, nullptr,  // half conversions: the loops in kernels.cpp
     1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
 }  // namespace detail
@@ -772,6 +773,18 @@ void weighted_row_sum_f16(float *out, const float *w, const uint16_t *rows, int6
         if (w[i] == 0.0f) continue;
         for (int64_t j = 0; j < len; ++j) out[j] += w[i] * half[rows[i * stride + j]];
     }
+}
+
+void floats_to_halves(const float *src, uint16_t *dst, int64_t n) {
+    const KernelTable &k = kernels();
+    if (k.floats_to_halves) return k.floats_to_halves(src, dst, n);
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+void halves_to_floats(const uint16_t *src, float *dst, int64_t n) {
+    const KernelTable &k = kernels();
+    if (k.halves_to_floats) return k.halves_to_floats(src, dst, n);
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
 }
 
 void add(float *out, const float *a, const float *b, int64_t n) {

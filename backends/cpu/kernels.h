@@ -140,6 +140,11 @@ void weighted_row_sum(float *out, const float *w, const float *rows, int64_t str
 void dot_rows_f16(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores);
 void weighted_row_sum_f16(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len);
 
+// n floats to IEEE halves (rounded to nearest even, as fp16.h's half_from_float) and back (exact):
+// the F16 KV rows, converted with the processor's instructions where it has them.
+void floats_to_halves(const float *src, uint16_t *dst, int64_t n);
+void halves_to_floats(const uint16_t *src, float *dst, int64_t n);
+
 // out[i] = a[i] + b[i]; out may alias a or b.
 void add(float *out, const float *a, const float *b, int64_t n);
 

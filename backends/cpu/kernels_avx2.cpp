@@ -1285,6 +1285,7 @@ const KernelTable kAvx2Kernels = {
     axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
     dot_rows_avx2<float>,      weighted_row_sum_avx2<float>,
     dot_rows_avx2<uint16_t>,   weighted_row_sum_avx2<uint16_t>,
+    floats_to_halves_f16c,     halves_to_floats_f16c,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 

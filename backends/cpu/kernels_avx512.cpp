@@ -670,6 +670,7 @@ const KernelTable kAvx512Kernels = {
     axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
     dot_rows_avx512<float>,      weighted_row_sum_avx512<float>,
     dot_rows_avx512<uint16_t>,   weighted_row_sum_avx512<uint16_t>,
+    floats_to_halves_f16c,       halves_to_floats_f16c,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 

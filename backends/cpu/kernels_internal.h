@@ -78,6 +78,10 @@ struct KernelTable {
     // The same over rows of IEEE halves (the F16 KV format). Optional as above.
     void (*dot_rows_f16)(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores);
     void (*weighted_row_sum_f16)(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len);
+    // n floats to IEEE halves and back, as fp16.h converts (rounding to nearest even). Optional as
+    // above (a level without conversion instructions leaves them null).
+    void (*floats_to_halves)(const float *src, uint16_t *dst, int64_t n);
+    void (*halves_to_floats)(const uint16_t *src, float *dst, int64_t n);
     // What matmul_range does with interleaved weights: 0: cannot run them; 1: runs them (the
     // scalar reference); 2: runs them faster than the file's layout (interleaving_preferred).
     int interleaved_support;

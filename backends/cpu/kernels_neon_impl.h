@@ -581,6 +581,7 @@ constexpr KernelTable kThisLevelKernels = {
     axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
     dot_rows_f16_neon, weighted_row_sum_f16_neon,
+    nullptr, nullptr,  // half conversions: the loops in kernels.cpp
     0,                 // interleaved weights: NEON runs the file's layout
 };
 

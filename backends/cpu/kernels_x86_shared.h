@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cpu/kernels_internal.h"
+#include "fp16.h"
 
 namespace h2o::cpu::detail {
 
@@ -23,6 +24,23 @@ inline uint16_t load_u16(const uint8_t *p) {
 
 inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+
+// F16C rounds to nearest even and widens exactly, as fp16.h does (NaNs made quiet, keeping their
+// top payload bits): the same halves and floats.
+void floats_to_halves_f16c(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; ++i) dst[i] = half_from_float(src[i]);
+}
+
+void halves_to_floats_f16c(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(load128(src + i)));
+    for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
 
 // Sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
 // pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
