@@ -445,6 +445,8 @@ Status Session::add_span_text(uint32_t span_id, float min_share, std::string_vie
     // Check everything before anything changes: the new minimum with the others and the pins.
     const int32_t min_tokens = span_minimum_tokens(min_share, settings_.kv_budget);
     const int64_t reserved = span_reserved() - (index >= 0 ? spans_[index].min_tokens : 0) + min_tokens;
+    // As feed() checks them, the pending token included, so that nothing changes when it refuses.
+    H2O_TRY(check_room(prompt_tokens_.size() + (pending_token_ >= 0 ? 1 : 0), false, reserved));
     H2O_TRY(check_room(prompt_tokens_.size(), pinned, reserved));
     if (index < 0) {
         index = static_cast<int>(spans_.size());

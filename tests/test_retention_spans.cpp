@@ -213,3 +213,33 @@ TEST_CASE("retention spans: a session with a span does not start from the model'
     h2o_session_free(second);
     h2o_model_free(model);
 }
+
+TEST_CASE("retention spans: text refused for a full context defines no span, the pending token counted") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    // A generation leaves its last token pending, fed before the next text. With n_ctx set so
+    // that the text alone would fit and not with that token, the call must be refused whole.
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    gen.max_tokens = 20;
+    gen.temperature = 0.0f;
+    gen.stop_at_eos = 0;
+    auto run = [&](uint32_t n_ctx, h2o_test::ApiSession &m) {
+        h2o_session_params sp = span_session(H2O_KV_SCISSORHANDS, /*rolling=*/0);
+        sp.n_ctx = n_ctx;
+        REQUIRE(m.open(path, sp));
+        std::string text;
+        REQUIRE(h2o_generate(m.session, "Once", 4, &gen, h2o_test::append_text, &text) == H2O_OK);
+        h2o_generate_stats stats;
+        stats.struct_size = sizeof stats;
+        REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
+        return stats.n_past;
+    };
+    h2o_test::ApiSession probe;
+    const uint64_t processed = run(512, probe);
+    size_t n_text = 0;
+    REQUIRE(h2o_tokenize(probe.model, kInstruction, std::strlen(kInstruction), 0, nullptr, 0, &n_text) == H2O_ERR_BUFFER_TOO_SMALL);
+    h2o_test::ApiSession m;
+    REQUIRE(run(static_cast<uint32_t>(processed + n_text), m) == processed);
+    CHECK(add_span(m.session, 9, 0.25f, kInstruction) == H2O_ERR_CONTEXT_FULL);
+    CHECK_FALSE(has_span(m.session, 9));
+}
