@@ -1,12 +1,5 @@
 #include "kv_format.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define H2O_KV_F16C 1
-#include <immintrin.h>
-#else
-#define H2O_KV_F16C 0
-#endif
-
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -93,51 +86,9 @@ size_t kv_row_bytes(KvRowFormat type, int head_dim) {
 }
 
 // One implementation for the host and the CUDA kernels: kv_row_codec.h.
-namespace {
+void kv_store_row(KvRowFormat type, const float *src, int n, uint8_t *dst) { kv_encode_row(type, src, n, dst); }
 
-// F16 rows with x86's conversion instructions (F16C), which round as half_from_float does (to
-// nearest even; NaNs made quiet, keeping their top payload bits) and widen exactly: the same bytes
-// and floats as kv_encode_row and kv_decode_row, several times faster. Rolling re-encodes up to a
-// budget of keys per eviction and (layer, kv head), which made the conversion a third of decoding.
-#if H2O_KV_F16C
-bool have_f16c() {
-    static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    return yes;
-}
-
-__attribute__((target("avx,f16c"))) void floats_to_halves_f16c(const float *src, int n, uint8_t *dst) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + 2 * i), h);
-    }
-    for (; i < n; ++i) store_le16(dst + 2 * i, half_from_float(src[i]));
-}
-
-__attribute__((target("avx,f16c"))) void halves_to_floats_f16c(const uint8_t *src, int n, float *dst) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 2 * i))));
-    }
-    for (; i < n; ++i) dst[i] = half_to_float(load_le16(src + 2 * i));
-}
-#else
-bool have_f16c() { return false; }
-void floats_to_halves_f16c(const float *, int, uint8_t *) {}
-void halves_to_floats_f16c(const uint8_t *, int, float *) {}
-#endif
-
-}  // namespace
-
-void kv_store_row(KvRowFormat type, const float *src, int n, uint8_t *dst) {
-    if (type == KvRowFormat::F16 && have_f16c()) return floats_to_halves_f16c(src, n, dst);
-    kv_encode_row(type, src, n, dst);
-}
-
-void kv_load_row(KvRowFormat type, const uint8_t *src, int n, float *dst) {
-    if (type == KvRowFormat::F16 && have_f16c()) return halves_to_floats_f16c(src, n, dst);
-    kv_decode_row(type, src, n, dst);
-}
+void kv_load_row(KvRowFormat type, const uint8_t *src, int n, float *dst) { kv_decode_row(type, src, n, dst); }
 
 float kv_dot_row(KvRowFormat type, const float *q, const uint8_t *row, int n) {
     switch (type) {
