@@ -242,9 +242,7 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
                 span.n_tokens < 0) {
                 return bad("retention span " + std::to_string(i));
             }
-            for (const RetentionSpan &other : spans_) {
-                if (other.id == span.id) return bad("retention span id " + std::to_string(span.id) + " appears twice");
-            }
+            if (span_index(span.id) >= 0) return bad("retention span id " + std::to_string(span.id) + " appears twice");
             spans_.push_back(span);
         }
         H2O_TRY(r.get("last token", &last_token_));
@@ -278,6 +276,13 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         if (!cleared.ok()) return cleared;
     }
     return st;
+}
+
+int Session::span_index(uint32_t span_id) const {
+    for (size_t i = 0; i < spans_.size(); ++i) {
+        if (spans_[i].id == span_id) return static_cast<int>(i);
+    }
+    return -1;
 }
 
 int64_t Session::span_reserved() const {
@@ -431,10 +436,7 @@ Status Session::add_span_text(uint32_t span_id, float min_share, std::string_vie
     if (!(min_share >= 0.0f && min_share <= 1.0f)) {
         return make_error(H2O_ERR_INVALID_ARGUMENT, "a retention span's min_share must lie in [0, 1], not " + std::to_string(min_share));
     }
-    int index = -1;
-    for (size_t i = 0; i < spans_.size(); ++i) {
-        if (spans_[i].id == span_id) index = static_cast<int>(i);
-    }
+    int index = span_index(span_id);
     if (index < 0 && spans_.size() == KV_MAX_SPANS) {
         return make_error(H2O_ERR_INVALID_ARGUMENT, "a session holds at most " + std::to_string(KV_MAX_SPANS) + " retention spans");
     }
@@ -462,10 +464,7 @@ Status Session::add_span_text(uint32_t span_id, float min_share, std::string_vie
 
 Status Session::span_report(uint32_t span_id, SpanReport *out) {
     H2O_TRY(check_usable());
-    int index = -1;
-    for (size_t i = 0; i < spans_.size(); ++i) {
-        if (spans_[i].id == span_id) index = static_cast<int>(i);
-    }
+    int index = span_index(span_id);
     if (index < 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "this session has no retention span with id " + std::to_string(span_id));
     const ModelShape &shape = model_.shape();
     const size_t n_cells = static_cast<size_t>(shape.n_layer) * shape.n_head_kv, n_slots = static_cast<size_t>(settings_.kv_budget);

@@ -141,6 +141,8 @@ private:
     // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning with
     // `reserved` slots held for span minimums).
     Status check_room(size_t n, bool pinned, int64_t reserved) const;
+    // The index in spans_ of the span with this id, or -1.
+    int span_index(uint32_t span_id) const;
     // Slots the spans' minimums hold back from eviction (their sum).
     int64_t span_reserved() const;
     // Gives the backend the spans' minimums.
