@@ -36,22 +36,35 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 # The seed corpus is written by the first of these tests; the others replay it and the crashes.
 ctest --test-dir "$fuzz" -R '^fuzz_' --output-on-failure
 stage "fuzz build and replay"
-for target in gguf_load text snapshot_read; do
-  # New inputs go to a scratch corpus; the generated seeds are read only. A crash stops the
-  # run, fails CI and leaves the input in $fuzz/artifacts/ to be minimised and added to
+# Each target fuzzes on its own core for $fuzz_seconds; with two cores, two at a time.
+fuzz_one() {
+  # New inputs go to a scratch corpus; the generated seeds are read only. A crash fails CI and
+  # leaves the input in $fuzz/artifacts/ to be minimised and added to
   # tests/fuzz/crashes/$target/ with the fix.
-  mkdir -p "$fuzz/artifacts" "$fuzz/work-corpus/$target"
-  log="$fuzz/artifacts/$target.log"
+  local target="$1" log="$fuzz/artifacts/$1.log"
+  mkdir -p "$fuzz/work-corpus/$target"
   if ! "$fuzz/tests/fuzz/h2o-fuzz-$target" -max_total_time="$fuzz_seconds" -timeout=20 -print_final_stats=1 \
       -artifact_prefix="$fuzz/artifacts/$target-" "$fuzz/work-corpus/$target" "$fuzz/tests/fuzz/corpus/$target" \
       >"$log" 2>&1; then
     tail -n 80 "$log"
     echo "== fuzzing $target found a failure (log: $log)"
-    exit 1
+    return 1
   fi
+  echo "== fuzzing $target:"
   grep -E '^(stat::|Done)' "$log"
-  stage "fuzzing $target"
+}
+mkdir -p "$fuzz/artifacts"
+pids=()
+for target in gguf_load text snapshot_read; do
+  if [ "${#pids[@]}" -ge "$jobs" ]; then
+    wait "${pids[0]}"
+    pids=("${pids[@]:1}")
+  fi
+  fuzz_one "$target" &
+  pids+=($!)
 done
+for pid in "${pids[@]}"; do wait "$pid"; done
+stage "fuzzing (gguf_load, text, snapshot_read)"
 
 echo "== ThreadSanitizer: eight sessions on one model"
 tsan="$prefix-tsan"

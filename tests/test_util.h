@@ -14,6 +14,22 @@
 
 namespace h2o_test {
 
+// True in the AddressSanitizer build. There the Vulkan device (a software one) runs 3-4 times
+// slower under the instrumented allocator, so the Vulkan loops whose cases differ only in what
+// runs on the device take a representative subset: the host code they exercise, which is what the
+// sanitizer checks, is the same for every case. The unsanitized builds of CI run every case.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitized = true;
+#else
+inline constexpr bool kAddressSanitized = false;
+#endif
+#else
+inline constexpr bool kAddressSanitized = false;
+#endif
+
 // The shared data folder: $H2O_SHARED_DIR, else ../shared beside the checkout.
 inline std::string shared_dir() {
     if (const char *env = std::getenv("H2O_SHARED_DIR"); env && *env) return env;
