@@ -759,8 +759,12 @@ std::vector<MatmulCase> matmul_cases() {
         // Long rows: the kernels work on column slices of 4096 (this has an odd block, or for the
         // K-quants one super-block, after the first slice).
         cases.push_back({type, 3, is_k(type) ? 256 * 17 : 32 * 131, 5});
-        // Float types: a row length that leaves a remainder after 8-wide vectors.
-        if (!is_quant(type)) cases.push_back({type, 9, 37, 5});
+        // Float types: row lengths that leave a remainder after 8-wide vectors, and after a
+        // 64-byte line of halves one of more than 16 columns (two masked steps).
+        if (!is_quant(type)) {
+            cases.push_back({type, 9, 37, 5});
+            cases.push_back({type, 9, 53, 5});
+        }
     }
     // Q4_0, Q4_K and Q6_K interleaved by 8 rows: one group and several (an odd number, 17, whose
     // thread chunks end inside the matrix), odd block counts, and a row longer than one

@@ -4,7 +4,8 @@
 //
 // What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
 // against Q4_0, Q8_0, F16 and F32 weights, decoding against Q6_K, whose unpacking (not memory)
-// limited the AVX2 kernel, and both against Q4_0, Q4_K and Q6_K in the interleaved layouts
+// limited the AVX2 kernel, decoding against F16 and F32 (a cache line per row and step: fewer
+// instructions per byte streamed), and both against Q4_0, Q4_K and Q6_K in the interleaved layouts
 // (vpdpbusd on 256-bit registers). The rest calls the AVX2 kernels, which every AVX-512 CPU can
 // run: the K-quants' prompts in the file's layout, the vector operations and the activation
 // quantization have no 512-bit version yet.
@@ -537,13 +538,61 @@ void float_tile(const MatmulProblem &p, int64_t r, int64_t tok) {
     }
 }
 
+// One token against kRows rows: decoding, which streams the weights once and is bound by memory.
+// Each row's stream moves one cache line (32 halves or 16 floats) per step, with one prefetch a
+// line, two accumulators per row so that the additions do not wait on each other.
+template <bool kF16, int kRows>
+void float_token_rows(const MatmulProblem &p, int64_t r, int64_t tok) {
+    constexpr int64_t kStep = kF16 ? 32 : 16;  // columns per 64-byte line
+    const uint8_t *row[kRows];
+#pragma GCC unroll 16
+    for (int i = 0; i < kRows; ++i) row[i] = p.w + (r + i) * p.w_row_bytes;
+    const float *x = p.x + tok * p.cols;
+    __m512 acc[kRows][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < kRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + kStep <= p.cols; c += kStep) {
+#pragma GCC unroll 16
+        for (int i = 0; i < kRows; ++i) _mm_prefetch(reinterpret_cast<const char *>(row[i] + c * (kF16 ? 2 : 4) + 2048), _MM_HINT_T0);
+        if constexpr (kF16) {
+            const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+#pragma GCC unroll 16
+            for (int i = 0; i < kRows; ++i) {
+                const __m512i h = load512(row[i] + 2 * c);
+                acc[i][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), x0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), x1, acc[i][1]);
+            }
+        } else {
+            const __m512 x0 = _mm512_loadu_ps(x + c);
+#pragma GCC unroll 16
+            for (int i = 0; i < kRows; ++i) {
+                acc[i][(c / kStep) & 1] = _mm512_fmadd_ps(_mm512_loadu_ps(reinterpret_cast<const float *>(row[i]) + c), x0, acc[i][(c / kStep) & 1]);
+            }
+        }
+    }
+    for (; c < p.cols; c += 16) {  // the last columns, through a mask
+        const int64_t left = p.cols - c;
+        const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c);
+#pragma GCC unroll 16
+        for (int i = 0; i < kRows; ++i) acc[i][0] = _mm512_fmadd_ps(load_w16<kF16>(row[i], c, mask), xv, acc[i][0]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < kRows; ++i) p.y[tok * p.rows + r + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
 template <bool kF16>
 void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
-    constexpr int kGroupRows = 4;
+    constexpr int kGroupRows = 4, kTokenRows = 4;
     for (int64_t g = g0; g < g1; ++g) {
         const int64_t tok = g * kGroupTokens;
         if (p.n_tokens - tok < kGroupTokens) {
-            kAvx2Kernels.matmul_range(p, r0, r1, g, g + 1);  // single tokens: bound by memory
+            for (int64_t t = tok; t < p.n_tokens; ++t) {
+                int64_t r = r0;
+                for (; r + kTokenRows <= r1; r += kTokenRows) float_token_rows<kF16, kTokenRows>(p, r, t);
+                for (; r < r1; ++r) float_token_rows<kF16, 1>(p, r, t);
+            }
             continue;
         }
         int64_t r = r0;
