@@ -206,7 +206,9 @@ int main(int argc, char **argv) {
         h2o_session_params sp;
         h2o_session_params_init(&sp, sizeof sp);
         sp.n_threads = static_cast<uint32_t>(threads);
-        sp.n_batch = static_cast<uint32_t>(std::max(n_prompt, 1));
+        // The prompt in one batch; the depth, like a prompt, in batches of the library's default
+        // size (it was once fed a token at a time, which made --depth runs slow to start).
+        sp.n_batch = static_cast<uint32_t>(std::max({n_prompt, std::min(depth, 256), 1}));
         sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, std::max(n_prompt, depth + n_gen) + 1));
         sp.kv_budget = static_cast<uint32_t>(budget);
         sp.kv_policy = policy;
