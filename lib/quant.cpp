@@ -1,6 +1,7 @@
 #include "quant.h"
 
 #include "fp16.h"
+#include "weight_element.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -77,10 +78,7 @@ void dequantize_q8_0(const BlockQ8_0 *in, float *y, int64_t n_blocks) {
 void dequantize_q4_0(const BlockQ4_0 *in, float *y, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
         const float d = fp16_to_fp32(in[b].d);
-        for (int j = 0; j < kQK / 2; ++j) {
-            y[j] = static_cast<float>((in[b].qs[j] & 0x0F) - 8) * d;
-            y[j + kQK / 2] = static_cast<float>((in[b].qs[j] >> 4) - 8) * d;
-        }
+        for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q4_0_nibble(in[b].qs, j) - 8) * d;
     }
 }
 
@@ -381,13 +379,11 @@ void quantize_q5_k(const float *x, BlockQ5_K *out, int64_t n_blocks) {
 void dequantize_q4_k(const BlockQ4_K *in, float *y, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b) {
         const float d = fp16_to_fp32(in[b].d), dmin = fp16_to_fp32(in[b].dmin);
-        uint8_t sc[8], m[8];
-        unpack_k_scales(in[b].scales, sc, m);
         for (int j = 0; j < 8; ++j, y += 32) {
-            const float step = d * static_cast<float>(sc[j]), off = dmin * static_cast<float>(m[j]);
-            const uint8_t *q = in[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j & 1);
-            for (int l = 0; l < 32; ++l) y[l] = step * static_cast<float>((q[l] >> shift) & 0x0F) - off;
+            int sc, m;
+            k_scale_min(in[b].scales, j, &sc, &m);
+            const float step = d * static_cast<float>(sc), off = dmin * static_cast<float>(m);
+            for (int l = 0; l < 32; ++l) y[l] = step * static_cast<float>(k_nibble(in[b].qs, 32 * j + l)) - off;
         }
     }
 }
@@ -395,15 +391,12 @@ void dequantize_q4_k(const BlockQ4_K *in, float *y, int64_t n_blocks) {
 void dequantize_q5_k(const BlockQ5_K *in, float *y, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b) {
         const float d = fp16_to_fp32(in[b].d), dmin = fp16_to_fp32(in[b].dmin);
-        uint8_t sc[8], m[8];
-        unpack_k_scales(in[b].scales, sc, m);
         for (int j = 0; j < 8; ++j, y += 32) {
-            const float step = d * static_cast<float>(sc[j]), off = dmin * static_cast<float>(m[j]);
-            const uint8_t *q = in[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j & 1);
-            for (int l = 0; l < 32; ++l) {
-                const int v = ((q[l] >> shift) & 0x0F) | (((in[b].qh[l] >> j) & 1) << 4);
-                y[l] = step * static_cast<float>(v) - off;
+            int sc, m;
+            k_scale_min(in[b].scales, j, &sc, &m);
+            const float step = d * static_cast<float>(sc), off = dmin * static_cast<float>(m);
+            for (int e = 32 * j; e < 32 * j + 32; ++e) {
+                y[e - 32 * j] = step * static_cast<float>(k_nibble(in[b].qs, e) | q5k_fifth_bit(in[b].qh, e)) - off;
             }
         }
     }
@@ -413,12 +406,8 @@ void dequantize_q6_k(const BlockQ6_K *in, float *y, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b, y += kQK_K) {
         const float d = fp16_to_fp32(in[b].d);
         for (int e = 0; e < kQK_K; ++e) {
-            const int h = e / 128, i = (e % 128) / 32, l = e % 32;
-            const uint8_t low = in[b].ql[64 * h + l + 32 * (i & 1)] >> (4 * (i / 2));
-            const uint8_t high = in[b].qh[32 * h + l] >> (2 * i);
-            const int q = ((low & 0x0F) | ((high & 3) << 4)) - 32;
             // (d * scale) * q, in this order, as llama.cpp computes it.
-            y[e] = d * static_cast<float>(in[b].scales[e / 16]) * static_cast<float>(q);
+            y[e] = d * static_cast<float>(in[b].scales[e / 16]) * static_cast<float>(q6k_quant(in[b].ql, in[b].qh, e));
         }
     }
 }
@@ -431,11 +420,11 @@ uint16_t fp32_to_fp16(float f) { return half_from_float(f); }
 float fp16_to_fp32(uint16_t h) { return half_to_float(h); }
 
 void unpack_k_scales(const uint8_t packed[12], uint8_t sc[8], uint8_t m[8]) {
-    for (int j = 0; j < 4; ++j) {
-        sc[j] = packed[j] & 63;
-        m[j] = packed[j + 4] & 63;
-        sc[j + 4] = static_cast<uint8_t>((packed[j + 8] & 0x0F) | ((packed[j] >> 6) << 4));
-        m[j + 4] = static_cast<uint8_t>((packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4));
+    for (int j = 0; j < 8; ++j) {
+        int s, mm;
+        k_scale_min(packed, j, &s, &mm);
+        sc[j] = static_cast<uint8_t>(s);
+        m[j] = static_cast<uint8_t>(mm);
     }
 }
 

@@ -1,6 +1,7 @@
-// One element of a weight row in its file layout (quant.h's blocks), for kernels that dequantize
-// where they read (the CUDA backend). quant.cpp's dequantize_row is the reference; this computes
-// the same values with the same roundings, element by element (tests/test_cuda.cpp checks that
+// The weight formats' bit layouts (quant.h's blocks), written once for the host reference and the
+// device kernels: where each quant and scale of a block lies. quant.cpp's dequantize_row walks
+// blocks with these; weight_element reads one element where it is needed (the CUDA backend's
+// kernels dequantize where they read), with the same roundings (tests/test_cuda.cpp checks that
 // the two agree bit for bit on the host).
 #ifndef H2O_WEIGHT_ELEMENT_H
 #define H2O_WEIGHT_ELEMENT_H
@@ -22,6 +23,25 @@ H2O_HD void k_scale_min(const uint8_t *scales, int j, int *sc, int *m) {
     }
 }
 
+// Quant j (0..31) of a Q4_0 block's 16 bytes of nibbles, 0..15: element j < 16 is the low nibble
+// of byte j, element j + 16 its high nibble.
+H2O_HD int q4_0_nibble(const uint8_t *qs, int j) { return j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4); }
+
+// The 4 low bits (0..15) of element e (0..255) of a Q4_K/Q5_K block's qs: sub-block j = e / 32
+// lies in the low (j even) or high (j odd) nibbles of bytes 32 (j / 2) ...
+H2O_HD int k_nibble(const uint8_t *qs, int e) { return (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) & 1))) & 0x0F; }
+
+// Q5_K's fifth bit of element e, in place (0 or 16): bit e / 32 of qh[e % 32].
+H2O_HD int q5k_fifth_bit(const uint8_t *qh, int e) { return ((qh[e % 32] >> (e / 32)) & 1) << 4; }
+
+// Quant of element e (0..255) of a Q6_K block, -32..31: 4 low bits in ql, 2 high bits in qh.
+H2O_HD int q6k_quant(const uint8_t *ql, const uint8_t *qh, int e) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    const uint8_t low = static_cast<uint8_t>(ql[64 * h + l + 32 * (k & 1)] >> (4 * (k / 2)));
+    const uint8_t high = static_cast<uint8_t>(qh[32 * h + l] >> (2 * k));
+    return ((low & 0x0F) | ((high & 3) << 4)) - 32;
+}
+
 // Element i of a row of `type` starting at `row` (a weight type: kWeightTypes).
 H2O_HD float weight_element(TensorType type, const uint8_t *row, int64_t i) {
     switch (type) {
@@ -35,29 +55,25 @@ H2O_HD float weight_element(TensorType type, const uint8_t *row, int64_t i) {
         case TensorType::Q4_0: {
             const uint8_t *blk = row + 18 * (i / 32);
             const int j = static_cast<int>(i % 32);
-            const int q = j < 16 ? (blk[2 + j] & 0x0F) : (blk[2 + j - 16] >> 4);
-            return H2O_FMUL(static_cast<float>(q - 8), half_to_float(load_le16(blk)));
+            return H2O_FMUL(static_cast<float>(q4_0_nibble(blk + 2, j) - 8), half_to_float(load_le16(blk)));
         }
         case TensorType::Q4_K:
         case TensorType::Q5_K: {
             const bool five = type == TensorType::Q5_K;
             const uint8_t *blk = row + (five ? 176 : 144) * (i / 256);
-            const int e = static_cast<int>(i % 256), j = e / 32, l = e % 32;
+            const int e = static_cast<int>(i % 256);
             const float d = half_to_float(load_le16(blk)), dmin = half_to_float(load_le16(blk + 2));
             int sc, m;
-            k_scale_min(blk + 4, j, &sc, &m);
-            const uint8_t *qs = blk + (five ? 48 : 16);
-            int q = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F;
-            if (five) q |= ((blk[16 + l] >> j) & 1) << 4;
+            k_scale_min(blk + 4, e / 32, &sc, &m);
+            int q = k_nibble(blk + (five ? 48 : 16), e);
+            if (five) q |= q5k_fifth_bit(blk + 16, e);
             const float step = H2O_FMUL(d, static_cast<float>(sc)), off = H2O_FMUL(dmin, static_cast<float>(m));
             return H2O_FSUB(H2O_FMUL(step, static_cast<float>(q)), off);
         }
         case TensorType::Q6_K: {
             const uint8_t *blk = row + 210 * (i / 256);
-            const int e = static_cast<int>(i % 256), h = e / 128, k = (e % 128) / 32, l = e % 32;
-            const uint8_t low = static_cast<uint8_t>(blk[64 * h + l + 32 * (k & 1)] >> (4 * (k / 2)));
-            const uint8_t high = static_cast<uint8_t>(blk[128 + 32 * h + l] >> (2 * k));
-            const int q = ((low & 0x0F) | ((high & 3) << 4)) - 32;
+            const int e = static_cast<int>(i % 256);
+            const int q = q6k_quant(blk, blk + 128, e);
             const float d = half_to_float(load_le16(blk + 208));
             const float sc = static_cast<float>(static_cast<int8_t>(blk[192 + e / 16]));
             return H2O_FMUL(H2O_FMUL(d, sc), static_cast<float>(q));
