@@ -28,7 +28,7 @@ H2O_HD void k_scale_min(const uint8_t *scales, int j, int *sc, int *m) {
 H2O_HD int q4_0_nibble(const uint8_t *qs, int j) { return j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4); }
 
 // The 4 low bits (0..15) of element e (0..255) of a Q4_K/Q5_K block's qs: sub-block j = e / 32
-// lies in the low (j even) or high (j odd) nibbles of bytes 32 (j / 2) ...
+// lies in the low (j even) or high (j odd) nibbles of bytes 32 (j / 2) to 32 (j / 2) + 31.
 H2O_HD int k_nibble(const uint8_t *qs, int e) { return (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) & 1))) & 0x0F; }
 
 // Q5_K's fifth bit of element e, in place (0 or 16): bit e / 32 of qh[e % 32].

@@ -33,9 +33,9 @@ namespace h2o::cpu::detail {
 namespace {
 
 
-// Decoding streams each weight once, from L3 or DRAM; the hardware prefetcher alone leaves one
-// core short of the bandwidth it can get (measured: ~13 -> ~16 GB/s per core on a 32000x768 Q4_0
-// matrix). 2 KiB ahead in each row's stream; for short rows that reaches into the next row tiles.
+// Decoding the interleaved layouts streams one run of blocks per 8 rows: 2 KiB ahead in it (the
+// hardware prefetcher alone leaves a core short of its bandwidth: measured ~13 -> ~16 GB/s per core
+// on a 32000x768 Q4_0 matrix). Row tiles in the file's layout use prefetch_next_tile instead.
 constexpr int64_t kPrefetchBytes = 2048;
 
 inline void prefetch_ahead(const uint8_t *p) {
@@ -309,7 +309,7 @@ void quant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
     for (int64_t q = 0; q < n_full; ++q) {
         const TokenAct y = token_act(act[q], t);
 #pragma GCC unroll 4
-        for (int i = 0; i < kRows; ++i) prefetch_ahead(row[i] + q * kPairBytes);
+        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + q * kPairBytes, kRows * p.w_row_bytes, kPairBytes);
 #pragma GCC unroll 4
         for (int i = 0; i < kRows; ++i) acc[i] = token_step(load_pair<kType, true>(row[i], q, p.fp16_table), y, acc[i]);
     }
@@ -341,7 +341,7 @@ void q4_token_row_pairs(const MatmulProblem &p, int64_t r, int64_t g, int t) {
         // [off_b 0 off_b 0 | off_b+1 0 off_b+1 0]: one share per (row, block) pair of lanes.
         const __m256i offset2 = _mm256_shuffle_epi32(y.offset, _MM_SHUFFLE(1, 0, 1, 0));
 #pragma GCC unroll 8
-        for (int i = 0; i < kRows; ++i) prefetch_ahead(row[i] + q * 2 * kQ4Bytes);
+        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + q * 2 * kQ4Bytes, kRows * p.w_row_bytes, 2 * kQ4Bytes);
 #pragma GCC unroll 4
         for (int i = 0; i < kRowPairs; ++i) {
             acc[i] = token_step2(load_q4_pair<true>(row[2 * i] + q * 2 * kQ4Bytes, p.fp16_table),
@@ -864,7 +864,7 @@ void kquant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
                                               a[3].offset[4 + t]);
         const __m256 ysum = _mm256_mul_ps(ad, _mm256_cvtepi32_ps(_mm256_srai_epi32(off, 3)));  // a * sum(y)
 #pragma GCC unroll 8
-        for (int i = 0; i < kRows; ++i) prefetch_ahead(row[i] + sb * kBytes);
+        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kBytes, kRows * p.w_row_bytes, kBytes);
 #pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
             const uint8_t *blk = row[i] + sb * kBytes;
@@ -929,7 +929,7 @@ void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
         const __m256 ad = _mm256_setr_ps(a[0].d[t], a[0].d[4 + t], a[2].d[t], a[2].d[4 + t], a[1].d[t], a[1].d[4 + t],
                                          a[3].d[t], a[3].d[4 + t]);
 #pragma GCC unroll 8
-        for (int i = 0; i < kRows; ++i) prefetch_ahead(row[i] + sb * kQ6KBytes);
+        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kQ6KBytes, kRows * p.w_row_bytes, kQ6KBytes);
 #pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
             const uint8_t *blk = row[i] + sb * kQ6KBytes;
@@ -1026,9 +1026,13 @@ void float_tile(const MatmulProblem &p, int64_t r, int64_t tok) {
     }
     int64_t c = 0;
     for (; c + 8 <= p.cols; c += 8) {
-        if constexpr (kTokens == 1) {  // decoding: the weights are streamed once (see prefetch_ahead)
+        if constexpr (kTokens == 1) {  // decoding: the weights are streamed once (see prefetch_next_tile)
+            constexpr int64_t kElementBytes = kF16 ? 2 : 4;
+            // One line of each row's next-tile stream per 64 bytes read (every 4th or 2nd step).
+            if ((c * kElementBytes) % 64 == 0) {
 #pragma GCC unroll 16
-            for (int i = 0; i < kRows; ++i) prefetch_ahead(row[i] + c * (kF16 ? 2 : 4));
+                for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + c * kElementBytes, kRows * p.w_row_bytes, 64);
+            }
         }
         __m256 w[kRows];
 #pragma GCC unroll 16

@@ -22,6 +22,18 @@ inline uint16_t load_u16(const uint8_t *p) {
     return v;
 }
 
+// Decoding streams each weight once, from L3 or DRAM, and the hardware prefetcher alone leaves a
+// core short of the bandwidth it can get. A decoding tile reads its rows side by side, and they
+// lie one after another in memory, so a fixed distance ahead within a row mostly lands in rows the
+// tile is reading already (2 KiB was inside a tile of four 1.5 KiB F16 rows, and decoding F16
+// weights ran 25-45% slower for it). Each row instead prefetches the bytes it reads in this step
+// (at, `bytes` of them) from the row one tile further on: tile_bytes = rows per tile x row bytes.
+inline void prefetch_next_tile(const uint8_t *at, int64_t tile_bytes, int64_t bytes) {
+    for (int64_t line = 0; line < bytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char *>(at + tile_bytes + line), _MM_HINT_T0);
+    }
+}
+
 inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 
