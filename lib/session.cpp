@@ -278,6 +278,11 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
     return st;
 }
 
+Status Session::check_feed_room(size_t n, bool pinned, int64_t reserved) const {
+    H2O_TRY(check_room(n + (pending_token_ >= 0 ? 1 : 0), false, reserved));
+    return check_room(n, pinned, reserved);
+}
+
 int Session::span_index(uint32_t span_id) const {
     for (size_t i = 0; i < spans_.size(); ++i) {
         if (spans_[i].id == span_id) return static_cast<int>(i);
@@ -387,8 +392,7 @@ Status Session::feed(const int32_t *tokens, size_t n, Retention retention) {
     }
     // Check before feeding the pending token, so that a refused call changes nothing.
     const int64_t reserved = span_reserved();
-    H2O_TRY(check_room(n + (pending_token_ >= 0 ? 1 : 0), false, reserved));
-    if (n > 0) H2O_TRY(check_room(n, retention.pinned, reserved));
+    H2O_TRY(check_feed_room(n, retention.pinned, reserved));
     size_t processed = 0;
     if (pending_token_ >= 0) {
         const int32_t pending = pending_token_;
@@ -447,9 +451,7 @@ Status Session::add_span_text(uint32_t span_id, float min_share, std::string_vie
     // Check everything before anything changes: the new minimum with the others and the pins.
     const int32_t min_tokens = span_minimum_tokens(min_share, settings_.kv_budget);
     const int64_t reserved = span_reserved() - (index >= 0 ? spans_[index].min_tokens : 0) + min_tokens;
-    // As feed() checks them, the pending token included, so that nothing changes when it refuses.
-    H2O_TRY(check_room(prompt_tokens_.size() + (pending_token_ >= 0 ? 1 : 0), false, reserved));
-    H2O_TRY(check_room(prompt_tokens_.size(), pinned, reserved));
+    H2O_TRY(check_feed_room(prompt_tokens_.size(), pinned, reserved));
     if (index < 0) {
         index = static_cast<int>(spans_.size());
         spans_.push_back(RetentionSpan{span_id, min_share, min_tokens, 0});

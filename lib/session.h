@@ -141,6 +141,10 @@ private:
     // Checks that n more tokens fit (stream length, budget of a non-evicting cache, pinning with
     // `reserved` slots held for span minimums).
     Status check_room(size_t n, bool pinned, int64_t reserved) const;
+    // check_room for feeding n tokens: the pending token, fed first, counts towards the stream
+    // and the cache too (only the n may be pinned). feed() and add_span_text() check with it
+    // before anything changes, so that a refused call changes nothing.
+    Status check_feed_room(size_t n, bool pinned, int64_t reserved) const;
     // The index in spans_ of the span with this id, or -1.
     int span_index(uint32_t span_id) const;
     // Slots the spans' minimums hold back from eviction (their sum).
