@@ -225,7 +225,7 @@ void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ4x8Bytes;
-        if constexpr (kTokens == 1) _mm_prefetch(reinterpret_cast<const char *>(blk + 2048), _MM_HINT_T0);
+        if constexpr (kTokens == 1) prefetch_ahead(blk);
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
         __m256i s[kTokens];  // starting at minus the -8 offset's share
@@ -274,7 +274,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ4Kx8Bytes;
         if constexpr (kTokens == 1) {
-            for (int k = 0; k < kQ4Kx8Bytes; k += 64) _mm_prefetch(reinterpret_cast<const char *>(blk + k + 2048), _MM_HINT_T0);
+            for (int k = 0; k < kQ4Kx8Bytes; k += 64) prefetch_ahead(blk + k);
         }
         const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
         for (int j = 0; j < 4; ++j) {
@@ -359,7 +359,7 @@ void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ6Kx8Bytes;
         if constexpr (kTokens == 1) {
-            for (int k = 0; k < kQ6Kx8Bytes; k += 64) _mm_prefetch(reinterpret_cast<const char *>(blk + k + 2048), _MM_HINT_T0);
+            for (int k = 0; k < kQ6Kx8Bytes; k += 64) prefetch_ahead(blk + k);
         }
         const __m256 d = _mm256_cvtph_ps(load128(blk + kQ6Kx8D));
         const int32_t *ys = sums + 16 * (sb - s0);

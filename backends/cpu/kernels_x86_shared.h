@@ -34,6 +34,15 @@ inline void prefetch_next_tile(const uint8_t *at, int64_t tile_bytes, int64_t by
     }
 }
 
+// Decoding the interleaved layouts streams one run of blocks per 8 rows: 2 KiB ahead in it (the
+// hardware prefetcher alone leaves a core short of its bandwidth: measured ~13 -> ~16 GB/s per core
+// on a 32000x768 Q4_0 matrix). Row tiles in the file's layout use prefetch_next_tile instead.
+constexpr int64_t kPrefetchBytes = 2048;
+
+inline void prefetch_ahead(const uint8_t *p) {
+    _mm_prefetch(reinterpret_cast<const char *>(p + kPrefetchBytes), _MM_HINT_T0);
+}
+
 inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 
