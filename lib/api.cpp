@@ -15,6 +15,7 @@
 #include "chat_format.h"
 #include "model.h"
 #include "file_io.h"
+#include "kv_layer_budgets.h"
 #include "session.h"
 #include "session_snapshot.h"
 
@@ -521,6 +522,10 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
     if (p.device_index < -1) return bad("device_index must be -1 (best) or a device index");
     if (p.kv_type >= h2o::kKvTypeCount) return bad("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
     if (p.position_rolling != 0 && p.position_rolling != 1) return bad("position_rolling must be 0 or 1");
+    if (!(std::fabs(p.kv_layer_slope) <= h2o::kMaxKvLayerSlope)) {
+        return bad("kv_layer_slope " + std::to_string(p.kv_layer_slope) + " must lie in [-" + std::to_string(h2o::kMaxKvLayerSlope) + ", " +
+                   std::to_string(h2o::kMaxKvLayerSlope) + "]");
+    }
 
     auto session = std::make_unique<h2o_session>();
     session->model = model->impl;
@@ -544,10 +549,15 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
     const bool has_recent_window = s.policy.policy != h2o::KvPolicy::Tova && s.policy.policy != h2o::KvPolicy::Window &&
                                    s.policy.policy != h2o::KvPolicy::SinkWindow;
     s.policy.recent = has_recent_window ? static_cast<int>(recent) : 0;
+    s.kv_layer_slope = evicting ? p.kv_layer_slope : 0.0f;
+    const std::vector<int> layer_budgets =
+        h2o::kv_layer_budgets(model->impl->shape().n_layer, s.kv_budget, s.kv_layer_slope, h2o::kMinKvLayerSlots);
+    const int smallest_budget = layer_budgets.empty() ? s.kv_budget : *std::min_element(layer_budgets.begin(), layer_budgets.end());
     const bool uses_sinks = s.policy.policy == h2o::KvPolicy::SinkWindow || s.policy.policy == h2o::KvPolicy::MeanH2O;
-    if (uses_sinks && p.kv_sinks >= static_cast<uint32_t>(s.kv_budget)) {
-        return bad("kv_sinks " + std::to_string(p.kv_sinks) + " must be smaller than kv_budget " + std::to_string(s.kv_budget) +
-                       " for the " + h2o::kv_policy_name(s.policy.policy) + " policy");
+    if (uses_sinks && p.kv_sinks >= static_cast<uint32_t>(smallest_budget)) {
+        return bad("kv_sinks " + std::to_string(p.kv_sinks) + " must be smaller than kv_budget " + std::to_string(smallest_budget) +
+                   (layer_budgets.empty() ? "" : " (the smallest layer's, with this kv_layer_slope)") + " for the " +
+                   h2o::kv_policy_name(s.policy.policy) + " policy");
     }
     s.policy.sinks = uses_sinks ? static_cast<int>(p.kv_sinks) : 0;
     // The horizon ranks tokens by age, so only the policies that rank by attention have one.
@@ -630,6 +640,10 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         out.type = static_cast<uint32_t>(s.kv_type);
         out.n_ctx = static_cast<uint32_t>(s.n_ctx);
         out.horizon = static_cast<uint32_t>(s.policy.horizon);
+        out.layer_slope = s.kv_layer_slope;
+        const h2o::KvConfig &kv = session->impl->kv_config();
+        out.min_layer_budget = static_cast<uint32_t>(kv.min_slots());
+        out.max_layer_budget = static_cast<uint32_t>(kv.max_slots());
         if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
         return succeed(session);
     });
@@ -666,6 +680,7 @@ h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_se
     p.kv_recent_ratio = 0.0f;  // with kv_recent 0 the window is 0 too
     p.kv_sinks = static_cast<uint32_t>(settings.policy.sinks);
     p.kv_horizon = settings.policy.horizon ? static_cast<uint32_t>(settings.policy.horizon) : H2O_KV_HORIZON_NONE;
+    p.kv_layer_slope = settings.kv_layer_slope;
     p.kv_type = static_cast<uint32_t>(settings.kv_type);
     p.position_rolling = settings.rolling ? 1 : 0;
     p.n_batch = static_cast<uint32_t>(settings.n_batch);
@@ -677,7 +692,7 @@ bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettin
     return a.n_ctx == b.n_ctx && a.kv_budget == b.kv_budget && a.policy.policy == b.policy.policy &&
            a.policy.recent == b.policy.recent && a.policy.sinks == b.policy.sinks &&
            a.policy.horizon == b.policy.horizon && a.kv_type == b.kv_type &&
-           a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed;
+           a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed && a.kv_layer_slope == b.kv_layer_slope;
 }
 
 // A new session with `settings` holding `state` (Session::save_state bytes).

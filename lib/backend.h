@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "byte_io.h"
 #include "kv_format.h"
@@ -69,15 +70,29 @@ struct KvConfig {
     int n_layer = 0;
     int n_head_kv = 0;
     int head_dim = 0;
-    int n_slots = 0;
+    int n_slots = 0;  // slots of each (layer, kv head), or their mean over layers (layer_slots)
+    // Slots of each layer's cells when layers get different budgets (n_layer entries summing to
+    // n_layer * n_slots: the same memory); empty: n_slots in every layer. The cells are laid out
+    // layer by layer, n_head_kv cells of slots_in(layer) slots each.
+    std::vector<int> layer_slots;
     KvType type = KvType::F32;  // element format of stored keys and values
-    KvPolicyConfig policy;
+    KvPolicyConfig policy;  // as the session set it, for a layer of n_slots slots (policy_in)
     // Position rolling: rotary positions are ranks in the cache (0 = the oldest kept token), not
     // stream indices. Keys are stored rotated by their rank; when eviction removes a token, the
     // keys of the tokens after it are rotated back by one position per removed predecessor.
     bool rolling = false;
     int rope_dims = 0;
     float rope_freq_base = 10000.0f;
+
+    int slots_in(int layer) const { return layer_slots.empty() ? n_slots : layer_slots[static_cast<size_t>(layer)]; }
+    int max_slots() const;
+    int min_slots() const;
+    // Slots of all cells before the first cell of `layer` (layer == n_layer: all slots).
+    int64_t first_slot_of(int layer) const;
+    int64_t total_slots() const { return first_slot_of(n_layer); }
+    // The policy of one layer's cells: the recent window is the same share of the layer's slots
+    // as of n_slots; sinks and horizon are counted in stream tokens and stay as they are.
+    KvPolicyConfig policy_in(int layer) const;
 };
 
 // The tokens of one batch are consecutive in the stream: token t has stream index
@@ -144,8 +159,8 @@ public:
     virtual Status clear_kv() = 0;
     // Bytes of the KV cache: keys, values and per-slot bookkeeping.
     virtual size_t kv_bytes() const = 0;
-    // Copies the stream index held by every slot (-1: free), ordered [layer][kv head][slot], to
-    // the host. For tests and evaluation: which tokens each (layer, kv head) kept.
+    // Copies the stream index held by every slot (-1: free), ordered [layer][kv head][slot] with
+    // KvConfig::slots_in(layer) slots a cell (KvConfig::total_slots() in all), to the host. For tests and evaluation: which tokens each (layer, kv head) kept.
     virtual Status download_kv_stream_indices(int64_t *out) = 0;
     // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
     // For tests and evaluation only.

@@ -24,8 +24,13 @@ Status KvCache::init(const KvConfig &config, int threads) {
     key_row_bytes_ = kv_row_bytes(key_format_, config.head_dim);
     value_row_bytes_ = kv_row_bytes(value_format_, config.head_dim);
     const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;
-    const size_t slots = heads * config.n_slots;
+    const auto slots = static_cast<size_t>(config.total_slots());
+    const auto max_slots = static_cast<size_t>(config.max_slots());
     try {
+        layer_first_slot_.resize(static_cast<size_t>(config.n_layer) + 1);
+        layer_policy_.resize(static_cast<size_t>(config.n_layer));
+        for (int l = 0; l <= config.n_layer; ++l) layer_first_slot_[l] = config.first_slot_of(l);
+        for (int l = 0; l < config.n_layer; ++l) layer_policy_[l] = config.policy_in(l);
         keys_.assign(slots * key_row_bytes_, 0);
         values_.assign(slots * value_row_bytes_, 0);
         stream_index_.assign(slots, -1);
@@ -38,8 +43,8 @@ Status KvCache::init(const KvConfig &config, int threads) {
         free_count_.assign(heads, 0);
         scratch_.assign(static_cast<size_t>(std::max(1, threads)), EvictionScratch{});
         for (EvictionScratch &scratch : scratch_) {
-            scratch.candidates.assign(config.n_slots, 0);
-            scratch.evicted.assign(config.n_slots, 0);
+            scratch.candidates.assign(max_slots, 0);
+            scratch.evicted.assign(max_slots, 0);
             scratch.key.assign(config.head_dim, 0.0f);
         }
     } catch (const std::bad_alloc &) {
@@ -48,15 +53,15 @@ Status KvCache::init(const KvConfig &config, int threads) {
     const int n_pairs = config.rope_dims / 2;
     std::vector<double> inv_freq(n_pairs);
     for (int i = 0; i < n_pairs; ++i) inv_freq[i] = rotary_inv_freq(config.rope_freq_base, i, config.rope_dims);
-    // One eviction of k tokens moves kept keys back by 1..k <= n_slots positions: the rotations
+    // One eviction of k tokens moves kept keys back by 1..k <= max_slots positions: the rotations
     // for every such shift are computed once here. Evaluating them per key instead (a double
     // sine and cosine per pair) cost rolling sessions 7x their decoding speed at budget 256.
     try {
-        rotate_back_cos_sin_.assign(config.rolling ? static_cast<size_t>(config.n_slots + 1) * n_pairs * 2 : 0, 0.0f);
+        rotate_back_cos_sin_.assign(config.rolling ? (max_slots + 1) * n_pairs * 2 : 0, 0.0f);
     } catch (const std::bad_alloc &) {
         return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rotation table");
     }
-    for (int shift = 1; config.rolling && shift <= config.n_slots; ++shift) {
+    for (int shift = 1; config.rolling && shift <= static_cast<int>(max_slots); ++shift) {
         float *row = rotate_back_cos_sin_.data() + static_cast<size_t>(shift) * n_pairs * 2;
         for (int i = 0; i < n_pairs; ++i) rotary_cos_sin(-shift, inv_freq[i], &row[2 * i], &row[2 * i + 1]);
     }
@@ -75,8 +80,7 @@ void KvCache::clear() {
 }
 
 size_t KvCache::planned_bytes(const KvConfig &config) {
-    const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;
-    const size_t slots = heads * config.n_slots;
+    const auto slots = static_cast<size_t>(config.total_slots());
     const size_t row_bytes = kv_row_bytes(kv_key_format(config.type), config.head_dim) +
                              kv_row_bytes(kv_value_format(config.type), config.head_dim);
     const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? sizeof(SlotStats) : 0;
@@ -92,7 +96,7 @@ KvCache::HeadView KvCache::head(int layer, int kv_head) {
 
 int KvCache::free_slots(int layer, int kv_head) const {
     const size_t h = head_index(layer, kv_head);
-    return config_.n_slots - used_[h] + free_count_[h];
+    return config_.slots_in(layer) - used_[h] + free_count_[h];
 }
 
 uint64_t KvCache::next_random() {
@@ -151,7 +155,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
     EvictionScratch &scratch = scratch_[thread];
     std::vector<int32_t> &candidates = scratch.candidates;
     std::vector<int64_t> &evicted = scratch.evicted;
-    const KvPolicyConfig &policy = config_.policy;
+    const KvPolicyConfig &policy = layer_policy_[static_cast<size_t>(layer)];
     const int used = used_[head_index(layer, kv_head)];
     // The recent window counts the incoming tokens: protect the newest (recent - n) cached ones.
     const int64_t recent_from = kv_recent_from(policy, next_index, n);
@@ -261,8 +265,9 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
     Status st = [&]() -> Status {
         H2O_TRY(in.get("KV random state", &random_state_));
         auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent KV cache: " + what); };
-        const int n_slots = config_.n_slots;
         for (int layer = 0; layer < config_.n_layer; ++layer) {
+            const int n_slots = config_.slots_in(layer);
+            const int64_t layer_cached = std::min<int64_t>(n_cached, n_slots);
             for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
                 const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);
                 const std::string where = " in (layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head) + ")";
@@ -298,9 +303,9 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                     occupied += index >= 0;
                     pinned += kv_tag_pinned(tag) ? 1 : 0;
                 }
-                if (occupied != n_cached || pinned != n_pinned) {
+                if (occupied != layer_cached || pinned != n_pinned) {
                     return bad(std::to_string(occupied) + " tokens (" + std::to_string(pinned) + " pinned)" + where +
-                               ", the session says " + std::to_string(n_cached) + " (" + std::to_string(n_pinned) + ")");
+                               ", the session says " + std::to_string(layer_cached) + " (" + std::to_string(n_pinned) + ")");
                 }
                 // Free-list entries name distinct used slots that hold no token, and are all of them.
                 if (used - occupied != free_count) return bad("free list length" + where);

@@ -1,6 +1,7 @@
 // Host-resident KV cache: the reference layout and eviction bookkeeping, used by the CPU backend.
 //
-// Every (layer, kv head) owns `n_slots` slots. A slot holds a key and a value vector and what
+// Every (layer, kv head) owns the slots of its layer (KvConfig::slots_in: n_slots, or the layer's
+// share of the budget). A slot holds a key and a value vector and what
 // eviction needs: the token's stream index (-1 when free), its rotary position, its retention tag
 // (pinned flag and retention span: kv_policy_spec.h), and its attention statistics (kv_policy.h).
 // Memory is allocated once in init(); tokens take slots in place and nothing is ever compacted or
@@ -30,7 +31,7 @@ public:
     size_t key_row_bytes() const { return key_row_bytes_; }
     size_t value_row_bytes() const { return value_row_bytes_; }
 
-    // Views of one (layer, kv head): n_slots entries each; keys and values are rows of
+    // Views of one (layer, kv head): slots_in(layer) entries each; keys and values are rows of
     // key_row_bytes() and value_row_bytes() in the cache type's row formats (kv_format.h).
     struct HeadView {
         uint8_t *keys;
@@ -81,7 +82,8 @@ public:
     // Replaces the cache with a saved one of the same configuration, after checking that every
     // index in it is consistent with a stream of n_past tokens of which every (layer, kv head)
     // holds n_cached, n_pinned of them pinned, and whose tags name none but the first n_spans
-    // retention spans. On error the cache is cleared.
+    // retention spans. n_cached counts the tokens of the layers with the most slots; a layer with
+    // fewer holds min(n_cached, its slots). On error the cache is cleared.
     Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans);
 
     // The bookkeeping beyond the slots' own (HeadView), for a device backend that keeps its cache
@@ -93,24 +95,26 @@ public:
     HeadCounts counts(int layer, int kv_head) const {
         return {used_[head_index(layer, kv_head)], free_count_[head_index(layer, kv_head)]};
     }
-    // Sets what a device backend's cache holds; used and free_count must be within n_slots (the
+    // Sets what a device backend's cache holds; used and free_count must be within the layer's slots (the
     // device's own state, not a file's: load() is what checks foreign data).
     void set_counts(int layer, int kv_head, HeadCounts counts) {
         used_[head_index(layer, kv_head)] = counts.used;
         free_count_[head_index(layer, kv_head)] = counts.free_count;
     }
-    // The slots freed by eviction and not yet reused: n_slots entries, the first free_count used.
+    // The slots freed by eviction and not yet reused: slots_in(layer) entries, the first free_count used.
     int32_t *free_list(int layer, int kv_head) { return free_list_.data() + slot_base(layer, kv_head); }
     uint64_t random_state() const { return random_state_; }
     void set_random_state(uint64_t state) { random_state_ = state; }
 
 private:
     size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
-    size_t slot_base(int layer, int kv_head) const { return head_index(layer, kv_head) * config_.n_slots; }
+    size_t slot_base(int layer, int kv_head) const {
+        return static_cast<size_t>(layer_first_slot_[static_cast<size_t>(layer)]) + static_cast<size_t>(kv_head) * config_.slots_in(layer);
+    }
     // make_room's working memory, one per thread.
     struct EvictionScratch {
-        std::vector<int32_t> candidates;  // n_slots
-        std::vector<int64_t> evicted;     // n_slots stream indices
+        std::vector<int32_t> candidates;  // max_slots()
+        std::vector<int64_t> evicted;     // max_slots() stream indices
         std::vector<float> key;           // one key as floats (head_dim)
         int32_t span_held[KV_MAX_SPANS] = {};
     };
@@ -123,6 +127,8 @@ private:
     uint64_t next_random();
 
     KvConfig config_;
+    std::vector<int64_t> layer_first_slot_;    // config_.first_slot_of, per layer
+    std::vector<KvPolicyConfig> layer_policy_;  // config_.policy_in, per layer
     KvRowFormat key_format_ = KvRowFormat::F32, value_format_ = KvRowFormat::F32;
     size_t key_row_bytes_ = 0, value_row_bytes_ = 0;
     std::vector<uint8_t> keys_, values_;
@@ -131,14 +137,14 @@ private:
     std::vector<uint8_t> tags_;
     std::vector<SlotStats> stats_;
     std::vector<int> used_;
-    // Per (layer, head): slots freed by eviction and not yet reused (a stack of n_slots capacity).
+    // Per (layer, head): slots freed by eviction and not yet reused (a stack of the layer's slots).
     std::vector<int32_t> free_list_;
     std::vector<int> free_count_;
     std::vector<EvictionScratch> scratch_;  // allocated once
     HalfConversions half_conversions_;
     int32_t span_minimum_[KV_MAX_SPANS] = {};
     bool any_span_minimum_ = false;
-    // With rolling: for each shift 1..n_slots, the cosine and sine of rotating back by it, for
+    // With rolling: for each shift 1..max_slots(), the cosine and sine of rotating back by it, for
     // each of the rope_dims / 2 pairs ([shift][pair][cos, sin]; row 0 unused).
     std::vector<float> rotate_back_cos_sin_;
     uint64_t random_state_ = 0;

@@ -45,7 +45,7 @@ std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const Model
     const int64_t kv_dim = static_cast<int64_t>(s.head_dim) * s.n_head_kv;
     const int64_t n = max_batch;
     return {
-        {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n},
+        {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n * s.n_layer},
         {&LlamaGraph::x_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::xn_, TensorType::F32, s.n_embd, n},
         {&LlamaGraph::q_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::k_, TensorType::F32, kv_dim, n},
         {&LlamaGraph::v_, TensorType::F32, kv_dim, n},       {&LlamaGraph::attn_, TensorType::F32, s.n_embd, n},
@@ -66,12 +66,13 @@ Status LlamaGraph::alloc_activations() {
     return Status::Ok();
 }
 
-Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int n, int64_t first_index, uint8_t tag) {
+Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, bool positions_per_layer, int n, int64_t first_index,
+                            uint8_t tag) {
     const ModelShape &s = model_.shape();
     Backend &be = backend_;
     H2O_TRY(be.upload(ids_, tokens, sizeof(int32_t) * n));
-    H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * n));
-    AttentionBatch batch{n, first_index, positions_, tag};
+    H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * n * (positions_per_layer ? s.n_layer : 1)));
+    AttentionBatch batch{n, first_index, positions_.slice_rows(0, n), tag};
 
     H2O_TRY(be.get_rows(x_, token_embd_, ids_, n));
     for (int l = 0; l < s.n_layer; ++l) {
@@ -80,7 +81,8 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, int
         H2O_TRY(be.matmul(q_, w.wq, xn_, n));
         H2O_TRY(be.matmul(k_, w.wk, xn_, n));
         H2O_TRY(be.matmul(v_, w.wv, xn_, n));
-        H2O_TRY(be.rope(q_, k_, positions_, n, s));
+        if (positions_per_layer) batch.positions = positions_.slice_rows(static_cast<int64_t>(l) * n, n);
+        H2O_TRY(be.rope(q_, k_, batch.positions, n, s));
         H2O_TRY(be.attention(attn_, q_, k_, v_, l, batch, s));
         H2O_TRY(be.matmul(proj_, w.wo, attn_, n));
         H2O_TRY(be.add(x_, proj_, n));

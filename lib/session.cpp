@@ -4,8 +4,10 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstring>
 
 #include "kv_cache.h"
+#include "kv_layer_budgets.h"
 #include "log.h"
 #include "utf8.h"
 
@@ -32,25 +34,29 @@ size_t stop_prefix_overlap(const std::string &text, const std::vector<std::strin
     return longest;
 }
 
-// A span's minimum per (layer, kv head), in tokens.
-int32_t span_minimum_tokens(float min_share, int kv_budget) {
-    return static_cast<int32_t>(std::floor(static_cast<double>(min_share) * kv_budget));
+uint32_t float_bits(float f) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, sizeof(bits));
+    return bits;
 }
 
-}  // namespace
+// A span's minimum per (layer, kv head), in tokens: a share of the smallest layer's slots, which
+// every layer can hold.
+int32_t span_minimum_tokens(float min_share, const KvConfig &kv) {
+    return static_cast<int32_t>(std::floor(static_cast<double>(min_share) * kv.min_slots()));
+}
 
-Session::Session(const Model &model, const SessionSettings &settings)
-    : model_(model), settings_(settings), sampler_(model.shape().n_vocab, settings.seed) {}
-
-namespace {
-
-KvConfig kv_config(const Model &model, const SessionSettings &settings) {
+KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     const ModelShape &shape = model.shape();
     KvConfig kv;
     kv.n_layer = shape.n_layer;
     kv.n_head_kv = shape.n_head_kv;
     kv.head_dim = shape.head_dim;
     kv.n_slots = settings.kv_budget;
+    // A full cache never evicts: its layers all hold the whole context.
+    if (settings.policy.policy != KvPolicy::Full) {
+        kv.layer_slots = kv_layer_budgets(shape.n_layer, settings.kv_budget, settings.kv_layer_slope, kMinKvLayerSlots);
+    }
     kv.type = settings.kv_type;
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
@@ -58,6 +64,13 @@ KvConfig kv_config(const Model &model, const SessionSettings &settings) {
     kv.rope_freq_base = shape.rope_freq_base;
     return kv;
 }
+
+}  // namespace
+
+Session::Session(const Model &model, const SessionSettings &settings)
+    : model_(model), settings_(settings), kv_(make_kv_config(model, settings)), sampler_(model.shape().n_vocab, settings.seed) {}
+
+namespace {
 
 Status memory_cap_error(uint64_t needed, uint64_t allowed, const char *when) {
     return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("the session needs ") + std::to_string(needed) + " bytes" + when +
@@ -67,13 +80,13 @@ Status memory_cap_error(uint64_t needed, uint64_t allowed, const char *when) {
 }  // namespace
 
 uint64_t Session::planned_bytes(const Model &model, const SessionSettings &settings) {
-    return KvCache::planned_bytes(kv_config(model, settings)) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch);
+    return KvCache::planned_bytes(make_kv_config(model, settings)) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch);
 }
 
 BackendRequirements Session::requirements(const Model &model, const SessionSettings &settings) {
     BackendRequirements needs;
     needs.weight_types = model.weight_types();
-    needs.kv = kv_config(model, settings);
+    needs.kv = make_kv_config(model, settings);
     needs.weight_bytes = model.weight_bytes();
     needs.session_bytes = planned_bytes(model, settings);
     return needs;
@@ -88,7 +101,7 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     H2O_TRY(s->build());
     const ModelShape &shape = model.shape();
     s->logits_.assign(shape.n_vocab, 0.0f);
-    s->positions_.assign(settings.n_batch, 0);
+    s->positions_.assign(static_cast<size_t>(settings.n_batch) * shape.n_layer, 0);
     s->spans_.reserve(KV_MAX_SPANS);
     // A backend's own scratch is known only once it is made: check the whole again.
     const h2o_memory_report used = s->memory();
@@ -132,7 +145,7 @@ Status Session::start(const BackendCandidate &candidate) {
     const BackendOptions options{settings_.n_threads, settings_.n_batch};
     H2O_TRY(candidate.backend->create(candidate.device, options, &backend, &device));
     H2O_TRY(LlamaGraph::create(model_, *backend, settings_.n_batch, &graph));
-    H2O_TRY(backend->create_kv(kv_config(model_, settings_)));
+    H2O_TRY(backend->create_kv(kv_));
     graph_ = std::move(graph);  // the graph refers to the old backend: it goes first
     backend_ = std::move(backend);
     device_ = device;
@@ -189,7 +202,8 @@ uint64_t Session::prefix_cache_key() const {
     const SessionSettings &s = settings_;
     uint64_t h = 0xcbf29ce484222325ull;
     for (uint64_t v : {uint64_t(s.n_ctx), uint64_t(s.kv_budget), uint64_t(s.policy.policy), uint64_t(s.policy.recent),
-                       uint64_t(s.policy.sinks), uint64_t(s.policy.horizon), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed}) {
+                       uint64_t(s.policy.sinks), uint64_t(s.policy.horizon), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed,
+                       uint64_t(float_bits(s.kv_layer_slope))}) {
         h = (h ^ v) * 0x100000001b3ull;
     }
     return h;
@@ -238,7 +252,7 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
             H2O_TRY(r.get("retention span minimum", &span.min_tokens));
             H2O_TRY(r.get("retention span length", &span.n_tokens));
             const bool share_ok = span.min_share >= 0.0f && span.min_share <= 1.0f;  // false for NaN
-            if (span.id == 0 || !share_ok || span.min_tokens != span_minimum_tokens(span.min_share, settings_.kv_budget) ||
+            if (span.id == 0 || !share_ok || span.min_tokens != span_minimum_tokens(span.min_share, kv_) ||
                 span.n_tokens < 0) {
                 return bad("retention span " + std::to_string(i));
             }
@@ -253,9 +267,9 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         H2O_TRY(history_.load(r));
         const int32_t n_vocab = model_.shape().n_vocab;
         auto token_ok = [n_vocab](int32_t t) { return t >= -1 && t < n_vocab; };
-        if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > settings_.kv_budget || n_pinned_ < 0 ||
-            n_pinned_ > n_cached_ || (!settings_.rolling && n_past_ > settings_.n_ctx) ||
-            (n_spans > 0 && n_pinned_ + span_reserved() > settings_.kv_budget - 1)) {
+        if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > kv_.max_slots() || n_pinned_ < 0 ||
+            n_pinned_ > std::min<int64_t>(n_cached_, kv_.min_slots()) || (!settings_.rolling && n_past_ > settings_.n_ctx) ||
+            (n_spans > 0 && n_pinned_ + span_reserved() > kv_.min_slots() - 1)) {
             return bad("stream length " + std::to_string(n_past_) + ", " + std::to_string(n_cached_) + " cached, " +
                        std::to_string(n_pinned_) + " pinned");
         }
@@ -316,11 +330,13 @@ Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
                                                     " more tokens do not fit and the policy is 'full' (no eviction)");
     }
     const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
-    if (n_pinned_ + pinning + reserved > budget - 1) {
+    const int64_t holdable = kv_.min_slots() - 1;  // every layer keeps one slot to evict into
+    if (n_pinned_ + pinning + reserved > holdable) {
         const std::string what = pinned ? "pin " + std::to_string(n) + " more tokens" : "hold these retention span minimums";
+        const char *limit = kv_.layer_slots.empty() ? " (kv_budget - 1)" : " (the smallest layer budget - 1)";
         return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot " + what + ": " + std::to_string(n_pinned_ + pinning) + " pinned tokens and " +
                                                         std::to_string(reserved) + " slots of span minimums would pass the " +
-                                                        std::to_string(budget - 1) + " (kv_budget - 1) that may be held from eviction");
+                                                        std::to_string(holdable) + limit + " that may be held from eviction");
     }
     return Status::Ok();
 }
@@ -330,7 +346,10 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
     H2O_TRY(check_usable());
     const int64_t reserved = span_reserved();
     H2O_TRY(check_room(n, retention.pinned, reserved));
-    const int64_t budget = settings_.kv_budget;
+    // The layer with the fewest slots is the first to evict; with rolling, each layer's ranks
+    // count its own cached tokens.
+    const int64_t min_slots = kv_.min_slots(), max_slots = kv_.max_slots();
+    const bool positions_per_layer = settings_.rolling && !kv_.layer_slots.empty();
     for (size_t done = 0; done < n;) {
         if (cancel_requested_.load(std::memory_order_relaxed)) {
             if (done > 0) finish_evaluation(tokens[done - 1]);
@@ -340,17 +359,20 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         // evicts all its victims at once from scores gathered before it, so batches are kept to
         // a quarter of the evictable slots: the rest keep their place by those scores.
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
-        if (n_cached_ + chunk > budget) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (budget - n_pinned_ - reserved) / 4));
-        const int64_t evicted = std::max<int64_t>(0, n_cached_ + chunk - budget);
-        const int64_t first_rank = n_cached_ - evicted;
-        for (int64_t i = 0; i < chunk; ++i) {
-            positions_[i] = static_cast<int32_t>(settings_.rolling ? first_rank + i : n_past_ + i);
+        if (n_cached_ + chunk > min_slots) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_slots - n_pinned_ - reserved) / 4));
+        for (int layer = 0; layer < (positions_per_layer ? kv_.n_layer : 1); ++layer) {
+            // A layer's first new rank: the tokens it holds after evicting room for the batch.
+            const int64_t slots = kv_.slots_in(layer), cached = std::min(n_cached_, slots);
+            const int64_t first_rank = cached - std::max<int64_t>(0, cached + chunk - slots);
+            int32_t *positions = positions_.data() + layer * chunk;
+            for (int64_t i = 0; i < chunk; ++i) positions[i] = static_cast<int32_t>(settings_.rolling ? first_rank + i : n_past_ + i);
         }
-        if (Status st = graph_->evaluate(tokens + done, positions_.data(), static_cast<int>(chunk), n_past_, retention.tag()); !st.ok()) {
+        if (Status st = graph_->evaluate(tokens + done, positions_.data(), positions_per_layer, static_cast<int>(chunk), n_past_, retention.tag());
+            !st.ok()) {
             return backend_failed(st);
         }
         n_past_ += chunk;
-        n_cached_ = first_rank + chunk;
+        n_cached_ = std::min(n_cached_ + chunk, max_slots);
         if (retention.pinned) n_pinned_ += chunk;
         if (retention.span >= 0) spans_[retention.span].n_tokens += chunk;
         done += static_cast<size_t>(chunk);
@@ -449,7 +471,7 @@ Status Session::add_span_text(uint32_t span_id, float min_share, std::string_vie
     }
     H2O_TRY(tokenize_text(text, special));
     // Check everything before anything changes: the new minimum with the others and the pins.
-    const int32_t min_tokens = span_minimum_tokens(min_share, settings_.kv_budget);
+    const int32_t min_tokens = span_minimum_tokens(min_share, kv_);
     const int64_t reserved = span_reserved() - (index >= 0 ? spans_[index].min_tokens : 0) + min_tokens;
     H2O_TRY(check_feed_room(prompt_tokens_.size(), pinned, reserved));
     if (index < 0) {
@@ -469,10 +491,10 @@ Status Session::span_report(uint32_t span_id, SpanReport *out) {
     int index = span_index(span_id);
     if (index < 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "this session has no retention span with id " + std::to_string(span_id));
     const ModelShape &shape = model_.shape();
-    const size_t n_cells = static_cast<size_t>(shape.n_layer) * shape.n_head_kv, n_slots = static_cast<size_t>(settings_.kv_budget);
+    const size_t n_cells = static_cast<size_t>(shape.n_layer) * shape.n_head_kv;
     // The whole cache's tags, stream indices and statistics, read for this report only.
-    std::vector<uint8_t> tags(n_cells * n_slots);
-    std::vector<int64_t> stream(n_cells * n_slots);
+    std::vector<uint8_t> tags(static_cast<size_t>(kv_.total_slots()));
+    std::vector<int64_t> stream(tags.size());
     std::vector<SlotStats> stats;
     const bool has_stats = kv_policy_uses_statistics(settings_.policy.policy);
     if (Status st = backend_->download_kv_tags(tags.data()); !st.ok()) return backend_failed(st);
@@ -485,10 +507,10 @@ Status Session::span_report(uint32_t span_id, SpanReport *out) {
     report.span = spans_[index];
     report.kept_min = INT32_MAX;
     double kept_total = 0.0, span_attention = 0.0, all_attention = 0.0;
-    for (size_t cell = 0; cell < n_cells; ++cell) {
+    for (size_t cell = 0, at = 0; cell < n_cells; ++cell) {
         int32_t kept = 0;
-        for (size_t s = 0; s < n_slots; ++s) {
-            const size_t at = cell * n_slots + s;
+        const int n_slots = kv_.slots_in(static_cast<int>(cell / static_cast<size_t>(shape.n_head_kv)));
+        for (int s = 0; s < n_slots; ++s, ++at) {
             if (stream[at] < 0) continue;
             const bool mine = kv_tag_span(tags[at]) == static_cast<uint32_t>(index + 1);
             kept += mine ? 1 : 0;

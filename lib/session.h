@@ -20,7 +20,8 @@ struct SessionSettings {
     uint32_t backend = H2O_BACKEND_AUTO;  // h2o_backend_kind
     int device_index = -1;
     int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
-    int kv_budget = 0;  // KV slots per (layer, kv head); n_ctx for a full cache
+    int kv_budget = 0;  // KV slots per (layer, kv head), the mean over layers; n_ctx for a full cache
+    float kv_layer_slope = 0.0f;  // how the budget spreads across layers (kv_layer_budgets.h)
     KvPolicyConfig policy;
     KvType kv_type = KvType::F16;  // as h2o_session_params_default
     bool rolling = false;
@@ -52,8 +53,8 @@ struct Retention {
 // every (layer, kv head) while it has that many there (kv_policy.h).
 struct RetentionSpan {
     uint32_t id = 0;
-    float min_share = 0.0f;  // of kv_budget
-    int32_t min_tokens = 0;  // floor(min_share * kv_budget)
+    float min_share = 0.0f;  // of the smallest layer budget (kv_budget when layers are alike)
+    int32_t min_tokens = 0;  // floor(min_share * that budget)
     int64_t n_tokens = 0;    // tokens added to the span
 };
 
@@ -89,7 +90,8 @@ public:
     // tokens becomes those tokens (Tokenizer::encode_special).
     Status add_text(std::string_view text, bool pinned, bool special = false);
     // add_text into the retention span `span_id` (created on first use, at most KV_MAX_SPANS),
-    // whose minimum becomes min_share of kv_budget. Refused, changing nothing, when the pinned
+    // whose minimum becomes min_share of the smallest layer budget (kv_budget when every layer has
+    // it). Refused, changing nothing, when the pinned
     // tokens and every span's minimum would leave fewer than one slot to eviction.
     Status add_span_text(uint32_t span_id, float min_share, std::string_view text, bool pinned, bool special);
     // The span's definition and where its tokens stand in the cache.
@@ -114,6 +116,7 @@ public:
     Backend &backend() { return *backend_; }
     const Backend &backend() const { return *backend_; }
     const SessionSettings &settings() const { return settings_; }
+    const KvConfig &kv_config() const { return kv_; }
     const BackendDevice &device() const { return device_; }
     h2o_memory_report memory() const;
 
@@ -177,6 +180,7 @@ private:
 
     const Model &model_;
     SessionSettings settings_;
+    KvConfig kv_;  // the cache's shape, from the settings
     std::unique_ptr<Backend> backend_;
     BackendDevice device_;
     std::unique_ptr<LlamaGraph> graph_;
@@ -184,7 +188,9 @@ private:
     TokenHistory history_;
 
     int64_t n_past_ = 0;           // tokens in the stream so far
-    int64_t n_cached_ = 0;         // tokens in the cache of every (layer, kv head)
+    // Tokens in the cache of every (layer, kv head) of the layers with the most slots; a layer
+    // with fewer holds min(n_cached_, its slots).
+    int64_t n_cached_ = 0;
     int64_t n_pinned_ = 0;         // pinned tokens among them
     std::vector<RetentionSpan> spans_;  // capacity KV_MAX_SPANS, reserved at creation
     int32_t last_token_ = -1;      // the most recent token fed to the model
@@ -193,7 +199,7 @@ private:
     bool logits_on_host_ = false;  // logits_ holds the last token's logits (else only the backend does)
     Status failure_;  // the backend's error (see backend_failed)
     std::vector<float> logits_;
-    std::vector<int32_t> positions_;  // scratch for one batch
+    std::vector<int32_t> positions_;  // scratch for one batch: n_batch per layer
     std::vector<int32_t> prompt_tokens_;
     h2o_generate_stats stats_{};
     Generation generation_;

@@ -12,7 +12,8 @@ namespace h2o {
 namespace {
 
 constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
-constexpr uint32_t kFormatVersion = 3;
+// Version 4 keeps kv_layer_slope in the header word that versions 2 and 3 left zero.
+constexpr uint32_t kFormatVersion = 4;
 constexpr size_t kHeaderSizeV1 = 88;  // version 1: no horizon
 // Level 1: the KV rows are mostly incompressible numbers, so higher levels buy a few percent of
 // size for several times the time (measured: see the README's session-state figures).
@@ -44,7 +45,7 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
     }
     w.put<uint64_t>(s.seed);
     w.put<uint32_t>(static_cast<uint32_t>(s.policy.horizon));
-    w.put<uint32_t>(0);
+    w.put<float>(s.kv_layer_slope);
     w.put<uint64_t>(state.size());
     const size_t bound = ZSTD_compressBound(state.size());
     w.put<uint64_t>(0);  // compressed size, filled in below
@@ -84,14 +85,15 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
         return bad(std::to_string(size) + " bytes is shorter than the " + std::to_string(header_size) + "-byte header");
     }
     ByteReader r(data + 16, header_size - 16);
-    uint32_t fields[8] = {}, horizon = 0, reserved = 0;
+    // slope: the layer slope's bits from version 4; a reserved word, zero, in versions 2 and 3.
+    uint32_t fields[8] = {}, horizon = 0, slope = 0;
     uint64_t fingerprint = 0, seed = 0, payload_size = 0, compressed_size = 0, hash = 0;
     H2O_TRY(r.get("model fingerprint", &fingerprint));
     for (uint32_t &f : fields) H2O_TRY(r.get("settings", &f));
     H2O_TRY(r.get("seed", &seed));
     if (version >= 2) {
         H2O_TRY(r.get("horizon", &horizon));
-        H2O_TRY(r.get("reserved", &reserved));
+        H2O_TRY(r.get(version >= 4 ? "layer slope" : "reserved", &slope));
     }
     H2O_TRY(r.get("payload size", &payload_size));
     H2O_TRY(r.get("compressed size", &compressed_size));
@@ -116,11 +118,12 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     s.n_batch = static_cast<int>(fields[7] & 0x7FFFFFFF);
     s.policy.horizon = static_cast<int>(horizon & 0x7FFFFFFF);
     s.seed = seed;
+    std::memcpy(&s.kv_layer_slope, &slope, sizeof(slope));  // its range is checked when the session is created
     // Every setting is checked again when the session is created from it; these are the fields
     // that must be exactly representable.
     if (fields[0] != static_cast<uint32_t>(s.n_ctx) || fields[1] != static_cast<uint32_t>(s.kv_budget) ||
         fields[3] != static_cast<uint32_t>(s.policy.recent) || fields[4] != static_cast<uint32_t>(s.policy.sinks) ||
-        fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || reserved != 0 || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
+        fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || (version < 4 && slope != 0) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
         return bad("its session settings are out of range");
     }
     header->version = version;

@@ -2,11 +2,11 @@
 //
 // Layout (little-endian):
 //   header, 96 bytes, uncompressed:
-//     0  magic "H2OSTATE"          8  u32 format version (3)     12 u32 header size (96)
+//     0  magic "H2OSTATE"          8  u32 format version (4)     12 u32 header size (96)
 //     16 u64 model fingerprint (Model::fingerprint: tensor table and vocabulary)
 //     24 the settings that shape the cache: u32 n_ctx, kv_budget, policy, recent, sinks,
 //        kv_type, position_rolling, n_batch; u64 seed
-//     64 u32 kv horizon (0: none)  68 u32 zero
+//     64 u32 kv horizon (0: none)  68 f32 kv_layer_slope (versions 2 and 3: a zero word)
 //     72 u64 payload size (uncompressed)   80 u64 compressed size (the bytes after the header)
 //     88 u64 FNV-1a hash of bytes 0..87
 //   payload: one zstd frame with a content checksum, holding Session::save_state's bytes.

@@ -101,6 +101,20 @@ struct Backends {
     }
 };
 
+// Rotary positions of a batch of n tokens, n per layer, as Session computes them: stream
+// positions, or with rolling each layer's ranks once it has evicted room for the batch (layers
+// of different budgets hold different numbers of tokens). n_cached: the tokens held by the layers
+// with the most slots.
+inline std::vector<int32_t> batch_positions(const h2o::KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n) {
+    std::vector<int32_t> p(static_cast<size_t>(n * kv.n_layer));
+    for (int layer = 0; layer < kv.n_layer; ++layer) {
+        const int64_t slots = kv.slots_in(layer), cached = std::min(n_cached, slots);
+        const int64_t first_rank = cached - std::max<int64_t>(0, cached + n - slots);
+        for (int64_t i = 0; i < n; ++i) p[layer * n + i] = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
+    }
+    return p;
+}
+
 // The same attention batches on both backends: outputs after every batch, and the KV contents
 // (stream indices exactly, statistics within tolerance) after every batch.
 struct AttentionRun {
@@ -109,7 +123,7 @@ struct AttentionRun {
     h2o::KvConfig kv;
     Twin q, k, v, out, pos;
     int64_t next_index = 0;
-    int64_t n_cached = 0;  // for rolling positions, as Session computes them
+    int64_t n_cached = 0;  // for rolling positions, as Session computes them (batch_positions)
     uint32_t seed = 100;
 
     AttentionRun(Backends &backends, const h2o::KvConfig &config, int n_head, int batch) : b(backends), kv(config) {
@@ -126,7 +140,7 @@ struct AttentionRun {
         k = b.alloc(h2o::TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
         v = b.alloc(h2o::TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
         out = b.alloc(h2o::TensorType::F32, shape.n_embd, batch);
-        pos = b.alloc(h2o::TensorType::I32, 1, batch);
+        pos = b.alloc(h2o::TensorType::I32, 1, batch * config.n_layer);
     }
 
     void upload(const Twin &t, const std::vector<float> &data) {
@@ -144,19 +158,17 @@ struct AttentionRun {
     // One batch of n tokens through every layer; false once a check failed.
     // tag: the tokens' retention tag (kv_make_tag).
     bool step(int n, uint8_t tag = 0) {
-        const int64_t evicted = std::max<int64_t>(0, n_cached + n - kv.n_slots);
-        const int64_t first_rank = n_cached - evicted;
-        std::vector<int32_t> p(n);
-        for (int i = 0; i < n; ++i) p[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : next_index + i);
-        REQUIRE(b.cpu->upload(pos.cpu, p.data(), n * sizeof(int32_t)).ok());
-        REQUIRE(b.gpu->upload(pos.gpu, p.data(), n * sizeof(int32_t)).ok());
+        const std::vector<int32_t> p = batch_positions(kv, next_index, n_cached, n);
+        REQUIRE(b.cpu->upload(pos.cpu, p.data(), p.size() * sizeof(int32_t)).ok());
+        REQUIRE(b.gpu->upload(pos.gpu, p.data(), p.size() * sizeof(int32_t)).ok());
         bool ok = true;
         for (int layer = 0; layer < kv.n_layer; ++layer) {
             // Scaled queries make the attention peaked, so the statistics differ between slots.
             upload(q, random_floats(shape.n_embd * n, seed++, -3, 3));
             upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
             upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
-            const h2o::AttentionBatch cb{n, next_index, pos.cpu, tag}, gb{n, next_index, pos.gpu, tag};
+            const h2o::AttentionBatch cb{n, next_index, pos.cpu.slice_rows(layer * n, n), tag},
+                gb{n, next_index, pos.gpu.slice_rows(layer * n, n), tag};
             REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
             REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
             const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
@@ -166,12 +178,12 @@ struct AttentionRun {
             ok = ok && diff <= 1e-5;
         }
         next_index += n;
-        n_cached = first_rank + n;
+        n_cached = std::min<int64_t>(n_cached + n, kv.max_slots());
         return ok && compare_kv();
     }
 
     bool compare_kv() {
-        const size_t slots = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
+        const auto slots = static_cast<size_t>(kv.total_slots());
         std::vector<int64_t> ci(slots), gi(slots);
         REQUIRE(b.cpu->download_kv_stream_indices(ci.data()).ok());
         REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
@@ -245,8 +257,9 @@ struct ModelRun {
     int64_t n_cached = 0;
     h2o::KvConfig kv;
 
+    // layer_slots: KvConfig::layer_slots (empty: n_slots in every layer).
     ModelRun(const std::string &path, std::unique_ptr<h2o::Backend> b, int max_batch, int n_slots, h2o::KvPolicyConfig policy = {},
-             bool rolling = false, h2o::KvType type = h2o::KvType::F32)
+             bool rolling = false, h2o::KvType type = h2o::KvType::F32, std::vector<int> layer_slots = {})
         : backend(std::move(b)) {
         REQUIRE(h2o::Model::load(path, "", &model).ok());
         REQUIRE(h2o::LlamaGraph::create(*model, *backend, max_batch, &graph).ok());
@@ -255,6 +268,7 @@ struct ModelRun {
         kv.n_head_kv = s.n_head_kv;
         kv.head_dim = s.head_dim;
         kv.n_slots = n_slots;
+        kv.layer_slots = std::move(layer_slots);
         kv.type = type;
         kv.policy = policy;
         kv.rolling = rolling;
@@ -263,9 +277,9 @@ struct ModelRun {
         REQUIRE(backend->create_kv(kv).ok());
     }
 
-    // Feeds tokens in batches of at most graph->max_batch() (a quarter of the budget once the
-    // cache is full, with rank positions when rolling, as Session does) and returns the last
-    // logits.
+    // Feeds tokens in batches of at most graph->max_batch() (a quarter of the smallest layer's
+    // budget once it is full, with rank positions when rolling, as Session does) and returns the
+    // last logits.
     std::vector<float> feed(const std::vector<int32_t> &tokens) {
         store(tokens);
         std::vector<float> logits(model->shape().n_vocab);
@@ -273,17 +287,14 @@ struct ModelRun {
         return logits;
     }
     void store(const std::vector<int32_t> &tokens) {
-        const int64_t budget = kv.n_slots;
+        const int64_t budget = kv.min_slots();
         for (size_t done = 0; done < tokens.size();) {
             int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
             if (n_cached + n > budget) n = std::max<int64_t>(1, std::min<int64_t>(n, budget / 4));
-            const int64_t evicted = std::max<int64_t>(0, n_cached + n - budget);
-            const int64_t first_rank = n_cached - evicted;
-            std::vector<int32_t> positions(n);
-            for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
-            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), static_cast<int>(n), n_past, false).ok());
+            const std::vector<int32_t> positions = batch_positions(kv, n_past, n_cached, n);
+            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), true, static_cast<int>(n), n_past, false).ok());
             n_past += n;
-            n_cached = first_rank + n;
+            n_cached = std::min<int64_t>(n_cached + n, kv.max_slots());
             done += static_cast<size_t>(n);
         }
     }
@@ -358,8 +369,10 @@ inline void check_attention_without_eviction(Backends &b, h2o::KvType type) {
 // tokens that evict, then batches that evict several at once (42 tokens: with a horizon, stale
 // tokens appear). The prompt's text is in two retention spans that keep 3 and 2 tokens per
 // (layer, kv head), one token of the second pinned. The same victims as the CPU, step by step.
-inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::KvType type) {
+// layer_slots: budgets that differ across the 2 layers (KvConfig::layer_slots; empty: 16 each).
+inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::KvType type, const std::vector<int> &layer_slots = {}) {
     h2o::KvConfig kv = small_kv(16, c.policy, c.recent, c.sinks, rolling, type);
+    kv.layer_slots = layer_slots;
     kv.policy.horizon = c.horizon;
     AttentionRun run(b, kv, 4, 8);
     const int32_t minimums[h2o::KV_MAX_SPANS] = {3, 2};
@@ -386,9 +399,10 @@ inline void check_chunked_attention(Backends &b, int batch) {
 // same cache: the same tokens, every (layer, kv head) keeping the same ones, and the last logits
 // close. Returns the device's run for backend-specific checks.
 inline ModelRun check_greedy_generation(const std::string &path, std::unique_ptr<h2o::Backend> device, int n_slots,
-                                        const h2o::KvPolicyConfig &policy, bool rolling, h2o::KvType type, int generated) {
-    ModelRun gpu(path, std::move(device), 16, n_slots, policy, rolling, type);
-    ModelRun cpu(path, h2o::make_cpu_backend(2, 16), 16, n_slots, policy, rolling, type);
+                                        const h2o::KvPolicyConfig &policy, bool rolling, h2o::KvType type, int generated,
+                                        const std::vector<int> &layer_slots = {}) {
+    ModelRun gpu(path, std::move(device), 16, n_slots, policy, rolling, type, layer_slots);
+    ModelRun cpu(path, h2o::make_cpu_backend(2, 16), 16, n_slots, policy, rolling, type, layer_slots);
     std::vector<int32_t> tokens;
     REQUIRE(gpu.model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
     auto g = gpu.feed(tokens), c = cpu.feed(tokens);
@@ -401,10 +415,15 @@ inline ModelRun check_greedy_generation(const std::string &path, std::unique_ptr
         c = cpu.feed({cpu_tokens.back()});
     }
     CHECK(gpu_tokens == cpu_tokens);
-    const size_t slots = static_cast<size_t>(gpu.kv.n_layer) * gpu.kv.n_head_kv * gpu.kv.n_slots;
+    const auto slots = static_cast<size_t>(gpu.kv.total_slots());
     std::vector<int64_t> gi(slots), ci(slots);
     REQUIRE(gpu.backend->download_kv_stream_indices(gi.data()).ok());
     REQUIRE(cpu.backend->download_kv_stream_indices(ci.data()).ok());
+    size_t first_difference = 0, differences = 0;
+    for (size_t i = 0; i < slots; ++i) {
+        if (gi[i] != ci[i] && differences++ == 0) first_difference = i;
+    }
+    INFO(differences << " slots hold other tokens, the first at slot " << first_difference << " of " << slots);
     CHECK(gi == ci);
     CHECK(max_abs_diff(g, c) <= 1e-3 * max_abs(c));
     return gpu;

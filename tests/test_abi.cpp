@@ -57,13 +57,17 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_session_params, kv_type) == 56);
     CHECK(offsetof(h2o_session_params, max_memory_bytes) == 64);
     CHECK(offsetof(h2o_session_params, kv_horizon) == 72);  // 0.3
+    CHECK(offsetof(h2o_session_params, kv_layer_slope) == 76);  // 0.3: was padding, zeroed by h2o_session_params_init
 
-    CHECK(sizeof(h2o_kv_layout) == 40);
+    CHECK(sizeof(h2o_kv_layout) == 52);
     CHECK(offsetof(h2o_kv_layout, heavy) == 20);
     CHECK(offsetof(h2o_kv_layout, position_rolling) == 24);
     CHECK(offsetof(h2o_kv_layout, type) == 28);
     CHECK(offsetof(h2o_kv_layout, n_ctx) == 32);
     CHECK(offsetof(h2o_kv_layout, horizon) == 36);  // 0.3
+    CHECK(offsetof(h2o_kv_layout, layer_slope) == 40);  // 0.3
+    CHECK(offsetof(h2o_kv_layout, min_layer_budget) == 44);
+    CHECK(offsetof(h2o_kv_layout, max_layer_budget) == 48);
 
     CHECK(sizeof(h2o_device_traffic) == 40);
     CHECK(sizeof(h2o_memory_report) == 32);

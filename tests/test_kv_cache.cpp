@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -14,6 +16,7 @@
 #include "cpu/cpu_backend.h"
 #include "h2o/h2o.h"
 #include "kv_cache.h"
+#include "kv_layer_budgets.h"
 #include "session_util.h"
 #include "model.h"
 #include "session.h"
@@ -259,7 +262,7 @@ namespace {
 struct RealSession {
     std::unique_ptr<Model> model;
     std::unique_ptr<Session> session;
-    RealSession(const std::string &path, int budget, KvPolicy policy, bool rolling, int recent = -1, int n_ctx = 0) {
+    RealSession(const std::string &path, int budget, KvPolicy policy, bool rolling, int recent = -1, int n_ctx = 0, float layer_slope = 0.0f) {
         REQUIRE(Model::load(path, "", &model).ok());
         SessionSettings s;
         s.n_ctx = n_ctx ? n_ctx : static_cast<int>(model->n_ctx_train());
@@ -269,18 +272,20 @@ struct RealSession {
         s.n_threads = 1;  // the model is tiny: a second thread costs more than it brings
         s.n_batch = 64;
         s.seed = 3;
+        s.kv_layer_slope = layer_slope;
         REQUIRE(Session::create(*model, s, &session).ok());
     }
     // Stream indices held by every (layer, kv head), [layer * n_head_kv + head] -> sorted list.
     std::vector<std::vector<int64_t>> kept() {
-        const ModelShape &sh = model->shape();
-        const int slots = session->settings().kv_budget;
-        std::vector<int64_t> all(static_cast<size_t>(sh.n_layer) * sh.n_head_kv * slots);
+        const KvConfig &kv = session->kv_config();
+        std::vector<int64_t> all(static_cast<size_t>(kv.total_slots()));
         REQUIRE(session->backend().download_kv_stream_indices(all.data()).ok());
-        std::vector<std::vector<int64_t>> heads(static_cast<size_t>(sh.n_layer) * sh.n_head_kv);
+        std::vector<std::vector<int64_t>> heads(static_cast<size_t>(kv.n_layer) * kv.n_head_kv);
+        size_t at = 0;
         for (size_t h = 0; h < heads.size(); ++h) {
-            for (int s = 0; s < slots; ++s) {
-                if (all[h * slots + s] >= 0) heads[h].push_back(all[h * slots + s]);
+            const int slots = kv.slots_in(static_cast<int>(h / static_cast<size_t>(kv.n_head_kv)));
+            for (int s = 0; s < slots; ++s, ++at) {
+                if (all[at] >= 0) heads[h].push_back(all[at]);
             }
             std::sort(heads[h].begin(), heads[h].end());
         }
@@ -433,6 +438,85 @@ TEST_CASE("kv_horizon: defaults by policy, validation, and no kept token beyond 
         kept_far_back += static_cast<size_t>(std::count_if(h.begin(), h.end(), [&](int64_t i) { return i <= newest - 56; }));
     }
     CHECK(kept_far_back > 0);
+}
+
+TEST_CASE("kv_layer_budgets spreads a budget across layers in the same total") {
+    CHECK(kv_layer_budgets(5, 64, 0.5f, 2) == std::vector<int>{32, 48, 64, 80, 96});
+    CHECK(kv_layer_budgets(5, 64, -0.5f, 2) == std::vector<int>{96, 80, 64, 48, 32});
+    CHECK(kv_layer_budgets(5, 64, 0.0f, 2).empty());  // uniform: every layer the budget
+    CHECK(kv_layer_budgets(1, 64, 0.5f, 2).empty());
+    CHECK(kv_layer_budgets(3, 2, 0.9f, 2) == std::vector<int>{2, 2, 2});  // the floor holds the total
+    for (int n_layer : {2, 5, 22, 80}) {
+        for (int budget : {2, 3, 17, 64, 1000}) {
+            for (float slope : {-0.9f, -0.3f, 0.1f, 0.37f, 0.9f}) {
+                CAPTURE(n_layer);
+                CAPTURE(budget);
+                CAPTURE(slope);
+                const std::vector<int> slots = kv_layer_budgets(n_layer, budget, slope, 2);
+                REQUIRE(slots.size() == static_cast<size_t>(n_layer));
+                CHECK(std::accumulate(slots.begin(), slots.end(), int64_t{0}) == int64_t{n_layer} * budget);
+                CHECK(*std::min_element(slots.begin(), slots.end()) >= 2);
+                for (int l = 1; l < n_layer; ++l) CHECK((slope > 0 ? slots[l] >= slots[l - 1] : slots[l] <= slots[l - 1]));
+            }
+        }
+    }
+}
+
+TEST_CASE("kv_layer_slope: each layer holds its own budget and recent window, in the memory of a uniform cache") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    // stories260K has 5 layers: budget 32 with slope 0.5 gives 16, 24, 32, 40, 48 slots.
+    RealSession r(path, 32, KvPolicy::Scissorhands, /*rolling=*/true, 16, 0, 0.5f);
+    RealSession uniform(path, 32, KvPolicy::Scissorhands, /*rolling=*/true, 16);
+    CHECK(r.session->memory().kv_bytes == uniform.session->memory().kv_bytes);
+    REQUIRE(r.session->generate("Once upon a time", greedy(400), nullptr, nullptr).ok());
+    const int64_t newest = r.session->n_past() - 1;
+    const auto heads = r.kept();
+    const int n_kv = r.model->shape().n_head_kv;
+    for (size_t h = 0; h < heads.size(); ++h) {
+        const int layer = static_cast<int>(h) / n_kv;
+        const int slots = 16 + 8 * layer, recent = slots / 2;  // 16 of 32 recent: half of each layer's
+        CAPTURE(layer);
+        CHECK(heads[h].size() == static_cast<size_t>(slots));
+        CHECK(heads[h].back() == newest);
+        CHECK(heads[h][heads[h].size() - recent] == newest - recent + 1);  // the layer's recent window is whole
+    }
+    // Pins must fit the smallest layer (16 slots): 15 may be held, not more.
+    RealSession p(path, 32, KvPolicy::H2O, /*rolling=*/true, -1, 0, 0.5f);
+    const Status refused = p.session->add_text("Once upon a time there was a little girl who liked to play", true);
+    CHECK(refused.code == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(refused.message.find("smallest layer budget") != std::string::npos);
+
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    auto layout_of = [&](uint32_t budget, float slope, h2o_kv_layout *layout) {
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
+        sp.n_threads = 1;
+        sp.kv_budget = budget;
+        sp.kv_layer_slope = slope;
+        h2o_session *session = nullptr;
+        const h2o_status st = h2o_session_create(model, &sp, &session);
+        if (st != H2O_OK) return st;
+        layout->struct_size = sizeof *layout;
+        REQUIRE(h2o_session_get_kv_layout(session, layout) == H2O_OK);
+        h2o_session_free(session);
+        return st;
+    };
+    h2o_kv_layout layout;
+    REQUIRE(layout_of(64, -0.5f, &layout) == H2O_OK);
+    CHECK(layout.budget == 64);
+    CHECK(layout.layer_slope == -0.5f);
+    CHECK(layout.min_layer_budget == 32);
+    CHECK(layout.max_layer_budget == 96);
+    REQUIRE(layout_of(0, 0.5f, &layout) == H2O_OK);  // a full cache: every layer all of n_ctx
+    CHECK(layout.layer_slope == 0.0f);
+    CHECK(layout.min_layer_budget == layout.n_ctx);
+    CHECK(layout.max_layer_budget == layout.n_ctx);
+    for (float bad : {0.95f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+        CHECK(layout_of(64, bad, &layout) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_last_error()).find("kv_layer_slope") != std::string::npos);
+    }
+    h2o_model_free(model);
 }
 
 TEST_CASE("session memory is fixed at creation") {

@@ -115,6 +115,22 @@ TEST_CASE("session state: a loaded session continues exactly as the saved one, f
     }
 }
 
+TEST_CASE("session state: budgets spread across layers (kv_layer_slope) are saved and continue exactly") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}, uint32_t{H2O_KV_SINK_WINDOW}, uint32_t{H2O_KV_RANDOM}}) {
+        for (int rolling : {0, 1}) {
+            for (float slope : {0.5f, -0.5f}) {
+                CAPTURE(h2o_kv_policy_name(policy));
+                CAPTURE(rolling);
+                CAPTURE(slope);
+                h2o_session_params sp = small_session(policy, rolling, H2O_KV_TYPE_F16);
+                sp.kv_layer_slope = slope;
+                check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
+            }
+        }
+    }
+}
+
 TEST_CASE("session state: Vulkan sessions save and load their device cache, for every policy, and continue on the CPU") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     size_t n_devices = 0;
@@ -146,6 +162,11 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
         CAPTURE(h2o_kv_policy_name(policy));
         check_resumption(path, small_session(policy, 1, H2O_KV_TYPE_K8V4), 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
     }
+    // Layers of different budgets: the device's per-layer regions map to the host's.
+    h2o_session_params sloped = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32);
+    sloped.kv_layer_slope = 0.5f;
+    check_resumption(path, sloped, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
+    check_resumption(path, sloped, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
 }
 
 TEST_CASE("session state: a fresh process continues a saved session exactly") {

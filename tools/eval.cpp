@@ -2,7 +2,7 @@
 //
 //   h2o-eval -m MODEL -f TEXT [--policies full,h2o,window,...] [--budgets 32,64,128] [--chunk 512]
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
-//            [--segment N] [--context N] [--tail N] [--horizon N|none] [--rolling 0|1] [--n-ctx N]
+//            [--segment N] [--context N] [--tail N] [--horizon N|none] [--layer-slope S] [--rolling 0|1] [--n-ctx N]
 //            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
 //   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [--min-shares LIST] [policies, budgets...]
 //
@@ -64,6 +64,8 @@ void usage() {
                  "  --tail N               stream mode: segments compared with the reference (default 2)\n"
                  "  --horizon N|none       kv_horizon: heavy hitters N or more tokens back go first\n"
                  "                         (default: the policy's, 1.5 budgets for scissorhands)\n"
+                 "  --layer-slope S        kv_layer_slope in [-0.9, 0.9]: the budget's slope across layers,\n"
+                 "                         the same memory (default: the library's)\n"
                  "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
                  "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
                  "  --trials N             retention mode: passages to average over (default 8)\n"
@@ -100,6 +102,8 @@ struct Options {
     uint32_t context = 512;     // stream mode: the in-context reference's context (0: none)
     uint32_t tail = 2;          // stream mode: segments compared with the reference
     uint32_t horizon = 0;       // kv_horizon (0: the policy's default)
+    bool has_layer_slope = false;  // else the library's default kv_layer_slope
+    float layer_slope = 0.0f;
     bool repeats = false;       // stream mode: the text is shorter than the stream
     std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
@@ -199,6 +203,14 @@ Options parse_options(int argc, char **argv) {
         } else if (arg == "--horizon") {
             const std::string text = value();
             o.horizon = text == "none" ? H2O_KV_HORIZON_NONE : parse_count(arg, text, 2, 0x7FFFFFFF);
+        } else if (arg == "--layer-slope") {
+            const std::string text = value();
+            double slope = 0;
+            if (!h2o_tools::parse_double(text.c_str(), &slope) || !(std::fabs(slope) <= 0.9)) {
+                usage_error("--layer-slope needs a number in [-0.9, 0.9], not '" + text + "'");
+            }
+            o.has_layer_slope = true;
+            o.layer_slope = static_cast<float>(slope);
         } else if (arg == "--rolling") {
             o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
         } else if (arg == "--n-ctx") {
@@ -287,6 +299,7 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     p.kv_sinks = o.sinks;
     p.kv_type = o.kv_type;
     p.kv_horizon = o.horizon;
+    if (o.has_layer_slope) p.kv_layer_slope = o.layer_slope;
     p.position_rolling = o.rolling;
     return p;
 }
@@ -505,6 +518,7 @@ void print_json(const Options &o, const std::vector<Summary> &rows, const Summar
         line += ",\"sinks\":" + std::to_string(r.split.sinks) + ",\"recent\":" + std::to_string(r.split.recent) +
                 ",\"heavy\":" + std::to_string(r.split.rest);
         line += ",\"horizon\":" + std::to_string(r.run->layout.horizon);
+        line += ",\"layer_slope\":" + json_number(r.run->layout.layer_slope, "%g");
         line += ",\"rolling\":" + std::string(o.rolling ? "true" : "false");
         line += ",\"tokens\":" + std::to_string(r.run->nll.size());
         line += ",\"mean_nll\":" + json_number(r.mean_nll) + ",\"ppl\":" + json_number(r.ppl);
@@ -645,8 +659,9 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
     const std::string horizon = o.horizon == 0 ? "by policy default" : o.horizon == H2O_KV_HORIZON_NONE ? "none" : std::to_string(o.horizon);
     const std::string recent = o.recent ? std::to_string(o.recent) + " tokens"
                                : o.recent_ratio < 0 ? "by policy default" : "ratio " + json_number(o.recent_ratio, "%g");
-    std::snprintf(line, sizeof(line), "# KV %s, kv_sinks %u, recent window %s, horizon %s; %.1f s\n",
-                  h2o_tools::kv_type_name(o.kv_type), o.sinks, recent.c_str(), horizon.c_str(), seconds);
+    const std::string slope = o.has_layer_slope ? json_number(o.layer_slope, "%g") : "by library default";
+    std::snprintf(line, sizeof(line), "# KV %s, kv_sinks %u, recent window %s, horizon %s, layer slope %s; %.1f s\n",
+                  h2o_tools::kv_type_name(o.kv_type), o.sinks, recent.c_str(), horizon.c_str(), slope.c_str(), seconds);
     return text + line;
 }
 

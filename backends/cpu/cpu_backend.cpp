@@ -160,7 +160,7 @@ public:
         kv_.set_half_conversions({cpu::floats_to_halves, cpu::halves_to_floats});
         // Per thread: the attention weights of one query head and of its kv-head group, and the
         // batch's partial statistics of every (kv head, slot).
-        const size_t threads = pool_.size(), n_slots = static_cast<size_t>(config.n_slots);
+        const size_t threads = pool_.size(), n_slots = static_cast<size_t>(config.max_slots());
         try {
             attention_weights_.assign(2 * n_slots * threads, 0.0f);
             partial_stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? n_slots * config.n_head_kv * threads : 0,
@@ -193,7 +193,7 @@ public:
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
-                for (int s = 0; s < c.n_slots; ++s) {
+                for (int s = 0; s < c.slots_in(l); ++s) {
                     *out++ = KvCache::slot_stats(view, s);
                 }
             }
@@ -206,7 +206,7 @@ public:
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
-                out = std::copy(view.stream_index, view.stream_index + c.n_slots, out);
+                out = std::copy(view.stream_index, view.stream_index + c.slots_in(l), out);
             }
         }
         return Status::Ok();
@@ -217,7 +217,7 @@ public:
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
-                for (int s = 0; s < c.n_slots; ++s) *out++ = view.stream_index[s] >= 0 ? view.tag[s] : 0;
+                for (int s = 0; s < c.slots_in(l); ++s) *out++ = view.stream_index[s] >= 0 ? view.tag[s] : 0;
             }
         }
         return Status::Ok();
@@ -238,11 +238,11 @@ private:
     }
 
     struct AttentionScratch {
-        float *weight, *group_weight;  // [n_slots]
-        SlotStats *partial;            // [n_head_kv × n_slots]
+        float *weight, *group_weight;  // [max_slots]
+        SlotStats *partial;            // [n_head_kv × max_slots]
     };
     AttentionScratch attention_scratch(int thread) {
-        const size_t n_slots = static_cast<size_t>(kv_.config().n_slots);
+        const size_t n_slots = static_cast<size_t>(kv_.config().max_slots());
         float *weights = attention_weights_.data() + 2 * n_slots * thread;
         SlotStats *partial = partial_stats_.empty() ? nullptr : partial_stats_.data() + n_slots * kv_.config().n_head_kv * thread;
         return AttentionScratch{weights, weights + n_slots, partial};
@@ -274,7 +274,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     const int n = batch.n_tokens, hd = shape.head_dim, n_kv = shape.n_head_kv;
     const int group = shape.n_head / n_kv;
     const int32_t *pos = host<const int32_t>(batch.positions);
-    const KvPolicyConfig &policy = kv_.config().policy;
+    const KvPolicyConfig &policy = kv_.config().policy;  // what attention reads of it is the same in every layer
     const KvRowFormat key_format = kv_key_format(kv_.config().type), value_format = kv_value_format(kv_.config().type);
     const size_t key_row = kv_.key_row_bytes(), value_row = kv_.value_row_bytes();
     // Make room (evicting by the policy when the cache is full), then store the batch's keys and
@@ -295,7 +295,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
         for (int h = 0; h < n_kv; ++h) make_room_and_store(h, 0);
     } else {
         // Rough size: choosing victims and (rolling) rotating the kept keys, per kv head.
-        const int64_t eviction_work = static_cast<int64_t>(n_kv) * kv_.config().n_slots * (kv_.config().rolling ? 4 * hd : 8);
+        const int64_t eviction_work = static_cast<int64_t>(n_kv) * kv_.config().slots_in(layer) * (kv_.config().rolling ? 4 * hd : 8);
         pool_.run([&](int index, int threads) {
             for (int h = index; h < n_kv; h += threads) make_room_and_store(h, index);
         }, eviction_work);
@@ -303,7 +303,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
 
     // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
     // so no two threads write one slot.
-    const int n_slots = kv_.config().n_slots;
+    const int n_slots = kv_.config().max_slots();  // the stride of the per-thread partials
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float decay = policy.persistence_decay;
     const int64_t units = static_cast<int64_t>(n) * n_kv;  // (token, kv head) pairs

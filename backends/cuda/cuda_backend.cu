@@ -156,30 +156,32 @@ __global__ void argmax_kernel(int32_t *out, const float *in, int64_t cols) {
 
 // ---- the KV cache -------------------------------------------------------------------------------
 
-// The device's KV cache. A cell is one (layer, kv head); slot arrays are [cell][slot].
+// The device's KV cache. A cell is one (layer, kv head); slot arrays are [cell][slot], a cell of
+// layer l holding KvConfig::slots_in(l) slots from KvConfig::first_slot_of(l) + kv head * them.
 struct KvDevice {
     uint8_t *keys = nullptr, *values = nullptr;  // rows of key_row / value_row bytes
     int64_t *stream = nullptr;                   // stream index, -1: free
     int32_t *position = nullptr;
     uint8_t *tag = nullptr;        // kv_make_tag: pinned, retention span
     SlotStats *stats = nullptr;    // null when the policy reads none
-    SlotStats *partial = nullptr;  // [n_kv][n_slots]: the current batch's statistics
+    SlotStats *partial = nullptr;  // [n_kv][the layer's n_slots]: the current batch's statistics
     int32_t *free_list = nullptr;  // per cell, a stack of slots freed by eviction
     int32_t *used = nullptr;       // [cell]: slots [0, used) have held a token
     int32_t *free_count = nullptr; // [cell]
     uint64_t *rng = nullptr;       // the random policy's xorshift64* state
-    int32_t *batch_slot = nullptr; // [n_kv][n_slots]: the slot of each token of the batch
-    int64_t *victims = nullptr;    // [n_kv][n_slots]: stream indices evicted for the batch
-    int32_t *candidates = nullptr; // [n_slots]: the random policy's shuffle
+    int32_t *batch_slot = nullptr; // [n_kv][the layer's n_slots]: the slot of each token of the batch
+    int64_t *victims = nullptr;    // [n_kv][the layer's n_slots]: stream indices evicted for the batch
+    int32_t *candidates = nullptr; // [max_slots]: the random policy's shuffle
     double *inv_freq = nullptr;    // rotary inverse frequencies (rolling)
-    float *scores = nullptr;       // [chunk][n_head][n_slots]: a chunk's attention weights
+    float *scores = nullptr;       // [chunk][n_head][the layer's n_slots]: a chunk's attention weights
     int32_t *visible = nullptr;    // [chunk][n_kv]: slots each query of the chunk sees
 };
 
 // What one layer's eviction and storing needs.
 struct ClaimArgs {
     KvDevice kv;
-    int layer, n_kv, n_slots, head_dim, n, pairs;
+    int layer, n_kv, n_slots, head_dim, n, pairs;  // n_slots: the layer's
+    size_t first_slot;                             // the layer's first cell's first slot
     KvRowFormat key_format, value_format;
     size_t key_row, value_row;
     uint32_t policy;
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
     __shared__ int sh_used, sh_free, sh_count, sh_victims;
     __shared__ SpanCounts spans;
     for (int h = blockIdx.x; h < a.n_kv; h += gridDim.x) {
-        const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = cell * a.n_slots;
+        const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = a.first_slot + static_cast<size_t>(h) * a.n_slots;
         if (threadIdx.x == 0) {
             sh_used = a.kv.used[cell];
             sh_free = a.kv.free_count[cell];
@@ -425,6 +427,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
 struct AttentionArgs {
     KvDevice kv;
     int layer, n_kv, n_head, n_slots, head_dim, n, t0;
+    size_t first_slot;
     KvRowFormat key_format, value_format;
     size_t key_row, value_row;
     int64_t first_index;
@@ -444,7 +447,7 @@ __global__ void __launch_bounds__(kBlock) attention_kernel(AttentionArgs a) {
     __shared__ int counts[kBlock];
     const int c = blockIdx.x, t = a.t0 + c, head = blockIdx.y;
     const int group = a.n_head / a.n_kv, h = head / group;
-    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = cell * a.n_slots;
+    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = a.first_slot + static_cast<size_t>(h) * a.n_slots;
     const int used = a.kv.used[cell];
     const int64_t query_index = a.first_index + t;
     for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) q[d] = a.q[t * a.q_cols + head * a.head_dim + d];
@@ -492,6 +495,7 @@ __global__ void __launch_bounds__(kBlock) attention_kernel(AttentionArgs a) {
 struct StatsArgs {
     KvDevice kv;
     int layer, n_kv, n_head, n_slots, n, t0, count;
+    size_t first_slot;
     int64_t first_index;
     float decay;
 };
@@ -500,7 +504,7 @@ struct StatsArgs {
 // one block per kv head, one thread per slot.
 __global__ void attention_stats_kernel(StatsArgs a) {
     const int h = blockIdx.x, group = a.n_head / a.n_kv;
-    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = cell * a.n_slots;
+    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = a.first_slot + static_cast<size_t>(h) * a.n_slots;
     const int used = a.kv.used[cell];
     for (int s = threadIdx.x; s < used; s += blockDim.x) {
         const int64_t index = a.kv.stream[base + s];
@@ -520,9 +524,9 @@ __global__ void attention_stats_kernel(StatsArgs a) {
     }
 }
 
-__global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_slots, float old_persistence_weight) {
+__global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_slots, size_t first_slot, float old_persistence_weight) {
     const int h = blockIdx.x;
-    const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = cell * n_slots;
+    const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = first_slot + static_cast<size_t>(h) * n_slots;
     const int used = kv.used[cell];
     for (int s = threadIdx.x; s < used; s += blockDim.x) {
         kv.stats[base + s] = kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight);
@@ -718,7 +722,7 @@ private:
     }
 
     size_t slot_count() const {
-        return static_cast<size_t>(kv_config_.n_layer) * kv_config_.n_head_kv * kv_config_.n_slots;
+        return static_cast<size_t>(kv_config_.total_slots());
     }
 
     // A device error: the backend stays failed, and says which call failed and how.
@@ -816,7 +820,7 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     value_row_ = kv_row_bytes(value_format, config.head_dim);
     kv_config_ = config;
     const size_t cells = static_cast<size_t>(config.n_layer) * config.n_head_kv;
-    const size_t slots = cells * config.n_slots, per_head = static_cast<size_t>(config.n_head_kv) * config.n_slots;
+    const size_t slots = static_cast<size_t>(config.total_slots()), per_head = static_cast<size_t>(config.n_head_kv) * config.max_slots();
     H2O_TRY(device_array(slots * key_row_, &kv_.keys));
     H2O_TRY(device_array(slots * value_row_, &kv_.values));
     H2O_TRY(device_array(slots, &kv_.stream));
@@ -832,7 +836,7 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(device_array(1, &kv_.rng));
     H2O_TRY(device_array(per_head, &kv_.batch_slot));
     H2O_TRY(device_array(per_head, &kv_.victims));
-    H2O_TRY(device_array(static_cast<size_t>(config.n_slots), &kv_.candidates));
+    H2O_TRY(device_array(static_cast<size_t>(config.max_slots()), &kv_.candidates));
     const int pairs = config.rope_dims / 2;
     H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &kv_.inv_freq));
     std::vector<double> inv_freq(static_cast<size_t>(pairs));
@@ -865,27 +869,30 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: attention without a KV cache");
     const int n = batch.n_tokens;
     if (n <= 0) return Status::Ok();
-    if (n > kv_config_.n_slots) return make_error(H2O_ERR_INTERNAL, "cuda backend: a batch larger than the KV cache");
+    const int n_slots = kv_config_.slots_in(layer);
+    const auto first_slot = static_cast<size_t>(kv_config_.first_slot_of(layer));
+    if (n > n_slots) return make_error(H2O_ERR_INTERNAL, "cuda backend: a batch larger than the KV cache");
     if (shape.n_head_kv != kv_config_.n_head_kv || shape.head_dim != kv_config_.head_dim || shape.n_head % shape.n_head_kv != 0) {
         return make_error(H2O_ERR_INTERNAL, "cuda backend: the model's heads do not match the KV cache");
     }
     if (scratch_heads_ < shape.n_head) {
         // Weights of a chunk of queries, and their visible-slot counts: as many tokens as the budget allows.
-        const size_t per_token = sizeof(float) * static_cast<size_t>(shape.n_head) * kv_config_.n_slots +
+        const size_t per_token = sizeof(float) * static_cast<size_t>(shape.n_head) * kv_config_.max_slots() +
                                  sizeof(int32_t) * static_cast<size_t>(shape.n_head_kv);
         chunk_ = static_cast<int>(std::clamp<size_t>(kAttentionScratchBudget / per_token, 1, static_cast<size_t>(max_batch_)));
         H2O_TRY(device_array(per_token / sizeof(float) * chunk_, &kv_.scores));
         H2O_TRY(device_array(static_cast<size_t>(shape.n_head_kv) * chunk_, &kv_.visible));
         scratch_heads_ = shape.n_head;
     }
-    const KvPolicyConfig &policy = kv_config_.policy;
+    const KvPolicyConfig policy = kv_config_.policy_in(layer);
     const bool random = policy.policy == KvPolicy::Random;
 
     ClaimArgs c;
     c.kv = kv_;
     c.layer = layer;
     c.n_kv = shape.n_head_kv;
-    c.n_slots = kv_config_.n_slots;
+    c.n_slots = n_slots;
+    c.first_slot = first_slot;
     c.head_dim = shape.head_dim;
     c.n = n;
     c.pairs = kv_config_.rope_dims / 2;
@@ -912,7 +919,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
 
     const bool statistics = kv_.stats != nullptr;
     if (statistics) {
-        H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * kv_config_.n_slots, stream_),
+        H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * n_slots, stream_),
                       "cudaMemsetAsync"));
     }
     for (int t0 = 0; t0 < n; t0 += chunk_) {
@@ -922,7 +929,8 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         a.layer = layer;
         a.n_kv = shape.n_head_kv;
         a.n_head = shape.n_head;
-        a.n_slots = kv_config_.n_slots;
+        a.n_slots = n_slots;
+        a.first_slot = first_slot;
         a.head_dim = shape.head_dim;
         a.n = n;
         a.t0 = t0;
@@ -944,7 +952,8 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
             s.layer = layer;
             s.n_kv = shape.n_head_kv;
             s.n_head = shape.n_head;
-            s.n_slots = kv_config_.n_slots;
+            s.n_slots = n_slots;
+            s.first_slot = first_slot;
             s.n = n;
             s.t0 = t0;
             s.count = count;
@@ -955,7 +964,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         }
     }
     if (statistics) {
-        attention_fold_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, kv_config_.n_slots,
+        attention_fold_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, n_slots, first_slot,
                                                                        kv_power(policy.persistence_decay, static_cast<KV_UINT>(n)));
         H2O_TRY(launched("attention_fold"));
     }

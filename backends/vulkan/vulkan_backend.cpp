@@ -150,6 +150,7 @@ struct KvClaimPush {
     uint32_t k_off, v_off, pos_off, k_stride, v_stride;
     uint32_t keys_off, values_off, table_off;
     uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
+    uint32_t first_slot, total_slots;
     uint32_t layer, head_dim, n, tag, policy, sinks, rolling, pairs;
     uint32_t key_format, value_format;
 };
@@ -158,6 +159,7 @@ struct AttentionPush {
     uint32_t q_off, q_stride, out_off, out_stride;
     uint32_t keys_off, values_off, meta_off, scratch_off;
     uint32_t n_cells, n_slots, n_kv, max_batch;
+    uint32_t first_slot, total_slots;
     uint32_t layer, head_dim, group, chunk_capacity;
     float scale;
     uint32_t key_format, value_format;
@@ -165,11 +167,13 @@ struct AttentionPush {
 struct StatsPush {
     uint32_t first_index[2];
     uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
+    uint32_t first_slot, total_slots;
     uint32_t layer, scratch_off, chunk_capacity;
     uint32_t chunk_tokens, t0, n, group;
     float decay;
 };
-static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes,
+static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes &&
+                  sizeof(StatsPush) <= vk::kPushConstantBytes,
               "push constants are limited to 128 bytes");
 
 void split64(int64_t v, uint32_t out[2]) {
@@ -936,17 +940,19 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const KvRowFormat key_format = kv_key_format(config.type), value_format = kv_value_format(config.type);
     const VkDeviceSize range = binding_limit_;
     const auto n_cells = static_cast<uint32_t>(config.n_layer * config.n_head_kv);
-    const auto n_slots = static_cast<uint32_t>(config.n_slots), n_kv = static_cast<uint32_t>(config.n_head_kv);
-    const VkDeviceSize key_layer_bytes = VkDeviceSize{4} * n_kv * n_slots * kv_row_words(key_format, config.head_dim);
-    const VkDeviceSize value_layer_bytes = VkDeviceSize{4} * n_kv * n_slots * kv_row_words(value_format, config.head_dim);
-    const KvLayout layout = kv_layout(0, n_cells, n_slots, n_kv, static_cast<uint32_t>(max_batch_));
-    const VkDeviceSize meta_bytes = VkDeviceSize{4} * layout.total;
+    const auto max_slots = static_cast<uint32_t>(config.max_slots()), n_kv = static_cast<uint32_t>(config.n_head_kv);
+    // Keys and values: one region per layer, of that layer's slots.
+    auto rows_bytes = [&](int slots, KvRowFormat format) {
+        return VkDeviceSize{4} * n_kv * static_cast<uint32_t>(slots) * kv_row_words(format, config.head_dim);
+    };
+    const KvLayout layout = kv_layout(0, n_cells, static_cast<uint32_t>(config.total_slots()), n_kv, static_cast<uint32_t>(max_batch_));
+    const VkDeviceSize meta_bytes = VkDeviceSize{4} * kv_meta_words(layout, max_slots);
     // Attention weights of a chunk of queries (weights and group weights per slot) and the
     // visible-slot counts: as many tokens as the budget allows.
-    const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * n_slots + n_kv);
+    const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * max_slots + n_kv);
     const auto capacity = static_cast<uint32_t>(std::clamp<VkDeviceSize>(kAttentionScratchBudget / per_token, 1, max_batch_));
     const VkDeviceSize scratch_bytes = per_token * capacity;
-    for (VkDeviceSize bytes : {key_layer_bytes, value_layer_bytes, meta_bytes, scratch_bytes}) {
+    for (VkDeviceSize bytes : {rows_bytes(config.max_slots(), key_format), rows_bytes(config.max_slots(), value_format), meta_bytes, scratch_bytes}) {
         if (bytes + alignment_ > range) {
             return make_error(H2O_ERR_UNSUPPORTED, "the KV cache needs a " + std::to_string(bytes >> 20) +
                                                        " MiB region, more than the device's storage buffer range (" +
@@ -955,16 +961,18 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     }
     keys_.resize(config.n_layer);
     values_.resize(config.n_layer);
+    kv_bytes_ = meta_bytes;
     for (int l = 0; l < config.n_layer; ++l) {
-        H2O_TRY(allocate(key_layer_bytes, &keys_[l]));
-        H2O_TRY(allocate(value_layer_bytes, &values_[l]));
+        const VkDeviceSize key_bytes = rows_bytes(config.slots_in(l), key_format), value_bytes = rows_bytes(config.slots_in(l), value_format);
+        H2O_TRY(allocate(key_bytes, &keys_[l]));
+        H2O_TRY(allocate(value_bytes, &values_[l]));
+        kv_bytes_ += key_bytes + value_bytes;
     }
     H2O_TRY(allocate(meta_bytes, &meta_));
     H2O_TRY(allocate(scratch_bytes, &scratch_));
     kv_ = config;
     layout_ = layout;
     chunk_capacity_ = capacity;
-    kv_bytes_ = (key_layer_bytes + value_layer_bytes) * config.n_layer + meta_bytes;
     has_kv_ = true;
     if (config.rolling && config.rope_dims >= 2) ensure_rope_table(1, config.rope_dims, config.rope_freq_base);
     return clear_kv();
@@ -1012,20 +1020,21 @@ Status VulkanBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, 
 }
 
 Status VulkanBackend::cache_to_host(KvCache *host) {
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), max_slots = static_cast<uint32_t>(kv_.max_slots());
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. span_min
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
-    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words), values(static_cast<size_t>(n_kv) * n_slots * value_words);
+    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * max_slots * key_words), values(static_cast<size_t>(n_kv) * max_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
-        H2O_TRY(download_range(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * keys.size()));
-        H2O_TRY(download_range(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * values.size()));
+        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l));
+        H2O_TRY(download_range(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * n_kv * n_slots * key_words));
+        H2O_TRY(download_range(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * n_kv * n_slots * value_words));
         for (uint32_t h = 0; h < n_kv; ++h) {
             const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
             const KvCache::HeadView view = host->head(l, static_cast<int>(h));
             for (uint32_t s = 0; s < n_slots; ++s) {
-                const uint32_t at = cell * n_slots + s;
+                const auto at = static_cast<uint32_t>(kv_.first_slot_of(l)) + h * n_slots + s;
                 std::memcpy(view.keys + s * host->key_row_bytes(), &keys[(h * n_slots + s) * key_words], host->key_row_bytes());
                 std::memcpy(view.values + s * host->value_row_bytes(), &values[(h * n_slots + s) * value_words], host->value_row_bytes());
                 view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
@@ -1043,20 +1052,20 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
 }
 
 Status VulkanBackend::cache_from_host(KvCache &host) {
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv);
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     // stream .. span_min; zero statistics for the policies without, zero span minimums (load_kv).
     std::vector<uint32_t> meta(layout_.batch_slot, 0);
-    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words), values(static_cast<size_t>(n_kv) * n_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
-        std::fill(keys.begin(), keys.end(), 0u);
-        std::fill(values.begin(), values.end(), 0u);
+        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l));
+        // Per layer: record_upload stages its bytes when it is called.
+        std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words, 0u), values(static_cast<size_t>(n_kv) * n_slots * value_words, 0u);
         for (uint32_t h = 0; h < n_kv; ++h) {
             const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
             const KvCache::HeadView view = host.head(l, static_cast<int>(h));
             for (uint32_t s = 0; s < n_slots; ++s) {
-                const uint32_t at = cell * n_slots + s;
+                const auto at = static_cast<uint32_t>(kv_.first_slot_of(l)) + h * n_slots + s;
                 std::memcpy(&keys[(h * n_slots + s) * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
                 std::memcpy(&values[(h * n_slots + s) * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
                 const auto stream = static_cast<uint64_t>(view.stream_index[s]);  // -1 (free): both words ~0
@@ -1083,13 +1092,13 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
 
 Status VulkanBackend::download_kv_stream_indices(int64_t *out) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
-    const VkDeviceSize slots = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
+    const auto slots = static_cast<VkDeviceSize>(kv_.total_slots());
     return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stream, out, slots * sizeof(int64_t));
 }
 
 Status VulkanBackend::download_kv_tags(uint8_t *out) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
-    const size_t slots = static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
+    const auto slots = static_cast<size_t>(kv_.total_slots());
     std::vector<uint32_t> words(slots);
     std::vector<int64_t> stream(slots);
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.tag, words.data(), slots * sizeof(uint32_t)));
@@ -1101,7 +1110,7 @@ Status VulkanBackend::download_kv_tags(uint8_t *out) {
 
 Status VulkanBackend::download_kv_statistics(SlotStats *out) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
-    const VkDeviceSize slots = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv * kv_.n_slots;
+    const auto slots = static_cast<VkDeviceSize>(kv_.total_slots());
     return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stats, out, slots * sizeof(SlotStats));
 }
 
@@ -1114,11 +1123,12 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         fail("attention called without a matching KV cache or with more than max_batch tokens", H2O_ERR_INTERNAL);
         return error_;
     }
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.n_slots);
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.slots_in(layer));
+    const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(layer)), total_slots = static_cast<uint32_t>(kv_.total_slots());
     const auto hd = static_cast<uint32_t>(kv_.head_dim);
     const auto n_cells = static_cast<uint32_t>(kv_.n_layer) * n_kv;
     const uint32_t group = static_cast<uint32_t>(shape.n_head) / n_kv;
-    const KvPolicyConfig &policy = kv_.policy;
+    const KvPolicyConfig policy = kv_.policy_in(layer);
 
     const Bound bkeys = bind(keys_[layer], true);
     const Bound bvalues = bind(values_[layer], true);
@@ -1146,6 +1156,8 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.meta_off = bmeta.word;
         push.n_cells = n_cells;
         push.n_slots = n_slots;
+        push.first_slot = first_slot;
+        push.total_slots = total_slots;
         push.n_kv = n_kv;
         push.max_batch = static_cast<uint32_t>(max_batch_);
         push.layer = static_cast<uint32_t>(layer);
@@ -1181,6 +1193,8 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.scratch_off = bscratch.word;
         push.n_cells = n_cells;
         push.n_slots = n_slots;
+        push.first_slot = first_slot;
+        push.total_slots = total_slots;
         push.n_kv = n_kv;
         push.max_batch = static_cast<uint32_t>(max_batch_);
         push.layer = static_cast<uint32_t>(layer);
@@ -1202,6 +1216,8 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         stats.meta_off = bmeta.word;
         stats.n_cells = n_cells;
         stats.n_slots = n_slots;
+        stats.first_slot = first_slot;
+        stats.total_slots = total_slots;
         stats.n_kv = n_kv;
         stats.max_batch = static_cast<uint32_t>(max_batch_);
         stats.layer = static_cast<uint32_t>(layer);

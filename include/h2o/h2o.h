@@ -420,6 +420,14 @@ typedef struct h2o_session_params {
      * 1.5 × kv_budget for H2O_KV_SCISSORHANDS and none for the others; H2O_KV_HORIZON_NONE:
      * none. Otherwise at least kv_budget. */
     uint32_t kv_horizon;
+    /* How the KV memory spreads across layers, in [-0.9, 0.9]: layer l of L gets
+     * kv_budget * (1 + kv_layer_slope * (2l / (L - 1) - 1)) slots per kv head (rounded, at least
+     * 2), so that the layers together hold L * kv_budget, the memory of a uniform cache. Positive:
+     * upper layers get more slots than lower ones. Each layer's recent window is the same share
+     * of its slots as kv_recent is of kv_budget; pinned tokens and span minimums must fit the
+     * smallest layer. Ignored by a full cache (every layer then holds n_ctx). Default 0: every
+     * layer kv_budget (see the README's evaluation for what a slope gains). */
+    float kv_layer_slope;
 } h2o_session_params;
 
 /* kv_horizon: keep heavy hitters however far back they lie. */
@@ -437,7 +445,7 @@ H2O_API void h2o_session_free(h2o_session *session);
 /* The KV cache layout a session runs with, after defaults are resolved. */
 typedef struct h2o_kv_layout {
     uint32_t struct_size;
-    uint32_t budget;         /* slots per (layer, kv head) */
+    uint32_t budget;         /* slots per (layer, kv head); with a layer slope, their mean over layers */
     uint32_t policy;         /* h2o_kv_policy; H2O_KV_FULL when the cache never needs to evict */
     uint32_t recent;         /* protected recent window (tokens) */
     uint32_t sinks;          /* protected first tokens of the stream */
@@ -446,6 +454,8 @@ typedef struct h2o_kv_layout {
     uint32_t type;           /* h2o_kv_type */
     uint32_t n_ctx;          /* longest stream without rolling, after defaults */
     uint32_t horizon;        /* stale distance (see kv_horizon); 0: none */
+    float layer_slope;       /* kv_layer_slope; 0 for a full cache */
+    uint32_t min_layer_budget, max_layer_budget;  /* slots per kv head of the smallest and largest layer */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */

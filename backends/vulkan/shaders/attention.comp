@@ -31,7 +31,8 @@ layout(push_constant) uniform Params {
     uvec2 first_index;  // stream index of the chunk's first token
     uint q_off, q_stride, out_off, out_stride;
     uint keys_off, values_off, meta_off, scratch_off;
-    uint n_cells, n_slots, n_kv, max_batch;
+    uint n_cells, n_slots, n_kv, max_batch;  // n_slots: this layer's (kv_meta_layout.h)
+    uint first_slot, total_slots;            // this layer's first slot; every cell's slots
     uint layer, head_dim, group;
     uint chunk_capacity;  // tokens the scratch holds (the visible counts follow the weights)
     float scale;
@@ -88,8 +89,8 @@ float weighted_value(uint row, uint d, float w) {
 void main() {
     const uint tid = gl_LocalInvocationIndex;
     const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
-    const KvLayout L = kv_layout(p.meta_off, p.n_cells, p.n_slots, p.n_kv, p.max_batch);
-    const uint cell = p.layer * p.n_kv + h;
+    const KvLayout L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
+    const uint cell = p.layer * p.n_kv + h, cell_base = p.first_slot + h * p.n_slots;
     const uint used = meta[L.used + cell];
     const uvec2 query_index = stream_add(p.first_index, t);
     const uint hd = p.head_dim;
@@ -102,7 +103,7 @@ void main() {
 
     float visible = 0.0;
     for (uint s = tid; s < used; s += WG) {
-        const uint at = cell * p.n_slots + s;
+        const uint at = cell_base + s;
         const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
         if (!stream_is_free(st) && stream_le(st, query_index)) visible += 1.0;
     }
@@ -116,7 +117,7 @@ void main() {
         // 1. online max / sum of exponentials
         float m = -1.0 / 0.0, l = 0.0;
         for (uint s = tid; s < used; s += WG) {
-            const uint at = cell * p.n_slots + s;
+            const uint at = cell_base + s;
             const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
             if (stream_is_free(st) || !stream_le(st, query_index)) continue;
             const float x = key_dot(p.keys_off + (kv_base + s) * key_words) * p.scale;
@@ -133,7 +134,7 @@ void main() {
 
         // 2. weights
         for (uint s = tid; s < used; s += WG) {
-            const uint at = cell * p.n_slots + s;
+            const uint at = cell_base + s;
             const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
             float w = 0.0;
             if (!stream_is_free(st) && stream_le(st, query_index)) {

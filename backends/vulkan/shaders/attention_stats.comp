@@ -15,7 +15,8 @@ layout(binding = 1) readonly buffer Scratch { float scratch[]; };
 
 layout(push_constant) uniform Params {
     uvec2 first_index;  // stream index of the chunk's first token
-    uint meta_off, n_cells, n_slots, n_kv, max_batch;
+    uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: this layer's (kv_meta_layout.h)
+    uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
     uint layer, scratch_off, chunk_capacity;
     uint chunk_tokens;  // tokens in this chunk
     uint t0;            // the chunk's first token within the batch
@@ -28,10 +29,10 @@ layout(push_constant) uniform Params {
 
 void main() {
     const uint s = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y;
-    const KvLayout L = kv_layout(p.meta_off, p.n_cells, p.n_slots, p.n_kv, p.max_batch);
+    const KvLayout L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
     const uint cell = p.layer * p.n_kv + h;
     if (s >= meta[L.used + cell]) return;
-    const uint at = cell * p.n_slots + s;
+    const uint at = p.first_slot + h * p.n_slots + s;
     SlotStats chunk = kv_stats_zero();
     const uvec2 stream = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
     if (!stream_is_free(stream)) {

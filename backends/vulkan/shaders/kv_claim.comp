@@ -33,7 +33,8 @@ layout(push_constant) uniform Params {
     uvec2 stale_before; // stream indices < this are stale (kv_stale_before; 0: none)
     uint k_off, v_off, pos_off, k_stride, v_stride;
     uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots] rows
-    uint meta_off, n_cells, n_slots, n_kv, max_batch;
+    uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: this layer's (kv_meta_layout.h)
+    uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
     uint layer, head_dim, n, tag, policy, sinks, rolling, pairs;
     uint key_format, value_format;  // KvRowFormat
 } p;
@@ -258,7 +259,7 @@ uint compact_candidates(uint base, uint used) {
 
 void make_room(uint cell, uint h) {
     const uint tid = gl_LocalInvocationIndex;
-    const uint base = cell * p.n_slots;
+    const uint base = p.first_slot + h * p.n_slots;
     const uint used = sh_used;
     const int needed = int(p.n) - int(p.n_slots - used + sh_free_count);
     if (needed <= 0) return;  // uniform: every invocation sees the same shared values
@@ -358,7 +359,7 @@ void make_room(uint cell, uint h) {
 
 void claim_and_store(uint cell, uint h) {
     const uint tid = gl_LocalInvocationIndex;
-    const uint base = cell * p.n_slots;
+    const uint base = p.first_slot + h * p.n_slots;
     if (tid == 0u) {
         for (uint t = 0u; t < p.n; ++t) {
             uint slot;
@@ -394,7 +395,7 @@ void claim_and_store(uint cell, uint h) {
 }
 
 void main() {
-    L = kv_layout(p.meta_off, p.n_cells, p.n_slots, p.n_kv, p.max_batch);
+    L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
     for (uint h = gl_WorkGroupID.x; h < p.n_kv; h += gl_NumWorkGroups.x) {
         const uint cell = p.layer * p.n_kv + h;
         if (gl_LocalInvocationIndex == 0u) {

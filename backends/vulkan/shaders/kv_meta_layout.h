@@ -1,7 +1,9 @@
 // Word offsets of the regions of the Vulkan backend's KV bookkeeping buffer ("meta"), written once
 // in the subset of C++ and GLSL that kv_policy_spec.h keeps to: the host code (vulkan_backend.cpp)
-// and the shaders (through kv_layout.glsl) include this same file. `slots` = n_cells * n_slots, a
-// cell being one (layer, kv head); index a slot region by cell * n_slots + slot.
+// and the shaders (through kv_layout.glsl) include this same file. `slots` is every cell's slots
+// together, a cell being one (layer, kv head): the cells of layer l hold KvConfig::slots_in(l)
+// slots each from KvConfig::first_slot_of(l), so a slot region is indexed by
+// first_slot(layer) + kv_head * n_slots(layer) + slot.
 //
 //   stream      2 words per slot: the stream index as (low, high); -1 (both words ~0) when free
 //   position    1 word per slot: rotary position (int)
@@ -14,8 +16,8 @@
 //   span_min    KV_MAX_SPANS words: each retention span's minimum per cell, in tokens
 //   batch_slot  n_kv * max_batch words: slot taken by each token of the current batch, per kv head
 //   victims     2 words * n_kv * max_batch: stream indices evicted for the current batch
-//   candidates  n_slots words: scratch for the random policy
-//   total       the end of the buffer
+//   candidates  the largest layer's n_slots words: scratch for the random policy; the buffer's
+//               end (kv_meta_words)
 #ifndef H2O_KV_META_LAYOUT_H
 #define H2O_KV_META_LAYOUT_H
 
@@ -26,11 +28,10 @@ namespace h2o {
 #endif
 
 struct KvLayout {
-    KV_UINT stream, position, tag, stats, free_list, used, free_count, rng, span_min, batch_slot, victims, candidates, total;
+    KV_UINT stream, position, tag, stats, free_list, used, free_count, rng, span_min, batch_slot, victims, candidates;
 };
 
-KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT n_slots, KV_UINT n_kv, KV_UINT max_batch) {
-    const KV_UINT slots = n_cells * n_slots;
+KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT slots, KV_UINT n_kv, KV_UINT max_batch) {
     KvLayout l;
     l.stream = base;
     l.position = l.stream + 2u * slots;
@@ -44,9 +45,13 @@ KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT n_slots, KV_UINT
     l.batch_slot = l.span_min + KV_MAX_SPANS;
     l.victims = l.batch_slot + n_kv * max_batch;
     l.candidates = l.victims + 2u * n_kv * max_batch;
-    l.total = l.candidates + n_slots;
     return l;
 }
+
+#ifdef __cplusplus
+// Words of the whole buffer, for layers of at most max_slots slots.
+inline KV_UINT kv_meta_words(const KvLayout &l, KV_UINT max_slots) { return l.candidates + max_slots; }
+#endif
 
 #ifdef __cplusplus
 }  // namespace h2o

@@ -1,0 +1,62 @@
+#include "kv_layer_budgets.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend.h"
+
+namespace h2o {
+
+std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_slots) {
+    if (slope == 0.0f || n_layer < 2) return {};
+    std::vector<int> slots(static_cast<size_t>(n_layer));
+    std::vector<double> share(static_cast<size_t>(n_layer));
+    int64_t given = 0;
+    for (int l = 0; l < n_layer; ++l) {
+        const double weight = 1.0 + slope * (2.0 * l / (n_layer - 1) - 1.0);
+        share[l] = std::max<double>(min_slots, budget * weight);
+        slots[l] = static_cast<int>(std::floor(share[l]));
+        given += slots[l];
+    }
+    // Rounding (and the floor of min_slots) leave the total off by less than one slot a layer:
+    // the layers furthest from their share get or give the difference, upper layers first on ties.
+    const int64_t total = static_cast<int64_t>(n_layer) * budget;
+    while (given != total) {
+        const bool add = given < total;
+        int pick = -1;
+        for (int l = n_layer - 1; l >= 0; --l) {
+            if (!add && slots[l] <= min_slots) continue;
+            const double gap = add ? share[l] - slots[l] : slots[l] - share[l];
+            if (pick < 0 || gap > (add ? share[pick] - slots[pick] : slots[pick] - share[pick])) pick = l;
+        }
+        slots[pick] += add ? 1 : -1;
+        given += add ? 1 : -1;
+    }
+    return slots;
+}
+
+int KvConfig::max_slots() const {
+    return layer_slots.empty() ? n_slots : *std::max_element(layer_slots.begin(), layer_slots.end());
+}
+
+int KvConfig::min_slots() const {
+    return layer_slots.empty() ? n_slots : *std::min_element(layer_slots.begin(), layer_slots.end());
+}
+
+int64_t KvConfig::first_slot_of(int layer) const {
+    int64_t slots = 0;
+    for (int l = 0; l < layer; ++l) slots += slots_in(l);
+    return slots * n_head_kv;
+}
+
+KvPolicyConfig KvConfig::policy_in(int layer) const {
+    KvPolicyConfig p = policy;
+    const int slots = slots_in(layer);
+    if (slots != n_slots && n_slots > 0) {
+        p.recent = static_cast<int>(std::lround(static_cast<double>(policy.recent) * slots / n_slots));
+        p.recent = std::min(p.recent, slots);
+    }
+    return p;
+}
+
+}  // namespace h2o

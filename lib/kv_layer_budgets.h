@@ -1,0 +1,23 @@
+// How a session's KV budget spreads across layers (kv_layer_slope), and the per-layer geometry
+// of a KvConfig (backend.h) that every backend lays its cache out by.
+//
+// Layer l of L gets budget * (1 + slope * (2l / (L - 1) - 1)) slots, rounded so that the layers
+// together hold exactly L * budget: the memory of a uniform cache. On stories260K (chunk-512
+// protocol, README) giving upper layers more slots than lower ones halved and more the
+// perplexity cost of budgets 64 and 32 at the same memory; PyramidKV's shape (more below) lost.
+#pragma once
+
+#include <vector>
+
+namespace h2o {
+
+// kv_layer_slope's accepted range: at 1 the bottom layer would get no slots.
+constexpr float kMaxKvLayerSlope = 0.9f;
+// The fewest slots a layer is given: a session's smallest budget.
+constexpr int kMinKvLayerSlots = 2;
+
+// Slots of each layer; empty when slope is 0 or there is one layer (every layer `budget`).
+// Every entry is at least min_slots (and budget >= min_slots).
+std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_slots);
+
+}  // namespace h2o
