@@ -291,8 +291,10 @@ struct ModelRun {
         for (size_t done = 0; done < tokens.size();) {
             int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
             if (n_cached + n > budget) n = std::max<int64_t>(1, std::min<int64_t>(n, budget / 4));
+            // One array for every layer unless rolling ranks differ between layers, as Session does.
+            const bool per_layer = kv.rolling && !kv.layer_slots.empty();
             const std::vector<int32_t> positions = batch_positions(kv, n_past, n_cached, n);
-            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), true, static_cast<int>(n), n_past, false).ok());
+            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), per_layer, static_cast<int>(n), n_past, false).ok());
             n_past += n;
             n_cached = std::min<int64_t>(n_cached + n, kv.max_slots());
             done += static_cast<size_t>(n);

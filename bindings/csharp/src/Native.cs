@@ -61,6 +61,7 @@ namespace H2o
         public uint kv_type;
         public ulong max_memory_bytes;
         public uint kv_horizon;
+        public float kv_layer_slope;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -69,6 +70,8 @@ namespace H2o
         public uint struct_size, budget, policy, recent, sinks, heavy;
         public int position_rolling;
         public uint type, n_ctx, horizon;
+        public float layer_slope;
+        public uint min_layer_budget, max_layer_budget;
     }
 
     [StructLayout(LayoutKind.Sequential)]

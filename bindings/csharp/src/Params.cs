@@ -48,6 +48,9 @@ namespace H2o
         /// <summary>Heavy hitters this many tokens or more behind the newest are evicted first;
         /// 0: the policy's default, <see cref="KvHorizonNone"/>: none.</summary>
         public uint KvHorizon { get => Raw.kv_horizon; set => Raw.kv_horizon = value; }
+        /// <summary>The budget's slope across layers in [-0.9, 0.9], the same memory: positive gives
+        /// upper layers more slots than lower ones; 0: every layer KvBudget.</summary>
+        public float KvLayerSlope { get => Raw.kv_layer_slope; set => Raw.kv_layer_slope = value; }
         /// <summary>H2O_KV_HORIZON_NONE: heavy hitters are kept however far back they lie.</summary>
         public const uint KvHorizonNone = 0xFFFFFFFFu;
     }

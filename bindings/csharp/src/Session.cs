@@ -9,6 +9,9 @@ namespace H2o
         public uint Budget, Recent, Sinks, Heavy, NCtx;
         /// <summary>Stale distance: heavy hitters this far back are evicted first; 0: none.</summary>
         public uint Horizon;
+        /// <summary>The budget's slope across layers (0 for a full cache) and the budgets it gives.</summary>
+        public float LayerSlope;
+        public uint MinLayerBudget, MaxLayerBudget;
         public KvPolicy Policy;
         public KvType Type;
         public bool PositionRolling;
@@ -232,6 +235,7 @@ namespace H2o
                 {
                     Budget = l.budget, Policy = (KvPolicy)l.policy, Recent = l.recent, Sinks = l.sinks,
                     Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx, Horizon = l.horizon,
+                    LayerSlope = l.layer_slope, MinLayerBudget = l.min_layer_budget, MaxLayerBudget = l.max_layer_budget,
                 };
             }
         }

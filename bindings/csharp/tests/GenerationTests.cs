@@ -130,7 +130,7 @@ namespace H2o.Tests
         public static void ConstantMemorySessionRunsPastItsBudget()
         {
             using (var model = Model.Load(Runner.ModelPath()))
-            using (var session = new Session(model, new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, PositionRolling = true, KvType = KvType.Q8, KvHorizon = 48 }))
+            using (var session = new Session(model, new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, PositionRolling = true, KvType = KvType.Q8, KvHorizon = 48, KvLayerSlope = 0.5f }))
             {
                 var layout = session.KvLayout;
                 Assert.Equal(32u, layout.Budget, "budget");
@@ -138,6 +138,9 @@ namespace H2o.Tests
                 Assert.Equal(KvType.Q8, layout.Type);
                 Assert.True(layout.PositionRolling, "rolling");
                 Assert.Equal(48u, layout.Horizon, "horizon");
+                Assert.Equal(0.5f, layout.LayerSlope, "layer slope");
+                Assert.Equal(16u, layout.MinLayerBudget, "smallest layer budget");  // 5 layers: 16, 24, 32, 40, 48
+                Assert.Equal(48u, layout.MaxLayerBudget, "largest layer budget");
                 var memory = session.Memory;
                 Assert.True(memory.KvBytes > 0 && memory.WeightBytes > 0, "memory is reported");
                 session.AddText("You are a storyteller.", pin: true);

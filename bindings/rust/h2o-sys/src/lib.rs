@@ -129,6 +129,7 @@ pub struct h2o_session_params {
     pub kv_type: u32,
     pub max_memory_bytes: u64,
     pub kv_horizon: u32,
+    pub kv_layer_slope: f32,
 }
 
 #[repr(C)]
@@ -144,6 +145,9 @@ pub struct h2o_kv_layout {
     pub type_: u32,
     pub n_ctx: u32,
     pub horizon: u32,
+    pub layer_slope: f32,
+    pub min_layer_budget: u32,
+    pub max_layer_budget: u32,
 }
 
 #[repr(C)]

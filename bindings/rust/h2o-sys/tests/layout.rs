@@ -68,10 +68,11 @@ fn rust_layouts() -> Vec<Layout> {
             device_index,
             kv_type,
             max_memory_bytes,
-            kv_horizon
+            kv_horizon,
+            kv_layer_slope
         }),
         layout!(h2o_kv_layout { struct_size, budget, policy, recent, sinks, heavy, position_rolling,
-                                type_ = "type", n_ctx, horizon }),
+                                type_ = "type", n_ctx, horizon, layer_slope, min_layer_budget, max_layer_budget }),
         layout!(h2o_device_traffic { struct_size, bytes_to_device, bytes_to_host, submissions, device_memory_bytes }),
         layout!(h2o_memory_report { struct_size, weight_bytes, kv_bytes, scratch_bytes }),
         layout!(h2o_span_info {

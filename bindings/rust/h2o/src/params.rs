@@ -61,6 +61,9 @@ impl SessionParams {
         /// Heavy hitters this many tokens or more behind the newest are evicted first; 0: the
         /// policy's default, `h2o_sys::H2O_KV_HORIZON_NONE`: none.
         kv_horizon: u32 => kv_horizon;
+        /// The budget's slope across layers in [-0.9, 0.9], the same memory: positive gives upper
+        /// layers more slots than lower ones; 0: every layer `kv_budget`.
+        kv_layer_slope: f32 => kv_layer_slope;
     }
 }
 

@@ -64,6 +64,10 @@ pub struct KvLayout {
     pub n_ctx: u32,
     /// Stale distance: heavy hitters this far back are evicted first; 0: none.
     pub horizon: u32,
+    /// The budget's slope across layers (0 for a full cache) and the budgets it gives.
+    pub layer_slope: f32,
+    pub min_layer_budget: u32,
+    pub max_layer_budget: u32,
 }
 
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
@@ -358,6 +362,9 @@ impl Session {
             kv_type: KvType::from_raw(l.type_),
             n_ctx: l.n_ctx,
             horizon: l.horizon,
+            layer_slope: l.layer_slope,
+            min_layer_budget: l.min_layer_budget,
+            max_layer_budget: l.max_layer_budget,
         })
     }
 

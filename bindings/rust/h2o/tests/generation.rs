@@ -170,12 +170,15 @@ fn constant_memory_session_reports_its_layout_and_memory() {
         .kv_policy(h2o::KvPolicy::H2o)
         .position_rolling(true)
         .kv_type(h2o::KvType::Q8)
-        .kv_horizon(48);
+        .kv_horizon(48)
+        .kv_layer_slope(0.5);
     let mut session = Session::new(&model, &params).unwrap();
     let layout = session.kv_layout().unwrap();
     assert_eq!((layout.budget, layout.policy, layout.kv_type), (32, h2o::KvPolicy::H2o, h2o::KvType::Q8));
     assert!(layout.position_rolling);
     assert_eq!(layout.horizon, 48);
+    // stories260K's 5 layers get 16, 24, 32, 40 and 48 slots.
+    assert_eq!((layout.layer_slope, layout.min_layer_budget, layout.max_layer_budget), (0.5, 16, 48));
     let memory = session.memory().unwrap();
     assert!(memory.kv_bytes > 0 && memory.weight_bytes > 0);
     session.add_text("You are a storyteller.", true).unwrap();
