@@ -523,8 +523,9 @@ H2O_API h2o_status h2o_session_memory(const h2o_session *session, h2o_memory_rep
 
 /* Appends text_len bytes of UTF-8 text to the session without generating (the first text of a
  * session starts with BOS). With H2O_TEXT_PIN the tokens are pinned: they count against
- * kv_budget and survive every eviction. Pinning more than kv_budget - 1 tokens in total (less the
- * retention spans' minimums, below) is H2O_ERR_INVALID_ARGUMENT and adds nothing. Text longer than the free slots is processed in
+ * kv_budget and survive every eviction. Pinning more than kv_budget - 1 tokens in total (with a
+ * kv_layer_slope: the smallest layer's budget - 1; less the retention spans' minimums, below) is
+ * H2O_ERR_INVALID_ARGUMENT and adds nothing. Text longer than the free slots is processed in
  * chunks with eviction between them. H2O_ERR_CANCELLED: see h2o_session_cancel. */
 H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, size_t text_len, uint32_t flags);
 
@@ -532,14 +533,15 @@ H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, 
  * Text added with h2o_session_add_span_text belongs to the span `span_id` (any nonzero id the
  * caller chooses; up to H2O_MAX_SPANS spans a session; the same id again appends to the span).
  * Each (layer, kv head) evicts as its policy says, except that while it holds no more than
- * min_tokens = floor(min_share * kv_budget) of the span's tokens it evicts none of them: a span
+ * min_tokens = floor(min_share * kv_budget) (with a kv_layer_slope: of the smallest layer's
+ * budget) of the span's tokens it evicts none of them: a span
  * keeps at least that many tokens in every (layer, kv head), the ones its policy ranks highest,
  * and competes for the rest of the cache like any other text. Several instructions can so each
  * keep a share, where pinning keeps all of one and, past its budget, refuses the next.
  *
  * Pinning and minimums combine: pinned tokens (H2O_TEXT_PIN, in a span or not) are never
  * evicted and count in their span's held tokens; pinned tokens plus every span's min_tokens may
- * not exceed kv_budget - 1. A call that would break this, gives min_share outside [0, 1] or
+ * not exceed kv_budget - 1 (the smallest layer's). A call that would break this, gives min_share outside [0, 1] or
  * span_id 0, would make more than H2O_MAX_SPANS spans, or asks a minimum of a session whose
  * policy is 'full' is H2O_ERR_INVALID_ARGUMENT and changes nothing. Each call sets the span's min_share (0 leaves
  * its tokens to the policy alone). Spans and their minimums are part of snapshots and forks, and
@@ -553,7 +555,7 @@ typedef struct h2o_span_info {
     uint32_t struct_size;
     uint32_t span_id;
     float min_share;
-    int32_t min_tokens;      /* per (layer, kv head): floor(min_share * kv_budget) */
+    int32_t min_tokens;      /* per (layer, kv head): floor(min_share * the smallest layer budget) */
     int64_t n_tokens;        /* tokens added to the span */
     int32_t kept_min;        /* the span's tokens held by the (layer, kv head) holding fewest, */
     int32_t kept_max;        /* by the one holding most, */
