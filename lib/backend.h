@@ -93,6 +93,9 @@ struct KvConfig {
     // The policy of one layer's cells: the recent window is the same share of the layer's slots
     // as of n_slots; sinks and horizon are counted in stream tokens and stay as they are.
     KvPolicyConfig policy_in(int layer) const;
+    // Whether a batch's rotary positions differ between layers: with rolling, each layer's ranks
+    // count its own tokens (kv_batch_positions).
+    bool positions_per_layer() const { return rolling && !layer_slots.empty(); }
 };
 
 // The tokens of one batch are consecutive in the stream: token t has stream index

@@ -35,6 +35,14 @@ std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_
     return slots;
 }
 
+void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out) {
+    for (int layer = 0; layer < (kv.positions_per_layer() ? kv.n_layer : 1); ++layer) {
+        const int64_t slots = kv.slots_in(layer), cached = std::min(n_cached, slots);
+        const int64_t first_rank = cached - std::max<int64_t>(0, cached + n - slots);
+        for (int64_t i = 0; i < n; ++i) *out++ = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
+    }
+}
+
 int KvConfig::max_slots() const {
     return layer_slots.empty() ? n_slots : *std::max_element(layer_slots.begin(), layer_slots.end());
 }

@@ -7,9 +7,12 @@
 // perplexity cost of budgets 64 and 32 at the same memory; PyramidKV's shape (more below) lost.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace h2o {
+
+struct KvConfig;
 
 // kv_layer_slope's accepted range: at 1 the bottom layer would get no slots.
 constexpr float kMaxKvLayerSlope = 0.9f;
@@ -19,5 +22,12 @@ constexpr int kMinKvLayerSlots = 2;
 // Slots of each layer; empty when slope is 0 or there is one layer (every layer `budget`).
 // Every entry is at least min_slots (and budget >= min_slots).
 std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_slots);
+
+// The rotary positions of a batch of n tokens whose first has stream index n_past, as
+// LlamaGraph::evaluate takes them: n positions, or n per layer, layer after layer, when
+// kv.positions_per_layer(). Without rolling they are stream positions; with it, each layer's
+// ranks once it has evicted room for the batch. n_cached: the tokens held by the layers with the
+// most slots (a layer with fewer holds min(n_cached, its slots)).
+void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out);
 
 }  // namespace h2o

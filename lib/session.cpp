@@ -349,7 +349,6 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
     // The layer with the fewest slots is the first to evict; with rolling, each layer's ranks
     // count its own cached tokens.
     const int64_t min_slots = kv_.min_slots(), max_slots = kv_.max_slots();
-    const bool positions_per_layer = settings_.rolling && !kv_.layer_slots.empty();
     for (size_t done = 0; done < n;) {
         if (cancel_requested_.load(std::memory_order_relaxed)) {
             if (done > 0) finish_evaluation(tokens[done - 1]);
@@ -360,14 +359,8 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         // a quarter of the evictable slots: the rest keep their place by those scores.
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
         if (n_cached_ + chunk > min_slots) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_slots - n_pinned_ - reserved) / 4));
-        for (int layer = 0; layer < (positions_per_layer ? kv_.n_layer : 1); ++layer) {
-            // A layer's first new rank: the tokens it holds after evicting room for the batch.
-            const int64_t slots = kv_.slots_in(layer), cached = std::min(n_cached_, slots);
-            const int64_t first_rank = cached - std::max<int64_t>(0, cached + chunk - slots);
-            int32_t *positions = positions_.data() + layer * chunk;
-            for (int64_t i = 0; i < chunk; ++i) positions[i] = static_cast<int32_t>(settings_.rolling ? first_rank + i : n_past_ + i);
-        }
-        if (Status st = graph_->evaluate(tokens + done, positions_.data(), positions_per_layer, static_cast<int>(chunk), n_past_, retention.tag());
+        kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data());
+        if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_.positions_per_layer(), static_cast<int>(chunk), n_past_, retention.tag());
             !st.ok()) {
             return backend_failed(st);
         }

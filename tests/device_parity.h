@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "cpu/cpu_backend.h"
 #include "kv_format.h"
+#include "kv_layer_budgets.h"
 #include "llama_graph.h"
 #include "model.h"
 #include "quant.h"
@@ -101,17 +102,10 @@ struct Backends {
     }
 };
 
-// Rotary positions of a batch of n tokens, n per layer, as Session computes them: stream
-// positions, or with rolling each layer's ranks once it has evicted room for the batch (layers
-// of different budgets hold different numbers of tokens). n_cached: the tokens held by the layers
-// with the most slots.
+// A batch's rotary positions as Session computes them (kv_batch_positions).
 inline std::vector<int32_t> batch_positions(const h2o::KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n) {
-    std::vector<int32_t> p(static_cast<size_t>(n * kv.n_layer));
-    for (int layer = 0; layer < kv.n_layer; ++layer) {
-        const int64_t slots = kv.slots_in(layer), cached = std::min(n_cached, slots);
-        const int64_t first_rank = cached - std::max<int64_t>(0, cached + n - slots);
-        for (int64_t i = 0; i < n; ++i) p[layer * n + i] = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
-    }
+    std::vector<int32_t> p(static_cast<size_t>(n * (kv.positions_per_layer() ? kv.n_layer : 1)));
+    h2o::kv_batch_positions(kv, n_past, n_cached, n, p.data());
     return p;
 }
 
@@ -167,8 +161,8 @@ struct AttentionRun {
             upload(q, random_floats(shape.n_embd * n, seed++, -3, 3));
             upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
             upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
-            const h2o::AttentionBatch cb{n, next_index, pos.cpu.slice_rows(layer * n, n), tag},
-                gb{n, next_index, pos.gpu.slice_rows(layer * n, n), tag};
+            const int64_t first = kv.positions_per_layer() ? int64_t{layer} * n : 0;
+            const h2o::AttentionBatch cb{n, next_index, pos.cpu.slice_rows(first, n), tag}, gb{n, next_index, pos.gpu.slice_rows(first, n), tag};
             REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
             REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
             const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
@@ -291,10 +285,8 @@ struct ModelRun {
         for (size_t done = 0; done < tokens.size();) {
             int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
             if (n_cached + n > budget) n = std::max<int64_t>(1, std::min<int64_t>(n, budget / 4));
-            // One array for every layer unless rolling ranks differ between layers, as Session does.
-            const bool per_layer = kv.rolling && !kv.layer_slots.empty();
             const std::vector<int32_t> positions = batch_positions(kv, n_past, n_cached, n);
-            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), per_layer, static_cast<int>(n), n_past, false).ok());
+            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), kv.positions_per_layer(), static_cast<int>(n), n_past, false).ok());
             n_past += n;
             n_cached = std::min<int64_t>(n_cached + n, kv.max_slots());
             done += static_cast<size_t>(n);

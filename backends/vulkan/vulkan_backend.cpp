@@ -1027,14 +1027,14 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
     std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * max_slots * key_words), values(static_cast<size_t>(n_kv) * max_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
-        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l));
+        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
         H2O_TRY(download_range(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * n_kv * n_slots * key_words));
         H2O_TRY(download_range(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * n_kv * n_slots * value_words));
         for (uint32_t h = 0; h < n_kv; ++h) {
             const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
             const KvCache::HeadView view = host->head(l, static_cast<int>(h));
             for (uint32_t s = 0; s < n_slots; ++s) {
-                const auto at = static_cast<uint32_t>(kv_.first_slot_of(l)) + h * n_slots + s;
+                const uint32_t at = first_slot + h * n_slots + s;
                 std::memcpy(view.keys + s * host->key_row_bytes(), &keys[(h * n_slots + s) * key_words], host->key_row_bytes());
                 std::memcpy(view.values + s * host->value_row_bytes(), &values[(h * n_slots + s) * value_words], host->value_row_bytes());
                 view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
@@ -1052,20 +1052,22 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
 }
 
 Status VulkanBackend::cache_from_host(KvCache &host) {
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv);
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), max_slots = static_cast<uint32_t>(kv_.max_slots());
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     // stream .. span_min; zero statistics for the policies without, zero span minimums (load_kv).
     std::vector<uint32_t> meta(layout_.batch_slot, 0);
+    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * max_slots * key_words), values(static_cast<size_t>(n_kv) * max_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
-        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l));
-        // Per layer: record_upload stages its bytes when it is called.
-        std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * n_slots * key_words, 0u), values(static_cast<size_t>(n_kv) * n_slots * value_words, 0u);
+        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
+        const size_t key_layer_words = static_cast<size_t>(n_kv) * n_slots * key_words, value_layer_words = static_cast<size_t>(n_kv) * n_slots * value_words;
+        std::fill(keys.begin(), keys.begin() + key_layer_words, 0u);
+        std::fill(values.begin(), values.begin() + value_layer_words, 0u);
         for (uint32_t h = 0; h < n_kv; ++h) {
             const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
             const KvCache::HeadView view = host.head(l, static_cast<int>(h));
             for (uint32_t s = 0; s < n_slots; ++s) {
-                const auto at = static_cast<uint32_t>(kv_.first_slot_of(l)) + h * n_slots + s;
+                const uint32_t at = first_slot + h * n_slots + s;
                 std::memcpy(&keys[(h * n_slots + s) * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
                 std::memcpy(&values[(h * n_slots + s) * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
                 const auto stream = static_cast<uint64_t>(view.stream_index[s]);  // -1 (free): both words ~0
@@ -1080,8 +1082,8 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
             meta[layout_.used + cell] = static_cast<uint32_t>(counts.used);
             meta[layout_.free_count + cell] = static_cast<uint32_t>(counts.free_count);
         }
-        record_upload(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * keys.size());
-        record_upload(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * values.size());
+        record_upload(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * key_layer_words);  // staged: copied now
+        record_upload(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * value_layer_words);
     }
     const uint64_t rng = host.random_state();
     meta[layout_.rng] = static_cast<uint32_t>(rng);
