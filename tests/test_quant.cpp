@@ -1080,7 +1080,8 @@ void check_vector_ops(cpu::KernelIsa isa) {
         const std::vector<float> q = random_vector(rng, len), w0 = random_vector(rng, n), out0 = random_vector(rng, len);
         std::vector<float> rows = random_vector(rng, n * stride);
         std::vector<float> scores(n + 1, -7.0f);
-        cpu::dot_rows(q.data(), rows.data(), stride, n, len, scores.data());
+        const float *query = q.data();
+        cpu::dot_rows(&query, 1, rows.data(), stride, n, len, scores.data(), n);
         CHECK(scores[n] == -7.0f);
         for (int64_t i = 0; i < n; ++i) {
             double want = 0.0, mag = 0.0;
@@ -1097,7 +1098,8 @@ void check_vector_ops(cpu::KernelIsa isa) {
         }
         std::vector<float> out = out0;
         out.push_back(-7.0f);
-        cpu::weighted_row_sum(out.data(), w.data(), rows.data(), stride, n, len);
+        float *out_row = out.data();
+        cpu::weighted_row_sum(&out_row, 1, w.data(), n, rows.data(), stride, n, len);
         CHECK(out[len] == -7.0f);
         for (int64_t j = 0; j < len; ++j) {
             double want = out0[j], mag = std::fabs(out0[j]);
@@ -1113,7 +1115,7 @@ void check_vector_ops(cpu::KernelIsa isa) {
         std::vector<uint16_t> halves(n * stride);
         for (size_t i = 0; i < halves.size(); ++i) halves[i] = fp32_to_fp16(rows[i]);  // NaN rows stay NaN
         std::vector<float> f16_scores(n + 1, -7.0f);
-        cpu::dot_rows_f16(q.data(), halves.data(), stride, n, len, f16_scores.data());
+        cpu::dot_rows_f16(&query, 1, halves.data(), stride, n, len, f16_scores.data(), n);
         CHECK(f16_scores[n] == -7.0f);
         for (int64_t i = 0; i < n; ++i) {
             if (w[i] == 0.0f) continue;  // the NaN rows
@@ -1126,7 +1128,8 @@ void check_vector_ops(cpu::KernelIsa isa) {
         }
         std::vector<float> f16_out = out0;
         f16_out.push_back(-7.0f);
-        cpu::weighted_row_sum_f16(f16_out.data(), w.data(), halves.data(), stride, n, len);
+        float *f16_out_row = f16_out.data();
+        cpu::weighted_row_sum_f16(&f16_out_row, 1, w.data(), n, halves.data(), stride, n, len);
         CHECK(f16_out[len] == -7.0f);
         for (int64_t j = 0; j < len; ++j) {
             double want = out0[j], mag = std::fabs(out0[j]);
@@ -1136,6 +1139,48 @@ void check_vector_ops(cpu::KernelIsa isa) {
                 mag += std::fabs(static_cast<double>(w[i]) * fp16_to_fp32(halves[i * stride + j]));
             }
             CHECK(std::fabs(f16_out[j] - want) <= 1e-5 * mag);
+        }
+    }
+
+    // Several queries at once (a prompt's tile): every score and output has exactly the bits it
+    // has alone, for query counts below, at and past the kernels' register blocks, each query with
+    // its own zero weights.
+    for (int64_t len : {64, 128, 37}) {
+        for (int m : {2, 4, 5, 11}) {
+            CAPTURE(len);
+            CAPTURE(m);
+            const int64_t n = 13, stride = len + 3;
+            const std::vector<float> rows = random_vector(rng, n * stride), qs = random_vector(rng, m * len);
+            std::vector<uint16_t> halves(rows.size());
+            for (size_t i = 0; i < halves.size(); ++i) halves[i] = fp32_to_fp16(rows[i]);
+            std::vector<float> w = random_vector(rng, m * n);
+            for (int j = 0; j < m; ++j) w[j * n + (j * 5) % n] = w[j * n + (j * 3 + 1) % n] = 0.0f;
+            const std::vector<float> out0 = random_vector(rng, m * len);
+            std::vector<const float *> queries(m);
+            for (int j = 0; j < m; ++j) queries[j] = qs.data() + j * len;
+            for (bool f16 : {false, true}) {
+                CAPTURE(f16);
+                std::vector<float> together(m * n), alone(m * n);
+                if (f16) cpu::dot_rows_f16(queries.data(), m, halves.data(), stride, n, len, together.data(), n);
+                else cpu::dot_rows(queries.data(), m, rows.data(), stride, n, len, together.data(), n);
+                for (int j = 0; j < m; ++j) {
+                    if (f16) cpu::dot_rows_f16(&queries[j], 1, halves.data(), stride, n, len, alone.data() + j * n, n);
+                    else cpu::dot_rows(&queries[j], 1, rows.data(), stride, n, len, alone.data() + j * n, n);
+                }
+                CHECK(std::memcmp(together.data(), alone.data(), together.size() * sizeof(float)) == 0);
+
+                std::vector<float> out_together = out0, out_alone = out0;
+                std::vector<float *> outs(m);
+                for (int j = 0; j < m; ++j) outs[j] = out_together.data() + j * len;
+                if (f16) cpu::weighted_row_sum_f16(outs.data(), m, w.data(), n, halves.data(), stride, n, len);
+                else cpu::weighted_row_sum(outs.data(), m, w.data(), n, rows.data(), stride, n, len);
+                for (int j = 0; j < m; ++j) {
+                    float *one = out_alone.data() + j * len;
+                    if (f16) cpu::weighted_row_sum_f16(&one, 1, w.data() + j * n, n, halves.data(), stride, n, len);
+                    else cpu::weighted_row_sum(&one, 1, w.data() + j * n, n, rows.data(), stride, n, len);
+                }
+                CHECK(std::memcmp(out_together.data(), out_alone.data(), out_together.size() * sizeof(float)) == 0);
+            }
         }
     }
 }

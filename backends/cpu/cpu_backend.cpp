@@ -78,7 +78,7 @@ public:
     Status synchronize() override { return injected_fault(); }
     size_t allocated_bytes() const override {
         return allocated_ + matmul_scratch_.size() + attention_weights_.size() * sizeof(float) +
-               partial_stats_.size() * sizeof(SlotStats) + kv_.bytes();
+               attention_slots_.size() * sizeof(int32_t) + partial_stats_.size() * sizeof(SlotStats) + kv_.bytes();
     }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
@@ -158,11 +158,13 @@ public:
     Status create_kv(const KvConfig &config) override {
         H2O_TRY(kv_.init(config, pool_.size()));
         kv_.set_half_conversions({cpu::floats_to_halves, cpu::halves_to_floats});
-        // Per thread: the attention weights of one query head and of its kv-head group, and the
-        // batch's partial statistics of every (kv head, slot).
+        // Per thread: the attention weights of a tile's kTileQueries queries and of its tokens'
+        // kv-head groups (at most kTileQueries tokens), a list of slots, and the batch's partial
+        // statistics of every (kv head, slot).
         const size_t threads = pool_.size(), n_slots = static_cast<size_t>(config.max_slots());
         try {
-            attention_weights_.assign(2 * n_slots * threads, 0.0f);
+            attention_weights_.assign(2 * kTileQueries * n_slots * threads, 0.0f);
+            attention_slots_.assign(n_slots * threads, 0);
             partial_stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? n_slots * config.n_head_kv * threads : 0,
                                   kv_stats_zero());
         } catch (const std::bad_alloc &) {
@@ -237,15 +239,22 @@ private:
         return fault_;
     }
 
+    // Query rows of one kv head that attention computes together (a tile of tokens times the
+    // query heads of the group, or part of a larger group): enough to share each key and value
+    // row's load, few enough that the kernels keep their outputs in registers.
+    static constexpr int kTileQueries = 8;
+
     struct AttentionScratch {
-        float *weight, *group_weight;  // [max_slots]
-        SlotStats *partial;            // [n_head_kv × max_slots]
+        float *weight;        // [kTileQueries × max_slots]: a query's softmax weights
+        float *group_weight;  // [kTileQueries × max_slots]: a token's weights summed over its group
+        int32_t *unseen;      // [max_slots]: the slots some token of a tile does not see
+        SlotStats *partial;   // [n_head_kv × max_slots]
     };
     AttentionScratch attention_scratch(int thread) {
         const size_t n_slots = static_cast<size_t>(kv_.config().max_slots());
-        float *weights = attention_weights_.data() + 2 * n_slots * thread;
+        float *weights = attention_weights_.data() + 2 * kTileQueries * n_slots * thread;
         SlotStats *partial = partial_stats_.empty() ? nullptr : partial_stats_.data() + n_slots * kv_.config().n_head_kv * thread;
-        return AttentionScratch{weights, weights + n_slots, partial};
+        return AttentionScratch{weights, weights + kTileQueries * n_slots, attention_slots_.data() + n_slots * thread, partial};
     }
 
     ThreadPool pool_;
@@ -265,6 +274,7 @@ private:
     Status fault_;
     KvCache kv_;
     std::vector<float> attention_weights_;
+    std::vector<int32_t> attention_slots_;
     std::vector<SlotStats> partial_stats_;
 };
 
@@ -303,12 +313,17 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
 
     // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
     // so no two threads write one slot.
-    const int n_slots = kv_.config().max_slots();  // the stride of the per-thread partials
+    const int n_slots = kv_.config().max_slots();  // the stride of the per-thread partials and weights
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float decay = policy.persistence_decay;
-    const int64_t units = static_cast<int64_t>(n) * n_kv;  // (token, kv head) pairs
+    // A unit is a tile of consecutive tokens of one kv head: its query heads and tokens read the
+    // head's keys and values together (cpu::dot_rows and weighted_row_sum load each row once for
+    // up to kTileQueries queries), which gives every query the bits it has alone.
+    const int tile_tokens = std::max(1, kTileQueries / group);
+    const int n_tiles = (n + tile_tokens - 1) / tile_tokens;
+    const int64_t units = static_cast<int64_t>(n_tiles) * n_kv;
     const bool gather_statistics = kv_policy_uses_statistics(policy.policy);
-    const int64_t work = units * group * kv_.used(layer, 0) * 2 * hd;  // q·k and the weighted sum of values
+    const int64_t work = static_cast<int64_t>(n) * n_kv * group * kv_.used(layer, 0) * 2 * hd;  // q·k and the weighted sum of values
     // With one token, each kv head is one unit, handled by one thread: it folds its slots'
     // statistics in place. Several tokens of a head may be on several threads, which sum
     // per-thread partials that are folded afterwards. Both give the same bits (a partial of one
@@ -325,70 +340,121 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
         // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
         // tokens see more keys, and contiguous runs gave the last thread most of the work.
         for (int64_t u = index; u < units; u += threads) {
-            const int t = static_cast<int>(u / n_kv), h = static_cast<int>(u % n_kv);
-            const int64_t query_index = batch.first_index + t;
+            const int t0 = static_cast<int>(u / n_kv) * tile_tokens, h = static_cast<int>(u % n_kv);
+            const int t1 = std::min(n, t0 + tile_tokens);
             const int used = kv_.used(layer, h);
             const KvCache::HeadView view = kv_.head(layer, h);
-            // Slots from `end` on are all unseen by this query (in a prompt, usually the batch's
-            // later tokens): every loop below stops there, which changes no result.
-            int visible = 0, end = 0;
+            auto seen = [&](int s, int t) {
+                return view.stream_index[s] >= 0 && view.stream_index[s] <= batch.first_index + t;
+            };
+            // Per token: how many slots it sees, and `end`: slots from there on are all unseen by
+            // it (in a prompt, usually the batch's later tokens), so every loop below stops there,
+            // which changes no result. One pass over the slots finds them for the whole tile: a
+            // slot holding stream index first + d (d > 0; first is the tile's first query) is seen
+            // by the tile's tokens from d on, one holding first or less by all of them. The others,
+            // free or seen by only some tokens, are listed in slot order in scratch.unseen.
+            const int64_t first = batch.first_index + t0;
+            int seen_by_all = 0, seen_by_all_end = 0, n_unseen = 0;
+            int seen_from[kTileQueries] = {}, seen_from_end[kTileQueries] = {};
             for (int s = 0; s < used; ++s) {
-                scratch.group_weight[s] = 0.0f;
-                const bool seen = view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
-                visible += seen;
-                if (seen) end = s + 1;
+                const int64_t stream = view.stream_index[s];
+                if (stream >= 0 && stream <= first) {
+                    ++seen_by_all;
+                    seen_by_all_end = s + 1;
+                    continue;
+                }
+                scratch.unseen[n_unseen++] = s;
+                if (stream > first && stream < first + (t1 - t0)) {
+                    ++seen_from[stream - first];
+                    seen_from_end[stream - first] = s + 1;
+                }
             }
-            for (int g = 0; g < group; ++g) {
-                const int head = h * group + g;
-                const float *qh = host<const float>(q) + t * q.cols + head * hd;
-                // Every slot before `end` is scored, then the unseen ones are masked. F32 and F16
-                // rows go through the SIMD row kernels; the other formats are read in place
-                // (kv_format.h).
+            int visible[kTileQueries], end[kTileQueries];
+            for (int tt = 0; tt < t1 - t0; ++tt) {
+                visible[tt] = (tt == 0 ? seen_by_all : visible[tt - 1]) + seen_from[tt];
+                end[tt] = std::max(tt == 0 ? seen_by_all_end : end[tt - 1], seen_from_end[tt]);
+                float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * n_slots;
+                std::fill(group_weight, group_weight + used, 0.0f);
+            }
+            // The tile's (token, query head) rows, token-major, in chunks of kTileQueries.
+            const int rows = (t1 - t0) * group;
+            for (int r0 = 0; r0 < rows; r0 += kTileQueries) {
+                const int m = std::min(kTileQueries, rows - r0);
+                const float *queries[kTileQueries];
+                float *outs[kTileQueries];
+                for (int j = 0; j < m; ++j) {
+                    const int t = t0 + (r0 + j) / group, head = h * group + (r0 + j) % group;
+                    queries[j] = host<const float>(q) + t * q.cols + head * hd;
+                    outs[j] = host<float>(out) + t * out.cols + head * hd;
+                    std::fill(outs[j], outs[j] + hd, 0.0f);
+                }
+                const int scored = end[(r0 + m - 1) / group];  // the chunk's last token sees the most
+                // Every slot before `scored` is scored for every query, then each query's unseen
+                // ones are masked. F32 and F16 rows go through the SIMD row kernels; the other
+                // formats are read in place (kv_format.h).
                 if (key_format == KvRowFormat::F32) {
-                    cpu::dot_rows(qh, reinterpret_cast<const float *>(view.keys), key_row / sizeof(float), end, hd,
-                                  scratch.weight);
+                    cpu::dot_rows(queries, m, reinterpret_cast<const float *>(view.keys), key_row / sizeof(float), scored, hd,
+                                  scratch.weight, n_slots);
                 } else if (key_format == KvRowFormat::F16) {
-                    cpu::dot_rows_f16(qh, reinterpret_cast<const uint16_t *>(view.keys), key_row / sizeof(uint16_t), end, hd,
-                                      scratch.weight);
+                    cpu::dot_rows_f16(queries, m, reinterpret_cast<const uint16_t *>(view.keys), key_row / sizeof(uint16_t), scored, hd,
+                                      scratch.weight, n_slots);
                 } else {
-                    for (int s = 0; s < end; ++s) scratch.weight[s] = kv_dot_row(key_format, qh, view.keys + s * key_row, hd);
-                }
-                for (int s = 0; s < end; ++s) {
-                    const bool seen = view.stream_index[s] >= 0 && view.stream_index[s] <= query_index;
-                    scratch.weight[s] = seen ? scratch.weight[s] * scale : -INFINITY;
-                }
-                cpu::softmax(scratch.weight, end);
-                float *o = host<float>(out) + t * out.cols + head * hd;
-                std::fill(o, o + hd, 0.0f);
-                if (value_format == KvRowFormat::F32) {
-                    cpu::weighted_row_sum(o, scratch.weight, reinterpret_cast<const float *>(view.values),
-                                          value_row / sizeof(float), end, hd);
-                } else if (value_format == KvRowFormat::F16) {
-                    cpu::weighted_row_sum_f16(o, scratch.weight, reinterpret_cast<const uint16_t *>(view.values),
-                                              value_row / sizeof(uint16_t), end, hd);
-                } else {
-                    for (int s = 0; s < end; ++s) {
-                        if (scratch.weight[s] != 0.0f) kv_axpy_row(value_format, o, scratch.weight[s], view.values + s * value_row, hd);
+                    for (int j = 0; j < m; ++j) {
+                        for (int s = 0; s < scored; ++s) {
+                            scratch.weight[static_cast<size_t>(j) * n_slots + s] = kv_dot_row(key_format, queries[j], view.keys + s * key_row, hd);
+                        }
                     }
                 }
-                for (int s = 0; s < end; ++s) scratch.group_weight[s] += scratch.weight[s];
+                for (int j = 0; j < m; ++j) {
+                    const int t = t0 + (r0 + j) / group, query_end = end[t - t0];
+                    float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
+                    for (int s = 0; s < query_end; ++s) weight[s] *= scale;
+                    for (int i = 0; i < n_unseen && scratch.unseen[i] < query_end; ++i) {
+                        if (!seen(scratch.unseen[i], t)) weight[scratch.unseen[i]] = -INFINITY;
+                    }
+                    cpu::softmax(weight, query_end);
+                    std::fill(weight + query_end, weight + scored, 0.0f);  // the weighted sum passes over them
+                }
+                if (value_format == KvRowFormat::F32) {
+                    cpu::weighted_row_sum(outs, m, scratch.weight, n_slots, reinterpret_cast<const float *>(view.values),
+                                          value_row / sizeof(float), scored, hd);
+                } else if (value_format == KvRowFormat::F16) {
+                    cpu::weighted_row_sum_f16(outs, m, scratch.weight, n_slots, reinterpret_cast<const uint16_t *>(view.values),
+                                              value_row / sizeof(uint16_t), scored, hd);
+                } else {
+                    for (int j = 0; j < m; ++j) {
+                        const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
+                        for (int s = 0; s < scored; ++s) {
+                            if (weight[s] != 0.0f) kv_axpy_row(value_format, outs[j], weight[s], view.values + s * value_row, hd);
+                        }
+                    }
+                }
+                // Each token's weights summed over its query heads, in head order.
+                for (int j = 0; j < m; ++j) {
+                    const int t = t0 + (r0 + j) / group;
+                    const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
+                    float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
+                    for (int s = 0; s < end[t - t0]; ++s) group_weight[s] += weight[s];
+                }
             }
             if (!gather_statistics) continue;
-            // Bookkeeping for the eviction policies.
-            const float threshold = kv_importance_threshold(group, visible);
-            const float persistence_weight = kv_persistence_weight(decay, n, t);
-            auto seen = [&](int s) { return view.stream_index[s] >= 0 && view.stream_index[s] <= query_index; };
-            if (fold_in_place) {
-                for (int s = 0; s < used; ++s) {
-                    const SlotStats query = seen(s) ? kv_stats_add_query(kv_stats_zero(), scratch.group_weight[s], threshold, persistence_weight, true)
-                                                    : kv_stats_zero();
-                    view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight);
+            // Bookkeeping for the eviction policies, token by token.
+            for (int t = t0; t < t1; ++t) {
+                const float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
+                const float threshold = kv_importance_threshold(group, visible[t - t0]);
+                const float persistence_weight = kv_persistence_weight(decay, n, t);
+                if (fold_in_place) {
+                    for (int s = 0; s < used; ++s) {
+                        const SlotStats query = seen(s, t) ? kv_stats_add_query(kv_stats_zero(), group_weight[s], threshold, persistence_weight, true)
+                                                           : kv_stats_zero();
+                        view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
-            for (int s = 0; s < end; ++s) {
-                if (seen(s)) partial[s] = kv_stats_add_query(partial[s], scratch.group_weight[s], threshold, persistence_weight, t == n - 1);
+                SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
+                for (int s = 0; s < end[t - t0]; ++s) {
+                    if (seen(s, t)) partial[s] = kv_stats_add_query(partial[s], group_weight[s], threshold, persistence_weight, t == n - 1);
+                }
             }
         }
     }, work);

@@ -740,38 +740,52 @@ float dot_f32(const float *a, const float *b, int64_t n) { return kernels().dot_
 
 void axpy(float *y, float a, const float *x, int64_t n) { kernels().axpy(y, a, x, n); }
 
-void dot_rows(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+void dot_rows(const float *const *queries, int m, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores,
+              int64_t scores_stride) {
     const KernelTable &k = kernels();
-    if (k.dot_rows) return k.dot_rows(q, rows, stride, n, len, scores);
-    for (int64_t i = 0; i < n; ++i) scores[i] = k.dot_f32(q, rows + i * stride, len);
-}
-
-void weighted_row_sum(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len) {
-    const KernelTable &k = kernels();
-    if (k.weighted_row_sum) return k.weighted_row_sum(out, w, rows, stride, n, len);
-    for (int64_t i = 0; i < n; ++i) {
-        if (w[i] != 0.0f) k.axpy(out, w[i], rows + i * stride, len);
+    if (k.dot_rows) return k.dot_rows(queries, m, rows, stride, n, len, scores, scores_stride);
+    for (int j = 0; j < m; ++j) {
+        for (int64_t i = 0; i < n; ++i) scores[j * scores_stride + i] = k.dot_f32(queries[j], rows + i * stride, len);
     }
 }
 
-void dot_rows_f16(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores) {
+void weighted_row_sum(float *const *outs, int m, const float *weights, int64_t weights_stride, const float *rows, int64_t stride,
+                      int64_t n, int64_t len) {
     const KernelTable &k = kernels();
-    if (k.dot_rows_f16) return k.dot_rows_f16(q, rows, stride, n, len, scores);
-    const float *half = fp16_table();
-    for (int64_t i = 0; i < n; ++i) {
-        float sum = 0.0f;
-        for (int64_t j = 0; j < len; ++j) sum += q[j] * half[rows[i * stride + j]];
-        scores[i] = sum;
+    if (k.weighted_row_sum) return k.weighted_row_sum(outs, m, weights, weights_stride, rows, stride, n, len);
+    for (int j = 0; j < m; ++j) {
+        const float *w = weights + j * weights_stride;
+        for (int64_t i = 0; i < n; ++i) {
+            if (w[i] != 0.0f) k.axpy(outs[j], w[i], rows + i * stride, len);
+        }
     }
 }
 
-void weighted_row_sum_f16(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len) {
+void dot_rows_f16(const float *const *queries, int m, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores,
+                  int64_t scores_stride) {
     const KernelTable &k = kernels();
-    if (k.weighted_row_sum_f16) return k.weighted_row_sum_f16(out, w, rows, stride, n, len);
+    if (k.dot_rows_f16) return k.dot_rows_f16(queries, m, rows, stride, n, len, scores, scores_stride);
     const float *half = fp16_table();
-    for (int64_t i = 0; i < n; ++i) {
-        if (w[i] == 0.0f) continue;
-        for (int64_t j = 0; j < len; ++j) out[j] += w[i] * half[rows[i * stride + j]];
+    for (int j = 0; j < m; ++j) {
+        for (int64_t i = 0; i < n; ++i) {
+            float sum = 0.0f;
+            for (int64_t c = 0; c < len; ++c) sum += queries[j][c] * half[rows[i * stride + c]];
+            scores[j * scores_stride + i] = sum;
+        }
+    }
+}
+
+void weighted_row_sum_f16(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint16_t *rows,
+                          int64_t stride, int64_t n, int64_t len) {
+    const KernelTable &k = kernels();
+    if (k.weighted_row_sum_f16) return k.weighted_row_sum_f16(outs, m, weights, weights_stride, rows, stride, n, len);
+    const float *half = fp16_table();
+    for (int j = 0; j < m; ++j) {
+        const float *w = weights + j * weights_stride;
+        for (int64_t i = 0; i < n; ++i) {
+            if (w[i] == 0.0f) continue;
+            for (int64_t c = 0; c < len; ++c) outs[j][c] += w[i] * half[rows[i * stride + c]];
+        }
     }
 }
 

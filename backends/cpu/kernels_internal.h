@@ -71,13 +71,17 @@ struct KernelTable {
     // exp(x[i] - max) in place; returns their sum.
     float (*exp_sub_sum)(float *x, float max, int64_t n);
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
-    // Attention over cached rows (dot_rows and weighted_row_sum in kernels.h). Optional: a level
-    // that leaves them null gets loops over its dot_f32 and axpy (kernels.cpp).
-    void (*dot_rows)(const float *q, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores);
-    void (*weighted_row_sum)(float *out, const float *w, const float *rows, int64_t stride, int64_t n, int64_t len);
+    // Attention over cached rows for m queries (dot_rows and weighted_row_sum in kernels.h).
+    // Optional: a level that leaves them null gets loops over its dot_f32 and axpy (kernels.cpp).
+    void (*dot_rows)(const float *const *queries, int m, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores,
+                     int64_t scores_stride);
+    void (*weighted_row_sum)(float *const *outs, int m, const float *weights, int64_t weights_stride, const float *rows,
+                             int64_t stride, int64_t n, int64_t len);
     // The same over rows of IEEE halves (the F16 KV format). Optional as above.
-    void (*dot_rows_f16)(const float *q, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores);
-    void (*weighted_row_sum_f16)(float *out, const float *w, const uint16_t *rows, int64_t stride, int64_t n, int64_t len);
+    void (*dot_rows_f16)(const float *const *queries, int m, const uint16_t *rows, int64_t stride, int64_t n, int64_t len,
+                         float *scores, int64_t scores_stride);
+    void (*weighted_row_sum_f16)(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint16_t *rows,
+                                 int64_t stride, int64_t n, int64_t len);
     // n floats to IEEE halves and back, as fp16.h converts (rounding to nearest even). Optional as
     // above (a level without conversion instructions leaves them null).
     void (*floats_to_halves)(const float *src, uint16_t *dst, int64_t n);
