@@ -1071,6 +1071,19 @@ void check_vector_ops(cpu::KernelIsa isa) {
     float masked[3] = {-INFINITY, -INFINITY, -INFINITY};
     cpu::softmax(masked, 3);
     for (float v : masked) CHECK(v == 0.0f);
+    // The maximum softmax subtracts, wherever it lies (vector body, tail, past a NaN): one score
+    // of 200 among small ones gives exactly 1 there and 0 elsewhere; a maximum missed would
+    // overflow exp(200 - small) to infinity and make NaN.
+    for (int64_t n = 1; n <= 70; ++n) {
+        for (int64_t at = 0; at < n; ++at) {
+            std::vector<float> x(n);
+            for (int64_t i = 0; i < n; ++i) x[i] = -3.0f + 0.01f * static_cast<float>(i);
+            if (n > 2) x[(at + 1) % n] = -INFINITY;
+            x[at] = 200.0f;
+            cpu::softmax(x.data(), n);
+            for (int64_t i = 0; i < n; ++i) CHECK(x[i] == (i == at ? 1.0f : 0.0f));
+        }
+    }
 
     // Attention rows: the head sizes some levels unroll (64, 128) and others, with rows further
     // apart than their length. Rows whose weight is 0 hold NaN: they must never be read.

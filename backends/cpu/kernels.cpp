@@ -494,6 +494,7 @@ const KernelTable kScalarKernels = {
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
     nullptr, nullptr,  // the same for F16 rows
     nullptr, nullptr,  // half conversions: the loops in kernels.cpp
+    nullptr,           // max_value: the loop in kernels.cpp
     1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
 }  // namespace detail
@@ -822,13 +823,18 @@ void rmsnorm(float *out, const float *in, const float *weight, int64_t n, float 
 
 void softmax(float *x, int64_t n) {
     if (n <= 0) return;
+    const KernelTable &k = kernels();
     float max = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+    if (k.max_value) {
+        max = k.max_value(x, n);
+    } else {
+        for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+    }
     if (max == -INFINITY) {  // everything masked: no distribution; return uniform zeros, not NaN
         std::memset(x, 0, static_cast<size_t>(n) * sizeof(float));
         return;
     }
-    const float sum = kernels().exp_sub_sum(x, max, n);
+    const float sum = k.exp_sub_sum(x, max, n);
     const float inv = 1.0f / sum;
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }

@@ -1192,6 +1192,29 @@ float exp_sub_sum_avx2(float *x, float max, int64_t n) {
     return hsum(sum);
 }
 
+// Four independent chains of vmaxps (the first pass of a softmax over thousands of scores was a
+// chain of scalar maxss). vmaxps returns its second operand when either is NaN, so a NaN score is
+// passed over as std::max passes over it; the maximum of a set is the same in any order.
+float max_value_avx2(const float *x, int64_t n) {
+    const __m256 none = _mm256_set1_ps(-__builtin_inff());
+    __m256 m[4] = {none, none, none, none};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) m[k] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * k), m[k]);
+    }
+    for (; i + 8 <= n; i += 8) m[0] = _mm256_max_ps(_mm256_loadu_ps(x + i), m[0]);
+    if (i < n) {
+        const __m256i mask = tail_mask(n - i);
+        m[1] = _mm256_max_ps(_mm256_blendv_ps(none, _mm256_maskload_ps(x + i, mask), _mm256_castsi256_ps(mask)), m[1]);
+    }
+    const __m256 v = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_shuffle_ps(r, r, 1));
+    return _mm_cvtss_f32(r);
+}
+
 inline __m256 silu_mul8(__m256 g, __m256 u) {
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 e = exp_ps(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
@@ -1328,6 +1351,7 @@ const KernelTable kAvx2Kernels = {
     dot_rows_avx2<float>,      weighted_row_sum_avx2<float>,
     dot_rows_avx2<uint16_t>,   weighted_row_sum_avx2<uint16_t>,
     floats_to_halves_f16c,     halves_to_floats_f16c,
+    max_value_avx2,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 

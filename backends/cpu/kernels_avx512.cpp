@@ -751,6 +751,7 @@ void dequantize_avx512(TensorType type, const void *src, float *dst, int64_t n, 
 float dot_f32_avx512(const float *a, const float *b, int64_t n) { return kAvx2Kernels.dot_f32(a, b, n); }
 void axpy_avx512(float *y, float a, const float *x, int64_t n) { kAvx2Kernels.axpy(y, a, x, n); }
 float exp_sub_sum_avx512(float *x, float max, int64_t n) { return kAvx2Kernels.exp_sub_sum(x, max, n); }
+float max_value_avx512(const float *x, int64_t n) { return kAvx2Kernels.max_value(x, n); }
 void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) {
     kAvx2Kernels.silu_mul(out, gate, up, n);
 }
@@ -763,6 +764,7 @@ const KernelTable kAvx512Kernels = {
     dot_rows_avx512<float>,      weighted_row_sum_avx512<float>,
     dot_rows_avx512<uint16_t>,   weighted_row_sum_avx512<uint16_t>,
     floats_to_halves_f16c,       halves_to_floats_f16c,
+    max_value_avx512,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 

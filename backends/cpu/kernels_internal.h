@@ -86,6 +86,9 @@ struct KernelTable {
     // above (a level without conversion instructions leaves them null).
     void (*floats_to_halves)(const float *src, uint16_t *dst, int64_t n);
     void (*halves_to_floats)(const uint16_t *src, float *dst, int64_t n);
+    // The largest of n > 0 floats, passing over NaN (what std::max from -infinity gives): a
+    // softmax's first pass. Optional as above.
+    float (*max_value)(const float *x, int64_t n);
     // What matmul_range does with interleaved weights: 0: cannot run them; 1: runs them (the
     // scalar reference); 2: runs them faster than the file's layout (interleaving_preferred).
     int interleaved_support;

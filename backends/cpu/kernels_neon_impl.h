@@ -593,6 +593,7 @@ constexpr KernelTable kThisLevelKernels = {
     nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
     dot_rows_f16_neon, weighted_row_sum_f16_neon,
     nullptr, nullptr,  // half conversions: the loops in kernels.cpp
+    nullptr,           // max_value: the loop in kernels.cpp
     0,                 // interleaved weights: NEON runs the file's layout
 };
 
