@@ -1089,7 +1089,7 @@ void check_vector_ops(cpu::KernelIsa isa) {
     // apart than their length. Rows whose weight is 0 hold NaN: they must never be read.
     for (int64_t len : {64, 128, 37, 16}) {
         CAPTURE(len);
-        const int64_t n = 11, stride = len + 5;
+        const int64_t n = 35, stride = len + 5;  // blocks of 16 rows and a tail
         const std::vector<float> q = random_vector(rng, len), w0 = random_vector(rng, n), out0 = random_vector(rng, len);
         std::vector<float> rows = random_vector(rng, n * stride);
         std::vector<float> scores(n + 1, -7.0f);
@@ -1105,7 +1105,7 @@ void check_vector_ops(cpu::KernelIsa isa) {
             CHECK(std::fabs(scores[i] - want) <= 1e-5 * mag);
         }
         std::vector<float> w = w0;
-        for (int64_t i : {int64_t{2}, int64_t{7}}) {
+        for (int64_t i : {int64_t{2}, int64_t{7}, int64_t{20}, int64_t{33}}) {
             w[i] = 0.0f;
             for (int64_t j = 0; j < len; ++j) rows[i * stride + j] = NAN;
         }
@@ -1162,7 +1162,7 @@ void check_vector_ops(cpu::KernelIsa isa) {
         for (int m : {2, 4, 5, 11}) {
             CAPTURE(len);
             CAPTURE(m);
-            const int64_t n = 13, stride = len + 3;
+            const int64_t n = 37, stride = len + 3;  // blocks of 16 rows and a tail
             const std::vector<float> rows = random_vector(rng, n * stride), qs = random_vector(rng, m * len);
             std::vector<uint16_t> halves(rows.size());
             for (size_t i = 0; i < halves.size(); ++i) halves[i] = fp32_to_fp16(rows[i]);

@@ -638,22 +638,101 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
 inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
 
-// The row stays in registers while every query meets it; each score is summed as with one query
-// (two accumulators, chunk k into acc[k & 1]), so m changes no bits.
+// A score's 16 lanes summed by halves: lanes i and i + 8, then i and i + 4, then i and i + 2, then
+// 0 and 1 (the order GCC's _mm512_reduce_add_ps takes). Spelt out so that sum16_rows, which sums
+// 16 rows' vectors together in this same order, gives each row the bits this gives it alone.
+inline float sum16(__m512 v) {
+    const __m256 a = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(v));
+    const __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    const __m128 c = _mm_add_ps(b, _mm_shuffle_ps(b, b, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+// sum16 of 16 vectors at once, into out[0..15]: each step adds two halves of every vector and
+// packs two vectors' results into one register, so 16 sums cost 15 additions instead of 64
+// (a row's score was mostly its reduction).
+inline void sum16_rows(const __m512 v[16], float *out) {
+    __m512 a[8], b[4], c[2];
+    for (int p = 0; p < 8; ++p) {  // lanes i + 8 and i: 8 lanes each of rows 2p, 2p + 1
+        a[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)),
+                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)));
+    }
+    for (int p = 0; p < 4; ++p) {  // i + 4 and i: 128-bit lane k holds row 4p + k
+        b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)));
+    }
+    for (int p = 0; p < 2; ++p) {  // i and i + 2: lane k holds rows 8p + k and 8p + 4 + k, 2 each
+        c[p] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    // 0 and 1: element 4k + j holds row 4j + k; the permutation puts row r at element r.
+    const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                      _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, sums));
+}
+
+// The score of query q (kChunks registers) against one row: two accumulators, chunk k into
+// acc[k & 1].
+template <int kChunks, typename Element>
+inline __m512 score_vector(const __m512 qv[kChunks], const Element *row) {
+    __m512 acc[2] = {_mm512_mul_ps(qv[0], load16(row)), _mm512_setzero_ps()};
+#pragma GCC unroll 8
+    for (int k = 1; k < kChunks; ++k) acc[k & 1] = _mm512_fmadd_ps(qv[k], load16(row + 16 * k), acc[k & 1]);
+    return _mm512_add_ps(acc[0], acc[1]);
+}
+
+// Query q against 16 rows, row r at rows + r * stride, into out[0..15].
+template <int kChunks, typename Element>
+void score16(const float *q, const Element *rows, int64_t stride, float *out) {
+    __m512 qv[kChunks];
+#pragma GCC unroll 8
+    for (int k = 0; k < kChunks; ++k) qv[k] = _mm512_loadu_ps(q + 16 * k);
+    __m512 v[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) v[r] = score_vector<kChunks>(qv, rows + r * stride);
+    sum16_rows(v, out);
+}
+
+// Several queries read a block of 16 half rows widened once, into `wide` (rows of 16 * kChunks
+// floats); float rows, or one query, read the rows in place (nullptr).
+template <int kChunks>
+const float *widen_block(const uint16_t *rows, int64_t stride, int m, float *wide) {
+    if (m == 1) return nullptr;
+    for (int r = 0; r < 16; ++r) {
+#pragma GCC unroll 8
+        for (int k = 0; k < kChunks; ++k) _mm512_storeu_ps(wide + (kChunks * r + k) * 16, load16(rows + r * stride + 16 * k));
+    }
+    return wide;
+}
+template <int kChunks>
+const float *widen_block(const float *, int64_t, int, float *) {
+    return nullptr;
+}
+
+// Rows go in blocks of 16: every query of the block sums its 16 scores together (sum16_rows),
+// with the block in L1; the last rows one by one. Each score has the same bits either way and
+// whatever m is.
 template <int kChunks, typename Element>
 void dot_rows_fixed(const float *const *queries, int m, const Element *rows, int64_t stride, int64_t n, float *scores,
                     int64_t scores_stride) {
-    for (int64_t i = 0; i < n; ++i) {
-        const Element *row = rows + i * stride;
-        __m512 rv[kChunks];
-#pragma GCC unroll 8
-        for (int k = 0; k < kChunks; ++k) rv[k] = load16(row + 16 * k);
+    alignas(64) float wide[16 * 16 * kChunks];
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const Element *block = rows + i * stride;
+        const float *widened = widen_block<kChunks>(block, stride, m, wide);
         for (int j = 0; j < m; ++j) {
-            const float *q = queries[j];
-            __m512 acc[2] = {_mm512_mul_ps(_mm512_loadu_ps(q), rv[0]), _mm512_setzero_ps()};
+            float *out = scores + j * scores_stride + i;
+            if (widened) score16<kChunks>(queries[j], widened, 16 * kChunks, out);
+            else score16<kChunks>(queries[j], block, stride, out);
+        }
+    }
+    for (; i < n; ++i) {
+        for (int j = 0; j < m; ++j) {
+            __m512 qv[kChunks];
 #pragma GCC unroll 8
-            for (int k = 1; k < kChunks; ++k) acc[k & 1] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * k), rv[k], acc[k & 1]);
-            scores[j * scores_stride + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+            for (int k = 0; k < kChunks; ++k) qv[k] = _mm512_loadu_ps(queries[j] + 16 * k);
+            scores[j * scores_stride + i] = sum16(score_vector<kChunks>(qv, rows + i * stride));
         }
     }
 }
