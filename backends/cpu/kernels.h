@@ -129,9 +129,10 @@ void axpy(float *y, float a, const float *x, int64_t n);
 
 // Attention over n cached rows of len floats, row i starting at rows + i * stride, for m queries
 // at once: scores[j * scores_stride + i] = dot(queries[j], row i) for j < m, i < n. A prompt's
-// queries of one kv head (its query heads, and neighbouring tokens) read the same rows, and the x86
-// levels load (and, for halves, widen) each row once for all m of them. Every score has the bits it
-// has with m = 1, whatever m: tiling the queries changes no result.
+// queries of one kv head (its query heads, and neighbouring tokens) read the same rows: the x86
+// levels take the rows in blocks that stay in L1 while all m queries meet them (a block of halves
+// widened once). Every score has the bits it has with m = 1, whatever m: tiling the queries
+// changes no result.
 void dot_rows(const float *const *queries, int m, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores,
               int64_t scores_stride);
 

@@ -1272,6 +1272,27 @@ inline __m256 score_vector(const float *q, const Element *row) {
     return _mm256_add_ps(acc[0], acc[1]);
 }
 
+// Query q against 8 rows of head size 64, row r at rows + r * stride, into out[0..7].
+template <typename Element>
+void score8(const float *q, const Element *rows, int64_t stride, float *out) {
+    __m256 v[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) v[r] = score_vector(q, rows + r * stride);
+    hsum8_rows(v, out);
+}
+
+// Several queries read a block of 8 half rows widened once, into `wide` (8 rows of 64 floats);
+// float rows, or one query, read the rows in place (nullptr).
+const float *widen_block(const uint16_t *rows, int64_t stride, int m, float *wide) {
+    if (m == 1) return nullptr;
+    for (int r = 0; r < 8; ++r) {
+#pragma GCC unroll 8
+        for (int k = 0; k < kRowChunks; ++k) _mm256_storeu_ps(wide + (kRowChunks * r + k) * 8, load8(rows + r * stride + 8 * k));
+    }
+    return wide;
+}
+const float *widen_block(const float *, int64_t, int, float *) { return nullptr; }
+
 // Head size 64: rows in blocks of 8, each query summing its 8 scores together (hsum8_rows) with
 // the block in L1, the last rows one by one; every score has the bits hsum gives it alone, whatever
 // m is. Other head sizes take each row per query.
@@ -1279,13 +1300,15 @@ template <typename Element>
 void dot_rows_avx2(const float *const *queries, int m, const Element *rows, int64_t stride, int64_t n, int64_t len,
                    float *scores, int64_t scores_stride) {
     if (len == 8 * kRowChunks) {
+        alignas(32) float wide[8 * 8 * kRowChunks];
         int64_t i = 0;
         for (; i + 8 <= n; i += 8) {
+            const Element *block = rows + i * stride;
+            const float *widened = widen_block(block, stride, m, wide);
             for (int j = 0; j < m; ++j) {
-                __m256 v[8];
-#pragma GCC unroll 8
-                for (int r = 0; r < 8; ++r) v[r] = score_vector(queries[j], rows + (i + r) * stride);
-                hsum8_rows(v, scores + j * scores_stride + i);
+                float *out = scores + j * scores_stride + i;
+                if (widened) score8(queries[j], widened, 8 * kRowChunks, out);
+                else score8(queries[j], block, stride, out);
             }
         }
         for (; i < n; ++i) {
