@@ -112,7 +112,8 @@ TEST_CASE("device parity: get_rows dequantizes exactly as the CPU for every weig
         const int n = static_cast<int>(ids.size());
         const Twin id = b.alloc(TensorType::I32, 1, n, ids.data());
         auto check = [&](TensorType type, int64_t cols) {
-            INFO("type " << type_name(type) << ", " << cols << " columns");
+            // doctest prints a const char * as its address: names go to INFO as std::string.
+            INFO("type " << std::string(type_name(type)) << ", " << cols << " columns");
             const Twin table = b.weight(type, cols, rows, random_floats(cols * rows, 1, -2, 2));
             const Twin out = b.alloc(TensorType::F32, cols, n);
             REQUIRE(b.cpu->get_rows(out.cpu, table.cpu, id.cpu, n).ok());
@@ -181,7 +182,8 @@ TEST_CASE("device parity: every eviction policy evicts the same tokens as the CP
                     if (!kv_policy_uses_statistics(c.policy) && c.policy != KvPolicy::SinkWindow) continue;
                     if (rolling != ((ci + static_cast<size_t>(type)) % 2 == 1)) continue;
                 }
-                INFO("kv " << std::string(kv_type_name(type)) << ", policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
+                INFO("kv " << std::string(kv_type_name(type)) << ", policy " << std::string(kv_policy_name(c.policy))
+                           << std::string(rolling ? ", rolling" : ""));
                 for_each_device(8, [&](Backends &b, const DeviceKind &) { h2o_test::check_eviction(b, c, rolling, type); });
             }
         }
@@ -193,7 +195,7 @@ TEST_CASE("device parity: with budgets that differ across layers, every policy e
     // scaled to its slots, its rolling ranks its own). F16, every policy, rolling or not.
     for (const auto &c : h2o_test::kPolicyCases) {
         for (bool rolling : {false, true}) {
-            INFO("policy " << kv_policy_name(c.policy) << (rolling ? ", rolling" : ""));
+            INFO("policy " << std::string(kv_policy_name(c.policy)) << std::string(rolling ? ", rolling" : ""));
             for_each_device(8, [&](Backends &b, const DeviceKind &) { h2o_test::check_eviction(b, c, rolling, KvType::F16, {10, 22}); });
         }
     }
@@ -289,8 +291,8 @@ TEST_CASE("device parity: stories260K greedy generation equals the CPU's, with a
         const bool rolling = run.rolling;
         const KvType type = run.type;
         const float slope = run.layer_slope;
-        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << std::string(kv_policy_name(policy)) << (rolling ? ", rolling" : "")
-                   << ", layer slope " << slope);
+        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << std::string(kv_policy_name(policy))
+                   << std::string(rolling ? ", rolling" : "") << ", layer slope " << slope);
         KvPolicyConfig config;
         config.policy = policy;
         config.recent = 32;
