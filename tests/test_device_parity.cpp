@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -302,6 +303,62 @@ TEST_CASE("device parity: stories260K greedy generation equals the CPU's, with a
             const ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(b.gpu), run.n_slots, config, rolling, type, run.generated,
                                                                    kv_layer_budgets(5, run.n_slots, slope, kMinKvLayerSlots));
             if (kind.check_after) kind.check_after(*gpu.backend);
+        });
+    }
+}
+
+TEST_CASE("device parity: a device backend repeats its own bits, token after token, with evicting per-layer budgets") {
+    // Every comparison with the CPU assumes that a device computes the same bits each time it runs
+    // the same work: no float atomics, no reduction in an order the scheduling picks, no race on
+    // shared or device memory, no missing barrier between kernels. Two backends of one kind
+    // generate greedily in step, and after every token their logits, statistics and kept tokens
+    // must be equal bits. The configurations are two of the slope cases the greedy comparison
+    // above leaves out: layers of 32 to 96 slots, so each layer's kernels see another first slot
+    // and slot count.
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    const struct {
+        KvPolicy policy;
+        bool rolling;
+        KvType type;
+    } cases[] = {{KvPolicy::Scissorhands, true, KvType::F16}, {KvPolicy::H2O, false, KvType::F32}};
+    for (const auto &run : cases) {
+        const KvPolicy policy = run.policy;
+        const bool rolling = run.rolling;
+        const KvType type = run.type;
+        INFO("kv " << std::string(kv_type_name(type)) << ", policy " << std::string(kv_policy_name(policy))
+                   << std::string(rolling ? ", rolling" : ""));
+        KvPolicyConfig config;
+        config.policy = policy;
+        config.recent = 32;
+        config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;
+        const std::vector<int> layer_slots = kv_layer_budgets(5, 64, 0.5f, kMinKvLayerSlots);
+        for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
+            std::string no_device;
+            std::unique_ptr<Backend> second_device = kind.make(16, &no_device);
+            REQUIRE_MESSAGE(second_device, no_device);
+            ModelRun first(path, std::move(b.gpu), 16, 64, config, rolling, type, layer_slots);
+            ModelRun second(path, std::move(second_device), 16, 64, config, rolling, type, layer_slots);
+            const auto slots = static_cast<size_t>(first.kv.total_slots());
+            std::vector<SlotStats> first_stats(slots), second_stats(slots);
+            std::vector<int64_t> first_kept(slots), second_kept(slots);
+            std::vector<int32_t> tokens;
+            REQUIRE(first.model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
+            for (int step = 0; step <= 120; ++step) {
+                CAPTURE(step);
+                const std::vector<float> logits = first.feed(tokens);
+                REQUIRE(h2o_test::same_bits(second.feed(tokens), logits));
+                REQUIRE(first.backend->download_kv_statistics(first_stats.data()).ok());
+                REQUIRE(second.backend->download_kv_statistics(second_stats.data()).ok());
+                REQUIRE(std::memcmp(first_stats.data(), second_stats.data(), slots * sizeof(SlotStats)) == 0);
+                REQUIRE(first.backend->download_kv_stream_indices(first_kept.data()).ok());
+                REQUIRE(second.backend->download_kv_stream_indices(second_kept.data()).ok());
+                REQUIRE(first_kept == second_kept);
+                tokens = {argmax(logits)};
+            }
+            if (kind.check_after) {
+                kind.check_after(*first.backend);
+                kind.check_after(*second.backend);
+            }
         });
     }
 }
