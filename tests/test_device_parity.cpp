@@ -336,6 +336,8 @@ TEST_CASE("device parity: a device backend repeats its own bits, token after tok
         KvType type;
     } cases[] = {{KvPolicy::Scissorhands, true, KvType::F16}, {KvPolicy::H2O, false, KvType::F32}};
     for (const auto &run : cases) {
+        // The cases differ in device work only: AddressSanitizer checks the host's with the first.
+        if (h2o_test::kAddressSanitized && &run != &cases[0]) continue;
         const KvPolicy policy = run.policy;
         const bool rolling = run.rolling;
         const KvType type = run.type;
@@ -357,7 +359,7 @@ TEST_CASE("device parity: a device backend repeats its own bits, token after tok
             std::vector<int64_t> first_kept(slots), second_kept(slots);
             std::vector<int32_t> tokens;
             REQUIRE(first.model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
-            for (int step = 0; step <= 120; ++step) {
+            for (int step = 0; step <= 80; ++step) {  // far past the smallest layer's 32 slots
                 CAPTURE(step);
                 const std::vector<float> logits = first.feed(tokens);
                 REQUIRE(h2o_test::same_bits(second.feed(tokens), logits));
