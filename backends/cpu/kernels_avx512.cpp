@@ -4,11 +4,12 @@
 //
 // What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
 // against Q4_0, Q8_0, F16 and F32 weights, decoding against Q6_K, whose unpacking (not memory)
-// limited the AVX2 kernel, and both against Q4_0, Q4_K and Q6_K in the interleaved layouts
-// (vpdpbusd on 256-bit registers). Decoding against F16 and F32 is bound by memory, but 64 bytes of
-// a row per step take fewer instructions per byte than the AVX2 kernel's 16 (10-20% faster for
-// F16 at 2 threads). The rest calls the AVX2 kernels, which every AVX-512 CPU can
-// run: the K-quants' prompts in the file's layout, the vector operations and the activation
+// limited the AVX2 kernel, both against Q5_K in the file's layout (whose 5-bit unpacking limited
+// it likewise), and both against Q4_0, Q4_K and Q6_K in the interleaved layouts (vpdpbusd on
+// 256-bit registers). Decoding against F16 and F32 is bound by memory, but 64 bytes of a row per
+// step take fewer instructions per byte than the AVX2 kernel's 16 (10-20% faster for F16 at 2
+// threads). The rest calls the AVX2 kernels, which every AVX-512 CPU can run: Q4_K and Q6_K
+// prompts in the file's layout, Q4_K decoding in it, the vector operations and the activation
 // quantization have no 512-bit version yet.
 //
 // Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
@@ -496,6 +497,203 @@ void q6_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_
     }
 }
 
+// ---- Q5_K weights (the file's layout) -------------------------------------------------------
+//
+// The AVX2 kernel unpacks a super-block one block pair at a time, into registers whose lanes hold
+// two blocks in the activations' lo/hi order, so every pair needs its own integer sums and float
+// work. Here the 128 quant bytes become four 64-byte registers with one lane-to-block map: 32-bit
+// lane m of 16-byte quarter k holds 4 quants of block 2k + (m & 1). The four vpdpbusd of a token
+// then add into one int32 register per super-block, and the float work is per super-block.
+//
+// In the file, byte l of nibble group k (32 bytes at 48 + 32k) holds element l of block 2k in its
+// low nibble and of block 2k+1 in its high nibble; bit 2k (2k+1) of qh[l] (at 16) is that
+// element's bit 4. Quarter k of register 0 takes bytes 0..15 of group k, its even lanes the low
+// nibbles (lane m: elements 4m..4m+3 of block 2k) and its odd lanes the high nibbles (block 2k+1);
+// register 1 takes the same bytes with their dwords swapped in pairs, so lane m holds elements
+// 4 (m ^ 1).. and the two use every nibble once. Registers 2 and 3 do the same with bytes 16..31
+// (elements 16..31). The activations are laid out to match (Q5KAct) once per column slice and
+// token, and every row tile reads them.
+
+constexpr int64_t kQ5KBytes = 176;
+
+// Two quant registers from 16 bytes of each nibble group (v, quarter k from group k) and the qh
+// bytes of the same elements (h, in every quarter): v as it is, and v with its dwords swapped.
+inline void q5k_quant_pair(__m512i v, __m512i h, __m512i *q) {
+    const __m512i mask = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(16);
+    // Each byte's qh bit: bit 2k + (m & 1) in every byte of lane m of quarter k.
+    const __m512i which = _mm512_setr_epi32(0x01010101, 0x02020202, 0x01010101, 0x02020202, 0x04040404, 0x08080808,
+                                            0x04040404, 0x08080808, 0x10101010, 0x20202020, 0x10101010, 0x20202020,
+                                            0x40404040, static_cast<int>(0x80808080u), 0x40404040,
+                                            static_cast<int>(0x80808080u));
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+        const __m512i vs = s == 0 ? v : _mm512_shuffle_epi32(v, _MM_PERM_CDAB);
+        const __m512i hs = s == 0 ? h : _mm512_shuffle_epi32(h, _MM_PERM_CDAB);
+        // Odd lanes shift their high nibbles down; the mask keeps 4 bits of every byte.
+        const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi32(vs, 0xAAAA, vs, 4), mask);
+        q[s] = _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(hs, which), nib, bit4);
+    }
+}
+
+// The four quant registers of a Q5_K super-block (unsigned, 0..31).
+inline void q5k_quants(const uint8_t *blk, __m512i q[4]) {
+    const __m512i g01 = load512(blk + 48), g23 = load512(blk + 112);  // 16-byte quarters: [0a 0b 1a 1b], [2a 2b 3a 3b]
+    q5k_quant_pair(_mm512_shuffle_i32x4(g01, g23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_broadcast_i32x4(load128(blk + 16)), q);
+    q5k_quant_pair(_mm512_shuffle_i32x4(g01, g23, _MM_SHUFFLE(3, 1, 3, 1)), _mm512_broadcast_i32x4(load128(blk + 32)), q + 2);
+}
+
+// The activations of one super-block for kTokens tokens (1: decoding; a group's 4), in the lane
+// order of q5k_quants: y[t][j] meets quant register j. A token's integer sums fold into kFolded
+// registers (q5k_rows), and ad and ys hold each of their lanes' activation scale a and a * sum(y),
+// the factor of the block's min.
+template <int kTokens>
+struct alignas(64) Q5KAct {
+    static constexpr int kFolded = kTokens == 1 ? 1 : 2;
+    int8_t y[kTokens][4][64];
+    float ad[kFolded][16];
+    float ys[kFolded][16];
+};
+
+// Q5KAct for super-blocks [s0, s1) of tokens t0.. of group g. Lane m of quarter k of register j
+// holds elements 4e..4e+3 of block 2k + (m & 1), e = m (j = 0, 2) or m ^ 1 (j = 1, 3): in the lo
+// (j < 2) or hi bytes of activation pair k, dword 4 (m & 1) + e of that token's 32.
+template <int kTokens>
+void q5k_act(const MatmulProblem &p, int64_t g, int t0, int64_t s0, int64_t s1, Q5KAct<kTokens> *out) {
+    constexpr int kFolded = Q5KAct<kTokens>::kFolded;
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    // Indices into the dwords of pairs [0 | 1] (0..15) and [2 | 3] (16..31): 8k + 4 (m & 1) + e.
+    const __m512i idx[2] = {_mm512_setr_epi32(0, 5, 2, 7, 8, 13, 10, 15, 16, 21, 18, 23, 24, 29, 26, 31),
+                            _mm512_setr_epi32(1, 4, 3, 6, 9, 12, 11, 14, 17, 20, 19, 22, 25, 28, 27, 30)};
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const ActBlockPair *a = act + 4 * sb;
+        Q5KAct<kTokens> &o = out[sb - s0];
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) {
+            const int tt = t0 + t;
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {
+                auto bytes = [&](int k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(half == 0 ? a[k].lo[tt] : a[k].hi[tt])); };
+                const __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(0)), bytes(1), 1);
+                const __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(2)), bytes(3), 1);
+#pragma GCC unroll 2
+                for (int s = 0; s < 2; ++s) _mm512_store_si512(o.y[t][2 * half + s], _mm512_permutex2var_epi32(z01, idx[s], z23));
+            }
+        }
+        // Folded register j, lane m of quarter k: block 2k + (m & 1) of token 2j + (m >> 1), or for
+        // one token, the partial sums of block 2k + (m & 1), whose min counts once (lanes 0, 1).
+        for (int j = 0; j < kFolded; ++j) {
+            for (int k = 0; k < 4; ++k) {
+                for (int m = 0; m < 4; ++m) {
+                    const int i = (m & 1) * kGroupTokens + (kTokens == 1 ? t0 : 2 * j + (m >> 1));
+                    const float d = a[k].d[i];
+                    o.ad[j][4 * k + m] = d;
+                    o.ys[j][4 * k + m] = kTokens == 1 && m >= 2 ? 0.0f : d * static_cast<float>(a[k].offset[i] / 8);
+                }
+            }
+        }
+    }
+}
+
+// kRows rows x kTokens tokens (t0.. of group g) over super-blocks [s0, s1), with their Q5KAct
+// (act[0] for s0): y is set for s0 == 0 and added to otherwise. For a group, the 4 tokens' sums
+// fold into 2 registers (vpunpck{l,h}qdq and an add): lane m of quarter k holds block
+// 2k + (m & 1) of token 2j + (m >> 1), so each lane is one (block, token) and one multiply-add
+// scales them all.
+template <int kTokens, int kRows>
+void q5k_rows(const MatmulProblem &p, int64_t r, int64_t g, int t0, int64_t s0, int64_t s1, const Q5KAct<kTokens> *act) {
+    constexpr int kFolded = Q5KAct<kTokens>::kFolded;
+    const uint8_t *row[kRows];
+    __m512 acc[kRows][kFolded];
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+        row[i] = p.w + (r + i) * p.w_row_bytes;
+#pragma GCC unroll 2
+        for (int j = 0; j < kFolded; ++j) acc[i][j] = _mm512_setzero_ps();
+    }
+    const __m128i identity = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    // Each lane's block, 2k + (m & 1) for lane m of quarter k: where its scale and min come from.
+    const __m512i block_of_lane = _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7);
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const Q5KAct<kTokens> &a = act[sb - s0];
+        if constexpr (kTokens == 1) {
+#pragma GCC unroll 4
+            for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kQ5KBytes, kRows * p.w_row_bytes, kQ5KBytes);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < kRows; ++i) {
+            const uint8_t *blk = row[i] + sb * kQ5KBytes;
+            __m512i q[4];
+            q5k_quants(blk, q);
+            __m512i s[kTokens];
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) {
+                s[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_load_si512(a.y[t][0]));
+#pragma GCC unroll 3
+                for (int j = 1; j < 4; ++j) s[t] = _mm512_dpbusd_epi32(s[t], q[j], _mm512_load_si512(a.y[t][j]));
+            }
+            __m512i f[kFolded];
+            if constexpr (kTokens == 1) {
+                f[0] = s[0];
+            } else {
+#pragma GCC unroll 2
+                for (int j = 0; j < 2; ++j) {
+                    f[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * j], s[2 * j + 1]),
+                                            _mm512_unpackhi_epi64(s[2 * j], s[2 * j + 1]));
+                }
+            }
+            __m256 d8, m8;
+            k_affine_scales(blk, p.fp16_table, identity, &d8, &m8);
+            const __m512 wd = _mm512_permutexvar_ps(block_of_lane, _mm512_castps256_ps512(d8));
+            const __m512 wm = _mm512_permutexvar_ps(block_of_lane, _mm512_castps256_ps512(m8));
+#pragma GCC unroll 2
+            for (int j = 0; j < kFolded; ++j) {
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[j]), _mm512_mul_ps(wd, _mm512_load_ps(a.ad[j])), acc[i][j]);
+                acc[i][j] = _mm512_fnmadd_ps(wm, _mm512_load_ps(a.ys[j]), acc[i][j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) {
+            // Token 2j's lanes are 0, 1 of each quarter of register j, token 2j + 1's are 2, 3.
+            const float out = kTokens == 1 ? _mm512_reduce_add_ps(acc[i][0])
+                                           : _mm512_reduce_add_ps(_mm512_maskz_mov_ps(t % 2 ? 0xCCCC : 0x3333, acc[i][t / 2]));
+            float &y = p.y[(g * kGroupTokens + t0 + t) * p.rows + r + i];
+            y = s0 == 0 ? out : y + out;
+        }
+    }
+}
+
+// Tokens t0.. of group g (kTokens of them) x rows [r0, r1), over column slices of 16
+// super-blocks (4096 columns, as in quant_range): a group's Q5KAct for one slice is 20 KiB and
+// stays in L1 while every row tile of the range reads it.
+template <int kTokens, int kRows>
+void q5k_tokens(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g, int t0) {
+    constexpr int64_t kSliceSupers = 16;
+    Q5KAct<kTokens> act[kSliceSupers];
+    const int64_t n_super = p.cols / 256;
+    for (int64_t s0 = 0; s0 < n_super; s0 += kSliceSupers) {
+        const int64_t s1 = s0 + kSliceSupers < n_super ? s0 + kSliceSupers : n_super;
+        q5k_act<kTokens>(p, g, t0, s0, s1, act);
+        int64_t r = r0;
+        for (; r + kRows <= r1; r += kRows) q5k_rows<kTokens, kRows>(p, r, g, t0, s0, s1, act);
+        for (; r < r1; ++r) q5k_rows<kTokens, 1>(p, r, g, t0, s0, s1, act);
+    }
+}
+
+void q5k_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int kGroupRows = 2, kTokenRows = 4;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            q5k_tokens<kGroupTokens, kGroupRows>(p, r0, r1, g, 0);
+        } else {
+            for (int t = 0; t < n_tok; ++t) q5k_tokens<1, kTokenRows>(p, r0, r1, g, t);
+        }
+    }
+}
+
 // ---- float weights --------------------------------------------------------------------------
 
 // 16 weights from column c on; with a mask, only the lanes it selects (the others read as 0).
@@ -620,7 +818,8 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             if (p.interleaved) interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
             else kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
             break;
-        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;  // Q5_K
+        case TensorType::Q5_K: q5k_range(p, r0, r1, g0, g1); break;
+        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;
     }
 }
 
