@@ -8,9 +8,9 @@
 // it likewise), and both against Q4_0, Q4_K and Q6_K in the interleaved layouts (vpdpbusd on
 // 256-bit registers). Decoding against F16 and F32 is bound by memory, but 64 bytes of a row per
 // step take fewer instructions per byte than the AVX2 kernel's 16 (10-20% faster for F16 at 2
-// threads). The rest calls the AVX2 kernels, which every AVX-512 CPU can run: Q4_K and Q6_K
-// prompts in the file's layout, Q4_K decoding in it, the vector operations and the activation
-// quantization have no 512-bit version yet.
+// threads). The activation quantization has its own too. The rest calls the AVX2 kernels, which
+// every AVX-512 CPU can run: Q4_K and Q6_K prompts in the file's layout, Q4_K decoding in it, and
+// the vector operations have no 512-bit version yet.
 //
 // Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
 // templates are instantiated here (see kernels_internal.h).
@@ -48,6 +48,164 @@ inline float hsum_half(__m512 v, int half) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+// ---- activation quantization ----------------------------------------------------------------
+//
+// Eight blocks of 32 values at a time: their maxima, and their quant sums, fold into one register
+// each (fold8) instead of one horizontal reduction per block, and their scales come from one
+// division. A whole token group takes the 8 blocks of an activation pair (2 blocks x 4 tokens,
+// whose scales and offsets ActBlockPair keeps side by side); a group of fewer tokens (decoding,
+// the tail of a prompt) takes 8 consecutive blocks of one token, so that no work goes to padding.
+// The bytes are those of quantize_block_q8 in kernels.cpp: the same maximum, the same IEEE
+// divisions for the scale and its inverse, the same x * (1/d) and rounding.
+
+// Lane i (of 8): the 16 lanes of r[i] combined by op, an associative and commutative operation
+// on the lanes' bits (max or add of int32: the shuffles only move bits).
+template <typename Op>
+inline __m256 fold8(const __m512 r[8], Op op) {
+    __m512 h[4], q[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {  // h[i]: [r[2i] in 8 lanes | r[2i+1] in 8 lanes]
+        h[i] = op(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                  _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i) {  // quarter k of q[i]: r[4i + k] in 4 lanes
+        q[i] = op(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                  _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    // Quarter k: [r[k], r[4 + k], r[k], r[4 + k]] after two more steps within 128 bits.
+    const __m512 x = op(_mm512_unpacklo_ps(q[0], q[1]), _mm512_unpackhi_ps(q[0], q[1]));
+    const __m512 y = op(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), y));
+}
+
+// 16 values times their block's 1/d, rounded as roundf() (half away from zero: truncate, then
+// step away from zero when the dropped fraction is at least one half; exact for |v| < 2^23) and
+// kept only in [-127, 127], 0 otherwise as in scalar (1/d overflowed, or an inf or NaN).
+inline __m512i quantize16(__m512 v, __m512 id) {
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), one = _mm512_castps_si512(_mm512_set1_ps(1.0f));
+    const __m512 p = _mm512_mul_ps(v, id);
+    const __m512 t = _mm512_roundscale_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(p, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    // 0xEA is (A & B) | C: p's sign on 1.0.
+    const __m512 step = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(p), sign, one, 0xEA));
+    const __m512 r = _mm512_mask_add_ps(t, up, t, step);
+    return _mm512_maskz_cvttps_epi32(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
+}
+
+// Where quantize_blocks8 reads block i (zeros where null) and writes it: 16 quants at lo[i] and
+// at hi[i], the scale at d[i], 8 * the quants' sum at offset[i]; nothing where lo[i] is null.
+struct Blocks8 {
+    const float *src[8];
+    int8_t *lo[8], *hi[8];
+    float *d[8];
+    int32_t *offset[8];
+};
+
+void quantize_blocks8(const Blocks8 &blk) {
+    const __m512i abs_bits = _mm512_set1_epi32(0x7FFFFFFF);
+    auto max_i32 = [](__m512 a, __m512 b) {
+        return _mm512_castsi512_ps(_mm512_max_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    };
+    auto add_i32 = [](__m512 a, __m512 b) {
+        return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    };
+    __m512 v[8][2], amax[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        if (blk.src[i] != nullptr) {
+            v[i][0] = _mm512_loadu_ps(blk.src[i]);
+            v[i][1] = _mm512_loadu_ps(blk.src[i] + 16);
+        } else {
+            v[i][0] = v[i][1] = _mm512_setzero_ps();
+        }
+        // |x| compared as integers: for floats without a sign the order is the same, and every
+        // inf or NaN lies above FLT_MAX, so the maximum also says whether the block is finite.
+        amax[i] = max_i32(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[i][0]), abs_bits)),
+                          _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[i][1]), abs_bits)));
+    }
+    const __m256 top = fold8(amax, max_i32);
+    const __mmask8 finite = _mm256_cmple_epi32_mask(_mm256_castps_si256(top), _mm256_set1_epi32(0x7F7FFFFF));
+    const __m256 d = _mm256_mask_div_ps(_mm256_set1_ps(__builtin_nanf("")), finite, top, _mm256_set1_ps(127.0f));
+    const __mmask8 invertible = finite & _mm256_cmp_ps_mask(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+    alignas(32) float id[8], scale[8];
+    alignas(32) int32_t offset[8];
+    _mm256_store_ps(id, _mm256_maskz_div_ps(invertible, _mm256_set1_ps(1.0f), d));
+    _mm256_store_ps(scale, d);
+    __m512 sums[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        const __m512 idv = _mm512_set1_ps(id[i]);
+        const __m512i q0 = quantize16(v[i][0], idv), q1 = quantize16(v[i][1], idv);
+        if (blk.lo[i] != nullptr) {
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(blk.lo[i]), _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(blk.hi[i]), _mm512_cvtsepi32_epi8(q1));
+        }
+        sums[i] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i *>(offset), _mm256_slli_epi32(_mm256_castps_si256(fold8(sums, add_i32)), 3));
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        if (blk.lo[i] == nullptr) continue;
+        *blk.d[i] = scale[i];
+        *blk.offset[i] = offset[i];
+    }
+}
+
+void quantize_activations_avx512(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
+                                 ActBlockPair *act) {
+    const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
+    for (int64_t g = g0; g < g1; ++g) {
+        ActBlockPair *pairs = act + g * n_pairs;
+        const int64_t n_tok = n_tokens - g * kGroupTokens;
+        Blocks8 blk;
+        if (n_tok >= kGroupTokens) {
+            // Block i is half i / 4 of the pair, for token i % 4: ActBlockPair's order of d and
+            // offset. A missing odd block is quantized from zeros, which writes the zeros the
+            // scalar path does, so every byte of the pair is written once.
+            for (int64_t pair = 0; pair < n_pairs; ++pair) {
+                ActBlockPair &a = pairs[pair];
+                for (int i = 0; i < 8; ++i) {
+                    const int t = i % 4, half = i / 4;
+                    const int64_t b = 2 * pair + half;
+                    blk.src[i] = b < n_blocks ? x + (g * kGroupTokens + t) * cols + b * 32 : nullptr;
+                    blk.lo[i] = &a.lo[t][16 * half];
+                    blk.hi[i] = &a.hi[t][16 * half];
+                    blk.d[i] = &a.d[i];
+                    blk.offset[i] = &a.offset[i];
+                }
+                quantize_blocks8(blk);
+            }
+            continue;
+        }
+        // Padding tokens and a missing odd block stay zero.
+        for (int64_t pair = 0; pair < n_pairs; ++pair) {
+            auto *bytes = reinterpret_cast<__m512i *>(pairs + pair);
+            for (size_t i = 0; i < sizeof(ActBlockPair) / 64; ++i) _mm512_storeu_si512(bytes + i, _mm512_setzero_si512());
+        }
+        for (int t = 0; t < n_tok; ++t) {
+            for (int64_t b0 = 0; b0 < n_blocks; b0 += 8) {
+                for (int i = 0; i < 8; ++i) {
+                    const int64_t b = b0 + i;
+                    if (b >= n_blocks) {  // past the row: zeros in, nothing out
+                        blk.src[i] = nullptr;
+                        blk.lo[i] = nullptr;
+                        continue;
+                    }
+                    ActBlockPair &a = pairs[b / 2];
+                    const int half = static_cast<int>(b % 2);
+                    blk.src[i] = x + (g * kGroupTokens + t) * cols + b * 32;
+                    blk.lo[i] = &a.lo[t][16 * half];
+                    blk.hi[i] = &a.hi[t][16 * half];
+                    blk.d[i] = &a.d[half * kGroupTokens + t];
+                    blk.offset[i] = &a.offset[half * kGroupTokens + t];
+                }
+                quantize_blocks8(blk);
+            }
+        }
+    }
 }
 
 // ---- Q4_0 and Q8_0 weights against a token group -----------------------------------------------
@@ -899,10 +1057,6 @@ void weighted_row_sum_avx512(float *out, const float *w, const Element *rows, in
 }
 
 // The AVX2 kernels, called through their table: this file's flags must not touch their code.
-void quantize_activations_avx512(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
-                                 ActBlockPair *act) {
-    kAvx2Kernels.quantize_activations(x, cols, n_tokens, g0, g1, act);
-}
 void dequantize_avx512(TensorType type, const void *src, float *dst, int64_t n, const float *fp16_table) {
     kAvx2Kernels.dequantize(type, src, dst, n, fp16_table);
 }
