@@ -4,13 +4,14 @@
 //
 // What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
 // against Q4_0, Q8_0, F16 and F32 weights, decoding against Q6_K, whose unpacking (not memory)
-// limited the AVX2 kernel, both against Q5_K in the file's layout (whose 5-bit unpacking limited
-// it likewise), and both against Q4_0, Q4_K and Q6_K in the interleaved layouts (vpdpbusd on
-// 256-bit registers). Decoding against F16 and F32 is bound by memory, but 64 bytes of a row per
-// step take fewer instructions per byte than the AVX2 kernel's 16 (10-20% faster for F16 at 2
-// threads). The activation quantization has its own too. The rest calls the AVX2 kernels, which
-// every AVX-512 CPU can run: Q4_K and Q6_K prompts in the file's layout, Q4_K decoding in it, and
-// the vector operations have no 512-bit version yet.
+// limited the AVX2 kernel, both against Q5_K in the file's layout, where the 5-bit unpacking
+// limited it likewise (one thread: prompts 1.6-1.8x as fast; decoding 1.3x from cache, 1.1x for
+// weights that come from memory), and both against Q4_0, Q4_K and Q6_K in the interleaved layouts
+// (vpdpbusd on 256-bit registers). Decoding against F16 and F32 is bound by memory, but 64 bytes
+// of a row per step take fewer instructions per byte than the AVX2 kernel's 16 (10-20% faster for
+// F16 at 2 threads). The activation quantization has its own too (1.7-1.9x as fast). The rest
+// calls the AVX2 kernels, which every AVX-512 CPU can run: Q4_K and Q6_K prompts in the file's
+// layout, Q4_K decoding in it, and the vector operations have no 512-bit version yet.
 //
 // Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
 // templates are instantiated here (see kernels_internal.h).
