@@ -713,6 +713,61 @@ TEST_CASE("activation quantization: SIMD levels and scalar write identical bytes
 
 namespace {
 
+// Blocks of every kind the quantizer treats differently, in random order: scales from subnormal
+// to near FLT_MAX, exact rounding ties (amax 127 makes d = 1, so x.5 stays a tie), zeros, blocks
+// whose 1/d overflows, and infs and NaNs.
+std::vector<float> mixed_blocks(std::mt19937 &rng, int64_t n_blocks) {
+    const float scales[] = {1e-44f, 1e-39f, 1e-3f, 1.0f, 1e3f, 1e36f, 2e38f};
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(n_blocks * 32);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        float *blk = &x[b * 32];
+        const unsigned kind = rng() % 10;
+        for (int j = 0; j < 32; ++j) {
+            if (kind < 7) blk[j] = std::min(std::max(nd(rng), -1.5f), 1.5f) * scales[kind];
+            else if (kind == 7) blk[j] = j == 0 ? -127.0f : static_cast<float>(j - 16) + 0.5f;
+            else blk[j] = 0.0f;
+        }
+        if (kind == 9 && rng() % 2) blk[rng() % 32] = rng() % 2 ? -INFINITY : NAN;
+    }
+    return x;
+}
+
+// Every byte of the activation pairs, for several row lengths (one block, odd and even block
+// counts, more than one 4096-column slice), token counts (one, partial and whole groups) and a
+// range of groups split over two calls, as matmul's threads do.
+void check_activation_bytes(cpu::KernelIsa isa) {
+    using cpu::detail::ActBlockPair;
+    std::mt19937 rng(11);
+    for (int64_t cols : {32, 64, 96, 256, 32 * 131}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 9}) {
+            CAPTURE(cols);
+            CAPTURE(n_tokens);
+            const std::vector<float> x = mixed_blocks(rng, cols / 32 * n_tokens);
+            const int64_t n_groups = (n_tokens + 3) / 4, n_pairs = (cols / 32 + 1) / 2;
+            std::vector<ActBlockPair> a(n_groups * n_pairs), b(n_groups * n_pairs);
+            std::memset(a.data(), 0x55, a.size() * sizeof(ActBlockPair));
+            std::memset(b.data(), 0xAA, b.size() * sizeof(ActBlockPair));
+            cpu::detail::kScalarKernels.quantize_activations(x.data(), cols, n_tokens, 0, n_groups, a.data());
+            const int64_t split = n_groups / 2;
+            kernel_table(isa).quantize_activations(x.data(), cols, n_tokens, 0, split, b.data());
+            kernel_table(isa).quantize_activations(x.data(), cols, n_tokens, split, n_groups, b.data());
+            CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(ActBlockPair)) == 0);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("activation quantization: SIMD levels write the scalar path's bytes for blocks of every magnitude") {
+    for (cpu::KernelIsa isa : simd_levels()) {
+        CAPTURE(cpu::kernel_isa_name(isa));
+        check_activation_bytes(isa);
+    }
+}
+
+namespace {
+
 struct MatmulCase {
     TensorType type;
     int64_t rows, cols, n_tokens;

@@ -701,24 +701,6 @@ inline KPair load_kpair(const uint8_t *blk, int k) {
     else return load_kpair_affine<kType>(blk, k);
 }
 
-// Scales of a Q4_K/Q5_K super-block as floats: d * sc[j] and dmin * m[j], in the block order
-// given by a byte shuffle of [sc0..7 | m0..7] (identity, or [0 2 4 6 1 3 5 7] for decoding).
-// The 6-bit codes are unpacked four at a time from 32-bit words (see BlockQ4_K in quant.h): the
-// top 2 bits of sc[4..7] (m[4..7]) are bits 6-7 of bytes 0-3 (4-7), moved to bits 4-5.
-inline void k_affine_scales(const uint8_t *blk, const float *fp16_table, __m128i order, __m256 *d8, __m256 *m8) {
-    uint32_t w[3];
-    std::memcpy(w, blk + 4, sizeof w);
-    const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
-    const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
-    const __m128i codes = _mm_shuffle_epi8(
-        _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi)),
-        order);
-    *d8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), _mm256_broadcast_ss(fp16_table + load_u16(blk)));
-    *m8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))),
-                        _mm256_broadcast_ss(fp16_table + load_u16(blk + 2)));
-}
-
 // Q6_K's 8-bit scales of pair k as int16 vectors matching the int16 lanes of maddubs results:
 // lo = [s(4k) x8 | s(4k+2) x8], hi = [s(4k+1) x8 | s(4k+3) x8].
 inline void q6_pair_scales(__m128i scales16, int k, __m256i *slo, __m256i *shi) {

@@ -4,12 +4,14 @@
 //
 // What 512-bit registers and VNNI speed up is the compute-bound work: prompts (groups of 4 tokens)
 // against Q4_0, Q8_0, F16 and F32 weights, decoding against Q6_K, whose unpacking (not memory)
-// limited the AVX2 kernel, and both against Q4_0, Q4_K and Q6_K in the interleaved layouts
-// (vpdpbusd on 256-bit registers). Decoding against F16 and F32 is bound by memory, but 64 bytes of
-// a row per step take fewer instructions per byte than the AVX2 kernel's 16 (10-20% faster for
-// F16 at 2 threads). The rest calls the AVX2 kernels, which every AVX-512 CPU can
-// run: the K-quants' prompts in the file's layout, the vector operations and the activation
-// quantization have no 512-bit version yet.
+// limited the AVX2 kernel, both against Q5_K in the file's layout, where the 5-bit unpacking
+// limited it likewise (one thread: prompts 1.6-1.8x as fast; decoding 1.3x from cache, 1.1x for
+// weights that come from memory), and both against Q4_0, Q4_K and Q6_K in the interleaved layouts
+// (vpdpbusd on 256-bit registers). Decoding against F16 and F32 is bound by memory, but 64 bytes
+// of a row per step take fewer instructions per byte than the AVX2 kernel's 16 (10-20% faster for
+// F16 at 2 threads). The activation quantization has its own too (1.7-1.9x as fast). The rest
+// calls the AVX2 kernels, which every AVX-512 CPU can run: Q4_K and Q6_K prompts in the file's
+// layout, Q4_K decoding in it, and the vector operations have no 512-bit version yet.
 //
 // Same rules as kernels_avx2.cpp: every helper has internal linkage, and no standard-library
 // templates are instantiated here (see kernels_internal.h).
@@ -47,6 +49,164 @@ inline float hsum_half(__m512 v, int half) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+// ---- activation quantization ----------------------------------------------------------------
+//
+// Eight blocks of 32 values at a time: their maxima, and their quant sums, fold into one register
+// each (fold8) instead of one horizontal reduction per block, and their scales come from one
+// division. A whole token group takes the 8 blocks of an activation pair (2 blocks x 4 tokens,
+// whose scales and offsets ActBlockPair keeps side by side); a group of fewer tokens (decoding,
+// the tail of a prompt) takes 8 consecutive blocks of one token, so that no work goes to padding.
+// The bytes are those of quantize_block_q8 in kernels.cpp: the same maximum, the same IEEE
+// divisions for the scale and its inverse, the same x * (1/d) and rounding.
+
+// Lane i (of 8): the 16 lanes of r[i] combined by op, an associative and commutative operation
+// on the lanes' bits (max or add of int32: the shuffles only move bits).
+template <typename Op>
+inline __m256 fold8(const __m512 r[8], Op op) {
+    __m512 h[4], q[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {  // h[i]: [r[2i] in 8 lanes | r[2i+1] in 8 lanes]
+        h[i] = op(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                  _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i) {  // quarter k of q[i]: r[4i + k] in 4 lanes
+        q[i] = op(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                  _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    // Quarter k: [r[k], r[4 + k], r[k], r[4 + k]] after two more steps within 128 bits.
+    const __m512 x = op(_mm512_unpacklo_ps(q[0], q[1]), _mm512_unpackhi_ps(q[0], q[1]));
+    const __m512 y = op(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), y));
+}
+
+// 16 values times their block's 1/d, rounded as roundf() (half away from zero: truncate, then
+// step away from zero when the dropped fraction is at least one half; exact for |v| < 2^23) and
+// kept only in [-127, 127], 0 otherwise as in scalar (1/d overflowed, or an inf or NaN).
+inline __m512i quantize16(__m512 v, __m512 id) {
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), one = _mm512_castps_si512(_mm512_set1_ps(1.0f));
+    const __m512 p = _mm512_mul_ps(v, id);
+    const __m512 t = _mm512_roundscale_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(p, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    // 0xEA is (A & B) | C: p's sign on 1.0.
+    const __m512 step = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(p), sign, one, 0xEA));
+    const __m512 r = _mm512_mask_add_ps(t, up, t, step);
+    return _mm512_maskz_cvttps_epi32(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
+}
+
+// Where quantize_blocks8 reads block i (zeros where null) and writes it: 16 quants at lo[i] and
+// at hi[i], the scale at d[i], 8 * the quants' sum at offset[i]; nothing where lo[i] is null.
+struct Blocks8 {
+    const float *src[8];
+    int8_t *lo[8], *hi[8];
+    float *d[8];
+    int32_t *offset[8];
+};
+
+void quantize_blocks8(const Blocks8 &blk) {
+    const __m512i abs_bits = _mm512_set1_epi32(0x7FFFFFFF);
+    auto max_i32 = [](__m512 a, __m512 b) {
+        return _mm512_castsi512_ps(_mm512_max_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    };
+    auto add_i32 = [](__m512 a, __m512 b) {
+        return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    };
+    __m512 v[8][2], amax[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        if (blk.src[i] != nullptr) {
+            v[i][0] = _mm512_loadu_ps(blk.src[i]);
+            v[i][1] = _mm512_loadu_ps(blk.src[i] + 16);
+        } else {
+            v[i][0] = v[i][1] = _mm512_setzero_ps();
+        }
+        // |x| compared as integers: for floats without a sign the order is the same, and every
+        // inf or NaN lies above FLT_MAX, so the maximum also says whether the block is finite.
+        amax[i] = max_i32(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[i][0]), abs_bits)),
+                          _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[i][1]), abs_bits)));
+    }
+    const __m256 top = fold8(amax, max_i32);
+    const __mmask8 finite = _mm256_cmple_epi32_mask(_mm256_castps_si256(top), _mm256_set1_epi32(0x7F7FFFFF));
+    const __m256 d = _mm256_mask_div_ps(_mm256_set1_ps(__builtin_nanf("")), finite, top, _mm256_set1_ps(127.0f));
+    const __mmask8 invertible = finite & _mm256_cmp_ps_mask(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+    alignas(32) float id[8], scale[8];
+    alignas(32) int32_t offset[8];
+    _mm256_store_ps(id, _mm256_maskz_div_ps(invertible, _mm256_set1_ps(1.0f), d));
+    _mm256_store_ps(scale, d);
+    __m512 sums[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        const __m512 idv = _mm512_set1_ps(id[i]);
+        const __m512i q0 = quantize16(v[i][0], idv), q1 = quantize16(v[i][1], idv);
+        if (blk.lo[i] != nullptr) {
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(blk.lo[i]), _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(blk.hi[i]), _mm512_cvtsepi32_epi8(q1));
+        }
+        sums[i] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i *>(offset), _mm256_slli_epi32(_mm256_castps_si256(fold8(sums, add_i32)), 3));
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        if (blk.lo[i] == nullptr) continue;
+        *blk.d[i] = scale[i];
+        *blk.offset[i] = offset[i];
+    }
+}
+
+void quantize_activations_avx512(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
+                                 ActBlockPair *act) {
+    const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
+    for (int64_t g = g0; g < g1; ++g) {
+        ActBlockPair *pairs = act + g * n_pairs;
+        const int64_t n_tok = n_tokens - g * kGroupTokens;
+        Blocks8 blk;
+        if (n_tok >= kGroupTokens) {
+            // Block i is half i / 4 of the pair, for token i % 4: ActBlockPair's order of d and
+            // offset. A missing odd block is quantized from zeros, which writes the zeros the
+            // scalar path does, so every byte of the pair is written once.
+            for (int64_t pair = 0; pair < n_pairs; ++pair) {
+                ActBlockPair &a = pairs[pair];
+                for (int i = 0; i < 8; ++i) {
+                    const int t = i % 4, half = i / 4;
+                    const int64_t b = 2 * pair + half;
+                    blk.src[i] = b < n_blocks ? x + (g * kGroupTokens + t) * cols + b * 32 : nullptr;
+                    blk.lo[i] = &a.lo[t][16 * half];
+                    blk.hi[i] = &a.hi[t][16 * half];
+                    blk.d[i] = &a.d[i];
+                    blk.offset[i] = &a.offset[i];
+                }
+                quantize_blocks8(blk);
+            }
+            continue;
+        }
+        // Padding tokens and a missing odd block stay zero.
+        for (int64_t pair = 0; pair < n_pairs; ++pair) {
+            auto *bytes = reinterpret_cast<__m512i *>(pairs + pair);
+            for (size_t i = 0; i < sizeof(ActBlockPair) / 64; ++i) _mm512_storeu_si512(bytes + i, _mm512_setzero_si512());
+        }
+        for (int t = 0; t < n_tok; ++t) {
+            for (int64_t b0 = 0; b0 < n_blocks; b0 += 8) {
+                for (int i = 0; i < 8; ++i) {
+                    const int64_t b = b0 + i;
+                    if (b >= n_blocks) {  // past the row: zeros in, nothing out
+                        blk.src[i] = nullptr;
+                        blk.lo[i] = nullptr;
+                        continue;
+                    }
+                    ActBlockPair &a = pairs[b / 2];
+                    const int half = static_cast<int>(b % 2);
+                    blk.src[i] = x + (g * kGroupTokens + t) * cols + b * 32;
+                    blk.lo[i] = &a.lo[t][16 * half];
+                    blk.hi[i] = &a.hi[t][16 * half];
+                    blk.d[i] = &a.d[half * kGroupTokens + t];
+                    blk.offset[i] = &a.offset[half * kGroupTokens + t];
+                }
+                quantize_blocks8(blk);
+            }
+        }
+    }
 }
 
 // ---- Q4_0 and Q8_0 weights against a token group -----------------------------------------------
@@ -496,6 +656,203 @@ void q6_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_
     }
 }
 
+// ---- Q5_K weights (the file's layout) -------------------------------------------------------
+//
+// The AVX2 kernel unpacks a super-block one block pair at a time, into registers whose lanes hold
+// two blocks in the activations' lo/hi order, so every pair needs its own integer sums and float
+// work. Here the 128 quant bytes become four 64-byte registers with one lane-to-block map: 32-bit
+// lane m of 16-byte quarter k holds 4 quants of block 2k + (m & 1). The four vpdpbusd of a token
+// then add into one int32 register per super-block, and the float work is per super-block.
+//
+// In the file, byte l of nibble group k (32 bytes at 48 + 32k) holds element l of block 2k in its
+// low nibble and of block 2k+1 in its high nibble; bit 2k (2k+1) of qh[l] (at 16) is that
+// element's bit 4. Quarter k of register 0 takes bytes 0..15 of group k, its even lanes the low
+// nibbles (lane m: elements 4m..4m+3 of block 2k) and its odd lanes the high nibbles (block 2k+1);
+// register 1 takes the same bytes with their dwords swapped in pairs, so lane m holds elements
+// 4 (m ^ 1).. and the two use every nibble once. Registers 2 and 3 do the same with bytes 16..31
+// (elements 16..31). The activations are laid out to match (Q5KAct) once per column slice and
+// token, and every row tile reads them.
+
+constexpr int64_t kQ5KBytes = 176;
+
+// Two quant registers from 16 bytes of each nibble group (v, quarter k from group k) and the qh
+// bytes of the same elements (h, in every quarter): v as it is, and v with its dwords swapped.
+inline void q5k_quant_pair(__m512i v, __m512i h, __m512i *q) {
+    const __m512i mask = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(16);
+    // Each byte's qh bit: bit 2k + (m & 1) in every byte of lane m of quarter k.
+    const __m512i which = _mm512_setr_epi32(0x01010101, 0x02020202, 0x01010101, 0x02020202, 0x04040404, 0x08080808,
+                                            0x04040404, 0x08080808, 0x10101010, 0x20202020, 0x10101010, 0x20202020,
+                                            0x40404040, static_cast<int>(0x80808080u), 0x40404040,
+                                            static_cast<int>(0x80808080u));
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+        const __m512i vs = s == 0 ? v : _mm512_shuffle_epi32(v, _MM_PERM_CDAB);
+        const __m512i hs = s == 0 ? h : _mm512_shuffle_epi32(h, _MM_PERM_CDAB);
+        // Odd lanes shift their high nibbles down; the mask keeps 4 bits of every byte.
+        const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi32(vs, 0xAAAA, vs, 4), mask);
+        q[s] = _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(hs, which), nib, bit4);
+    }
+}
+
+// The four quant registers of a Q5_K super-block (unsigned, 0..31).
+inline void q5k_quants(const uint8_t *blk, __m512i q[4]) {
+    const __m512i g01 = load512(blk + 48), g23 = load512(blk + 112);  // 16-byte quarters: [0a 0b 1a 1b], [2a 2b 3a 3b]
+    q5k_quant_pair(_mm512_shuffle_i32x4(g01, g23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_broadcast_i32x4(load128(blk + 16)), q);
+    q5k_quant_pair(_mm512_shuffle_i32x4(g01, g23, _MM_SHUFFLE(3, 1, 3, 1)), _mm512_broadcast_i32x4(load128(blk + 32)), q + 2);
+}
+
+// The activations of one super-block for kTokens tokens (1: decoding; a group's 4), in the lane
+// order of q5k_quants: y[t][j] meets quant register j. A token's integer sums fold into kFolded
+// registers (q5k_rows), and ad and ys hold each of their lanes' activation scale a and a * sum(y),
+// the factor of the block's min.
+template <int kTokens>
+struct alignas(64) Q5KAct {
+    static constexpr int kFolded = kTokens == 1 ? 1 : 2;
+    int8_t y[kTokens][4][64];
+    float ad[kFolded][16];
+    float ys[kFolded][16];
+};
+
+// Q5KAct for super-blocks [s0, s1) of tokens t0.. of group g. Lane m of quarter k of register j
+// holds elements 4e..4e+3 of block 2k + (m & 1), e = m (j = 0, 2) or m ^ 1 (j = 1, 3): in the lo
+// (j < 2) or hi bytes of activation pair k, dword 4 (m & 1) + e of that token's 32.
+template <int kTokens>
+void q5k_act(const MatmulProblem &p, int64_t g, int t0, int64_t s0, int64_t s1, Q5KAct<kTokens> *out) {
+    constexpr int kFolded = Q5KAct<kTokens>::kFolded;
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    // Indices into the dwords of pairs [0 | 1] (0..15) and [2 | 3] (16..31): 8k + 4 (m & 1) + e.
+    const __m512i idx[2] = {_mm512_setr_epi32(0, 5, 2, 7, 8, 13, 10, 15, 16, 21, 18, 23, 24, 29, 26, 31),
+                            _mm512_setr_epi32(1, 4, 3, 6, 9, 12, 11, 14, 17, 20, 19, 22, 25, 28, 27, 30)};
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const ActBlockPair *a = act + 4 * sb;
+        Q5KAct<kTokens> &o = out[sb - s0];
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) {
+            const int tt = t0 + t;
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {
+                auto bytes = [&](int k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(half == 0 ? a[k].lo[tt] : a[k].hi[tt])); };
+                const __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(0)), bytes(1), 1);
+                const __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(2)), bytes(3), 1);
+#pragma GCC unroll 2
+                for (int s = 0; s < 2; ++s) _mm512_store_si512(o.y[t][2 * half + s], _mm512_permutex2var_epi32(z01, idx[s], z23));
+            }
+        }
+        // Folded register j, lane m of quarter k: block 2k + (m & 1) of token 2j + (m >> 1), or for
+        // one token, the partial sums of block 2k + (m & 1), whose min counts once (lanes 0, 1).
+        for (int j = 0; j < kFolded; ++j) {
+            for (int k = 0; k < 4; ++k) {
+                for (int m = 0; m < 4; ++m) {
+                    const int i = (m & 1) * kGroupTokens + (kTokens == 1 ? t0 : 2 * j + (m >> 1));
+                    const float d = a[k].d[i];
+                    o.ad[j][4 * k + m] = d;
+                    o.ys[j][4 * k + m] = kTokens == 1 && m >= 2 ? 0.0f : d * static_cast<float>(a[k].offset[i] / 8);
+                }
+            }
+        }
+    }
+}
+
+// kRows rows x kTokens tokens (t0.. of group g) over super-blocks [s0, s1), with their Q5KAct
+// (act[0] for s0): y is set for s0 == 0 and added to otherwise. For a group, the 4 tokens' sums
+// fold into 2 registers (vpunpck{l,h}qdq and an add): lane m of quarter k holds block
+// 2k + (m & 1) of token 2j + (m >> 1), so each lane is one (block, token) and one multiply-add
+// scales them all.
+template <int kTokens, int kRows>
+void q5k_rows(const MatmulProblem &p, int64_t r, int64_t g, int t0, int64_t s0, int64_t s1, const Q5KAct<kTokens> *act) {
+    constexpr int kFolded = Q5KAct<kTokens>::kFolded;
+    const uint8_t *row[kRows];
+    __m512 acc[kRows][kFolded];
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+        row[i] = p.w + (r + i) * p.w_row_bytes;
+#pragma GCC unroll 2
+        for (int j = 0; j < kFolded; ++j) acc[i][j] = _mm512_setzero_ps();
+    }
+    const __m128i identity = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    // Each lane's block, 2k + (m & 1) for lane m of quarter k: where its scale and min come from.
+    const __m512i block_of_lane = _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7);
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const Q5KAct<kTokens> &a = act[sb - s0];
+        if constexpr (kTokens == 1) {
+#pragma GCC unroll 4
+            for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kQ5KBytes, kRows * p.w_row_bytes, kQ5KBytes);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < kRows; ++i) {
+            const uint8_t *blk = row[i] + sb * kQ5KBytes;
+            __m512i q[4];
+            q5k_quants(blk, q);
+            __m512i s[kTokens];
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) {
+                s[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_load_si512(a.y[t][0]));
+#pragma GCC unroll 3
+                for (int j = 1; j < 4; ++j) s[t] = _mm512_dpbusd_epi32(s[t], q[j], _mm512_load_si512(a.y[t][j]));
+            }
+            __m512i f[kFolded];
+            if constexpr (kTokens == 1) {
+                f[0] = s[0];
+            } else {
+#pragma GCC unroll 2
+                for (int j = 0; j < 2; ++j) {
+                    f[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * j], s[2 * j + 1]),
+                                            _mm512_unpackhi_epi64(s[2 * j], s[2 * j + 1]));
+                }
+            }
+            __m256 d8, m8;
+            k_affine_scales(blk, p.fp16_table, identity, &d8, &m8);
+            const __m512 wd = _mm512_permutexvar_ps(block_of_lane, _mm512_castps256_ps512(d8));
+            const __m512 wm = _mm512_permutexvar_ps(block_of_lane, _mm512_castps256_ps512(m8));
+#pragma GCC unroll 2
+            for (int j = 0; j < kFolded; ++j) {
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[j]), _mm512_mul_ps(wd, _mm512_load_ps(a.ad[j])), acc[i][j]);
+                acc[i][j] = _mm512_fnmadd_ps(wm, _mm512_load_ps(a.ys[j]), acc[i][j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) {
+            // Token 2j's lanes are 0, 1 of each quarter of register j, token 2j + 1's are 2, 3.
+            const float out = kTokens == 1 ? _mm512_reduce_add_ps(acc[i][0])
+                                           : _mm512_reduce_add_ps(_mm512_maskz_mov_ps(t % 2 ? 0xCCCC : 0x3333, acc[i][t / 2]));
+            float &y = p.y[(g * kGroupTokens + t0 + t) * p.rows + r + i];
+            y = s0 == 0 ? out : y + out;
+        }
+    }
+}
+
+// Tokens t0.. of group g (kTokens of them) x rows [r0, r1), over column slices of 16
+// super-blocks (4096 columns, as in quant_range): a group's Q5KAct for one slice is 20 KiB and
+// stays in L1 while every row tile of the range reads it.
+template <int kTokens, int kRows>
+void q5k_tokens(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g, int t0) {
+    constexpr int64_t kSliceSupers = 16;
+    Q5KAct<kTokens> act[kSliceSupers];
+    const int64_t n_super = p.cols / 256;
+    for (int64_t s0 = 0; s0 < n_super; s0 += kSliceSupers) {
+        const int64_t s1 = s0 + kSliceSupers < n_super ? s0 + kSliceSupers : n_super;
+        q5k_act<kTokens>(p, g, t0, s0, s1, act);
+        int64_t r = r0;
+        for (; r + kRows <= r1; r += kRows) q5k_rows<kTokens, kRows>(p, r, g, t0, s0, s1, act);
+        for (; r < r1; ++r) q5k_rows<kTokens, 1>(p, r, g, t0, s0, s1, act);
+    }
+}
+
+void q5k_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+    constexpr int kGroupRows = 2, kTokenRows = 4;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t n_tok = p.n_tokens - g * kGroupTokens;
+        if (n_tok >= kGroupTokens) {
+            q5k_tokens<kGroupTokens, kGroupRows>(p, r0, r1, g, 0);
+        } else {
+            for (int t = 0; t < n_tok; ++t) q5k_tokens<1, kTokenRows>(p, r0, r1, g, t);
+        }
+    }
+}
+
 // ---- float weights --------------------------------------------------------------------------
 
 // 16 weights from column c on; with a mask, only the lanes it selects (the others read as 0).
@@ -620,7 +977,8 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             if (p.interleaved) interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
             else kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
             break;
-        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;  // Q5_K
+        case TensorType::Q5_K: q5k_range(p, r0, r1, g0, g1); break;
+        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;
     }
 }
 
@@ -820,10 +1178,6 @@ void weighted_row_sum_avx512(float *const *outs, int m, const float *weights, in
 }
 
 // The AVX2 kernels, called through their table: this file's flags must not touch their code.
-void quantize_activations_avx512(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
-                                 ActBlockPair *act) {
-    kAvx2Kernels.quantize_activations(x, cols, n_tokens, g0, g1, act);
-}
 void dequantize_avx512(TensorType type, const void *src, float *dst, int64_t n, const float *fp16_table) {
     kAvx2Kernels.dequantize(type, src, dst, n, fp16_table);
 }

@@ -63,6 +63,24 @@ void halves_to_floats_f16c(const uint16_t *src, float *dst, int64_t n) {
     for (; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
 
+// Scales of a Q4_K/Q5_K super-block as floats: d * sc[j] and dmin * m[j], in the block order
+// given by a byte shuffle of [sc0..7 | m0..7] (identity, or [0 2 4 6 1 3 5 7] for decoding).
+// The 6-bit codes are unpacked four at a time from 32-bit words (see BlockQ4_K in quant.h): the
+// top 2 bits of sc[4..7] (m[4..7]) are bits 6-7 of bytes 0-3 (4-7), moved to bits 4-5.
+inline void k_affine_scales(const uint8_t *blk, const float *fp16_table, __m128i order, __m256 *d8, __m256 *m8) {
+    uint32_t w[3];
+    std::memcpy(w, blk + 4, sizeof w);
+    const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
+    const __m128i codes = _mm_shuffle_epi8(
+        _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi)),
+        order);
+    *d8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), _mm256_broadcast_ss(fp16_table + load_u16(blk)));
+    *m8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))),
+                        _mm256_broadcast_ss(fp16_table + load_u16(blk + 2)));
+}
+
 // Sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
 // pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
 // 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
