@@ -15,7 +15,7 @@
 //     one multiply by the 8 scales and one FMA serve 8 such pairs of 32 products each, which is
 //     what makes prompts fast.
 //   - A single token (decoding) cannot fill the lanes that way and does that float work per block
-//     pair instead; memory bandwidth is the limit there, and the weights are prefetched.
+//     pair instead; memory bandwidth is the limit there.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -297,11 +297,8 @@ void quant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
         row[i] = p.w + (r + i) * p.w_row_bytes;
         acc[i] = _mm256_setzero_ps();
     }
-    constexpr int64_t kPairBytes = 2 * (kType == TensorType::Q4_0 ? kQ4Bytes : kQ8Bytes);
     for (int64_t q = 0; q < n_full; ++q) {
         const TokenAct y = token_act(act[q], t);
-#pragma GCC unroll 4
-        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + q * kPairBytes, kRows * p.w_row_bytes, kPairBytes);
 #pragma GCC unroll 4
         for (int i = 0; i < kRows; ++i) acc[i] = token_step(load_pair<kType, true>(row[i], q, p.fp16_table), y, acc[i]);
     }
@@ -332,8 +329,6 @@ void q4_token_row_pairs(const MatmulProblem &p, int64_t r, int64_t g, int t) {
         const TokenAct y = token_act(act[q], t);
         // [off_b 0 off_b 0 | off_b+1 0 off_b+1 0]: one share per (row, block) pair of lanes.
         const __m256i offset2 = _mm256_shuffle_epi32(y.offset, _MM_SHUFFLE(1, 0, 1, 0));
-#pragma GCC unroll 8
-        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + q * 2 * kQ4Bytes, kRows * p.w_row_bytes, 2 * kQ4Bytes);
 #pragma GCC unroll 4
         for (int i = 0; i < kRowPairs; ++i) {
             acc[i] = token_step2(load_q4_pair<true>(row[2 * i] + q * 2 * kQ4Bytes, p.fp16_table),
@@ -837,8 +832,6 @@ void kquant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
                                               a[3].offset[4 + t]);
         const __m256 ysum = _mm256_mul_ps(ad, _mm256_cvtepi32_ps(_mm256_srai_epi32(off, 3)));  // a * sum(y)
 #pragma GCC unroll 8
-        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kBytes, kRows * p.w_row_bytes, kBytes);
-#pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
             const uint8_t *blk = row[i] + sb * kBytes;
             __m256i s[4];
@@ -901,8 +894,6 @@ void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
         // The folded block sums come out in the order [0 1 4 5 | 2 3 6 7] (see below).
         const __m256 ad = _mm256_setr_ps(a[0].d[t], a[0].d[4 + t], a[2].d[t], a[2].d[4 + t], a[1].d[t], a[1].d[4 + t],
                                          a[3].d[t], a[3].d[4 + t]);
-#pragma GCC unroll 8
-        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kQ6KBytes, kRows * p.w_row_bytes, kQ6KBytes);
 #pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
             const uint8_t *blk = row[i] + sb * kQ6KBytes;
@@ -999,14 +990,6 @@ void float_tile(const MatmulProblem &p, int64_t r, int64_t tok) {
     }
     int64_t c = 0;
     for (; c + 8 <= p.cols; c += 8) {
-        if constexpr (kTokens == 1) {  // decoding: the weights are streamed once (see prefetch_next_tile)
-            constexpr int64_t kElementBytes = kF16 ? 2 : 4;
-            // One line of each row's next-tile stream per 64 bytes read (every 4th or 2nd step).
-            if ((c * kElementBytes) % 64 == 0) {
-#pragma GCC unroll 16
-                for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + c * kElementBytes, kRows * p.w_row_bytes, 64);
-            }
-        }
         __m256 w[kRows];
 #pragma GCC unroll 16
         for (int i = 0; i < kRows; ++i) w[i] = load_w8<kF16>(row[i], c);

@@ -371,9 +371,9 @@ inline __m512 q8_token_step(const uint8_t *blk, const Q8TokenPair &y, const floa
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d, y.d), acc);
 }
 
-// Row r x token t of group g, prefetching the next row's bytes. One row at a time: tiles of 4 rows
-// (which share each pair's activations) decoded Q8_0 at half the speed on this machine class
-// (one thread, 134M Q8_0 model: 4 rows 80-85 tok/s, 1 row 166-167; the AVX2 kernel's 4 rows 78-80).
+// Row r x token t of group g. One row at a time: tiles of 4 rows (which share each pair's
+// activations) decoded Q8_0 at half the speed on the current machines (one thread, 134M Q8_0
+// model: 4 rows 80-85 tok/s, 1 row 166-167; the AVX2 kernel's 4 rows 78-80).
 void q8_token_row(const MatmulProblem &p, int64_t r, int64_t g, int t) {
     constexpr int64_t kPairBytes = 2 * kQ8Bytes;
     const ActBlockPair *act = p.act + g * p.n_pairs;
@@ -381,7 +381,6 @@ void q8_token_row(const MatmulProblem &p, int64_t r, int64_t g, int t) {
     const uint8_t *row = p.w + r * p.w_row_bytes;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t q = 0; q < n_full; ++q) {
-        prefetch_next_tile(row + q * kPairBytes, p.w_row_bytes, kPairBytes);
         acc = q8_token_step<true>(row + q * kPairBytes, q8_token_pair<true>(act[q], t), p.fp16_table, acc);
     }
     if (n_blocks & 1) acc = q8_token_step<false>(row + n_full * kPairBytes, q8_token_pair<false>(act[n_full], t), p.fp16_table, acc);
@@ -682,8 +681,6 @@ void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
             ad[k] = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(a[k].d[t]), _mm512_set1_ps(a[k].d[kGroupTokens + t]));
         }
 #pragma GCC unroll 8
-        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kQ6KBytes, kRows * p.w_row_bytes, kQ6KBytes);
-#pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
             const uint8_t *blk = row[i] + sb * kQ6KBytes;
             const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load128(blk + 192)));
@@ -838,10 +835,6 @@ void q5k_rows(const MatmulProblem &p, int64_t r, int64_t g, int t0, int64_t s0, 
     const __m512i block_of_lane = _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7);
     for (int64_t sb = s0; sb < s1; ++sb) {
         const Q5KAct<kTokens> &a = act[sb - s0];
-        if constexpr (kTokens == 1) {
-#pragma GCC unroll 4
-            for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + sb * kQ5KBytes, kRows * p.w_row_bytes, kQ5KBytes);
-        }
 #pragma GCC unroll 4
         for (int i = 0; i < kRows; ++i) {
             const uint8_t *blk = row[i] + sb * kQ5KBytes;
@@ -964,12 +957,11 @@ void float_tile(const MatmulProblem &p, int64_t r, int64_t tok) {
 }
 
 // One token against kRows rows: decoding, which streams the weights once and is bound by memory.
-// Each step takes 32 columns of every row (a 64-byte line of halves, two of floats), prefetching
-// them from the next tile, into two accumulators per row so that the additions do not wait on
-// each other.
+// Each step takes 32 columns of every row (a 64-byte line of halves, two of floats) into two
+// accumulators per row so that the additions do not wait on each other.
 template <bool kF16, int kRows>
 void float_token_rows(const MatmulProblem &p, int64_t r, int64_t tok) {
-    constexpr int64_t kStep = 32, kElementBytes = kF16 ? 2 : 4;
+    constexpr int64_t kStep = 32;
     const uint8_t *row[kRows];
 #pragma GCC unroll 16
     for (int i = 0; i < kRows; ++i) row[i] = p.w + (r + i) * p.w_row_bytes;
@@ -979,8 +971,6 @@ void float_token_rows(const MatmulProblem &p, int64_t r, int64_t tok) {
     for (int i = 0; i < kRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + kStep <= p.cols; c += kStep) {
-#pragma GCC unroll 16
-        for (int i = 0; i < kRows; ++i) prefetch_next_tile(row[i] + c * kElementBytes, kRows * p.w_row_bytes, kStep * kElementBytes);
         const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
 #pragma GCC unroll 16
         for (int i = 0; i < kRows; ++i) {

@@ -22,21 +22,12 @@ inline uint16_t load_u16(const uint8_t *p) {
     return v;
 }
 
-// Decoding streams each weight once, from L3 or DRAM, and the hardware prefetcher alone leaves a
-// core short of the bandwidth it can get. A decoding tile reads its rows side by side, and they
-// lie one after another in memory, so a fixed distance ahead within a row mostly lands in rows the
-// tile is reading already (2 KiB was inside a tile of four 1.5 KiB F16 rows, and decoding F16
-// weights ran 25-45% slower for it). Each row instead prefetches the bytes it reads in this step
-// (at, `bytes` of them) from the row one tile further on: tile_bytes = rows per tile x row bytes.
-inline void prefetch_next_tile(const uint8_t *at, int64_t tile_bytes, int64_t bytes) {
-    for (int64_t line = 0; line < bytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char *>(at + tile_bytes + line), _MM_HINT_T0);
-    }
-}
-
 // Decoding the interleaved layouts streams one run of blocks per 8 rows: 2 KiB ahead in it (the
 // hardware prefetcher alone leaves a core short of its bandwidth: measured ~13 -> ~16 GB/s per core
-// on a 32000x768 Q4_0 matrix). Row tiles in the file's layout use prefetch_next_tile instead.
+// on a 32000x768 Q4_0 matrix). Rows in the file's layout are read one after another, or a few side
+// by side, and are left to the hardware prefetcher: prefetching the same bytes of the next rows
+// made decoding slower on the current machines (F16 15-25%, Q8_0 6-20%, three interleaved rounds
+// at 2 threads and two at 1; Q5_K unchanged).
 constexpr int64_t kPrefetchBytes = 2048;
 
 inline void prefetch_ahead(const uint8_t *p) {
