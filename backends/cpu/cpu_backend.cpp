@@ -373,6 +373,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
             for (int tt = 0; tt < t1 - t0; ++tt) {
                 visible[tt] = (tt == 0 ? seen_by_all : visible[tt - 1]) + seen_from[tt];
                 end[tt] = std::max(tt == 0 ? seen_by_all_end : end[tt - 1], seen_from_end[tt]);
+                if (!gather_statistics) continue;  // group weights feed the statistics alone
                 float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * n_slots;
                 std::fill(group_weight, group_weight + used, 0.0f);
             }
@@ -429,8 +430,8 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                         }
                     }
                 }
-                // Each token's weights summed over its query heads, in head order.
-                for (int j = 0; j < m; ++j) {
+                // Each token's weights summed over its query heads, in head order (for the statistics).
+                for (int j = 0; gather_statistics && j < m; ++j) {
                     const int t = t0 + (r0 + j) / group;
                     const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
                     float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;

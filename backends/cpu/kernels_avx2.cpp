@@ -285,32 +285,16 @@ void quant_group_rows(const MatmulProblem &p, int64_t r, int64_t g, int64_t q0, 
     }
 }
 
-// kRows rows x one token (token t of group g): the decode case.
-template <TensorType kType, int kRows>
-void quant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
+// Row r x one token (token t of group g): the decode case, one row at a time (see quant_range).
+template <TensorType kType>
+void quant_token_row(const MatmulProblem &p, int64_t r, int64_t g, int t) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const int64_t n_blocks = p.cols / 32, n_full = n_blocks / 2;
-    const uint8_t *row[kRows];
-    __m256 acc[kRows];
-#pragma GCC unroll 4
-    for (int i = 0; i < kRows; ++i) {
-        row[i] = p.w + (r + i) * p.w_row_bytes;
-        acc[i] = _mm256_setzero_ps();
-    }
-    for (int64_t q = 0; q < n_full; ++q) {
-        const TokenAct y = token_act(act[q], t);
-#pragma GCC unroll 4
-        for (int i = 0; i < kRows; ++i) acc[i] = token_step(load_pair<kType, true>(row[i], q, p.fp16_table), y, acc[i]);
-    }
-    if (n_blocks & 1) {
-        const TokenAct y = token_act(act[n_full], t);
-#pragma GCC unroll 4
-        for (int i = 0; i < kRows; ++i) {
-            acc[i] = token_step(load_pair<kType, false>(row[i], n_full, p.fp16_table), y, acc[i]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < kRows; ++i) p.y[(g * kGroupTokens + t) * p.rows + r + i] = hsum(acc[i]);
+    const uint8_t *row = p.w + r * p.w_row_bytes;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t q = 0; q < n_full; ++q) acc = token_step(load_pair<kType, true>(row, q, p.fp16_table), token_act(act[q], t), acc);
+    if (n_blocks & 1) acc = token_step(load_pair<kType, false>(row, n_full, p.fp16_table), token_act(act[n_full], t), acc);
+    p.y[(g * kGroupTokens + t) * p.rows + r] = hsum(acc);
 }
 
 // Q4_0 decode: 2 * kRowPairs rows x one token, two rows folded per vector (see token_step2).
@@ -617,7 +601,7 @@ void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
                     for (; r + 8 <= r1; r += 8) q4_token_row_pairs<4>(p, r, g, t);
                     for (; r + 2 <= r1; r += 2) q4_token_row_pairs<1>(p, r, g, t);
                 }
-                for (; r < r1; ++r) quant_token_rows<kType, 1>(p, r, g, t);
+                for (; r < r1; ++r) quant_token_row<kType>(p, r, g, t);
             }
         }
     }
