@@ -9,24 +9,6 @@
 
 namespace h2o {
 
-namespace {
-
-float read_f32(const uint8_t *p) {
-    float f;
-    std::memcpy(&f, p, sizeof(f));
-    return f;
-}
-
-float read_f16(const uint8_t *p) {
-    uint16_t h;
-    std::memcpy(&h, p, sizeof(h));
-    return fp16_to_fp32(h);
-}
-
-int nibble(const uint8_t *q, int i) { return (q[i / 2] >> (4 * (i & 1))) & 15; }
-
-}  // namespace
-
 const char *kv_row_format_name(KvRowFormat type) {
     switch (type) {
         case KvRowFormat::F32: return "f32";
@@ -89,61 +71,5 @@ size_t kv_row_bytes(KvRowFormat type, int head_dim) {
 void kv_store_row(KvRowFormat type, const float *src, int n, uint8_t *dst) { kv_encode_row(type, src, n, dst); }
 
 void kv_load_row(KvRowFormat type, const uint8_t *src, int n, float *dst) { kv_decode_row(type, src, n, dst); }
-
-float kv_dot_row(KvRowFormat type, const float *q, const uint8_t *row, int n) {
-    switch (type) {
-        case KvRowFormat::F32: {
-            float sum = 0;
-            const float *k = reinterpret_cast<const float *>(row);  // rows of F32 are 4-byte aligned
-            for (int i = 0; i < n; ++i) sum += q[i] * k[i];
-            return sum;
-        }
-        case KvRowFormat::F16: {
-            float sum = 0;
-            for (int i = 0; i < n; ++i) sum += q[i] * read_f16(row + 2 * i);
-            return sum;
-        }
-        case KvRowFormat::Q8: {
-            const auto *k = reinterpret_cast<const int8_t *>(row + 4);
-            float sum = 0;
-            for (int i = 0; i < n; ++i) sum += q[i] * static_cast<float>(k[i]);
-            return read_f32(row) * sum;
-        }
-        case KvRowFormat::Q4: {
-            // q · (min + scale * c) = min * Σq + scale * Σ q_i c_i
-            float sum_q = 0, sum_qc = 0;
-            for (int i = 0; i < n; ++i) {
-                sum_q += q[i];
-                sum_qc += q[i] * static_cast<float>(nibble(row + 4, i));
-            }
-            return read_f16(row + 2) * sum_q + read_f16(row) * sum_qc;
-        }
-    }
-    return 0;
-}
-
-void kv_axpy_row(KvRowFormat type, float *out, float w, const uint8_t *row, int n) {
-    switch (type) {
-        case KvRowFormat::F32: {
-            const float *v = reinterpret_cast<const float *>(row);
-            for (int i = 0; i < n; ++i) out[i] += w * v[i];
-            return;
-        }
-        case KvRowFormat::F16:
-            for (int i = 0; i < n; ++i) out[i] += w * read_f16(row + 2 * i);
-            return;
-        case KvRowFormat::Q8: {
-            const float ws = w * read_f32(row);
-            const auto *v = reinterpret_cast<const int8_t *>(row + 4);
-            for (int i = 0; i < n; ++i) out[i] += ws * static_cast<float>(v[i]);
-            return;
-        }
-        case KvRowFormat::Q4: {
-            const float ws = w * read_f16(row), wm = w * read_f16(row + 2);
-            for (int i = 0; i < n; ++i) out[i] += wm + ws * static_cast<float>(nibble(row + 4, i));
-            return;
-        }
-    }
-}
 
 }  // namespace h2o

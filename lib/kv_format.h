@@ -1,26 +1,14 @@
-// Element formats of the KV cache. A KvType names the format of keys and of values; each is one
-// of the row formats below. Each stored key or value vector (one head of one token) is a
-// self-contained row with its own scale, since head sizes vary (stories260K has 8 dimensions per
-// head) and blocks of 32 cannot be assumed:
-//   F32  head_dim floats
-//   F16  head_dim IEEE halves
-//   Q8   float scale, then head_dim int8: x = scale * q             (symmetric, q in [-127, 127])
-//   Q4   fp16 scale, fp16 min, then head_dim/2 bytes of nibbles: x = min + scale * q  (q in 0..15;
-//        element 2i in the low nibble of byte i, element 2i+1 in the high nibble)
-// Attention reads these rows in place: dot products and weighted sums work on the stored form, so
-// the cache is never expanded to floats as a whole.
+// Element formats of the KV cache: the row formats (kv_row_format.h) and the cache types built
+// of them, with the functions that store and read rows.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kv_row_format.h"
 #include "status.h"
 
 namespace h2o {
-
-enum class KvRowFormat : uint32_t { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3 };
-
-constexpr uint32_t kKvRowFormatCount = 4;
 
 const char *kv_row_format_name(KvRowFormat type);
 
@@ -46,9 +34,5 @@ size_t kv_row_bytes(KvRowFormat type, int head_dim);
 
 void kv_store_row(KvRowFormat type, const float *src, int head_dim, uint8_t *dst);
 void kv_load_row(KvRowFormat type, const uint8_t *src, int head_dim, float *dst);
-// q · row
-float kv_dot_row(KvRowFormat type, const float *q, const uint8_t *row, int head_dim);
-// out += w * row
-void kv_axpy_row(KvRowFormat type, float *out, float w, const uint8_t *row, int head_dim);
 
 }  // namespace h2o

@@ -15,6 +15,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/kernels_internal.h"
+#include "kv_format.h"
 #include "quant.h"
 #include "thread_pool.h"
 
@@ -1140,112 +1141,106 @@ void check_vector_ops(cpu::KernelIsa isa) {
         }
     }
 
-    // Attention rows: the head sizes some levels unroll (64, 128) and others, with rows further
-    // apart than their length. Rows whose weight is 0 hold NaN: they must never be read.
-    for (int64_t len : {64, 128, 37, 16}) {
-        CAPTURE(len);
-        const int64_t n = 35, stride = len + 5;  // blocks of 16 rows and a tail
-        const std::vector<float> q = random_vector(rng, len), w0 = random_vector(rng, n), out0 = random_vector(rng, len);
-        std::vector<float> rows = random_vector(rng, n * stride);
-        std::vector<float> scores(n + 1, -7.0f);
-        const float *query = q.data();
-        cpu::dot_rows(&query, 1, rows.data(), stride, n, len, scores.data(), n);
-        CHECK(scores[n] == -7.0f);
-        for (int64_t i = 0; i < n; ++i) {
-            double want = 0.0, mag = 0.0;
-            for (int64_t j = 0; j < len; ++j) {
-                want += static_cast<double>(q[j]) * rows[i * stride + j];
-                mag += std::fabs(static_cast<double>(q[j]) * rows[i * stride + j]);
-            }
-            CHECK(std::fabs(scores[i] - want) <= 1e-5 * mag);
-        }
-        std::vector<float> w = w0;
-        for (int64_t i : {int64_t{2}, int64_t{7}, int64_t{20}, int64_t{33}}) {
-            w[i] = 0.0f;
-            for (int64_t j = 0; j < len; ++j) rows[i * stride + j] = NAN;
-        }
-        std::vector<float> out = out0;
-        out.push_back(-7.0f);
-        float *out_row = out.data();
-        cpu::weighted_row_sum(&out_row, 1, w.data(), n, rows.data(), stride, n, len);
-        CHECK(out[len] == -7.0f);
-        for (int64_t j = 0; j < len; ++j) {
-            double want = out0[j], mag = std::fabs(out0[j]);
+    // Attention over KV rows of every format, for the head sizes some levels unroll (64, 128) and
+    // others (with tails: 37, 38), with rows further apart than they are long. Scores and outputs
+    // against double-precision sums over the rows' decoded values (kv_load_row; Q4's SIMD levels
+    // round min + scale * q once, well within the bound). Rows whose weight is 0 hold NaN (a NaN
+    // scale for Q8 and Q4): they must never be read.
+    for (uint32_t f = 0; f < kKvRowFormatCount; ++f) {
+        const auto format = static_cast<KvRowFormat>(f);
+        for (int64_t len : {64, 128, 37, 38, 16}) {
+            if (format == KvRowFormat::Q4 && len % 2 != 0) continue;
+            CAPTURE(kv_row_format_name(format));
+            CAPTURE(len);
+            const int64_t n = 35, row_bytes = static_cast<int64_t>(kv_row_bytes(format, static_cast<int>(len))) + 12;
+            const std::vector<float> q = random_vector(rng, len), w0 = random_vector(rng, n), out0 = random_vector(rng, len);
+            std::vector<uint8_t> rows(n * row_bytes);
+            std::vector<float> values(n * len);
             for (int64_t i = 0; i < n; ++i) {
-                if (w[i] == 0.0f) continue;
-                want += static_cast<double>(w[i]) * rows[i * stride + j];
-                mag += std::fabs(static_cast<double>(w[i]) * rows[i * stride + j]);
+                const std::vector<float> x = random_vector(rng, len);
+                kv_store_row(format, x.data(), static_cast<int>(len), rows.data() + i * row_bytes);
+                kv_load_row(format, rows.data() + i * row_bytes, static_cast<int>(len), values.data() + i * len);
             }
-            CHECK(std::fabs(out[j] - want) <= 1e-5 * mag);
-        }
-
-        // The same over rows of halves (the F16 KV format), against the halves' exact values.
-        std::vector<uint16_t> halves(n * stride);
-        for (size_t i = 0; i < halves.size(); ++i) halves[i] = fp32_to_fp16(rows[i]);  // NaN rows stay NaN
-        std::vector<float> f16_scores(n + 1, -7.0f);
-        cpu::dot_rows_f16(&query, 1, halves.data(), stride, n, len, f16_scores.data(), n);
-        CHECK(f16_scores[n] == -7.0f);
-        for (int64_t i = 0; i < n; ++i) {
-            if (w[i] == 0.0f) continue;  // the NaN rows
-            double want = 0.0, mag = 0.0;
-            for (int64_t j = 0; j < len; ++j) {
-                want += static_cast<double>(q[j]) * fp16_to_fp32(halves[i * stride + j]);
-                mag += std::fabs(static_cast<double>(q[j]) * fp16_to_fp32(halves[i * stride + j]));
+            std::vector<float> w = w0;
+            const std::vector<float> nan_row(len, NAN);
+            for (int64_t i : {int64_t{2}, int64_t{7}, int64_t{20}, int64_t{33}}) {
+                w[i] = 0.0f;
+                uint8_t *row = rows.data() + i * row_bytes;
+                if (format == KvRowFormat::Q8) {
+                    const float nan = NAN;
+                    std::memcpy(row, &nan, sizeof nan);
+                } else if (format == KvRowFormat::Q4) {
+                    const uint16_t nan = 0x7e00;
+                    std::memcpy(row, &nan, sizeof nan);
+                } else {
+                    kv_store_row(format, nan_row.data(), static_cast<int>(len), row);
+                }
             }
-            CHECK(std::fabs(f16_scores[i] - want) <= 1e-5 * mag);
-        }
-        std::vector<float> f16_out = out0;
-        f16_out.push_back(-7.0f);
-        float *f16_out_row = f16_out.data();
-        cpu::weighted_row_sum_f16(&f16_out_row, 1, w.data(), n, halves.data(), stride, n, len);
-        CHECK(f16_out[len] == -7.0f);
-        for (int64_t j = 0; j < len; ++j) {
-            double want = out0[j], mag = std::fabs(out0[j]);
+            std::vector<float> scores(n + 1, -7.0f);
+            const float *query = q.data();
+            cpu::dot_kv_rows(format, &query, 1, rows.data(), row_bytes, n, len, scores.data(), n);
+            CHECK(scores[n] == -7.0f);
             for (int64_t i = 0; i < n; ++i) {
-                if (w[i] == 0.0f) continue;
-                want += static_cast<double>(w[i]) * fp16_to_fp32(halves[i * stride + j]);
-                mag += std::fabs(static_cast<double>(w[i]) * fp16_to_fp32(halves[i * stride + j]));
+                if (w[i] == 0.0f) continue;  // the NaN rows
+                double want = 0.0, mag = 0.0;
+                for (int64_t j = 0; j < len; ++j) {
+                    want += static_cast<double>(q[j]) * values[i * len + j];
+                    mag += std::fabs(static_cast<double>(q[j]) * values[i * len + j]);
+                }
+                CHECK(std::fabs(scores[i] - want) <= 1e-5 * mag);
             }
-            CHECK(std::fabs(f16_out[j] - want) <= 1e-5 * mag);
+            std::vector<float> out = out0;
+            out.push_back(-7.0f);
+            float *out_row = out.data();
+            cpu::weighted_kv_row_sum(format, &out_row, 1, w.data(), n, rows.data(), row_bytes, n, len);
+            CHECK(out[len] == -7.0f);
+            for (int64_t j = 0; j < len; ++j) {
+                double want = out0[j], mag = std::fabs(out0[j]);
+                for (int64_t i = 0; i < n; ++i) {
+                    if (w[i] == 0.0f) continue;
+                    want += static_cast<double>(w[i]) * values[i * len + j];
+                    mag += std::fabs(static_cast<double>(w[i]) * values[i * len + j]);
+                }
+                CHECK(std::fabs(out[j] - want) <= 1e-5 * mag);
+            }
         }
     }
 
     // Several queries at once (a prompt's tile): every score and output has exactly the bits it
     // has alone, for query counts below, at and past the kernels' register blocks, each query with
-    // its own zero weights.
-    for (int64_t len : {64, 128, 37}) {
-        for (int m : {2, 4, 5, 11}) {
-            CAPTURE(len);
-            CAPTURE(m);
-            const int64_t n = 37, stride = len + 3;  // blocks of 16 rows and a tail
-            const std::vector<float> rows = random_vector(rng, n * stride), qs = random_vector(rng, m * len);
-            std::vector<uint16_t> halves(rows.size());
-            for (size_t i = 0; i < halves.size(); ++i) halves[i] = fp32_to_fp16(rows[i]);
-            std::vector<float> w = random_vector(rng, m * n);
-            for (int j = 0; j < m; ++j) w[j * n + (j * 5) % n] = w[j * n + (j * 3 + 1) % n] = 0.0f;
-            const std::vector<float> out0 = random_vector(rng, m * len);
-            std::vector<const float *> queries(m);
-            for (int j = 0; j < m; ++j) queries[j] = qs.data() + j * len;
-            for (bool f16 : {false, true}) {
-                CAPTURE(f16);
+    // its own zero weights, in every row format.
+    for (uint32_t f = 0; f < kKvRowFormatCount; ++f) {
+        const auto format = static_cast<KvRowFormat>(f);
+        for (int64_t len : {64, 128, 38}) {
+            for (int m : {2, 4, 5, 11}) {
+                CAPTURE(kv_row_format_name(format));
+                CAPTURE(len);
+                CAPTURE(m);
+                const int64_t n = 37, row_bytes = static_cast<int64_t>(kv_row_bytes(format, static_cast<int>(len))) + 4;
+                std::vector<uint8_t> rows(n * row_bytes);
+                for (int64_t i = 0; i < n; ++i) {
+                    kv_store_row(format, random_vector(rng, len).data(), static_cast<int>(len), rows.data() + i * row_bytes);
+                }
+                const std::vector<float> qs = random_vector(rng, m * len);
+                std::vector<float> w = random_vector(rng, m * n);
+                for (int j = 0; j < m; ++j) w[j * n + (j * 5) % n] = w[j * n + (j * 3 + 1) % n] = 0.0f;
+                const std::vector<float> out0 = random_vector(rng, m * len);
+                std::vector<const float *> queries(m);
+                for (int j = 0; j < m; ++j) queries[j] = qs.data() + j * len;
                 std::vector<float> together(m * n), alone(m * n);
-                if (f16) cpu::dot_rows_f16(queries.data(), m, halves.data(), stride, n, len, together.data(), n);
-                else cpu::dot_rows(queries.data(), m, rows.data(), stride, n, len, together.data(), n);
+                cpu::dot_kv_rows(format, queries.data(), m, rows.data(), row_bytes, n, len, together.data(), n);
                 for (int j = 0; j < m; ++j) {
-                    if (f16) cpu::dot_rows_f16(&queries[j], 1, halves.data(), stride, n, len, alone.data() + j * n, n);
-                    else cpu::dot_rows(&queries[j], 1, rows.data(), stride, n, len, alone.data() + j * n, n);
+                    cpu::dot_kv_rows(format, &queries[j], 1, rows.data(), row_bytes, n, len, alone.data() + j * n, n);
                 }
                 CHECK(std::memcmp(together.data(), alone.data(), together.size() * sizeof(float)) == 0);
 
                 std::vector<float> out_together = out0, out_alone = out0;
                 std::vector<float *> outs(m);
                 for (int j = 0; j < m; ++j) outs[j] = out_together.data() + j * len;
-                if (f16) cpu::weighted_row_sum_f16(outs.data(), m, w.data(), n, halves.data(), stride, n, len);
-                else cpu::weighted_row_sum(outs.data(), m, w.data(), n, rows.data(), stride, n, len);
+                cpu::weighted_kv_row_sum(format, outs.data(), m, w.data(), n, rows.data(), row_bytes, n, len);
                 for (int j = 0; j < m; ++j) {
                     float *one = out_alone.data() + j * len;
-                    if (f16) cpu::weighted_row_sum_f16(&one, 1, w.data() + j * n, n, halves.data(), stride, n, len);
-                    else cpu::weighted_row_sum(&one, 1, w.data() + j * n, n, rows.data(), stride, n, len);
+                    cpu::weighted_kv_row_sum(format, &one, 1, w.data() + j * n, n, rows.data(), row_bytes, n, len);
                 }
                 CHECK(std::memcmp(out_together.data(), out_alone.data(), out_together.size() * sizeof(float)) == 0);
             }

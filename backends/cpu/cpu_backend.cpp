@@ -317,7 +317,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float decay = policy.persistence_decay;
     // A unit is a tile of consecutive tokens of one kv head: its query heads and tokens read the
-    // head's keys and values together (cpu::dot_rows and weighted_row_sum load each row once for
+    // head's keys and values together (cpu::dot_kv_rows and weighted_kv_row_sum load each row once for
     // up to kTileQueries queries), which gives every query the bits it has alone.
     const int tile_tokens = std::max(1, kTileQueries / group);
     const int n_tiles = (n + tile_tokens - 1) / tile_tokens;
@@ -391,21 +391,8 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                 }
                 const int scored = end[(r0 + m - 1) / group];  // the chunk's last token sees the most
                 // Every slot before `scored` is scored for every query, then each query's unseen
-                // ones are masked. F32 and F16 rows go through the SIMD row kernels; the other
-                // formats are read in place (kv_format.h).
-                if (key_format == KvRowFormat::F32) {
-                    cpu::dot_rows(queries, m, reinterpret_cast<const float *>(view.keys), key_row / sizeof(float), scored, hd,
-                                  scratch.weight, n_slots);
-                } else if (key_format == KvRowFormat::F16) {
-                    cpu::dot_rows_f16(queries, m, reinterpret_cast<const uint16_t *>(view.keys), key_row / sizeof(uint16_t), scored, hd,
-                                      scratch.weight, n_slots);
-                } else {
-                    for (int j = 0; j < m; ++j) {
-                        for (int s = 0; s < scored; ++s) {
-                            scratch.weight[static_cast<size_t>(j) * n_slots + s] = kv_dot_row(key_format, queries[j], view.keys + s * key_row, hd);
-                        }
-                    }
-                }
+                // ones are masked. The rows are read in their stored form (kv_format.h).
+                cpu::dot_kv_rows(key_format, queries, m, view.keys, key_row, scored, hd, scratch.weight, n_slots);
                 for (int j = 0; j < m; ++j) {
                     const int t = t0 + (r0 + j) / group, query_end = end[t - t0];
                     float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
@@ -416,20 +403,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                     cpu::softmax(weight, query_end);
                     std::fill(weight + query_end, weight + scored, 0.0f);  // the weighted sum passes over them
                 }
-                if (value_format == KvRowFormat::F32) {
-                    cpu::weighted_row_sum(outs, m, scratch.weight, n_slots, reinterpret_cast<const float *>(view.values),
-                                          value_row / sizeof(float), scored, hd);
-                } else if (value_format == KvRowFormat::F16) {
-                    cpu::weighted_row_sum_f16(outs, m, scratch.weight, n_slots, reinterpret_cast<const uint16_t *>(view.values),
-                                              value_row / sizeof(uint16_t), scored, hd);
-                } else {
-                    for (int j = 0; j < m; ++j) {
-                        const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
-                        for (int s = 0; s < scored; ++s) {
-                            if (weight[s] != 0.0f) kv_axpy_row(value_format, outs[j], weight[s], view.values + s * value_row, hd);
-                        }
-                    }
-                }
+                cpu::weighted_kv_row_sum(value_format, outs, m, scratch.weight, n_slots, view.values, value_row, scored, hd);
                 // Each token's weights summed over its query heads, in head order (for the statistics).
                 for (int j = 0; gather_statistics && j < m; ++j) {
                     const int t = t0 + (r0 + j) / group;

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "cpu/kernels_internal.h"
+#include "kv_row_codec.h"
 #include "quant.h"
 
 #if defined(H2O_KERNELS_X86)
@@ -491,8 +492,8 @@ namespace detail {
 const KernelTable kScalarKernels = {
     quantize_activations_scalar, matmul_range_scalar, dequantize_scalar, dot_f32_scalar,
     axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
-    nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
-    nullptr, nullptr,  // the same for F16 rows
+    {},                // dot_kv_rows: the loops in kernels.cpp
+    {},                // weighted_kv_row_sum: the same
     nullptr, nullptr,  // half conversions: the loops in kernels.cpp
     nullptr,           // max_value: the loop in kernels.cpp
     1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
@@ -741,51 +742,52 @@ float dot_f32(const float *a, const float *b, int64_t n) { return kernels().dot_
 
 void axpy(float *y, float a, const float *x, int64_t n) { kernels().axpy(y, a, x, n); }
 
-void dot_rows(const float *const *queries, int m, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores,
-              int64_t scores_stride) {
+// The portable loops, for levels without a kernel of the row format: F32 rows by the level's own
+// dot_f32 and axpy, the others element by element as kv_load_row decodes them.
+void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n,
+                 int64_t len, float *scores, int64_t scores_stride) {
     const KernelTable &k = kernels();
-    if (k.dot_rows) return k.dot_rows(queries, m, rows, stride, n, len, scores, scores_stride);
-    for (int j = 0; j < m; ++j) {
-        for (int64_t i = 0; i < n; ++i) scores[j * scores_stride + i] = k.dot_f32(queries[j], rows + i * stride, len);
-    }
-}
-
-void weighted_row_sum(float *const *outs, int m, const float *weights, int64_t weights_stride, const float *rows, int64_t stride,
-                      int64_t n, int64_t len) {
-    const KernelTable &k = kernels();
-    if (k.weighted_row_sum) return k.weighted_row_sum(outs, m, weights, weights_stride, rows, stride, n, len);
-    for (int j = 0; j < m; ++j) {
-        const float *w = weights + j * weights_stride;
-        for (int64_t i = 0; i < n; ++i) {
-            if (w[i] != 0.0f) k.axpy(outs[j], w[i], rows + i * stride, len);
-        }
-    }
-}
-
-void dot_rows_f16(const float *const *queries, int m, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores,
-                  int64_t scores_stride) {
-    const KernelTable &k = kernels();
-    if (k.dot_rows_f16) return k.dot_rows_f16(queries, m, rows, stride, n, len, scores, scores_stride);
+    const auto f = static_cast<uint32_t>(format);
+    if (f < kKvRowFormatCount && k.dot_kv_rows[f]) return k.dot_kv_rows[f](queries, m, rows, row_bytes, n, len, scores, scores_stride);
     const float *half = fp16_table();
     for (int j = 0; j < m; ++j) {
         for (int64_t i = 0; i < n; ++i) {
+            const uint8_t *row = rows + i * row_bytes;
             float sum = 0.0f;
-            for (int64_t c = 0; c < len; ++c) sum += queries[j][c] * half[rows[i * stride + c]];
+            if (format == KvRowFormat::F32) {
+                sum = k.dot_f32(queries[j], reinterpret_cast<const float *>(row), len);
+            } else if (format == KvRowFormat::F16) {
+                const auto *h = reinterpret_cast<const uint16_t *>(row);
+                for (int64_t c = 0; c < len; ++c) sum += queries[j][c] * half[h[c]];
+            } else {
+                for (int64_t c = 0; c < len; ++c) sum += queries[j][c] * kv_row_element(format, row, static_cast<int>(c));
+            }
             scores[j * scores_stride + i] = sum;
         }
     }
 }
 
-void weighted_row_sum_f16(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint16_t *rows,
-                          int64_t stride, int64_t n, int64_t len) {
+void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const float *weights, int64_t weights_stride,
+                         const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len) {
     const KernelTable &k = kernels();
-    if (k.weighted_row_sum_f16) return k.weighted_row_sum_f16(outs, m, weights, weights_stride, rows, stride, n, len);
+    const auto f = static_cast<uint32_t>(format);
+    if (f < kKvRowFormatCount && k.weighted_kv_row_sum[f]) {
+        return k.weighted_kv_row_sum[f](outs, m, weights, weights_stride, rows, row_bytes, n, len);
+    }
     const float *half = fp16_table();
     for (int j = 0; j < m; ++j) {
         const float *w = weights + j * weights_stride;
         for (int64_t i = 0; i < n; ++i) {
             if (w[i] == 0.0f) continue;
-            for (int64_t c = 0; c < len; ++c) outs[j][c] += w[i] * half[rows[i * stride + c]];
+            const uint8_t *row = rows + i * row_bytes;
+            if (format == KvRowFormat::F32) {
+                k.axpy(outs[j], w[i], reinterpret_cast<const float *>(row), len);
+            } else if (format == KvRowFormat::F16) {
+                const auto *h = reinterpret_cast<const uint16_t *>(row);
+                for (int64_t c = 0; c < len; ++c) outs[j][c] += w[i] * half[h[c]];
+            } else {
+                for (int64_t c = 0; c < len; ++c) outs[j][c] += w[i] * kv_row_element(format, row, static_cast<int>(c));
+            }
         }
     }
 }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kv_row_format.h"
 #include "tensor_types.h"
 #include "thread_pool.h"
 
@@ -127,27 +128,22 @@ float dot_f32(const float *a, const float *b, int64_t n);
 // y[i] += a * x[i]
 void axpy(float *y, float a, const float *x, int64_t n);
 
-// Attention over n cached rows of len floats, row i starting at rows + i * stride, for m queries
-// at once: scores[j * scores_stride + i] = dot(queries[j], row i) for j < m, i < n. A prompt's
-// queries of one kv head (its query heads, and neighbouring tokens) read the same rows: the x86
-// levels take the rows in blocks that stay in L1 while all m queries meet them (a block of halves
-// widened once). Every score has the bits it has with m = 1, whatever m: tiling the queries
-// changes no result.
-void dot_rows(const float *const *queries, int m, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores,
-              int64_t scores_stride);
+// Attention over n cached KV rows of len elements in `format` (kv_row_format.h), row i starting at
+// rows + i * row_bytes (rows of F32 4-byte aligned), for m queries at once:
+// scores[j * scores_stride + i] = dot(queries[j], row i) for j < m, i < n. A prompt's queries of
+// one kv head (its query heads, and neighbouring tokens) read the same rows: the x86 levels take
+// the rows in blocks that stay in L1 while all m queries meet them (a block of halves or codes
+// widened to floats once). Every score has the bits it has with m = 1, whatever m: tiling the
+// queries changes no result. Q8 and Q4 rows are read as their elements' values (x = scale * q,
+// x = min + scale * q; the SIMD levels round the latter once, by a fused multiply-add).
+void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n,
+                 int64_t len, float *scores, int64_t scores_stride);
 
 // outs[j][c] += sum of w_j[i] * row i [c] over the rows whose weight w_j[i] = weights[j *
 // weights_stride + i] is not 0 (those are never read for query j), for j < m and c < len; the terms
 // are added in row order, so again each output has the bits it has with m = 1.
-void weighted_row_sum(float *const *outs, int m, const float *weights, int64_t weights_stride, const float *rows, int64_t stride,
-                      int64_t n, int64_t len);
-
-// dot_rows and weighted_row_sum over rows of len IEEE halves (the F16 KV format); stride counts
-// halves.
-void dot_rows_f16(const float *const *queries, int m, const uint16_t *rows, int64_t stride, int64_t n, int64_t len, float *scores,
-                  int64_t scores_stride);
-void weighted_row_sum_f16(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint16_t *rows,
-                          int64_t stride, int64_t n, int64_t len);
+void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const float *weights, int64_t weights_stride,
+                         const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len);
 
 // n floats to IEEE halves (rounded to nearest even, as fp16.h's half_from_float) and back (exact):
 // the F16 KV rows, converted with the processor's instructions where it has them.

@@ -1186,11 +1186,34 @@ void silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
 
 constexpr int64_t kRowChunks = 8;  // head size 64, 8 floats a register
 
-// Rows of floats (the F32 KV format) or of IEEE halves (F16), widened 8 at a time by vcvtph2ps.
-inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
-inline float to_float(float x) { return x; }
-inline float to_float(uint16_t h) { return _cvtsh_ss(h); }
+// Chunk k (elements 8k..8k+7) of a row of each KV format as floats: floats, IEEE halves widened by
+// vcvtph2ps, Q8 codes times the row's scale, Q4 codes scaled and offset by one fused
+// multiply-add. element() reads one element the same way (the tails of other head sizes).
+inline __m256 load8(const float *row, int64_t k) { return _mm256_loadu_ps(row + 8 * k); }
+inline __m256 load8(const uint16_t *row, int64_t k) { return _mm256_cvtph_ps(load128(row + 8 * k)); }
+inline __m256 load8(const KvQ8Byte *row, int64_t k) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p + 4 + 8 * k));
+    return _mm256_mul_ps(_mm256_set1_ps(load_f32(p)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)));
+}
+inline __m256 load8(const KvQ4Byte *row, int64_t k) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    uint32_t packed;
+    std::memcpy(&packed, p + 4 + 4 * k, sizeof packed);
+    const __m256 codes = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q4_codes(_mm_cvtsi32_si128(static_cast<int>(packed)))));
+    return _mm256_fmadd_ps(codes, _mm256_set1_ps(_cvtsh_ss(load_u16(p))), _mm256_set1_ps(_cvtsh_ss(load_u16(p + 2))));
+}
+inline float element(const float *row, int64_t c) { return row[c]; }
+inline float element(const uint16_t *row, int64_t c) { return _cvtsh_ss(row[c]); }
+inline float element(const KvQ8Byte *row, int64_t c) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    return load_f32(p) * static_cast<float>(static_cast<int8_t>(p[4 + c]));
+}
+inline float element(const KvQ4Byte *row, int64_t c) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    const float code = static_cast<float>((p[4 + c / 2] >> (4 * (c & 1))) & 15);
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(code), _mm_set_ss(_cvtsh_ss(load_u16(p))), _mm_set_ss(_cvtsh_ss(load_u16(p + 2)))));
+}
 
 // hsum of 8 vectors at once, into out[0..7], in hsum's order (lanes i and i + 4, then i and i + 2,
 // then 0 and 1): each step adds two halves of every vector and packs two vectors' results into one
@@ -1214,9 +1237,9 @@ inline void hsum8_rows(const __m256 v[8], float *out) {
 // acc[k & 1]. The query is read from L1 (its 8 registers are needed for rows).
 template <typename Element>
 inline __m256 score_vector(const float *q, const Element *row) {
-    __m256 acc[2] = {_mm256_mul_ps(_mm256_loadu_ps(q), load8(row)), _mm256_mul_ps(_mm256_loadu_ps(q + 8), load8(row + 8))};
+    __m256 acc[2] = {_mm256_mul_ps(_mm256_loadu_ps(q), load8(row, 0)), _mm256_mul_ps(_mm256_loadu_ps(q + 8), load8(row, 1))};
 #pragma GCC unroll 8
-    for (int k = 2; k < kRowChunks; ++k) acc[k & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * k), load8(row + 8 * k), acc[k & 1]);
+    for (int k = 2; k < kRowChunks; ++k) acc[k & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * k), load8(row, k), acc[k & 1]);
     return _mm256_add_ps(acc[0], acc[1]);
 }
 
@@ -1229,13 +1252,14 @@ void score8(const float *q, const Element *rows, int64_t stride, float *out) {
     hsum8_rows(v, out);
 }
 
-// Several queries read a block of 8 half rows widened once, into `wide` (8 rows of 64 floats);
-// float rows, or one query, read the rows in place (nullptr).
-const float *widen_block(const uint16_t *rows, int64_t stride, int m, float *wide) {
+// Several queries read a block of 8 rows of halves or codes widened once, into `wide` (8 rows of 64
+// floats); float rows, or one query, read the rows in place (nullptr).
+template <typename Element>
+const float *widen_block(const Element *rows, int64_t stride, int m, float *wide) {
     if (m == 1) return nullptr;
     for (int r = 0; r < 8; ++r) {
 #pragma GCC unroll 8
-        for (int k = 0; k < kRowChunks; ++k) _mm256_storeu_ps(wide + (kRowChunks * r + k) * 8, load8(rows + r * stride + 8 * k));
+        for (int k = 0; k < kRowChunks; ++k) _mm256_storeu_ps(wide + (kRowChunks * r + k) * 8, load8(rows + r * stride, k));
     }
     return wide;
 }
@@ -1270,9 +1294,9 @@ void dot_rows_avx2(const float *const *queries, int m, const Element *rows, int6
             const float *q = queries[j];
             __m256 acc = _mm256_setzero_ps();
             int64_t c = 0;
-            for (; c + 8 <= len; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(row + c), acc);
+            for (; c + 8 <= len; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(row, c / 8), acc);
             float sum = hsum(acc);
-            for (; c < len; ++c) sum += q[c] * to_float(row[c]);
+            for (; c < len; ++c) sum += q[c] * element(row, c);
             scores[j * scores_stride + i] = sum;
         }
     }
@@ -1291,10 +1315,10 @@ void weighted_rows_pass(float *const *outs, const float *weights, int64_t weight
         for (int k = 0; k < kChunks; ++k) acc[j][k] = _mm256_loadu_ps(outs[j] + 8 * (c0 + k));
     }
     for (int64_t i = 0; i < n; ++i) {
-        const Element *row = rows + i * stride + 8 * c0;
+        const Element *row = rows + i * stride;
         __m256 rv[kChunks];
 #pragma GCC unroll 8
-        for (int k = 0; k < kChunks; ++k) rv[k] = load8(row + 8 * k);
+        for (int k = 0; k < kChunks; ++k) rv[k] = load8(row, c0 + k);
 #pragma GCC unroll 8
         for (int j = 0; j < kQueries; ++j) {
             const float w = weights[j * weights_stride + i];
@@ -1335,10 +1359,24 @@ void weighted_row_sum_avx2(float *const *outs, int m, const float *weights, int6
             const Element *row = rows + i * stride;
             const __m256 wv = _mm256_set1_ps(w[i]);
             int64_t c = 0;
-            for (; c + 8 <= len; c += 8) _mm256_storeu_ps(out + c, _mm256_fmadd_ps(wv, load8(row + c), _mm256_loadu_ps(out + c)));
-            for (; c < len; ++c) out[c] += w[i] * to_float(row[c]);
+            for (; c + 8 <= len; c += 8) _mm256_storeu_ps(out + c, _mm256_fmadd_ps(wv, load8(row, c / 8), _mm256_loadu_ps(out + c)));
+            for (; c < len; ++c) out[c] += w[i] * element(row, c);
         }
     }
+}
+
+// The table's entries: rows row_bytes apart, in units of the format's Element.
+template <typename Element>
+void dot_kv_rows_avx2(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
+                      float *scores, int64_t scores_stride) {
+    dot_rows_avx2(queries, m, reinterpret_cast<const Element *>(rows), row_bytes / static_cast<int64_t>(sizeof(Element)), n, len,
+                  scores, scores_stride);
+}
+template <typename Element>
+void weighted_kv_row_sum_avx2(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
+                              int64_t row_bytes, int64_t n, int64_t len) {
+    weighted_row_sum_avx2(outs, m, weights, weights_stride, reinterpret_cast<const Element *>(rows),
+                          row_bytes / static_cast<int64_t>(sizeof(Element)), n, len);
 }
 
 }  // namespace
@@ -1346,8 +1384,9 @@ void weighted_row_sum_avx2(float *const *outs, int m, const float *weights, int6
 const KernelTable kAvx2Kernels = {
     quantize_activations_avx2, matmul_range_avx2, dequantize_avx2, dot_f32_avx2,
     axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
-    dot_rows_avx2<float>,      weighted_row_sum_avx2<float>,
-    dot_rows_avx2<uint16_t>,   weighted_row_sum_avx2<uint16_t>,
+    {dot_kv_rows_avx2<float>, dot_kv_rows_avx2<uint16_t>, dot_kv_rows_avx2<KvQ8Byte>, dot_kv_rows_avx2<KvQ4Byte>},
+    {weighted_kv_row_sum_avx2<float>, weighted_kv_row_sum_avx2<uint16_t>, weighted_kv_row_sum_avx2<KvQ8Byte>,
+     weighted_kv_row_sum_avx2<KvQ4Byte>},
     floats_to_halves_f16c,     halves_to_floats_f16c,
     max_value_avx2,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout

@@ -1048,10 +1048,22 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
 // registers (measured per row of 64: scores 3.9 -> 1.6 ns, values 5.0 -> 1.5 ns), and a prompt's
 // queries of one kv head share each row: it is loaded and widened once for all of them.
 
-// Head sizes that are whole registers get a fully unrolled loop; kChunks = len / 16. Rows of
-// floats (the F32 KV format) or of IEEE halves (F16), widened 16 at a time by vcvtph2ps.
-inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+// Head sizes that are whole registers get a fully unrolled loop; kChunks = len / 16. load16 gives
+// chunk k (elements 16k..16k+15) of a row of each KV format as floats: floats, IEEE halves widened
+// by vcvtph2ps, Q8 codes times the row's scale, Q4 codes scaled and offset by one fused
+// multiply-add (as the AVX2 level reads them).
+inline __m512 load16(const float *row, int64_t k) { return _mm512_loadu_ps(row + 16 * k); }
+inline __m512 load16(const uint16_t *row, int64_t k) { return _mm512_cvtph_ps(load256(row + 16 * k)); }
+inline __m512 load16(const KvQ8Byte *row, int64_t k) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    return _mm512_mul_ps(_mm512_set1_ps(load_f32(p)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(p + 4 + 16 * k))));
+}
+inline __m512 load16(const KvQ4Byte *row, int64_t k) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p + 4 + 8 * k));
+    const __m512 codes = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_codes(packed)));
+    return _mm512_fmadd_ps(codes, _mm512_set1_ps(_cvtsh_ss(load_u16(p))), _mm512_set1_ps(_cvtsh_ss(load_u16(p + 2))));
+}
 
 // A score's 16 lanes summed by halves: lanes i and i + 8, then i and i + 4, then i and i + 2, then
 // 0 and 1 (the order GCC's _mm512_reduce_add_ps takes). Spelt out so that sum16_rows, which sums
@@ -1091,9 +1103,9 @@ inline void sum16_rows(const __m512 v[16], float *out) {
 // acc[k & 1].
 template <int kChunks, typename Element>
 inline __m512 score_vector(const __m512 qv[kChunks], const Element *row) {
-    __m512 acc[2] = {_mm512_mul_ps(qv[0], load16(row)), _mm512_setzero_ps()};
+    __m512 acc[2] = {_mm512_mul_ps(qv[0], load16(row, 0)), _mm512_setzero_ps()};
 #pragma GCC unroll 8
-    for (int k = 1; k < kChunks; ++k) acc[k & 1] = _mm512_fmadd_ps(qv[k], load16(row + 16 * k), acc[k & 1]);
+    for (int k = 1; k < kChunks; ++k) acc[k & 1] = _mm512_fmadd_ps(qv[k], load16(row, k), acc[k & 1]);
     return _mm512_add_ps(acc[0], acc[1]);
 }
 
@@ -1109,14 +1121,14 @@ void score16(const float *q, const Element *rows, int64_t stride, float *out) {
     sum16_rows(v, out);
 }
 
-// Several queries read a block of 16 half rows widened once, into `wide` (rows of 16 * kChunks
-// floats); float rows, or one query, read the rows in place (nullptr).
-template <int kChunks>
-const float *widen_block(const uint16_t *rows, int64_t stride, int m, float *wide) {
+// Several queries read a block of 16 rows of halves or codes widened once, into `wide` (rows of
+// 16 * kChunks floats); float rows, or one query, read the rows in place (nullptr).
+template <int kChunks, typename Element>
+const float *widen_block(const Element *rows, int64_t stride, int m, float *wide) {
     if (m == 1) return nullptr;
     for (int r = 0; r < 16; ++r) {
 #pragma GCC unroll 8
-        for (int k = 0; k < kChunks; ++k) _mm512_storeu_ps(wide + (kChunks * r + k) * 16, load16(rows + r * stride + 16 * k));
+        for (int k = 0; k < kChunks; ++k) _mm512_storeu_ps(wide + (kChunks * r + k) * 16, load16(rows + r * stride, k));
     }
     return wide;
 }
@@ -1168,7 +1180,7 @@ void weighted_rows_pass(float *const *outs, const float *weights, int64_t weight
         const Element *row = rows + i * stride;
         __m512 rv[kChunks];
 #pragma GCC unroll 8
-        for (int k = 0; k < kChunks; ++k) rv[k] = load16(row + 16 * k);
+        for (int k = 0; k < kChunks; ++k) rv[k] = load16(row, k);
 #pragma GCC unroll 8
         for (int j = 0; j < kQueries; ++j) {
             const float w = weights[j * weights_stride + i];
@@ -1196,41 +1208,32 @@ void weighted_row_sum_fixed(float *const *outs, int m, const float *weights, int
     for (; j < m; ++j) weighted_rows_pass<kChunks, 1>(outs + j, weights + j * weights_stride, weights_stride, rows, stride, n);
 }
 
-// Other head sizes go to the AVX2 level's kernels of the same row type.
-void avx2_dot_rows(const float *const *queries, int m, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores,
-                   int64_t scores_stride) {
-    kAvx2Kernels.dot_rows(queries, m, rows, stride, n, len, scores, scores_stride);
-}
-void avx2_dot_rows(const float *const *queries, int m, const uint16_t *rows, int64_t stride, int64_t n, int64_t len,
-                   float *scores, int64_t scores_stride) {
-    kAvx2Kernels.dot_rows_f16(queries, m, rows, stride, n, len, scores, scores_stride);
-}
-void avx2_weighted_row_sum(float *const *outs, int m, const float *weights, int64_t weights_stride, const float *rows,
-                           int64_t stride, int64_t n, int64_t len) {
-    kAvx2Kernels.weighted_row_sum(outs, m, weights, weights_stride, rows, stride, n, len);
-}
-void avx2_weighted_row_sum(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint16_t *rows,
-                           int64_t stride, int64_t n, int64_t len) {
-    kAvx2Kernels.weighted_row_sum_f16(outs, m, weights, weights_stride, rows, stride, n, len);
-}
-
-template <typename Element>
-void dot_rows_avx512(const float *const *queries, int m, const Element *rows, int64_t stride, int64_t n, int64_t len,
-                     float *scores, int64_t scores_stride) {
+// The table's entries: rows row_bytes apart, in units of the format's Element. Other head sizes go
+// to the AVX2 level's kernels of the same format.
+template <KvRowFormat kFormat, typename Element>
+void dot_kv_rows_avx512(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
+                        float *scores, int64_t scores_stride) {
+    const auto *first = reinterpret_cast<const Element *>(rows);
+    const int64_t stride = row_bytes / static_cast<int64_t>(sizeof(Element));
     switch (len) {
-        case 64: return dot_rows_fixed<4>(queries, m, rows, stride, n, scores, scores_stride);
-        case 128: return dot_rows_fixed<8>(queries, m, rows, stride, n, scores, scores_stride);
-        default: return avx2_dot_rows(queries, m, rows, stride, n, len, scores, scores_stride);
+        case 64: return dot_rows_fixed<4>(queries, m, first, stride, n, scores, scores_stride);
+        case 128: return dot_rows_fixed<8>(queries, m, first, stride, n, scores, scores_stride);
+        default:
+            return kAvx2Kernels.dot_kv_rows[static_cast<uint32_t>(kFormat)](queries, m, rows, row_bytes, n, len, scores, scores_stride);
     }
 }
 
-template <typename Element>
-void weighted_row_sum_avx512(float *const *outs, int m, const float *weights, int64_t weights_stride, const Element *rows,
-                             int64_t stride, int64_t n, int64_t len) {
+template <KvRowFormat kFormat, typename Element>
+void weighted_kv_row_sum_avx512(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
+                                int64_t row_bytes, int64_t n, int64_t len) {
+    const auto *first = reinterpret_cast<const Element *>(rows);
+    const int64_t stride = row_bytes / static_cast<int64_t>(sizeof(Element));
     switch (len) {
-        case 64: return weighted_row_sum_fixed<4>(outs, m, weights, weights_stride, rows, stride, n);
-        case 128: return weighted_row_sum_fixed<8>(outs, m, weights, weights_stride, rows, stride, n);
-        default: return avx2_weighted_row_sum(outs, m, weights, weights_stride, rows, stride, n, len);
+        case 64: return weighted_row_sum_fixed<4>(outs, m, weights, weights_stride, first, stride, n);
+        case 128: return weighted_row_sum_fixed<8>(outs, m, weights, weights_stride, first, stride, n);
+        default:
+            return kAvx2Kernels.weighted_kv_row_sum[static_cast<uint32_t>(kFormat)](outs, m, weights, weights_stride, rows, row_bytes,
+                                                                                   n, len);
     }
 }
 
@@ -1251,8 +1254,10 @@ void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) 
 const KernelTable kAvx512Kernels = {
     quantize_activations_avx512, matmul_range_avx512, dequantize_avx512, dot_f32_avx512,
     axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
-    dot_rows_avx512<float>,      weighted_row_sum_avx512<float>,
-    dot_rows_avx512<uint16_t>,   weighted_row_sum_avx512<uint16_t>,
+    {dot_kv_rows_avx512<KvRowFormat::F32, float>, dot_kv_rows_avx512<KvRowFormat::F16, uint16_t>,
+     dot_kv_rows_avx512<KvRowFormat::Q8, KvQ8Byte>, dot_kv_rows_avx512<KvRowFormat::Q4, KvQ4Byte>},
+    {weighted_kv_row_sum_avx512<KvRowFormat::F32, float>, weighted_kv_row_sum_avx512<KvRowFormat::F16, uint16_t>,
+     weighted_kv_row_sum_avx512<KvRowFormat::Q8, KvQ8Byte>, weighted_kv_row_sum_avx512<KvRowFormat::Q4, KvQ4Byte>},
     floats_to_halves_f16c,       halves_to_floats_f16c,
     max_value_avx512,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kv_row_format.h"
 #include "tensor_types.h"
 
 namespace h2o::cpu::detail {
@@ -56,6 +57,11 @@ struct MatmulProblem {
     const float *fp16_table;    // fp16 bits -> float, 65536 entries
 };
 
+using DotKvRows = void (*)(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
+                           float *scores, int64_t scores_stride);
+using WeightedKvRowSum = void (*)(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
+                                  int64_t row_bytes, int64_t n, int64_t len);
+
 // Entry points an instruction set provides. Each works on plain pointers; threading, scratch
 // layout and dispatch live in kernels.cpp.
 struct KernelTable {
@@ -71,17 +77,11 @@ struct KernelTable {
     // exp(x[i] - max) in place; returns their sum.
     float (*exp_sub_sum)(float *x, float max, int64_t n);
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
-    // Attention over cached rows for m queries (dot_rows and weighted_row_sum in kernels.h).
-    // Optional: a level that leaves them null gets loops over its dot_f32 and axpy (kernels.cpp).
-    void (*dot_rows)(const float *const *queries, int m, const float *rows, int64_t stride, int64_t n, int64_t len, float *scores,
-                     int64_t scores_stride);
-    void (*weighted_row_sum)(float *const *outs, int m, const float *weights, int64_t weights_stride, const float *rows,
-                             int64_t stride, int64_t n, int64_t len);
-    // The same over rows of IEEE halves (the F16 KV format). Optional as above.
-    void (*dot_rows_f16)(const float *const *queries, int m, const uint16_t *rows, int64_t stride, int64_t n, int64_t len,
-                         float *scores, int64_t scores_stride);
-    void (*weighted_row_sum_f16)(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint16_t *rows,
-                                 int64_t stride, int64_t n, int64_t len);
+    // Attention over cached KV rows for m queries (dot_kv_rows and weighted_kv_row_sum in
+    // kernels.h), one entry per KvRowFormat (kv_format.h), indexed by its value. Optional: a level
+    // that leaves an entry null gets the portable loops (kernels.cpp).
+    DotKvRows dot_kv_rows[kKvRowFormatCount];
+    WeightedKvRowSum weighted_kv_row_sum[kKvRowFormatCount];
     // n floats to IEEE halves and back, as fp16.h converts (rounding to nearest even). Optional as
     // above (a level without conversion instructions leaves them null).
     void (*floats_to_halves)(const float *src, uint16_t *dst, int64_t n);

@@ -495,12 +495,12 @@ float32x4_t load_halves4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f
 
 // The queries one after the other: a NEON core widens a row's halves at little cost, and no
 // ARM64 target was measured for a tiled form.
-void dot_rows_f16_neon(const float *const *queries, int m, const uint16_t *rows, int64_t stride, int64_t n, int64_t len,
+void dot_rows_f16_neon(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
                        float *scores, int64_t scores_stride) {
     for (int q_index = 0; q_index < m; ++q_index) {
         const float *q = queries[q_index];
         for (int64_t i = 0; i < n; ++i) {
-            const uint16_t *row = rows + i * stride;
+            const auto *row = reinterpret_cast<const uint16_t *>(rows + i * row_bytes);
             float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
             int64_t j = 0;
             for (; j + 8 <= len; j += 8) {
@@ -515,14 +515,14 @@ void dot_rows_f16_neon(const float *const *queries, int m, const uint16_t *rows,
     }
 }
 
-void weighted_row_sum_f16_neon(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint16_t *rows,
-                               int64_t stride, int64_t n, int64_t len) {
+void weighted_row_sum_f16_neon(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
+                               int64_t row_bytes, int64_t n, int64_t len) {
     for (int q_index = 0; q_index < m; ++q_index) {
         float *out = outs[q_index];
         const float *w = weights + q_index * weights_stride;
         for (int64_t i = 0; i < n; ++i) {
             if (w[i] == 0.0f) continue;
-            const uint16_t *row = rows + i * stride;
+            const auto *row = reinterpret_cast<const uint16_t *>(rows + i * row_bytes);
             int64_t j = 0;
             for (; j + 4 <= len; j += 4) vst1q_f32(out + j, vfmaq_n_f32(vld1q_f32(out + j), load_halves4(row + j), w[i]));
             for (; j < len; ++j) out[j] += w[i] * vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(row[j]))), 0);
@@ -590,8 +590,9 @@ void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
 constexpr KernelTable kThisLevelKernels = {
     quantize_activations_neon, matmul_range_neon, dequantize_neon, dot_f32_neon,
     axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
-    nullptr, nullptr,  // dot_rows, weighted_row_sum: the loops in kernels.cpp
-    dot_rows_f16_neon, weighted_row_sum_f16_neon,
+    // KV rows of halves; the other formats take the loops in kernels.cpp.
+    {nullptr, dot_rows_f16_neon, nullptr, nullptr},
+    {nullptr, weighted_row_sum_f16_neon, nullptr, nullptr},
     nullptr, nullptr,  // half conversions: the loops in kernels.cpp
     nullptr,           // max_value: the loop in kernels.cpp
     0,                 // interleaved weights: NEON runs the file's layout

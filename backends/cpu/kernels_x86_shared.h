@@ -34,6 +34,29 @@ inline void prefetch_ahead(const uint8_t *p) {
     _mm_prefetch(reinterpret_cast<const char *>(p + kPrefetchBytes), _MM_HINT_T0);
 }
 
+// Element types that name the quantized KV row formats (kv_row_format.h) to the attention kernels,
+// whose rows are pointers to Element: a Q8 or Q4 row begins at its first byte (the scale), and a
+// stride of them counts bytes. Each level reads their elements through its own load function.
+struct KvQ8Byte {
+    uint8_t byte;
+};
+struct KvQ4Byte {
+    uint8_t byte;
+};
+
+inline float load_f32(const uint8_t *p) {
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Q4 codes 2i and 2i + 1 are the low and high nibbles of byte i: the bytes' nibbles, in element
+// order, in the low 2 * (bytes in `packed`) bytes.
+inline __m128i q4_codes(__m128i packed) {
+    const __m128i low = _mm_set1_epi8(15);
+    return _mm_unpacklo_epi8(_mm_and_si128(packed, low), _mm_and_si128(_mm_srli_epi16(packed, 4), low));
+}
+
 inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 

@@ -46,7 +46,7 @@ layout(push_constant) uniform Params {
 shared float q_shared[MAX_HEAD_DIM];
 shared float partial[WG];
 
-// q_shared · the key row starting at word `row`, computed on the stored form as kv_dot_row() does.
+// q_shared · the key row starting at word `row`, computed on the stored form (kv_row_format.h).
 float key_dot(uint row) {
     const uint hd = p.head_dim;
     float sum = 0.0;
@@ -73,7 +73,7 @@ float key_dot(uint row) {
     }
 }
 
-// w * element d of the value row starting at word `row`, grouped as kv_axpy_row() does.
+// w * element d of the value row starting at word `row`, computed on the stored form.
 float weighted_value(uint row, uint d, float w) {
     switch (p.value_format) {
         case KV_F16: return w * unpackHalf2x16(values[row + d / 2u])[d & 1u];

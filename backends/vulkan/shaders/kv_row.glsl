@@ -1,4 +1,4 @@
-// Rows of the KV cache on the device, in the formats of lib/kv_format.h. Each row (one head of one
+// Rows of the KV cache on the device, in the formats of lib/kv_row_format.h. Each row (one head of one
 // token) is the CPU's row padded to whole words, so every row starts on a word boundary:
 //   F32  head_dim words
 //   F16  ceil(head_dim / 2) words, element 2i in the low half of word i
