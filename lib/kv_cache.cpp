@@ -105,22 +105,22 @@ uint64_t KvCache::next_random() {
 }
 
 void KvCache::rotate_back(uint8_t *stored_key, int shift, float *key) {
-    // Quantized keys are decoded, rotated and stored again (one more rounding per eviction).
-    const bool fast_halves = key_format_ == KvRowFormat::F16 && half_conversions_.to_floats && half_conversions_.to_halves;
-    uint16_t *halves = reinterpret_cast<uint16_t *>(stored_key);  // F16 rows are 2-byte aligned
-    if (fast_halves) {
-        half_conversions_.to_floats(halves, key, config_.head_dim);
-    } else {
-        kv_load_row(key_format_, stored_key, config_.head_dim, key);
-    }
     const int n_pairs = config_.rope_dims / 2;
     const float *cos_sin = rotate_back_cos_sin_.data() + static_cast<size_t>(shift) * n_pairs * 2;
-    for (int i = 0; i < n_pairs; ++i) rotate_pair(&key[2 * i], &key[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
-    if (fast_halves) {
-        half_conversions_.to_halves(key, halves, config_.head_dim);
-    } else {
-        kv_store_row(key_format_, key, config_.head_dim, stored_key);
+    if (key_format_ == KvRowFormat::F16 && rotation_kernels_.rotate_half_pairs) {
+        // F16 rows are 2-byte aligned; the rest of the row (partial rotation) is left as it is.
+        rotation_kernels_.rotate_half_pairs(reinterpret_cast<uint16_t *>(stored_key), cos_sin, n_pairs);
+        return;
     }
+    // Other formats are decoded, rotated and stored again (quantized keys: one more rounding per
+    // eviction).
+    kv_load_row(key_format_, stored_key, config_.head_dim, key);
+    if (rotation_kernels_.rotate_pairs) {
+        rotation_kernels_.rotate_pairs(key, cos_sin, n_pairs);
+    } else {
+        for (int i = 0; i < n_pairs; ++i) rotate_pair(&key[2 * i], &key[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
+    }
+    kv_store_row(key_format_, key, config_.head_dim, stored_key);
 }
 
 void KvCache::set_span_minimums(const int32_t *minimums) {

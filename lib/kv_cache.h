@@ -64,15 +64,16 @@ public:
     // minimum[s] of them.
     void set_span_minimums(const int32_t *minimums);
 
-    // Faster conversions of F16 rows that give exactly fp16.h's results (the CPU backend's, with
-    // the processor's instructions), for re-rotating F16 keys when positions roll. Rolling
-    // re-encodes up to a budget of keys per eviction and (layer, kv head); the portable conversion
-    // made that a third of decoding.
-    struct HalfConversions {
-        void (*to_halves)(const float *src, uint16_t *dst, int64_t n) = nullptr;
-        void (*to_floats)(const uint16_t *src, float *dst, int64_t n) = nullptr;
+    // Faster kernels for re-rotating keys when positions roll, each giving exactly the portable
+    // code's bits (the CPU backend's, with the processor's instructions): rotary.h's rotate_pair
+    // over a row's pairs, of floats or of an F16 row in place (widened, rotated, rounded back as
+    // fp16.h rounds). Rolling re-rotates up to a budget of keys per eviction and (layer, kv head);
+    // with the portable code that was a third of decoding. Null members: the portable code.
+    struct RotationKernels {
+        void (*rotate_pairs)(float *x, const float *cos_sin, int64_t n_pairs) = nullptr;
+        void (*rotate_half_pairs)(uint16_t *row, const float *cos_sin, int64_t n_pairs) = nullptr;
     };
-    void set_half_conversions(const HalfConversions &conversions) { half_conversions_ = conversions; }
+    void set_rotation_kernels(const RotationKernels &kernels) { rotation_kernels_ = kernels; }
     const int32_t *span_minimums() const { return span_minimum_; }
 
     // The cache, slot by slot, as saved in a session snapshot: every used slot's rows in their
@@ -141,7 +142,7 @@ private:
     std::vector<int32_t> free_list_;
     std::vector<int> free_count_;
     std::vector<EvictionScratch> scratch_;  // allocated once
-    HalfConversions half_conversions_;
+    RotationKernels rotation_kernels_;
     int32_t span_minimum_[KV_MAX_SPANS] = {};
     bool any_span_minimum_ = false;
     // With rolling: for each shift 1..max_slots(), the cosine and sine of rotating back by it, for

@@ -17,6 +17,7 @@
 #include "cpu/kernels_internal.h"
 #include "kv_format.h"
 #include "quant.h"
+#include "rotary.h"
 #include "thread_pool.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -1139,6 +1140,29 @@ void check_vector_ops(cpu::KernelIsa isa) {
             cpu::softmax(x.data(), n);
             for (int64_t i = 0; i < n; ++i) CHECK(x[i] == (i == at ? 1.0f : 0.0f));
         }
+    }
+
+    // Pair rotation (rolling re-rotates kept keys with it): rotary.h's rotate_pair's bits exactly,
+    // for pair counts with and without a tail, angles of every quadrant and large values.
+    for (int64_t n_pairs : {0, 1, 3, 4, 32, 37}) {
+        CAPTURE(n_pairs);
+        std::vector<float> x = random_vector(rng, 2 * n_pairs, 100.0f), cos_sin(2 * n_pairs);
+        for (int64_t i = 0; i < n_pairs; ++i) {
+            rotary_cos_sin(static_cast<int>(-17 * i - 3), 0.37, &cos_sin[2 * i], &cos_sin[2 * i + 1]);
+        }
+        std::vector<float> want = x;
+        for (int64_t i = 0; i < n_pairs; ++i) rotate_pair(&want[2 * i], &want[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
+        // An F16 row: widened, rotated and rounded back, the pairs past n_pairs untouched.
+        std::vector<uint16_t> halves(2 * n_pairs + 6), want_halves(halves.size());
+        for (size_t i = 0; i < halves.size(); ++i) halves[i] = fp32_to_fp16(i < x.size() ? x[i] : 1.5f * static_cast<float>(i));
+        std::vector<float> widened(2 * n_pairs);
+        for (int64_t i = 0; i < 2 * n_pairs; ++i) widened[i] = fp16_to_fp32(halves[i]);
+        for (int64_t i = 0; i < n_pairs; ++i) rotate_pair(&widened[2 * i], &widened[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
+        for (size_t i = 0; i < halves.size(); ++i) want_halves[i] = i < widened.size() ? fp32_to_fp16(widened[i]) : halves[i];
+        cpu::rotate_pairs(x.data(), cos_sin.data(), n_pairs);
+        CHECK(std::memcmp(x.data(), want.data(), x.size() * sizeof(float)) == 0);
+        cpu::rotate_half_pairs(halves.data(), cos_sin.data(), n_pairs);
+        CHECK(halves == want_halves);
     }
 
     // Attention over KV rows of every format, for the head sizes some levels unroll (64, 128) and

@@ -157,7 +157,7 @@ public:
 
     Status create_kv(const KvConfig &config) override {
         H2O_TRY(kv_.init(config, pool_.size()));
-        kv_.set_half_conversions({cpu::floats_to_halves, cpu::halves_to_floats});
+        kv_.set_rotation_kernels({cpu::rotate_pairs, cpu::rotate_half_pairs});
         // Per thread: the attention weights of a tile's kTileQueries queries and of its tokens'
         // kv-head groups (at most kTileQueries tokens), a list of slots, and the batch's partial
         // statistics of every (kv head, slot).

@@ -17,6 +17,7 @@
 #include "cpu/kernels_internal.h"
 #include "kv_row_codec.h"
 #include "quant.h"
+#include "rotary.h"
 
 #if defined(H2O_KERNELS_X86)
 #include <cpuid.h>
@@ -496,6 +497,7 @@ const KernelTable kScalarKernels = {
     {},                // weighted_kv_row_sum: the same
     nullptr, nullptr,  // half conversions: the loops in kernels.cpp
     nullptr,           // max_value: the loop in kernels.cpp
+    nullptr, nullptr,  // rotate_pairs, rotate_half_pairs: rotary.h's rotate_pair in a loop
     1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
 }  // namespace detail
@@ -802,6 +804,23 @@ void halves_to_floats(const uint16_t *src, float *dst, int64_t n) {
     const KernelTable &k = kernels();
     if (k.halves_to_floats) return k.halves_to_floats(src, dst, n);
     for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+
+void rotate_pairs(float *x, const float *cos_sin, int64_t n_pairs) {
+    const KernelTable &k = kernels();
+    if (k.rotate_pairs) return k.rotate_pairs(x, cos_sin, n_pairs);
+    for (int64_t i = 0; i < n_pairs; ++i) rotate_pair(&x[2 * i], &x[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
+}
+
+void rotate_half_pairs(uint16_t *row, const float *cos_sin, int64_t n_pairs) {
+    const KernelTable &k = kernels();
+    if (k.rotate_half_pairs) return k.rotate_half_pairs(row, cos_sin, n_pairs);
+    for (int64_t i = 0; i < n_pairs; ++i) {
+        float a = fp16_to_fp32(row[2 * i]), b = fp16_to_fp32(row[2 * i + 1]);
+        rotate_pair(&a, &b, cos_sin[2 * i], cos_sin[2 * i + 1]);
+        row[2 * i] = fp32_to_fp16(a);
+        row[2 * i + 1] = fp32_to_fp16(b);
+    }
 }
 
 void add(float *out, const float *a, const float *b, int64_t n) {

@@ -150,6 +150,16 @@ void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const fl
 void floats_to_halves(const float *src, uint16_t *dst, int64_t n);
 void halves_to_floats(const uint16_t *src, float *dst, int64_t n);
 
+// Each pair (x[2i], x[2i + 1]), i < n_pairs, rotated in place by the angle whose cosine and sine
+// are cos_sin[2i] and cos_sin[2i + 1], with exactly the bits of rotary.h's rotate_pair (each
+// product rounded, then their difference and sum): the KV cache re-rotates kept keys with it when
+// positions roll, and the other backends rotate them with that same function.
+void rotate_pairs(float *x, const float *cos_sin, int64_t n_pairs);
+// The same for the first 2 * n_pairs halves of an F16 row, in place: each pair widened (exactly),
+// rotated and rounded back to halves (to nearest even), as converting the row to floats, rotating
+// and converting back gives.
+void rotate_half_pairs(uint16_t *row, const float *cos_sin, int64_t n_pairs);
+
 // out[i] = a[i] + b[i]; out may alias a or b.
 void add(float *out, const float *a, const float *b, int64_t n);
 

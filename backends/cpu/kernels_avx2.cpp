@@ -1163,6 +1163,55 @@ float max_value_avx2(const float *x, int64_t n) {
     return _mm_cvtss_f32(r);
 }
 
+// The value of v, hidden from the compiler's optimizer: a product passed through it is rounded on
+// its own and never fused into a later addition (GCC contracts mul-then-add intrinsics into FMA).
+inline __m128 opaque(__m128 v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+inline __m256 opaque(__m256 v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+// Four pairs a register: (x c - y s, y c + x s) is addsub of (x c, y c) and (y s, x s), each
+// product rounded on its own as rotate_pair rounds it (the sum's order does not change its bits).
+inline __m256 rotate4(__m256 v, const float *cos_sin) {
+    const __m256 cs = _mm256_loadu_ps(cos_sin);
+    const __m256 swapped = _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
+    return _mm256_addsub_ps(opaque(_mm256_mul_ps(v, _mm256_moveldup_ps(cs))), opaque(_mm256_mul_ps(swapped, _mm256_movehdup_ps(cs))));
+}
+
+// One pair the same way (the tails).
+inline void rotate1(float *a, float *b, const float *cos_sin) {
+    const __m128 v = _mm_setr_ps(*a, *b, 0.0f, 0.0f), swapped = _mm_setr_ps(*b, *a, 0.0f, 0.0f);
+    const __m128 r = _mm_addsub_ps(opaque(_mm_mul_ps(v, _mm_set1_ps(cos_sin[0]))), opaque(_mm_mul_ps(swapped, _mm_set1_ps(cos_sin[1]))));
+    *a = _mm_cvtss_f32(r);
+    *b = _mm_cvtss_f32(_mm_shuffle_ps(r, r, 1));
+}
+
+void rotate_pairs_avx2(float *x, const float *cos_sin, int64_t n_pairs) {
+    int64_t i = 0;
+    for (; i + 4 <= n_pairs; i += 4) _mm256_storeu_ps(x + 2 * i, rotate4(_mm256_loadu_ps(x + 2 * i), cos_sin + 2 * i));
+    for (; i < n_pairs; ++i) rotate1(&x[2 * i], &x[2 * i + 1], cos_sin + 2 * i);
+}
+
+// An F16 row's pairs widened, rotated as above and rounded back to halves as floats_to_halves
+// rounds them, in registers.
+void rotate_half_pairs_avx2(uint16_t *row, const float *cos_sin, int64_t n_pairs) {
+    int64_t i = 0;
+    for (; i + 4 <= n_pairs; i += 4) {
+        const __m256 v = rotate4(_mm256_cvtph_ps(load128(row + 2 * i)), cos_sin + 2 * i);
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(row + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n_pairs; ++i) {
+        float a = half_to_float(row[2 * i]), b = half_to_float(row[2 * i + 1]);
+        rotate1(&a, &b, cos_sin + 2 * i);
+        row[2 * i] = half_from_float(a);
+        row[2 * i + 1] = half_from_float(b);
+    }
+}
+
 inline __m256 silu_mul8(__m256 g, __m256 u) {
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 e = exp_ps(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
@@ -1389,6 +1438,7 @@ const KernelTable kAvx2Kernels = {
      weighted_kv_row_sum_avx2<KvQ4Byte>},
     floats_to_halves_f16c,     halves_to_floats_f16c,
     max_value_avx2,
+    rotate_pairs_avx2,         rotate_half_pairs_avx2,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 

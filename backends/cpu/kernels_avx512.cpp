@@ -1245,6 +1245,10 @@ float dot_f32_avx512(const float *a, const float *b, int64_t n) { return kAvx2Ke
 void axpy_avx512(float *y, float a, const float *x, int64_t n) { kAvx2Kernels.axpy(y, a, x, n); }
 float exp_sub_sum_avx512(float *x, float max, int64_t n) { return kAvx2Kernels.exp_sub_sum(x, max, n); }
 float max_value_avx512(const float *x, int64_t n) { return kAvx2Kernels.max_value(x, n); }
+void rotate_pairs_avx512(float *x, const float *cos_sin, int64_t n_pairs) { kAvx2Kernels.rotate_pairs(x, cos_sin, n_pairs); }
+void rotate_half_pairs_avx512(uint16_t *row, const float *cos_sin, int64_t n_pairs) {
+    kAvx2Kernels.rotate_half_pairs(row, cos_sin, n_pairs);
+}
 void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) {
     kAvx2Kernels.silu_mul(out, gate, up, n);
 }
@@ -1260,6 +1264,7 @@ const KernelTable kAvx512Kernels = {
      weighted_kv_row_sum_avx512<KvRowFormat::Q8, KvQ8Byte>, weighted_kv_row_sum_avx512<KvRowFormat::Q4, KvQ4Byte>},
     floats_to_halves_f16c,       halves_to_floats_f16c,
     max_value_avx512,
+    rotate_pairs_avx512,         rotate_half_pairs_avx512,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 

@@ -89,6 +89,12 @@ struct KernelTable {
     // The largest of n > 0 floats, passing over NaN (what std::max from -infinity gives): a
     // softmax's first pass. Optional as above.
     float (*max_value)(const float *x, int64_t n);
+    // Pairs (x[2i], x[2i + 1]) rotated by (cos_sin[2i], cos_sin[2i + 1]) in place, with rotary.h's
+    // rotate_pair's bits: rolling re-rotates kept keys (kernels.h). Optional as above.
+    void (*rotate_pairs)(float *x, const float *cos_sin, int64_t n_pairs);
+    // The same for the first 2 * n_pairs halves of an F16 row, rounded back as floats_to_halves
+    // rounds. Optional as above.
+    void (*rotate_half_pairs)(uint16_t *row, const float *cos_sin, int64_t n_pairs);
     // What matmul_range does with interleaved weights: 0: cannot run them; 1: runs them (the
     // scalar reference); 2: runs them faster than the file's layout (interleaving_preferred).
     int interleaved_support;

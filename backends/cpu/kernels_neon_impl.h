@@ -595,6 +595,7 @@ constexpr KernelTable kThisLevelKernels = {
     {nullptr, weighted_row_sum_f16_neon, nullptr, nullptr},
     nullptr, nullptr,  // half conversions: the loops in kernels.cpp
     nullptr,           // max_value: the loop in kernels.cpp
+    nullptr, nullptr,  // rotate_pairs, rotate_half_pairs: the loops in kernels.cpp
     0,                 // interleaved weights: NEON runs the file's layout
 };
 
