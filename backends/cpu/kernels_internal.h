@@ -57,6 +57,16 @@ struct MatmulProblem {
     const float *fp16_table;    // fp16 bits -> float, 65536 entries
 };
 
+// Element types that name the quantized KV row formats (kv_row_format.h) to the SIMD attention
+// kernels, whose rows are pointers to Element: a Q8 or Q4 row begins at its first byte (the
+// scale), and a stride of them counts bytes. Each level reads their elements its own way.
+struct KvQ8Byte {
+    uint8_t byte;
+};
+struct KvQ4Byte {
+    uint8_t byte;
+};
+
 using DotKvRows = void (*)(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
                            float *scores, int64_t scores_stride);
 using WeightedKvRowSum = void (*)(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,

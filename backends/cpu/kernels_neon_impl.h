@@ -32,6 +32,12 @@ uint16_t load_u16(const uint8_t *p) {
     return v;
 }
 
+float load_f32(const uint8_t *p) {
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // ---- integer dot products -------------------------------------------------------------------
@@ -491,41 +497,73 @@ void axpy_neon(float *y, float a, const float *x, int64_t n) {
 
 // Attention over F16 rows (the F16 KV format): 4 halves widened per fcvtl. (F32 rows take the
 // loops over dot_f32 and axpy in kernels.cpp.)
-float32x4_t load_halves4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+// Elements j..j+3 of a KV row (j a multiple of 4) as floats: IEEE halves widened, Q8 codes times
+// the row's scale, Q4 codes scaled and offset by one fused multiply-add (as the x86 levels read
+// them). element() reads one element the same way (the tails). Rows are read no further than
+// their last element.
+float half_value(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+float32x4_t load4(const uint16_t *row, int64_t j) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(row + j))); }
+float32x4_t load4(const KvQ8Byte *row, int64_t j) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    uint32_t packed;
+    std::memcpy(&packed, p + 4 + j, sizeof packed);
+    const int16x8_t codes = vmovl_s8(vreinterpret_s8_u32(vdup_n_u32(packed)));
+    return vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(codes))), load_f32(p));
+}
+float32x4_t load4(const KvQ4Byte *row, int64_t j) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    const uint8x8_t packed = vreinterpret_u8_u16(vdup_n_u16(load_u16(p + 4 + j / 2)));
+    const uint8x8_t codes = vzip1_u8(vand_u8(packed, vdup_n_u8(15)), vshr_n_u8(packed, 4));  // low, high nibble of each byte
+    const float32x4_t c = vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(codes))));
+    return vfmaq_n_f32(vdupq_n_f32(half_value(load_u16(p + 2))), c, half_value(load_u16(p)));
+}
+float element(const uint16_t *row, int64_t j) { return half_value(row[j]); }
+float element(const KvQ8Byte *row, int64_t j) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    return load_f32(p) * static_cast<float>(static_cast<int8_t>(p[4 + j]));
+}
+float element(const KvQ4Byte *row, int64_t j) {
+    const auto *p = reinterpret_cast<const uint8_t *>(row);
+    const float code = static_cast<float>((p[4 + j / 2] >> (4 * (j & 1))) & 15);
+    return vgetq_lane_f32(vfmaq_n_f32(vdupq_n_f32(half_value(load_u16(p + 2))), vdupq_n_f32(code), half_value(load_u16(p))), 0);
+}
 
-// The queries one after the other: a NEON core widens a row's halves at little cost, and no
-// ARM64 target was measured for a tiled form.
-void dot_rows_f16_neon(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
-                       float *scores, int64_t scores_stride) {
+// The queries one after the other: a NEON core widens a row's elements at little cost, and no
+// ARM64 target was measured for a tiled form. Rows of halves, Q8 or Q4 (F32 rows take the loops
+// over dot_f32 and axpy in kernels.cpp).
+template <typename Element>
+void dot_kv_rows_neon(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
+                      float *scores, int64_t scores_stride) {
     for (int q_index = 0; q_index < m; ++q_index) {
         const float *q = queries[q_index];
         for (int64_t i = 0; i < n; ++i) {
-            const auto *row = reinterpret_cast<const uint16_t *>(rows + i * row_bytes);
+            const auto *row = reinterpret_cast<const Element *>(rows + i * row_bytes);
             float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
             int64_t j = 0;
             for (; j + 8 <= len; j += 8) {
-                acc[0] = vfmaq_f32(acc[0], vld1q_f32(q + j), load_halves4(row + j));
-                acc[1] = vfmaq_f32(acc[1], vld1q_f32(q + j + 4), load_halves4(row + j + 4));
+                acc[0] = vfmaq_f32(acc[0], vld1q_f32(q + j), load4(row, j));
+                acc[1] = vfmaq_f32(acc[1], vld1q_f32(q + j + 4), load4(row, j + 4));
             }
-            for (; j + 4 <= len; j += 4) acc[0] = vfmaq_f32(acc[0], vld1q_f32(q + j), load_halves4(row + j));
+            for (; j + 4 <= len; j += 4) acc[0] = vfmaq_f32(acc[0], vld1q_f32(q + j), load4(row, j));
             float s = vaddvq_f32(vaddq_f32(acc[0], acc[1]));
-            for (; j < len; ++j) s += q[j] * vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(row[j]))), 0);
+            for (; j < len; ++j) s += q[j] * element(row, j);
             scores[q_index * scores_stride + i] = s;
         }
     }
 }
 
-void weighted_row_sum_f16_neon(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
-                               int64_t row_bytes, int64_t n, int64_t len) {
+template <typename Element>
+void weighted_kv_row_sum_neon(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
+                              int64_t row_bytes, int64_t n, int64_t len) {
     for (int q_index = 0; q_index < m; ++q_index) {
         float *out = outs[q_index];
         const float *w = weights + q_index * weights_stride;
         for (int64_t i = 0; i < n; ++i) {
             if (w[i] == 0.0f) continue;
-            const auto *row = reinterpret_cast<const uint16_t *>(rows + i * row_bytes);
+            const auto *row = reinterpret_cast<const Element *>(rows + i * row_bytes);
             int64_t j = 0;
-            for (; j + 4 <= len; j += 4) vst1q_f32(out + j, vfmaq_n_f32(vld1q_f32(out + j), load_halves4(row + j), w[i]));
-            for (; j < len; ++j) out[j] += w[i] * vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(row[j]))), 0);
+            for (; j + 4 <= len; j += 4) vst1q_f32(out + j, vfmaq_n_f32(vld1q_f32(out + j), load4(row, j), w[i]));
+            for (; j < len; ++j) out[j] += w[i] * element(row, j);
         }
     }
 }
@@ -590,9 +628,9 @@ void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
 constexpr KernelTable kThisLevelKernels = {
     quantize_activations_neon, matmul_range_neon, dequantize_neon, dot_f32_neon,
     axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
-    // KV rows of halves; the other formats take the loops in kernels.cpp.
-    {nullptr, dot_rows_f16_neon, nullptr, nullptr},
-    {nullptr, weighted_row_sum_f16_neon, nullptr, nullptr},
+    // KV rows of halves, Q8 and Q4; F32 rows take the loops in kernels.cpp.
+    {nullptr, dot_kv_rows_neon<uint16_t>, dot_kv_rows_neon<KvQ8Byte>, dot_kv_rows_neon<KvQ4Byte>},
+    {nullptr, weighted_kv_row_sum_neon<uint16_t>, weighted_kv_row_sum_neon<KvQ8Byte>, weighted_kv_row_sum_neon<KvQ4Byte>},
     nullptr, nullptr,  // half conversions: the loops in kernels.cpp
     nullptr,           // max_value: the loop in kernels.cpp
     nullptr, nullptr,  // rotate_pairs, rotate_half_pairs: the loops in kernels.cpp

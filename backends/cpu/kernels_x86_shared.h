@@ -34,16 +34,6 @@ inline void prefetch_ahead(const uint8_t *p) {
     _mm_prefetch(reinterpret_cast<const char *>(p + kPrefetchBytes), _MM_HINT_T0);
 }
 
-// Element types that name the quantized KV row formats (kv_row_format.h) to the attention kernels,
-// whose rows are pointers to Element: a Q8 or Q4 row begins at its first byte (the scale), and a
-// stride of them counts bytes. Each level reads their elements through its own load function.
-struct KvQ8Byte {
-    uint8_t byte;
-};
-struct KvQ4Byte {
-    uint8_t byte;
-};
-
 inline float load_f32(const uint8_t *p) {
     float v;
     std::memcpy(&v, p, sizeof v);
