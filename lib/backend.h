@@ -144,6 +144,14 @@ public:
     virtual Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) = 0;
     // out[t] = W · in[t] for the first n rows of in; W is a weight tensor [rows_out × cols].
     virtual Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) = 0;
+    // outs[i] = weights[i] · in for i < count (at most kMaxMatmulsOfOneInput): products of one
+    // input (a layer's q, k and v; its gate and up) that a backend may run together. Each out has
+    // what matmul gives it. By default, one after the other.
+    static constexpr int kMaxMatmulsOfOneInput = 3;
+    virtual Status matmuls(const Tensor *outs, const Tensor *weights, int count, const Tensor &in, int n) {
+        for (int i = 0; i < count; ++i) H2O_TRY(matmul(outs[i], weights[i], in, n));
+        return Status::Ok();
+    }
     // Rotates the first rope_dims of each head of q (n_head heads) and k (n_head_kv heads) in
     // place, for the first n rows, by `positions` (I32).
     virtual Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) = 0;

@@ -78,9 +78,8 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, boo
     for (int l = 0; l < s.n_layer; ++l) {
         const LayerTensors &w = layers_[l];
         H2O_TRY(be.rms_norm(xn_, x_, w.attn_norm, n, s.rms_eps));
-        H2O_TRY(be.matmul(q_, w.wq, xn_, n));
-        H2O_TRY(be.matmul(k_, w.wk, xn_, n));
-        H2O_TRY(be.matmul(v_, w.wv, xn_, n));
+        const Tensor qkv[] = {q_, k_, v_}, qkv_weights[] = {w.wq, w.wk, w.wv};
+        H2O_TRY(be.matmuls(qkv, qkv_weights, 3, xn_, n));
         if (positions_per_layer) batch.positions = positions_.slice_rows(static_cast<int64_t>(l) * n, n);
         H2O_TRY(be.rope(q_, k_, batch.positions, n, s));
         H2O_TRY(be.attention(attn_, q_, k_, v_, l, batch, s));
@@ -88,8 +87,8 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, boo
         H2O_TRY(be.add(x_, proj_, n));
 
         H2O_TRY(be.rms_norm(xn_, x_, w.ffn_norm, n, s.rms_eps));
-        H2O_TRY(be.matmul(gate_, w.w_gate, xn_, n));
-        H2O_TRY(be.matmul(up_, w.w_up, xn_, n));
+        const Tensor gate_up[] = {gate_, up_}, gate_up_weights[] = {w.w_gate, w.w_up};
+        H2O_TRY(be.matmuls(gate_up, gate_up_weights, 2, xn_, n));
         H2O_TRY(be.swiglu(gate_, up_, n));
         H2O_TRY(be.matmul(proj_, w.w_down, gate_, n));
         H2O_TRY(be.add(x_, proj_, n));

@@ -932,6 +932,68 @@ TEST_CASE("matmul: AVX-512 path against the reference and the scalar path") {
     if (can_run(cpu::KernelIsa::Avx512)) check_matmul(cpu::KernelIsa::Avx512);
 }
 
+TEST_CASE("matmul_group: products of one input have the bits of separate matmuls, at every level and thread count") {
+    // A layer's q, k and v (or gate and up) as the graph groups them, with mixed types and layouts
+    // (a Q4_K_M file's Q4_K and Q6_K; interleaved and not), matrices far apart in size, one token
+    // (decoding), a partial token group and several (prompts; the activations then quantized by
+    // every thread at once).
+    IsaGuard guard;
+    std::mt19937 rng(41);
+    constexpr auto kX8 = cpu::WeightLayout::Interleaved8;
+    const struct Product {
+        TensorType type;
+        int64_t rows;
+        cpu::WeightLayout layout;
+    } groups[][3] = {{{TensorType::Q4_K, 136, kX8}, {TensorType::Q6_K, 24, cpu::WeightLayout::Rows}, {TensorType::Q6_K, 16, kX8}},
+                     {{TensorType::Q4_0, 136, kX8}, {TensorType::Q8_0, 7, cpu::WeightLayout::Rows}, {TensorType::F16, 33, cpu::WeightLayout::Rows}},
+                     {{TensorType::F32, 70, cpu::WeightLayout::Rows}, {TensorType::Q5_K, 9, cpu::WeightLayout::Rows}, {TensorType::Q4_0, 8, kX8}}};
+    std::vector<cpu::KernelIsa> levels = simd_levels();
+    levels.push_back(cpu::KernelIsa::Scalar);
+    for (const auto &group : groups) {
+        const int64_t cols = 768;
+        std::vector<std::vector<uint8_t>> weights;
+        for (const Product &product : group) {
+            const std::vector<uint8_t> w = quantize_matrix(product.type, random_vector(rng, product.rows * cols), product.rows, cols);
+            if (product.layout == kX8) {
+                std::vector<uint8_t> interleaved(cpu::interleaved_bytes(product.type, product.rows, cols));
+                cpu::interleave_rows(product.type, w.data(), interleaved.data(), product.rows, cols);
+                weights.push_back(interleaved);
+            } else {
+                weights.push_back(w);
+            }
+        }
+        for (int64_t n_tokens : {1, 3, 37}) {
+            const std::vector<float> x = random_vector(rng, n_tokens * cols);
+            size_t scratch_bytes = 0;
+            for (const Product &product : group) scratch_bytes = std::max(scratch_bytes, cpu::matmul_scratch_bytes(product.type, cols, n_tokens));
+            std::vector<uint8_t> scratch(scratch_bytes);
+            for (cpu::KernelIsa isa : levels) {
+                for (int threads : {1, 2, 3}) {
+                    CAPTURE(cpu::kernel_isa_name(isa));
+                    CAPTURE(n_tokens);
+                    CAPTURE(threads);
+                    REQUIRE(cpu::set_kernel_isa(isa));
+                    ThreadPool pool(threads);
+                    std::vector<std::vector<float>> alone(3), together(3);
+                    cpu::MatmulOutput outputs[3];
+                    for (int i = 0; i < 3; ++i) {
+                        alone[i].assign(group[i].rows * n_tokens, -1.0f);
+                        together[i].assign(group[i].rows * n_tokens, -2.0f);
+                        cpu::matmul(pool, group[i].type, weights[i].data(), group[i].rows, cols, x.data(), n_tokens, alone[i].data(),
+                                    scratch.data(), group[i].layout);
+                        outputs[i] = {group[i].type, weights[i].data(), group[i].rows, together[i].data(), group[i].layout};
+                    }
+                    cpu::matmul_group(pool, outputs, 3, cols, x.data(), n_tokens, scratch.data());
+                    for (int i = 0; i < 3; ++i) {
+                        CAPTURE(i);
+                        CHECK(std::memcmp(alone[i].data(), together[i].data(), alone[i].size() * sizeof(float)) == 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("matmul: NEON levels against the reference and the scalar path") {
     for (cpu::KernelIsa isa : {cpu::KernelIsa::Neon, cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm}) {
         if (!can_run(isa)) continue;

@@ -103,6 +103,19 @@ public:
         return Status::Ok();
     }
 
+    Status matmuls(const Tensor *outs, const Tensor *weights, int count, const Tensor &in, int n) override {
+        static_assert(kMaxMatmulsOfOneInput <= cpu::kMaxMatmulGroup, "the kernels take every product of one input at once");
+        if (count < 1 || count > kMaxMatmulsOfOneInput) return make_error(H2O_ERR_INTERNAL, "matmuls: 1 to 3 products");
+        H2O_TRY(injected_fault());
+        cpu::MatmulOutput outputs[kMaxMatmulsOfOneInput];
+        for (int i = 0; i < count; ++i) {
+            if (weights[i].cols != weights[0].cols) return make_error(H2O_ERR_INTERNAL, "matmuls: weights of different widths");
+            outputs[i] = {weights[i].type, host<const void>(weights[i]), weights[i].rows, host<float>(outs[i]), layout(weights[i])};
+        }
+        cpu::matmul_group(pool_, outputs, count, weights[0].cols, host<const float>(in), n, matmul_scratch_.data());
+        return Status::Ok();
+    }
+
     Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override {
         H2O_TRY(injected_fault());
         const int32_t *pos = host<const int32_t>(positions);

@@ -615,22 +615,29 @@ void deinterleave_row(TensorType type, const void *src, int64_t cols, int64_t ro
     }
 }
 
-void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
-            int64_t n_tokens, float *y, void *scratch, WeightLayout layout) {
-    if (rows <= 0 || n_tokens <= 0) return;
-    if (!matmul_supports(wtype)) fatal("matmul: unsupported weight type");
-    const bool interleaved = layout == WeightLayout::Interleaved8;
-    if (interleaved && (!is_interleavable(wtype) || rows % 8 != 0)) {
-        fatal("matmul: interleaved weights must be Q4_0, Q4_K or Q6_K, rows a multiple of 8");
+void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens,
+                  void *scratch) {
+    if (count < 1 || count > kMaxMatmulGroup) fatal("matmul_group: between 1 and kMaxMatmulGroup outputs");
+    if (n_tokens <= 0) return;
+    bool quantized = false;
+    for (int i = 0; i < count; ++i) {
+        const MatmulOutput &o = outputs[i];
+        if (!matmul_supports(o.wtype)) fatal("matmul: unsupported weight type");
+        const bool interleaved = o.layout == WeightLayout::Interleaved8;
+        if (interleaved && (!is_interleavable(o.wtype) || o.rows % 8 != 0)) {
+            fatal("matmul: interleaved weights must be Q4_0, Q4_K or Q6_K, rows a multiple of 8");
+        }
+        if (interleaved && kernels().interleaved_support == 0) fatal("matmul: these kernels cannot run interleaved weights");
+        if (is_quantized(o.wtype) && cols % traits(o.wtype).block_elements != 0) {
+            fatal("matmul: quantized rows must be a multiple of the block size long (32, or 256 for K-quants)");
+        }
+        quantized |= is_quantized(o.wtype);
     }
-    if (interleaved && kernels().interleaved_support == 0) fatal("matmul: these kernels cannot run interleaved weights");
     if (cols <= 0) {  // empty dot products
-        std::memset(y, 0, static_cast<size_t>(rows * n_tokens) * sizeof(float));
+        for (int i = 0; i < count; ++i) {
+            std::memset(outputs[i].y, 0, static_cast<size_t>(std::max<int64_t>(outputs[i].rows, 0) * n_tokens) * sizeof(float));
+        }
         return;
-    }
-    const bool quantized = is_quantized(wtype);
-    if (quantized && cols % traits(wtype).block_elements != 0) {
-        fatal("matmul: quantized rows must be a multiple of the block size long (32, or 256 for K-quants)");
     }
     if (quantized && !scratch) fatal("matmul: quantized weights need scratch");
 
@@ -638,70 +645,91 @@ void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int
     // std::function holding it needs no heap allocation.
     struct Job {
         const KernelTable *k;
-        MatmulProblem p;
+        MatmulProblem p[kMaxMatmulGroup];
+        int64_t chunk[kMaxMatmulGroup];
+        int64_t first_unit[kMaxMatmulGroup + 1];  // product i's units are [first_unit[i], first_unit[i + 1])
+        int count;
         ActBlockPair *act;
-        int64_t n_groups, chunk, n_slices, n_units;
+        int64_t n_groups, n_slices;
         bool parallel_quantize;
         std::atomic<int> done_quantizing{0};
 
-        void run(int thread, int count) {
+        void run(int thread, int threads) {
             int64_t begin, end;
             if (parallel_quantize) {
-                ThreadPool::split(n_groups, thread, count, &begin, &end);
-                k->quantize_activations(p.x, p.cols, p.n_tokens, begin, end, act);
+                ThreadPool::split(n_groups, thread, threads, &begin, &end);
+                k->quantize_activations(p[0].x, p[0].cols, p[0].n_tokens, begin, end, act);
                 done_quantizing.fetch_add(1, std::memory_order_acq_rel);
-                while (done_quantizing.load(std::memory_order_acquire) < count) cpu_relax();
+                while (done_quantizing.load(std::memory_order_acquire) < threads) cpu_relax();
             }
-            ThreadPool::split(n_units, thread, count, &begin, &end);
-            for (int64_t u = begin; u < end;) {
-                // Consecutive units of one row chunk become a single call over their token groups.
-                const int64_t c = u / n_slices;
-                const int64_t u_end = std::min(end, (c + 1) * n_slices);
-                const int64_t g0 = (u - c * n_slices) * n_groups / n_slices;
-                const int64_t g1 = (u_end - c * n_slices) * n_groups / n_slices;
-                k->matmul_range(p, c * chunk, std::min(p.rows, (c + 1) * chunk), g0, g1);
-                u = u_end;
+            ThreadPool::split(first_unit[count], thread, threads, &begin, &end);
+            for (int i = 0; i < count && begin < end; ++i) {
+                // This thread's units of product i, as offsets into its own units.
+                const int64_t u0 = std::max(begin, first_unit[i]) - first_unit[i], u1 = std::min(end, first_unit[i + 1]) - first_unit[i];
+                for (int64_t u = u0; u < u1;) {
+                    // Consecutive units of one row chunk become a single call over their token groups.
+                    const int64_t c = u / n_slices;
+                    const int64_t u_end = std::min(u1, (c + 1) * n_slices);
+                    const int64_t g0 = (u - c * n_slices) * n_groups / n_slices;
+                    const int64_t g1 = (u_end - c * n_slices) * n_groups / n_slices;
+                    k->matmul_range(p[i], c * chunk[i], std::min(p[i].rows, (c + 1) * chunk[i]), g0, g1);
+                    u = u_end;
+                }
             }
         }
     } job;
     job.k = &kernels();
-    MatmulProblem &p = job.p;
-    p.wtype = wtype;
-    p.w = static_cast<const uint8_t *>(w);
-    p.w_row_bytes = row_bytes(wtype, cols);
-    p.interleaved = interleaved;
-    p.rows = rows;
-    p.cols = cols;
-    p.n_tokens = n_tokens;
-    p.x = x;
-    p.y = y;
-    p.n_pairs = (cols / 32 + 1) / 2;
-    p.fp16_table = fp16_table();
+    job.count = count;
     job.act = quantized ? aligned_act(scratch) : nullptr;
-    p.act = job.act;
-
+    job.n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
     // Work units: chunks of rows whose weights stay in cache (about 32 KiB) while every token group
     // passes over them, times slices of the token groups when there are too few row chunks to keep
     // every thread busy. Each thread takes a contiguous run of units in row-chunk-major order, so it
-    // writes disjoint parts of y.
+    // writes disjoint parts of each y. How the rows are cut changes no output's bits.
+    int64_t n_chunks[kMaxMatmulGroup], all_chunks = 0, work = 0;
+    for (int i = 0; i < count; ++i) {
+        const MatmulOutput &o = outputs[i];
+        MatmulProblem &p = job.p[i];
+        p.wtype = o.wtype;
+        p.w = static_cast<const uint8_t *>(o.w);
+        p.w_row_bytes = row_bytes(o.wtype, cols);
+        p.interleaved = o.layout == WeightLayout::Interleaved8;
+        p.rows = std::max<int64_t>(o.rows, 0);
+        p.cols = cols;
+        p.n_tokens = n_tokens;
+        p.x = x;
+        p.y = o.y;
+        p.n_pairs = (cols / 32 + 1) / 2;
+        p.fp16_table = fp16_table();
+        p.act = job.act;
+        // Interleaved chunks are whole 8-row groups.
+        const int64_t chunk_align = p.interleaved ? 8 : 4;
+        job.chunk[i] = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~(chunk_align - 1), chunk_align, 64);
+        n_chunks[i] = (p.rows + job.chunk[i] - 1) / job.chunk[i];
+        all_chunks += n_chunks[i];
+        work += p.rows * cols * n_tokens;
+    }
     const int n_threads = pool.size();
-    job.n_groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
-    // Interleaved chunks are whole 8-row groups.
-    const int64_t chunk_align = interleaved ? 8 : 4;
-    job.chunk = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~(chunk_align - 1), chunk_align, 64);
-    const int64_t n_chunks = (rows + job.chunk - 1) / job.chunk;
     job.n_slices = 1;
-    while (n_chunks * job.n_slices < 4 * n_threads && job.n_slices < job.n_groups) job.n_slices *= 2;
+    while (all_chunks * job.n_slices < 4 * n_threads && job.n_slices < job.n_groups) job.n_slices *= 2;
     job.n_slices = std::min(job.n_slices, job.n_groups);
-    job.n_units = n_chunks * job.n_slices;
+    job.first_unit[0] = 0;
+    for (int i = 0; i < count; ++i) job.first_unit[i + 1] = job.first_unit[i] + n_chunks[i] * job.n_slices;
 
-    // The activations are quantized once, up front. For a few tokens that is cheaper than any
-    // synchronisation, so the calling thread does it; for many, all threads share it and meet at a
-    // barrier inside the single pool job.
+    // The activations are quantized once, up front, for every product. For a few tokens that is
+    // cheaper than any synchronisation, so the calling thread does it; for many, all threads share
+    // it and meet at a barrier inside the single pool job.
     job.parallel_quantize = quantized && n_threads > 1 && job.n_groups >= 2 * n_threads;
     if (quantized && !job.parallel_quantize) job.k->quantize_activations(x, cols, n_tokens, 0, job.n_groups, job.act);
 
-    pool.run([&job](int thread, int count) { job.run(thread, count); }, rows * cols * n_tokens);
+    pool.run([&job](int thread, int threads) { job.run(thread, threads); }, work);
+}
+
+void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
+            int64_t n_tokens, float *y, void *scratch, WeightLayout layout) {
+    if (rows <= 0) return;
+    const MatmulOutput output{wtype, w, rows, y, layout};
+    matmul_group(pool, &output, 1, cols, x, n_tokens, scratch);
 }
 
 void dequantize(TensorType type, const void *src, float *dst, int64_t n) {

@@ -67,6 +67,22 @@ enum class WeightLayout { Rows, Interleaved8 };
 void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
             int64_t n_tokens, float *y, void *scratch, WeightLayout layout = WeightLayout::Rows);
 
+// Several products of one input, y_i = W_i · x: a layer's q, k and v, or its gate and up. They run
+// in a single ThreadPool::run: the activations are quantized once for all of them, and the threads
+// share out the rows of every matrix together, so a small matrix (GQA's k and v) costs no
+// synchronisation of its own. Each y_i has exactly the bits matmul gives it. Preconditions as
+// matmul's, for each W_i (all of cols columns); count in [1, kMaxMatmulGroup].
+struct MatmulOutput {
+    TensorType wtype;
+    const void *w;
+    int64_t rows;
+    float *y;  // [n_tokens][rows]
+    WeightLayout layout;
+};
+constexpr int kMaxMatmulGroup = 3;
+void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens,
+                  void *scratch);
+
 // ---- Q4_0, Q4_K and Q6_K weights, 8 rows interleaved ----------------------------------------
 //
 // A matrix-vector product reads each weight once, so its speed is how few instructions a weight
