@@ -46,8 +46,8 @@ bool can_run(cpu::KernelIsa isa) {
     return false;
 }
 
-constexpr cpu::KernelIsa kSimdLevels[] = {cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx512, cpu::KernelIsa::Neon,
-                                          cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm};
+constexpr cpu::KernelIsa kSimdLevels[] = {cpu::KernelIsa::Avx2,     cpu::KernelIsa::Avx2Vnni,    cpu::KernelIsa::Avx512,
+                                          cpu::KernelIsa::Neon,     cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm};
 
 // The SIMD levels this CPU runs (each is tested against the reference and the scalar path). The
 // others belong to another architecture or a newer CPU; only a CPU that runs none marks the test
@@ -62,19 +62,7 @@ std::vector<cpu::KernelIsa> simd_levels() {
 }
 
 // The kernel table of a level this CPU supports, called directly rather than through dispatch.
-const cpu::detail::KernelTable &kernel_table(cpu::KernelIsa isa) {
-    switch (isa) {
-#if defined(H2O_KERNELS_X86)
-        case cpu::KernelIsa::Avx2: return cpu::detail::kAvx2Kernels;
-        case cpu::KernelIsa::Avx512: return cpu::detail::kAvx512Kernels;
-#elif defined(H2O_KERNELS_ARM64)
-        case cpu::KernelIsa::Neon: return cpu::detail::kNeonKernels;
-        case cpu::KernelIsa::NeonDotprod: return cpu::detail::kNeonDotprodKernels;
-        case cpu::KernelIsa::NeonI8mm: return cpu::detail::kNeonI8mmKernels;
-#endif
-        default: return cpu::detail::kScalarKernels;
-    }
-}
+const cpu::detail::KernelTable &kernel_table(cpu::KernelIsa isa) { return cpu::detail::table_of(isa); }
 
 // Restores the kernel choice a test changed.
 struct IsaGuard {
@@ -646,8 +634,11 @@ TEST_CASE("kernel selection can be forced to the portable path, and to exactly t
     if (cpu::cpu_supports(cpu::KernelIsa::NeonI8mm)) CHECK(cpu::cpu_supports(cpu::KernelIsa::NeonDotprod));
 #endif
 #if defined(H2O_KERNELS_X86)
-    // The AVX-512 level uses AVX2 kernels too.
+    // The AVX-512 level uses AVX2 kernels too; the avx2+vnni level runs wherever AVX-512 does (its
+    // EVEX encoding).
     if (cpu::cpu_supports(cpu::KernelIsa::Avx512)) CHECK(cpu::cpu_supports(cpu::KernelIsa::Avx2));
+    if (cpu::cpu_supports(cpu::KernelIsa::Avx512)) CHECK(cpu::cpu_supports(cpu::KernelIsa::Avx2Vnni));
+    if (cpu::cpu_supports(cpu::KernelIsa::Avx2Vnni)) CHECK(cpu::cpu_supports(cpu::KernelIsa::Avx2));
 #endif
 }
 
@@ -926,6 +917,32 @@ TEST_CASE("matmul: scalar path against a double-precision reference") { check_ma
 
 TEST_CASE("matmul: AVX2 path against the reference and the scalar path") {
     if (can_run(cpu::KernelIsa::Avx2)) check_matmul(cpu::KernelIsa::Avx2);
+}
+
+TEST_CASE("matmul: AVX2+VNNI path against the reference and the scalar path") {
+    if (can_run(cpu::KernelIsa::Avx2Vnni)) check_matmul(cpu::KernelIsa::Avx2Vnni);
+}
+
+TEST_CASE("matmul: the AVX2+VNNI level gives the AVX2 level's bits for every weight type and layout") {
+    // vpdpbusd makes the integer sums maddubs and madd make; everything after is the same code.
+    if (!can_run(cpu::KernelIsa::Avx2Vnni) || !can_run(cpu::KernelIsa::Avx2)) return;
+    IsaGuard guard;
+    std::mt19937 rng(43);
+    ThreadPool pool(2);
+    for (const MatmulCase &c : matmul_cases()) {
+        CAPTURE(std::string(type_name(c.type)));
+        CAPTURE(c.rows);
+        CAPTURE(c.cols);
+        CAPTURE(c.n_tokens);
+        CAPTURE(c.layout == cpu::WeightLayout::Interleaved8);
+        const std::vector<uint8_t> w = quantize_matrix(c.type, random_vector(rng, c.rows * c.cols), c.rows, c.cols);
+        const std::vector<float> x = random_vector(rng, c.n_tokens * c.cols);
+        REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
+        const std::vector<float> avx2 = run_matmul(pool, c, w, x);
+        REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2Vnni));
+        const std::vector<float> vnni = run_matmul(pool, c, w, x);
+        CHECK(std::memcmp(avx2.data(), vnni.data(), avx2.size() * sizeof(float)) == 0);
+    }
 }
 
 TEST_CASE("matmul: AVX-512 path against the reference and the scalar path") {
@@ -1361,7 +1378,7 @@ TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, 
     for (cpu::KernelIsa isa : simd_levels()) {
         CAPTURE(cpu::kernel_isa_name(isa));
         REQUIRE(cpu::set_kernel_isa(isa));
-        const bool x86 = isa == cpu::KernelIsa::Avx2 || isa == cpu::KernelIsa::Avx512;
+        const bool x86 = isa == cpu::KernelIsa::Avx2 || isa == cpu::KernelIsa::Avx2Vnni || isa == cpu::KernelIsa::Avx512;
         for (TensorType type : kAllTypes) {
             CAPTURE(std::string(type_name(type)));
             const bool x8_type = type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;

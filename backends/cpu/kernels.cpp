@@ -412,12 +412,52 @@ void silu_mul_scalar(float *out, const float *gate, const float *up, int64_t n) 
     for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+#ifdef H2O_KERNELS_X86
+// AVX2, FMA and F16C from the CPUID bits, plus the OS's consent: the CPU's OSXSAVE bit and XCR0
+// showing that the OS saves the SSE and AVX (YMM) registers. Plain CPUID rather than
+// __builtin_cpu_supports, whose "f16c" name clang 14 does not know.
+static bool x86_has_avx2_fma_f16c() {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const bool fma = ecx & bit_FMA, osxsave = ecx & bit_OSXSAVE, avx = ecx & bit_AVX, f16c = ecx & bit_F16C;
+    if (!(fma && osxsave && avx && f16c)) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));  // _xgetbv would need -mxsave here
+    if ((xcr0_lo & 0x6) != 0x6) return false;                  // bit 1: SSE state, bit 2: AVX state
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    return ebx & bit_AVX2;
+}
+
+// AVX-VNNI (VEX-encoded vpdpbusd on AVX registers: CPUID leaf 7, sub-leaf 1, EAX bit 4) besides
+// AVX2, FMA and F16C; the registers are AVX's, which x86_has_avx2_fma_f16c checks the OS saves.
+static bool x86_has_avx_vnni() {
+    if (!x86_has_avx2_fma_f16c()) return false;
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+    return eax & (1u << 4);
+}
+
+// AVX-512 Foundation, Byte/Word, Vector Length and VNNI from CPUID leaf 7, and XCR0 showing that
+// the OS saves the opmask and the upper halves of the ZMM registers (bits 5, 6, 7) as well.
+static bool x86_has_avx512_vnni() {
+    if (!x86_has_avx2_fma_f16c()) return false;
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    constexpr unsigned kF = 1u << 16, kBW = 1u << 30, kVL = 1u << 31;  // EBX
+    constexpr unsigned kVnni = 1u << 11;                               // ECX
+    if ((ebx & (kF | kBW | kVL)) != (kF | kBW | kVL) || !(ecx & kVnni)) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & 0xE6) == 0xE6;
+}
+#endif
+
 // ---- dispatch -------------------------------------------------------------------------------
 
 std::atomic<int> g_isa{-1};  // a KernelIsa, or -1 before the first use
 
-constexpr KernelIsa kAllIsas[] = {KernelIsa::Scalar,      KernelIsa::Avx2,        KernelIsa::Avx512,
-                                   KernelIsa::Neon,        KernelIsa::NeonDotprod, KernelIsa::NeonI8mm};
+constexpr KernelIsa kAllIsas[] = {KernelIsa::Scalar, KernelIsa::Avx2,        KernelIsa::Avx2Vnni, KernelIsa::Avx512,
+                                   KernelIsa::Neon,   KernelIsa::NeonDotprod, KernelIsa::NeonI8mm};
 
 // The best level this CPU runs, or the one H2O_CPU_KERNELS names; a name that is unknown or a level
 // the CPU lacks is fatal, so a test or benchmark never measures other kernels than it asked for.
@@ -441,10 +481,20 @@ KernelIsa choose_isa() {
     return best;
 }
 
-const KernelTable &table_of(KernelIsa isa) {
+const KernelTable &level_table(KernelIsa isa) {
     switch (isa) {
 #if defined(H2O_KERNELS_X86)
         case KernelIsa::Avx2: return detail::kAvx2Kernels;
+        case KernelIsa::Avx2Vnni: {
+            // The AVX2 level with vpdpbusd in the quantized matmuls, in the encoding this CPU runs
+            // (the level needs one or the other).
+            static const KernelTable vnni = [] {
+                KernelTable t = detail::kAvx2Kernels;
+                t.matmul_range = x86_has_avx_vnni() ? detail::matmul_range_avx2_vnni : detail::matmul_range_avx2_vnni_evex;
+                return t;
+            }();
+            return vnni;
+        }
         case KernelIsa::Avx512: return detail::kAvx512Kernels;
 #elif defined(H2O_KERNELS_ARM64)
         case KernelIsa::Neon: return detail::kNeonKernels;
@@ -465,7 +515,7 @@ KernelIsa current_isa() {
     return static_cast<KernelIsa>(isa);
 }
 
-const KernelTable &kernels() { return table_of(current_isa()); }
+const KernelTable &kernels() { return level_table(current_isa()); }
 
 // Weight types multiplied on integers, against activations quantized to 8 bits per 32 values.
 bool is_quantized(TensorType t) {
@@ -500,11 +550,14 @@ const KernelTable kScalarKernels = {
     nullptr, nullptr,  // rotate_pairs, rotate_half_pairs: rotary.h's rotate_pair in a loop
     1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
+
+const KernelTable &table_of(KernelIsa isa) { return level_table(isa); }
 }  // namespace detail
 
 const char *kernel_isa_name(KernelIsa isa) {
     switch (isa) {
         case KernelIsa::Avx2: return "avx2";
+        case KernelIsa::Avx2Vnni: return "avx2+vnni";
         case KernelIsa::Avx512: return "avx512";
         case KernelIsa::Neon: return "neon";
         case KernelIsa::NeonDotprod: return "neon+dotprod";
@@ -513,41 +566,12 @@ const char *kernel_isa_name(KernelIsa isa) {
     }
 }
 
-#ifdef H2O_KERNELS_X86
-// AVX2, FMA and F16C from the CPUID bits, plus the OS's consent: the CPU's OSXSAVE bit and XCR0
-// showing that the OS saves the SSE and AVX (YMM) registers. Plain CPUID rather than
-// __builtin_cpu_supports, whose "f16c" name clang 14 does not know.
-static bool x86_has_avx2_fma_f16c() {
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    const bool fma = ecx & bit_FMA, osxsave = ecx & bit_OSXSAVE, avx = ecx & bit_AVX, f16c = ecx & bit_F16C;
-    if (!(fma && osxsave && avx && f16c)) return false;
-    unsigned xcr0_lo, xcr0_hi;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));  // _xgetbv would need -mxsave here
-    if ((xcr0_lo & 0x6) != 0x6) return false;                  // bit 1: SSE state, bit 2: AVX state
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    return ebx & bit_AVX2;
-}
-
-// AVX-512 Foundation, Byte/Word, Vector Length and VNNI from CPUID leaf 7, and XCR0 showing that
-// the OS saves the opmask and the upper halves of the ZMM registers (bits 5, 6, 7) as well.
-static bool x86_has_avx512_vnni() {
-    if (!x86_has_avx2_fma_f16c()) return false;
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    constexpr unsigned kF = 1u << 16, kBW = 1u << 30, kVL = 1u << 31;  // EBX
-    constexpr unsigned kVnni = 1u << 11;                               // ECX
-    if ((ebx & (kF | kBW | kVL)) != (kF | kBW | kVL) || !(ecx & kVnni)) return false;
-    unsigned xcr0_lo, xcr0_hi;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    return (xcr0_lo & 0xE6) == 0xE6;
-}
-#endif
 
 bool cpu_supports(KernelIsa isa) {
     if (isa == KernelIsa::Scalar) return true;
 #if defined(H2O_KERNELS_X86)
     if (isa == KernelIsa::Avx2) return x86_has_avx2_fma_f16c();
+    if (isa == KernelIsa::Avx2Vnni) return x86_has_avx_vnni() || x86_has_avx512_vnni();
     return isa == KernelIsa::Avx512 && x86_has_avx512_vnni();
 #elif defined(H2O_KERNELS_ARM64)
     if (isa == KernelIsa::Neon) return true;  // Advanced SIMD is part of every ARMv8-A CPU

@@ -19,9 +19,10 @@ namespace h2o::cpu {
 // ---- instruction set selection --------------------------------------------------------------
 
 // Kernel levels, each named by kernel_isa_name(): "scalar" (portable, everywhere), "avx2" (x86-64
-// with AVX2, FMA and F16C), "avx512" (those and AVX-512 F, BW, VL and VNNI), "neon" (any ARM64),
+// with AVX2, FMA and F16C), "avx2+vnni" (those and a 256-bit vpdpbusd: AVX-VNNI, or AVX-512 VNNI
+// with VL), "avx512" (AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI), "neon" (any ARM64),
 // "neon+dotprod" (ARMv8.2 dotprod: sdot) and "neon+i8mm" (dotprod and i8mm: smmla).
-enum class KernelIsa { Scalar, Avx2, Avx512, Neon, NeonDotprod, NeonI8mm };
+enum class KernelIsa { Scalar, Avx2, Avx2Vnni, Avx512, Neon, NeonDotprod, NeonI8mm };
 
 const char *kernel_isa_name(KernelIsa isa);
 

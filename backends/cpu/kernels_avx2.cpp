@@ -1,5 +1,6 @@
 // AVX2 + FMA + F16C kernels. Built with -mavx2 -mfma -mf16c (CMakeLists.txt does it for every
-// *_avx2.cpp) and called only after kernels.cpp has checked the CPU.
+// *_avx2.cpp) and called only after kernels.cpp has checked the CPU. kernels_avx2_vnni*.cpp build
+// this file again, with H2O_AVX2_VNNI defined, as the "avx2+vnni" level (below).
 //
 // This file must not instantiate standard-library templates or inline functions shared with other
 // files (see kernels_internal.h): every helper here has internal linkage.
@@ -16,6 +17,15 @@
 //     what makes prompts fast.
 //   - A single token (decoding) cannot fill the lanes that way and does that float work per block
 //     pair instead; memory bandwidth is the limit there.
+//
+// The "avx2+vnni" level: CPUs with AVX2 but without AVX-512 (Intel's since Alder Lake) may have
+// AVX-VNNI, whose vpdpbusd adds the four products of unsigned by signed bytes in each 32-bit lane
+// into that lane in one instruction, where AVX2 needs maddubs and madd. The interleaved Q4_0 and
+// Q4_K kernels and the Q8_0 ones take their integer sums through dot16_add / dot32_add, which are
+// vpdpbusd at that level; the integer sums, and so every output, are the AVX2 level's exactly.
+// The instruction has two encodings: VEX (AVX-VNNI, -mavxvnni: kernels_avx2_vnni.cpp) and EVEX
+// (AVX-512 VNNI with VL, kernels_avx2_vnni_evex.cpp); kernels.cpp runs the first on CPUs with
+// AVX-VNNI and the second on CPUs with AVX-512, where the level is tested.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -26,6 +36,9 @@
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "kernels_avx2.cpp must be compiled with -mavx2 -mfma -mf16c"
+#endif
+#if defined(H2O_AVX2_VNNI) && !defined(__AVXVNNI__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#error "the avx2+vnni level needs -mavxvnni, or -mavx512vnni -mavx512vl"
 #endif
 
 namespace h2o::cpu::detail {
@@ -41,6 +54,29 @@ inline float hsum(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+// Sums of unsigned by signed byte products, four to each 32-bit lane, accumulated. dot16_add
+// keeps them in int16 pairs at the AVX2 level (maddubs; for callers whose sums stay within int16)
+// and dot16_sums widens each lane's pair into its int32 total; dot32_add accumulates int32 totals
+// at once. At the avx2+vnni level all are vpdpbusd, with the same totals.
+#if defined(H2O_AVX2_VNNI)
+inline __m256i vpdpbusd(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_epi32(acc, u, s);
+#endif
+}
+inline __m256i dot16_add(__m256i acc, __m256i u, __m256i s) { return vpdpbusd(acc, u, s); }
+inline __m256i dot16_sums(__m256i acc) { return acc; }
+inline __m256i dot32_add(__m256i acc, __m256i u, __m256i s) { return vpdpbusd(acc, u, s); }
+#else
+inline __m256i dot16_add(__m256i acc, __m256i u, __m256i s) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s)); }
+inline __m256i dot16_sums(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
+inline __m256i dot32_add(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+#endif
 
 inline int32_t hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -189,15 +225,13 @@ inline __m256 group_step(const Q4Pair &w, const ActBlockPair &a, __m256 acc) {
 }
 
 inline __m256 group_step(const Q8Pair &w, const ActBlockPair &a, __m256 acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256i alo = _mm256_sign_epi8(w.lo, w.lo), ahi = _mm256_sign_epi8(w.hi, w.hi);
     __m256i s[kGroupTokens];
 #pragma GCC unroll 4
     for (int t = 0; t < kGroupTokens; ++t) {
-        // |w| * (y with w's sign): int16 pairs reach 2 * 128 * 127, so widen to int32 at once.
-        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(load256(a.lo[t]), w.lo)), ones);
-        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(load256(a.hi[t]), w.hi)), ones);
-        s[t] = _mm256_add_epi32(plo, phi);
+        // |w| * (y with w's sign): int16 pairs reach 2 * 128 * 127, so into int32 at once.
+        s[t] = dot32_add(dot32_add(_mm256_setzero_si256(), alo, _mm256_sign_epi8(load256(a.lo[t]), w.lo)), ahi,
+                         _mm256_sign_epi8(load256(a.hi[t]), w.hi));
     }
     const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(w.d, _mm256_loadu_ps(a.d)), acc);
@@ -222,12 +256,9 @@ inline __m256 token_step(const Q4Pair &w, const TokenAct &y, __m256 acc) {
 }
 
 inline __m256 token_step(const Q8Pair &w, const TokenAct &y, __m256 acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i plo = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_sign_epi8(w.lo, w.lo), _mm256_sign_epi8(y.lo, w.lo)), ones);
-    const __m256i phi = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_sign_epi8(w.hi, w.hi), _mm256_sign_epi8(y.hi, w.hi)), ones);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(plo, phi)), _mm256_mul_ps(w.d, y.d), acc);
+    const __m256i sums = dot32_add(dot32_add(_mm256_setzero_si256(), _mm256_sign_epi8(w.lo, w.lo), _mm256_sign_epi8(y.lo, w.lo)),
+                                   _mm256_sign_epi8(w.hi, w.hi), _mm256_sign_epi8(y.hi, w.hi));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(w.d, y.d), acc);
 }
 
 // Two Q4_0 rows against one token. Folding the rows' int16 sums together with one horizontal add
@@ -346,7 +377,8 @@ void q4_token_row_pairs(const MatmulProblem &p, int64_t r, int64_t g, int t) {
 // nibbles are elements 4c..4c+3 of each row's block, its high nibbles elements 16+4c..16+4c+3. The
 // activation operand is those 4 activation bytes broadcast to every lane, and maddubs then madd
 // leave each row's sum in its own lane, so nothing is ever reduced across lanes. The 8 maddubs of
-// a block add up in int16 (at most 8 * 2 * 15 * 127 = 30480); the -8 offset is subtracted after.
+// a block add up in int16 (at most 8 * 2 * 15 * 127 = 30480; dot16_add); the -8 offset is
+// subtracted after.
 
 // The 4 activation bytes at p, in every 32-bit lane.
 inline __m256i broadcast4(const int8_t *p) {
@@ -372,7 +404,7 @@ template <int kTokens>
 void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const uint8_t *w = p.w + rg * (p.cols / 32) * kQ4x8Bytes;
-    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256 acc[kTokens];
 #pragma GCC unroll 4
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
@@ -381,24 +413,24 @@ void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
         if constexpr (kTokens == 1) prefetch_ahead(blk);
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
-        __m256i s16[kTokens];
+        __m256i dots[kTokens];
 #pragma GCC unroll 4
-        for (int t = 0; t < kTokens; ++t) s16[t] = _mm256_setzero_si256();
+        for (int t = 0; t < kTokens; ++t) dots[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
             const __m256i v = load256(blk + 16 + 32 * c);
             const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
 #pragma GCC unroll 4
             for (int t = 0; t < kTokens; ++t) {
-                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, broadcast4(&a.lo[t0 + t][16 * half + 4 * c])));
-                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, broadcast4(&a.hi[t0 + t][16 * half + 4 * c])));
+                dots[t] = dot16_add(dots[t], lo, broadcast4(&a.lo[t0 + t][16 * half + 4 * c]));
+                dots[t] = dot16_add(dots[t], hi, broadcast4(&a.hi[t0 + t][16 * half + 4 * c]));
             }
         }
         const __m256 dw = _mm256_cvtph_ps(load128(blk));
 #pragma GCC unroll 4
         for (int t = 0; t < kTokens; ++t) {
             const int k = half * kGroupTokens + t0 + t;
-            const __m256i exact = _mm256_sub_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(a.offset[k]));
+            const __m256i exact = _mm256_sub_epi32(dot16_sums(dots[t]), _mm256_set1_epi32(a.offset[k]));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[k])), acc[t]);
         }
     }
@@ -425,7 +457,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const int64_t n_super = p.cols / 256;
     const uint8_t *w = p.w + rg * n_super * kQ4Kx8Bytes;
-    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256 acc[kTokens];
 #pragma GCC unroll 4
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
@@ -437,9 +469,9 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
         const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
-            __m256i s16[2][kTokens];  // [sub-block 2j, 2j+1][token]
+            __m256i dots[2][kTokens];  // [sub-block 2j, 2j+1][token]
 #pragma GCC unroll 4
-            for (int t = 0; t < kTokens; ++t) s16[0][t] = s16[1][t] = _mm256_setzero_si256();
+            for (int t = 0; t < kTokens; ++t) dots[0][t] = dots[1][t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) {
                 const __m256i v = load256(blk + 160 + 32 * (8 * j + c));
@@ -448,8 +480,8 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
                 for (int t = 0; t < kTokens; ++t) {
                     // Elements 4c..4c+3 of each block: in a.lo for c < 4, a.hi after; block 2j+1 16 on.
                     const int8_t *x = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 4 * (c % 4);
-                    s16[0][t] = _mm256_add_epi16(s16[0][t], _mm256_maddubs_epi16(lo, broadcast4(x)));
-                    s16[1][t] = _mm256_add_epi16(s16[1][t], _mm256_maddubs_epi16(hi, broadcast4(x + 16)));
+                    dots[0][t] = dot16_add(dots[0][t], lo, broadcast4(x));
+                    dots[1][t] = dot16_add(dots[1][t], hi, broadcast4(x + 16));
                 }
             }
 #pragma GCC unroll 2
@@ -459,7 +491,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     const int k = h * kGroupTokens + t0 + t;
-                    const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[h][t], ones));
+                    const __m256 sums = _mm256_cvtepi32_ps(dot16_sums(dots[h][t]));
                     const __m256 ad = _mm256_set1_ps(a.d[k]);
                     acc[t] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, ad), acc[t]);
                     acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(a.d[k] * static_cast<float>(a.offset[k] / 8)), acc[t]);
@@ -1430,6 +1462,19 @@ void weighted_kv_row_sum_avx2(float *const *outs, int m, const float *weights, i
 
 }  // namespace
 
+#if defined(H2O_AVX2_VNNI)
+// The level's own entry; kernels.cpp takes the others from the AVX2 level. Float weights have no
+// use for vpdpbusd and go to the AVX2 level's kernels, so the level differs from it in the
+// integer sums alone.
+#if defined(__AVXVNNI__)
+void matmul_range_avx2_vnni(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+#else
+void matmul_range_avx2_vnni_evex(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+#endif
+    if (p.wtype == TensorType::F32 || p.wtype == TensorType::F16) return kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
+    matmul_range_avx2(p, r0, r1, g0, g1);
+}
+#else
 const KernelTable kAvx2Kernels = {
     quantize_activations_avx2, matmul_range_avx2, dequantize_avx2, dot_f32_avx2,
     axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
@@ -1441,5 +1486,6 @@ const KernelTable kAvx2Kernels = {
     rotate_pairs_avx2,         rotate_half_pairs_avx2,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
+#endif
 
 }  // namespace h2o::cpu::detail

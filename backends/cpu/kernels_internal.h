@@ -12,6 +12,10 @@
 #include "kv_row_format.h"
 #include "tensor_types.h"
 
+namespace h2o::cpu {
+enum class KernelIsa;  // kernels.h
+}
+
 namespace h2o::cpu::detail {
 
 // Tokens are processed in groups of this many; the last group is padded with zero tokens.
@@ -111,9 +115,17 @@ struct KernelTable {
 };
 
 extern const KernelTable kScalarKernels;  // kernels.cpp
+
+// The table of a level (kernels.h's KernelIsa) this CPU supports: what dispatch runs for it (tests
+// call a level's kernels directly with it).
+const KernelTable &table_of(KernelIsa isa);
 #if defined(__x86_64__) || defined(__i386__)
 #define H2O_KERNELS_X86 1
 extern const KernelTable kAvx2Kernels;    // kernels_avx2.cpp; only for CPUs with AVX2, FMA and F16C
+// The avx2+vnni level's matmul (kernels_avx2.cpp; the rest is the AVX2 level's): for CPUs with
+// AVX-VNNI (kernels_avx2_vnni.cpp), and with AVX-512 VNNI and VL (kernels_avx2_vnni_evex.cpp).
+void matmul_range_avx2_vnni(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1);
+void matmul_range_avx2_vnni_evex(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1);
 extern const KernelTable kAvx512Kernels;  // kernels_avx512.cpp; those and AVX-512 F/BW/VL/VNNI
 #elif defined(__aarch64__)
 #define H2O_KERNELS_ARM64 1
