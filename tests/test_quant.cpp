@@ -1239,7 +1239,7 @@ void check_vector_ops(cpu::KernelIsa isa) {
         for (int64_t i = 0; i < n_pairs; ++i) rotate_pair(&widened[2 * i], &widened[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
         for (size_t i = 0; i < halves.size(); ++i) want_halves[i] = i < widened.size() ? fp32_to_fp16(widened[i]) : halves[i];
         cpu::rotate_pairs(x.data(), cos_sin.data(), n_pairs);
-        CHECK(std::memcmp(x.data(), want.data(), x.size() * sizeof(float)) == 0);
+        CHECK((x.empty() || std::memcmp(x.data(), want.data(), x.size() * sizeof(float)) == 0));
         cpu::rotate_half_pairs(halves.data(), cos_sin.data(), n_pairs);
         CHECK(halves == want_halves);
     }
