@@ -1,9 +1,9 @@
 // CPU compute kernels: matrix multiplication against weights in their stored format, and the
 // small vector operations of a Llama layer.
 //
-// Every function has a portable implementation and SIMD ones: AVX2/FMA/F16C and AVX-512 on
-// x86-64; NEON on ARM64, with variants for the dot-product (sdot) and 8-bit matrix-multiply (smmla)
-// extensions. The choice is made at run time (see KernelIsa), so the library runs on any x86-64 or
+// Every function has a portable implementation and SIMD ones: AVX2/FMA/F16C (also with VNNI's
+// vpdpbusd) and AVX-512 on x86-64; NEON on ARM64, with variants for the dot-product (sdot) and
+// 8-bit matrix-multiply (smmla) extensions. The choice is made at run time (see KernelIsa), so the library runs on any x86-64 or
 // ARM64 CPU. All give the same results up to the order of floating-point additions.
 #pragma once
 
