@@ -968,16 +968,15 @@ TEST_CASE("matmul_group: products of one input have the bits of separate matmuls
     levels.push_back(cpu::KernelIsa::Scalar);
     for (const auto &group : groups) {
         const int64_t cols = 768;
-        std::vector<std::vector<uint8_t>> weights;
+        // Each matrix in the file's layout and, for the interleaved products, interleaved too (the
+        // NEON levels cannot run that layout, and take the file's).
+        std::vector<std::vector<uint8_t>> file_layout, interleaved;
         for (const Product &product : group) {
-            const std::vector<uint8_t> w = quantize_matrix(product.type, random_vector(rng, product.rows * cols), product.rows, cols);
-            if (product.layout == kX8) {
-                std::vector<uint8_t> interleaved(cpu::interleaved_bytes(product.type, product.rows, cols));
-                cpu::interleave_rows(product.type, w.data(), interleaved.data(), product.rows, cols);
-                weights.push_back(interleaved);
-            } else {
-                weights.push_back(w);
-            }
+            file_layout.push_back(quantize_matrix(product.type, random_vector(rng, product.rows * cols), product.rows, cols));
+            interleaved.emplace_back();
+            if (product.layout != kX8) continue;
+            interleaved.back().resize(cpu::interleaved_bytes(product.type, product.rows, cols));
+            cpu::interleave_rows(product.type, file_layout.back().data(), interleaved.back().data(), product.rows, cols);
         }
         for (int64_t n_tokens : {1, 3, 37}) {
             const std::vector<float> x = random_vector(rng, n_tokens * cols);
@@ -994,11 +993,13 @@ TEST_CASE("matmul_group: products of one input have the bits of separate matmuls
                     std::vector<std::vector<float>> alone(3), together(3);
                     cpu::MatmulOutput outputs[3];
                     for (int i = 0; i < 3; ++i) {
+                        const bool x8 = group[i].layout == kX8 && kernel_table(isa).interleaved_support > 0;
+                        const auto layout = x8 ? kX8 : cpu::WeightLayout::Rows;
+                        const void *w = x8 ? interleaved[i].data() : file_layout[i].data();
                         alone[i].assign(group[i].rows * n_tokens, -1.0f);
                         together[i].assign(group[i].rows * n_tokens, -2.0f);
-                        cpu::matmul(pool, group[i].type, weights[i].data(), group[i].rows, cols, x.data(), n_tokens, alone[i].data(),
-                                    scratch.data(), group[i].layout);
-                        outputs[i] = {group[i].type, weights[i].data(), group[i].rows, together[i].data(), group[i].layout};
+                        cpu::matmul(pool, group[i].type, w, group[i].rows, cols, x.data(), n_tokens, alone[i].data(), scratch.data(), layout);
+                        outputs[i] = {group[i].type, w, group[i].rows, together[i].data(), layout};
                     }
                     cpu::matmul_group(pool, outputs, 3, cols, x.data(), n_tokens, scratch.data());
                     for (int i = 0; i < 3; ++i) {
