@@ -404,7 +404,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                 }
                 const int scored = end[(r0 + m - 1) / group];  // the chunk's last token sees the most
                 // Every slot before `scored` is scored for every query, then each query's unseen
-                // ones are masked. The rows are read in their stored form (kv_format.h).
+                // ones are masked. The rows are read in their stored form (kv_row_format.h).
                 cpu::dot_kv_rows(key_format, queries, m, view.keys, key_row, scored, hd, scratch.weight, n_slots);
                 for (int j = 0; j < m; ++j) {
                     const int t = t0 + (r0 + j) / group, query_end = end[t - t0];

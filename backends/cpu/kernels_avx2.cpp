@@ -37,8 +37,13 @@
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "kernels_avx2.cpp must be compiled with -mavx2 -mfma -mf16c"
 #endif
-#if defined(H2O_AVX2_VNNI) && !defined(__AVXVNNI__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
-#error "the avx2+vnni level needs -mavxvnni, or -mavx512vnni -mavx512vl"
+// The avx2+vnni level's two builds are told apart by H2O_AVX2_VNNI_EVEX, not by the compiler's
+// feature macros: flags such as -march=native may enable AVX-VNNI in both.
+#if defined(H2O_AVX2_VNNI) && !defined(H2O_AVX2_VNNI_EVEX) && !defined(__AVXVNNI__)
+#error "kernels_avx2_vnni.cpp must be compiled with -mavxvnni"
+#endif
+#if defined(H2O_AVX2_VNNI_EVEX) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#error "kernels_avx2_vnni_evex.cpp must be compiled with -mavx512vnni -mavx512vl"
 #endif
 
 namespace h2o::cpu::detail {
@@ -61,7 +66,7 @@ inline float hsum(__m256 v) {
 // at once. At the avx2+vnni level all are vpdpbusd, with the same totals.
 #if defined(H2O_AVX2_VNNI)
 inline __m256i vpdpbusd(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVXVNNI__)
+#if !defined(H2O_AVX2_VNNI_EVEX)
     return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
     return _mm256_dpbusd_epi32(acc, u, s);
@@ -1237,10 +1242,10 @@ void rotate_half_pairs_avx2(uint16_t *row, const float *cos_sin, int64_t n_pairs
         _mm_storeu_si128(reinterpret_cast<__m128i *>(row + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     for (; i < n_pairs; ++i) {
-        float a = half_to_float(row[2 * i]), b = half_to_float(row[2 * i + 1]);
+        float a = float_of(row[2 * i]), b = float_of(row[2 * i + 1]);
         rotate1(&a, &b, cos_sin + 2 * i);
-        row[2 * i] = half_from_float(a);
-        row[2 * i + 1] = half_from_float(b);
+        row[2 * i] = half_of(a);
+        row[2 * i + 1] = half_of(b);
     }
 }
 
@@ -1282,10 +1287,10 @@ inline __m256 load8(const KvQ4Byte *row, int64_t k) {
     uint32_t packed;
     std::memcpy(&packed, p + 4 + 4 * k, sizeof packed);
     const __m256 codes = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q4_codes(_mm_cvtsi32_si128(static_cast<int>(packed)))));
-    return _mm256_fmadd_ps(codes, _mm256_set1_ps(_cvtsh_ss(load_u16(p))), _mm256_set1_ps(_cvtsh_ss(load_u16(p + 2))));
+    return _mm256_fmadd_ps(codes, _mm256_set1_ps(float_of(load_u16(p))), _mm256_set1_ps(float_of(load_u16(p + 2))));
 }
 inline float element(const float *row, int64_t c) { return row[c]; }
-inline float element(const uint16_t *row, int64_t c) { return _cvtsh_ss(row[c]); }
+inline float element(const uint16_t *row, int64_t c) { return float_of(row[c]); }
 inline float element(const KvQ8Byte *row, int64_t c) {
     const auto *p = reinterpret_cast<const uint8_t *>(row);
     return load_f32(p) * static_cast<float>(static_cast<int8_t>(p[4 + c]));
@@ -1293,7 +1298,7 @@ inline float element(const KvQ8Byte *row, int64_t c) {
 inline float element(const KvQ4Byte *row, int64_t c) {
     const auto *p = reinterpret_cast<const uint8_t *>(row);
     const float code = static_cast<float>((p[4 + c / 2] >> (4 * (c & 1))) & 15);
-    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(code), _mm_set_ss(_cvtsh_ss(load_u16(p))), _mm_set_ss(_cvtsh_ss(load_u16(p + 2)))));
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(code), _mm_set_ss(float_of(load_u16(p))), _mm_set_ss(float_of(load_u16(p + 2)))));
 }
 
 // hsum of 8 vectors at once, into out[0..7], in hsum's order (lanes i and i + 4, then i and i + 2,
@@ -1466,7 +1471,7 @@ void weighted_kv_row_sum_avx2(float *const *outs, int m, const float *weights, i
 // The level's own entry; kernels.cpp takes the others from the AVX2 level. Float weights have no
 // use for vpdpbusd and go to the AVX2 level's kernels, so the level differs from it in the
 // integer sums alone.
-#if defined(__AVXVNNI__)
+#if !defined(H2O_AVX2_VNNI_EVEX)
 void matmul_range_avx2_vnni(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
 #else
 void matmul_range_avx2_vnni_evex(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {

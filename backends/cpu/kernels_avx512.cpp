@@ -1062,7 +1062,7 @@ inline __m512 load16(const KvQ4Byte *row, int64_t k) {
     const auto *p = reinterpret_cast<const uint8_t *>(row);
     const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p + 4 + 8 * k));
     const __m512 codes = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_codes(packed)));
-    return _mm512_fmadd_ps(codes, _mm512_set1_ps(_cvtsh_ss(load_u16(p))), _mm512_set1_ps(_cvtsh_ss(load_u16(p + 2))));
+    return _mm512_fmadd_ps(codes, _mm512_set1_ps(float_of(load_u16(p))), _mm512_set1_ps(float_of(load_u16(p + 2))));
 }
 
 // A score's 16 lanes summed by halves: lanes i and i + 8, then i and i + 4, then i and i + 2, then

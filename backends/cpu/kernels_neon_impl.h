@@ -495,8 +495,8 @@ void axpy_neon(float *y, float a, const float *x, int64_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// Attention over F16 rows (the F16 KV format): 4 halves widened per fcvtl. (F32 rows take the
-// loops over dot_f32 and axpy in kernels.cpp.)
+// Attention over KV rows of halves, Q8 and Q4 (F32 rows take the loops over dot_f32 and axpy in
+// kernels.cpp).
 // Elements j..j+3 of a KV row (j a multiple of 4) as floats: IEEE halves widened, Q8 codes times
 // the row's scale, Q4 codes scaled and offset by one fused multiply-add (as the x86 levels read
 // them). element() reads one element the same way (the tails). Rows are read no further than

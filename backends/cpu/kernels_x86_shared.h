@@ -1,7 +1,8 @@
-// Helpers that both x86 kernel files use at the AVX2 level: kernels_avx2.cpp and kernels_avx512.cpp
-// include this file under their own target flags (CMakeLists.txt). Everything here has internal
-// linkage, so each file gets its own copy compiled for its level and no AVX-512 instruction can
-// reach the AVX2 path (see kernels_internal.h). Included by those two files only.
+// Helpers that the x86 kernel files use at the AVX2 level: kernels_avx2.cpp (built three times:
+// also as the avx2+vnni level's kernels_avx2_vnni*.cpp) and kernels_avx512.cpp include this file
+// under their own target flags (CMakeLists.txt). Everything defined here has internal linkage, so
+// each file gets its own copy compiled for its level and no AVX-512 instruction can reach the AVX2
+// path (see kernels_internal.h). Included by those files only.
 #pragma once
 
 #include <immintrin.h>
@@ -10,7 +11,6 @@
 #include <cstring>
 
 #include "cpu/kernels_internal.h"
-#include "fp16.h"
 
 namespace h2o::cpu::detail {
 
@@ -51,20 +51,23 @@ inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 
 // F16C rounds to nearest even and widens exactly, as fp16.h does (NaNs made quiet, keeping their
-// top payload bits): the same halves and floats.
+// top payload bits): the same halves and floats. One value at a time (the tails) the same way.
+inline uint16_t half_of(float f) { return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+inline float float_of(uint16_t h) { return _cvtsh_ss(h); }
+
 void floats_to_halves_f16c(const float *src, uint16_t *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
-    for (; i < n; ++i) dst[i] = half_from_float(src[i]);
+    for (; i < n; ++i) dst[i] = half_of(src[i]);
 }
 
 void halves_to_floats_f16c(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(load128(src + i)));
-    for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+    for (; i < n; ++i) dst[i] = float_of(src[i]);
 }
 
 // Scales of a Q4_K/Q5_K super-block as floats: d * sc[j] and dmin * m[j], in the block order
