@@ -304,13 +304,19 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     // values in their slots. The kv heads are independent (but for the random policy's one
     // generator), and with rolling an eviction re-rotates up to a budget of keys per head: the
     // threads share the heads.
+    // F16 rows (the default format) are converted by the kernels' F16C conversion, which rounds
+    // as kv_store_row does; the other formats by kv_store_row.
+    auto store_row = [hd](KvRowFormat format, const float *src, uint8_t *dst) {
+        if (format == KvRowFormat::F16) cpu::floats_to_halves(src, reinterpret_cast<uint16_t *>(dst), hd);
+        else kv_store_row(format, src, hd, dst);
+    };
     auto make_room_and_store = [&](int h, int thread) {
         kv_.make_room(layer, h, n, batch.first_index, thread);
         KvCache::HeadView view = kv_.head(layer, h);
         for (int t = 0; t < n; ++t) {
             const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[t], batch.tag);
-            kv_store_row(key_format, host<const float>(k) + t * k.cols + h * hd, hd, view.keys + slot * key_row);
-            kv_store_row(value_format, host<const float>(v) + t * v.cols + h * hd, hd, view.values + slot * value_row);
+            store_row(key_format, host<const float>(k) + t * k.cols + h * hd, view.keys + slot * key_row);
+            store_row(value_format, host<const float>(v) + t * v.cols + h * hd, view.values + slot * value_row);
         }
     };
     const bool evicting = kv_.free_slots(layer, 0) < n;

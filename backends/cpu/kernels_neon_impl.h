@@ -501,7 +501,7 @@ void axpy_neon(float *y, float a, const float *x, int64_t n) {
 // the row's scale, Q4 codes scaled and offset by one fused multiply-add (as the x86 levels read
 // them). element() reads one element the same way (the tails). Rows are read no further than
 // their last element.
-float half_value(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+float float_of(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
 float32x4_t load4(const uint16_t *row, int64_t j) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(row + j))); }
 float32x4_t load4(const KvQ8Byte *row, int64_t j) {
     const auto *p = reinterpret_cast<const uint8_t *>(row);
@@ -515,9 +515,9 @@ float32x4_t load4(const KvQ4Byte *row, int64_t j) {
     const uint8x8_t packed = vreinterpret_u8_u16(vdup_n_u16(load_u16(p + 4 + j / 2)));
     const uint8x8_t codes = vzip1_u8(vand_u8(packed, vdup_n_u8(15)), vshr_n_u8(packed, 4));  // low, high nibble of each byte
     const float32x4_t c = vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(codes))));
-    return vfmaq_n_f32(vdupq_n_f32(half_value(load_u16(p + 2))), c, half_value(load_u16(p)));
+    return vfmaq_n_f32(vdupq_n_f32(float_of(load_u16(p + 2))), c, float_of(load_u16(p)));
 }
-float element(const uint16_t *row, int64_t j) { return half_value(row[j]); }
+float element(const uint16_t *row, int64_t j) { return float_of(row[j]); }
 float element(const KvQ8Byte *row, int64_t j) {
     const auto *p = reinterpret_cast<const uint8_t *>(row);
     return load_f32(p) * static_cast<float>(static_cast<int8_t>(p[4 + j]));
@@ -525,7 +525,7 @@ float element(const KvQ8Byte *row, int64_t j) {
 float element(const KvQ4Byte *row, int64_t j) {
     const auto *p = reinterpret_cast<const uint8_t *>(row);
     const float code = static_cast<float>((p[4 + j / 2] >> (4 * (j & 1))) & 15);
-    return vgetq_lane_f32(vfmaq_n_f32(vdupq_n_f32(half_value(load_u16(p + 2))), vdupq_n_f32(code), half_value(load_u16(p))), 0);
+    return vgetq_lane_f32(vfmaq_n_f32(vdupq_n_f32(float_of(load_u16(p + 2))), vdupq_n_f32(code), float_of(load_u16(p))), 0);
 }
 
 // The queries one after the other: a NEON core widens a row's elements at little cost, and no
