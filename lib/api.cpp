@@ -45,6 +45,8 @@ thread_local std::string t_last_error;
 
 // Limits that keep every size computed from parameters far from overflow.
 constexpr uint32_t kMaxContext = 1u << 22;
+// kv_prompt_proxy's most queries: more than any batch (kMaxBatch) would sum all of them anyway.
+constexpr uint32_t kMaxKvPromptProxy = 4096;
 // kv_horizon values beyond this (H2O_KV_HORIZON_NONE aside) are refused: horizons are stored as int.
 constexpr uint32_t kMaxKvHorizon = 0x7FFFFFFFu;
 // n_ctx of a default session: a file's context length alone does not size a session's memory.
@@ -576,6 +578,19 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
         return bad("kv_horizon " + std::to_string(horizon) + " exceeds the maximum " + std::to_string(kMaxKvHorizon));
     }
     s.policy.horizon = ranks_by_attention ? static_cast<int>(horizon) : 0;
+    if (p.kv_prompt_proxy > kMaxKvPromptProxy) {
+        return bad("kv_prompt_proxy " + std::to_string(p.kv_prompt_proxy) + " exceeds the maximum " + std::to_string(kMaxKvPromptProxy));
+    }
+    if (!(p.kv_prompt_random_share >= 0.0f && p.kv_prompt_random_share <= 1.0f)) {
+        return bad("kv_prompt_random_share " + std::to_string(p.kv_prompt_random_share) + " must lie in [0, 1]");
+    }
+    // Ranking by proxy attention needs the statistics; a full cache never evicts, so it ignores both.
+    if (evicting && p.kv_prompt_proxy != 0 && !ranks_by_attention) {
+        return bad(std::string("kv_prompt_proxy needs a policy that gathers attention statistics (h2o, scissorhands, tova, roco, "
+                               "mean_h2o), not ") + h2o::kv_policy_name(s.policy.policy));
+    }
+    s.policy.prompt_proxy = evicting ? static_cast<int>(p.kv_prompt_proxy) : 0;
+    s.policy.prompt_random_share = s.policy.prompt_proxy > 0 ? p.kv_prompt_random_share : 0.0f;
     s.policy.seed = p.seed;
     s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
     s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
@@ -681,6 +696,8 @@ h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_se
     p.kv_sinks = static_cast<uint32_t>(settings.policy.sinks);
     p.kv_horizon = settings.policy.horizon ? static_cast<uint32_t>(settings.policy.horizon) : H2O_KV_HORIZON_NONE;
     p.kv_layer_slope = settings.kv_layer_slope;
+    p.kv_prompt_proxy = static_cast<uint32_t>(settings.policy.prompt_proxy);
+    p.kv_prompt_random_share = settings.policy.prompt_random_share;
     p.kv_type = static_cast<uint32_t>(settings.kv_type);
     p.position_rolling = settings.rolling ? 1 : 0;
     p.n_batch = static_cast<uint32_t>(settings.n_batch);
@@ -692,7 +709,8 @@ bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettin
     return a.n_ctx == b.n_ctx && a.kv_budget == b.kv_budget && a.policy.policy == b.policy.policy &&
            a.policy.recent == b.policy.recent && a.policy.sinks == b.policy.sinks &&
            a.policy.horizon == b.policy.horizon && a.kv_type == b.kv_type &&
-           a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed && a.kv_layer_slope == b.kv_layer_slope;
+           a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed && a.kv_layer_slope == b.kv_layer_slope &&
+           a.policy.prompt_proxy == b.policy.prompt_proxy && a.policy.prompt_random_share == b.policy.prompt_random_share;
 }
 
 // A new session with `settings` holding `state` (Session::save_state bytes).

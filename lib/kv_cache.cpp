@@ -180,9 +180,11 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         }
     } else {
         const int64_t stale_before = kv_stale_before(policy, next_index, n);
+        const bool by_proxy = kv_ranks_by_proxy(policy, n);
+        const auto cell = static_cast<uint32_t>(head_index(layer, kv_head));
         auto before = [&](int32_t a, int32_t b) {
-            const float pa = kv_victim_priority(policy, slot_stats(v, a), v.stream_index[a], stale_before);
-            const float pb = kv_victim_priority(policy, slot_stats(v, b), v.stream_index[b], stale_before);
+            const float pa = kv_batch_victim_priority(policy, by_proxy, slot_stats(v, a), v.stream_index[a], stale_before, cell);
+            const float pb = kv_batch_victim_priority(policy, by_proxy, slot_stats(v, b), v.stream_index[b], stale_before, cell);
             return kv_victim_before(pa, v.stream_index[a], pb, v.stream_index[b]);
         };
         // Span minimums may pass over any number of candidates; without them the first `needed`

@@ -13,7 +13,10 @@
 //   - for sink_window and mean_h2o, the first `sinks` tokens of the stream are protected;
 //   - among the rest, stale tokens go first, oldest first: with a horizon H, a token is stale when
 //     it lies H or more tokens behind the newest incoming one (kv_stale_before);
-//   - then the token with the smallest kv_victim_priority is evicted (ties: the oldest);
+//   - then the token with the smallest kv_victim_priority is evicted (ties: the oldest); with
+//     one-shot prompt eviction (prompt_proxy > 0), a batch of more than one token (a prompt being
+//     read) ranks by kv_prompt_priority instead: the attention of the previous batch's last
+//     prompt_proxy queries, a random share of the tokens with a random factor (NACL);
 //   - victims are taken in that order, passing over the tokens of a retention span (a tag of
 //     kv_policy_spec.h) while the (layer, kv head) holds no more of that span's tokens than the
 //     span's minimum: a span keeps at least its minimum, the ones the policy ranks highest;
@@ -60,8 +63,27 @@ struct KvPolicyConfig {
     // 8.5% over 20 000 tokens until its heavy hitters were limited to 1.5 budgets back. The
     // random policy draws its victims uniformly and does not use it.
     int horizon = 0;
-    uint64_t seed = 0;          // Random
+    // One-shot prompt eviction (NACL, bounded to the cache's slots): 0, the default, ranks a
+    // prompt's victims by the policy's own statistics gathered over every query read so far;
+    // W > 0 ranks them by the attention of the previous batch's last W queries (the end of the
+    // text read so far), a random share of the tokens with a random factor (kv_policy_spec.h).
+    // Generation (batches of one token) keeps the policy's ranking. Needs a policy that gathers
+    // statistics.
+    int prompt_proxy = 0;
+    float prompt_random_share = 0.0f;
+    uint64_t seed = 0;          // Random, and the random share's hash
 };
+
+// How many of a batch's last queries `last` sums (kv_is_proxy_query): one unless prompt_proxy says more.
+inline int kv_proxy_queries(const KvPolicyConfig &config) { return config.prompt_proxy > 0 ? config.prompt_proxy : 1; }
+
+// Whether a batch of n tokens ranks its victims by kv_prompt_priority.
+inline bool kv_ranks_by_proxy(const KvPolicyConfig &config, int n) { return config.prompt_proxy > 0 && n > 1; }
+
+// The seed word of kv_prompt_random_factor.
+inline uint32_t kv_prompt_seed(const KvPolicyConfig &config) {
+    return static_cast<uint32_t>(config.seed) ^ static_cast<uint32_t>(config.seed >> 32);
+}
 
 inline bool kv_policy_uses_statistics(KvPolicy policy) {
     return kv_policy_uses_statistics(static_cast<uint32_t>(policy));
@@ -79,6 +101,17 @@ int64_t kv_stale_before(const KvPolicyConfig &config, int64_t next_index, int n)
 inline float kv_victim_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index,
                                 int64_t stale_before) {
     return kv_victim_priority(static_cast<uint32_t>(config.policy), stats, stream_index < stale_before);
+}
+
+// The priority a batch ranks victims by: kv_prompt_priority when kv_ranks_by_proxy, else
+// kv_victim_priority. cell: layer * n_head_kv + kv head.
+inline float kv_batch_victim_priority(const KvPolicyConfig &config, bool by_proxy, const SlotStats &stats, int64_t stream_index,
+                                      int64_t stale_before, uint32_t cell) {
+    if (!by_proxy) return kv_victim_priority(config, stats, stream_index, stale_before);
+    const auto index = static_cast<uint64_t>(stream_index);
+    const float factor = kv_prompt_random_factor(static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), cell,
+                                                 kv_prompt_seed(config), config.prompt_random_share);
+    return kv_prompt_priority(stats, stream_index < stale_before, factor);
 }
 
 }  // namespace h2o

@@ -96,19 +96,23 @@ KV_FN float kv_importance_threshold(KV_UINT group, KV_UINT visible) { return flo
 // The weight of query t's importance indicator in a batch of n queries.
 KV_FN float kv_persistence_weight(float decay, KV_UINT n, KV_UINT t) { return kv_power(decay, n - 1u - t); }
 
-// A partial after one more query saw the slot with weight w. Only the batch's last query sets
-// `last`; every slot a query of the batch sees is seen by its last query (attention is causal).
-KV_FN SlotStats kv_stats_add_query(SlotStats partial, float w, float threshold, float persistence_weight, bool last_query) {
+// `last` sums the weights of the batch's proxy queries: its last `proxy` ones (KvPolicyConfig::
+// prompt_proxy, at least 1). With one proxy query it is the weight of the batch's last query, which
+// TOVA ranks by; one-shot prompt eviction ranks by the sum over more (kv_prompt_priority). Every
+// slot a query of the batch sees is seen by its last query (attention is causal).
+KV_FN bool kv_is_proxy_query(KV_UINT n, KV_UINT t, KV_UINT proxy) { return t + proxy >= n; }
+
+// A partial after one more query saw the slot with weight w.
+KV_FN SlotStats kv_stats_add_query(SlotStats partial, float w, float threshold, float persistence_weight, bool proxy_query) {
     partial.accumulated += w;
     partial.squared += w * w;
     partial.steps += 1.0f;
     if (w > threshold) partial.persistence += persistence_weight;
-    if (last_query) partial.last = w;
+    if (proxy_query) partial.last += w;
     return partial;
 }
 
-// Two partials of one batch together. At most one of them holds the last query, and the other's
-// `last` is zero, so adding them keeps it exactly.
+// Two partials of one batch together.
 KV_FN SlotStats kv_stats_add(SlotStats a, SlotStats b) {
     a.accumulated += b.accumulated;
     a.squared += b.squared;
@@ -119,12 +123,13 @@ KV_FN SlotStats kv_stats_add(SlotStats a, SlotStats b) {
 }
 
 // A slot's statistics after a batch: old_persistence_weight is decay^n for the whole batch (a
-// backend that folds a batch in several parts passes it with the first part and 1 after). A slot
-// no query saw keeps its `last`.
-KV_FN SlotStats kv_stats_fold(SlotStats old, SlotStats batch, float old_persistence_weight) {
+// backend that folds a batch in several parts of consecutive queries passes it and first_part with
+// the first part, 1 and false after). `last` restarts with the batch's first part that sees the
+// slot and adds the later parts' proxy weights; a slot no query saw keeps its `last`.
+KV_FN SlotStats kv_stats_fold(SlotStats old, SlotStats batch, float old_persistence_weight, bool first_part) {
     old.accumulated += batch.accumulated;
     old.squared += batch.squared;
-    if (batch.steps > 0.0f) old.last = batch.last;
+    if (batch.steps > 0.0f) old.last = first_part ? batch.last : old.last + batch.last;
     old.steps += batch.steps;
     old.persistence = old.persistence * old_persistence_weight + batch.persistence;
     return old;
@@ -151,6 +156,34 @@ KV_FN float kv_victim_priority(KV_UINT policy, SlotStats s, bool stale) {
     if (policy == KV_POLICY_MEAN_H2O) return s.steps > 0.0f ? s.accumulated / s.steps : 0.0f;
     return 0.0f;
 }
+
+// ---- one-shot prompt eviction (NACL) ----------------------------------------------------------
+// While a prompt is read (a batch of more than one token) with prompt_proxy > 0, victims are
+// ranked by the attention the previous batch's proxy queries gave them (`last`) instead of the
+// policy's priority: what the end of the text read so far attends to, not what accumulated while
+// reading it. A random share of the tokens, drawn by a hash of the token's stream index, its cell
+// (layer * n_kv + kv head) and the session's seed, has that attention multiplied by a random factor
+// in [0, 2): some tokens the proxy ignores survive and some it favours go, for diversity. The
+// hash is integer arithmetic and the factor a multiple of 2^-23, so every backend ranks alike.
+
+// A 32-bit integer mix (xor-shift-multiply rounds): every input bit reaches every output bit.
+KV_FN KV_UINT kv_hash(KV_UINT x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+// The factor of a token's proxy attention: 1 outside the random share, else uniform in [0, 2).
+KV_FN float kv_prompt_random_factor(KV_UINT index_low, KV_UINT index_high, KV_UINT cell, KV_UINT seed, float share) {
+    const KV_UINT h = kv_hash(index_low ^ kv_hash(index_high ^ kv_hash(cell ^ kv_hash(seed))));
+    if (float(h >> 8) * (1.0f / 16777216.0f) >= share) return 1.0f;
+    return float(kv_hash(h) >> 8) * (1.0f / 8388608.0f);
+}
+
+KV_FN float kv_prompt_priority(SlotStats s, bool stale, float random_factor) { return stale ? -1.0f : s.last * random_factor; }
 
 // ---- retention tags -----------------------------------------------------------------------------
 // A slot's tag says how its token is kept: bit 0 set when it is pinned (never evicted), and bits

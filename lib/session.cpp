@@ -203,7 +203,8 @@ uint64_t Session::prefix_cache_key() const {
     uint64_t h = 0xcbf29ce484222325ull;
     for (uint64_t v : {uint64_t(s.n_ctx), uint64_t(s.kv_budget), uint64_t(s.policy.policy), uint64_t(s.policy.recent),
                        uint64_t(s.policy.sinks), uint64_t(s.policy.horizon), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed,
-                       uint64_t(float_bits(s.kv_layer_slope))}) {
+                       uint64_t(float_bits(s.kv_layer_slope)),
+                       uint64_t(s.policy.prompt_proxy), uint64_t(float_bits(s.policy.prompt_random_share))}) {
         h = (h ^ v) * 0x100000001b3ull;
     }
     return h;

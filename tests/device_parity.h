@@ -364,10 +364,14 @@ inline void check_attention_without_eviction(Backends &b, h2o::KvType type) {
 // tokens appear). The prompt's text is in two retention spans that keep 3 and 2 tokens per
 // (layer, kv head), one token of the second pinned. The same victims as the CPU, step by step.
 // layer_slots: budgets that differ across the 2 layers (KvConfig::layer_slots; empty: 16 each).
-inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::KvType type, const std::vector<int> &layer_slots = {}) {
+// prompt_proxy, random_share: one-shot prompt eviction's (the batches of several tokens).
+inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::KvType type, const std::vector<int> &layer_slots = {},
+                           int prompt_proxy = 0, float random_share = 0.0f) {
     h2o::KvConfig kv = small_kv(16, c.policy, c.recent, c.sinks, rolling, type);
     kv.layer_slots = layer_slots;
     kv.policy.horizon = c.horizon;
+    kv.policy.prompt_proxy = prompt_proxy;
+    kv.policy.prompt_random_share = random_share;
     AttentionRun run(b, kv, 4, 8);
     const int32_t minimums[h2o::KV_MAX_SPANS] = {3, 2};
     REQUIRE(b.cpu->set_kv_span_minimums(minimums).ok());
@@ -381,9 +385,11 @@ inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::
 
 // A batch of `batch` tokens over 65536 slots of 2 kv heads (1 MiB of scores per query), more than
 // the device's attention scratch holds at once: processed in chunks, as the CPU does in one go.
-inline void check_chunked_attention(Backends &b, int batch) {
+// prompt_proxy: the queries summed into `last`, which then span chunks.
+inline void check_chunked_attention(Backends &b, int batch, int prompt_proxy = 0) {
     h2o::KvConfig kv = small_kv(65536, h2o::KvPolicy::Scissorhands, 8);
     kv.n_layer = 1;
+    kv.policy.prompt_proxy = prompt_proxy;
     AttentionRun run(b, kv, 4, batch);
     REQUIRE(run.step(batch));
     REQUIRE(run.step(1));

@@ -13,12 +13,17 @@ struct SpecCase {
     float w, decay;
     KV_UINT group, visible, n, t, policy;
     bool stale;
+    KV_UINT proxy;  // kv_is_proxy_query's: how many of the batch's last queries `last` sums
+    bool first_part;
+    KV_UINT index_low, index_high, cell, seed;  // kv_prompt_random_factor's arguments
+    float share;
 };
 
 struct SpecResult {
     SlotStats after;  // old after a batch whose queries are this case's query repeated at t and n-1
     float priority_before, priority_after;
     float threshold, persistence_weight;
+    float random_factor, prompt_priority;  // kv_prompt_random_factor, kv_prompt_priority of `after`
 };
 
 KV_FN SpecResult evaluate_spec_case(SpecCase c) {
@@ -26,11 +31,13 @@ KV_FN SpecResult evaluate_spec_case(SpecCase c) {
     r.threshold = kv_importance_threshold(c.group, c.visible);
     r.persistence_weight = kv_persistence_weight(c.decay, c.n, c.t);
     // Two partials, as two threads would sum them: query t and the batch's last query.
-    const SlotStats first = kv_stats_add_query(kv_stats_zero(), c.w, r.threshold, r.persistence_weight, c.t == c.n - 1u);
+    const SlotStats first = kv_stats_add_query(kv_stats_zero(), c.w, r.threshold, r.persistence_weight, kv_is_proxy_query(c.n, c.t, c.proxy));
     const SlotStats last = kv_stats_add_query(kv_stats_zero(), 0.5f * c.w, r.threshold, 1.0f, true);
-    r.after = kv_stats_fold(c.old, kv_stats_add(first, last), kv_power(c.decay, c.n));
+    r.after = kv_stats_fold(c.old, kv_stats_add(first, last), kv_power(c.decay, c.n), c.first_part);
     r.priority_before = kv_victim_priority(c.policy, c.old, c.stale);
     r.priority_after = kv_victim_priority(c.policy, r.after, c.stale);
+    r.random_factor = kv_prompt_random_factor(c.index_low, c.index_high, c.cell, c.seed, c.share);
+    r.prompt_priority = kv_prompt_priority(r.after, c.stale, r.random_factor);
     return r;
 }
 

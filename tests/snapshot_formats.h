@@ -1,5 +1,6 @@
 // Older snapshot formats, made from a current snapshot, for the compatibility tests and the fuzz
-// seeds: what a library before retention spans (format 2) or before the horizon (format 1) wrote.
+// seeds: what a library before one-shot prompt eviction (format 4), before the layer slope (format
+// 3), before retention spans (format 2) or before the horizon (format 1) wrote.
 #pragma once
 
 #include <zstd.h>
@@ -11,37 +12,38 @@
 
 namespace h2o_test {
 
-// The snapshot (lib/session_snapshot.h, format 3, of a session without retention spans) as format
-// `version` (1 or 2) writes it: without the span table of the payload (its count of 0 after the
-// three stream counters) and, for format 1, without the horizon and reserved words at bytes 64..71
-// of the header. Empty if the snapshot is not such a one.
+// The snapshot (lib/session_snapshot.h, format 5, of a session without one-shot prompt eviction)
+// as format `version` (1 to 4) writes it: a 96-byte header without the prompt eviction words at
+// bytes 72..79; for formats 1 and 2, without the span table of the payload (its count of 0 after
+// the three stream counters; the session must hold no span); for format 1, also without the
+// horizon and slope words at bytes 64..71 (88 bytes); formats 1 to 3 have no layer slope. Empty
+// if the snapshot is not such a one.
 inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &snapshot, uint32_t version) {
-    constexpr size_t kHeaderSize = 96, kSpanCountAt = 3 * sizeof(int64_t);
-    if (snapshot.size() < kHeaderSize || (version != 1 && version != 2)) return {};
+    constexpr size_t kHeaderSize = 104, kSizesAt = 80, kSpanCountAt = 3 * sizeof(int64_t);
+    auto zeros = [&](size_t from, size_t to) { return std::all_of(snapshot.begin() + from, snapshot.begin() + to, [](uint8_t b) { return b == 0; }); };
+    if (snapshot.size() < kHeaderSize || version < 1 || version > 4 || !zeros(72, 80)) return {};
+    if ((version < 4 && !zeros(68, 72)) || (version == 1 && !zeros(64, 68))) return {};  // a slope; a horizon
     uint64_t payload_size = 0;
-    std::memcpy(&payload_size, snapshot.data() + 72, sizeof(payload_size));
+    std::memcpy(&payload_size, snapshot.data() + kSizesAt, sizeof(payload_size));
     std::vector<uint8_t> payload(payload_size);
     if (ZSTD_decompress(payload.data(), payload.size(), snapshot.data() + kHeaderSize, snapshot.size() - kHeaderSize) != payload_size ||
-        payload_size < kSpanCountAt + 4 ||
-        !std::all_of(payload.begin() + kSpanCountAt, payload.begin() + kSpanCountAt + 4, [](uint8_t b) { return b == 0; })) {
+        payload_size < kSpanCountAt + 4) {
         return {};
     }
-    payload.erase(payload.begin() + kSpanCountAt, payload.begin() + kSpanCountAt + 4);
+    if (version <= 2) {
+        if (!std::all_of(payload.begin() + kSpanCountAt, payload.begin() + kSpanCountAt + 4, [](uint8_t b) { return b == 0; })) return {};
+        payload.erase(payload.begin() + kSpanCountAt, payload.begin() + kSpanCountAt + 4);
+    }
     std::vector<uint8_t> frame(ZSTD_compressBound(payload.size()));
     ZSTD_CCtx *cctx = ZSTD_createCCtx();
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
     const size_t compressed = ZSTD_compress2(cctx, frame.data(), frame.size(), payload.data(), payload.size());
     ZSTD_freeCCtx(cctx);
     if (ZSTD_isError(compressed)) return {};
-    std::vector<uint8_t> out(snapshot.begin(), snapshot.begin() + kHeaderSize);
-    const uint64_t sizes[2] = {payload.size(), compressed};
-    std::memcpy(out.data() + 72, sizes, sizeof(sizes));
-    size_t header_size = kHeaderSize;
-    if (version == 1) {
-        if (!std::all_of(out.begin() + 64, out.begin() + 72, [](uint8_t b) { return b == 0; })) return {};  // a horizon
-        out.erase(out.begin() + 64, out.begin() + 72);
-        header_size = 88;
-    }
+    std::vector<uint8_t> out(snapshot.begin(), snapshot.begin() + (version == 1 ? 64 : 72));
+    const uint64_t sizes[3] = {payload.size(), compressed, 0};  // the hash, filled in below
+    out.insert(out.end(), reinterpret_cast<const uint8_t *>(sizes), reinterpret_cast<const uint8_t *>(sizes) + sizeof(sizes));
+    const size_t header_size = out.size();
     const uint32_t fields[2] = {version, static_cast<uint32_t>(header_size)};
     std::memcpy(out.data() + 8, fields, sizeof(fields));
     uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a of the header before its hash

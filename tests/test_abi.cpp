@@ -41,7 +41,7 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_backend_info, device_type) == 140);
     CHECK(offsetof(h2o_backend_info, memory_bytes) == 160);
 
-    CHECK(sizeof(h2o_session_params) == 80);
+    CHECK(sizeof(h2o_session_params) == 88);
     CHECK(offsetof(h2o_session_params, n_ctx) == 4);
     CHECK(offsetof(h2o_session_params, n_threads) == 8);
     CHECK(offsetof(h2o_session_params, n_batch) == 12);
@@ -58,6 +58,8 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_session_params, max_memory_bytes) == 64);
     CHECK(offsetof(h2o_session_params, kv_horizon) == 72);  // 0.3
     CHECK(offsetof(h2o_session_params, kv_layer_slope) == 76);  // 0.3: was padding, zeroed by h2o_session_params_init
+    CHECK(offsetof(h2o_session_params, kv_prompt_proxy) == 80);  // 0.4
+    CHECK(offsetof(h2o_session_params, kv_prompt_random_share) == 84);  // 0.4
 
     CHECK(sizeof(h2o_kv_layout) == 52);
     CHECK(offsetof(h2o_kv_layout, heavy) == 20);

@@ -202,12 +202,30 @@ TEST_CASE("device parity: with budgets that differ across layers, every policy e
     }
 }
 
+TEST_CASE("device parity: one-shot prompt eviction evicts the same tokens as the CPU") {
+    // The policies that gather statistics, a proxy of 3 queries (the test's batches have 1 to 4
+    // tokens), with and without a random share, rolling for every other one; F16.
+    int i = 0;
+    for (const auto &c : h2o_test::kPolicyCases) {
+        if (!kv_policy_uses_statistics(c.policy)) continue;
+        for (float share : {0.0f, 0.4f}) {
+            const bool rolling = i++ % 2 == 1;
+            INFO("policy " << std::string(kv_policy_name(c.policy)) << ", random share " << share << std::string(rolling ? ", rolling" : ""));
+            for_each_device(8, [&](Backends &b, const DeviceKind &) { h2o_test::check_eviction(b, c, rolling, KvType::F16, {}, 3, share); });
+        }
+    }
+}
+
 TEST_CASE("device parity: attention over a batch larger than the scratch processes it in chunks") {
-    for (const DeviceKind &kind : device_kinds()) {
-        const int batch = kind.chunked_batch;
-        for_each_device(batch, [&](Backends &b, const DeviceKind &k) {
-            if (k.name == kind.name) h2o_test::check_chunked_attention(b, batch);
-        });
+    // Then with every query of the batch a proxy query, whose sum `last` is folded chunk by chunk.
+    for (int proxy : {0, 1 << 12}) {
+        INFO("prompt_proxy " << proxy);
+        for (const DeviceKind &kind : device_kinds()) {
+            const int batch = kind.chunked_batch;
+            for_each_device(batch, [&](Backends &b, const DeviceKind &k) {
+                if (k.name == kind.name) h2o_test::check_chunked_attention(b, batch, proxy);
+            });
+        }
     }
 }
 

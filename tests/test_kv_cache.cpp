@@ -172,6 +172,52 @@ TEST_CASE("policies pick the victim their definition names") {
     }
 }
 
+TEST_CASE("one-shot prompt eviction: a prompt batch ranks by the proxy queries' attention, a token by the policy's") {
+    KvPolicyConfig p = policy_of(KvPolicy::H2O, /*recent=*/3);
+    p.prompt_proxy = 4;
+    const float acc[8] = {5, 0.5f, 2, 0.2f, 3, 4, 0.1f, 0.0f};  // H2O would take 3, then 1
+    const float last[8] = {0.3f, 0.9f, 0.05f, 0.8f, 0.01f, 0.6f, 0.2f, 0.1f};
+    SUBCASE("a batch of two: the two smallest proxy attentions outside the window (4, then 2)") {
+        SmallCache c(p);
+        c.set(&SlotStats::accumulated, acc);
+        c.set(&SlotStats::last, last);
+        CHECK(c.evict(2) == std::set<int64_t>{2, 4});
+    }
+    SUBCASE("one token: the policy's ranking") {
+        SmallCache c(p);
+        c.set(&SlotStats::accumulated, acc);
+        c.set(&SlotStats::last, last);
+        CHECK(c.evict(1) == std::set<int64_t>{3});
+    }
+    SUBCASE("without a proxy, a batch ranks by the policy too") {
+        p.prompt_proxy = 0;
+        SmallCache c(p);
+        c.set(&SlotStats::accumulated, acc);
+        c.set(&SlotStats::last, last);
+        CHECK(c.evict(2) == std::set<int64_t>{3, 6});
+    }
+    SUBCASE("the random share ranks by the proxy attention times each token's random factor") {
+        p.prompt_random_share = 0.5f;
+        // The victims the spec's factors give tokens 0..6 (7 is in the window) of cell 0, for
+        // the first seed where they differ from the plain proxy's (4 and 2).
+        std::set<int64_t> expected;
+        for (p.seed = 1; p.seed < 100; ++p.seed) {
+            std::vector<std::pair<float, int64_t>> ranked;
+            for (int64_t i = 0; i < 7; ++i) {
+                ranked.push_back({last[i] * kv_prompt_random_factor(static_cast<uint32_t>(i), 0, 0, kv_prompt_seed(p), 0.5f), i});
+            }
+            std::sort(ranked.begin(), ranked.end());
+            expected = {ranked[0].second, ranked[1].second};
+            if (expected != std::set<int64_t>{2, 4}) break;
+        }
+        REQUIRE(p.seed < 100);
+        SmallCache c(p);
+        c.set(&SlotStats::accumulated, acc);
+        c.set(&SlotStats::last, last);
+        CHECK(c.evict(2) == expected);
+    }
+}
+
 TEST_CASE("pinned tokens are never evicted, and a fully protected cache evicts the oldest unpinned") {
     SmallCache c(policy_of(KvPolicy::H2O, /*recent=*/8));  // the window covers everything
     for (int s = 0; s < 3; ++s) c.view().tag[s] = KV_TAG_PINNED;
@@ -438,6 +484,50 @@ TEST_CASE("kv_horizon: defaults by policy, validation, and no kept token beyond 
         kept_far_back += static_cast<size_t>(std::count_if(h.begin(), h.end(), [&](int64_t i) { return i <= newest - 56; }));
     }
     CHECK(kept_far_back > 0);
+}
+
+TEST_CASE("kv_prompt_proxy: validation, and a prompt longer than the budget read by it") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    auto create = [&](uint32_t policy, uint32_t budget, uint32_t proxy, float share, h2o_session **out) {
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
+        sp.n_threads = 1;
+        sp.n_ctx = 256;
+        sp.kv_budget = budget;
+        sp.kv_policy = policy;
+        sp.kv_prompt_proxy = proxy;
+        sp.kv_prompt_random_share = share;
+        return h2o_session_create(model, &sp, out);
+    };
+    h2o_session *session = nullptr;
+    CHECK(create(H2O_KV_WINDOW, 32, 8, 0.0f, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("kv_prompt_proxy needs a policy that gathers attention statistics") != std::string::npos);
+    CHECK(create(H2O_KV_RANDOM, 32, 8, 0.0f, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(create(H2O_KV_H2O, 32, 4097, 0.0f, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("kv_prompt_proxy 4097 exceeds the maximum 4096") != std::string::npos);
+    for (float share : {-0.1f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+        CHECK(create(H2O_KV_H2O, 32, 8, share, &session) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_last_error()).find("kv_prompt_random_share") != std::string::npos);
+    }
+    CHECK(session == nullptr);
+    // A full cache never evicts: the window policy's refusal does not apply to it.
+    REQUIRE(create(H2O_KV_WINDOW, 0, 8, 0.0f, &session) == H2O_OK);
+    h2o_session_free(session);
+    session = nullptr;
+    // A 200-token prompt into 32 slots, read in batches ranked by the proxy, then generation.
+    REQUIRE(create(H2O_KV_SCISSORHANDS, 32, 16, 0.25f, &session) == H2O_OK);
+    std::string prompt;
+    while (prompt.size() < 600) prompt += " Lily and Tom went to the park to play with the ball.";
+    REQUIRE(h2o_session_add_text(session, prompt.data(), prompt.size(), 0) == H2O_OK);
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    gen.max_tokens = 20;
+    gen.stop_at_eos = 0;
+    CHECK(h2o_generate(session, "", 0, &gen, nullptr, nullptr) == H2O_OK);
+    h2o_session_free(session);
+    h2o_model_free(model);
 }
 
 TEST_CASE("kv_layer_budgets spreads a budget across layers in the same total") {

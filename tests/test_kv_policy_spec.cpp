@@ -38,6 +38,13 @@ std::vector<SpecCase> spec_cases() {
             c.t = static_cast<KV_UINT>((c.n - 1) * unit(rng));
             c.policy = policy;
             c.stale = i % 9 == 0;
+            c.proxy = 1u + static_cast<KV_UINT>(48 * unit(rng));
+            c.first_part = i % 3 != 0;
+            c.index_low = rng();
+            c.index_high = i % 4 == 0 ? rng() : 0u;
+            c.cell = static_cast<KV_UINT>(rng() % 4096u);
+            c.seed = rng();
+            c.share = i % 5 == 0 ? 1.0f : unit(rng);
             cases.push_back(c);
         }
     }
@@ -60,14 +67,14 @@ TEST_CASE("policy spec: the statistics fold and priorities as defined") {
     const float threshold = kv_importance_threshold(2, 4);
     SlotStats batch = kv_stats_add_query(kv_stats_zero(), 0.9f, threshold, kv_persistence_weight(0.5f, 2, 0), false);
     batch = kv_stats_add(batch, kv_stats_add_query(kv_stats_zero(), 0.1f, threshold, kv_persistence_weight(0.5f, 2, 1), true));
-    const SlotStats after = kv_stats_fold(old, batch, kv_power(0.5f, 2));
+    const SlotStats after = kv_stats_fold(old, batch, kv_power(0.5f, 2), true);
     CHECK(after.accumulated == doctest::Approx(2.0));
     CHECK(after.squared == doctest::Approx(0.5 + 0.81 + 0.01));
     CHECK(after.steps == 4.0f);
     CHECK(after.last == doctest::Approx(0.1));
     CHECK(after.persistence == doctest::Approx(2.0 * 0.25 + 0.5));  // old·decay² + decay^(2-1-0)
     // A batch that never saw the slot keeps its `last` and only decays its persistence.
-    const SlotStats unseen = kv_stats_fold(old, kv_stats_zero(), 0.5f);
+    const SlotStats unseen = kv_stats_fold(old, kv_stats_zero(), 0.5f, true);
     CHECK(unseen.last == 0.25f);
     CHECK(unseen.persistence == 1.0f);
 
@@ -78,6 +85,60 @@ TEST_CASE("policy spec: the statistics fold and priorities as defined") {
     CHECK(kv_victim_priority(KV_POLICY_WINDOW, after, false) == 0.0f);
     for (KV_UINT p = 0; p < KV_POLICY_COUNT; ++p) CHECK(kv_victim_priority(p, after, true) < 0.0f);
     CHECK(kv_power(0.9f, 0) == 1.0f);
+}
+
+TEST_CASE("policy spec: one-shot prompt eviction's proxy attention and random share") {
+    // `last` sums the batch's last `proxy` queries: with proxy 1 only the last one, as TOVA reads.
+    CHECK(kv_is_proxy_query(5, 4, 1));
+    CHECK_FALSE(kv_is_proxy_query(5, 3, 1));
+    CHECK(kv_is_proxy_query(5, 2, 3));
+    CHECK_FALSE(kv_is_proxy_query(5, 1, 3));
+    CHECK(kv_is_proxy_query(5, 0, 9));  // a batch shorter than the proxy: every query
+    const float threshold = kv_importance_threshold(1, 8);
+    SlotStats batch = kv_stats_zero();
+    for (KV_UINT t = 0; t < 4; ++t) batch = kv_stats_add_query(batch, 0.125f * float(t + 1), threshold, 1.0f, kv_is_proxy_query(4, t, 2));
+    CHECK(batch.last == 0.375f + 0.5f);
+    // Folded in two parts of consecutive queries: the first restarts `last`, a later one adds.
+    const SlotStats old{1.0f, 1.0f, 3.0f, 0.75f, 1.0f};
+    SlotStats part1 = kv_stats_add_query(kv_stats_zero(), 0.25f, threshold, 1.0f, false);
+    SlotStats part2 = kv_stats_add_query(kv_stats_zero(), 0.5f, threshold, 1.0f, true);
+    const SlotStats folded = kv_stats_fold(kv_stats_fold(old, part1, 0.5f, true), part2, 1.0f, false);
+    CHECK(folded.last == 0.5f);
+    CHECK(kv_stats_fold(old, part2, 0.5f, false).last == 0.75f + 0.5f);
+
+    // The random factor: 1 outside the share; inside it, multiples of 2^-23 in [0, 2), spread
+    // evenly, and a function of the token, its cell and the seed alone.
+    int in_share = 0, below_one = 0;
+    double sum = 0;
+    for (KV_UINT i = 0; i < 20000; ++i) {
+        CHECK(kv_prompt_random_factor(i, 0, 3, 11, 0.0f) == 1.0f);
+        const float f = kv_prompt_random_factor(i, 0, 3, 11, 1.0f);
+        REQUIRE(f >= 0.0f);
+        REQUIRE(f < 2.0f);
+        CHECK(f * 8388608.0f == std::floor(f * 8388608.0f));
+        sum += f;
+        below_one += f < 1.0f;
+        in_share += kv_prompt_random_factor(i, 0, 3, 11, 0.25f) != 1.0f;
+    }
+    CHECK(sum / 20000 == doctest::Approx(1.0).epsilon(0.02));
+    CHECK(below_one == doctest::Approx(10000).epsilon(0.03));
+    CHECK(in_share == doctest::Approx(5000).epsilon(0.06));
+    int differ_cell = 0, differ_seed = 0, differ_high = 0;
+    for (KV_UINT i = 0; i < 1000; ++i) {
+        const float f = kv_prompt_random_factor(i, 0, 3, 11, 1.0f);
+        CHECK(f == kv_prompt_random_factor(i, 0, 3, 11, 1.0f));
+        differ_cell += f != kv_prompt_random_factor(i, 0, 4, 11, 1.0f);
+        differ_seed += f != kv_prompt_random_factor(i, 0, 3, 12, 1.0f);
+        differ_high += f != kv_prompt_random_factor(i, 1, 3, 11, 1.0f);
+    }
+    CHECK(differ_cell > 990);
+    CHECK(differ_seed > 990);
+    CHECK(differ_high > 990);
+
+    const SlotStats s{2.0f, 1.0f, 4.0f, 0.5f, 3.0f};
+    CHECK(kv_prompt_priority(s, false, 1.0f) == 0.5f);
+    CHECK(kv_prompt_priority(s, false, 1.5f) == 0.75f);
+    CHECK(kv_prompt_priority(s, true, 1.5f) < 0.0f);  // stale tokens still go first
     CHECK(kv_power(0.9f, 5) == doctest::Approx(std::pow(0.9, 5)));
     CHECK(static_cast<uint32_t>(KvPolicy::MeanH2O) == KV_POLICY_MEAN_H2O);
 }
@@ -178,9 +239,12 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
     }
 }
 
-TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the attention weights") {
-    // 2 kv heads, 6 query heads (groups of 3), head_dim 8, random queries and keys; a prompt of 5
-    // then 2 single tokens. The expected statistics are computed here from the attention weights.
+namespace {
+
+// 2 kv heads, 6 query heads (groups of 3), head_dim 8, random queries and keys; a prompt of 5
+// then 2 single tokens. The expected statistics are computed here from the attention weights.
+void check_cpu_statistics(int prompt_proxy) {
+    const auto proxy = static_cast<KV_UINT>(prompt_proxy > 0 ? prompt_proxy : 1);
     ModelShape shape;
     shape.n_head = 6;
     shape.n_head_kv = 2;
@@ -196,6 +260,7 @@ TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the 
     kv.n_slots = n_slots;
     kv.policy.policy = KvPolicy::Scissorhands;
     kv.policy.persistence_decay = decay;
+    kv.policy.prompt_proxy = prompt_proxy;
     REQUIRE(backend->create_kv(kv).ok());
     Tensor q, k, v, out, positions;
     REQUIRE(backend->alloc(TensorType::F32, 48, 5, &q).ok());
@@ -245,11 +310,11 @@ TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the 
                 }
                 for (int j = 0; j < visible; ++j) {
                     batch[j] = kv_stats_add_query(batch[j], static_cast<float>(w[j]), kv_importance_threshold(group, visible),
-                                                  kv_persistence_weight(decay, n, t), t == n - 1);
+                                                  kv_persistence_weight(decay, n, t), kv_is_proxy_query(n, t, proxy));
                 }
             }
             for (int j = 0; j < n_slots; ++j) {
-                slots[j] = kv_stats_fold(slots[j], j < next + n ? batch[j] : kv_stats_zero(), kv_power(decay, n));
+                slots[j] = kv_stats_fold(slots[j], j < next + n ? batch[j] : kv_stats_zero(), kv_power(decay, n), true);
             }
         }
         next += n;
@@ -263,6 +328,17 @@ TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the 
         CHECK(got[i].steps == expected[i].steps);
         CHECK(got[i].last == doctest::Approx(expected[i].last).epsilon(1e-5));
         CHECK(got[i].persistence == doctest::Approx(expected[i].persistence).epsilon(1e-6));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("policy spec: the CPU backend's statistics are the spec's fold of the attention weights") {
+    // Without one-shot prompt eviction `last` is the last query's weight; with a proxy of 3 it
+    // sums the prompt's last three queries.
+    for (int prompt_proxy : {0, 3}) {
+        INFO("prompt_proxy " << prompt_proxy);
+        check_cpu_statistics(prompt_proxy);
     }
 }
 

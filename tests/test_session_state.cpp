@@ -131,6 +131,29 @@ TEST_CASE("session state: budgets spread across layers (kv_layer_slope) are save
     }
 }
 
+TEST_CASE("session state: one-shot prompt eviction's settings are saved and continue exactly") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}, uint32_t{H2O_KV_TOVA}}) {
+        for (int rolling : {0, 1}) {
+            CAPTURE(h2o_kv_policy_name(policy));
+            CAPTURE(rolling);
+            h2o_session_params sp = small_session(policy, rolling, H2O_KV_TYPE_F16);
+            sp.kv_prompt_proxy = 6;
+            sp.kv_prompt_random_share = rolling ? 0.3f : 0.0f;
+            check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
+            // The loaded session has the settings: saved again, its snapshot is the same bytes.
+            h2o_test::ApiSession original;
+            REQUIRE(original.open(path, sp));
+            generate(original.session, " Once upon a time there was a girl", 30, 0.0f);
+            const std::vector<uint8_t> snapshot = save(original.session);
+            h2o_session *loaded = nullptr;
+            REQUIRE(h2o_session_load_from_buffer(original.model, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK);
+            CHECK(save(loaded) == snapshot);
+            h2o_session_free(loaded);
+        }
+    }
+}
+
 TEST_CASE("session state: Vulkan sessions save and load their device cache, for every policy, and continue on the CPU") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     size_t n_devices = 0;
@@ -167,6 +190,11 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
     sloped.kv_layer_slope = 0.5f;
     check_resumption(path, sloped, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
     check_resumption(path, sloped, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
+    // One-shot prompt eviction: its settings travel with the snapshot to the device's session.
+    h2o_session_params one_shot = small_session(H2O_KV_H2O, 1, H2O_KV_TYPE_F16);
+    one_shot.kv_prompt_proxy = 6;
+    one_shot.kv_prompt_random_share = 0.3f;
+    check_resumption(path, one_shot, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
 }
 
 TEST_CASE("session state: a fresh process continues a saved session exactly") {
@@ -254,7 +282,7 @@ struct Refusal {
     std::vector<uint8_t> resaved;  // H2O_OK: the loaded session saved again
 };
 
-// The snapshot header of lib/session_snapshot.h (version 3); its last 8 bytes hash the others.
+// The snapshot header of lib/session_snapshot.h (version 5); its last 8 bytes hash the others.
 constexpr size_t kHeaderSize = h2o::kSnapshotHeaderSize;
 
 void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {
@@ -337,34 +365,39 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
     SUBCASE("a header that claims a huge payload, with a valid hash") {
         std::vector<uint8_t> bad = good;
         const uint64_t huge = uint64_t{1} << 40;
-        std::memcpy(bad.data() + 72, &huge, sizeof(huge));
+        std::memcpy(bad.data() + 80, &huge, sizeof(huge));
         rehash_header(&bad, kHeaderSize);  // as a forger would
         const Refusal r = try_load(m.model, bad);
         CHECK(r.status == H2O_ERR_STATE_FORMAT);
         CHECK(r.message.find("at most") != std::string::npos);
     }
-    SUBCASE("version-1 (library 0.2, no horizon) and version-2 (no spans) snapshots load and continue the same") {
+    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans) and 4 (0.3) load and continue the same") {
+        h2o_session *current = nullptr;
+        REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &current) == H2O_OK);
+        const std::string expected = generate(current, " The", 60, 0.8f);
+        h2o_session_free(current);
+        for (uint32_t version : {1u, 2u, 4u}) {
+            CAPTURE(version);
+            const std::vector<uint8_t> old = h2o_test::snapshot_as_version(good, version);
+            REQUIRE(!old.empty());
+            h2o_session *loaded = nullptr;
+            REQUIRE(h2o_session_load_from_buffer(m.model, old.data(), old.size(), nullptr, &loaded) == H2O_OK);
+            CHECK(generate(loaded, " The", 60, 0.8f) == expected);
+            h2o_session_free(loaded);
+        }
         std::vector<uint8_t> v1 = h2o_test::snapshot_as_version(good, 1);
-        const std::vector<uint8_t> v2 = h2o_test::snapshot_as_version(good, 2);
-        REQUIRE(!v1.empty());
-        REQUIRE(!v2.empty());
-        h2o_session *from_v1 = nullptr, *from_v2 = nullptr, *from_v3 = nullptr;
-        REQUIRE(h2o_session_load_from_buffer(m.model, v1.data(), v1.size(), nullptr, &from_v1) == H2O_OK);
-        REQUIRE(h2o_session_load_from_buffer(m.model, v2.data(), v2.size(), nullptr, &from_v2) == H2O_OK);
-        REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &from_v3) == H2O_OK);
-        const std::string expected = generate(from_v3, " The", 60, 0.8f);
-        CHECK(generate(from_v1, " The", 60, 0.8f) == expected);
-        CHECK(generate(from_v2, " The", 60, 0.8f) == expected);
-        h2o_session_free(from_v1);
-        h2o_session_free(from_v2);
-        h2o_session_free(from_v3);
-        v1[12] = 96;  // a version-1 header of the current size
+        v1[12] = 96;  // a version-1 header of a later size
         CHECK(try_load(m.model, v1).message.find("header size") != std::string::npos);
         // A version-3 payload under a version-2 header: the span count is read as the last token.
-        std::vector<uint8_t> mislabelled = good;
+        std::vector<uint8_t> mislabelled = h2o_test::snapshot_as_version(good, 4);
         mislabelled[8] = 2;
-        rehash_header(&mislabelled, kHeaderSize);
+        rehash_header(&mislabelled, 96);
         CHECK(try_load(m.model, mislabelled).status == H2O_ERR_STATE_FORMAT);
+        // A version-5 header labelled 4: its size is not version 4's.
+        std::vector<uint8_t> v5_as_4 = good;
+        v5_as_4[8] = 4;
+        rehash_header(&v5_as_4, kHeaderSize);
+        CHECK(try_load(m.model, v5_as_4).message.find("header size") != std::string::npos);
     }
     SUBCASE("bad arguments") {
         h2o_session *session = nullptr;

@@ -335,6 +335,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     const int n_slots = kv_.config().max_slots();  // the stride of the per-thread partials and weights
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float decay = policy.persistence_decay;
+    const auto proxy = static_cast<uint32_t>(kv_proxy_queries(policy));
     // A unit is a tile of consecutive tokens of one kv head: its query heads and tokens read the
     // head's keys and values together (cpu::dot_kv_rows and weighted_kv_row_sum load each row once for
     // up to kTileQueries queries), which gives every query the bits it has alone.
@@ -441,13 +442,13 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                     for (int s = 0; s < used; ++s) {
                         const SlotStats query = seen(s, t) ? kv_stats_add_query(kv_stats_zero(), group_weight[s], threshold, persistence_weight, true)
                                                            : kv_stats_zero();
-                        view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight);
+                        view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight, true);
                     }
                     continue;
                 }
                 SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
                 for (int s = 0; s < end[t - t0]; ++s) {
-                    if (seen(s, t)) partial[s] = kv_stats_add_query(partial[s], group_weight[s], threshold, persistence_weight, t == n - 1);
+                    if (seen(s, t)) partial[s] = kv_stats_add_query(partial[s], group_weight[s], threshold, persistence_weight, kv_is_proxy_query(n, t, proxy));
                 }
             }
         }
@@ -462,7 +463,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
         for (int s = 0; s < used; ++s) {
             SlotStats batch_stats = partial[s];
             for (int th = 1; th < threads_used; ++th) batch_stats = kv_stats_add(batch_stats, partial[th * per_thread + s]);
-            view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, old_persistence_weight);
+            view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, old_persistence_weight, true);
         }
     }
     return Status::Ok();

@@ -188,6 +188,9 @@ struct ClaimArgs {
     int64_t first_index, recent_from, stale_before, sinks;
     uint8_t tag;  // the batch's
     bool rolling, random;
+    bool by_proxy;  // kv_ranks_by_proxy: rank by kv_prompt_priority
+    float prompt_share;
+    uint32_t prompt_seed;
     int32_t span_min[KV_MAX_SPANS];  // each retention span's minimum per cell
     const float *k, *v;
     int64_t k_cols, v_cols;
@@ -243,7 +246,12 @@ __device__ int takeable(const ClaimArgs &a, const SpanCounts &c, int plain_candi
 
 __device__ float victim_priority(const ClaimArgs &a, size_t at) {
     const SlotStats s = a.kv.stats ? a.kv.stats[at] : kv_stats_zero();
-    return kv_victim_priority(a.policy, s, a.kv.stream[at] < a.stale_before);
+    const int64_t stream = a.kv.stream[at];
+    if (!a.by_proxy) return kv_victim_priority(a.policy, s, stream < a.stale_before);
+    const auto index = static_cast<uint64_t>(stream);
+    const auto cell = static_cast<KV_UINT>(a.layer * a.n_kv + static_cast<int>((at - a.first_slot) / static_cast<size_t>(a.n_slots)));
+    const float factor = kv_prompt_random_factor(static_cast<KV_UINT>(index), static_cast<KV_UINT>(index >> 32), cell, a.prompt_seed, a.prompt_share);
+    return kv_prompt_priority(s, stream < a.stale_before, factor);
 }
 
 // The slot with the smallest (priority, stream index) among eligible slots, or by_age: the oldest
@@ -498,6 +506,7 @@ struct StatsArgs {
     size_t first_slot;
     int64_t first_index;
     float decay;
+    int proxy;  // kv_proxy_queries
 };
 
 // The chunk's queries' contributions to each slot's statistics of the batch (kv_policy_spec.h):
@@ -518,7 +527,8 @@ __global__ void attention_stats_kernel(StatsArgs a) {
             const float threshold = kv_importance_threshold(static_cast<KV_UINT>(group),
                                                             static_cast<KV_UINT>(a.kv.visible[static_cast<size_t>(c) * a.n_kv + h]));
             partial = kv_stats_add_query(partial, w, threshold,
-                                         kv_persistence_weight(a.decay, static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t)), t == a.n - 1);
+                                         kv_persistence_weight(a.decay, static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t)),
+                                         kv_is_proxy_query(static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t), static_cast<KV_UINT>(a.proxy)));
         }
         a.kv.partial[static_cast<size_t>(h) * a.n_slots + s] = partial;
     }
@@ -529,7 +539,7 @@ __global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_sl
     const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = first_slot + static_cast<size_t>(h) * n_slots;
     const int used = kv.used[cell];
     for (int s = threadIdx.x; s < used; s += blockDim.x) {
-        kv.stats[base + s] = kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight);
+        kv.stats[base + s] = kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight, true);
     }
 }
 
@@ -909,6 +919,9 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     std::copy(span_min_, span_min_ + KV_MAX_SPANS, c.span_min);
     c.rolling = kv_config_.rolling;
     c.random = random;
+    c.by_proxy = kv_ranks_by_proxy(policy, n);
+    c.prompt_share = policy.prompt_random_share;
+    c.prompt_seed = kv_prompt_seed(policy);
     c.k = device_ptr<const float>(k);
     c.v = device_ptr<const float>(v);
     c.k_cols = k.cols;
@@ -959,6 +972,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
             s.count = count;
             s.first_index = batch.first_index;
             s.decay = policy.persistence_decay;
+            s.proxy = kv_proxy_queries(policy);
             attention_stats_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(s);
             H2O_TRY(launched("attention_stats"));
         }

@@ -151,9 +151,13 @@ struct KvClaimPush {
     uint32_t keys_off, values_off, table_off;
     uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
     uint32_t first_slot, total_slots;
-    uint32_t layer, head_dim, n, tag, policy, sinks, rolling, pairs;
-    uint32_t key_format, value_format;
+    uint32_t layer, head_dim, n, tag, policy, sinks, pairs;
+    uint32_t flags;    // kKvClaimRolling | kKvClaimByProxy
+    uint32_t formats;  // key format | value format << 8
+    float prompt_share;
+    uint32_t prompt_seed;
 };
+constexpr uint32_t kKvClaimRolling = 1, kKvClaimByProxy = 2;
 struct AttentionPush {
     uint32_t first_index[2];
     uint32_t q_off, q_stride, out_off, out_stride;
@@ -171,6 +175,7 @@ struct StatsPush {
     uint32_t layer, scratch_off, chunk_capacity;
     uint32_t chunk_tokens, t0, n, group;
     float decay;
+    uint32_t proxy;
 };
 static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes &&
                   sizeof(StatsPush) <= vk::kPushConstantBytes,
@@ -1168,10 +1173,11 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.tag = batch.tag;
         push.policy = static_cast<uint32_t>(policy.policy);
         push.sinks = static_cast<uint32_t>(std::max(0, policy.sinks));
-        push.rolling = kv_.rolling ? 1 : 0;
         push.pairs = static_cast<uint32_t>(kv_.rope_dims / 2);
-        push.key_format = static_cast<uint32_t>(kv_key_format(kv_.type));
-        push.value_format = static_cast<uint32_t>(kv_value_format(kv_.type));
+        push.flags = (kv_.rolling ? kKvClaimRolling : 0) | (kv_ranks_by_proxy(policy, n) ? kKvClaimByProxy : 0);
+        push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
+        push.prompt_share = policy.prompt_random_share;
+        push.prompt_seed = kv_prompt_seed(policy);
         // The random policy draws from one generator in (layer, kv head) order: one workgroup.
         const uint32_t groups = policy.policy == KvPolicy::Random ? 1 : n_kv;
         dispatch("kv_claim", {bk, bv, bp, bkeys, bvalues, bmeta, bt}, &push, sizeof push, groups);
@@ -1230,6 +1236,7 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         stats.n = static_cast<uint32_t>(n);
         stats.group = group;
         stats.decay = policy.persistence_decay;
+        stats.proxy = static_cast<uint32_t>(kv_proxy_queries(policy));
         Bound read_scratch = bscratch;
         read_scratch.access.write = false;
         dispatch("attention_stats", {bmeta, read_scratch}, &stats, sizeof stats, (n_slots + kStatsGroup - 1) / kStatsGroup, n_kv);

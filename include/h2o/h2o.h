@@ -71,7 +71,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define H2O_VERSION_MAJOR 0
-#define H2O_VERSION_MINOR 3
+#define H2O_VERSION_MINOR 4
 #define H2O_VERSION_PATCH 0
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
 
@@ -429,6 +429,19 @@ typedef struct h2o_session_params {
      * smallest layer. Ignored by a full cache (every layer then holds n_ctx). Default 0: every
      * layer kv_budget (see the README's evaluation for what a slope gains). */
     float kv_layer_slope;
+    /* One-shot prompt eviction (as NACL, within the fixed slots; since 0.4). 0 (the default):
+     * while a prompt is read, each batch's victims are the ones the policy ranks lowest by the
+     * statistics of every query read so far. N > 0: a batch of more than one token ranks them by
+     * the attention of the previous batch's last N queries (what the end of the text read so far
+     * attends to), a kv_prompt_random_share of the tokens with that attention multiplied by a
+     * random factor in [0, 2) drawn from the seed; generation (one token at a time) keeps the
+     * policy's ranking, from statistics gathered all along. Only with the policies that gather
+     * statistics (h2o, scissorhands, tova, roco, mean_h2o); at most 4096. The README compares
+     * both on prompts. */
+    uint32_t kv_prompt_proxy;
+    /* The share of tokens, in [0, 1], whose proxy attention gets a random factor when
+     * kv_prompt_proxy > 0 (NACL's random eviction: tokens the proxy ignores may stay). Default 0. */
+    float kv_prompt_random_share;
 } h2o_session_params;
 
 /* kv_horizon: keep heavy hitters however far back they lie. */

@@ -151,6 +151,10 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         sp.kv_budget = s.budget;
         sp.n_ctx = s.n_ctx;
         sp.position_rolling = s.rolling;
+        if (s.policy == H2O_KV_TOVA) {  // one-shot prompt eviction's settings in the header
+            sp.kv_prompt_proxy = 8;
+            sp.kv_prompt_random_share = 0.25f;
+        }
         h2o_session *session = nullptr;
         if (h2o_session_create(model, &sp, &session) != H2O_OK) die(h2o_last_error());
         const char *pinned = "Lily had a ball.";
@@ -174,9 +178,9 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         whole.insert(whole.end(), snapshot.begin(), snapshot.end());
         write_file(dir / ("snapshot-" + std::to_string(n)), whole);
         if (s.policy == H2O_KV_H2O) {
-            // The same snapshot in formats 1 (library 0.2) and 2 (before retention spans), which
-            // are still read.
-            for (uint32_t version : {1u, 2u}) {
+            // The same snapshot in formats 1 (library 0.2), 2 (before retention spans) and 4
+            // (library 0.3), which are still read.
+            for (uint32_t version : {1u, 2u, 4u}) {
                 Bytes older = h2o_test::snapshot_as_version(snapshot, version);
                 if (older.empty()) die("cannot write an older snapshot format");
                 older.insert(older.begin(), 0);
@@ -184,7 +188,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
             }
         }
         if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
-            const size_t header = 96;  // lib/session_snapshot.h, version 3
+            const size_t header = 104;  // lib/session_snapshot.h, version 5
             Bytes state(ZSTD_getFrameContentSize(snapshot.data() + header, snapshot.size() - header));
             if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + header, snapshot.size() - header))) die("zstd");
             state.insert(state.begin(), 1);

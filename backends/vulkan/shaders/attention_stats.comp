@@ -23,6 +23,7 @@ layout(push_constant) uniform Params {
     uint n;             // tokens in the batch
     uint group;
     float decay;
+    uint proxy;         // the batch's last `proxy` queries are summed into `last` (kv_is_proxy_query)
 } p;
 
 #include "kv_layout.glsl"
@@ -42,11 +43,12 @@ void main() {
             const float visible = scratch[p.scratch_off + 2u * p.chunk_capacity * p.n_kv * p.n_slots + tt * p.n_kv + h];
             const uint t = p.t0 + tt;
             chunk = kv_stats_add_query(chunk, w, kv_importance_threshold(p.group, uint(visible)),
-                                       kv_persistence_weight(p.decay, p.n, t), t == p.n - 1u);
+                                       kv_persistence_weight(p.decay, p.n, t), kv_is_proxy_query(p.n, t, p.proxy));
         }
     }
     // The batch's old statistics decay once, with its first chunk.
-    const SlotStats folded = kv_stats_fold(load_slot_stats(L, at), chunk, p.t0 == 0u ? kv_power(p.decay, p.n) : 1.0);
+    const bool first_chunk = p.t0 == 0u;
+    const SlotStats folded = kv_stats_fold(load_slot_stats(L, at), chunk, first_chunk ? kv_power(p.decay, p.n) : 1.0, first_chunk);
     const uint st = L.stats + 5u * at;
     meta[st] = floatBitsToUint(folded.accumulated);
     meta[st + 1u] = floatBitsToUint(folded.squared);

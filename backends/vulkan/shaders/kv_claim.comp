@@ -35,9 +35,16 @@ layout(push_constant) uniform Params {
     uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots] rows
     uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: this layer's (kv_meta_layout.h)
     uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
-    uint layer, head_dim, n, tag, policy, sinks, rolling, pairs;
-    uint key_format, value_format;  // KvRowFormat
+    uint layer, head_dim, n, tag, policy, sinks, pairs;
+    uint flags;    // FLAG_ROLLING, FLAG_BY_PROXY (kv_ranks_by_proxy)
+    uint formats;  // KvRowFormat of keys | of values << 8
+    float prompt_share;  // kv_prompt_random_factor's share and seed
+    uint prompt_seed;
 } p;
+
+const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u;
+#define KEY_FORMAT (p.formats & 0xFFu)
+#define VALUE_FORMAT (p.formats >> 8)
 
 #include "kv_layout.glsl"
 #include "kv_row.glsl"
@@ -52,9 +59,15 @@ void set_stream(uint at, uvec2 s) {
     meta[L.stream + 2u * at] = s.x;
     meta[L.stream + 2u * at + 1u] = s.y;
 }
-// The victim is the eligible slot with the smallest kv_victim_priority, ties going to the oldest.
+// The victim is the eligible slot with the smallest priority, ties going to the oldest: while a
+// prompt is read with one-shot eviction kv_prompt_priority, else kv_victim_priority.
 float priority(uint at) {
-    return kv_victim_priority(p.policy, load_slot_stats(L, at), stream_lt(stream_at(at), p.stale_before));
+    const uint h = (at - p.first_slot) / p.n_slots;
+    const uvec2 stream = stream_at(at);
+    const bool stale = stream_lt(stream, p.stale_before);
+    if ((p.flags & FLAG_BY_PROXY) == 0u) return kv_victim_priority(p.policy, load_slot_stats(L, at), stale);
+    const float factor = kv_prompt_random_factor(stream.x, stream.y, p.layer * p.n_kv + h, p.prompt_seed, p.prompt_share);
+    return kv_prompt_priority(load_slot_stats(L, at), stale, factor);
 }
 
 bool occupied_unpinned(uint at) { return !stream_is_free(stream_at(at)) && !kv_tag_pinned(meta[L.tag + at]); }
@@ -194,26 +207,26 @@ uint mod64(uvec2 x, uint m) {
 
 // Decodes the key row starting at word `row` into kv_row.
 void load_key(uint row) {
-    const uint data = row + kv_header_words(p.key_format), per_word = kv_elements_per_word(p.key_format);
+    const uint data = row + kv_header_words(KEY_FORMAT), per_word = kv_elements_per_word(KEY_FORMAT);
     const uint header = keys[row];  // (a data word for the float formats; unused there)
-    for (uint j = 0u; j < p.head_dim; ++j) kv_row[j] = kv_element(p.key_format, header, keys[data + j / per_word], j);
+    for (uint j = 0u; j < p.head_dim; ++j) kv_row[j] = kv_element(KEY_FORMAT, header, keys[data + j / per_word], j);
 }
 
 // Encodes kv_row into the key row starting at word `row`.
 void store_key(uint row) {
-    const uint header = kv_encode_header(p.key_format, p.head_dim), skip = kv_header_words(p.key_format);
+    const uint header = kv_encode_header(KEY_FORMAT, p.head_dim), skip = kv_header_words(KEY_FORMAT);
     if (skip != 0u) keys[row] = header;
-    for (uint w = 0u; w + skip < kv_row_words(p.key_format, p.head_dim); ++w) {
-        keys[row + skip + w] = kv_encode_word(p.key_format, p.head_dim, w);
+    for (uint w = 0u; w + skip < kv_row_words(KEY_FORMAT, p.head_dim); ++w) {
+        keys[row + skip + w] = kv_encode_word(KEY_FORMAT, p.head_dim, w);
     }
 }
 
 // Encodes kv_row into the value row starting at word `row`.
 void store_value(uint row) {
-    const uint header = kv_encode_header(p.value_format, p.head_dim), skip = kv_header_words(p.value_format);
+    const uint header = kv_encode_header(VALUE_FORMAT, p.head_dim), skip = kv_header_words(VALUE_FORMAT);
     if (skip != 0u) values[row] = header;
-    for (uint w = 0u; w + skip < kv_row_words(p.value_format, p.head_dim); ++w) {
-        values[row + skip + w] = kv_encode_word(p.value_format, p.head_dim, w);
+    for (uint w = 0u; w + skip < kv_row_words(VALUE_FORMAT, p.head_dim); ++w) {
+        values[row + skip + w] = kv_encode_word(VALUE_FORMAT, p.head_dim, w);
     }
 }
 
@@ -331,7 +344,7 @@ void make_room(uint cell, uint h) {
         }
     }
 
-    if (p.rolling != 0u && n_victims > 0u) {
+    if ((p.flags & FLAG_ROLLING) != 0u && n_victims > 0u) {
         // Each kept token moves back one rank per evicted token that preceded it in the stream.
         for (uint s = tid; s < used; s += WG) {
             const uint at = base + s;
@@ -344,7 +357,7 @@ void make_room(uint cell, uint h) {
             }
             if (shift == 0) continue;
             meta[L.position + at] = uint(int(meta[L.position + at]) - shift);
-            const uint key = p.keys_off + (h * p.n_slots + s) * kv_row_words(p.key_format, p.head_dim);
+            const uint key = p.keys_off + (h * p.n_slots + s) * kv_row_words(KEY_FORMAT, p.head_dim);
             load_key(key);
             for (uint i = 0u; i < p.pairs; ++i) {
                 const vec2 r = rotate_pair(vec2(kv_row[2u * i], kv_row[2u * i + 1u]),
@@ -384,7 +397,7 @@ void claim_and_store(uint cell, uint h) {
     barrier();
     // One invocation per token: a quantized row is encoded as a whole (its scale depends on all
     // of its elements).
-    const uint key_words = kv_row_words(p.key_format, p.head_dim), value_words = kv_row_words(p.value_format, p.head_dim);
+    const uint key_words = kv_row_words(KEY_FORMAT, p.head_dim), value_words = kv_row_words(VALUE_FORMAT, p.head_dim);
     for (uint t = tid; t < p.n; t += WG) {
         const uint slot = meta[L.batch_slot + h * p.max_batch + t];
         for (uint d = 0u; d < p.head_dim; ++d) kv_row[d] = k_in[p.k_off + t * p.k_stride + h * p.head_dim + d];
