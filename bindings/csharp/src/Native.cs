@@ -1,4 +1,4 @@
-// Declarations of the C API (include/h2o/h2o.h, ABI 0.2). Struct layouts follow the header field
+// Declarations of the C API (include/h2o/h2o.h, ABI 0.4). Struct layouts follow the header field
 // by field; the tests compare Marshal.SizeOf and field offsets with the values a C program
 // compiled against the header prints.
 using System;
@@ -62,6 +62,8 @@ namespace H2o
         public ulong max_memory_bytes;
         public uint kv_horizon;
         public float kv_layer_slope;
+        public uint kv_prompt_proxy;
+        public float kv_prompt_random_share;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -51,6 +51,13 @@ namespace H2o
         /// <summary>The budget's slope across layers in [-0.9, 0.9], the same memory: positive gives
         /// upper layers more slots than lower ones; 0: every layer KvBudget.</summary>
         public float KvLayerSlope { get => Raw.kv_layer_slope; set => Raw.kv_layer_slope = value; }
+        /// <summary>One-shot prompt eviction (as NACL): a prompt batch's victims are ranked by the
+        /// attention of the previous batch's last N queries, at most 4096; 0: by every query read so
+        /// far. Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o).</summary>
+        public uint KvPromptProxy { get => Raw.kv_prompt_proxy; set => Raw.kv_prompt_proxy = value; }
+        /// <summary>The share of tokens in [0, 1] whose proxy attention gets a random factor in [0, 2)
+        /// drawn from the seed, when KvPromptProxy &gt; 0; 0: none.</summary>
+        public float KvPromptRandomShare { get => Raw.kv_prompt_random_share; set => Raw.kv_prompt_random_share = value; }
         /// <summary>H2O_KV_HORIZON_NONE: heavy hitters are kept however far back they lie.</summary>
         public const uint KvHorizonNone = 0xFFFFFFFFu;
     }

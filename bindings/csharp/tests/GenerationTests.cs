@@ -154,6 +154,49 @@ namespace H2o.Tests
         }
 
         [Test]
+        public static void PromptProxyEvictionReadsAPromptLongerThanTheBudget()
+        {
+            // Batches of 8: each after the first ranks its victims by the previous batch's last queries.
+            Func<SessionParams> proxy = () => new SessionParams
+            {
+                KvBudget = 32, KvPolicy = KvPolicy.H2o, Batch = 8, Seed = 7, KvPromptProxy = 16, KvPromptRandomShare = 0.25f,
+            };
+            const string prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
+                + "with her friends. One day, she saw a big red ball under a tree and ran to get it.";
+            using (var model = Model.Load(Runner.ModelPath()))
+            {
+                int nPrompt = model.Tokenize(prompt, true).Length;
+                Assert.True(nPrompt > 32, "the prompt has " + nPrompt + " tokens");
+                var texts = new string[2];
+                for (int i = 0; i < 2; i++)
+                {
+                    using (var session = new Session(model, proxy()))
+                    {
+                        var p = Greedy(32);
+                        p.StopAtEos = false;
+                        texts[i] = Collect(session, prompt, p);
+                        Assert.True(texts[i].Length > 0, "text");
+                        Assert.Equal(StopReason.MaxTokens, session.Stats.StopReason);
+                        Assert.True(session.Stats.NPromptTokens >= nPrompt - 1, "prompt tokens " + session.Stats.NPromptTokens);
+                        Assert.Equal(32u, session.Stats.NGeneratedTokens, "generated tokens");
+                    }
+                }
+                Assert.Equal(texts[0], texts[1], "the random factors come from the seed");
+
+                // A policy that gathers no statistics has nothing to rank by proxy attention.
+                var window = new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Window, KvPromptProxy = 16 };
+                var e = Assert.H2oError(Status.InvalidArgument, () => new Session(model, window));
+                Assert.True(e.LibraryMessage.Contains("kv_prompt_proxy"), "message names the field: " + e.Message);
+                var tooMany = proxy();
+                tooMany.KvPromptProxy = 4097;
+                Assert.H2oError(Status.InvalidArgument, () => new Session(model, tooMany));
+                var badShare = proxy();
+                badShare.KvPromptRandomShare = 1.5f;
+                Assert.H2oError(Status.InvalidArgument, () => new Session(model, badShare));
+            }
+        }
+
+        [Test]
         public static void TokenizeAndDetokenizeRoundTrip()
         {
             using (var model = Model.Load(Runner.ModelPath()))

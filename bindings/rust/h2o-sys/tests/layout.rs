@@ -69,7 +69,9 @@ fn rust_layouts() -> Vec<Layout> {
             kv_type,
             max_memory_bytes,
             kv_horizon,
-            kv_layer_slope
+            kv_layer_slope,
+            kv_prompt_proxy,
+            kv_prompt_random_share
         }),
         layout!(h2o_kv_layout { struct_size, budget, policy, recent, sinks, heavy, position_rolling,
                                 type_ = "type", n_ctx, horizon, layer_slope, min_layer_budget, max_layer_budget }),

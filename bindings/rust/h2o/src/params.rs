@@ -64,6 +64,13 @@ impl SessionParams {
         /// The budget's slope across layers in [-0.9, 0.9], the same memory: positive gives upper
         /// layers more slots than lower ones; 0: every layer `kv_budget`.
         kv_layer_slope: f32 => kv_layer_slope;
+        /// One-shot prompt eviction (as NACL): a prompt batch's victims are ranked by the attention
+        /// of the previous batch's last N queries, at most 4096; 0: by every query read so far.
+        /// Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o).
+        kv_prompt_proxy: u32 => kv_prompt_proxy;
+        /// The share of tokens in [0, 1] whose proxy attention gets a random factor in [0, 2) drawn
+        /// from the seed, when `kv_prompt_proxy` > 0; 0: none.
+        kv_prompt_random_share: f32 => kv_prompt_random_share;
     }
 }
 

@@ -191,6 +191,46 @@ fn constant_memory_session_reports_its_layout_and_memory() {
 }
 
 #[test]
+fn prompt_proxy_eviction_reads_a_prompt_longer_than_the_budget() {
+    let model = model_or_skip!();
+    // Batches of 8: each after the first ranks its victims by the previous batch's last queries.
+    let params = SessionParams::new()
+        .kv_budget(32)
+        .kv_policy(h2o::KvPolicy::H2o)
+        .batch(8)
+        .seed(7)
+        .kv_prompt_proxy(16)
+        .kv_prompt_random_share(0.25);
+    let prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park \
+                  with her friends. One day, she saw a big red ball under a tree and ran to get it.";
+    let n_prompt = model.tokenize(prompt, true).unwrap().len();
+    assert!(n_prompt > 32, "the prompt has {n_prompt} tokens");
+    let mut texts = Vec::new();
+    for _ in 0..2 {
+        let mut session = Session::new(&model, &params).unwrap();
+        let (text, reason) = collect(&mut session, prompt, &greedy(32).stop_at_eos(false));
+        assert_eq!(reason, StopReason::MaxTokens);
+        assert!(!text.is_empty());
+        let stats = session.stats().unwrap();
+        assert!(stats.n_prompt_tokens as usize >= n_prompt - 1, "{stats:?}");
+        assert_eq!(stats.n_generated_tokens, 32);
+        texts.push(text);
+    }
+    // The random factors come from the seed.
+    assert_eq!(texts[0], texts[1]);
+
+    // A policy that gathers no statistics has nothing to rank by proxy attention.
+    let window = SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Window).kv_prompt_proxy(16);
+    let err = Session::new(&model, &window).err().unwrap();
+    assert_eq!(err.status(), Some(Status::InvalidArgument));
+    assert!(err.message().contains("kv_prompt_proxy"), "message: {}", err.message());
+    for bad in [params.kv_prompt_proxy(4097), params.kv_prompt_random_share(1.5)] {
+        let err = Session::new(&model, &bad).err().unwrap();
+        assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
+    }
+}
+
+#[test]
 fn tokenize_and_detokenize_round_trip() {
     let model = model_or_skip!();
     let info = model.info();
@@ -198,7 +238,7 @@ fn tokenize_and_detokenize_round_trip() {
     assert_eq!(Some(tokens[0]), info.bos_token);
     assert_eq!(model.detokenize(&tokens).unwrap(), PROMPT);
     assert!(model.tokenize("", false).unwrap().is_empty());
-    assert!(h2o::version_matches(), "library {} is not ABI 0.2", h2o::version());
+    assert!(h2o::version_matches(), "library {} is not ABI 0.4", h2o::version());
 }
 
 #[test]
