@@ -3,6 +3,7 @@
 //   h2o-eval -m MODEL -f TEXT [--policies full,h2o,window,...] [--budgets 32,64,128] [--chunk 512]
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
 //            [--segment N] [--context N] [--tail N] [--horizon N|none] [--layer-slope S] [--rolling 0|1] [--n-ctx N]
+//            [--prompt N] [--n-batch N] [--prompt-proxy W] [--prompt-random-share R]
 //            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
 //   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [--min-shares LIST] [policies, budgets...]
 //
@@ -10,7 +11,9 @@
 // tokenized without BOS, cut into consecutive chunks of chunk-1 tokens, and each chunk, behind a
 // BOS, is fed to a fresh session one token at a time. Every token after BOS is scored with the
 // log-softmax (double precision) of the previous step's logits. Greedy agreement compares each
-// step's argmax with the full cache's argmax at the same position.
+// step's argmax with the full cache's argmax at the same position. With --prompt N, each chunk's
+// first N tokens (BOS included) are read as one prompt, in the session's batches, and only the
+// tokens after them are scored: the protocol that compares how prompts are evicted (--prompt-proxy).
 //
 // Stream mode (--stream TOKENS): BOS and the first TOKENS tokens of the text (repeated when it is
 // shorter) go through one session per configuration, token by token, with position rolling on
@@ -66,6 +69,13 @@ void usage() {
                  "                         (default: the policy's, 1.5 budgets for scissorhands)\n"
                  "  --layer-slope S        kv_layer_slope in [-0.9, 0.9]: the budget's slope across layers,\n"
                  "                         the same memory (default: the library's)\n"
+                 "  --prompt N             chunk mode: read each chunk's first N tokens as one prompt and\n"
+                 "                         score the tokens after them\n"
+                 "  --n-batch N            session n_batch: tokens read at once (default 1, or the\n"
+                 "                         library's 256 with --prompt; retention mode reads its text so)\n"
+                 "  --prompt-proxy W       kv_prompt_proxy: one-shot prompt eviction by the attention of\n"
+                 "                         the last W queries of the previous batch (default 0: off)\n"
+                 "  --prompt-random-share R  kv_prompt_random_share in [0, 1] (default 0)\n"
                  "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
                  "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
                  "  --trials N             retention mode: passages to average over (default 8)\n"
@@ -104,6 +114,10 @@ struct Options {
     uint32_t horizon = 0;       // kv_horizon (0: the policy's default)
     bool has_layer_slope = false;  // else the library's default kv_layer_slope
     float layer_slope = 0.0f;
+    uint32_t prompt = 0;        // chunk mode: tokens read as one prompt before scoring (0: none)
+    uint32_t n_batch = 0;       // session n_batch (0: 1, or the library's default with --prompt)
+    uint32_t prompt_proxy = 0;  // kv_prompt_proxy
+    float prompt_random_share = 0.0f;
     bool repeats = false;       // stream mode: the text is shorter than the stream
     std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
@@ -211,6 +225,19 @@ Options parse_options(int argc, char **argv) {
             }
             o.has_layer_slope = true;
             o.layer_slope = static_cast<float>(slope);
+        } else if (arg == "--prompt") {
+            o.prompt = parse_count(arg, value(), 1, 1u << 22);
+        } else if (arg == "--n-batch") {
+            o.n_batch = parse_count(arg, value(), 1, 4096);
+        } else if (arg == "--prompt-proxy") {
+            o.prompt_proxy = parse_count(arg, value(), 0, 4096);
+        } else if (arg == "--prompt-random-share") {
+            const std::string text = value();
+            double share = 0;
+            if (!h2o_tools::parse_double(text.c_str(), &share) || !(share >= 0 && share <= 1)) {
+                usage_error("--prompt-random-share needs a number in [0, 1], not '" + text + "'");
+            }
+            o.prompt_random_share = static_cast<float>(share);
         } else if (arg == "--rolling") {
             o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
         } else if (arg == "--n-ctx") {
@@ -238,6 +265,8 @@ Options parse_options(int argc, char **argv) {
     if (o.policies.empty()) usage_error("--policies is empty");
     if (!o.retention.empty() && o.stream > 0) usage_error("give --stream or --retention, not both");
     if (!o.min_shares.empty() && o.retention.empty()) usage_error("--min-shares is for --retention mode");
+    if (o.prompt > 0 && (o.stream > 0 || !o.retention.empty())) usage_error("--prompt is for chunk mode");
+    if (o.prompt > 0 && o.prompt + 1 >= o.chunk) usage_error("--prompt must leave tokens of the chunk to score");
     if (o.rolling < 0) o.rolling = o.stream > 0 || !o.retention.empty() ? 1 : 0;
     if (!o.retention.empty()) return o;  // each trial sizes its own sessions
     const uint32_t length = o.stream > 0 ? o.stream + 1 : o.chunk;  // tokens of one sequence, BOS included
@@ -291,7 +320,9 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     h2o_session_params_init(&p, sizeof p);
     p.n_ctx = o.n_ctx;
     p.n_threads = o.threads;
-    p.n_batch = 1;  // tokens go in one at a time
+    // Scored tokens go in one at a time; what is read at once (--prompt, a retention trial's
+    // text) goes in batches of n_batch.
+    p.n_batch = o.n_batch ? o.n_batch : o.prompt > 0 ? 0 : 1;
     p.kv_budget = c.policy == H2O_KV_FULL ? 0 : c.budget;
     p.kv_policy = c.policy;
     p.kv_recent = o.recent;
@@ -300,9 +331,14 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     p.kv_type = o.kv_type;
     p.kv_horizon = o.horizon;
     if (o.has_layer_slope) p.kv_layer_slope = o.layer_slope;
+    p.kv_prompt_proxy = o.prompt_proxy;
+    p.kv_prompt_random_share = o.prompt_random_share;
     p.position_rolling = o.rolling;
     return p;
 }
+
+// The first position of a sequence that is scored: after BOS, or after the prompt.
+size_t scored_from(const Options &o) { return std::max<size_t>(1, o.prompt); }
 
 // Per scored token: -log p(token | prefix) and the argmax of the logits that predicted it.
 struct Run {
@@ -407,7 +443,8 @@ InContext score_in_context(h2o_model *model, size_t n_vocab, const Options &o, c
     return ref;
 }
 
-// Feeds every sequence (BOS first) to one session, token by token, scoring each token after BOS.
+// Feeds every sequence (BOS first) to one session, token by token, scoring each token after BOS
+// (with --prompt, the first o.prompt tokens at once, scoring the tokens after them).
 Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &config,
              const std::vector<std::vector<int32_t>> &sequences, Progress &progress) {
     Run run;
@@ -427,14 +464,20 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
 
     std::vector<float> logits(n_vocab);
     size_t total = 0;
-    for (const auto &seq : sequences) total += seq.size() - 1;
+    for (const auto &seq : sequences) total += seq.size() - scored_from(o);
     run.nll.reserve(total);
     run.argmax.reserve(total);
     double last_report = start;
     for (size_t s = 0; s < sequences.size() && run.error.empty(); ++s) {
         const std::vector<int32_t> &seq = sequences[s];
         st = h2o_session_reset(session);
-        for (size_t i = 0; i < seq.size() && st == H2O_OK; ++i) {
+        size_t first = 0;  // the first token fed alone
+        if (o.prompt > 0 && st == H2O_OK) {
+            st = h2o_session_decode(session, seq.data(), o.prompt);
+            if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
+            first = o.prompt;
+        }
+        for (size_t i = first; i < seq.size() && st == H2O_OK; ++i) {
             if (i > 0) {
                 int32_t argmax = 0;
                 run.nll.push_back(h2o_tools::negative_log_prob(logits, seq[i], &argmax));
@@ -650,7 +693,7 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
                       base_name(o.model_path).c_str(), base_name(o.text_path).c_str(), o.stream, o.n_ctx, o.rolling ? "on" : "off");
     } else {
         std::snprintf(line, sizeof(line),
-                      "# h2o-eval  %s on %s: %u chunks of BOS + %u tokens (%zu scored), token by token, position rolling %s\n",
+                      "# h2o-eval  %s on %s: %u chunks of BOS + %u tokens (%zu scored, token by token), position rolling %s\n",
                       base_name(o.model_path).c_str(), base_name(o.text_path).c_str(), o.chunks, o.chunk - 1, scored,
                       o.rolling ? "on" : "off");
     }
@@ -662,7 +705,12 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
     const std::string slope = o.has_layer_slope ? json_number(o.layer_slope, "%g") : "by library default";
     std::snprintf(line, sizeof(line), "# KV %s, kv_sinks %u, recent window %s, horizon %s, layer slope %s; %.1f s\n",
                   h2o_tools::kv_type_name(o.kv_type), o.sinks, recent.c_str(), horizon.c_str(), slope.c_str(), seconds);
-    return text + line;
+    text += line;
+    text += o.prompt > 0 ? "# each chunk's first " + std::to_string(o.prompt) + " tokens read as one prompt; " : "# ";
+    text += o.prompt_proxy > 0 ? "prompt eviction one-shot: proxy " + std::to_string(o.prompt_proxy) + " queries, random share " +
+                                     json_number(o.prompt_random_share, "%g") + "\n"
+                               : "prompt eviction by the policy\n";
+    return text;
 }
 
 // The text as tokens, without BOS. Exits on failure (2 for text that is not UTF-8).
@@ -843,7 +891,7 @@ int main(int argc, char **argv) {
     if (o.json) {
         print_json(o, rows, full, tail_reference);
     } else {
-        print_table(o, rows, full, tail_reference, setup_text(o, sequences.size() * (sequences[0].size() - 1), seconds));
+        print_table(o, rows, full, tail_reference, setup_text(o, sequences.size() * (sequences[0].size() - scored_from(o)), seconds));
     }
     if (!o.svg_path.empty()) {
         const std::string svg = h2o_tools::render_svg(make_plot(o, rows, full, base_name(o.model_path)));
