@@ -585,11 +585,12 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
         return bad("kv_prompt_random_share " + std::to_string(p.kv_prompt_random_share) + " must lie in [0, 1]");
     }
     // Ranking by proxy attention needs the statistics; a full cache never evicts, so it ignores both.
-    if (evicting && p.kv_prompt_proxy != 0 && !ranks_by_attention) {
+    const bool never_evicts = s.policy.policy == h2o::KvPolicy::Full;
+    if (!never_evicts && p.kv_prompt_proxy != 0 && !ranks_by_attention) {
         return bad(std::string("kv_prompt_proxy needs a policy that gathers attention statistics (h2o, scissorhands, tova, roco, "
                                "mean_h2o), not ") + h2o::kv_policy_name(s.policy.policy));
     }
-    s.policy.prompt_proxy = evicting ? static_cast<int>(p.kv_prompt_proxy) : 0;
+    s.policy.prompt_proxy = never_evicts ? 0 : static_cast<int>(p.kv_prompt_proxy);
     s.policy.prompt_random_share = s.policy.prompt_proxy > 0 ? p.kv_prompt_random_share : 0.0f;
     s.policy.seed = p.seed;
     s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();

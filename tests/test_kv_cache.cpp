@@ -512,8 +512,11 @@ TEST_CASE("kv_prompt_proxy: validation, and a prompt longer than the budget read
         CHECK(std::string(h2o_last_error()).find("kv_prompt_random_share") != std::string::npos);
     }
     CHECK(session == nullptr);
-    // A full cache never evicts: the window policy's refusal does not apply to it.
+    // A full cache never evicts, with or without rolling: it ignores the setting.
     REQUIRE(create(H2O_KV_WINDOW, 0, 8, 0.0f, &session) == H2O_OK);
+    h2o_session_free(session);
+    session = nullptr;
+    REQUIRE(create(H2O_KV_FULL, 32, 8, 0.0f, &session) == H2O_OK);
     h2o_session_free(session);
     session = nullptr;
     // A 200-token prompt into 32 slots, read in batches ranked by the proxy, then generation.
