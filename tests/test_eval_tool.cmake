@@ -96,6 +96,40 @@ if(NOT rc EQUAL 1 OR NOT err MATCHES "kv_horizon 20 is smaller than kv_budget 32
   message(FATAL_ERROR "h2o-eval --horizon 20 --budgets 32: expected exit 1 and the library's message, got ${rc}: ${err}")
 endif()
 
+# The prompt protocol: each chunk's first 64 tokens read as one prompt, ranked by a proxy of 16
+# queries while evicting; the other 64 scored.
+execute_process(
+  COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies full,h2o --prompt 64
+          --prompt-proxy 16 --prompt-random-share 0.1 --json --quiet -t 1
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "h2o-eval --prompt failed (${rc}): ${err}")
+endif()
+string(STRIP "${out}" out)
+string(REPLACE "\n" ";" lines "${out}")
+set(seen "")
+foreach(line IN LISTS lines)
+  foreach(key policy budget tokens ppl)
+    string(JSON ${key} ERROR_VARIABLE json_error GET "${line}" ${key})
+    if(json_error)
+      message(FATAL_ERROR "bad prompt-protocol JSON line (${json_error}): ${line}")
+    endif()
+  endforeach()
+  if(NOT tokens EQUAL 64 OR NOT (ppl GREATER 1 AND ppl LESS 20))
+    message(FATAL_ERROR "${policy}: expected 64 plausible scored tokens after the prompt: ${line}")
+  endif()
+  list(APPEND seen "${policy}/${budget}")
+endforeach()
+if(NOT seen STREQUAL "full/128;h2o/32")
+  message(FATAL_ERROR "unexpected prompt-protocol rows: ${seen}")
+endif()
+execute_process(COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies window --prompt 64
+                        --prompt-proxy 16 --quiet -t 1
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "kv_prompt_proxy needs a policy that gathers attention statistics")
+  message(FATAL_ERROR "h2o-eval --prompt-proxy with a window: expected exit 1 and the library's message, got ${rc}: ${err}")
+endif()
+
 # Retention mode: the two references and each configuration with the first passage pinned or not.
 execute_process(
   COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} --retention 40 --trials 2 --passage 12 --budgets 32 --policies window --json --quiet -t 1
@@ -124,7 +158,8 @@ endif()
 
 # Usage errors: exit code 2 and a message naming the problem.
 foreach(case "--policies;full,nonsense;unknown policy" "--budgets;1;at least 2" "--chunk;1;--chunk"
-             "--context;1;--context must be 0" "--horizon;1;--horizon needs")
+             "--context;1;--context must be 0" "--horizon;1;--horizon needs" "--prompt;600;--prompt must leave"
+             "--prompt-random-share;2;--prompt-random-share needs" "--prompt-proxy;5000;--prompt-proxy needs")
   list(GET case 0 option)
   list(GET case 1 value)
   list(GET case 2 expected)

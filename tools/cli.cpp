@@ -34,6 +34,8 @@ void usage(const h2o_generate_params &gen, const h2o_session_params &sp) {
                  "  --kv-budget N          KV slots per layer and kv head (default: the context, no eviction)\n"
                  "  --kv-policy NAME       eviction policy: %s (default %s)\n"
                  "  --kv-recent N          protected recent window in tokens (default: the policy's share)\n"
+                 "  --kv-prompt-proxy N    one-shot prompt eviction: a long prompt's victims by the attention\n"
+                 "                         of the last N queries read (default 0: by the policy)\n"
                  "  --rolling              position rolling: run past the model's context length\n"
                  "  --kv-type T            KV cache format: %s (default %s)\n"
                  "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
@@ -103,6 +105,7 @@ int main(int argc, char **argv) {
             const std::string name = text();
             if (!h2o_tools::parse_policy(name, &sp.kv_policy)) usage_error("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
         }
+        else if (arg == "--kv-prompt-proxy") sp.kv_prompt_proxy = static_cast<uint32_t>(count(UINT32_MAX));
         else if (arg == "--rolling") sp.position_rolling = 1;
         else if (arg == "--kv-type") {
             const std::string name = text();
