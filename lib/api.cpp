@@ -45,8 +45,6 @@ thread_local std::string t_last_error;
 
 // Limits that keep every size computed from parameters far from overflow.
 constexpr uint32_t kMaxContext = 1u << 22;
-// kv_prompt_proxy's most queries: more than any batch (kMaxBatch) would sum all of them anyway.
-constexpr uint32_t kMaxKvPromptProxy = 4096;
 // kv_horizon values beyond this (H2O_KV_HORIZON_NONE aside) are refused: horizons are stored as int.
 constexpr uint32_t kMaxKvHorizon = 0x7FFFFFFFu;
 // n_ctx of a default session: a file's context length alone does not size a session's memory.
@@ -578,8 +576,8 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
         return bad("kv_horizon " + std::to_string(horizon) + " exceeds the maximum " + std::to_string(kMaxKvHorizon));
     }
     s.policy.horizon = ranks_by_attention ? static_cast<int>(horizon) : 0;
-    if (p.kv_prompt_proxy > kMaxKvPromptProxy) {
-        return bad("kv_prompt_proxy " + std::to_string(p.kv_prompt_proxy) + " exceeds the maximum " + std::to_string(kMaxKvPromptProxy));
+    if (p.kv_prompt_proxy > h2o::kMaxKvPromptProxy) {
+        return bad("kv_prompt_proxy " + std::to_string(p.kv_prompt_proxy) + " exceeds the maximum " + std::to_string(h2o::kMaxKvPromptProxy));
     }
     if (!(p.kv_prompt_random_share >= 0.0f && p.kv_prompt_random_share <= 1.0f)) {
         return bad("kv_prompt_random_share " + std::to_string(p.kv_prompt_random_share) + " must lie in [0, 1]");

@@ -74,6 +74,10 @@ struct KvPolicyConfig {
     uint64_t seed = 0;          // Random, and the random share's hash
 };
 
+// kv_prompt_proxy's most queries: a batch is at most 4096 tokens (the session's n_batch), so more
+// would sum the same queries.
+constexpr int kMaxKvPromptProxy = 4096;
+
 // How many of a batch's last queries `last` sums (kv_is_proxy_query): one unless prompt_proxy says more.
 inline int kv_proxy_queries(const KvPolicyConfig &config) { return config.prompt_proxy > 0 ? config.prompt_proxy : 1; }
 

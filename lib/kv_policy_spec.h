@@ -124,8 +124,9 @@ KV_FN SlotStats kv_stats_add(SlotStats a, SlotStats b) {
 
 // A slot's statistics after a batch: old_persistence_weight is decay^n for the whole batch (a
 // backend that folds a batch in several parts of consecutive queries passes it and first_part with
-// the first part, 1 and false after). `last` restarts with the batch's first part that sees the
-// slot and adds the later parts' proxy weights; a slot no query saw keeps its `last`.
+// the first part, 1 and false after). `last` restarts with the first part and adds the later
+// parts' proxy weights (a slot the first part does not see holds a token of the batch, whose
+// `last` starts at zero); a slot no query saw keeps its `last`.
 KV_FN SlotStats kv_stats_fold(SlotStats old, SlotStats batch, float old_persistence_weight, bool first_part) {
     old.accumulated += batch.accumulated;
     old.squared += batch.squared;

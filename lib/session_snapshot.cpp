@@ -129,13 +129,13 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     s.seed = seed;
     std::memcpy(&s.kv_layer_slope, &slope, sizeof(slope));  // its range is checked when the session is created
     s.policy.prompt_proxy = static_cast<int>(prompt_proxy & 0x7FFFFFFF);
-    s.policy.prompt_random_share = prompt_share;  // so is this one's
+    s.policy.prompt_random_share = prompt_share;
     // Every setting is checked again when the session is created from it; these are the fields
     // that must be exactly representable.
     if (fields[0] != static_cast<uint32_t>(s.n_ctx) || fields[1] != static_cast<uint32_t>(s.kv_budget) ||
         fields[3] != static_cast<uint32_t>(s.policy.recent) || fields[4] != static_cast<uint32_t>(s.policy.sinks) ||
         fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || (version < 4 && slope != 0) ||
-        prompt_proxy != static_cast<uint32_t>(s.policy.prompt_proxy) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
+        prompt_proxy > static_cast<uint32_t>(kMaxKvPromptProxy) || !(prompt_share >= 0.0f && prompt_share <= 1.0f) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
         return bad("its session settings are out of range");
     }
     header->version = version;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -361,6 +362,21 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         CHECK(r.status == H2O_ERR_STATE_FORMAT);
         CHECK(r.message.find("another model") != std::string::npos);
         h2o_model_free(other);
+    }
+    SUBCASE("prompt eviction settings out of range, with a valid hash") {
+        const uint32_t proxy = 5000;
+        const float share = 2.0f, nan = std::numeric_limits<float>::quiet_NaN();
+        for (int which = 0; which < 3; ++which) {
+            CAPTURE(which);
+            std::vector<uint8_t> bad = good;
+            if (which == 0) std::memcpy(bad.data() + 72, &proxy, sizeof(proxy));
+            if (which == 1) std::memcpy(bad.data() + 76, &share, sizeof(share));
+            if (which == 2) std::memcpy(bad.data() + 76, &nan, sizeof(nan));
+            rehash_header(&bad, kHeaderSize);
+            const Refusal r = try_load(m.model, bad);
+            CHECK(r.status == H2O_ERR_STATE_FORMAT);
+            CHECK(r.message.find("settings are out of range") != std::string::npos);
+        }
     }
     SUBCASE("a header that claims a huge payload, with a valid hash") {
         std::vector<uint8_t> bad = good;
