@@ -400,11 +400,12 @@ inline void check_chunked_attention(Backends &b, int batch, int prompt_proxy = 0
 // close. Returns the device's run for backend-specific checks.
 inline ModelRun check_greedy_generation(const std::string &path, std::unique_ptr<h2o::Backend> device, int n_slots,
                                         const h2o::KvPolicyConfig &policy, bool rolling, h2o::KvType type, int generated,
-                                        const std::vector<int> &layer_slots = {}) {
+                                        const std::vector<int> &layer_slots = {},
+                                        const std::string &prompt = "Once upon a time, there was a little dog named Max.") {
     ModelRun gpu(path, std::move(device), 16, n_slots, policy, rolling, type, layer_slots);
     ModelRun cpu(path, h2o::make_cpu_backend(2, 16), 16, n_slots, policy, rolling, type, layer_slots);
     std::vector<int32_t> tokens;
-    REQUIRE(gpu.model->tokenizer().encode("Once upon a time, there was a little dog named Max.", true, &tokens).ok());
+    REQUIRE(gpu.model->tokenizer().encode(prompt, true, &tokens).ok());
     auto g = gpu.feed(tokens), c = cpu.feed(tokens);
     auto argmax = [](const std::vector<float> &v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); };
     std::vector<int32_t> gpu_tokens, cpu_tokens;

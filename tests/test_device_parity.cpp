@@ -339,6 +339,30 @@ TEST_CASE("device parity: stories260K greedy generation equals the CPU's, with a
     }
 }
 
+TEST_CASE("device parity: stories260K read by one-shot prompt eviction, then greedy generation, equals the CPU's") {
+    // A prompt of about 150 tokens into 48 slots: it is read in batches of up to 12 tokens that
+    // evict by the proxy attention (8 queries, a random share of 0.25), then generation evicts by
+    // the policy. The same tokens and the same kept tokens in every (layer, kv head).
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    const std::string prompt =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. One day, she saw a big "
+        "red ball in the park. She ran to the ball and kicked it very hard. The ball flew over the fence and into the garden of "
+        "an old man. Lily was scared, but she went to the old man's door and knocked. The old man smiled and gave her the ball.";
+    for (KvPolicy policy : {KvPolicy::H2O, KvPolicy::RoCo}) {
+        INFO("policy " << std::string(kv_policy_name(policy)));
+        KvPolicyConfig config;
+        config.policy = policy;
+        config.recent = 16;
+        config.prompt_proxy = 8;
+        config.prompt_random_share = 0.25f;
+        config.seed = 11;
+        for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
+            const ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(b.gpu), 48, config, /*rolling=*/true, KvType::F32, 60, {}, prompt);
+            if (kind.check_after) kind.check_after(*gpu.backend);
+        });
+    }
+}
+
 TEST_CASE("device parity: a device backend repeats its own bits, token after token, with evicting per-layer budgets") {
     // Every comparison with the CPU assumes that a device computes the same bits each time it runs
     // the same work: no float atomics, no reduction in an order the scheduling picks, no race on
