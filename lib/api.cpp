@@ -658,6 +658,8 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         const h2o::KvConfig &kv = session->impl->kv_config();
         out.min_layer_budget = static_cast<uint32_t>(kv.min_slots());
         out.max_layer_budget = static_cast<uint32_t>(kv.max_slots());
+        out.prompt_proxy = static_cast<uint32_t>(s.policy.prompt_proxy);
+        out.prompt_random_share = s.policy.prompt_random_share;
         if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
         return succeed(session);
     });

@@ -61,7 +61,7 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_session_params, kv_prompt_proxy) == 80);  // 0.4
     CHECK(offsetof(h2o_session_params, kv_prompt_random_share) == 84);  // 0.4
 
-    CHECK(sizeof(h2o_kv_layout) == 52);
+    CHECK(sizeof(h2o_kv_layout) == 60);
     CHECK(offsetof(h2o_kv_layout, heavy) == 20);
     CHECK(offsetof(h2o_kv_layout, position_rolling) == 24);
     CHECK(offsetof(h2o_kv_layout, type) == 28);
@@ -70,6 +70,8 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_kv_layout, layer_slope) == 40);  // 0.3
     CHECK(offsetof(h2o_kv_layout, min_layer_budget) == 44);
     CHECK(offsetof(h2o_kv_layout, max_layer_budget) == 48);
+    CHECK(offsetof(h2o_kv_layout, prompt_proxy) == 52);  // 0.4
+    CHECK(offsetof(h2o_kv_layout, prompt_random_share) == 56);  // 0.4
 
     CHECK(sizeof(h2o_device_traffic) == 40);
     CHECK(sizeof(h2o_memory_report) == 32);

@@ -470,6 +470,8 @@ typedef struct h2o_kv_layout {
     uint32_t horizon;        /* stale distance (see kv_horizon); 0: none */
     float layer_slope;       /* kv_layer_slope; 0 for a full cache */
     uint32_t min_layer_budget, max_layer_budget;  /* slots per kv head of the smallest and largest layer */
+    uint32_t prompt_proxy;       /* kv_prompt_proxy; 0 for a full cache (since 0.4) */
+    float prompt_random_share;   /* kv_prompt_random_share; 0 without a proxy (since 0.4) */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */

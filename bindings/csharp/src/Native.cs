@@ -74,6 +74,8 @@ namespace H2o
         public uint type, n_ctx, horizon;
         public float layer_slope;
         public uint min_layer_budget, max_layer_budget;
+        public uint prompt_proxy;
+        public float prompt_random_share;
     }
 
     [StructLayout(LayoutKind.Sequential)]

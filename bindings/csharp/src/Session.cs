@@ -12,6 +12,9 @@ namespace H2o
         /// <summary>The budget's slope across layers (0 for a full cache) and the budgets it gives.</summary>
         public float LayerSlope;
         public uint MinLayerBudget, MaxLayerBudget;
+        /// <summary>One-shot prompt eviction's proxy queries (0: the policy's ranking) and random share.</summary>
+        public uint PromptProxy;
+        public float PromptRandomShare;
         public KvPolicy Policy;
         public KvType Type;
         public bool PositionRolling;
@@ -236,6 +239,7 @@ namespace H2o
                     Budget = l.budget, Policy = (KvPolicy)l.policy, Recent = l.recent, Sinks = l.sinks,
                     Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx, Horizon = l.horizon,
                     LayerSlope = l.layer_slope, MinLayerBudget = l.min_layer_budget, MaxLayerBudget = l.max_layer_budget,
+                    PromptProxy = l.prompt_proxy, PromptRandomShare = l.prompt_random_share,
                 };
             }
         }

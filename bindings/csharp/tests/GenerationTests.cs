@@ -176,6 +176,8 @@ namespace H2o.Tests
                         p.StopAtEos = false;
                         texts[i] = Collect(session, prompt, p);
                         Assert.True(texts[i].Length > 0, "text");
+                        Assert.Equal(16u, session.KvLayout.PromptProxy, "layout's prompt proxy");
+                        Assert.Equal(0.25f, session.KvLayout.PromptRandomShare, "layout's random share");
                         Assert.Equal(StopReason.MaxTokens, session.Stats.StopReason);
                         Assert.True(session.Stats.NPromptTokens >= nPrompt - 1, "prompt tokens " + session.Stats.NPromptTokens);
                         Assert.Equal(32u, session.Stats.NGeneratedTokens, "generated tokens");

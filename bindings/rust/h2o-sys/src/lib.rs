@@ -150,6 +150,8 @@ pub struct h2o_kv_layout {
     pub layer_slope: f32,
     pub min_layer_budget: u32,
     pub max_layer_budget: u32,
+    pub prompt_proxy: u32,
+    pub prompt_random_share: f32,
 }
 
 #[repr(C)]

@@ -68,6 +68,9 @@ pub struct KvLayout {
     pub layer_slope: f32,
     pub min_layer_budget: u32,
     pub max_layer_budget: u32,
+    /// One-shot prompt eviction's proxy queries (0: the policy's ranking) and random share.
+    pub prompt_proxy: u32,
+    pub prompt_random_share: f32,
 }
 
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
@@ -365,6 +368,8 @@ impl Session {
             layer_slope: l.layer_slope,
             min_layer_budget: l.min_layer_budget,
             max_layer_budget: l.max_layer_budget,
+            prompt_proxy: l.prompt_proxy,
+            prompt_random_share: l.prompt_random_share,
         })
     }
 

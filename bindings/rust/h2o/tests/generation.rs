@@ -211,6 +211,8 @@ fn prompt_proxy_eviction_reads_a_prompt_longer_than_the_budget() {
         let (text, reason) = collect(&mut session, prompt, &greedy(32).stop_at_eos(false));
         assert_eq!(reason, StopReason::MaxTokens);
         assert!(!text.is_empty());
+        let layout = session.kv_layout().unwrap();
+        assert_eq!((layout.prompt_proxy, layout.prompt_random_share), (16, 0.25));
         let stats = session.stats().unwrap();
         assert!(stats.n_prompt_tokens as usize >= n_prompt - 1, "{stats:?}");
         assert_eq!(stats.n_generated_tokens, 32);
