@@ -44,6 +44,7 @@ Status KvCache::init(const KvConfig &config, int threads) {
         scratch_.assign(static_cast<size_t>(std::max(1, threads)), EvictionScratch{});
         for (EvictionScratch &scratch : scratch_) {
             scratch.candidates.assign(max_slots, 0);
+            scratch.priority.assign(max_slots, 0.0f);
             scratch.evicted.assign(max_slots, 0);
             scratch.key.assign(config.head_dim, 0.0f);
         }
@@ -182,10 +183,14 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         const int64_t stale_before = kv_stale_before(policy, next_index, n);
         const bool by_proxy = kv_ranks_by_proxy(policy, n);
         const auto cell = static_cast<uint32_t>(head_index(layer, kv_head));
+        // Each candidate's priority once, by slot, rather than twice per comparison of the sort.
+        std::vector<float> &priority = scratch.priority;
+        for (int i = 0; i < n_candidates; ++i) {
+            const int32_t s = candidates[i];
+            priority[s] = kv_batch_victim_priority(policy, by_proxy, slot_stats(v, s), v.stream_index[s], stale_before, cell);
+        }
         auto before = [&](int32_t a, int32_t b) {
-            const float pa = kv_batch_victim_priority(policy, by_proxy, slot_stats(v, a), v.stream_index[a], stale_before, cell);
-            const float pb = kv_batch_victim_priority(policy, by_proxy, slot_stats(v, b), v.stream_index[b], stale_before, cell);
-            return kv_victim_before(pa, v.stream_index[a], pb, v.stream_index[b]);
+            return kv_victim_before(priority[a], v.stream_index[a], priority[b], v.stream_index[b]);
         };
         // Span minimums may pass over any number of candidates; without them the first `needed`
         // in order are the victims.

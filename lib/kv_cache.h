@@ -115,6 +115,7 @@ private:
     // make_room's working memory, one per thread.
     struct EvictionScratch {
         std::vector<int32_t> candidates;  // max_slots()
+        std::vector<float> priority;      // max_slots(), by slot: the candidates' victim priorities
         std::vector<int64_t> evicted;     // max_slots() stream indices
         std::vector<float> key;           // one key as floats (head_dim)
         int32_t span_held[KV_MAX_SPANS] = {};

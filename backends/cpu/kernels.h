@@ -3,9 +3,10 @@
 //
 // Every function has a portable implementation and SIMD ones: AVX2/FMA/F16C (also with VNNI's
 // vpdpbusd) and AVX-512 on x86-64; NEON on ARM64, with variants for the dot-product (sdot) and
-// 8-bit matrix-multiply (smmla) extensions. The choice is made at run time (see KernelIsa), so the library runs on any x86-64 or
-// ARM64 CPU. All give the same results up to the order of floating-point additions (and, for Q4
-// KV rows, the one rounding of a fused multiply-add: see dot_kv_rows).
+// 8-bit matrix-multiply (smmla) extensions. The choice is made at run time (see KernelIsa), so
+// the library runs on any x86-64 or ARM64 CPU. All give the same results up to the order of
+// floating-point additions (and, for Q4 KV rows, the one rounding of a fused multiply-add: see
+// dot_kv_rows).
 #pragma once
 
 #include <cstddef>
@@ -159,8 +160,7 @@ void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const u
 
 // outs[j][c] += sum of w_j[i] * row i [c] over the rows whose weight w_j[i] = weights[j *
 // weights_stride + i] is not 0 (the others add nothing, whatever they hold: NaN too), for j < m and
-// c < len; the terms
-// are added in row order, so again each output has the bits it has with m = 1.
+// c < len; the terms are added in row order, so again each output has the bits it has with m = 1.
 void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const float *weights, int64_t weights_stride,
                          const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len);
 

@@ -62,10 +62,10 @@ void set_stream(uint at, uvec2 s) {
 // The victim is the eligible slot with the smallest priority, ties going to the oldest: while a
 // prompt is read with one-shot eviction kv_prompt_priority, else kv_victim_priority.
 float priority(uint at) {
-    const uint h = (at - p.first_slot) / p.n_slots;
     const uvec2 stream = stream_at(at);
     const bool stale = stream_lt(stream, p.stale_before);
     if ((p.flags & FLAG_BY_PROXY) == 0u) return kv_victim_priority(p.policy, load_slot_stats(L, at), stale);
+    const uint h = (at - p.first_slot) / p.n_slots;
     const float factor = kv_prompt_random_factor(stream.x, stream.y, p.layer * p.n_kv + h, p.prompt_seed, p.prompt_share);
     return kv_prompt_priority(load_slot_stats(L, at), stale, factor);
 }
