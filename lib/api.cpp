@@ -15,6 +15,7 @@
 #include "chat_format.h"
 #include "model.h"
 #include "file_io.h"
+#include "kv_head_budgets.h"
 #include "kv_layer_budgets.h"
 #include "session.h"
 #include "session_snapshot.h"
@@ -590,6 +591,18 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
     }
     s.policy.prompt_proxy = never_evicts ? 0 : static_cast<int>(p.kv_prompt_proxy);
     s.policy.prompt_random_share = s.policy.prompt_proxy > 0 ? p.kv_prompt_random_share : 0.0f;
+    if (!(p.kv_head_share >= 0.0f && p.kv_head_share <= h2o::kMaxKvHeadShare)) {
+        return bad("kv_head_share " + std::to_string(p.kv_head_share) + " must lie in [0, " + std::to_string(h2o::kMaxKvHeadShare) + "]");
+    }
+    if (!never_evicts && p.kv_head_share > 0.0f && !ranks_by_attention) {
+        return bad(std::string("kv_head_share needs a policy that gathers attention statistics (h2o, scissorhands, tova, roco, "
+                               "mean_h2o), not ") + h2o::kv_policy_name(s.policy.policy));
+    }
+    if (!never_evicts && p.kv_head_share > 0.0f && s.rolling) {
+        return bad("kv_head_share does not work with position_rolling yet (a layer's kv heads would hold different numbers of tokens, "
+                   "and rolling gives a layer's heads one rank per token)");
+    }
+    s.kv_head_share = never_evicts ? 0.0f : p.kv_head_share;
     s.policy.seed = p.seed;
     s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
     s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
@@ -660,6 +673,8 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         out.max_layer_budget = static_cast<uint32_t>(kv.max_slots());
         out.prompt_proxy = static_cast<uint32_t>(s.policy.prompt_proxy);
         out.prompt_random_share = s.policy.prompt_random_share;
+        out.head_share = s.kv_head_share;
+        out.min_head_budget = static_cast<uint32_t>(kv.min_cell_slots());
         if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
         return succeed(session);
     });
@@ -699,6 +714,7 @@ h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_se
     p.kv_layer_slope = settings.kv_layer_slope;
     p.kv_prompt_proxy = static_cast<uint32_t>(settings.policy.prompt_proxy);
     p.kv_prompt_random_share = settings.policy.prompt_random_share;
+    p.kv_head_share = settings.kv_head_share;
     p.kv_type = static_cast<uint32_t>(settings.kv_type);
     p.position_rolling = settings.rolling ? 1 : 0;
     p.n_batch = static_cast<uint32_t>(settings.n_batch);
@@ -711,7 +727,8 @@ bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettin
            a.policy.recent == b.policy.recent && a.policy.sinks == b.policy.sinks &&
            a.policy.horizon == b.policy.horizon && a.kv_type == b.kv_type &&
            a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed && a.kv_layer_slope == b.kv_layer_slope &&
-           a.policy.prompt_proxy == b.policy.prompt_proxy && a.policy.prompt_random_share == b.policy.prompt_random_share;
+           a.policy.prompt_proxy == b.policy.prompt_proxy && a.policy.prompt_random_share == b.policy.prompt_random_share &&
+           a.kv_head_share == b.kv_head_share;
 }
 
 // A new session with `settings` holding `state` (Session::save_state bytes).

@@ -83,10 +83,21 @@ struct KvConfig {
     bool rolling = false;
     int rope_dims = 0;
     float rope_freq_base = 10000.0f;
+    // Budgets per kv head (kv_head_budgets.h): the share of each layer's slots that rebalancing
+    // moves between its kv heads by their attention; 0: every cell keeps slots_in(layer).
+    float head_share = 0.0f;
 
     int slots_in(int layer) const { return layer_slots.empty() ? n_slots : layer_slots[static_cast<size_t>(layer)]; }
     int max_slots() const;
     int min_slots() const;
+    // The fewest slots a cell of `layer` is given when its heads' budgets move (head_share), and
+    // the most: the rest of the layer's slots at every other cell's fewest.
+    int min_cell_slots(int layer) const;
+    int max_cell_slots(int layer) const { return n_head_kv * slots_in(layer) - (n_head_kv - 1) * min_cell_slots(layer); }
+    // Over all layers: what a cell may hold at least (pins, span minimums and a batch must fit
+    // there) and at most (the size of per-cell scratch).
+    int min_cell_slots() const;
+    int max_cell_slots() const;
     // Slots of all cells before the first cell of `layer` (layer == n_layer: all slots).
     int64_t first_slot_of(int layer) const;
     int64_t total_slots() const { return first_slot_of(n_layer); }
@@ -171,8 +182,15 @@ public:
     // Bytes of the KV cache: keys, values and per-slot bookkeeping.
     virtual size_t kv_bytes() const = 0;
     // Copies the stream index held by every slot (-1: free), ordered [layer][kv head][slot] with
-    // KvConfig::slots_in(layer) slots a cell (KvConfig::total_slots() in all), to the host. For tests and evaluation: which tokens each (layer, kv head) kept.
+    // each cell's slots (download_kv_cell_slots; KvConfig::total_slots() in all), to the host. For tests and evaluation: which tokens each (layer, kv head) kept.
     virtual Status download_kv_stream_indices(int64_t *out) = 0;
+    // Copies each cell's number of slots, [layer][kv head]: KvConfig::slots_in(layer) unless the
+    // heads' budgets move (KvConfig::head_share). The downloads above give each cell that many.
+    virtual Status download_kv_cell_slots(int32_t *out) = 0;
+    // Moves slots between each layer's kv heads by their attention, for `incoming` more tokens
+    // from stream index next_index (KvCache::rebalance_heads, kv_head_budgets.h). Nothing when
+    // head_share is 0.
+    virtual Status rebalance_kv(int64_t next_index, int incoming) = 0;
     // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
     // For tests and evaluation only.
     virtual Status download_kv_statistics(SlotStats *out) = 0;

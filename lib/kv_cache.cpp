@@ -25,7 +25,8 @@ Status KvCache::init(const KvConfig &config, int threads) {
     value_row_bytes_ = kv_row_bytes(value_format_, config.head_dim);
     const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;
     const auto slots = static_cast<size_t>(config.total_slots());
-    const auto max_slots = static_cast<size_t>(config.max_slots());
+    // A cell holds at most max_cell_slots (max_slots when the heads' budgets stay put).
+    const auto max_slots = static_cast<size_t>(config.max_cell_slots());
     try {
         layer_first_slot_.resize(static_cast<size_t>(config.n_layer) + 1);
         layer_policy_.resize(static_cast<size_t>(config.n_layer));
@@ -39,6 +40,16 @@ Status KvCache::init(const KvConfig &config, int threads) {
         // Attention statistics cost 20 bytes a slot; only policies that read them get them.
         stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? slots : 0, kv_stats_zero());
         used_.assign(heads, 0);
+        cell_first_slot_.assign(heads, 0);
+        cell_slots_.assign(heads, 0);
+        const size_t layer_slots = static_cast<size_t>(config.max_slots()) * config.n_head_kv;
+        const bool rebalancing = config.head_share > 0.0f;
+        rebalance_.candidates.assign(rebalancing ? layer_slots : 0, 0);
+        rebalance_.destinations.assign(rebalancing ? layer_slots : 0, 0);
+        rebalance_.priority.assign(rebalancing ? layer_slots : 0, 0.0f);
+        rebalance_.span_held.assign(rebalancing ? static_cast<size_t>(config.n_head_kv) * KV_MAX_SPANS : 0, 0);
+        rebalance_.kept.assign(static_cast<size_t>(config.n_head_kv), 0);
+        rebalance_.slots.assign(static_cast<size_t>(config.n_head_kv), 0);
         free_list_.assign(slots, 0);
         free_count_.assign(heads, 0);
         scratch_.assign(static_cast<size_t>(std::max(1, threads)), EvictionScratch{});
@@ -77,7 +88,35 @@ void KvCache::clear() {
     any_span_minimum_ = false;
     std::fill(used_.begin(), used_.end(), 0);
     std::fill(free_count_.begin(), free_count_.end(), 0);
+    reset_cell_slots();
     random_state_ = config_.policy.seed ^ 0x9E3779B97F4A7C15ull;
+}
+
+void KvCache::reset_cell_slots() {
+    for (int l = 0; l < config_.n_layer; ++l) {
+        for (int h = 0; h < config_.n_head_kv; ++h) {
+            cell_slots_[head_index(l, h)] = config_.slots_in(l);
+            cell_first_slot_[head_index(l, h)] = layer_first_slot_[static_cast<size_t>(l)] + static_cast<int64_t>(h) * config_.slots_in(l);
+        }
+    }
+}
+
+bool KvCache::cell_slots_fit(int layer, const int32_t *slots) const {
+    int64_t total = 0;
+    for (int h = 0; h < config_.n_head_kv; ++h) {
+        if (slots[h] < config_.min_cell_slots(layer) || slots[h] > config_.max_cell_slots(layer)) return false;
+        total += slots[h];
+    }
+    return total == static_cast<int64_t>(config_.n_head_kv) * config_.slots_in(layer);
+}
+
+void KvCache::set_cell_slots(int layer, const int32_t *slots) {
+    int64_t first = layer_first_slot_[static_cast<size_t>(layer)];
+    for (int h = 0; h < config_.n_head_kv; ++h) {
+        cell_slots_[head_index(layer, h)] = slots[h];
+        cell_first_slot_[head_index(layer, h)] = first;
+        first += slots[h];
+    }
 }
 
 size_t KvCache::planned_bytes(const KvConfig &config) {
@@ -85,8 +124,12 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
     const size_t row_bytes = kv_row_bytes(kv_key_format(config.type), config.head_dim) +
                              kv_row_bytes(kv_value_format(config.type), config.head_dim);
     const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? sizeof(SlotStats) : 0;
-    // Per slot: key and value rows, stream index, position, tag, free-list entry, statistics.
-    return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats);
+    // Per slot: key and value rows, stream index, position, tag, free-list entry, statistics;
+    // when the heads' budgets move, rebalancing's candidates, destinations and priorities of a layer.
+    const size_t rebalancing = config.head_share > 0.0f
+                                   ? static_cast<size_t>(config.max_slots()) * config.n_head_kv * (2 * sizeof(int64_t) + sizeof(float))
+                                   : 0;
+    return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats) + rebalancing;
 }
 
 KvCache::HeadView KvCache::head(int layer, int kv_head) {
@@ -97,7 +140,7 @@ KvCache::HeadView KvCache::head(int layer, int kv_head) {
 
 int KvCache::free_slots(int layer, int kv_head) const {
     const size_t h = head_index(layer, kv_head);
-    return config_.slots_in(layer) - used_[h] + free_count_[h];
+    return cell_slots_[h] - used_[h] + free_count_[h];
 }
 
 uint64_t KvCache::next_random() {
@@ -239,13 +282,17 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
     return n_victims;
 }
 
-// Per (layer, kv head): the used count, the free-list length, then for the used slots only
+// When the heads' budgets move (head_share > 0), first each layer's cell sizes. Then per
+// (layer, kv head): the used count, the free-list length, then for the used slots only
 // (a slot is used once it has held a token; later slots were never touched) the key and value
 // rows, stream indices, positions, tags and statistics, then the free list. A cache that
 // has seen few tokens saves little.
 void KvCache::save(ByteWriter &out) const {
     out.put<uint64_t>(random_state_);
     for (int layer = 0; layer < config_.n_layer; ++layer) {
+        if (config_.head_share > 0.0f) {
+            for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) out.put<int32_t>(cell_slots(layer, kv_head));
+        }
         for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
             const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);
             const size_t used = static_cast<size_t>(used_[h]);
@@ -272,11 +319,20 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
     Status st = [&]() -> Status {
         H2O_TRY(in.get("KV random state", &random_state_));
         auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent KV cache: " + what); };
+        const bool rebalancing = config_.head_share > 0.0f;
         for (int layer = 0; layer < config_.n_layer; ++layer) {
-            const int n_slots = config_.slots_in(layer);
-            const int64_t layer_cached = std::min<int64_t>(n_cached, n_slots);
+            if (rebalancing) {
+                int32_t *slots = rebalance_.slots.data();
+                for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) H2O_TRY(in.get("KV cell size", &slots[kv_head]));
+                if (!cell_slots_fit(layer, slots)) return bad("cell sizes of layer " + std::to_string(layer));
+                set_cell_slots(layer, slots);
+            }
             for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
                 const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);
+                const int n_slots = cell_slots(layer, kv_head);
+                // Without rebalancing every cell holds what the session counts; with it, a cell
+                // holds at most what its region allows and the stream has had.
+                const int64_t layer_cached = std::min<int64_t>(rebalancing ? n_past : n_cached, n_slots);
                 const std::string where = " in (layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head) + ")";
                 int32_t used = 0, free_count = 0;
                 H2O_TRY(in.get("KV used count", &used));
@@ -310,7 +366,7 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                     occupied += index >= 0;
                     pinned += kv_tag_pinned(tag) ? 1 : 0;
                 }
-                if (occupied != layer_cached || pinned != n_pinned) {
+                if ((rebalancing ? occupied > layer_cached : occupied != layer_cached) || pinned != n_pinned) {
                     return bad(std::to_string(occupied) + " tokens (" + std::to_string(pinned) + " pinned)" + where +
                                ", the session says " + std::to_string(layer_cached) + " (" + std::to_string(n_pinned) + ")");
                 }

@@ -1,7 +1,8 @@
 // Host-resident KV cache: the reference layout and eviction bookkeeping, used by the CPU backend.
 //
-// Every (layer, kv head) owns the slots of its layer (KvConfig::slots_in: n_slots, or the layer's
-// share of the budget). A slot holds a key and a value vector and what
+// Every (layer, kv head), a cell, owns a region of its layer's slots: KvConfig::slots_in(layer) (n_slots,
+// or the layer's share of the budget), or, when the heads' budgets move (KvConfig::head_share,
+// rebalance_heads), what the last rebalancing gave it. A slot holds a key and a value vector and what
 // eviction needs: the token's stream index (-1 when free), its rotary position, its retention tag
 // (pinned flag and retention span: kv_policy_spec.h), and its attention statistics (kv_policy.h).
 // Memory is allocated once in init(); tokens take slots in place and nothing is ever compacted or
@@ -31,7 +32,7 @@ public:
     size_t key_row_bytes() const { return key_row_bytes_; }
     size_t value_row_bytes() const { return value_row_bytes_; }
 
-    // Views of one (layer, kv head): slots_in(layer) entries each; keys and values are rows of
+    // Views of one (layer, kv head): cell_slots(layer, kv_head) entries each; keys and values are rows of
     // key_row_bytes() and value_row_bytes() in the cache type's row formats (kv_format.h).
     struct HeadView {
         uint8_t *keys;
@@ -45,6 +46,11 @@ public:
     static SlotStats slot_stats(const HeadView &view, int slot) { return view.stats ? view.stats[slot] : kv_stats_zero(); }
     HeadView head(int layer, int kv_head);
 
+    // The slots of a cell's region: slots_in(layer) unless rebalancing moved them.
+    int cell_slots(int layer, int kv_head) const { return cell_slots_[head_index(layer, kv_head)]; }
+    // The most slots any cell may be given (the size of per-cell scratch).
+    int max_cell_slots() const { return config_.max_cell_slots(); }
+
     // Slots [0, used(layer, head)) have been written at least once; later slots are untouched.
     int used(int layer, int kv_head) const { return used_[head_index(layer, kv_head)]; }
     int free_slots(int layer, int kv_head) const;
@@ -55,6 +61,13 @@ public:
     // Different kv heads may make room at once, each call with its own `thread` (< the init()
     // threads), except under the random policy, whose one generator draws for the heads in order.
     int make_room(int layer, int kv_head, int n, int64_t next_index, int thread = 0);
+
+    // Budgets per kv head (kv_head_budgets.h): before `incoming` more tokens whose first has
+    // stream index next_index, evicts in every layer whose cells cannot all take them, across its
+    // cells, the tokens its policy values least, then gives each cell a region that holds what it
+    // kept plus a share of the free slots (at least KvConfig::min_cell_slots(layer)), moving the
+    // kept slots into the new regions in order. Nothing happens when head_share is 0.
+    void rebalance_heads(int64_t next_index, int incoming);
 
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
     int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, uint8_t tag);
@@ -84,7 +97,8 @@ public:
     // index in it is consistent with a stream of n_past tokens of which every (layer, kv head)
     // holds n_cached, n_pinned of them pinned, and whose tags name none but the first n_spans
     // retention spans. n_cached counts the tokens of the layers with the most slots; a layer with
-    // fewer holds min(n_cached, its slots). On error the cache is cleared.
+    // fewer holds min(n_cached, its slots); when the heads' budgets move, a cell holds at most
+    // min(n_past, its slots). On error the cache is cleared.
     Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans);
 
     // The bookkeeping beyond the slots' own (HeadView), for a device backend that keeps its cache
@@ -98,20 +112,30 @@ public:
     }
     // Sets what a device backend's cache holds; used and free_count must be within the layer's slots (the
     // device's own state, not a file's: load() is what checks foreign data).
+    // Sets each cell's region of one layer (n_head_kv sizes, each within min_cell_slots(layer) and
+    // max_cell_slots(layer), summing to the layer's slots), as a device backend's cache has them.
+    void set_cell_slots(int layer, const int32_t *slots);
     void set_counts(int layer, int kv_head, HeadCounts counts) {
         used_[head_index(layer, kv_head)] = counts.used;
         free_count_[head_index(layer, kv_head)] = counts.free_count;
     }
-    // The slots freed by eviction and not yet reused: slots_in(layer) entries, the first free_count used.
+    // The slots freed by eviction and not yet reused: cell_slots entries, the first free_count used.
     int32_t *free_list(int layer, int kv_head) { return free_list_.data() + slot_base(layer, kv_head); }
     uint64_t random_state() const { return random_state_; }
     void set_random_state(uint64_t state) { random_state_ = state; }
 
 private:
     size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
-    size_t slot_base(int layer, int kv_head) const {
-        return static_cast<size_t>(layer_first_slot_[static_cast<size_t>(layer)]) + static_cast<size_t>(kv_head) * config_.slots_in(layer);
-    }
+    size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(cell_first_slot_[head_index(layer, kv_head)]); }
+    // Gives every cell of every layer slots_in(layer) slots.
+    void reset_cell_slots();
+    // Whether a layer's cell sizes are ones set_cell_slots accepts.
+    bool cell_slots_fit(int layer, const int32_t *slots) const;
+    // rebalance_heads for one layer, and its last step: moving each cell's kept slots, in order, to
+    // the start of its new region (`slots` per cell).
+    void rebalance_layer(int layer, int64_t next_index, int incoming);
+    void move_to_regions(int layer, const int32_t *kept, const int32_t *slots);
+    void move_slot(size_t from, size_t to);
     // make_room's working memory, one per thread.
     struct EvictionScratch {
         std::vector<int32_t> candidates;  // max_slots()
@@ -119,6 +143,15 @@ private:
         std::vector<int64_t> evicted;     // max_slots() stream indices
         std::vector<float> key;           // one key as floats (head_dim)
         int32_t span_held[KV_MAX_SPANS] = {};
+    };
+    // rebalance_heads' working memory: a layer's candidates across its cells, and per cell its
+    // kept count, its span counts and its new size.
+    struct RebalanceScratch {
+        std::vector<int64_t> candidates;    // layer slot offsets, max_slots() * n_head_kv
+        std::vector<int64_t> destinations;  // as many: where move_to_regions puts each kept slot
+        std::vector<float> priority;      // by layer slot offset
+        std::vector<int32_t> span_held;   // n_head_kv * KV_MAX_SPANS
+        std::vector<int32_t> kept, slots;  // n_head_kv
     };
     void rotate_back(uint8_t *key, int shift, float *scratch);
     // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.
@@ -139,6 +172,10 @@ private:
     std::vector<uint8_t> tags_;
     std::vector<SlotStats> stats_;
     std::vector<int> used_;
+    // Per cell: its first slot and its number of slots (slot_base, cell_slots).
+    std::vector<int64_t> cell_first_slot_;
+    std::vector<int32_t> cell_slots_;
+    RebalanceScratch rebalance_;  // allocated once, when head_share > 0
     // Per (layer, head): slots freed by eviction and not yet reused (a stack of the layer's slots).
     std::vector<int32_t> free_list_;
     std::vector<int> free_count_;

@@ -51,6 +51,23 @@ int KvConfig::min_slots() const {
     return layer_slots.empty() ? n_slots : *std::min_element(layer_slots.begin(), layer_slots.end());
 }
 
+int KvConfig::min_cell_slots(int layer) const {
+    const int slots = slots_in(layer);
+    return slots - static_cast<int>(std::floor(static_cast<double>(head_share) * slots));
+}
+
+int KvConfig::min_cell_slots() const {
+    int fewest = min_cell_slots(0);
+    for (int l = 1; l < n_layer; ++l) fewest = std::min(fewest, min_cell_slots(l));
+    return fewest;
+}
+
+int KvConfig::max_cell_slots() const {
+    int most = max_cell_slots(0);
+    for (int l = 1; l < n_layer; ++l) most = std::max(most, max_cell_slots(l));
+    return most;
+}
+
 int64_t KvConfig::first_slot_of(int layer) const {
     int64_t slots = 0;
     for (int l = 0; l < layer; ++l) slots += slots_in(l);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kv_cache.h"
+#include "kv_head_budgets.h"
 #include "kv_layer_budgets.h"
 #include "log.h"
 #include "utf8.h"
@@ -57,6 +58,7 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     if (settings.policy.policy != KvPolicy::Full) {
         kv.layer_slots = kv_layer_budgets(shape.n_layer, settings.kv_budget, settings.kv_layer_slope, kMinKvLayerSlots);
     }
+    kv.head_share = settings.kv_head_share;
     kv.type = settings.kv_type;
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
@@ -203,7 +205,7 @@ uint64_t Session::prefix_cache_key() const {
     uint64_t h = 0xcbf29ce484222325ull;
     for (uint64_t v : {uint64_t(s.n_ctx), uint64_t(s.kv_budget), uint64_t(s.policy.policy), uint64_t(s.policy.recent),
                        uint64_t(s.policy.sinks), uint64_t(s.policy.horizon), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed,
-                       uint64_t(float_bits(s.kv_layer_slope)),
+                       uint64_t(float_bits(s.kv_layer_slope)), uint64_t(float_bits(s.kv_head_share)),
                        uint64_t(s.policy.prompt_proxy), uint64_t(float_bits(s.policy.prompt_random_share))}) {
         h = (h ^ v) * 0x100000001b3ull;
     }
@@ -270,7 +272,7 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         auto token_ok = [n_vocab](int32_t t) { return t >= -1 && t < n_vocab; };
         if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > kv_.max_slots() || n_pinned_ < 0 ||
             n_pinned_ > std::min<int64_t>(n_cached_, kv_.min_slots()) || (!settings_.rolling && n_past_ > settings_.n_ctx) ||
-            (n_spans > 0 && n_pinned_ + span_reserved() > kv_.min_slots() - 1)) {
+            (n_spans > 0 && n_pinned_ + span_reserved() > kv_.min_cell_slots() - 1)) {
             return bad("stream length " + std::to_string(n_past_) + ", " + std::to_string(n_cached_) + " cached, " +
                        std::to_string(n_pinned_) + " pinned");
         }
@@ -331,10 +333,12 @@ Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
                                                     " more tokens do not fit and the policy is 'full' (no eviction)");
     }
     const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
-    const int64_t holdable = kv_.min_slots() - 1;  // every layer keeps one slot to evict into
+    const int64_t holdable = kv_.min_cell_slots() - 1;  // every cell keeps one slot to evict into
     if (n_pinned_ + pinning + reserved > holdable) {
         const std::string what = pinned ? "pin " + std::to_string(n) + " more tokens" : "hold these retention span minimums";
-        const char *limit = kv_.layer_slots.empty() ? " (kv_budget - 1)" : " (the smallest layer budget - 1)";
+        const char *limit = kv_.head_share > 0.0f      ? " (the smallest cell's slots with this kv_head_share - 1)"
+                            : kv_.layer_slots.empty() ? " (kv_budget - 1)"
+                                                      : " (the smallest layer budget - 1)";
         return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot " + what + ": " + std::to_string(n_pinned_ + pinning) + " pinned tokens and " +
                                                         std::to_string(reserved) + " slots of span minimums would pass the " +
                                                         std::to_string(holdable) + limit + " that may be held from eviction");
@@ -348,8 +352,10 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
     const int64_t reserved = span_reserved();
     H2O_TRY(check_room(n, retention.pinned, reserved));
     // The layer with the fewest slots is the first to evict; with rolling, each layer's ranks
-    // count its own cached tokens.
-    const int64_t min_slots = kv_.min_slots(), max_slots = kv_.max_slots();
+    // count its own cached tokens. A batch that evicts must fit the smallest cell.
+    const int64_t min_slots = kv_.min_slots(), max_slots = kv_.max_slots(), min_cell = kv_.min_cell_slots();
+    const bool rebalancing = kv_.head_share > 0.0f;
+    const int64_t interval = kv_rebalance_interval(kv_);
     for (size_t done = 0; done < n;) {
         if (cancel_requested_.load(std::memory_order_relaxed)) {
             if (done > 0) finish_evaluation(tokens[done - 1]);
@@ -359,7 +365,14 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         // evicts all its victims at once from scores gathered before it, so batches are kept to
         // a quarter of the evictable slots: the rest keep their place by those scores.
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
-        if (n_cached_ + chunk > min_slots) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_slots - n_pinned_ - reserved) / 4));
+        const bool evicting = n_cached_ + chunk > min_slots;
+        if (evicting) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_cell - n_pinned_ - reserved) / 4));
+        // The heads' budgets move every `interval` stream tokens (kv_head_budgets.h): a batch that
+        // evicts ends at the next multiple, so the schedule depends on the stream alone.
+        if (rebalancing && n_past_ % interval == 0) {
+            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(interval)); !st.ok()) return backend_failed(st);
+        }
+        if (rebalancing && evicting) chunk = std::min<int64_t>(chunk, interval - n_past_ % interval);
         kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data());
         if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_.positions_per_layer(), static_cast<int>(chunk), n_past_, retention.tag());
             !st.ok()) {
@@ -501,10 +514,11 @@ Status Session::span_report(uint32_t span_id, SpanReport *out) {
     report.span = spans_[index];
     report.kept_min = INT32_MAX;
     double kept_total = 0.0, span_attention = 0.0, all_attention = 0.0;
+    std::vector<int32_t> cell_slots(n_cells);
+    if (Status st = backend_->download_kv_cell_slots(cell_slots.data()); !st.ok()) return backend_failed(st);
     for (size_t cell = 0, at = 0; cell < n_cells; ++cell) {
         int32_t kept = 0;
-        const int n_slots = kv_.slots_in(static_cast<int>(cell / static_cast<size_t>(shape.n_head_kv)));
-        for (int s = 0; s < n_slots; ++s, ++at) {
+        for (int s = 0; s < cell_slots[cell]; ++s, ++at) {
             if (stream[at] < 0) continue;
             const bool mine = kv_tag_span(tags[at]) == static_cast<uint32_t>(index + 1);
             kept += mine ? 1 : 0;

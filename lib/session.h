@@ -22,6 +22,7 @@ struct SessionSettings {
     int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
     int kv_budget = 0;  // KV slots per (layer, kv head), the mean over layers; n_ctx for a full cache
     float kv_layer_slope = 0.0f;  // how the budget spreads across layers (kv_layer_budgets.h)
+    float kv_head_share = 0.0f;   // how much of each layer's slots moves between its kv heads (kv_head_budgets.h)
     KvPolicyConfig policy;
     KvType kv_type = KvType::F16;  // as h2o_session_params_default
     bool rolling = false;

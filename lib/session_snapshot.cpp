@@ -6,6 +6,7 @@
 #include <string>
 
 #include "byte_io.h"
+#include "kv_head_budgets.h"
 
 namespace h2o {
 
@@ -13,10 +14,12 @@ namespace {
 
 constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
 // Version 4 keeps kv_layer_slope in the header word that versions 2 and 3 left zero; version 5
-// adds one-shot prompt eviction's two settings.
-constexpr uint32_t kFormatVersion = 5;
-constexpr size_t kHeaderSizeV1 = 88;  // version 1: no horizon
-constexpr size_t kHeaderSizeV2 = 96;  // versions 2 to 4: no prompt eviction settings
+// adds one-shot prompt eviction's two settings, version 6 kv_head_share (and the cache's cell
+// sizes in the payload when it is not 0: KvCache::save).
+constexpr uint32_t kFormatVersion = 6;
+constexpr size_t kHeaderSizeV1 = 88;   // version 1: no horizon
+constexpr size_t kHeaderSizeV2 = 96;   // versions 2 to 4: no prompt eviction settings
+constexpr size_t kHeaderSizeV5 = 104;  // version 5: no kv_head_share
 // Level 1: the KV rows are mostly incompressible numbers, so higher levels buy a few percent of
 // size for several times the time (measured: see the README's session-state figures).
 constexpr int kCompressionLevel = 1;
@@ -50,6 +53,8 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
     w.put<float>(s.kv_layer_slope);
     w.put<uint32_t>(static_cast<uint32_t>(s.policy.prompt_proxy));
     w.put<float>(s.policy.prompt_random_share);
+    w.put<float>(s.kv_head_share);
+    w.put<uint32_t>(0);  // reserved
     w.put<uint64_t>(state.size());
     const size_t bound = ZSTD_compressBound(state.size());
     w.put<uint64_t>(0);  // compressed size, filled in below
@@ -83,15 +88,15 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
         return make_error(H2O_ERR_UNSUPPORTED, "session snapshot format version " + std::to_string(version) +
                                                    " is not supported (this library reads versions 1 to " + std::to_string(kFormatVersion) + ")");
     }
-    const size_t expected_size = version == 1 ? kHeaderSizeV1 : version < 5 ? kHeaderSizeV2 : kSnapshotHeaderSize;
+    const size_t expected_size = version == 1 ? kHeaderSizeV1 : version < 5 ? kHeaderSizeV2 : version == 5 ? kHeaderSizeV5 : kSnapshotHeaderSize;
     if (header_size != expected_size) return bad("header size " + std::to_string(header_size) + " (version " + std::to_string(version) + ": " + std::to_string(expected_size) + ")");
     if (size < header_size) {
         return bad(std::to_string(size) + " bytes is shorter than the " + std::to_string(header_size) + "-byte header");
     }
     ByteReader r(data + 16, header_size - 16);
     // slope: the layer slope's bits from version 4; a reserved word, zero, in versions 2 and 3.
-    uint32_t fields[8] = {}, horizon = 0, slope = 0, prompt_proxy = 0;
-    float prompt_share = 0.0f;
+    uint32_t fields[8] = {}, horizon = 0, slope = 0, prompt_proxy = 0, reserved = 0;
+    float prompt_share = 0.0f, head_share = 0.0f;
     uint64_t fingerprint = 0, seed = 0, payload_size = 0, compressed_size = 0, hash = 0;
     H2O_TRY(r.get("model fingerprint", &fingerprint));
     for (uint32_t &f : fields) H2O_TRY(r.get("settings", &f));
@@ -103,6 +108,10 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     if (version >= 5) {
         H2O_TRY(r.get("prompt proxy", &prompt_proxy));
         H2O_TRY(r.get("prompt random share", &prompt_share));
+    }
+    if (version >= 6) {
+        H2O_TRY(r.get("head share", &head_share));
+        H2O_TRY(r.get("reserved", &reserved));
     }
     H2O_TRY(r.get("payload size", &payload_size));
     H2O_TRY(r.get("compressed size", &compressed_size));
@@ -130,12 +139,14 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     std::memcpy(&s.kv_layer_slope, &slope, sizeof(slope));  // its range is checked when the session is created
     s.policy.prompt_proxy = static_cast<int>(prompt_proxy & 0x7FFFFFFF);
     s.policy.prompt_random_share = prompt_share;
+    s.kv_head_share = head_share;
     // Every setting is checked again when the session is created from it; these are the fields
     // that must be exactly representable.
     if (fields[0] != static_cast<uint32_t>(s.n_ctx) || fields[1] != static_cast<uint32_t>(s.kv_budget) ||
         fields[3] != static_cast<uint32_t>(s.policy.recent) || fields[4] != static_cast<uint32_t>(s.policy.sinks) ||
         fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || (version < 4 && slope != 0) ||
-        prompt_proxy > static_cast<uint32_t>(kMaxKvPromptProxy) || !(prompt_share >= 0.0f && prompt_share <= 1.0f) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
+        prompt_proxy > static_cast<uint32_t>(kMaxKvPromptProxy) || !(prompt_share >= 0.0f && prompt_share <= 1.0f) ||
+        !(head_share >= 0.0f && head_share <= kMaxKvHeadShare) || reserved != 0 || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
         return bad("its session settings are out of range");
     }
     header->version = version;

@@ -1,20 +1,22 @@
 // Session snapshots: the bytes h2o_session_save writes and h2o_session_load reads.
 //
 // Layout (little-endian):
-//   header, 104 bytes, uncompressed:
-//     0  magic "H2OSTATE"          8  u32 format version (5)     12 u32 header size (104)
+//   header, 112 bytes, uncompressed:
+//     0  magic "H2OSTATE"          8  u32 format version (6)     12 u32 header size (112)
 //     16 u64 model fingerprint (Model::fingerprint: tensor table and vocabulary)
 //     24 the settings that shape the cache: u32 n_ctx, kv_budget, policy, recent, sinks,
 //        kv_type, position_rolling, n_batch; u64 seed
 //     64 u32 kv horizon (0: none)  68 f32 kv_layer_slope (versions 2 and 3: a zero word)
 //     72 u32 kv_prompt_proxy       76 f32 kv_prompt_random_share
-//     80 u64 payload size (uncompressed)   88 u64 compressed size (the bytes after the header)
-//     96 u64 FNV-1a hash of bytes 0..95
+//     80 f32 kv_head_share         84 u32 reserved, zero
+//     88 u64 payload size (uncompressed)   96 u64 compressed size (the bytes after the header)
+//     104 u64 FNV-1a hash of bytes 0..103
 //   payload: one zstd frame with a content checksum, holding Session::save_state's bytes.
 // Version 1 (library 0.2) had no horizon: its header is 88 bytes, the payload, compressed size
 // and hash 8 bytes earlier. It is still read, as a session without a horizon. Versions 2 to 4
 // have a 96-byte header without the prompt eviction settings (read as 0: the policy's ranking),
-// the payload size, compressed size and hash 8 bytes earlier. Versions 1 and 2
+// the payload size, compressed size and hash 8 bytes earlier. Version 5 has a 104-byte header
+// without kv_head_share (read as 0), the last three fields 8 bytes earlier. Versions 1 and 2
 // have no retention span table in the payload (Session::save_state); they are read as sessions
 // without spans.
 // Every field is checked before it is used: a truncated, corrupted, foreign or hostile snapshot
@@ -29,7 +31,7 @@
 namespace h2o {
 
 // The header written; older versions' headers are shorter.
-constexpr size_t kSnapshotHeaderSize = 104;
+constexpr size_t kSnapshotHeaderSize = 112;
 
 struct SnapshotHeader {
     uint32_t version = 0;

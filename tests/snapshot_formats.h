@@ -1,5 +1,5 @@
 // Older snapshot formats, made from a current snapshot, for the compatibility tests and the fuzz
-// seeds: what a library before one-shot prompt eviction (format 4), before the layer slope (format
+// seeds: what a library before budgets per kv head (format 5), before one-shot prompt eviction (format 4), before the layer slope (format
 // 3), before retention spans (format 2) or before the horizon (format 1) wrote.
 #pragma once
 
@@ -12,16 +12,17 @@
 
 namespace h2o_test {
 
-// The snapshot (lib/session_snapshot.h, format 5, of a session without one-shot prompt eviction)
-// as format `version` (1 to 4) writes it: a 96-byte header without the prompt eviction words at
-// bytes 72..79; for formats 1 and 2, without the span table of the payload (its count of 0 after
+// The snapshot (lib/session_snapshot.h, format 6, of a session without budgets per head, and for
+// formats 1 to 4 without one-shot prompt eviction) as format `version` (1 to 5) writes it: for
+// format 5 a 104-byte header without the head share and reserved words at bytes 80..87; for
+// formats 2 to 4 a 96-byte header without the prompt eviction words at bytes 72..79 either; for formats 1 and 2, without the span table of the payload (its count of 0 after
 // the three stream counters; the session must hold no span); for format 1, also without the
 // horizon and slope words at bytes 64..71 (88 bytes); formats 1 to 3 have no layer slope. Empty
 // if the snapshot is not such a one.
 inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &snapshot, uint32_t version) {
-    constexpr size_t kHeaderSize = 104, kSizesAt = 80, kSpanCountAt = 3 * sizeof(int64_t);
+    constexpr size_t kHeaderSize = 112, kSizesAt = 88, kSpanCountAt = 3 * sizeof(int64_t);
     auto zeros = [&](size_t from, size_t to) { return std::all_of(snapshot.begin() + from, snapshot.begin() + to, [](uint8_t b) { return b == 0; }); };
-    if (snapshot.size() < kHeaderSize || version < 1 || version > 4 || !zeros(72, 80)) return {};
+    if (snapshot.size() < kHeaderSize || version < 1 || version > 5 || !zeros(80, 88) || (version < 5 && !zeros(72, 80))) return {};
     if ((version < 4 && !zeros(68, 72)) || (version == 1 && !zeros(64, 68))) return {};  // a slope; a horizon
     uint64_t payload_size = 0;
     std::memcpy(&payload_size, snapshot.data() + kSizesAt, sizeof(payload_size));
@@ -40,7 +41,7 @@ inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &snap
     const size_t compressed = ZSTD_compress2(cctx, frame.data(), frame.size(), payload.data(), payload.size());
     ZSTD_freeCCtx(cctx);
     if (ZSTD_isError(compressed)) return {};
-    std::vector<uint8_t> out(snapshot.begin(), snapshot.begin() + (version == 1 ? 64 : 72));
+    std::vector<uint8_t> out(snapshot.begin(), snapshot.begin() + (version == 1 ? 64 : version < 5 ? 72 : 80));
     const uint64_t sizes[3] = {payload.size(), compressed, 0};  // the hash, filled in below
     out.insert(out.end(), reinterpret_cast<const uint8_t *>(sizes), reinterpret_cast<const uint8_t *>(sizes) + sizeof(sizes));
     const size_t header_size = out.size();

@@ -117,6 +117,21 @@ if(NOT rc EQUAL 1 OR NOT err MATCHES "kv_prompt_proxy needs a policy that gather
   message(FATAL_ERROR "h2o-eval --prompt-proxy with a window: expected exit 1 and the library's message, got ${rc}: ${err}")
 endif()
 
+# Budgets per kv head for the policies that gather statistics; the window keeps its fixed budget
+# (the library would refuse the share for it).
+run_eval(--head-share -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies h2o,window --head-share 0.5 --json --quiet -t 1)
+set(seen "")
+foreach(line IN LISTS lines)
+  read_json("${line}" head-share policy budget tokens ppl)
+  if(NOT tokens EQUAL 127 OR NOT (ppl GREATER 1 AND ppl LESS 20))
+    message(FATAL_ERROR "${policy}: implausible with --head-share: ${line}")
+  endif()
+  list(APPEND seen "${policy}/${budget}")
+endforeach()
+if(NOT seen STREQUAL "h2o/32;window/32")
+  message(FATAL_ERROR "unexpected --head-share rows: ${seen}")
+endif()
+
 # Retention mode: the two references and each configuration with the first passage pinned or not.
 run_eval(--retention -m ${MODEL} -f ${TEXT} --retention 40 --trials 2 --passage 12 --budgets 32 --policies window --json --quiet -t 1)
 set(seen "")
@@ -134,7 +149,8 @@ endif()
 # Usage errors: exit code 2 and a message naming the problem.
 foreach(case "--policies;full,nonsense;unknown policy" "--budgets;1;at least 2" "--chunk;1;--chunk"
              "--context;1;--context must be 0" "--horizon;1;--horizon needs" "--prompt;600;--prompt must leave"
-             "--prompt-random-share;2;--prompt-random-share needs" "--prompt-proxy;5000;--prompt-proxy needs")
+             "--prompt-random-share;2;--prompt-random-share needs" "--prompt-proxy;5000;--prompt-proxy needs"
+             "--head-share;0.95;--head-share needs")
   list(GET case 0 option)
   list(GET case 1 value)
   list(GET case 2 expected)

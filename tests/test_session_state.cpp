@@ -155,6 +155,29 @@ TEST_CASE("session state: one-shot prompt eviction's settings are saved and cont
     }
 }
 
+TEST_CASE("session state: budgets per kv head (kv_head_share) are saved with each cell's size and continue exactly") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}, uint32_t{H2O_KV_ROCO}}) {
+        for (float slope : {0.0f, 0.25f}) {  // the smallest layer's heads keep at least 12 slots: room for the pins
+            CAPTURE(h2o_kv_policy_name(policy));
+            CAPTURE(slope);
+            h2o_session_params sp = small_session(policy, 0, H2O_KV_TYPE_F16);
+            sp.kv_head_share = 0.5f;
+            sp.kv_layer_slope = slope;
+            check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
+            h2o_test::ApiSession original;
+            REQUIRE(original.open(path, sp));
+            generate(original.session, " Once upon a time there was a girl", 60, 0.0f);
+            const std::vector<uint8_t> snapshot = save(original.session);
+            h2o_session *loaded = nullptr;
+            REQUIRE_MESSAGE(h2o_session_load_from_buffer(original.model, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK,
+                            std::string(h2o_last_error()));
+            CHECK(save(loaded) == snapshot);
+            h2o_session_free(loaded);
+        }
+    }
+}
+
 TEST_CASE("session state: Vulkan sessions save and load their device cache, for every policy, and continue on the CPU") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     size_t n_devices = 0;
@@ -196,6 +219,11 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
     one_shot.kv_prompt_proxy = 6;
     one_shot.kv_prompt_random_share = 0.3f;
     check_resumption(path, one_shot, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
+    // Budgets per kv head: the device's cell regions travel with the snapshot, both ways.
+    h2o_session_params per_head = small_session(H2O_KV_SCISSORHANDS, 0, H2O_KV_TYPE_F16);
+    per_head.kv_head_share = 0.5f;
+    check_resumption(path, per_head, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
+    check_resumption(path, per_head, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
 }
 
 TEST_CASE("session state: a fresh process continues a saved session exactly") {
@@ -365,13 +393,17 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
     }
     SUBCASE("prompt eviction settings out of range, with a valid hash") {
         const uint32_t proxy = 5000;
-        const float share = 2.0f, nan = std::numeric_limits<float>::quiet_NaN();
-        for (int which = 0; which < 3; ++which) {
+        const float share = 2.0f, nan = std::numeric_limits<float>::quiet_NaN(), head_share = 0.95f;
+        const uint32_t reserved = 1;
+        for (int which = 0; which < 6; ++which) {
             CAPTURE(which);
             std::vector<uint8_t> bad = good;
             if (which == 0) std::memcpy(bad.data() + 72, &proxy, sizeof(proxy));
             if (which == 1) std::memcpy(bad.data() + 76, &share, sizeof(share));
             if (which == 2) std::memcpy(bad.data() + 76, &nan, sizeof(nan));
+            if (which == 3) std::memcpy(bad.data() + 80, &head_share, sizeof(head_share));
+            if (which == 4) std::memcpy(bad.data() + 80, &nan, sizeof(nan));
+            if (which == 5) std::memcpy(bad.data() + 84, &reserved, sizeof(reserved));
             rehash_header(&bad, kHeaderSize);
             const Refusal r = try_load(m.model, bad);
             CHECK(r.status == H2O_ERR_STATE_FORMAT);
@@ -381,18 +413,18 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
     SUBCASE("a header that claims a huge payload, with a valid hash") {
         std::vector<uint8_t> bad = good;
         const uint64_t huge = uint64_t{1} << 40;
-        std::memcpy(bad.data() + 80, &huge, sizeof(huge));
+        std::memcpy(bad.data() + 88, &huge, sizeof(huge));
         rehash_header(&bad, kHeaderSize);  // as a forger would
         const Refusal r = try_load(m.model, bad);
         CHECK(r.status == H2O_ERR_STATE_FORMAT);
         CHECK(r.message.find("at most") != std::string::npos);
     }
-    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans) and 4 (0.3) load and continue the same") {
+    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3) and 5 (0.4) load and continue the same") {
         h2o_session *current = nullptr;
         REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &current) == H2O_OK);
         const std::string expected = generate(current, " The", 60, 0.8f);
         h2o_session_free(current);
-        for (uint32_t version : {1u, 2u, 4u}) {
+        for (uint32_t version : {1u, 2u, 4u, 5u}) {
             CAPTURE(version);
             const std::vector<uint8_t> old = h2o_test::snapshot_as_version(good, version);
             REQUIRE(!old.empty());
@@ -409,11 +441,13 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         mislabelled[8] = 2;
         rehash_header(&mislabelled, 96);
         CHECK(try_load(m.model, mislabelled).status == H2O_ERR_STATE_FORMAT);
-        // A version-5 header labelled 4: its size is not version 4's.
-        std::vector<uint8_t> v5_as_4 = good;
-        v5_as_4[8] = 4;
-        rehash_header(&v5_as_4, kHeaderSize);
-        CHECK(try_load(m.model, v5_as_4).message.find("header size") != std::string::npos);
+        // A version-6 header labelled 5 or 4: its size is not theirs.
+        for (uint8_t older : {uint8_t{4}, uint8_t{5}}) {
+            std::vector<uint8_t> relabelled = good;
+            relabelled[8] = older;
+            rehash_header(&relabelled, kHeaderSize);
+            CHECK(try_load(m.model, relabelled).message.find("header size") != std::string::npos);
+        }
     }
     SUBCASE("bad arguments") {
         h2o_session *session = nullptr;

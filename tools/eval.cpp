@@ -3,7 +3,7 @@
 //   h2o-eval -m MODEL -f TEXT [--policies full,h2o,window,...] [--budgets 32,64,128] [--chunk 512]
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
 //            [--segment N] [--context N] [--tail N] [--horizon N|none] [--layer-slope S] [--rolling 0|1] [--n-ctx N]
-//            [--prompt N] [--n-batch N] [--prompt-proxy W] [--prompt-random-share R]
+//            [--prompt N] [--n-batch N] [--prompt-proxy W] [--prompt-random-share R] [--head-share S]
 //            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
 //   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [--min-shares LIST] [policies, budgets...]
 //
@@ -76,6 +76,9 @@ void usage() {
                  "  --prompt-proxy W       kv_prompt_proxy: one-shot prompt eviction by the attention of\n"
                  "                         the last W queries of the previous batch (default 0: off)\n"
                  "  --prompt-random-share R  kv_prompt_random_share in [0, 1] (default 0)\n"
+                 "  --head-share S         kv_head_share in [0, 0.9]: the share of each layer's slots that\n"
+                 "                         moves between its kv heads, for the policies that gather\n"
+                 "                         attention statistics (default 0: fixed budgets per head)\n"
                  "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
                  "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
                  "  --trials N             retention mode: passages to average over (default 8)\n"
@@ -118,6 +121,7 @@ struct Options {
     uint32_t n_batch = 0;       // session n_batch (0: 1, or the library's default with --prompt)
     uint32_t prompt_proxy = 0;  // kv_prompt_proxy
     float prompt_random_share = 0.0f;
+    float head_share = 0.0f;
     bool repeats = false;       // stream mode: the text is shorter than the stream
     std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
@@ -238,6 +242,13 @@ Options parse_options(int argc, char **argv) {
                 usage_error("--prompt-random-share needs a number in [0, 1], not '" + text + "'");
             }
             o.prompt_random_share = static_cast<float>(share);
+        } else if (arg == "--head-share") {
+            const std::string text = value();
+            double share = 0;
+            if (!h2o_tools::parse_double(text.c_str(), &share) || !(share >= 0 && share <= 0.9)) {
+                usage_error("--head-share needs a number in [0, 0.9], not '" + text + "'");
+            }
+            o.head_share = static_cast<float>(share);
         } else if (arg == "--rolling") {
             o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
         } else if (arg == "--n-ctx") {
@@ -333,6 +344,10 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     if (o.has_layer_slope) p.kv_layer_slope = o.layer_slope;
     p.kv_prompt_proxy = o.prompt_proxy;
     p.kv_prompt_random_share = o.prompt_random_share;
+    // Budgets per head follow attention statistics: the window policies keep theirs fixed.
+    const bool gathers_statistics = c.policy == H2O_KV_H2O || c.policy == H2O_KV_SCISSORHANDS || c.policy == H2O_KV_TOVA ||
+                                    c.policy == H2O_KV_ROCO || c.policy == H2O_KV_MEAN_H2O;
+    p.kv_head_share = gathers_statistics ? o.head_share : 0.0f;
     p.position_rolling = o.rolling;
     return p;
 }
@@ -710,6 +725,7 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
     text += o.prompt_proxy > 0 ? "prompt eviction one-shot: proxy " + std::to_string(o.prompt_proxy) + " queries, random share " +
                                      json_number(o.prompt_random_share, "%g") + "\n"
                                : "prompt eviction by the policy\n";
+    if (o.head_share > 0.0f) text += "# budgets per kv head: head share " + json_number(o.head_share, "%g") + " (policies with statistics)\n";
     return text;
 }
 

@@ -174,7 +174,7 @@ public:
         // Per thread: the attention weights of a tile's kTileQueries queries and of its tokens'
         // kv-head groups (at most kTileQueries tokens), a list of slots, and the batch's partial
         // statistics of every (kv head, slot).
-        const size_t threads = pool_.size(), n_slots = static_cast<size_t>(config.max_slots());
+        const size_t threads = pool_.size(), n_slots = static_cast<size_t>(kv_.max_cell_slots());
         try {
             attention_weights_.assign(2 * kTileQueries * n_slots * threads, 0.0f);
             attention_slots_.assign(n_slots * threads, 0);
@@ -208,7 +208,7 @@ public:
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
-                for (int s = 0; s < c.slots_in(l); ++s) {
+                for (int s = 0; s < kv_.cell_slots(l, h); ++s) {
                     *out++ = KvCache::slot_stats(view, s);
                 }
             }
@@ -221,7 +221,7 @@ public:
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
-                out = std::copy(view.stream_index, view.stream_index + c.slots_in(l), out);
+                out = std::copy(view.stream_index, view.stream_index + kv_.cell_slots(l, h), out);
             }
         }
         return Status::Ok();
@@ -232,9 +232,22 @@ public:
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
                 const KvCache::HeadView view = kv_.head(l, h);
-                for (int s = 0; s < c.slots_in(l); ++s) *out++ = view.stream_index[s] >= 0 ? view.tag[s] : 0;
+                for (int s = 0; s < kv_.cell_slots(l, h); ++s) *out++ = view.stream_index[s] >= 0 ? view.tag[s] : 0;
             }
         }
+        return Status::Ok();
+    }
+
+    Status download_kv_cell_slots(int32_t *out) override {
+        const KvConfig &c = kv_.config();
+        for (int l = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h) *out++ = kv_.cell_slots(l, h);
+        }
+        return Status::Ok();
+    }
+
+    Status rebalance_kv(int64_t next_index, int incoming) override {
+        kv_.rebalance_heads(next_index, incoming);
         return Status::Ok();
     }
 
@@ -332,7 +345,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
 
     // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
     // so no two threads write one slot.
-    const int n_slots = kv_.config().max_slots();  // the stride of the per-thread partials and weights
+    const int n_slots = kv_.max_cell_slots();  // the stride of the per-thread partials and weights
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float decay = policy.persistence_decay;
     const auto proxy = static_cast<uint32_t>(kv_proxy_queries(policy));

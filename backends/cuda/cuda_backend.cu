@@ -694,6 +694,14 @@ public:
         }
         return download_raw(kv_.stats, out, slot_count() * sizeof(SlotStats));
     }
+    Status download_kv_cell_slots(int32_t *out) override {
+        for (int l = 0; l < kv_config_.n_layer; ++l) {
+            for (int h = 0; h < kv_config_.n_head_kv; ++h) *out++ = kv_config_.slots_in(l);
+        }
+        return Status::Ok();
+    }
+    // Budgets never move here (cuda_runs_kv refuses head_share).
+    Status rebalance_kv(int64_t, int) override { return failed_; }
     Status download_kv_tags(uint8_t *out) override {
         H2O_TRY(failed_);
         if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
@@ -998,6 +1006,9 @@ Status cuda_runs_weight_type(TensorType type) {
 
 Status cuda_runs_kv(const KvConfig &config) {
     H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
+    if (config.head_share > 0.0f) {
+        return make_error(H2O_ERR_UNSUPPORTED, "the CUDA backend keeps every kv head's budget fixed: kv_head_share is not implemented there");
+    }
     if (config.head_dim > kCudaMaxHeadDim) {
         return make_error(H2O_ERR_UNSUPPORTED, "the CUDA attention kernels run heads of up to " + std::to_string(kCudaMaxHeadDim) +
                                                    " dimensions, not " + std::to_string(config.head_dim));

@@ -228,7 +228,7 @@ public:
     }
     // The backend's own tensors and staging: not the weights, which belong to the model's
     // sessions on the device together (as the CPU backend does not count the model file).
-    size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes); }
+    size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes) + rebalance_host_.bytes(); }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
     Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
@@ -245,6 +245,8 @@ public:
     Status download_kv_stream_indices(int64_t *out) override;
     Status download_kv_statistics(SlotStats *out) override;
     Status download_kv_tags(uint8_t *out) override;
+    Status download_kv_cell_slots(int32_t *out) override;
+    Status rebalance_kv(int64_t next_index, int incoming) override;
     Status set_kv_span_minimums(const int32_t *minimums) override;
     // Snapshots go through a host KvCache, whose save/load define the format and check it.
     Status save_kv(ByteWriter &out) override;
@@ -380,10 +382,11 @@ private:
     bool has_kv_ = false;
     KvConfig kv_;
     KvLayout layout_{};  // kv_meta_layout.h
-    std::vector<Tensor> keys_, values_;  // per layer: [n_kv][n_slots] rows (kv_row.glsl)
+    std::vector<Tensor> keys_, values_;  // per layer: its cells' regions of rows (kv_row.glsl)
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
+    KvCache rebalance_host_;  // rebalance_kv's host copy, when the heads' budgets move
 };
 
 // ---- set-up -------------------------------------------------------------------------------------
@@ -945,7 +948,8 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const KvRowFormat key_format = kv_key_format(config.type), value_format = kv_value_format(config.type);
     const VkDeviceSize range = binding_limit_;
     const auto n_cells = static_cast<uint32_t>(config.n_layer * config.n_head_kv);
-    const auto max_slots = static_cast<uint32_t>(config.max_slots()), n_kv = static_cast<uint32_t>(config.n_head_kv);
+    // The most slots a cell may hold (its layer's budget unless the heads' budgets move).
+    const auto max_slots = static_cast<uint32_t>(config.max_cell_slots()), n_kv = static_cast<uint32_t>(config.n_head_kv);
     // Keys and values: one region per layer, of that layer's slots.
     auto rows_bytes = [&](int slots, KvRowFormat format) {
         return VkDeviceSize{4} * n_kv * static_cast<uint32_t>(slots) * kv_row_words(format, config.head_dim);
@@ -975,6 +979,9 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     }
     H2O_TRY(allocate(meta_bytes, &meta_));
     H2O_TRY(allocate(scratch_bytes, &scratch_));
+    // Rebalancing the heads' budgets runs the host's rule on a host copy of the cache, kept
+    // allocated (kv_head_budgets.h).
+    if (config.head_share > 0.0f) H2O_TRY(rebalance_host_.init(config));
     kv_ = config;
     layout_ = layout;
     chunk_capacity_ = capacity;
@@ -992,7 +999,33 @@ Status VulkanBackend::clear_kv() {
     const uint64_t rng = kv_.policy.seed ^ 0x9E3779B97F4A7C15ull;  // KvCache::clear
     record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.rng, &rng, sizeof rng);
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.span_min, VkDeviceSize{4} * KV_MAX_SPANS, 0);
+    // Every cell its layer's budget, as KvCache::clear.
+    std::vector<uint32_t> cells(2 * static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv);
+    const size_t n_cells = cells.size() / 2;
+    for (int l = 0; l < kv_.n_layer; ++l) {
+        for (int h = 0; h < kv_.n_head_kv; ++h) {
+            const size_t cell = static_cast<size_t>(l) * kv_.n_head_kv + h;
+            cells[cell] = static_cast<uint32_t>(kv_.first_slot_of(l) + static_cast<int64_t>(h) * kv_.slots_in(l));
+            cells[n_cells + cell] = static_cast<uint32_t>(kv_.slots_in(l));
+        }
+    }
+    record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.cell_first, cells.data(), sizeof(uint32_t) * cells.size());
     return error_;
+}
+
+Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
+    const auto n_cells = static_cast<VkDeviceSize>(kv_.n_layer) * kv_.n_head_kv;
+    return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.cell_slots, out, n_cells * sizeof(int32_t));
+}
+
+// The host's rule on a host copy: the cache comes down, is rebalanced and goes back up (a whole
+// cache's traffic each `interval` tokens; a device kernel for it is not written yet).
+Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming) {
+    if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
+    H2O_TRY(cache_to_host(&rebalance_host_));
+    rebalance_host_.rebalance_heads(next_index, incoming);
+    return cache_from_host(rebalance_host_);
 }
 
 Status VulkanBackend::set_kv_span_minimums(const int32_t *minimums) {
@@ -1032,16 +1065,18 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
     std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * max_slots * key_words), values(static_cast<size_t>(n_kv) * max_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
-        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
-        H2O_TRY(download_range(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * n_kv * n_slots * key_words));
-        H2O_TRY(download_range(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * n_kv * n_slots * value_words));
+        const auto layer_slots = n_kv * static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
+        H2O_TRY(download_range(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * layer_slots * key_words));
+        H2O_TRY(download_range(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * layer_slots * value_words));
+        const auto *cell_slots = reinterpret_cast<const int32_t *>(&meta[layout_.cell_slots + static_cast<uint32_t>(l) * n_kv]);
+        host->set_cell_slots(l, cell_slots);
         for (uint32_t h = 0; h < n_kv; ++h) {
-            const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
+            const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h, cell_first = meta[layout_.cell_first + cell];
             const KvCache::HeadView view = host->head(l, static_cast<int>(h));
-            for (uint32_t s = 0; s < n_slots; ++s) {
-                const uint32_t at = first_slot + h * n_slots + s;
-                std::memcpy(view.keys + s * host->key_row_bytes(), &keys[(h * n_slots + s) * key_words], host->key_row_bytes());
-                std::memcpy(view.values + s * host->value_row_bytes(), &values[(h * n_slots + s) * value_words], host->value_row_bytes());
+            for (uint32_t s = 0; s < meta[layout_.cell_slots + cell]; ++s) {
+                const uint32_t at = cell_first + s, row = at - first_slot;
+                std::memcpy(view.keys + s * host->key_row_bytes(), &keys[row * key_words], host->key_row_bytes());
+                std::memcpy(view.values + s * host->value_row_bytes(), &values[row * value_words], host->value_row_bytes());
                 view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
                                                             uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
                 view.position[s] = static_cast<int32_t>(meta[layout_.position + at]);
@@ -1053,6 +1088,7 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
         }
     }
     host->set_random_state(uint64_t{meta[layout_.rng]} | uint64_t{meta[layout_.rng + 1]} << 32);
+    host->set_span_minimums(reinterpret_cast<const int32_t *>(&meta[layout_.span_min]));
     return Status::Ok();
 }
 
@@ -1060,21 +1096,23 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
     const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), max_slots = static_cast<uint32_t>(kv_.max_slots());
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
-    // stream .. span_min; zero statistics for the policies without, zero span minimums (load_kv).
+    // stream .. span_min; zero statistics for the policies without.
     std::vector<uint32_t> meta(layout_.batch_slot, 0);
     std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * max_slots * key_words), values(static_cast<size_t>(n_kv) * max_slots * value_words);
     for (int l = 0; l < kv_.n_layer; ++l) {
-        const auto n_slots = static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
-        const size_t key_layer_words = static_cast<size_t>(n_kv) * n_slots * key_words, value_layer_words = static_cast<size_t>(n_kv) * n_slots * value_words;
+        const auto layer_slots = n_kv * static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
+        const size_t key_layer_words = static_cast<size_t>(layer_slots) * key_words, value_layer_words = static_cast<size_t>(layer_slots) * value_words;
         std::fill(keys.begin(), keys.begin() + key_layer_words, 0u);
         std::fill(values.begin(), values.begin() + value_layer_words, 0u);
+        uint32_t cell_first = first_slot;
         for (uint32_t h = 0; h < n_kv; ++h) {
             const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
+            const auto cell_slots = static_cast<uint32_t>(host.cell_slots(l, static_cast<int>(h)));
             const KvCache::HeadView view = host.head(l, static_cast<int>(h));
-            for (uint32_t s = 0; s < n_slots; ++s) {
-                const uint32_t at = first_slot + h * n_slots + s;
-                std::memcpy(&keys[(h * n_slots + s) * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
-                std::memcpy(&values[(h * n_slots + s) * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
+            for (uint32_t s = 0; s < cell_slots; ++s) {
+                const uint32_t at = cell_first + s, row = at - first_slot;
+                std::memcpy(&keys[row * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
+                std::memcpy(&values[row * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
                 const auto stream = static_cast<uint64_t>(view.stream_index[s]);  // -1 (free): both words ~0
                 meta[layout_.stream + 2 * at] = static_cast<uint32_t>(stream);
                 meta[layout_.stream + 2 * at + 1] = static_cast<uint32_t>(stream >> 32);
@@ -1086,6 +1124,9 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
             const KvCache::HeadCounts counts = host.counts(l, static_cast<int>(h));
             meta[layout_.used + cell] = static_cast<uint32_t>(counts.used);
             meta[layout_.free_count + cell] = static_cast<uint32_t>(counts.free_count);
+            meta[layout_.cell_first + cell] = cell_first;
+            meta[layout_.cell_slots + cell] = cell_slots;
+            cell_first += cell_slots;
         }
         record_upload(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * key_layer_words);  // staged: copied now
         record_upload(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * value_layer_words);
@@ -1093,6 +1134,7 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
     const uint64_t rng = host.random_state();
     meta[layout_.rng] = static_cast<uint32_t>(rng);
     meta[layout_.rng + 1] = static_cast<uint32_t>(rng >> 32);
+    std::memcpy(&meta[layout_.span_min], host.span_minimums(), sizeof(int32_t) * KV_MAX_SPANS);
     record_upload(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size());  // staged: copied now
     return error_;
 }
@@ -1130,7 +1172,8 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         fail("attention called without a matching KV cache or with more than max_batch tokens", H2O_ERR_INTERNAL);
         return error_;
     }
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.slots_in(layer));
+    // n_slots: the most slots a cell of this layer may hold, the stride of the attention scratch.
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.max_cell_slots(layer));
     const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(layer)), total_slots = static_cast<uint32_t>(kv_.total_slots());
     const auto hd = static_cast<uint32_t>(kv_.head_dim);
     const auto n_cells = static_cast<uint32_t>(kv_.n_layer) * n_kv;

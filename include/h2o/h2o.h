@@ -71,7 +71,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define H2O_VERSION_MAJOR 0
-#define H2O_VERSION_MINOR 4
+#define H2O_VERSION_MINOR 5
 #define H2O_VERSION_PATCH 0
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
 
@@ -442,6 +442,17 @@ typedef struct h2o_session_params {
     /* The share of tokens, in [0, 1], whose proxy attention gets a random factor when
      * kv_prompt_proxy > 0 (NACL's random eviction: tokens the proxy ignores may stay). Default 0. */
     float kv_prompt_random_share;
+    /* Budgets per kv head (as Ada-KV, within the same memory; since 0.5), in [0, 0.9]: the share
+     * of each layer's slots that moves between its kv heads by their attention. Every quarter of
+     * the smallest head budget of stream tokens, a full layer evicts, across all its kv heads at
+     * once, the tokens its policy values least, and each head's region of the layer's slots is
+     * resized to what it kept plus an even share of the rest: heads whose attention is spread
+     * over many tokens keep more slots than heads that attend to few. Each head keeps at least
+     * (1 - kv_head_share) of its layer's budget; pinned tokens and span minimums must fit there.
+     * Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o),
+     * not yet with position_rolling; ignored by a full cache. The CPU and Vulkan backends run it
+     * (the CUDA backend refuses it). Default 0: every head its layer's budget. */
+    float kv_head_share;
 } h2o_session_params;
 
 /* kv_horizon: keep heavy hitters however far back they lie. */
@@ -472,6 +483,8 @@ typedef struct h2o_kv_layout {
     uint32_t min_layer_budget, max_layer_budget;  /* slots per kv head of the smallest and largest layer */
     uint32_t prompt_proxy;       /* kv_prompt_proxy; 0 for a full cache (since 0.4) */
     float prompt_random_share;   /* kv_prompt_random_share; 0 without a proxy (since 0.4) */
+    float head_share;            /* kv_head_share; 0 for a full cache (since 0.5) */
+    uint32_t min_head_budget;    /* the fewest slots a kv head of the smallest layer keeps (since 0.5) */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */

@@ -20,8 +20,8 @@
 
 namespace {
 
-// The snapshot layout of lib/session_snapshot.h (version 5).
-constexpr size_t kHeaderSize = 104, kPayloadSizeAt = 80, kCompressedSizeAt = 88, kHashAt = 96;
+// The snapshot layout of lib/session_snapshot.h (version 6).
+constexpr size_t kHeaderSize = 112, kPayloadSizeAt = 88, kCompressedSizeAt = 96, kHashAt = 104;
 
 // The header of a snapshot of a fresh session with the seed corpus's default settings.
 const std::vector<uint8_t> &header_template() {

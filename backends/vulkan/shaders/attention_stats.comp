@@ -15,7 +15,7 @@ layout(binding = 1) readonly buffer Scratch { float scratch[]; };
 
 layout(push_constant) uniform Params {
     uvec2 first_index;  // stream index of the chunk's first token
-    uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: this layer's (kv_meta_layout.h)
+    uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: the most a cell of this layer holds (the scratch stride)
     uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
     uint layer, scratch_off, chunk_capacity;
     uint chunk_tokens;  // tokens in this chunk
@@ -33,7 +33,7 @@ void main() {
     const KvLayout L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
     const uint cell = p.layer * p.n_kv + h;
     if (s >= meta[L.used + cell]) return;
-    const uint at = p.first_slot + h * p.n_slots + s;
+    const uint at = meta[L.cell_first + cell] + s;
     SlotStats chunk = kv_stats_zero();
     const uvec2 stream = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
     if (!stream_is_free(stream)) {

@@ -32,8 +32,8 @@ layout(push_constant) uniform Params {
     uvec2 recent_from;  // stream indices >= this are in the protected recent window (clamped to >= 0)
     uvec2 stale_before; // stream indices < this are stale (kv_stale_before; 0: none)
     uint k_off, v_off, pos_off, k_stride, v_stride;
-    uint keys_off, values_off, table_off;  // keys/values: this layer's [n_kv][n_slots] rows
-    uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: this layer's (kv_meta_layout.h)
+    uint keys_off, values_off, table_off;  // keys/values: this layer's rows, its cells' regions in kv head order
+    uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: the most a cell of this layer holds
     uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
     uint layer, head_dim, n, tag, policy, sinks, pairs;
     uint flags;    // FLAG_ROLLING, FLAG_BY_PROXY (kv_ranks_by_proxy)
@@ -53,6 +53,7 @@ const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u;
 const uint NONE = 0xFFFFFFFFu;
 
 KvLayout L;
+uint cell_now;  // the cell being served (main's loop)
 
 uvec2 stream_at(uint at) { return uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]); }
 void set_stream(uint at, uvec2 s) {
@@ -65,8 +66,7 @@ float priority(uint at) {
     const uvec2 stream = stream_at(at);
     const bool stale = stream_lt(stream, p.stale_before);
     if ((p.flags & FLAG_BY_PROXY) == 0u) return kv_victim_priority(p.policy, load_slot_stats(L, at), stale);
-    const uint h = (at - p.first_slot) / p.n_slots;
-    const float factor = kv_prompt_random_factor(stream.x, stream.y, p.layer * p.n_kv + h, p.prompt_seed, p.prompt_share);
+    const float factor = kv_prompt_random_factor(stream.x, stream.y, cell_now, p.prompt_seed, p.prompt_share);
     return kv_prompt_priority(load_slot_stats(L, at), stale, factor);
 }
 
@@ -272,9 +272,9 @@ uint compact_candidates(uint base, uint used) {
 
 void make_room(uint cell, uint h) {
     const uint tid = gl_LocalInvocationIndex;
-    const uint base = p.first_slot + h * p.n_slots;
+    const uint base = meta[L.cell_first + cell];
     const uint used = sh_used;
-    const int needed = int(p.n) - int(p.n_slots - used + sh_free_count);
+    const int needed = int(p.n) - int(meta[L.cell_slots + cell] - used + sh_free_count);
     if (needed <= 0) return;  // uniform: every invocation sees the same shared values
 
     count_spans(base, used);
@@ -357,7 +357,7 @@ void make_room(uint cell, uint h) {
             }
             if (shift == 0) continue;
             meta[L.position + at] = uint(int(meta[L.position + at]) - shift);
-            const uint key = p.keys_off + (h * p.n_slots + s) * kv_row_words(KEY_FORMAT, p.head_dim);
+            const uint key = p.keys_off + (at - p.first_slot) * kv_row_words(KEY_FORMAT, p.head_dim);
             load_key(key);
             for (uint i = 0u; i < p.pairs; ++i) {
                 const vec2 r = rotate_pair(vec2(kv_row[2u * i], kv_row[2u * i + 1u]),
@@ -372,7 +372,7 @@ void make_room(uint cell, uint h) {
 
 void claim_and_store(uint cell, uint h) {
     const uint tid = gl_LocalInvocationIndex;
-    const uint base = p.first_slot + h * p.n_slots;
+    const uint base = meta[L.cell_first + cell];
     if (tid == 0u) {
         for (uint t = 0u; t < p.n; ++t) {
             uint slot;
@@ -401,9 +401,9 @@ void claim_and_store(uint cell, uint h) {
     for (uint t = tid; t < p.n; t += WG) {
         const uint slot = meta[L.batch_slot + h * p.max_batch + t];
         for (uint d = 0u; d < p.head_dim; ++d) kv_row[d] = k_in[p.k_off + t * p.k_stride + h * p.head_dim + d];
-        store_key(p.keys_off + (h * p.n_slots + slot) * key_words);
+        store_key(p.keys_off + (base - p.first_slot + slot) * key_words);
         for (uint d = 0u; d < p.head_dim; ++d) kv_row[d] = v_in[p.v_off + t * p.v_stride + h * p.head_dim + d];
-        store_value(p.values_off + (h * p.n_slots + slot) * value_words);
+        store_value(p.values_off + (base - p.first_slot + slot) * value_words);
     }
 }
 
@@ -411,6 +411,7 @@ void main() {
     L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
     for (uint h = gl_WorkGroupID.x; h < p.n_kv; h += gl_NumWorkGroups.x) {
         const uint cell = p.layer * p.n_kv + h;
+        cell_now = cell;
         if (gl_LocalInvocationIndex == 0u) {
             sh_used = meta[L.used + cell];
             sh_free_count = meta[L.free_count + cell];

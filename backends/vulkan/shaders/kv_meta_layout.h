@@ -1,9 +1,10 @@
 // Word offsets of the regions of the Vulkan backend's KV bookkeeping buffer ("meta"), written once
 // in the subset of C++ and GLSL that kv_policy_spec.h keeps to: the host code (vulkan_backend.cpp)
 // and the shaders (through kv_layout.glsl) include this same file. `slots` is every cell's slots
-// together, a cell being one (layer, kv head): the cells of layer l hold KvConfig::slots_in(l)
-// slots each from KvConfig::first_slot_of(l), so a slot region is indexed by
-// first_slot(layer) + kv_head * n_slots(layer) + slot.
+// together, a cell being one (layer, kv head): the cells of layer l share the layer's
+// n_kv * KvConfig::slots_in(l) slots from KvConfig::first_slot_of(l), each a region of them in kv
+// head order (slots_in(l) each unless the heads' budgets move: kv_head_budgets.h), so a slot
+// region is indexed by cell_first[cell] + slot.
 //
 //   stream      2 words per slot: the stream index as (low, high); -1 (both words ~0) when free
 //   position    1 word per slot: rotary position (int)
@@ -12,11 +13,13 @@
 //   free_list   1 word per slot: per cell, a stack of the slots freed by eviction
 //   used        1 word per cell: slots [0, used) have been written at least once
 //   free_count  1 word per cell: entries on the cell's free-list stack
+//   cell_first  1 word per cell: the cell's first slot
+//   cell_slots  1 word per cell: the cell's number of slots
 //   rng         2 words: xorshift64* state of the random policy
 //   span_min    KV_MAX_SPANS words: each retention span's minimum per cell, in tokens
 //   batch_slot  n_kv * max_batch words: slot taken by each token of the current batch, per kv head
 //   victims     2 words * n_kv * max_batch: stream indices evicted for the current batch
-//   candidates  the largest layer's n_slots words: scratch for the random policy; the buffer's
+//   candidates  the largest cell's slots in words: scratch for the random policy; the buffer's
 //               end (kv_meta_words)
 #ifndef H2O_KV_META_LAYOUT_H
 #define H2O_KV_META_LAYOUT_H
@@ -28,7 +31,8 @@ namespace h2o {
 #endif
 
 struct KvLayout {
-    KV_UINT stream, position, tag, stats, free_list, used, free_count, rng, span_min, batch_slot, victims, candidates;
+    KV_UINT stream, position, tag, stats, free_list, used, free_count, cell_first, cell_slots, rng, span_min, batch_slot, victims,
+        candidates;
 };
 
 KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT slots, KV_UINT n_kv, KV_UINT max_batch) {
@@ -40,7 +44,9 @@ KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT slots, KV_UINT n
     l.free_list = l.stats + 5u * slots;
     l.used = l.free_list + slots;
     l.free_count = l.used + n_cells;
-    l.rng = l.free_count + n_cells;
+    l.cell_first = l.free_count + n_cells;
+    l.cell_slots = l.cell_first + n_cells;
+    l.rng = l.cell_slots + n_cells;
     l.span_min = l.rng + 2u;
     l.batch_slot = l.span_min + KV_MAX_SPANS;
     l.victims = l.batch_slot + n_kv * max_batch;
@@ -49,7 +55,7 @@ KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT slots, KV_UINT n
 }
 
 #ifdef __cplusplus
-// Words of the whole buffer, for layers of at most max_slots slots.
+// Words of the whole buffer, for cells of at most max_slots slots.
 inline KV_UINT kv_meta_words(const KvLayout &l, KV_UINT max_slots) { return l.candidates + max_slots; }
 #endif
 

@@ -1,0 +1,303 @@
+// Budgets per kv head (kv_head_budgets.h): the rule on a hand-made cache where the right answer is
+// known (which tokens go, each cell's new region, what moves where), its snapshot form, and on the
+// real model: the regions' bounds in a long generation, validation, and the Vulkan backend
+// rebalancing exactly as the CPU.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "h2o/h2o.h"
+#include "kv_cache.h"
+#include "kv_head_budgets.h"
+#include "model.h"
+#include "session.h"
+#include "session_util.h"
+#include "test_util.h"
+
+using namespace h2o;
+
+namespace {
+
+// One layer of two kv heads of 8 slots, head_share 0.5 (each cell keeps at least 4 slots, at most
+// 12), H2O without a recent window. Both cells hold stream indices 0..7; a key's first element
+// names its cell and token. Head 0 attends to every token (accumulated 10 + i); head 1 to its
+// last two only (0.1 * i for the first six, 10 + i for 6 and 7).
+struct TwoHeads {
+    KvCache cache;
+    explicit TwoHeads(const uint8_t *tags = nullptr) {
+        KvConfig c;
+        c.n_layer = 1;
+        c.n_head_kv = 2;
+        c.head_dim = 4;
+        c.n_slots = 8;
+        c.head_share = 0.5f;
+        c.policy.policy = KvPolicy::H2O;
+        c.rope_dims = 4;
+        REQUIRE(cache.init(c).ok());
+        for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < 8; ++i) {
+                const int s = cache.claim_slot(0, h, i, i, tags ? tags[i] : 0);
+                KvCache::HeadView v = cache.head(0, h);
+                const float key[4] = {static_cast<float>(100 * h + i), 0, 0, 0};
+                std::memcpy(v.keys + s * cache.key_row_bytes(), key, sizeof key);
+                v.stats[s].accumulated = h == 0 || i >= 6 ? 10.0f + i : 0.1f * i;
+            }
+        }
+    }
+    // The stream indices cell h holds, slot by slot over its region.
+    std::vector<int64_t> held(int h) {
+        const KvCache::HeadView v = cache.head(0, h);
+        return std::vector<int64_t>(v.stream_index, v.stream_index + cache.cell_slots(0, h));
+    }
+};
+
+}  // namespace
+
+TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and resizes the regions") {
+    SUBCASE("plain: head 1's least attended tokens go, and head 1 shrinks") {
+        TwoHeads t;
+        // Two incoming tokens for each cell: 16 held + 4 incoming - 16 slots = 4 victims, all of
+        // head 1 (accumulated 0, 0.1, 0.2, 0.3 are the layer's smallest).
+        t.cache.rebalance_heads(8, 2);
+        // Head 0 kept 8, head 1 kept 4 (at least its minimum 4); the 4 slots left are shared.
+        CHECK(t.cache.cell_slots(0, 0) == 10);
+        CHECK(t.cache.cell_slots(0, 1) == 6);
+        CHECK(t.held(0) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, -1, -1});
+        CHECK(t.held(1) == std::vector<int64_t>{4, 5, 6, 7, -1, -1});
+        // The moved slots carry their rows and statistics.
+        const KvCache::HeadView v = t.cache.head(0, 1);
+        for (int s = 0; s < 4; ++s) {
+            float key[4];
+            std::memcpy(key, v.keys + s * t.cache.key_row_bytes(), sizeof key);
+            CHECK(key[0] == 100.0f + 4 + s);
+            CHECK(v.position[s] == 4 + s);
+        }
+        CHECK(v.stats[0].accumulated == doctest::Approx(0.4f));
+        CHECK(t.cache.used(0, 1) == 4);
+        CHECK(t.cache.free_slots(0, 0) == 2);
+        CHECK(t.cache.free_slots(0, 1) == 2);
+        // The incoming tokens then take free slots without evicting.
+        CHECK(t.cache.make_room(0, 1, 2, 8) == 0);
+    }
+    SUBCASE("pinned tokens stay; the victims are the next least attended") {
+        uint8_t tags[8] = {};
+        tags[0] = tags[1] = kv_make_tag(true, 0);
+        TwoHeads t(tags);
+        t.cache.rebalance_heads(8, 2);
+        CHECK(t.held(1) == std::vector<int64_t>{0, 1, 6, 7, -1, -1});
+    }
+    SUBCASE("a span's minimum in a cell is kept") {
+        uint8_t tags[8] = {};
+        tags[2] = tags[3] = kv_make_tag(false, 1);
+        TwoHeads t(tags);
+        int32_t minimums[KV_MAX_SPANS] = {2};
+        t.cache.set_span_minimums(minimums);
+        t.cache.rebalance_heads(8, 2);
+        CHECK(t.held(1) == std::vector<int64_t>{2, 3, 6, 7, -1, -1});
+    }
+    SUBCASE("a cell keeps its minimum even when its tokens are the least attended") {
+        TwoHeads t;
+        // 4 incoming per cell: 8 victims, head 1's six weakest and then head 0's 0 and 1 (10, 11
+        // against head 1's 16 and 17). Head 1 keeps 2 tokens in a region of its minimum 4, head 0
+        // 6 in 6; the 6 slots left are shared.
+        t.cache.rebalance_heads(8, 4);
+        CHECK(t.held(0) == std::vector<int64_t>{2, 3, 4, 5, 6, 7, -1, -1, -1});
+        CHECK(t.held(1) == std::vector<int64_t>{6, 7, -1, -1, -1, -1, -1});
+    }
+    SUBCASE("room for the incoming tokens: nothing moves") {
+        TwoHeads t;
+        t.cache.rebalance_heads(0, 0);
+        CHECK(t.cache.cell_slots(0, 0) == 8);
+        CHECK(t.held(1) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+    }
+    SUBCASE("snapshots carry the regions; sizes outside the bounds are refused") {
+        TwoHeads t;
+        t.cache.rebalance_heads(8, 2);
+        std::vector<uint8_t> bytes;
+        ByteWriter w(&bytes);
+        t.cache.save(w);
+        TwoHeads loaded;
+        ByteReader r(bytes.data(), bytes.size());
+        REQUIRE(loaded.cache.load(r, 8, 8, 0, 0).ok());
+        CHECK(loaded.cache.cell_slots(0, 1) == 6);
+        CHECK(loaded.held(1) == t.held(1));
+        // The cell sizes follow the random state (8 bytes): 3 is below the minimum of 4, and
+        // 11 + 6 is more than the layer's 16 slots.
+        const int32_t bad_sizes[2][2] = {{13, 3}, {11, 6}};
+        for (const auto &sizes : bad_sizes) {
+            std::vector<uint8_t> bad = bytes;
+            std::memcpy(bad.data() + 8, sizes, 2 * sizeof(int32_t));
+            ByteReader br(bad.data(), bad.size());
+            const Status st = loaded.cache.load(br, 8, 8, 0, 0);
+            CHECK(st.code == H2O_ERR_STATE_FORMAT);
+            CHECK(st.message.find("cell sizes") != std::string::npos);
+        }
+    }
+}
+
+namespace {
+
+SessionSettings head_share_settings(const Model &model, float head_share, uint32_t backend) {
+    SessionSettings s;
+    s.backend = backend;
+    s.n_ctx = static_cast<int>(model.n_ctx_train());
+    s.kv_budget = 32;
+    s.kv_head_share = head_share;
+    s.policy.policy = KvPolicy::Scissorhands;
+    s.policy.recent = 16;
+    s.policy.horizon = 48;
+    s.n_threads = 1;
+    s.n_batch = 64;
+    s.seed = 3;
+    return s;
+}
+
+// Every cell's size, [layer * n_kv + head], and the stream indices of every slot.
+struct CacheView {
+    std::vector<int32_t> cell_slots;
+    std::vector<int64_t> stream;
+    explicit CacheView(Session &session) {
+        const KvConfig &kv = session.kv_config();
+        cell_slots.resize(static_cast<size_t>(kv.n_layer) * kv.n_head_kv);
+        stream.resize(static_cast<size_t>(kv.total_slots()));
+        REQUIRE(session.backend().download_kv_cell_slots(cell_slots.data()).ok());
+        REQUIRE(session.backend().download_kv_stream_indices(stream.data()).ok());
+    }
+};
+
+}  // namespace
+
+TEST_CASE("kv_head_share on the real model: regions stay within bounds in the same memory, pins survive, heads differ") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    std::unique_ptr<Session> session;
+    REQUIRE(Session::create(*model, head_share_settings(*model, 0.5f, H2O_BACKEND_CPU), &session).ok());
+    std::unique_ptr<Session> uniform;
+    REQUIRE(Session::create(*model, head_share_settings(*model, 0.0f, H2O_BACKEND_CPU), &uniform).ok());
+    REQUIRE(session->add_text("Lily had a ball.", /*pinned=*/true).ok());
+    const int64_t pinned = session->n_past();
+    REQUIRE(session->generate(" Once upon a time", h2o_test::greedy(400), nullptr, nullptr).ok());
+    const KvConfig &kv = session->kv_config();
+    const CacheView view(*session);
+    const int64_t n_past = session->n_past();
+    bool sizes_differ = false;
+    size_t at = 0;
+    for (int l = 0; l < kv.n_layer; ++l) {
+        int64_t layer_total = 0;
+        for (int h = 0; h < kv.n_head_kv; ++h) {
+            const int32_t slots = view.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
+            CAPTURE(l);
+            CAPTURE(h);
+            CHECK(slots >= kv.min_cell_slots(l));
+            CHECK(slots <= kv.max_cell_slots(l));
+            layer_total += slots;
+            sizes_differ |= slots != kv.slots_in(l);
+            std::vector<int64_t> held;
+            for (int s = 0; s < slots; ++s, ++at) {
+                if (view.stream[at] >= 0) held.push_back(view.stream[at]);
+            }
+            std::sort(held.begin(), held.end());
+            CHECK(std::unique(held.begin(), held.end()) == held.end());
+            for (int64_t i = 0; i < pinned; ++i) CHECK(std::binary_search(held.begin(), held.end(), i));
+            CHECK(held.back() == n_past - 1);  // the newest token is always kept
+        }
+        CHECK(layer_total == static_cast<int64_t>(kv.n_head_kv) * kv.slots_in(l));
+    }
+    CHECK(at == view.stream.size());
+    CHECK(sizes_differ);
+    // The same memory as fixed budgets, but for rebalancing's working lists: a layer's slot
+    // offsets, destinations and priorities.
+    CHECK(session->backend().kv_bytes() - uniform->backend().kv_bytes() ==
+          static_cast<size_t>(kv.n_head_kv) * kv.max_slots() * (2 * sizeof(int64_t) + sizeof(float)));
+}
+
+TEST_CASE("kv_head_share: validation") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    auto create = [&](uint32_t policy, float share, int rolling, uint32_t budget, h2o_session **out) {
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
+        sp.n_threads = 1;
+        sp.backend = H2O_BACKEND_CPU;
+        sp.kv_budget = budget;
+        sp.kv_policy = policy;
+        sp.kv_head_share = share;
+        sp.position_rolling = rolling;
+        return h2o_session_create(model, &sp, out);
+    };
+    h2o_session *session = nullptr;
+    CHECK(create(H2O_KV_SCISSORHANDS, 0.95f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("kv_head_share") != std::string::npos);
+    CHECK(create(H2O_KV_SCISSORHANDS, -0.1f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(create(H2O_KV_WINDOW, 0.5f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("statistics") != std::string::npos);
+    CHECK(create(H2O_KV_SCISSORHANDS, 0.5f, 1, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("position_rolling") != std::string::npos);
+    // A full cache ignores it.
+    REQUIRE(create(H2O_KV_SCISSORHANDS, 0.5f, 0, 0, &session) == H2O_OK);
+    h2o_kv_layout layout;
+    layout.struct_size = sizeof layout;
+    REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
+    CHECK(layout.head_share == 0.0f);
+    h2o_session_free(session);
+    // The layout reports it and each head's fewest slots; pins must fit there.
+    REQUIRE(create(H2O_KV_H2O, 0.75f, 0, 32, &session) == H2O_OK);
+    REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
+    CHECK(layout.head_share == 0.75f);
+    CHECK(layout.min_head_budget == 8);
+    const std::string text = "Once upon a time, there was a little girl named Lily.";
+    CHECK(h2o_session_add_text(session, text.data(), text.size(), H2O_TEXT_PIN) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_session_last_error(session)).find("kv_head_share") != std::string::npos);
+    h2o_session_free(session);
+    h2o_model_free(model);
+}
+
+TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and greedy text as the CPU") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    // H2O and RoCo rank by sums of attention weights, which the backends compute alike. (A
+    // Scissorhands count of weights above a threshold may differ by one where a weight lies within
+    // rounding of it, and then so do the victims, with fixed budgets as with these.)
+    for (KvPolicy policy : {KvPolicy::RoCo, KvPolicy::H2O}) {
+        CAPTURE(kv_policy_name(policy));
+        SessionSettings settings = head_share_settings(*model, 0.75f, H2O_BACKEND_VULKAN);
+        settings.policy.policy = policy;
+        settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
+        settings.policy.horizon = 0;  // stale tokens, evicted first, leave the cells' shares even
+        std::unique_ptr<Session> gpu = h2o_test::session_or_skip(*model, settings);
+        if (!gpu) return;
+        settings.backend = H2O_BACKEND_CPU;
+        std::unique_ptr<Session> cpu;
+        REQUIRE(Session::create(*model, settings, &cpu).ok());
+        std::string gpu_text, cpu_text;
+        const TextSink collect = [](const char *piece, size_t size, void *out) {
+            static_cast<std::string *>(out)->append(piece, size);
+            return false;  // go on
+        };
+        const std::string prompt = "Once upon a time, there was a little dog named Max. He liked to run in the park with his friend.";
+        REQUIRE(gpu->generate(prompt, h2o_test::greedy(120), collect, &gpu_text).ok());
+        REQUIRE(cpu->generate(prompt, h2o_test::greedy(120), collect, &cpu_text).ok());
+        CHECK(gpu_text.size() > 200);  // 120 tokens
+        CHECK(gpu_text == cpu_text);
+        const CacheView g(*gpu), c(*cpu);
+        CHECK(g.cell_slots == c.cell_slots);
+        size_t first_difference = 0, differences = 0;
+        for (size_t i = 0; i < c.stream.size(); ++i) {
+            if (g.stream[i] != c.stream[i] && differences++ == 0) first_difference = i;
+        }
+        INFO(differences << " slots differ, the first " << first_difference << ": " << g.stream[first_difference] << " against "
+                         << c.stream[first_difference]);
+        CHECK(g.stream == c.stream);
+        const KvConfig &kv = cpu->kv_config();
+        bool moved = false;
+        for (size_t i = 0; i < c.cell_slots.size(); ++i) moved |= c.cell_slots[i] != kv.slots_in(static_cast<int>(i / kv.n_head_kv));
+        CHECK(moved);
+    }
+}
