@@ -7,11 +7,11 @@ namespace H2o
     /// has no API to choose a library path at run time.</summary>
     public static class Library
     {
-        /// <summary>The library's version, e.g. "0.4.0".</summary>
+        /// <summary>The library's version, e.g. "0.5.0".</summary>
         public static string Version => Utf8.FromNative(Native.h2o_version());
 
-        /// <summary>The ABI these bindings were written for: 0.4.</summary>
-        public const uint AbiVersionNumber = 400;
+        /// <summary>The ABI these bindings were written for: 0.5.</summary>
+        public const uint AbiVersionNumber = 500;
 
         /// <summary>True when the loaded library has that ABI.</summary>
         public static bool VersionMatches => Native.h2o_version_number() == AbiVersionNumber;

@@ -1,4 +1,4 @@
-// Declarations of the C API (include/h2o/h2o.h, ABI 0.4). Struct layouts follow the header field
+// Declarations of the C API (include/h2o/h2o.h, ABI 0.5). Struct layouts follow the header field
 // by field; the tests compare Marshal.SizeOf and field offsets with the values a C program
 // compiled against the header prints.
 using System;
@@ -64,6 +64,7 @@ namespace H2o
         public float kv_layer_slope;
         public uint kv_prompt_proxy;
         public float kv_prompt_random_share;
+        public float kv_head_share;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -76,6 +77,8 @@ namespace H2o
         public uint min_layer_budget, max_layer_budget;
         public uint prompt_proxy;
         public float prompt_random_share;
+        public float head_share;
+        public uint min_head_budget;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -58,6 +58,11 @@ namespace H2o
         /// <summary>The share of tokens in [0, 1] whose proxy attention gets a random factor in [0, 2)
         /// drawn from the seed, when KvPromptProxy &gt; 0; 0: none.</summary>
         public float KvPromptRandomShare { get => Raw.kv_prompt_random_share; set => Raw.kv_prompt_random_share = value; }
+        /// <summary>Budgets per kv head (as Ada-KV, the same memory), in [0, 0.9]: the share of each
+        /// layer's slots that moves between its kv heads by their attention; each head keeps at least
+        /// (1 - share) of its layer's budget. Only with the policies that gather statistics (h2o,
+        /// scissorhands, tova, roco, mean_h2o), not with PositionRolling; 0: every head its layer's budget.</summary>
+        public float KvHeadShare { get => Raw.kv_head_share; set => Raw.kv_head_share = value; }
         /// <summary>H2O_KV_HORIZON_NONE: heavy hitters are kept however far back they lie.</summary>
         public const uint KvHorizonNone = 0xFFFFFFFFu;
     }

@@ -15,6 +15,10 @@ namespace H2o
         /// <summary>One-shot prompt eviction's proxy queries (0: the policy's ranking) and random share.</summary>
         public uint PromptProxy;
         public float PromptRandomShare;
+        /// <summary>Budgets per kv head: the share of a layer's slots that moves between its kv heads
+        /// (0 for a full cache), and the fewest slots a kv head of the smallest layer keeps.</summary>
+        public float HeadShare;
+        public uint MinHeadBudget;
         public KvPolicy Policy;
         public KvType Type;
         public bool PositionRolling;
@@ -240,6 +244,7 @@ namespace H2o
                     Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx, Horizon = l.horizon,
                     LayerSlope = l.layer_slope, MinLayerBudget = l.min_layer_budget, MaxLayerBudget = l.max_layer_budget,
                     PromptProxy = l.prompt_proxy, PromptRandomShare = l.prompt_random_share,
+                    HeadShare = l.head_share, MinHeadBudget = l.min_head_budget,
                 };
             }
         }

@@ -30,7 +30,7 @@ namespace H2o.Tests
             // The library knows no policy that this enum lacks.
             Assert.Equal(null, Names.Of((KvPolicy)Enum.GetValues(typeof(KvPolicy)).Length), "next policy");
             Assert.Equal("unknown status", H2oException.StatusName((Status)77));
-            Assert.True(Library.VersionMatches, "library " + Library.Version + " has ABI 0.4");
+            Assert.True(Library.VersionMatches, "library " + Library.Version + " has ABI 0.5");
         }
 
         [Test]

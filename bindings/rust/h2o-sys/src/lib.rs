@@ -1,4 +1,4 @@
-//! Raw declarations of the h2o C API, written by hand from `include/h2o/h2o.h` (ABI 0.4).
+//! Raw declarations of the h2o C API, written by hand from `include/h2o/h2o.h` (ABI 0.5).
 //!
 //! Everything here is `unsafe` to use and follows the header's conventions; the `h2o` crate is
 //! the safe interface. `tests/layout.rs` compiles a C program against the header and checks that
@@ -7,7 +7,7 @@
 
 use std::os::raw::{c_char, c_int, c_void};
 
-pub const H2O_VERSION_NUMBER: u32 = 400;
+pub const H2O_VERSION_NUMBER: u32 = 500;
 /// kv_horizon: keep heavy hitters however far back they lie.
 pub const H2O_KV_HORIZON_NONE: u32 = 0xFFFF_FFFF;
 
@@ -132,6 +132,7 @@ pub struct h2o_session_params {
     pub kv_layer_slope: f32,
     pub kv_prompt_proxy: u32,
     pub kv_prompt_random_share: f32,
+    pub kv_head_share: f32,
 }
 
 #[repr(C)]
@@ -152,6 +153,8 @@ pub struct h2o_kv_layout {
     pub max_layer_budget: u32,
     pub prompt_proxy: u32,
     pub prompt_random_share: f32,
+    pub head_share: f32,
+    pub min_head_budget: u32,
 }
 
 #[repr(C)]

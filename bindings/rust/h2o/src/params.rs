@@ -71,6 +71,12 @@ impl SessionParams {
         /// The share of tokens in [0, 1] whose proxy attention gets a random factor in [0, 2) drawn
         /// from the seed, when `kv_prompt_proxy` > 0; 0: none.
         kv_prompt_random_share: f32 => kv_prompt_random_share;
+        /// Budgets per kv head (as Ada-KV, the same memory), in [0, 0.9]: the share of each layer's
+        /// slots that moves between its kv heads by their attention; each head keeps at least
+        /// (1 - share) of its layer's budget. Only with the policies that gather statistics (h2o,
+        /// scissorhands, tova, roco, mean_h2o), not with `position_rolling`; 0: every head its
+        /// layer's budget.
+        kv_head_share: f32 => kv_head_share;
     }
 }
 

@@ -71,6 +71,10 @@ pub struct KvLayout {
     /// One-shot prompt eviction's proxy queries (0: the policy's ranking) and random share.
     pub prompt_proxy: u32,
     pub prompt_random_share: f32,
+    /// Budgets per kv head: the share of a layer's slots that moves between its kv heads (0 for a
+    /// full cache), and the fewest slots a kv head of the smallest layer keeps.
+    pub head_share: f32,
+    pub min_head_budget: u32,
 }
 
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
@@ -370,6 +374,8 @@ impl Session {
             max_layer_budget: l.max_layer_budget,
             prompt_proxy: l.prompt_proxy,
             prompt_random_share: l.prompt_random_share,
+            head_share: l.head_share,
+            min_head_budget: l.min_head_budget,
         })
     }
 

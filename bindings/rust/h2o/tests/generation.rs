@@ -233,6 +233,45 @@ fn prompt_proxy_eviction_reads_a_prompt_longer_than_the_budget() {
 }
 
 #[test]
+fn head_budgets_read_a_prompt_longer_than_the_budget() {
+    let model = model_or_skip!();
+    // 80% of each layer's 32 slots move between its kv heads by their attention.
+    let params = SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Scissorhands).kv_head_share(0.8);
+    let prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park \
+                  with her friends. One day, she saw a big red ball under a tree and ran to get it.";
+    let n_prompt = model.tokenize(prompt, true).unwrap().len();
+    assert!(n_prompt >= 60, "the prompt has {n_prompt} tokens");
+    let mut texts = Vec::new();
+    for _ in 0..2 {
+        let mut session = Session::new(&model, &params).unwrap();
+        session.add_text(prompt, false).unwrap();
+        let layout = session.kv_layout().unwrap();
+        // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
+        assert_eq!((layout.budget, layout.head_share, layout.min_head_budget), (32, 0.8, 7));
+        let (text, reason) = collect(&mut session, " Then", &greedy(48).stop_at_eos(false));
+        assert_eq!(reason, StopReason::MaxTokens);
+        assert!(text.len() > 20, "too little text: {text:?}");
+        let stats = session.stats().unwrap();
+        assert!(stats.n_past as usize >= n_prompt + 47, "{stats:?}");
+        assert_eq!(stats.n_generated_tokens, 48);
+        texts.push(text);
+    }
+    // Generation from the same state gives the same text.
+    assert_eq!(texts[0], texts[1]);
+
+    // Out of range, a policy that gathers no statistics, and position rolling are refused.
+    for bad in [
+        params.kv_head_share(0.95),
+        SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Window).kv_head_share(0.5),
+        params.kv_head_share(0.5).position_rolling(true),
+    ] {
+        let err = Session::new(&model, &bad).err().unwrap();
+        assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
+        assert!(err.message().contains("kv_head_share"), "message: {}", err.message());
+    }
+}
+
+#[test]
 fn tokenize_and_detokenize_round_trip() {
     let model = model_or_skip!();
     let info = model.info();
@@ -240,7 +279,7 @@ fn tokenize_and_detokenize_round_trip() {
     assert_eq!(Some(tokens[0]), info.bos_token);
     assert_eq!(model.detokenize(&tokens).unwrap(), PROMPT);
     assert!(model.tokenize("", false).unwrap().is_empty());
-    assert!(h2o::version_matches(), "library {} is not ABI 0.4", h2o::version());
+    assert!(h2o::version_matches(), "library {} is not ABI 0.5", h2o::version());
 }
 
 #[test]
