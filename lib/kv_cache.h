@@ -5,8 +5,8 @@
 // rebalance_heads), what the last rebalancing gave it. A slot holds a key and a value vector and what
 // eviction needs: the token's stream index (-1 when free), its rotary position, its retention tag
 // (pinned flag and retention span: kv_policy_spec.h), and its attention statistics (kv_policy.h).
-// Memory is allocated once in init(); tokens take slots in place and nothing is ever compacted or
-// copied.
+// Memory is allocated once in init(); tokens take slots in place, and only rebalancing moves
+// kept slots (to their cells' new regions, between batches).
 #pragma once
 
 #include <cstdint>
@@ -110,11 +110,11 @@ public:
     HeadCounts counts(int layer, int kv_head) const {
         return {used_[head_index(layer, kv_head)], free_count_[head_index(layer, kv_head)]};
     }
-    // Sets what a device backend's cache holds; used and free_count must be within the layer's slots (the
-    // device's own state, not a file's: load() is what checks foreign data).
     // Sets each cell's region of one layer (n_head_kv sizes, each within min_cell_slots(layer) and
     // max_cell_slots(layer), summing to the layer's slots), as a device backend's cache has them.
     void set_cell_slots(int layer, const int32_t *slots);
+    // Sets what a device backend's cache holds; used and free_count must be within the cell's slots (the
+    // device's own state, not a file's: load() is what checks foreign data).
     void set_counts(int layer, int kv_head, HeadCounts counts) {
         used_[head_index(layer, kv_head)] = counts.used;
         free_count_[head_index(layer, kv_head)] = counts.free_count;
@@ -149,9 +149,9 @@ private:
     struct RebalanceScratch {
         std::vector<int64_t> candidates;    // layer slot offsets, max_slots() * n_head_kv
         std::vector<int64_t> destinations;  // as many: where move_to_regions puts each kept slot
-        std::vector<float> priority;      // by layer slot offset
-        std::vector<int32_t> span_held;   // n_head_kv * KV_MAX_SPANS
-        std::vector<int32_t> kept, slots;  // n_head_kv
+        std::vector<float> priority;        // by layer slot offset
+        std::vector<int32_t> span_held;     // n_head_kv * KV_MAX_SPANS
+        std::vector<int32_t> kept, slots;   // n_head_kv
     };
     void rotate_back(uint8_t *key, int shift, float *scratch);
     // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.

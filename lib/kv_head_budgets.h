@@ -4,7 +4,9 @@
 //
 // A layer of n_kv cells of B slots has n_kv * B slots in all, allocated once; with head_share s,
 // each cell keeps at least B - floor(s * B) of them (KvConfig::min_cell_slots) and the rest move.
-// Every `interval` tokens (kv_rebalance_interval), before a batch, while the cache is full:
+// Before each batch that starts at a multiple of `interval` stream tokens (kv_rebalance_interval;
+// Session::evaluate ends evicting batches there), in every layer whose cells cannot all take
+// `interval` more tokens:
 //   - the layer evicts, across all its cells at once, the tokens its policy values least (the
 //     smallest kv_victim_priority; stale tokens first; ties: the older, then the lower kv head),
 //     as many as the next `interval` tokens of every cell need beyond the layer's free slots.

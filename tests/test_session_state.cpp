@@ -99,6 +99,20 @@ void check_resumption(const std::string &path, h2o_session_params sp, float temp
     h2o_session_free(loaded);
 }
 
+// A loaded session has the saved one's settings and cache: saved again after `generated` greedy
+// tokens, its snapshot is the same bytes.
+void check_saved_again(const std::string &path, const h2o_session_params &sp, uint32_t generated) {
+    h2o_test::ApiSession original;
+    REQUIRE(original.open(path, sp));
+    generate(original.session, " Once upon a time there was a girl", generated, 0.0f);
+    const std::vector<uint8_t> snapshot = save(original.session);
+    h2o_session *loaded = nullptr;
+    REQUIRE_MESSAGE(h2o_session_load_from_buffer(original.model, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK,
+                    std::string(h2o_last_error()));
+    CHECK(save(loaded) == snapshot);
+    h2o_session_free(loaded);
+}
+
 TEST_CASE("session state: a loaded session continues exactly as the saved one, for every policy") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     for (uint32_t policy = 1; h2o_kv_policy_name(policy); ++policy) {
@@ -142,15 +156,7 @@ TEST_CASE("session state: one-shot prompt eviction's settings are saved and cont
             sp.kv_prompt_proxy = 6;
             sp.kv_prompt_random_share = rolling ? 0.3f : 0.0f;
             check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
-            // The loaded session has the settings: saved again, its snapshot is the same bytes.
-            h2o_test::ApiSession original;
-            REQUIRE(original.open(path, sp));
-            generate(original.session, " Once upon a time there was a girl", 30, 0.0f);
-            const std::vector<uint8_t> snapshot = save(original.session);
-            h2o_session *loaded = nullptr;
-            REQUIRE(h2o_session_load_from_buffer(original.model, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK);
-            CHECK(save(loaded) == snapshot);
-            h2o_session_free(loaded);
+            check_saved_again(path, sp, 30);
         }
     }
 }
@@ -165,15 +171,7 @@ TEST_CASE("session state: budgets per kv head (kv_head_share) are saved with eac
             sp.kv_head_share = 0.5f;
             sp.kv_layer_slope = slope;
             check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
-            h2o_test::ApiSession original;
-            REQUIRE(original.open(path, sp));
-            generate(original.session, " Once upon a time there was a girl", 60, 0.0f);
-            const std::vector<uint8_t> snapshot = save(original.session);
-            h2o_session *loaded = nullptr;
-            REQUIRE_MESSAGE(h2o_session_load_from_buffer(original.model, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK,
-                            std::string(h2o_last_error()));
-            CHECK(save(loaded) == snapshot);
-            h2o_session_free(loaded);
+            check_saved_again(path, sp, 60);
         }
     }
 }
