@@ -55,9 +55,13 @@ void KvCache::rebalance_layer(int layer, int64_t next_index, int incoming) {
         if (priority[a] != priority[b] || ia != ib) return kv_victim_before(priority[a], ia, priority[b], ib);
         return a < b;  // the same token in two cells: the lower kv head first
     };
-    std::sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates), before);
+    // Span minimums may pass over any number of candidates; without them the first `needed` in
+    // order are the victims.
+    const auto ranked = static_cast<std::ptrdiff_t>(any_span_minimum_ ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(needed)));
+    std::partial_sort(candidates.begin(), candidates.begin() + ranked, candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates), before);
+    std::vector<int64_t> &victims = rebalance_.destinations;  // layer offsets (move_to_regions reuses it)
     int64_t evicted = 0;
-    for (size_t i = 0; i < n_candidates && evicted < needed; ++i) {
+    for (size_t i = 0; i < static_cast<size_t>(ranked) && evicted < needed; ++i) {
         const int64_t offset = candidates[i];
         const size_t at = static_cast<size_t>(layer_first + offset);
         const uint32_t span = kv_tag_span(tags_[at]);
@@ -68,7 +72,7 @@ void KvCache::rebalance_layer(int layer, int64_t next_index, int incoming) {
         }
         stream_index_[at] = -1;
         tags_[at] = 0;
-        ++evicted;
+        victims[static_cast<size_t>(evicted++)] = offset;
     }
 
     // New regions: what each cell kept, at least its minimum, then the rest shared evenly.
@@ -82,8 +86,21 @@ void KvCache::rebalance_layer(int layer, int64_t next_index, int incoming) {
         given += slots[h];
     }
     const int64_t left = pool - given;
-    for (int h = 0; h < n_kv; ++h) slots[h] += static_cast<int32_t>(left / n_kv + (h < left % n_kv ? 1 : 0));
-    move_to_regions(layer, kept, slots);
+    bool resized = false;
+    for (int h = 0; h < n_kv; ++h) {
+        slots[h] += static_cast<int32_t>(left / n_kv + (h < left % n_kv ? 1 : 0));
+        resized |= slots[h] != cell_slots(layer, h);
+    }
+    if (resized) {
+        move_to_regions(layer, kept, slots);
+        return;
+    }
+    // The regions stay: the victims' slots are free in place, as make_room frees them.
+    for (int64_t i = 0; i < evicted; ++i) {
+        const int h = head_of(victims[static_cast<size_t>(i)]);
+        const auto slot = static_cast<int32_t>(layer_first + victims[static_cast<size_t>(i)] - static_cast<int64_t>(slot_base(layer, h)));
+        free_list_[slot_base(layer, h) + static_cast<size_t>(free_count_[head_index(layer, h)]++)] = slot;
+    }
 }
 
 void KvCache::move_slot(size_t from, size_t to) {

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "kv_cache.h"
-#include "kv_head_budgets.h"
 #include "kv_layer_budgets.h"
 #include "log.h"
 #include "utf8.h"
@@ -355,7 +354,6 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
     // count its own cached tokens. A batch that evicts must fit the smallest cell.
     const int64_t min_slots = kv_.min_slots(), max_slots = kv_.max_slots(), min_cell = kv_.min_cell_slots();
     const bool rebalancing = kv_.head_share > 0.0f;
-    const int64_t interval = kv_rebalance_interval(kv_);
     for (size_t done = 0; done < n;) {
         if (cancel_requested_.load(std::memory_order_relaxed)) {
             if (done > 0) finish_evaluation(tokens[done - 1]);
@@ -367,12 +365,11 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
         const bool evicting = n_cached_ + chunk > min_slots;
         if (evicting) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_cell - n_pinned_ - reserved) / 4));
-        // The heads' budgets move every `interval` stream tokens (kv_head_budgets.h): a batch that
-        // evicts ends at the next multiple, so the schedule depends on the stream alone.
-        if (rebalancing && n_past_ % interval == 0) {
-            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(interval)); !st.ok()) return backend_failed(st);
+        // With budgets per kv head, each layer makes room for the batch across its heads first
+        // (kv_head_budgets.h); until some layer must evict, every one has room.
+        if (rebalancing && evicting) {
+            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(chunk)); !st.ok()) return backend_failed(st);
         }
-        if (rebalancing && evicting) chunk = std::min<int64_t>(chunk, interval - n_past_ % interval);
         kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data());
         if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_.positions_per_layer(), static_cast<int>(chunk), n_past_, retention.tag());
             !st.ok()) {

@@ -271,13 +271,13 @@ private:
     static constexpr int kTileQueries = 8;
 
     struct AttentionScratch {
-        float *weight;        // [kTileQueries × max_slots]: a query's softmax weights
-        float *group_weight;  // [kTileQueries × max_slots]: a token's weights summed over its group
-        int32_t *unseen;      // [max_slots]: the slots some token of a tile does not see
-        SlotStats *partial;   // [n_head_kv × max_slots]
+        float *weight;        // [kTileQueries × max_cell_slots]: a query's softmax weights
+        float *group_weight;  // [kTileQueries × max_cell_slots]: a token's weights summed over its group
+        int32_t *unseen;      // [max_cell_slots]: the slots some token of a tile does not see
+        SlotStats *partial;   // [n_head_kv × max_cell_slots]
     };
     AttentionScratch attention_scratch(int thread) {
-        const size_t n_slots = static_cast<size_t>(kv_.config().max_slots());
+        const size_t n_slots = static_cast<size_t>(kv_.max_cell_slots());  // the stride create_kv allocated
         float *weights = attention_weights_.data() + 2 * kTileQueries * n_slots * thread;
         SlotStats *partial = partial_stats_.empty() ? nullptr : partial_stats_.data() + n_slots * kv_.config().n_head_kv * thread;
         return AttentionScratch{weights, weights + kTileQueries * n_slots, attention_slots_.data() + n_slots * thread, partial};

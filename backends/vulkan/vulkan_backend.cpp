@@ -1020,7 +1020,7 @@ Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
 }
 
 // The host's rule on a host copy: the cache comes down, is rebalanced and goes back up (a whole
-// cache's traffic each `interval` tokens; a device kernel for it is not written yet).
+// cache's traffic before every batch; a device kernel for it is not written yet).
 Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming) {
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
     H2O_TRY(cache_to_host(&rebalance_host_));

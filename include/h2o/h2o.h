@@ -443,11 +443,11 @@ typedef struct h2o_session_params {
      * kv_prompt_proxy > 0 (NACL's random eviction: tokens the proxy ignores may stay). Default 0. */
     float kv_prompt_random_share;
     /* Budgets per kv head (as Ada-KV, within the same memory; since 0.5), in [0, 0.9]: the share
-     * of each layer's slots that moves between its kv heads by their attention. Every quarter of
-     * the smallest head budget of stream tokens, a full layer evicts, across all its kv heads at
-     * once, the tokens its policy values least, and each head's region of the layer's slots is
-     * resized to what it kept plus an even share of the rest: heads whose attention is spread
-     * over many tokens keep more slots than heads that attend to few. Each head keeps at least
+     * of each layer's slots that moves between its kv heads by their attention. Before each batch
+     * (each token while generating), a layer that must evict does so across all its kv heads at
+     * once, taking the tokens its policy values least, and each head's region of the layer's
+     * slots is resized to what it kept plus an even share of the rest: heads whose attention is
+     * spread over many tokens keep more slots than heads that attend to few. Each head keeps at least
      * (1 - kv_head_share) of its layer's budget; pinned tokens and span minimums must fit there.
      * Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o),
      * not yet with position_rolling; ignored by a full cache. The CPU and Vulkan backends run it
