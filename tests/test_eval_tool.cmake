@@ -29,6 +29,22 @@ function(read_json line what)
   endforeach()
 endfunction()
 
+# Checks that the JSON lines of a chunk-mode run are the rows `expected` (policy/budget, in
+# order), each with `tokens` scored tokens and a plausible perplexity.
+function(check_rows lines what tokens_expected expected)
+  set(seen "")
+  foreach(line IN LISTS lines)
+    read_json("${line}" ${what} policy budget tokens ppl)
+    if(NOT tokens EQUAL tokens_expected OR NOT (ppl GREATER 1 AND ppl LESS 20))
+      message(FATAL_ERROR "${what}: ${policy}: expected ${tokens_expected} plausibly scored tokens: ${line}")
+    endif()
+    list(APPEND seen "${policy}/${budget}")
+  endforeach()
+  if(NOT seen STREQUAL "${expected}")
+    message(FATAL_ERROR "unexpected ${what} rows: ${seen}")
+  endif()
+endfunction()
+
 run_eval("" -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies full,h2o,window --json --quiet -t 1)
 if(NOT err STREQUAL "")
   message(FATAL_ERROR "h2o-eval --quiet wrote to stderr: ${err}")
@@ -99,17 +115,7 @@ endif()
 # queries while evicting; the other 64 scored.
 run_eval(--prompt -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies full,h2o --prompt 64
          --prompt-proxy 16 --prompt-random-share 0.1 --json --quiet -t 1)
-set(seen "")
-foreach(line IN LISTS lines)
-  read_json("${line}" prompt-protocol policy budget tokens ppl)
-  if(NOT tokens EQUAL 64 OR NOT (ppl GREATER 1 AND ppl LESS 20))
-    message(FATAL_ERROR "${policy}: expected 64 plausible scored tokens after the prompt: ${line}")
-  endif()
-  list(APPEND seen "${policy}/${budget}")
-endforeach()
-if(NOT seen STREQUAL "full/128;h2o/32")
-  message(FATAL_ERROR "unexpected prompt-protocol rows: ${seen}")
-endif()
+check_rows("${lines}" prompt-protocol 64 "full/128;h2o/32")
 execute_process(COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies window --prompt 64
                         --prompt-proxy 16 --quiet -t 1
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -120,17 +126,7 @@ endif()
 # Budgets per kv head for the policies that gather statistics; the window keeps its fixed budget
 # (the library would refuse the share for it).
 run_eval(--head-share -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies h2o,window --head-share 0.5 --json --quiet -t 1)
-set(seen "")
-foreach(line IN LISTS lines)
-  read_json("${line}" head-share policy budget tokens ppl)
-  if(NOT tokens EQUAL 127 OR NOT (ppl GREATER 1 AND ppl LESS 20))
-    message(FATAL_ERROR "${policy}: implausible with --head-share: ${line}")
-  endif()
-  list(APPEND seen "${policy}/${budget}")
-endforeach()
-if(NOT seen STREQUAL "h2o/32;window/32")
-  message(FATAL_ERROR "unexpected --head-share rows: ${seen}")
-endif()
+check_rows("${lines}" head-share 127 "h2o/32;window/32")
 
 # Retention mode: the two references and each configuration with the first passage pinned or not.
 run_eval(--retention -m ${MODEL} -f ${TEXT} --retention 40 --trials 2 --passage 12 --budgets 32 --policies window --json --quiet -t 1)
