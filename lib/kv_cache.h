@@ -66,7 +66,8 @@ public:
     // stream index next_index, evicts in every layer whose cells cannot all take them, across its
     // cells, the tokens its policy values least, then gives each cell a region that holds what it
     // kept plus a share of the free slots (at least KvConfig::min_cell_slots(layer)), moving the
-    // kept slots into the new regions in order. Nothing happens when head_share is 0.
+    // kept slots into the new regions in order (when no size changes, the victims' slots are
+    // freed in place instead). Nothing happens when head_share is 0.
     void rebalance_heads(int64_t next_index, int incoming);
 
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
