@@ -36,6 +36,8 @@ void usage(const h2o_generate_params &gen, const h2o_session_params &sp) {
                  "  --kv-recent N          protected recent window in tokens (default: the policy's share)\n"
                  "  --kv-prompt-proxy N    one-shot prompt eviction: a long prompt's victims by the attention\n"
                  "                         of the last N queries read (default 0: by the policy)\n"
+                 "  --kv-head-share S      share of each layer's slots that moves between its kv heads by\n"
+                 "                         their attention, in [0, 0.9] (default 0: fixed budgets)\n"
                  "  --rolling              position rolling: run past the model's context length\n"
                  "  --kv-type T            KV cache format: %s (default %s)\n"
                  "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
@@ -106,6 +108,7 @@ int main(int argc, char **argv) {
             if (!h2o_tools::parse_policy(name, &sp.kv_policy)) usage_error("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
         }
         else if (arg == "--kv-prompt-proxy") sp.kv_prompt_proxy = static_cast<uint32_t>(count(UINT32_MAX));
+        else if (arg == "--kv-head-share") sp.kv_head_share = static_cast<float>(real());  // the library checks its range
         else if (arg == "--rolling") sp.position_rolling = 1;
         else if (arg == "--kv-type") {
             const std::string name = text();
