@@ -306,7 +306,7 @@ TEST_CASE("kv_head_share: validation") {
     h2o_model_free(model);
 }
 
-TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and greedy text as the CPU") {
+TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as the CPU") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());
