@@ -598,10 +598,6 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
         return bad(std::string("kv_head_share needs a policy that gathers attention statistics (h2o, scissorhands, tova, roco, "
                                "mean_h2o), not ") + h2o::kv_policy_name(s.policy.policy));
     }
-    if (!never_evicts && p.kv_head_share > 0.0f && s.rolling) {
-        return bad("kv_head_share does not work with position_rolling yet (a layer's kv heads would hold different numbers of tokens, "
-                   "and rolling gives a layer's heads one rank per token)");
-    }
     s.kv_head_share = never_evicts ? 0.0f : p.kv_head_share;
     s.policy.seed = p.seed;
     s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();

@@ -104,18 +104,22 @@ struct KvConfig {
     // The policy of one layer's cells: the recent window is the same share of the layer's slots
     // as of n_slots; sinks and horizon are counted in stream tokens and stay as they are.
     KvPolicyConfig policy_in(int layer) const;
-    // Whether a batch's rotary positions differ between layers: with rolling, each layer's ranks
-    // count its own tokens (kv_batch_positions).
-    bool positions_per_layer() const { return rolling && !layer_slots.empty(); }
+    // Whether a batch's rotary positions differ between layers, and between a layer's kv heads:
+    // with rolling, each cell's ranks count its own tokens (kv_batch_positions), and the cells of
+    // a layer hold different numbers of them when their budgets move.
+    bool positions_per_kv_head() const { return rolling && head_share > 0.0f; }
+    bool positions_per_layer() const { return rolling && (!layer_slots.empty() || head_share > 0.0f); }
 };
 
 // The tokens of one batch are consecutive in the stream: token t has stream index
-// first_index + t and rotary position positions[t] (its rank in the cache when rolling).
+// first_index + t and rotary position positions[t] (its rank in the cache when rolling), or in
+// kv head h's cell positions[h * n_tokens + t] when positions_per_kv_head.
 struct AttentionBatch {
     int n_tokens = 0;
     int64_t first_index = 0;
-    Tensor positions;  // I32, one per token
+    Tensor positions;  // I32, one per token, or n_tokens per kv head
     uint8_t tag = 0;  // the batch's tokens' retention tag (kv_make_tag): pinned, retention span
+    bool positions_per_kv_head = false;
 };
 
 class Backend {
@@ -164,8 +168,9 @@ public:
         return Status::Ok();
     }
     // Rotates the first rope_dims of each head of q (n_head heads) and k (n_head_kv heads) in
-    // place, for the first n rows, by `positions` (I32).
-    virtual Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) = 0;
+    // place, for the first n rows, by `positions` (I32): n of them, or with per_kv_head n per kv
+    // head, kv head after kv head (a query head takes its kv head's).
+    virtual Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) = 0;
     // gate[t] = silu(gate[t]) * up[t].
     virtual Status swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
     // acc[t] += x[t].
@@ -188,9 +193,10 @@ public:
     // heads' budgets move (KvConfig::head_share). The downloads above give each cell that many.
     virtual Status download_kv_cell_slots(int32_t *out) = 0;
     // Moves slots between each layer's kv heads by their attention, for `incoming` more tokens
-    // from stream index next_index (KvCache::rebalance_heads, kv_head_budgets.h). Nothing when
-    // head_share is 0.
-    virtual Status rebalance_kv(int64_t next_index, int incoming) = 0;
+    // from stream index next_index (KvCache::rebalance_heads, kv_head_budgets.h), then copies each
+    // cell's tokens held and slots, [layer][kv head], to `held` and `slots` (what rolling ranks
+    // the batch by: kv_batch_positions). Nothing when head_share is 0.
+    virtual Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) = 0;
     // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
     // For tests and evaluation only.
     virtual Status download_kv_statistics(SlotStats *out) = 0;

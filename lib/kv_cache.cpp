@@ -267,19 +267,26 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         v.stream_index[s] = -1;
         free_list[free_count_[h]++] = s;
     }
-    if (config_.rolling && n_victims > 0) {
-        // Each kept token moves back one rank per evicted token that preceded it.
-        std::sort(evicted.begin(), evicted.begin() + n_victims);
-        for (int s = 0; s < used; ++s) {
-            if (v.stream_index[s] < 0) continue;
-            const int shift = static_cast<int>(std::lower_bound(evicted.begin(), evicted.begin() + n_victims,
-                                                                v.stream_index[s]) - evicted.begin());
-            if (shift == 0) continue;
-            v.position[s] -= shift;
-            rotate_back(v.keys + static_cast<size_t>(s) * key_row_bytes_, shift, scratch.key.data());
-        }
-    }
+    if (config_.rolling && n_victims > 0) roll_back_kept(v, used, evicted.data(), n_victims, scratch.key.data());
     return n_victims;
+}
+
+void KvCache::roll_back_kept(const HeadView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch) {
+    std::sort(evicted, evicted + n_evicted);
+    for (int s = 0; s < used; ++s) {
+        if (v.stream_index[s] < 0) continue;
+        const int shift = static_cast<int>(std::lower_bound(evicted, evicted + n_evicted, v.stream_index[s]) - evicted);
+        if (shift == 0) continue;
+        v.position[s] -= shift;
+        rotate_back(v.keys + static_cast<size_t>(s) * key_row_bytes_, shift, key_scratch);
+    }
+}
+
+void KvCache::cell_fill(int32_t *held, int32_t *slots) const {
+    for (size_t c = 0; c < used_.size(); ++c) {
+        if (held) held[c] = used_[c] - free_count_[c];
+        if (slots) slots[c] = cell_slots_[c];
+    }
 }
 
 // When the heads' budgets move (head_share > 0), first each layer's cell sizes. Then per

@@ -67,8 +67,12 @@ public:
     // cells, the tokens its policy values least, then gives each cell a region that holds what it
     // kept plus a share of the free slots (at least KvConfig::min_cell_slots(layer)), moving the
     // kept slots into the new regions in order (when no size changes, the victims' slots are
-    // freed in place instead). Nothing happens when head_share is 0.
+    // freed in place instead); with rolling, each cell's kept keys roll back past its victims as
+    // make_room's do. Nothing happens when head_share is 0.
     void rebalance_heads(int64_t next_index, int incoming);
+
+    // Each cell's tokens held and slots, [layer][kv head] (either may be null).
+    void cell_fill(int32_t *held, int32_t *slots) const;
 
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
     int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, uint8_t tag);
@@ -155,6 +159,9 @@ private:
         std::vector<int32_t> kept, slots;   // n_head_kv
     };
     void rotate_back(uint8_t *key, int shift, float *scratch);
+    // With rolling, after a cell lost the tokens evicted[0, n_evicted) (stream indices, sorted
+    // here): each kept token moves back one rank per evicted token that preceded it.
+    void roll_back_kept(const HeadView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch);
     // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.
     static void count_span_tokens(const HeadView &v, int used, EvictionScratch &scratch);
     // Whether the unpinned token in slot s may go now (its span, if any, holds more than its

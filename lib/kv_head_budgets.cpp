@@ -10,7 +10,7 @@
 namespace h2o {
 
 void KvCache::rebalance_heads(int64_t next_index, int incoming) {
-    if (config_.head_share <= 0.0f || config_.rolling || !kv_policy_uses_statistics(config_.policy.policy)) return;
+    if (config_.head_share <= 0.0f || !kv_policy_uses_statistics(config_.policy.policy)) return;
     for (int layer = 0; layer < config_.n_layer; ++layer) rebalance_layer(layer, next_index, incoming);
 }
 
@@ -70,9 +70,24 @@ void KvCache::rebalance_layer(int layer, int64_t next_index, int incoming) {
             if (!kv_span_allows_eviction(static_cast<uint32_t>(held_now), static_cast<uint32_t>(span_minimum_[span - 1]))) continue;
             --held_now;
         }
-        stream_index_[at] = -1;
-        tags_[at] = 0;
         victims[static_cast<size_t>(evicted++)] = offset;
+    }
+    // The victims leave; with rolling, each cell's kept keys roll back past its own victims.
+    for (int h = 0; h < n_kv; ++h) {
+        const int64_t cell_from = static_cast<int64_t>(slot_base(layer, h)) - layer_first, cell_to = cell_from + cell_slots(layer, h);
+        int64_t *cell_victims = scratch_[0].evicted.data();  // a cell's victims fit: max_cell_slots
+        int n_cell_victims = 0;
+        for (int64_t i = 0; i < evicted; ++i) {
+            const int64_t offset = victims[static_cast<size_t>(i)];
+            if (offset < cell_from || offset >= cell_to) continue;
+            const size_t at = static_cast<size_t>(layer_first + offset);
+            cell_victims[n_cell_victims++] = stream_index_[at];
+            stream_index_[at] = -1;
+            tags_[at] = 0;
+        }
+        if (config_.rolling && n_cell_victims > 0) {
+            roll_back_kept(head(layer, h), used_[head_index(layer, h)], cell_victims, n_cell_victims, scratch_[0].key.data());
+        }
     }
 
     // New regions: what each cell kept, at least its minimum, then the rest shared evenly.

@@ -18,8 +18,11 @@
 // Each cell then takes the batch within its region, evicting by the policy if it must (a cell
 // raised to its minimum may have fewer free slots than n). A head whose attention is spread over
 // many tokens keeps more of them than one that attends to few: the tokens the latter does not
-// attend to rank lowest in the layer. Needs a policy that gathers statistics; not yet with
-// rolling, whose rank positions would differ between a layer's heads.
+// attend to rank lowest in the layer. Needs a policy that gathers statistics.
+// With rolling, a cell's rotary positions are ranks among its own tokens: the victims' cells roll
+// their kept keys back as make_room does, and since a layer's cells then hold different numbers
+// of tokens, a batch's positions are given per cell (KvConfig::positions_per_kv_head,
+// kv_batch_positions from each cell's tokens held and slots after rebalancing).
 #pragma once
 
 #include "backend.h"

@@ -35,11 +35,18 @@ std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_
     return slots;
 }
 
-void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out) {
+void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out, const int32_t *cell_held,
+                        const int32_t *cell_slots) {
+    const int cells_per_layer = kv.positions_per_kv_head() ? kv.n_head_kv : 1;
     for (int layer = 0; layer < (kv.positions_per_layer() ? kv.n_layer : 1); ++layer) {
-        const int64_t slots = kv.slots_in(layer), cached = std::min(n_cached, slots);
-        const int64_t first_rank = cached - std::max<int64_t>(0, cached + n - slots);
-        for (int64_t i = 0; i < n; ++i) *out++ = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
+        for (int h = 0; h < cells_per_layer; ++h) {
+            const size_t cell = static_cast<size_t>(layer) * kv.n_head_kv + h;
+            const int64_t slots = cell_slots ? cell_slots[cell] : kv.slots_in(layer);
+            const int64_t cached = cell_held ? cell_held[cell] : std::min(n_cached, slots);
+            // make_room evicts what the batch needs beyond the cell's free slots.
+            const int64_t first_rank = cached - std::max<int64_t>(0, cached + n - slots);
+            for (int64_t i = 0; i < n; ++i) *out++ = static_cast<int32_t>(kv.rolling ? first_rank + i : n_past + i);
+        }
     }
 }
 

@@ -25,9 +25,13 @@ std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_
 
 // The rotary positions of a batch of n tokens whose first has stream index n_past, as
 // LlamaGraph::evaluate takes them: n positions, or n per layer, layer after layer, when
-// kv.positions_per_layer(). Without rolling they are stream positions; with it, each layer's
-// ranks once it has evicted room for the batch. n_cached: the tokens held by the layers with the
-// most slots (a layer with fewer holds min(n_cached, its slots)).
-void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out);
+// kv.positions_per_layer(), and within a layer n per kv head when kv.positions_per_kv_head().
+// Without rolling they are stream positions; with it, each cell's ranks once it has evicted
+// room for the batch. n_cached: the tokens held by the layers with the most slots (a layer with
+// fewer holds min(n_cached, its slots)). Once the heads' budgets have moved, cell_held and
+// cell_slots ([layer][kv head], from Backend::rebalance_kv) say what each cell holds instead;
+// null: every cell of a layer holds the same.
+void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out,
+                        const int32_t *cell_held = nullptr, const int32_t *cell_slots = nullptr);
 
 }  // namespace h2o

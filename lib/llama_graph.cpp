@@ -45,7 +45,7 @@ std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const Model
     const int64_t kv_dim = static_cast<int64_t>(s.head_dim) * s.n_head_kv;
     const int64_t n = max_batch;
     return {
-        {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n * s.n_layer},
+        {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n * s.n_layer * s.n_head_kv},
         {&LlamaGraph::x_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::xn_, TensorType::F32, s.n_embd, n},
         {&LlamaGraph::q_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::k_, TensorType::F32, kv_dim, n},
         {&LlamaGraph::v_, TensorType::F32, kv_dim, n},       {&LlamaGraph::attn_, TensorType::F32, s.n_embd, n},
@@ -66,13 +66,14 @@ Status LlamaGraph::alloc_activations() {
     return Status::Ok();
 }
 
-Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, bool positions_per_layer, int n, int64_t first_index,
-                            uint8_t tag) {
+Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, const KvConfig &kv, int n, int64_t first_index, uint8_t tag) {
     const ModelShape &s = model_.shape();
     Backend &be = backend_;
+    const bool per_layer = kv.positions_per_layer(), per_kv_head = kv.positions_per_kv_head();
+    const int64_t layer_positions = static_cast<int64_t>(n) * (per_kv_head ? s.n_head_kv : 1);
     H2O_TRY(be.upload(ids_, tokens, sizeof(int32_t) * n));
-    H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * n * (positions_per_layer ? s.n_layer : 1)));
-    AttentionBatch batch{n, first_index, positions_.slice_rows(0, n), tag};
+    H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * layer_positions * (per_layer ? s.n_layer : 1)));
+    AttentionBatch batch{n, first_index, positions_.slice_rows(0, layer_positions), tag, per_kv_head};
 
     H2O_TRY(be.get_rows(x_, token_embd_, ids_, n));
     for (int l = 0; l < s.n_layer; ++l) {
@@ -80,8 +81,8 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, boo
         H2O_TRY(be.rms_norm(xn_, x_, w.attn_norm, n, s.rms_eps));
         const Tensor qkv[] = {q_, k_, v_}, qkv_weights[] = {w.wq, w.wk, w.wv};
         H2O_TRY(be.matmuls(qkv, qkv_weights, 3, xn_, n));
-        if (positions_per_layer) batch.positions = positions_.slice_rows(static_cast<int64_t>(l) * n, n);
-        H2O_TRY(be.rope(q_, k_, batch.positions, n, s));
+        if (per_layer) batch.positions = positions_.slice_rows(l * layer_positions, layer_positions);
+        H2O_TRY(be.rope(q_, k_, batch.positions, n, s, per_kv_head));
         H2O_TRY(be.attention(attn_, q_, k_, v_, l, batch, s));
         H2O_TRY(be.matmul(proj_, w.wo, attn_, n));
         H2O_TRY(be.add(x_, proj_, n));

@@ -17,10 +17,11 @@ public:
 
     // Runs n (1..max_batch) tokens whose stream indices start at first_index, with rotary
     // positions `positions`, retention tag `tag` in the KV cache (kv_make_tag: pinned tokens are
-    // never evicted). positions holds n entries, or with positions_per_layer n per layer, layer
-    // after layer (rolling ranks differ between layers whose budgets differ). Afterwards
-    // download_logits copies the last token's logits to the host.
-    Status evaluate(const int32_t *tokens, const int32_t *positions, bool positions_per_layer, int n, int64_t first_index, uint8_t tag);
+    // never evicted). positions holds n entries, or as kv says (KvConfig::positions_per_layer,
+    // positions_per_kv_head; kv_batch_positions) n per layer, layer after layer, and within a
+    // layer n per kv head (rolling ranks differ between cells that hold different numbers of
+    // tokens). Afterwards download_logits copies the last token's logits to the host.
+    Status evaluate(const int32_t *tokens, const int32_t *positions, const KvConfig &kv, int n, int64_t first_index, uint8_t tag);
     Status download_logits(float *host_logits);
     // The index of the largest of the last token's logits (ties: the smallest), computed where
     // the logits are: greedy sampling reads back 4 bytes instead of the logits.
@@ -56,7 +57,7 @@ private:
 
     // Activations, max_batch rows each.
     Tensor ids_;               // I32
-    Tensor positions_;         // I32, max_batch per layer
+    Tensor positions_;         // I32, max_batch per (layer, kv head)
     Tensor x_, xn_;            // residual stream and its normalised copy [n_embd]
     Tensor q_, k_, v_, attn_;  // [n_embd], [kv_dim], [kv_dim], [n_embd]
     Tensor proj_;              // [n_embd]: output of attn_output / ffn_down before the residual add

@@ -102,7 +102,10 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     H2O_TRY(s->build());
     const ModelShape &shape = model.shape();
     s->logits_.assign(shape.n_vocab, 0.0f);
-    s->positions_.assign(static_cast<size_t>(settings.n_batch) * shape.n_layer, 0);
+    s->positions_.assign(static_cast<size_t>(settings.n_batch) * shape.n_layer * shape.n_head_kv, 0);
+    const size_t cells = s->kv_.positions_per_kv_head() ? static_cast<size_t>(shape.n_layer) * shape.n_head_kv : 0;
+    s->cell_held_.assign(cells, 0);
+    s->cell_slots_.assign(cells, 0);
     s->spans_.reserve(KV_MAX_SPANS);
     // A backend's own scratch is known only once it is made: check the whole again.
     const h2o_memory_report used = s->memory();
@@ -195,7 +198,7 @@ h2o_memory_report Session::memory() const {
     r.weight_bytes = model_.weight_bytes();
     r.kv_bytes = backend_->kv_bytes();
     r.scratch_bytes = backend_->allocated_bytes() - backend_->kv_bytes() + logits_.size() * sizeof(float) +
-                      positions_.size() * sizeof(int32_t);
+                      (positions_.size() + cell_held_.size() + cell_slots_.size()) * sizeof(int32_t);
     return r;
 }
 
@@ -367,12 +370,17 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         if (evicting) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_cell - n_pinned_ - reserved) / 4));
         // With budgets per kv head, each layer makes room for the batch across its heads first
         // (kv_head_budgets.h); until some layer must evict, every one has room.
-        if (rebalancing && evicting) {
-            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(chunk)); !st.ok()) return backend_failed(st);
+        // With rolling, each cell's ranks then follow from what it holds.
+        const bool cells_differ = rebalancing && evicting;
+        if (cells_differ) {
+            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(chunk), cell_held_.data(), cell_slots_.data()); !st.ok()) {
+                return backend_failed(st);
+            }
         }
-        kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data());
-        if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_.positions_per_layer(), static_cast<int>(chunk), n_past_, retention.tag());
-            !st.ok()) {
+        const bool by_cell = cells_differ && kv_.positions_per_kv_head();
+        kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), by_cell ? cell_held_.data() : nullptr,
+                           by_cell ? cell_slots_.data() : nullptr);
+        if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag()); !st.ok()) {
             return backend_failed(st);
         }
         n_past_ += chunk;

@@ -104,7 +104,7 @@ struct Backends {
 
 // A batch's rotary positions as Session computes them (kv_batch_positions).
 inline std::vector<int32_t> batch_positions(const h2o::KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n) {
-    std::vector<int32_t> p(static_cast<size_t>(n * (kv.positions_per_layer() ? kv.n_layer : 1)));
+    std::vector<int32_t> p(static_cast<size_t>(n * (kv.positions_per_layer() ? kv.n_layer : 1) * (kv.positions_per_kv_head() ? kv.n_head_kv : 1)));
     h2o::kv_batch_positions(kv, n_past, n_cached, n, p.data());
     return p;
 }
@@ -286,7 +286,7 @@ struct ModelRun {
             int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size() - done), graph->max_batch());
             if (n_cached + n > budget) n = std::max<int64_t>(1, std::min<int64_t>(n, budget / 4));
             const std::vector<int32_t> positions = batch_positions(kv, n_past, n_cached, n);
-            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), kv.positions_per_layer(), static_cast<int>(n), n_past, false).ok());
+            REQUIRE(graph->evaluate(tokens.data() + done, positions.data(), kv, static_cast<int>(n), n_past, false).ok());
             n_past += n;
             n_cached = std::min<int64_t>(n_cached + n, kv.max_slots());
             done += static_cast<size_t>(n);
@@ -334,16 +334,20 @@ inline void check_rope(Backends &b) {
     shape.n_embd = 64;
     for (int rope_dims : {16, 12}) {
         shape.rope_dims = rope_dims;
-        const std::vector<int32_t> positions = {0, 1, 2, 7, 100, 511, 4096, 30000, 65535, 1000000, 123456789};
+        // Then per kv head (rolling with budgets per kv head): kv head 1's positions reversed.
+        std::vector<int32_t> positions = {0, 1, 2, 7, 100, 511, 4096, 30000, 65535, 1000000, 123456789};
         const int n = static_cast<int>(positions.size());
-        const Twin pos = b.alloc(h2o::TensorType::I32, 1, n, positions.data());
-        const Twin q = b.floats(64, n, random_floats(64 * n, 8));
-        const Twin k = b.floats(32, n, random_floats(32 * n, 9));
-        REQUIRE(b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape).ok());
-        REQUIRE(b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape).ok());
-        INFO("rope_dims " << rope_dims);
-        CHECK(max_abs_diff(b.cpu_floats(q.cpu, 64 * n), b.gpu_floats(q.gpu, 64 * n)) <= 1e-6);
-        CHECK(max_abs_diff(b.cpu_floats(k.cpu, 32 * n), b.gpu_floats(k.gpu, 32 * n)) <= 1e-6);
+        for (const bool per_kv_head : {false, true}) {
+            if (per_kv_head) positions.insert(positions.end(), positions.rbegin(), positions.rbegin() + n);
+            const Twin pos = b.alloc(h2o::TensorType::I32, 1, static_cast<int64_t>(positions.size()), positions.data());
+            const Twin q = b.floats(64, n, random_floats(64 * n, 8));
+            const Twin k = b.floats(32, n, random_floats(32 * n, 9));
+            REQUIRE(b.cpu->rope(q.cpu, k.cpu, pos.cpu, n, shape, per_kv_head).ok());
+            REQUIRE(b.gpu->rope(q.gpu, k.gpu, pos.gpu, n, shape, per_kv_head).ok());
+            INFO("rope_dims " << rope_dims << ", per kv head " << per_kv_head);
+            CHECK(max_abs_diff(b.cpu_floats(q.cpu, 64 * n), b.gpu_floats(q.gpu, 64 * n)) <= 1e-6);
+            CHECK(max_abs_diff(b.cpu_floats(k.cpu, 32 * n), b.gpu_floats(k.gpu, 32 * n)) <= 1e-6);
+        }
     }
 }
 

@@ -162,7 +162,7 @@ TEST_CASE("cuda: the nvcc-compiled rotary rotation is the CPU backend's rope, bi
             REQUIRE(cpu->upload(q, q_in.data(), 64 * sizeof(float)).ok());
             REQUIRE(cpu->upload(k, k_in.data(), 32 * sizeof(float)).ok());
             REQUIRE(cpu->upload(pos, &position, sizeof position).ok());
-            REQUIRE(cpu->rope(q, k, pos, 1, shape).ok());
+            REQUIRE(cpu->rope(q, k, pos, 1, shape, false).ok());
             std::vector<float> q_cpu(64), k_cpu(32);
             REQUIRE(cpu->download(q, q_cpu.data(), 64 * sizeof(float)).ok());
             REQUIRE(cpu->download(k, k_cpu.data(), 32 * sizeof(float)).ok());

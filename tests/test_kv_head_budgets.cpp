@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -13,7 +14,10 @@
 #include "h2o/h2o.h"
 #include "kv_cache.h"
 #include "kv_head_budgets.h"
+#include "byte_io.h"
+#include "cpu/cpu_backend.h"
 #include "model.h"
+#include "rotary.h"
 #include "session.h"
 #include "session_util.h"
 #include "test_util.h"
@@ -26,9 +30,20 @@ namespace {
 // 12), H2O without a recent window. Both cells hold stream indices 0..7; a key's first element
 // names its cell and token. Head 0 attends to every token (accumulated 10 + i); head 1 to its
 // last two only (0.1 * i for the first six, 10 + i for 6 and 7).
+// With rolling, token i's key is rolled_key(h, i, i): stored rotated by its rank.
+std::array<float, 4> rolled_key(int h, int i, int rank) {
+    std::array<float, 4> key = {1.0f, 0.5f + h, 1.0f + i, 2.0f};
+    for (int pair = 0; pair < 2; ++pair) {
+        float c, s;
+        rotary_cos_sin(rank, rotary_inv_freq(10000.0f, pair, 4), &c, &s);
+        rotate_pair(&key[2 * pair], &key[2 * pair + 1], c, s);
+    }
+    return key;
+}
+
 struct TwoHeads {
     KvCache cache;
-    explicit TwoHeads(const uint8_t *tags = nullptr) {
+    explicit TwoHeads(const uint8_t *tags = nullptr, bool rolling = false) {
         KvConfig c;
         c.n_layer = 1;
         c.n_head_kv = 2;
@@ -37,13 +52,15 @@ struct TwoHeads {
         c.head_share = 0.5f;
         c.policy.policy = KvPolicy::H2O;
         c.rope_dims = 4;
+        c.rolling = rolling;
         REQUIRE(cache.init(c).ok());
         for (int h = 0; h < 2; ++h) {
             for (int i = 0; i < 8; ++i) {
                 const int s = cache.claim_slot(0, h, i, i, tags ? tags[i] : 0);
                 KvCache::HeadView v = cache.head(0, h);
-                const float key[4] = {static_cast<float>(100 * h + i), 0, 0, 0};
-                std::memcpy(v.keys + s * cache.key_row_bytes(), key, sizeof key);
+                std::array<float, 4> key = {static_cast<float>(100 * h + i), 0, 0, 0};
+                if (rolling) key = rolled_key(h, i, i);
+                std::memcpy(v.keys + s * cache.key_row_bytes(), key.data(), sizeof key);
                 v.stats[s].accumulated = h == 0 || i >= 6 ? 10.0f + i : 0.1f * i;
             }
         }
@@ -82,6 +99,30 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
         CHECK(t.cache.free_slots(0, 1) == 2);
         // The incoming tokens then take free slots without evicting.
         CHECK(t.cache.make_room(0, 1, 2, 8) == 0);
+    }
+    SUBCASE("with rolling, a cell's kept keys roll back past its own victims") {
+        TwoHeads t(nullptr, true);
+        t.cache.rebalance_heads(8, 2);
+        CHECK(t.held(1) == std::vector<int64_t>{4, 5, 6, 7, -1, -1});
+        // Head 1 lost 0..3: tokens 4..7 are ranks 0..3 now, keys rotated back by 4; head 0 lost
+        // nothing and keeps its ranks.
+        for (int h = 0; h < 2; ++h) {
+            const KvCache::HeadView v = t.cache.head(0, h);
+            for (int s = 0; s < t.cache.used(0, h); ++s) {
+                const int i = static_cast<int>(v.stream_index[s]), rank = h == 0 ? i : i - 4;
+                CHECK(v.position[s] == rank);
+                std::array<float, 4> key;
+                std::memcpy(key.data(), v.keys + s * t.cache.key_row_bytes(), sizeof key);
+                const std::array<float, 4> expected = rolled_key(h, i, rank);
+                for (int d = 0; d < 4; ++d) CHECK(key[d] == doctest::Approx(expected[d]).epsilon(1e-5));
+            }
+        }
+        int32_t held[2], slots[2];
+        t.cache.cell_fill(held, slots);
+        CHECK(held[0] == 8);
+        CHECK(held[1] == 4);
+        CHECK(slots[0] == 10);
+        CHECK(slots[1] == 6);
     }
     SUBCASE("pinned tokens stay; the victims are the next least attended") {
         uint8_t tags[8] = {};
@@ -152,6 +193,54 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
     }
 }
 
+TEST_CASE("rope with positions per kv head rotates each kv head and its query heads by their own positions") {
+    // 4 query heads on 2 kv heads: query heads 0 and 1 and kv head 0 take the first set of
+    // positions, query heads 2 and 3 and kv head 1 the second, exactly as a rope by each set alone.
+    ModelShape shape;
+    shape.n_head = 4;
+    shape.n_head_kv = 2;
+    shape.head_dim = 8;
+    shape.n_embd = 32;
+    shape.rope_dims = 8;
+    const int n = 3;
+    const std::vector<int32_t> first = {5, 6, 7}, second = {2, 3, 4};
+    std::vector<int32_t> both = first;
+    both.insert(both.end(), second.begin(), second.end());
+    auto cpu = make_cpu_backend(1, n);
+    auto rope = [&](const std::vector<int32_t> &positions, bool per_kv_head, std::vector<float> *q_out, std::vector<float> *k_out) {
+        Tensor q, k, pos;
+        REQUIRE(cpu->alloc(TensorType::F32, 32, n, &q).ok());
+        REQUIRE(cpu->alloc(TensorType::F32, 16, n, &k).ok());
+        REQUIRE(cpu->alloc(TensorType::I32, 1, static_cast<int64_t>(positions.size()), &pos).ok());
+        std::vector<float> q_in(32 * n), k_in(16 * n);
+        for (size_t i = 0; i < q_in.size(); ++i) q_in[i] = 0.01f * static_cast<float>(i) - 0.3f;
+        for (size_t i = 0; i < k_in.size(); ++i) k_in[i] = 0.5f - 0.02f * static_cast<float>(i);
+        REQUIRE(cpu->upload(q, q_in.data(), q_in.size() * sizeof(float)).ok());
+        REQUIRE(cpu->upload(k, k_in.data(), k_in.size() * sizeof(float)).ok());
+        REQUIRE(cpu->upload(pos, positions.data(), positions.size() * sizeof(int32_t)).ok());
+        REQUIRE(cpu->rope(q, k, pos, n, shape, per_kv_head).ok());
+        q_out->resize(q_in.size());
+        k_out->resize(k_in.size());
+        REQUIRE(cpu->download(q, q_out->data(), q_in.size() * sizeof(float)).ok());
+        REQUIRE(cpu->download(k, k_out->data(), k_in.size() * sizeof(float)).ok());
+    };
+    std::vector<float> q_both, k_both, q_first, k_first, q_second, k_second;
+    rope(both, true, &q_both, &k_both);
+    rope(first, false, &q_first, &k_first);
+    rope(second, false, &q_second, &k_second);
+    for (int t = 0; t < n; ++t) {
+        for (int d = 0; d < 32; ++d) {
+            const size_t at = static_cast<size_t>(t) * 32 + d;
+            CHECK(q_both[at] == (d < 16 ? q_first[at] : q_second[at]));
+        }
+        for (int d = 0; d < 16; ++d) {
+            const size_t at = static_cast<size_t>(t) * 16 + d;
+            CHECK(k_both[at] == (d < 8 ? k_first[at] : k_second[at]));
+        }
+    }
+    CHECK(q_first != q_second);
+}
+
 namespace {
 
 SessionSettings head_share_settings(const Model &model, float head_share, uint32_t backend) {
@@ -181,6 +270,32 @@ struct CacheView {
         REQUIRE(session.backend().download_kv_stream_indices(stream.data()).ok());
     }
 };
+
+// A host copy of a session's cache, through the snapshot form (it carries every slot's position).
+std::unique_ptr<KvCache> host_copy(Session &session, int64_t n_pinned) {
+    std::vector<uint8_t> bytes;
+    ByteWriter out(&bytes);
+    REQUIRE(session.backend().save_kv(out).ok());
+    auto host = std::make_unique<KvCache>();
+    REQUIRE(host->init(session.kv_config()).ok());
+    ByteReader in(bytes.data(), bytes.size());
+    REQUIRE(host->load(in, session.n_past(), 0, n_pinned, 0).ok());
+    return host;
+}
+
+// Every slot's rotary position (-1: free), cell after cell.
+std::vector<int32_t> cache_positions(Session &session) {
+    const std::unique_ptr<KvCache> host = host_copy(session, 0);
+    const KvConfig &kv = session.kv_config();
+    std::vector<int32_t> positions;
+    for (int l = 0; l < kv.n_layer; ++l) {
+        for (int h = 0; h < kv.n_head_kv; ++h) {
+            const KvCache::HeadView v = host->head(l, h);
+            for (int s = 0; s < host->cell_slots(l, h); ++s) positions.push_back(v.stream_index[s] >= 0 ? v.position[s] : -1);
+        }
+    }
+    return positions;
+}
 
 }  // namespace
 
@@ -235,6 +350,49 @@ TEST_CASE("kv_head_share on the real model: regions stay within bounds in the sa
           static_cast<size_t>(kv.n_head_kv) * kv.max_slots() * (2 * sizeof(int64_t) + sizeof(float)));
 }
 
+TEST_CASE("kv_head_share with rolling on the real model: every cell's positions are the ranks of its own tokens") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    for (const KvPolicy policy : {KvPolicy::Scissorhands, KvPolicy::H2O}) {
+        CAPTURE(static_cast<int>(policy));
+        SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);
+        settings.policy.policy = policy;
+        settings.rolling = true;
+        settings.n_ctx = 256;
+        settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
+        std::unique_ptr<Session> session;
+        REQUIRE(Session::create(*model, settings, &session).ok());
+        REQUIRE(session->add_text("Lily had a ball.", /*pinned=*/true).ok());
+        const int64_t pinned = session->n_past();
+        // Past the session's context: positions must stay ranks for the stream to go on.
+        REQUIRE(session->generate(" Once upon a time", h2o_test::greedy(600), nullptr, nullptr).ok());
+        REQUIRE(session->n_past() > settings.n_ctx);
+        const KvConfig &kv = session->kv_config();
+        const std::unique_ptr<KvCache> copy = host_copy(*session, pinned);
+        KvCache &host = *copy;
+        bool sizes_differ = false;
+        for (int l = 0; l < kv.n_layer; ++l) {
+            for (int h = 0; h < kv.n_head_kv; ++h) {
+                CAPTURE(l);
+                CAPTURE(h);
+                sizes_differ |= host.cell_slots(l, h) != kv.slots_in(l);
+                const KvCache::HeadView v = host.head(l, h);
+                std::vector<std::pair<int64_t, int32_t>> held;  // (stream index, position)
+                for (int s = 0; s < host.used(l, h); ++s) {
+                    if (v.stream_index[s] >= 0) held.emplace_back(v.stream_index[s], v.position[s]);
+                }
+                std::sort(held.begin(), held.end());
+                REQUIRE(held.size() > static_cast<size_t>(pinned));
+                for (size_t r = 0; r < held.size(); ++r) CHECK(held[r].second == static_cast<int32_t>(r));
+                CHECK(held.back().first == session->n_past() - 1);
+                CHECK(held[static_cast<size_t>(pinned) - 1].first == pinned - 1);
+            }
+        }
+        CHECK(sizes_differ);
+    }
+}
+
 TEST_CASE("kv_head_share: until a cell must evict, a prompt's logits and statistics are those of fixed budgets, bit for bit") {
     // The cells may grow to max_cell_slots, so the backends' per-cell scratch is laid out by it: a
     // batch of many queries fills every row of it.
@@ -285,8 +443,6 @@ TEST_CASE("kv_head_share: validation") {
     CHECK(create(H2O_KV_SCISSORHANDS, -0.1f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(create(H2O_KV_WINDOW, 0.5f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(std::string(h2o_last_error()).find("statistics") != std::string::npos);
-    CHECK(create(H2O_KV_SCISSORHANDS, 0.5f, 1, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(std::string(h2o_last_error()).find("position_rolling") != std::string::npos);
     // A full cache ignores it.
     REQUIRE(create(H2O_KV_SCISSORHANDS, 0.5f, 0, 0, &session) == H2O_OK);
     h2o_kv_layout layout;
@@ -316,11 +472,15 @@ TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as th
     // sooner than H2O's and RoCo's sums; ranking across a layer's heads compares more pairs). The
     // prompt and the first 16 tokens, with a rebalancing before each, are compared here; the
     // snapshot tests continue a Vulkan session's rebalanced cache on the CPU.
+    // Each policy with stream positions and with rolling ones.
+    for (const bool rolling : {false, true})
     for (KvPolicy policy : {KvPolicy::RoCo, KvPolicy::H2O}) {
         const std::string name = kv_policy_name(policy);
         CAPTURE(name);
+        CAPTURE(rolling);
         SessionSettings settings = head_share_settings(*model, 0.75f, H2O_BACKEND_VULKAN);
         settings.policy.policy = policy;
+        settings.rolling = rolling;
         settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
         settings.policy.horizon = 0;  // stale tokens, evicted first, leave the cells' shares even
         std::unique_ptr<Session> gpu = h2o_test::session_or_skip(*model, settings);
@@ -348,6 +508,7 @@ TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as th
                          << c.stream[first_difference]);
         CHECK(g.stream == c.stream);
         const KvConfig &kv = cpu->kv_config();
+        CHECK(cache_positions(*gpu) == cache_positions(*cpu));
         bool moved = false;
         for (size_t i = 0; i < c.cell_slots.size(); ++i) moved |= c.cell_slots[i] != kv.slots_in(static_cast<int>(i / kv.n_head_kv));
         CHECK(moved);

@@ -165,9 +165,12 @@ TEST_CASE("session state: budgets per kv head (kv_head_share) are saved with eac
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}, uint32_t{H2O_KV_ROCO}}) {
         for (float slope : {0.0f, 0.25f}) {  // the smallest layer's heads keep at least 12 slots: room for the pins
+            // Rolling for one policy in two: each cell's positions are its own ranks.
+            const int rolling = policy == H2O_KV_H2O ? 0 : 1;
             CAPTURE(h2o_kv_policy_name(policy));
             CAPTURE(slope);
-            h2o_session_params sp = small_session(policy, 0, H2O_KV_TYPE_F16);
+            CAPTURE(rolling);
+            h2o_session_params sp = small_session(policy, rolling, H2O_KV_TYPE_F16);
             sp.kv_head_share = 0.5f;
             sp.kv_layer_slope = slope;
             check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
@@ -218,10 +221,13 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
     one_shot.kv_prompt_random_share = 0.3f;
     check_resumption(path, one_shot, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
     // Budgets per kv head: the device's cell regions travel with the snapshot, both ways.
-    h2o_session_params per_head = small_session(H2O_KV_SCISSORHANDS, 0, H2O_KV_TYPE_F16);
-    per_head.kv_head_share = 0.5f;
-    check_resumption(path, per_head, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
-    check_resumption(path, per_head, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
+    for (int rolling : {0, 1}) {
+        CAPTURE(rolling);
+        h2o_session_params per_head = small_session(H2O_KV_SCISSORHANDS, rolling, H2O_KV_TYPE_F16);
+        per_head.kv_head_share = 0.5f;
+        check_resumption(path, per_head, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
+        check_resumption(path, per_head, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
+    }
 }
 
 TEST_CASE("session state: a fresh process continues a saved session exactly") {

@@ -116,26 +116,31 @@ public:
         return Status::Ok();
     }
 
-    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override {
+    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) override {
         H2O_TRY(injected_fault());
         const int32_t *pos = host<const int32_t>(positions);
-        const int half = shape.rope_dims / 2;
-        for (int t = 0; t < n; ++t) {
-            // The GGUF Llama convention rotates adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/d).
-            for (int i = 0; i < half; ++i) {
-                // Angles in double precision: positions reach tens of thousands, where float angles
-                // would lose the low bits that distinguish neighbouring positions.
-                // (rotary.h: the one implementation, shared with the KV cache and the CUDA kernels)
-                float c, s;
-                rotary_cos_sin(pos[t], rotary_inv_freq(shape.rope_freq_base, i, shape.rope_dims), &c, &s);
-                auto rotate = [&](float *x, int heads) {
-                    for (int h = 0; h < heads; ++h) {
-                        float *p = x + h * shape.head_dim + 2 * i;
-                        rotate_pair(&p[0], &p[1], c, s);
-                    }
-                };
-                rotate(host<float>(q) + t * q.cols, shape.n_head);
-                rotate(host<float>(k) + t * k.cols, shape.n_head_kv);
+        const int half = shape.rope_dims / 2, group = shape.n_head / shape.n_head_kv;
+        // Each kv head's positions (all the same set unless per_kv_head); its query heads share them.
+        const int sets = per_kv_head ? shape.n_head_kv : 1;
+        for (int set = 0; set < sets; ++set) {
+            const int first_kv = per_kv_head ? set : 0, end_kv = per_kv_head ? set + 1 : shape.n_head_kv;
+            for (int t = 0; t < n; ++t) {
+                // The GGUF Llama convention rotates adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/d).
+                for (int i = 0; i < half; ++i) {
+                    // Angles in double precision: positions reach tens of thousands, where float angles
+                    // would lose the low bits that distinguish neighbouring positions.
+                    // (rotary.h: the one implementation, shared with the KV cache and the CUDA kernels)
+                    float c, s;
+                    rotary_cos_sin(pos[set * n + t], rotary_inv_freq(shape.rope_freq_base, i, shape.rope_dims), &c, &s);
+                    auto rotate = [&](float *x, int first_head, int end_head) {
+                        for (int h = first_head; h < end_head; ++h) {
+                            float *p = x + h * shape.head_dim + 2 * i;
+                            rotate_pair(&p[0], &p[1], c, s);
+                        }
+                    };
+                    rotate(host<float>(q) + t * q.cols, first_kv * group, end_kv * group);
+                    rotate(host<float>(k) + t * k.cols, first_kv, end_kv);
+                }
             }
         }
         return Status::Ok();
@@ -246,8 +251,9 @@ public:
         return Status::Ok();
     }
 
-    Status rebalance_kv(int64_t next_index, int incoming) override {
+    Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) override {
         kv_.rebalance_heads(next_index, incoming);
+        kv_.cell_fill(held, slots);
         return Status::Ok();
     }
 
@@ -327,7 +333,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
         kv_.make_room(layer, h, n, batch.first_index, thread);
         KvCache::HeadView view = kv_.head(layer, h);
         for (int t = 0; t < n; ++t) {
-            const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[t], batch.tag);
+            const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[batch.positions_per_kv_head ? h * n + t : t], batch.tag);
             store_row(key_format, host<const float>(k) + t * k.cols + h * hd, view.keys + slot * key_row);
             store_row(value_format, host<const float>(v) + t * v.cols + h * hd, view.values + slot * value_row);
         }

@@ -93,15 +93,17 @@ __global__ void matmul_kernel(float *out, int64_t out_cols, const uint8_t *weigh
     }
 }
 
-__global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, const int32_t *positions, const double *inv_freq,
-                            int pairs, int head_dim, int n_head, int n_head_kv) {
+// pos_head_stride: 0, one position per token; n, n per kv head (a query head takes its kv head's).
+__global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, const int32_t *positions, int pos_head_stride,
+                            const double *inv_freq, int pairs, int head_dim, int n_head, int n_head_kv) {
     const int t = blockIdx.x;
     const int total = (n_head + n_head_kv) * pairs;
     for (int u = threadIdx.x; u < total; u += blockDim.x) {
         const int head = u / pairs, i = u % pairs;
         float *p = head < n_head ? q + t * q_cols + head * head_dim : k + t * k_cols + (head - n_head) * head_dim;
+        const int kv_head = head < n_head ? head / (n_head / n_head_kv) : head - n_head;
         float c, s;
-        rotary_cos_sin(positions[t], inv_freq[i], &c, &s);
+        rotary_cos_sin(positions[kv_head * pos_head_stride + t], inv_freq[i], &c, &s);
         rotate_pair(&p[2 * i], &p[2 * i + 1], c, s);
     }
 }
@@ -643,14 +645,14 @@ public:
         return launched("matmul");
     }
 
-    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override {
+    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) override {
         H2O_TRY(failed_);
         if (n <= 0 || shape.rope_dims < 2) return Status::Ok();
         const double *inv_freq = nullptr;
         H2O_TRY(rope_table(shape.rope_freq_base, shape.rope_dims, &inv_freq));
         rope_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(q), q.cols, device_ptr<float>(k), k.cols,
-                                               device_ptr<const int32_t>(positions), inv_freq, shape.rope_dims / 2, shape.head_dim,
-                                               shape.n_head, shape.n_head_kv);
+                                               device_ptr<const int32_t>(positions), per_kv_head ? n : 0, inv_freq, shape.rope_dims / 2,
+                                               shape.head_dim, shape.n_head, shape.n_head_kv);
         return launched("rope");
     }
 
@@ -701,7 +703,7 @@ public:
         return Status::Ok();
     }
     // Budgets never move here (cuda_runs_kv refuses head_share).
-    Status rebalance_kv(int64_t, int) override { return failed_; }
+    Status rebalance_kv(int64_t, int, int32_t *, int32_t *) override { return failed_; }
     Status download_kv_tags(uint8_t *out) override {
         H2O_TRY(failed_);
         if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");

@@ -141,6 +141,7 @@ struct MatmulPush {
 };
 struct RopePush {
     uint32_t q_off, k_off, pos_off, table_off, n_head, n_head_kv, head_dim, pairs, n, q_stride, k_stride;
+    uint32_t pos_head_stride;  // 0: one position per token; n: n per kv head, kv head after kv head
 };
 struct ElementwisePush {
     uint32_t a_off, b_off, count;
@@ -152,12 +153,12 @@ struct KvClaimPush {
     uint32_t meta_off, n_cells, n_slots, n_kv, max_batch;
     uint32_t first_slot, total_slots;
     uint32_t layer, head_dim, n, tag, policy, sinks, pairs;
-    uint32_t flags;    // kKvClaimRolling | kKvClaimByProxy
+    uint32_t flags;    // kKvClaimRolling | kKvClaimByProxy | kKvClaimPositionsPerKvHead
     uint32_t formats;  // key format | value format << 8
     float prompt_share;
     uint32_t prompt_seed;
 };
-constexpr uint32_t kKvClaimRolling = 1, kKvClaimByProxy = 2;
+constexpr uint32_t kKvClaimRolling = 1, kKvClaimByProxy = 2, kKvClaimPositionsPerKvHead = 4;
 struct AttentionPush {
     uint32_t first_index[2];
     uint32_t q_off, q_stride, out_off, out_stride;
@@ -233,7 +234,7 @@ public:
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
     Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
     Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override;
-    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) override;
+    Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) override;
     Status swiglu(const Tensor &gate, const Tensor &up, int n) override;
     Status add(const Tensor &acc, const Tensor &x, int n) override;
     Status argmax(const Tensor &out, const Tensor &in, int n) override;
@@ -246,7 +247,7 @@ public:
     Status download_kv_statistics(SlotStats *out) override;
     Status download_kv_tags(uint8_t *out) override;
     Status download_kv_cell_slots(int32_t *out) override;
-    Status rebalance_kv(int64_t next_index, int incoming) override;
+    Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) override;
     Status set_kv_span_minimums(const int32_t *minimums) override;
     // Snapshots go through a host KvCache, whose save/load define the format and check it.
     Status save_kv(ByteWriter &out) override;
@@ -892,7 +893,7 @@ void VulkanBackend::ensure_rope_table(int slot, int rope_dims, float base) {
     rope_base_[slot] = base;
 }
 
-Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape) {
+Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) {
     const int pairs = shape.rope_dims / 2;
     if (failed() || n <= 0 || pairs <= 0) return error_;
     if (pairs > static_cast<int>(kRopeTablePairs)) {
@@ -907,7 +908,8 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
     const Bound bt = bind(rope_table_, false);
     const RopePush push{bq.word, bk.word, bp.word, bt.word / 2, static_cast<uint32_t>(shape.n_head),
                         static_cast<uint32_t>(shape.n_head_kv), static_cast<uint32_t>(shape.head_dim), static_cast<uint32_t>(pairs),
-                        static_cast<uint32_t>(n), static_cast<uint32_t>(q.cols), static_cast<uint32_t>(k.cols)};
+                        static_cast<uint32_t>(n), static_cast<uint32_t>(q.cols), static_cast<uint32_t>(k.cols),
+                        per_kv_head ? static_cast<uint32_t>(n) : 0u};
     uint32_t gx, gy;
     grid_1d(static_cast<uint64_t>(n) * (shape.n_head + shape.n_head_kv) * pairs, kRopeGroup, &gx, &gy);
     dispatch("rope", {bq, bk, bp, bt}, &push, sizeof push, gx, gy);
@@ -1021,10 +1023,11 @@ Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
 
 // The host's rule on a host copy: the cache comes down, is rebalanced and goes back up (a whole
 // cache's traffic before every batch; a device kernel for it is not written yet).
-Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming) {
+Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) {
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
     H2O_TRY(cache_to_host(&rebalance_host_));
     rebalance_host_.rebalance_heads(next_index, incoming);
+    rebalance_host_.cell_fill(held, slots);
     return cache_from_host(rebalance_host_);
 }
 
@@ -1217,7 +1220,8 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.policy = static_cast<uint32_t>(policy.policy);
         push.sinks = static_cast<uint32_t>(std::max(0, policy.sinks));
         push.pairs = static_cast<uint32_t>(kv_.rope_dims / 2);
-        push.flags = (kv_.rolling ? kKvClaimRolling : 0) | (kv_ranks_by_proxy(policy, n) ? kKvClaimByProxy : 0);
+        push.flags = (kv_.rolling ? kKvClaimRolling : 0) | (kv_ranks_by_proxy(policy, n) ? kKvClaimByProxy : 0) |
+                     (batch.positions_per_kv_head ? kKvClaimPositionsPerKvHead : 0);
         push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
         push.prompt_share = policy.prompt_random_share;
         push.prompt_seed = kv_prompt_seed(policy);

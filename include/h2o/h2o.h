@@ -72,7 +72,7 @@ extern "C" {
 
 #define H2O_VERSION_MAJOR 0
 #define H2O_VERSION_MINOR 5
-#define H2O_VERSION_PATCH 0
+#define H2O_VERSION_PATCH 1
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
 
 /* The library's version as "MAJOR.MINOR.PATCH". Compare h2o_version_number() with
@@ -449,9 +449,10 @@ typedef struct h2o_session_params {
      * slots is resized to what it kept plus an even share of the rest: heads whose attention is
      * spread over many tokens keep more slots than heads that attend to few. Each head keeps at least
      * (1 - kv_head_share) of its layer's budget; pinned tokens and span minimums must fit there.
-     * Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o),
-     * not yet with position_rolling; ignored by a full cache. The CPU and Vulkan backends run it
-     * (the CUDA backend refuses it). Default 0: every head its layer's budget. */
+     * Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o);
+     * ignored by a full cache. With position_rolling (since 0.5.1), each head's rotary positions
+     * are ranks among its own tokens. The CPU and Vulkan backends run it (the CUDA backend refuses
+     * it). Default 0: every head its layer's budget. */
     float kv_head_share;
 } h2o_session_params;
 

@@ -36,13 +36,14 @@ layout(push_constant) uniform Params {
     uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: the most a cell of this layer holds
     uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
     uint layer, head_dim, n, tag, policy, sinks, pairs;
-    uint flags;    // FLAG_ROLLING, FLAG_BY_PROXY (kv_ranks_by_proxy)
+    uint flags;    // FLAG_ROLLING, FLAG_BY_PROXY (kv_ranks_by_proxy), FLAG_POSITIONS_PER_KV_HEAD
     uint formats;  // KvRowFormat of keys | of values << 8
     float prompt_share;  // kv_prompt_random_factor's share and seed
     uint prompt_seed;
 } p;
 
-const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u;
+// FLAG_POSITIONS_PER_KV_HEAD: positions holds n per kv head, kv head after kv head (AttentionBatch).
+const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u, FLAG_POSITIONS_PER_KV_HEAD = 4u;
 #define KEY_FORMAT (p.formats & 0xFFu)
 #define VALUE_FORMAT (p.formats >> 8)
 
@@ -386,7 +387,8 @@ void claim_and_store(uint cell, uint h) {
             meta[L.batch_slot + h * p.max_batch + t] = slot;
             const uint at = base + slot;
             set_stream(at, stream_add(p.first_index, t));
-            meta[L.position + at] = uint(positions[p.pos_off + t]);
+            const uint head_positions = (p.flags & FLAG_POSITIONS_PER_KV_HEAD) != 0u ? h * p.n : 0u;
+            meta[L.position + at] = uint(positions[p.pos_off + head_positions + t]);
             meta[L.tag + at] = p.tag;
             for (uint k = 0u; k < 5u; ++k) meta[L.stats + 5u * at + k] = 0u;  // kv_stats_zero()
         }

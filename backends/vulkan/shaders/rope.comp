@@ -3,8 +3,8 @@
 #include "common.glsl"
 
 // Rotates the leading rope_dims of every head of q and k in place, adjacent pairs (x[2i], x[2i+1])
-// by positions[t] * base^(-2i/rope_dims) (the GGUF Llama convention). One invocation per
-// (token, head of q then k, pair).
+// by positions[t] * base^(-2i/rope_dims) (the GGUF Llama convention); with pos_head_stride, by
+// the position of token t in the head's kv head. One invocation per (token, head of q then k, pair).
 
 #define WG 64
 layout(local_size_x = WG) in;
@@ -26,6 +26,7 @@ layout(push_constant) uniform Params {
     uint n;
     uint q_stride;   // floats per token row
     uint k_stride;
+    uint pos_head_stride;  // 0: one position per token; n: n per kv head, kv head after kv head
 } p;
 
 #include "rotary.glsl"
@@ -35,7 +36,9 @@ void main() {
     const uint heads = p.n_head + p.n_head_kv;
     if (i >= p.n * heads * p.pairs) return;
     const uint pair = i % p.pairs, head = (i / p.pairs) % heads, t = i / (p.pairs * heads);
-    const vec2 cs = rotary_cos_sin(positions[p.pos_off + t], turn_fractions[p.table_off + pair]);
+    // A query head takes its kv head's positions.
+    const uint kv_head = head < p.n_head ? head / (p.n_head / p.n_head_kv) : head - p.n_head;
+    const vec2 cs = rotary_cos_sin(positions[p.pos_off + kv_head * p.pos_head_stride + t], turn_fractions[p.table_off + pair]);
     if (head < p.n_head) {
         const uint at = p.q_off + t * p.q_stride + head * p.head_dim + 2u * pair;
         const vec2 r = rotate_pair(vec2(q[at], q[at + 1u]), cs);

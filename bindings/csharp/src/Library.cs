@@ -7,7 +7,7 @@ namespace H2o
     /// has no API to choose a library path at run time.</summary>
     public static class Library
     {
-        /// <summary>The library's version, e.g. "0.5.0".</summary>
+        /// <summary>The library's version, e.g. "0.5.1".</summary>
         public static string Version => Utf8.FromNative(Native.h2o_version());
 
         /// <summary>The ABI these bindings were written for: 0.5.</summary>

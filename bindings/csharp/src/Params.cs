@@ -61,7 +61,8 @@ namespace H2o
         /// <summary>Budgets per kv head (as Ada-KV, the same memory), in [0, 0.9]: the share of each
         /// layer's slots that moves between its kv heads by their attention; each head keeps at least
         /// (1 - share) of its layer's budget. Only with the policies that gather statistics (h2o,
-        /// scissorhands, tova, roco, mean_h2o), not with PositionRolling; 0: every head its layer's budget.</summary>
+        /// scissorhands, tova, roco, mean_h2o); with PositionRolling (since 0.5.1) each head's positions
+        /// are ranks among its own tokens; 0: every head its layer's budget.</summary>
         public float KvHeadShare { get => Raw.kv_head_share; set => Raw.kv_head_share = value; }
         /// <summary>H2O_KV_HORIZON_NONE: heavy hitters are kept however far back they lie.</summary>
         public const uint KvHorizonNone = 0xFFFFFFFFu;

@@ -209,36 +209,39 @@ namespace H2o.Tests
             {
                 int nPrompt = model.Tokenize(prompt, true).Length;
                 Assert.True(nPrompt >= 60, "the prompt has " + nPrompt + " tokens");
-                var texts = new string[2];
-                for (int i = 0; i < 2; i++)
+                // With stream positions and with rolling ones (each head's ranks among its own tokens).
+                foreach (bool rolling in new[] { false, true })
                 {
-                    using (var session = new Session(model, heads()))
+                    var texts = new string[2];
+                    for (int i = 0; i < 2; i++)
                     {
-                        session.AddText(prompt);
-                        var layout = session.KvLayout;
-                        Assert.Equal(32u, layout.Budget, "layout's budget");
-                        Assert.Equal(0.8f, layout.HeadShare, "layout's head share");
-                        // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
-                        Assert.Equal(7u, layout.MinHeadBudget, "layout's smallest head budget");
-                        var p = Greedy(48);
-                        p.StopAtEos = false;
-                        texts[i] = Collect(session, " Then", p);
-                        Assert.True(texts[i].Length > 20, "too little text: " + texts[i]);
-                        Assert.Equal(StopReason.MaxTokens, session.Stats.StopReason);
-                        Assert.True(session.Stats.NPast >= (ulong)(nPrompt + 47), "stream length " + session.Stats.NPast);
-                        Assert.Equal(48u, session.Stats.NGeneratedTokens, "generated tokens");
+                        var sp = heads();
+                        sp.PositionRolling = rolling;
+                        using (var session = new Session(model, sp))
+                        {
+                            session.AddText(prompt);
+                            var layout = session.KvLayout;
+                            Assert.Equal(32u, layout.Budget, "layout's budget");
+                            Assert.Equal(0.8f, layout.HeadShare, "layout's head share");
+                            // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
+                            Assert.Equal(7u, layout.MinHeadBudget, "layout's smallest head budget");
+                            var p = Greedy(48);
+                            p.StopAtEos = false;
+                            texts[i] = Collect(session, " Then", p);
+                            Assert.True(texts[i].Length > 20, "too little text: " + texts[i]);
+                            Assert.Equal(StopReason.MaxTokens, session.Stats.StopReason);
+                            Assert.True(session.Stats.NPast >= (ulong)(nPrompt + 47), "stream length " + session.Stats.NPast);
+                            Assert.Equal(48u, session.Stats.NGeneratedTokens, "generated tokens");
+                        }
                     }
+                    Assert.Equal(texts[0], texts[1], "generation from the same state gives the same text, rolling " + rolling);
                 }
-                Assert.Equal(texts[0], texts[1], "generation from the same state gives the same text");
 
-                // Out of range, a policy that gathers no statistics, and position rolling are refused.
+                // Out of range and a policy that gathers no statistics are refused.
                 var tooMuch = heads();
                 tooMuch.KvHeadShare = 0.95f;
                 var window = new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Window, KvHeadShare = 0.5f };
-                var rolling = heads();
-                rolling.KvHeadShare = 0.5f;
-                rolling.PositionRolling = true;
-                foreach (var bad in new[] { tooMuch, window, rolling })
+                foreach (var bad in new[] { tooMuch, window })
                 {
                     var e = Assert.H2oError(Status.InvalidArgument, () => new Session(model, bad));
                     Assert.True(e.LibraryMessage.Contains("kv_head_share"), "message names the field: " + e.Message);

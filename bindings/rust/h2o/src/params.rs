@@ -74,8 +74,8 @@ impl SessionParams {
         /// Budgets per kv head (as Ada-KV, the same memory), in [0, 0.9]: the share of each layer's
         /// slots that moves between its kv heads by their attention; each head keeps at least
         /// (1 - share) of its layer's budget. Only with the policies that gather statistics (h2o,
-        /// scissorhands, tova, roco, mean_h2o), not with `position_rolling`; 0: every head its
-        /// layer's budget.
+        /// scissorhands, tova, roco, mean_h2o); with `position_rolling` (since 0.5.1) each head's
+        /// positions are ranks among its own tokens; 0: every head its layer's budget.
         kv_head_share: f32 => kv_head_share;
     }
 }

@@ -241,29 +241,32 @@ fn head_budgets_read_a_prompt_longer_than_the_budget() {
                   with her friends. One day, she saw a big red ball under a tree and ran to get it.";
     let n_prompt = model.tokenize(prompt, true).unwrap().len();
     assert!(n_prompt >= 60, "the prompt has {n_prompt} tokens");
-    let mut texts = Vec::new();
-    for _ in 0..2 {
-        let mut session = Session::new(&model, &params).unwrap();
-        session.add_text(prompt, false).unwrap();
-        let layout = session.kv_layout().unwrap();
-        // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
-        assert_eq!((layout.budget, layout.head_share, layout.min_head_budget), (32, 0.8, 7));
-        let (text, reason) = collect(&mut session, " Then", &greedy(48).stop_at_eos(false));
-        assert_eq!(reason, StopReason::MaxTokens);
-        assert!(text.len() > 20, "too little text: {text:?}");
-        let stats = session.stats().unwrap();
-        assert!(stats.n_past as usize >= n_prompt + 47, "{stats:?}");
-        assert_eq!(stats.n_generated_tokens, 48);
-        texts.push(text);
+    // With stream positions and with rolling ones (each head's ranks among its own tokens).
+    for rolling in [false, true] {
+        let params = params.position_rolling(rolling);
+        let mut texts = Vec::new();
+        for _ in 0..2 {
+            let mut session = Session::new(&model, &params).unwrap();
+            session.add_text(prompt, false).unwrap();
+            let layout = session.kv_layout().unwrap();
+            // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
+            assert_eq!((layout.budget, layout.head_share, layout.min_head_budget), (32, 0.8, 7));
+            let (text, reason) = collect(&mut session, " Then", &greedy(48).stop_at_eos(false));
+            assert_eq!(reason, StopReason::MaxTokens);
+            assert!(text.len() > 20, "too little text: {text:?}");
+            let stats = session.stats().unwrap();
+            assert!(stats.n_past as usize >= n_prompt + 47, "{stats:?}");
+            assert_eq!(stats.n_generated_tokens, 48);
+            texts.push(text);
+        }
+        // Generation from the same state gives the same text.
+        assert_eq!(texts[0], texts[1], "rolling: {rolling}");
     }
-    // Generation from the same state gives the same text.
-    assert_eq!(texts[0], texts[1]);
 
-    // Out of range, a policy that gathers no statistics, and position rolling are refused.
+    // Out of range and a policy that gathers no statistics are refused.
     for bad in [
         params.kv_head_share(0.95),
         SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Window).kv_head_share(0.5),
-        params.kv_head_share(0.5).position_rolling(true),
     ] {
         let err = Session::new(&model, &bad).err().unwrap();
         assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
