@@ -10,10 +10,19 @@ namespace H2o
         /// <summary>The library's version, e.g. "0.5.1".</summary>
         public static string Version => Utf8.FromNative(Native.h2o_version());
 
-        /// <summary>The ABI these bindings were written for: 0.5.</summary>
-        public const uint AbiVersionNumber = 500;
+        /// <summary>The version these bindings were written for: 0.5.1 (ABI 0.5).</summary>
+        public const uint AbiVersionNumber = 501;
 
-        /// <summary>True when the loaded library has that ABI.</summary>
-        public static bool VersionMatches => Native.h2o_version_number() == AbiVersionNumber;
+        /// <summary>True when the loaded library has that ABI: the same major and minor version (before
+        /// 1.0 a minor version may change the ABI) and a patch at least theirs (a patch may lift a
+        /// refusal callers rely on).</summary>
+        public static bool VersionMatches
+        {
+            get
+            {
+                uint number = Native.h2o_version_number();
+                return number / 100 == AbiVersionNumber / 100 && number >= AbiVersionNumber;
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@
 
 use std::os::raw::{c_char, c_int, c_void};
 
-pub const H2O_VERSION_NUMBER: u32 = 500;
+pub const H2O_VERSION_NUMBER: u32 = 501;
 /// kv_horizon: keep heavy hitters however far back they lie.
 pub const H2O_KV_HORIZON_NONE: u32 = 0xFFFF_FFFF;
 

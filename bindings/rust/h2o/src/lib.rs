@@ -31,8 +31,10 @@ pub fn version() -> String {
     unsafe { error::cstr(h2o_sys::h2o_version()) }
 }
 
-/// True when the loaded library has the ABI these bindings were written for.
+/// True when the loaded library has the ABI these bindings were written for: the same major and
+/// minor version (before 1.0 a minor version may change the ABI), and a patch at least theirs
+/// (a patch may lift a refusal these bindings' callers rely on).
 pub fn version_matches() -> bool {
     let number = unsafe { h2o_sys::h2o_version_number() };
-    number == h2o_sys::H2O_VERSION_NUMBER
+    number / 100 == h2o_sys::H2O_VERSION_NUMBER / 100 && number >= h2o_sys::H2O_VERSION_NUMBER
 }
