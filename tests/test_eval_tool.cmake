@@ -127,6 +127,13 @@ endif()
 # (the library would refuse the share for it).
 run_eval(--head-share -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies h2o,window --head-share 0.5 --json --quiet -t 1)
 check_rows("${lines}" head-share 127 "h2o/32;window/32")
+# And on a stream, whose rolling positions are then each head's own ranks.
+run_eval(--stream-head-share -m ${MODEL} -f ${short_text} --stream 300 --segment 100 --tail 1 --context 64 --budgets 32
+         --policies scissorhands --head-share 0.5 --json --quiet -t 1)
+read_json("${lines}" stream-head-share policy tokens tail_ppl)
+if(NOT policy STREQUAL "scissorhands" OR NOT tokens EQUAL 300 OR NOT (tail_ppl GREATER 1 AND tail_ppl LESS 20))
+  message(FATAL_ERROR "h2o-eval --stream --head-share: expected scissorhands over 300 tokens, a plausible tail: ${lines}")
+endif()
 
 # Retention mode: the two references and each configuration with the first passage pinned or not.
 run_eval(--retention -m ${MODEL} -f ${TEXT} --retention 40 --trials 2 --passage 12 --budgets 32 --policies window --json --quiet -t 1)
