@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "byte_io.h"
+#include "cpu/cpu_backend.h"
 #include "h2o/h2o.h"
 #include "kv_cache.h"
 #include "kv_head_budgets.h"
-#include "byte_io.h"
-#include "cpu/cpu_backend.h"
 #include "model.h"
 #include "rotary.h"
 #include "session.h"
@@ -26,11 +26,7 @@ using namespace h2o;
 
 namespace {
 
-// One layer of two kv heads of 8 slots, head_share 0.5 (each cell keeps at least 4 slots, at most
-// 12), H2O without a recent window. Both cells hold stream indices 0..7; a key's first element
-// names its cell and token. Head 0 attends to every token (accumulated 10 + i); head 1 to its
-// last two only (0.1 * i for the first six, 10 + i for 6 and 7).
-// With rolling, token i's key is rolled_key(h, i, i): stored rotated by its rank.
+// Cell h's key for token i as a rolling cache stores it at rank `rank` (rotated by it).
 std::array<float, 4> rolled_key(int h, int i, int rank) {
     std::array<float, 4> key = {1.0f, 0.5f + h, 1.0f + i, 2.0f};
     for (int pair = 0; pair < 2; ++pair) {
@@ -41,6 +37,11 @@ std::array<float, 4> rolled_key(int h, int i, int rank) {
     return key;
 }
 
+// One layer of two kv heads of 8 slots, head_share 0.5 (each cell keeps at least 4 slots, at most
+// 12), H2O without a recent window. Both cells hold stream indices 0..7; a key's first element
+// names its cell and token. Head 0 attends to every token (accumulated 10 + i); head 1 to its
+// last two only (0.1 * i for the first six, 10 + i for 6 and 7).
+// With rolling, token i's key is rolled_key(h, i, i).
 struct TwoHeads {
     KvCache cache;
     explicit TwoHeads(const uint8_t *tags = nullptr, bool rolling = false) {
