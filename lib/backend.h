@@ -109,6 +109,8 @@ struct KvConfig {
     // a layer hold different numbers of them when their budgets move.
     bool positions_per_kv_head() const { return rolling && head_share > 0.0f; }
     bool positions_per_layer() const { return rolling && (!layer_slots.empty() || head_share > 0.0f); }
+    // How many sets of n positions a batch of n tokens has (kv_batch_positions).
+    int position_sets() const { return (positions_per_layer() ? n_layer : 1) * (positions_per_kv_head() ? n_head_kv : 1); }
 };
 
 // The tokens of one batch are consecutive in the stream: token t has stream index

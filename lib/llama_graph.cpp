@@ -2,8 +2,8 @@
 
 namespace h2o {
 
-Status LlamaGraph::create(const Model &model, Backend &backend, int max_batch, std::unique_ptr<LlamaGraph> *out) {
-    std::unique_ptr<LlamaGraph> graph(new LlamaGraph(model, backend, max_batch));
+Status LlamaGraph::create(const Model &model, Backend &backend, int max_batch, int position_sets, std::unique_ptr<LlamaGraph> *out) {
+    std::unique_ptr<LlamaGraph> graph(new LlamaGraph(model, backend, max_batch, position_sets));
     H2O_TRY(graph->adopt_weights());
     H2O_TRY(graph->alloc_activations());
     *out = std::move(graph);
@@ -41,11 +41,11 @@ Status LlamaGraph::adopt_weights() {
     return Status::Ok();
 }
 
-std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const ModelShape &s, int max_batch) {
+std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const ModelShape &s, int max_batch, int position_sets) {
     const int64_t kv_dim = static_cast<int64_t>(s.head_dim) * s.n_head_kv;
     const int64_t n = max_batch;
     return {
-        {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n * s.n_layer * s.n_head_kv},
+        {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n * position_sets},
         {&LlamaGraph::x_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::xn_, TensorType::F32, s.n_embd, n},
         {&LlamaGraph::q_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::k_, TensorType::F32, kv_dim, n},
         {&LlamaGraph::v_, TensorType::F32, kv_dim, n},       {&LlamaGraph::attn_, TensorType::F32, s.n_embd, n},
@@ -55,14 +55,14 @@ std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const Model
     };
 }
 
-size_t LlamaGraph::activation_bytes(const ModelShape &shape, int max_batch) {
+size_t LlamaGraph::activation_bytes(const ModelShape &shape, int max_batch, int position_sets) {
     size_t total = 0;
-    for (const ActivationSpec &a : activation_specs(shape, max_batch)) total += row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
+    for (const ActivationSpec &a : activation_specs(shape, max_batch, position_sets)) total += row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
     return total;
 }
 
 Status LlamaGraph::alloc_activations() {
-    for (const ActivationSpec &a : activation_specs(model_.shape(), max_batch_)) H2O_TRY(backend_.alloc(a.type, a.cols, a.rows, &(this->*a.member)));
+    for (const ActivationSpec &a : activation_specs(model_.shape(), max_batch_, position_sets_)) H2O_TRY(backend_.alloc(a.type, a.cols, a.rows, &(this->*a.member)));
     return Status::Ok();
 }
 
@@ -70,9 +70,10 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, con
     const ModelShape &s = model_.shape();
     Backend &be = backend_;
     const bool per_layer = kv.positions_per_layer(), per_kv_head = kv.positions_per_kv_head();
+    if (kv.position_sets() > position_sets_) return make_error(H2O_ERR_INTERNAL, "graph: more position sets than it was created for");
     const int64_t layer_positions = static_cast<int64_t>(n) * (per_kv_head ? s.n_head_kv : 1);
     H2O_TRY(be.upload(ids_, tokens, sizeof(int32_t) * n));
-    H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * layer_positions * (per_layer ? s.n_layer : 1)));
+    H2O_TRY(be.upload(positions_, positions, sizeof(int32_t) * n * kv.position_sets()));
     AttentionBatch batch{n, first_index, positions_.slice_rows(0, layer_positions), tag, per_kv_head};
 
     H2O_TRY(be.get_rows(x_, token_embd_, ids_, n));

@@ -12,8 +12,9 @@ namespace h2o {
 class LlamaGraph {
 public:
     // Adopts the model's weights into `backend` and allocates activations for batches of up to
-    // max_batch tokens. All memory is allocated here, none during evaluate().
-    static Status create(const Model &model, Backend &backend, int max_batch, std::unique_ptr<LlamaGraph> *out);
+    // max_batch tokens, with position_sets sets of positions each (KvConfig::position_sets). All
+    // memory is allocated here, none during evaluate().
+    static Status create(const Model &model, Backend &backend, int max_batch, int position_sets, std::unique_ptr<LlamaGraph> *out);
 
     // Runs n (1..max_batch) tokens whose stream indices start at first_index, with rotary
     // positions `positions`, retention tag `tag` in the KV cache (kv_make_tag: pinned tokens are
@@ -29,7 +30,7 @@ public:
 
     int max_batch() const { return max_batch_; }
     // Bytes of the activations create() allocates for batches of max_batch tokens.
-    static size_t activation_bytes(const ModelShape &shape, int max_batch);
+    static size_t activation_bytes(const ModelShape &shape, int max_batch, int position_sets);
 
 private:
     struct ActivationSpec {
@@ -37,27 +38,28 @@ private:
         TensorType type;
         int64_t cols, rows;
     };
-    static std::vector<ActivationSpec> activation_specs(const ModelShape &shape, int max_batch);
+    static std::vector<ActivationSpec> activation_specs(const ModelShape &shape, int max_batch, int position_sets);
 
     struct LayerTensors {
         Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
     };
 
-    LlamaGraph(const Model &model, Backend &backend, int max_batch)
-        : model_(model), backend_(backend), max_batch_(max_batch) {}
+    LlamaGraph(const Model &model, Backend &backend, int max_batch, int position_sets)
+        : model_(model), backend_(backend), max_batch_(max_batch), position_sets_(position_sets) {}
     Status adopt_weights();
     Status alloc_activations();
 
     const Model &model_;
     Backend &backend_;
     int max_batch_;
+    int position_sets_;
 
     Tensor token_embd_, output_norm_, output_;
     std::vector<LayerTensors> layers_;
 
     // Activations, max_batch rows each.
     Tensor ids_;               // I32
-    Tensor positions_;         // I32, max_batch per (layer, kv head)
+    Tensor positions_;         // I32, max_batch per position set
     Tensor x_, xn_;            // residual stream and its normalised copy [n_embd]
     Tensor q_, k_, v_, attn_;  // [n_embd], [kv_dim], [kv_dim], [n_embd]
     Tensor proj_;              // [n_embd]: output of attn_output / ffn_down before the residual add

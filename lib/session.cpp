@@ -81,7 +81,7 @@ Status memory_cap_error(uint64_t needed, uint64_t allowed, const char *when) {
 }  // namespace
 
 uint64_t Session::planned_bytes(const Model &model, const SessionSettings &settings) {
-    return KvCache::planned_bytes(make_kv_config(model, settings)) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch);
+    return KvCache::planned_bytes(make_kv_config(model, settings)) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch, make_kv_config(model, settings).position_sets());
 }
 
 BackendRequirements Session::requirements(const Model &model, const SessionSettings &settings) {
@@ -102,7 +102,7 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     H2O_TRY(s->build());
     const ModelShape &shape = model.shape();
     s->logits_.assign(shape.n_vocab, 0.0f);
-    s->positions_.assign(static_cast<size_t>(settings.n_batch) * shape.n_layer * shape.n_head_kv, 0);
+    s->positions_.assign(static_cast<size_t>(settings.n_batch) * s->kv_.position_sets(), 0);
     const size_t cells = s->kv_.positions_per_kv_head() ? static_cast<size_t>(shape.n_layer) * shape.n_head_kv : 0;
     s->cell_held_.assign(cells, 0);
     s->cell_slots_.assign(cells, 0);
@@ -148,7 +148,7 @@ Status Session::start(const BackendCandidate &candidate) {
     BackendDevice device;
     const BackendOptions options{settings_.n_threads, settings_.n_batch};
     H2O_TRY(candidate.backend->create(candidate.device, options, &backend, &device));
-    H2O_TRY(LlamaGraph::create(model_, *backend, settings_.n_batch, &graph));
+    H2O_TRY(LlamaGraph::create(model_, *backend, settings_.n_batch, kv_.position_sets(), &graph));
     H2O_TRY(backend->create_kv(kv_));
     graph_ = std::move(graph);  // the graph refers to the old backend: it goes first
     backend_ = std::move(backend);

@@ -200,7 +200,7 @@ private:
     bool logits_on_host_ = false;  // logits_ holds the last token's logits (else only the backend does)
     Status failure_;  // the backend's error (see backend_failed)
     std::vector<float> logits_;
-    std::vector<int32_t> positions_;  // scratch for one batch: n_batch per (layer, kv head)
+    std::vector<int32_t> positions_;  // scratch for one batch: n_batch per position set (KvConfig::position_sets)
     // With rolling and budgets per kv head: each cell's tokens held and slots (Backend::rebalance_kv).
     std::vector<int32_t> cell_held_, cell_slots_;
     std::vector<int32_t> prompt_tokens_;

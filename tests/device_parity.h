@@ -104,7 +104,7 @@ struct Backends {
 
 // A batch's rotary positions as Session computes them (kv_batch_positions).
 inline std::vector<int32_t> batch_positions(const h2o::KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n) {
-    std::vector<int32_t> p(static_cast<size_t>(n * (kv.positions_per_layer() ? kv.n_layer : 1) * (kv.positions_per_kv_head() ? kv.n_head_kv : 1)));
+    std::vector<int32_t> p(static_cast<size_t>(n * kv.position_sets()));
     h2o::kv_batch_positions(kv, n_past, n_cached, n, p.data());
     return p;
 }
@@ -256,7 +256,6 @@ struct ModelRun {
              bool rolling = false, h2o::KvType type = h2o::KvType::F32, std::vector<int> layer_slots = {})
         : backend(std::move(b)) {
         REQUIRE(h2o::Model::load(path, "", &model).ok());
-        REQUIRE(h2o::LlamaGraph::create(*model, *backend, max_batch, &graph).ok());
         const h2o::ModelShape &s = model->shape();
         kv.n_layer = s.n_layer;
         kv.n_head_kv = s.n_head_kv;
@@ -268,6 +267,7 @@ struct ModelRun {
         kv.rolling = rolling;
         kv.rope_dims = s.rope_dims;
         kv.rope_freq_base = s.rope_freq_base;
+        REQUIRE(h2o::LlamaGraph::create(*model, *backend, max_batch, kv.position_sets(), &graph).ok());
         REQUIRE(backend->create_kv(kv).ok());
     }
 
