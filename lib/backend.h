@@ -101,6 +101,9 @@ struct KvConfig {
     // Slots of all cells before the first cell of `layer` (layer == n_layer: all slots).
     int64_t first_slot_of(int layer) const;
     int64_t total_slots() const { return first_slot_of(n_layer); }
+    // A cell's first slot while every cell has its layer's budget (after clearing; always when
+    // the heads' budgets stay put): the cells in (layer, kv head) order.
+    int64_t uniform_cell_first(int layer, int kv_head) const { return first_slot_of(layer) + static_cast<int64_t>(kv_head) * slots_in(layer); }
     // The policy of one layer's cells: the recent window is the same share of the layer's slots
     // as of n_slots; sinks and horizon are counted in stream tokens and stay as they are.
     KvPolicyConfig policy_in(int layer) const;

@@ -96,7 +96,7 @@ void KvCache::reset_cell_slots() {
     for (int l = 0; l < config_.n_layer; ++l) {
         for (int h = 0; h < config_.n_head_kv; ++h) {
             cell_slots_[head_index(l, h)] = config_.slots_in(l);
-            cell_first_slot_[head_index(l, h)] = layer_first_slot_[static_cast<size_t>(l)] + static_cast<int64_t>(h) * config_.slots_in(l);
+            cell_first_slot_[head_index(l, h)] = config_.uniform_cell_first(l, h);
         }
     }
 }

@@ -1007,7 +1007,7 @@ Status VulkanBackend::clear_kv() {
     for (int l = 0; l < kv_.n_layer; ++l) {
         for (int h = 0; h < kv_.n_head_kv; ++h) {
             const size_t cell = static_cast<size_t>(l) * kv_.n_head_kv + h;
-            cells[cell] = static_cast<uint32_t>(kv_.first_slot_of(l) + static_cast<int64_t>(h) * kv_.slots_in(l));
+            cells[cell] = static_cast<uint32_t>(kv_.uniform_cell_first(l, h));
             cells[n_cells + cell] = static_cast<uint32_t>(kv_.slots_in(l));
         }
     }
