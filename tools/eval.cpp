@@ -141,6 +141,15 @@ uint32_t parse_count(const std::string &option, const std::string &text, uint64_
     return static_cast<uint32_t>(v);
 }
 
+// A real number in [min, max] (`range` as the usage error shows it).
+float parse_real(const std::string &option, const std::string &text, double min, double max, const char *range) {
+    double v = 0;
+    if (!h2o_tools::parse_double(text.c_str(), &v) || !(v >= min && v <= max)) {
+        usage_error(option + " needs a number in " + range + ", not '" + text + "'");
+    }
+    return static_cast<float>(v);
+}
+
 Options parse_options(int argc, char **argv) {
     Options o;
     bool recent_given = false, ratio_given = false;
@@ -222,13 +231,8 @@ Options parse_options(int argc, char **argv) {
             const std::string text = value();
             o.horizon = text == "none" ? H2O_KV_HORIZON_NONE : parse_count(arg, text, 2, 0x7FFFFFFF);
         } else if (arg == "--layer-slope") {
-            const std::string text = value();
-            double slope = 0;
-            if (!h2o_tools::parse_double(text.c_str(), &slope) || !(std::fabs(slope) <= 0.9)) {
-                usage_error("--layer-slope needs a number in [-0.9, 0.9], not '" + text + "'");
-            }
             o.has_layer_slope = true;
-            o.layer_slope = static_cast<float>(slope);
+            o.layer_slope = parse_real(arg, value(), -0.9, 0.9, "[-0.9, 0.9]");
         } else if (arg == "--prompt") {
             o.prompt = parse_count(arg, value(), 1, 1u << 22);
         } else if (arg == "--n-batch") {
@@ -236,19 +240,9 @@ Options parse_options(int argc, char **argv) {
         } else if (arg == "--prompt-proxy") {
             o.prompt_proxy = parse_count(arg, value(), 0, 4096);
         } else if (arg == "--prompt-random-share") {
-            const std::string text = value();
-            double share = 0;
-            if (!h2o_tools::parse_double(text.c_str(), &share) || !(share >= 0 && share <= 1)) {
-                usage_error("--prompt-random-share needs a number in [0, 1], not '" + text + "'");
-            }
-            o.prompt_random_share = static_cast<float>(share);
+            o.prompt_random_share = parse_real(arg, value(), 0, 1, "[0, 1]");
         } else if (arg == "--head-share") {
-            const std::string text = value();
-            double share = 0;
-            if (!h2o_tools::parse_double(text.c_str(), &share) || !(share >= 0 && share <= 0.9)) {
-                usage_error("--head-share needs a number in [0, 0.9], not '" + text + "'");
-            }
-            o.head_share = static_cast<float>(share);
+            o.head_share = parse_real(arg, value(), 0, 0.9, "[0, 0.9]");
         } else if (arg == "--rolling") {
             o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
         } else if (arg == "--n-ctx") {
