@@ -427,7 +427,7 @@ TEST_CASE("kv_head_share: validation") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-    auto create = [&](uint32_t policy, float share, int rolling, uint32_t budget, h2o_session **out) {
+    auto create = [&](uint32_t policy, float share, uint32_t budget, h2o_session **out) {
         h2o_session_params sp;
         h2o_session_params_init(&sp, sizeof sp);
         sp.n_threads = 1;
@@ -435,24 +435,23 @@ TEST_CASE("kv_head_share: validation") {
         sp.kv_budget = budget;
         sp.kv_policy = policy;
         sp.kv_head_share = share;
-        sp.position_rolling = rolling;
         return h2o_session_create(model, &sp, out);
     };
     h2o_session *session = nullptr;
-    CHECK(create(H2O_KV_SCISSORHANDS, 0.95f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(create(H2O_KV_SCISSORHANDS, 0.95f, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(std::string(h2o_last_error()).find("kv_head_share") != std::string::npos);
-    CHECK(create(H2O_KV_SCISSORHANDS, -0.1f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(create(H2O_KV_WINDOW, 0.5f, 0, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(create(H2O_KV_SCISSORHANDS, -0.1f, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(create(H2O_KV_WINDOW, 0.5f, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(std::string(h2o_last_error()).find("statistics") != std::string::npos);
     // A full cache ignores it.
-    REQUIRE(create(H2O_KV_SCISSORHANDS, 0.5f, 0, 0, &session) == H2O_OK);
+    REQUIRE(create(H2O_KV_SCISSORHANDS, 0.5f, 0, &session) == H2O_OK);
     h2o_kv_layout layout;
     layout.struct_size = sizeof layout;
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
     CHECK(layout.head_share == 0.0f);
     h2o_session_free(session);
     // The layout reports it and each head's fewest slots; pins must fit there.
-    REQUIRE(create(H2O_KV_H2O, 0.75f, 0, 32, &session) == H2O_OK);
+    REQUIRE(create(H2O_KV_H2O, 0.75f, 32, &session) == H2O_OK);
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
     CHECK(layout.head_share == 0.75f);
     CHECK(layout.min_head_budget == 8);
