@@ -244,10 +244,7 @@ public:
     }
 
     Status download_kv_cell_slots(int32_t *out) override {
-        const KvConfig &c = kv_.config();
-        for (int l = 0; l < c.n_layer; ++l) {
-            for (int h = 0; h < c.n_head_kv; ++h) *out++ = kv_.cell_slots(l, h);
-        }
+        kv_.cell_fill(nullptr, out);
         return Status::Ok();
     }
 
