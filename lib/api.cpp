@@ -599,6 +599,13 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
                                "mean_h2o), not ") + h2o::kv_policy_name(s.policy.policy));
     }
     s.kv_head_share = never_evicts ? 0.0f : p.kv_head_share;
+    if (p.kv_share_across_layers != 0 && p.kv_share_across_layers != 1) {
+        return bad("kv_share_across_layers " + std::to_string(p.kv_share_across_layers) + " must be 0 or 1");
+    }
+    if (!never_evicts && p.kv_share_across_layers && s.kv_head_share == 0.0f) {
+        return bad("kv_share_across_layers moves kv_head_share's slots between layers: set a kv_head_share above 0");
+    }
+    s.kv_share_across_layers = s.kv_head_share > 0.0f && p.kv_share_across_layers != 0;
     s.policy.seed = p.seed;
     s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
     s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
@@ -671,6 +678,7 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         out.prompt_random_share = s.policy.prompt_random_share;
         out.head_share = s.kv_head_share;
         out.min_head_budget = static_cast<uint32_t>(kv.min_cell_slots());
+        out.share_across_layers = s.kv_share_across_layers ? 1 : 0;
         if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
         return succeed(session);
     });
@@ -711,6 +719,7 @@ h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_se
     p.kv_prompt_proxy = static_cast<uint32_t>(settings.policy.prompt_proxy);
     p.kv_prompt_random_share = settings.policy.prompt_random_share;
     p.kv_head_share = settings.kv_head_share;
+    p.kv_share_across_layers = settings.kv_share_across_layers ? 1 : 0;
     p.kv_type = static_cast<uint32_t>(settings.kv_type);
     p.position_rolling = settings.rolling ? 1 : 0;
     p.n_batch = static_cast<uint32_t>(settings.n_batch);
@@ -724,7 +733,7 @@ bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettin
            a.policy.horizon == b.policy.horizon && a.kv_type == b.kv_type &&
            a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed && a.kv_layer_slope == b.kv_layer_slope &&
            a.policy.prompt_proxy == b.policy.prompt_proxy && a.policy.prompt_random_share == b.policy.prompt_random_share &&
-           a.kv_head_share == b.kv_head_share;
+           a.kv_head_share == b.kv_head_share && a.kv_share_across_layers == b.kv_share_across_layers;
 }
 
 // A new session with `settings` holding `state` (Session::save_state bytes).

@@ -86,14 +86,25 @@ struct KvConfig {
     // Budgets per kv head (kv_head_budgets.h): the share of each layer's slots that rebalancing
     // moves between its kv heads by their attention; 0: every cell keeps slots_in(layer).
     float head_share = 0.0f;
+    // With head_share: the slots move between the cells of every layer (one pool: the whole
+    // cache) instead of between the kv heads of each layer (a pool per layer).
+    bool share_across_layers = false;
 
     int slots_in(int layer) const { return layer_slots.empty() ? n_slots : layer_slots[static_cast<size_t>(layer)]; }
     int max_slots() const;
     int min_slots() const;
     // The fewest slots a cell of `layer` is given when its heads' budgets move (head_share), and
-    // the most: the rest of the layer's slots at every other cell's fewest.
+    // the most: the rest of its pool's slots at every other cell's fewest.
     int min_cell_slots(int layer) const;
-    int max_cell_slots(int layer) const { return n_head_kv * slots_in(layer) - (n_head_kv - 1) * min_cell_slots(layer); }
+    int max_cell_slots(int layer) const;
+    // The layers whose cells share slots when budgets move: [pool_first_layer, pool_end_layer)
+    // of `layer`'s pool (the layer itself, or every layer with share_across_layers).
+    int pool_first_layer(int layer) const { return share_across_layers ? 0 : layer; }
+    int pool_end_layer(int layer) const { return share_across_layers ? n_layer : layer + 1; }
+    // The slots of `layer`'s pool, and the most slots and cells any pool has.
+    int64_t pool_slots(int layer) const { return first_slot_of(pool_end_layer(layer)) - first_slot_of(pool_first_layer(layer)); }
+    int64_t max_pool_slots() const { return share_across_layers ? total_slots() : static_cast<int64_t>(max_slots()) * n_head_kv; }
+    int max_pool_cells() const { return (share_across_layers ? n_layer : 1) * n_head_kv; }
     // Over all layers: what a cell may hold at least (pins, span minimums and a batch must fit
     // there) and at most (the size of per-cell scratch).
     int min_cell_slots() const;

@@ -42,14 +42,15 @@ Status KvCache::init(const KvConfig &config, int threads) {
         used_.assign(heads, 0);
         cell_first_slot_.assign(heads, 0);
         cell_slots_.assign(heads, 0);
-        const size_t layer_slots = static_cast<size_t>(config.max_slots()) * config.n_head_kv;
+        // The largest pool of cells whose slots move together (kv_head_budgets.h).
         const bool rebalancing = config.head_share > 0.0f;
-        rebalance_.candidates.assign(rebalancing ? layer_slots : 0, 0);
-        rebalance_.destinations.assign(rebalancing ? layer_slots : 0, 0);
-        rebalance_.priority.assign(rebalancing ? layer_slots : 0, 0.0f);
-        rebalance_.span_held.assign(rebalancing ? static_cast<size_t>(config.n_head_kv) * KV_MAX_SPANS : 0, 0);
-        rebalance_.kept.assign(static_cast<size_t>(config.n_head_kv), 0);
-        rebalance_.slots.assign(static_cast<size_t>(config.n_head_kv), 0);
+        const auto pool_slots = static_cast<size_t>(config.max_pool_slots()), pool_cells = static_cast<size_t>(config.max_pool_cells());
+        rebalance_.candidates.assign(rebalancing ? pool_slots : 0, 0);
+        rebalance_.destinations.assign(rebalancing ? pool_slots : 0, 0);
+        rebalance_.priority.assign(rebalancing ? pool_slots : 0, 0.0f);
+        rebalance_.span_held.assign(rebalancing ? pool_cells * KV_MAX_SPANS : 0, 0);
+        rebalance_.kept.assign(rebalancing ? pool_cells : 0, 0);
+        rebalance_.slots.assign(rebalancing ? heads : 0, 0);
         free_list_.assign(slots, 0);
         free_count_.assign(heads, 0);
         scratch_.assign(static_cast<size_t>(std::max(1, threads)), EvictionScratch{});
@@ -101,23 +102,16 @@ void KvCache::reset_cell_slots() {
     }
 }
 
-bool KvCache::cell_slots_fit(int layer, const int32_t *slots) const {
-    int64_t total = 0;
-    for (int h = 0; h < config_.n_head_kv; ++h) {
-        if (slots[h] < config_.min_cell_slots(layer) || slots[h] > config_.max_cell_slots(layer)) return false;
-        total += slots[h];
+void KvCache::place_cells(size_t first_cell, size_t end_cell, const int32_t *slots) {
+    int64_t first = first_cell == 0 ? 0 : cell_first_slot_[first_cell - 1] + cell_slots_[first_cell - 1];
+    for (size_t c = first_cell; c < end_cell; ++c) {
+        cell_slots_[c] = slots[c - first_cell];
+        cell_first_slot_[c] = first;
+        first += slots[c - first_cell];
     }
-    return total == static_cast<int64_t>(config_.n_head_kv) * config_.slots_in(layer);
 }
 
-void KvCache::set_cell_slots(int layer, const int32_t *slots) {
-    int64_t first = layer_first_slot_[static_cast<size_t>(layer)];
-    for (int h = 0; h < config_.n_head_kv; ++h) {
-        cell_slots_[head_index(layer, h)] = slots[h];
-        cell_first_slot_[head_index(layer, h)] = first;
-        first += slots[h];
-    }
-}
+void KvCache::set_cell_slots(const int32_t *slots) { place_cells(0, cell_slots_.size(), slots); }
 
 size_t KvCache::planned_bytes(const KvConfig &config) {
     const auto slots = static_cast<size_t>(config.total_slots());
@@ -125,10 +119,11 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
                              kv_row_bytes(kv_value_format(config.type), config.head_dim);
     const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? sizeof(SlotStats) : 0;
     // Per slot: key and value rows, stream index, position, tag, free-list entry, statistics;
-    // when the heads' budgets move, rebalancing's candidates, destinations and priorities of a layer.
-    const size_t rebalancing = config.head_share > 0.0f
-                                   ? static_cast<size_t>(config.max_slots()) * config.n_head_kv * (2 * sizeof(int64_t) + sizeof(float))
-                                   : 0;
+    // when the heads' budgets move, rebalancing's candidates, destinations and priorities of a
+    // pool, and each cell's new size.
+    const size_t rebalancing = config.head_share > 0.0f ? static_cast<size_t>(config.max_pool_slots()) * (2 * sizeof(int64_t) + sizeof(float)) +
+                                                              static_cast<size_t>(config.n_layer) * config.n_head_kv * sizeof(int32_t)
+                                                        : 0;
     return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats) + rebalancing;
 }
 
@@ -327,12 +322,26 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
         H2O_TRY(in.get("KV random state", &random_state_));
         auto bad = [](const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "inconsistent KV cache: " + what); };
         const bool rebalancing = config_.head_share > 0.0f;
+        int64_t pool_given = 0;  // the slots of the current pool's cells read so far
         for (int layer = 0; layer < config_.n_layer; ++layer) {
             if (rebalancing) {
-                int32_t *slots = rebalance_.slots.data();
-                for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) H2O_TRY(in.get("KV cell size", &slots[kv_head]));
-                if (!cell_slots_fit(layer, slots)) return bad("cell sizes of layer " + std::to_string(layer));
-                set_cell_slots(layer, slots);
+                // Each cell within its bounds, each pool's cells (kv_head_budgets.h) summing to
+                // the pool's slots; a layer's regions are placed before its rows are read.
+                const size_t first_cell = head_index(layer, 0);
+                int32_t *slots = rebalance_.slots.data() + first_cell;
+                if (layer == config_.pool_first_layer(layer)) pool_given = 0;
+                for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
+                    H2O_TRY(in.get("KV cell size", &slots[kv_head]));
+                    if (slots[kv_head] < config_.min_cell_slots(layer) || slots[kv_head] > config_.max_cell_slots(layer)) {
+                        return bad("cell size " + std::to_string(slots[kv_head]) + " in (layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head) + ")");
+                    }
+                    pool_given += slots[kv_head];
+                }
+                const int64_t pool_slots = config_.pool_slots(layer);
+                if (pool_given > pool_slots || (layer + 1 == config_.pool_end_layer(layer) && pool_given != pool_slots)) {
+                    return bad("cell sizes of layer " + std::to_string(layer) + " (" + std::to_string(pool_given) + " slots of " + std::to_string(pool_slots) + ")");
+                }
+                place_cells(first_cell, first_cell + static_cast<size_t>(config_.n_head_kv), slots);
             }
             for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
                 const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);

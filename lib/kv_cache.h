@@ -63,9 +63,10 @@ public:
     int make_room(int layer, int kv_head, int n, int64_t next_index, int thread = 0);
 
     // Budgets per kv head (kv_head_budgets.h): before `incoming` more tokens whose first has
-    // stream index next_index, evicts in every layer whose cells cannot all take them, across its
-    // cells, the tokens its policy values least, then gives each cell a region that holds what it
-    // kept plus a share of the free slots (at least KvConfig::min_cell_slots(layer)), moving the
+    // stream index next_index, evicts in every pool of cells (a layer, or the whole cache with
+    // share_across_layers) whose cells cannot all take them, across its cells, the tokens its
+    // policies value least, then gives each cell a region that holds what it kept plus a share of
+    // the free slots (at least KvConfig::min_cell_slots(layer)), moving the
     // kept slots into the new regions in order (when no size changes, the victims' slots are
     // freed in place instead); with rolling, each cell's kept keys roll back past its victims as
     // make_room's do. Nothing happens when head_share is 0.
@@ -115,9 +116,10 @@ public:
     HeadCounts counts(int layer, int kv_head) const {
         return {used_[head_index(layer, kv_head)], free_count_[head_index(layer, kv_head)]};
     }
-    // Sets each cell's region of one layer (n_head_kv sizes, each within min_cell_slots(layer) and
-    // max_cell_slots(layer), summing to the layer's slots), as a device backend's cache has them.
-    void set_cell_slots(int layer, const int32_t *slots);
+    // Sets every cell's region (n_layer * n_head_kv sizes in (layer, kv head) order, each within
+    // its layer's min_cell_slots and max_cell_slots, each pool's summing to its slots), as a
+    // device backend's cache has them.
+    void set_cell_slots(const int32_t *slots);
     // Sets what a device backend's cache holds; used and free_count must be within the cell's slots (the
     // device's own state, not a file's: load() is what checks foreign data).
     void set_counts(int layer, int kv_head, HeadCounts counts) {
@@ -134,12 +136,13 @@ private:
     size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(cell_first_slot_[head_index(layer, kv_head)]); }
     // Gives every cell of every layer slots_in(layer) slots.
     void reset_cell_slots();
-    // Whether a layer's cell sizes are ones set_cell_slots accepts.
-    bool cell_slots_fit(int layer, const int32_t *slots) const;
-    // rebalance_heads for one layer, and its last step: moving each cell's kept slots, in order, to
-    // the start of its new region (`slots` per cell).
-    void rebalance_layer(int layer, int64_t next_index, int incoming);
-    void move_to_regions(int layer, const int32_t *kept, const int32_t *slots);
+    // Gives cells [first_cell, end_cell) consecutive regions of `slots` each, from the end of the
+    // cell before them (cells before first_cell must be placed already).
+    void place_cells(size_t first_cell, size_t end_cell, const int32_t *slots);
+    // rebalance_heads for the pool of layers [first_layer, end_layer), and its last step: moving
+    // each cell's kept slots, in order, to the start of its new region (`slots` per cell).
+    void rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming);
+    void move_to_regions(int first_layer, int end_layer, const int32_t *kept, const int32_t *slots);
     void move_slot(size_t from, size_t to);
     // make_room's working memory, one per thread.
     struct EvictionScratch {
@@ -149,14 +152,14 @@ private:
         std::vector<float> key;           // one key as floats (head_dim)
         int32_t span_held[KV_MAX_SPANS] = {};
     };
-    // rebalance_heads' working memory: a layer's candidates across its cells, and per cell its
+    // rebalance_heads' working memory: a pool's candidates across its cells, and per cell its
     // kept count, its span counts and its new size.
     struct RebalanceScratch {
-        std::vector<int64_t> candidates;    // layer slot offsets, max_slots() * n_head_kv
+        std::vector<int64_t> candidates;    // pool slot offsets, as many as the largest pool's slots
         std::vector<int64_t> destinations;  // as many: where move_to_regions puts each kept slot
-        std::vector<float> priority;        // by layer slot offset
-        std::vector<int32_t> span_held;     // n_head_kv * KV_MAX_SPANS
-        std::vector<int32_t> kept, slots;   // n_head_kv
+        std::vector<float> priority;        // by pool slot offset
+        std::vector<int32_t> span_held;     // the largest pool's cells * KV_MAX_SPANS
+        std::vector<int32_t> kept, slots;   // the largest pool's cells (all cells: load)
     };
     void rotate_back(uint8_t *key, int shift, float *scratch);
     // With rolling, after a cell lost the tokens evicted[0, n_evicted) (stream indices, sorted

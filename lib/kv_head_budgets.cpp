@@ -11,110 +11,110 @@ namespace h2o {
 
 void KvCache::rebalance_heads(int64_t next_index, int incoming) {
     if (config_.head_share <= 0.0f || !kv_policy_uses_statistics(config_.policy.policy)) return;
-    for (int layer = 0; layer < config_.n_layer; ++layer) rebalance_layer(layer, next_index, incoming);
+    for (int layer = 0; layer < config_.n_layer; layer = config_.pool_end_layer(layer)) {
+        rebalance_pool(layer, config_.pool_end_layer(layer), next_index, incoming);
+    }
 }
 
-void KvCache::rebalance_layer(int layer, int64_t next_index, int incoming) {
+void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming) {
     const int n_kv = config_.n_head_kv;
-    const int64_t layer_first = layer_first_slot_[static_cast<size_t>(layer)];
-    const int64_t pool = static_cast<int64_t>(n_kv) * config_.slots_in(layer);
+    const size_t first_cell = head_index(first_layer, 0);
+    const int n_cells = (end_layer - first_layer) * n_kv;
+    // The pool's cells are consecutive, in (layer, kv head) order, from its first layer's first slot.
+    const int64_t pool_first = layer_first_slot_[static_cast<size_t>(first_layer)];
+    const int64_t pool = layer_first_slot_[static_cast<size_t>(end_layer)] - pool_first;
     int64_t held = 0;
-    for (int h = 0; h < n_kv; ++h) held += used_[head_index(layer, h)] - free_count_[head_index(layer, h)];
-    const int64_t needed = held + static_cast<int64_t>(n_kv) * incoming - pool;
+    for (int i = 0; i < n_cells; ++i) held += used_[first_cell + i] - free_count_[first_cell + i];
+    const int64_t needed = held + static_cast<int64_t>(n_cells) * incoming - pool;
     if (needed <= 0) return;  // every cell can take the coming tokens: regions stay as they are
 
-    // Candidates of every cell, by their offset in the layer's slots.
-    const KvPolicyConfig &policy = layer_policy_[static_cast<size_t>(layer)];
-    const int64_t recent_from = kv_recent_from(policy, next_index, incoming);
-    const int64_t stale_before = kv_stale_before(policy, next_index, incoming);
+    // Candidates of every cell, by their offset in the pool's slots.
     std::vector<int64_t> &candidates = rebalance_.candidates;
     std::vector<float> &priority = rebalance_.priority;
-    int32_t *span_held_by_cell = rebalance_.span_held.data();  // [kv head][span]: tokens held
+    int32_t *span_held_by_cell = rebalance_.span_held.data();  // [cell of the pool][span]: tokens held
     std::fill(rebalance_.span_held.begin(), rebalance_.span_held.end(), 0);
     size_t n_candidates = 0;
-    for (int h = 0; h < n_kv; ++h) {
-        const HeadView v = head(layer, h);
-        const int64_t offset = static_cast<int64_t>(slot_base(layer, h)) - layer_first;
-        for (int s = 0; s < used_[head_index(layer, h)]; ++s) {
+    for (int i = 0; i < n_cells; ++i) {
+        const int layer = first_layer + i / n_kv;
+        const KvPolicyConfig &policy = layer_policy_[static_cast<size_t>(layer)];
+        const int64_t recent_from = kv_recent_from(policy, next_index, incoming);
+        const int64_t stale_before = kv_stale_before(policy, next_index, incoming);
+        const HeadView v = head(layer, i % n_kv);
+        const int64_t offset = cell_first_slot_[first_cell + i] - pool_first;
+        for (int s = 0; s < used_[first_cell + i]; ++s) {
             const int64_t index = v.stream_index[s];
             const uint32_t span = kv_tag_span(v.tag[s]);
-            if (index >= 0 && span != 0) ++span_held_by_cell[h * KV_MAX_SPANS + span - 1];
+            if (index >= 0 && span != 0) ++span_held_by_cell[i * KV_MAX_SPANS + span - 1];
             if (!kv_slot_evictable(index, kv_tag_pinned(v.tag[s]), recent_from, policy.sinks)) continue;
             priority[static_cast<size_t>(offset + s)] = kv_victim_priority(policy, slot_stats(v, s), index, stale_before);
             candidates[n_candidates++] = offset + s;
         }
     }
-    // The kv head owning a layer offset (the regions are in kv head order).
-    auto head_of = [&](int64_t offset) {
-        int h = 0;
-        while (h + 1 < n_kv && static_cast<int64_t>(slot_base(layer, h + 1)) - layer_first <= offset) ++h;
-        return h;
+    // The pool's cell owning an offset (the regions are consecutive in cell order).
+    auto cell_of = [&](int64_t offset) {
+        const auto cells = cell_first_slot_.begin() + static_cast<std::ptrdiff_t>(first_cell);
+        return static_cast<int>(std::upper_bound(cells, cells + n_cells, pool_first + offset) - cells) - 1;
     };
     auto before = [&](int64_t a, int64_t b) {
-        const int64_t ia = stream_index_[static_cast<size_t>(layer_first + a)], ib = stream_index_[static_cast<size_t>(layer_first + b)];
+        const int64_t ia = stream_index_[static_cast<size_t>(pool_first + a)], ib = stream_index_[static_cast<size_t>(pool_first + b)];
         if (priority[a] != priority[b] || ia != ib) return kv_victim_before(priority[a], ia, priority[b], ib);
-        return a < b;  // the same token in two cells: the lower kv head first
+        return a < b;  // the same token in two cells: the earlier cell first
     };
     // Span minimums may pass over any number of candidates; without them the first `needed` in
     // order are the victims.
     const auto ranked = static_cast<std::ptrdiff_t>(any_span_minimum_ ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(needed)));
     std::partial_sort(candidates.begin(), candidates.begin() + ranked, candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates), before);
-    std::vector<int64_t> &victims = rebalance_.destinations;  // layer offsets (move_to_regions reuses it)
+    std::vector<int64_t> &victims = rebalance_.destinations;  // pool offsets (move_to_regions reuses it)
     int64_t evicted = 0;
     for (size_t i = 0; i < static_cast<size_t>(ranked) && evicted < needed; ++i) {
         const int64_t offset = candidates[i];
-        const size_t at = static_cast<size_t>(layer_first + offset);
-        const uint32_t span = kv_tag_span(tags_[at]);
+        const uint32_t span = kv_tag_span(tags_[static_cast<size_t>(pool_first + offset)]);
         if (span != 0) {
-            int32_t &held_now = span_held_by_cell[head_of(offset) * KV_MAX_SPANS + span - 1];
+            int32_t &held_now = span_held_by_cell[cell_of(offset) * KV_MAX_SPANS + span - 1];
             if (!kv_span_allows_eviction(static_cast<uint32_t>(held_now), static_cast<uint32_t>(span_minimum_[span - 1]))) continue;
             --held_now;
         }
         victims[static_cast<size_t>(evicted++)] = offset;
     }
-    // The victims leave; with rolling, each cell's kept keys roll back past its own victims.
-    for (int h = 0; h < n_kv; ++h) {
-        const int64_t cell_from = static_cast<int64_t>(slot_base(layer, h)) - layer_first, cell_to = cell_from + cell_slots(layer, h);
+    // The victims leave, cell by cell (in slot order, each cell's a run of them); with rolling,
+    // each cell's kept keys roll back past its own victims.
+    std::sort(victims.begin(), victims.begin() + evicted);
+    int32_t *kept = rebalance_.kept.data(), *slots = rebalance_.slots.data();
+    int64_t given = 0;
+    for (int i = 0, v = 0; i < n_cells; ++i) {
+        const size_t c = first_cell + static_cast<size_t>(i);
+        const int64_t cell_end = cell_first_slot_[c] + cell_slots_[c] - pool_first;
         int64_t *cell_victims = scratch_[0].evicted.data();  // a cell's victims fit: max_cell_slots
         int n_cell_victims = 0;
-        for (int64_t i = 0; i < evicted; ++i) {
-            const int64_t offset = victims[static_cast<size_t>(i)];
-            if (offset < cell_from || offset >= cell_to) continue;
-            const size_t at = static_cast<size_t>(layer_first + offset);
+        for (; v < evicted && victims[static_cast<size_t>(v)] < cell_end; ++v) {
+            const auto at = static_cast<size_t>(pool_first + victims[static_cast<size_t>(v)]);
             cell_victims[n_cell_victims++] = stream_index_[at];
             stream_index_[at] = -1;
             tags_[at] = 0;
         }
-        if (config_.rolling && n_cell_victims > 0) {
-            roll_back_kept(head(layer, h), used_[head_index(layer, h)], cell_victims, n_cell_victims, scratch_[0].key.data());
-        }
-    }
-
-    // New regions: what each cell kept, at least its minimum, then the rest shared evenly.
-    int32_t *kept = rebalance_.kept.data(), *slots = rebalance_.slots.data();
-    int64_t given = 0;
-    for (int h = 0; h < n_kv; ++h) {
-        const HeadView v = head(layer, h);
-        kept[h] = 0;
-        for (int s = 0; s < used_[head_index(layer, h)]; ++s) kept[h] += v.stream_index[s] >= 0 ? 1 : 0;
-        slots[h] = std::max(kept[h], config_.min_cell_slots(layer));
-        given += slots[h];
+        const int layer = first_layer + i / n_kv;
+        if (config_.rolling && n_cell_victims > 0) roll_back_kept(head(layer, i % n_kv), used_[c], cell_victims, n_cell_victims, scratch_[0].key.data());
+        // The cell's new region: what it kept, at least its minimum, then the rest shared evenly.
+        kept[i] = 0;
+        for (int s = 0; s < used_[c]; ++s) kept[i] += stream_index_[static_cast<size_t>(cell_first_slot_[c] + s)] >= 0 ? 1 : 0;
+        slots[i] = std::max(kept[i], config_.min_cell_slots(layer));
+        given += slots[i];
     }
     const int64_t left = pool - given;
     bool resized = false;
-    for (int h = 0; h < n_kv; ++h) {
-        slots[h] += static_cast<int32_t>(left / n_kv + (h < left % n_kv ? 1 : 0));
-        resized |= slots[h] != cell_slots(layer, h);
+    for (int i = 0; i < n_cells; ++i) {
+        slots[i] += static_cast<int32_t>(left / n_cells + (i < left % n_cells ? 1 : 0));
+        resized |= slots[i] != cell_slots_[first_cell + static_cast<size_t>(i)];
     }
     if (resized) {
-        move_to_regions(layer, kept, slots);
+        move_to_regions(first_layer, end_layer, kept, slots);
         return;
     }
     // The regions stay: the victims' slots are free in place, as make_room frees them.
     for (int64_t i = 0; i < evicted; ++i) {
-        const int h = head_of(victims[static_cast<size_t>(i)]);
-        const auto slot = static_cast<int32_t>(layer_first + victims[static_cast<size_t>(i)] - static_cast<int64_t>(slot_base(layer, h)));
-        free_list_[slot_base(layer, h) + static_cast<size_t>(free_count_[head_index(layer, h)]++)] = slot;
+        const int64_t at = pool_first + victims[static_cast<size_t>(i)];
+        const size_t c = first_cell + static_cast<size_t>(cell_of(victims[static_cast<size_t>(i)]));
+        free_list_[static_cast<size_t>(cell_first_slot_[c]) + static_cast<size_t>(free_count_[c]++)] = static_cast<int32_t>(at - cell_first_slot_[c]);
     }
 }
 
@@ -127,23 +127,24 @@ void KvCache::move_slot(size_t from, size_t to) {
     if (!stats_.empty()) stats_[to] = stats_[from];
 }
 
-void KvCache::move_to_regions(int layer, const int32_t *kept, const int32_t *slots) {
-    // Each kept slot's destination: cells in kv head order, kept slots in slot order. Sources and
-    // destinations both increase along that order, so moving the slots that go left in increasing
-    // order, then those that go right in decreasing order, never overwrites a slot not yet moved.
-    const int n_kv = config_.n_head_kv;
+void KvCache::move_to_regions(int first_layer, int end_layer, const int32_t *kept, const int32_t *slots) {
+    // Each kept slot's destination: cells in (layer, kv head) order, kept slots in slot order.
+    // Sources and destinations both increase along that order, so moving the slots that go left
+    // in increasing order, then those that go right in decreasing order, never overwrites a slot
+    // not yet moved.
+    const size_t first_cell = head_index(first_layer, 0), end_cell = head_index(end_layer, 0);
     std::vector<int64_t> &from = rebalance_.candidates, &to = rebalance_.destinations;
     size_t n_moves = 0;
-    int64_t region = layer_first_slot_[static_cast<size_t>(layer)];
-    for (int h = 0; h < n_kv; ++h) {
-        const auto base = static_cast<int64_t>(slot_base(layer, h));
+    int64_t region = layer_first_slot_[static_cast<size_t>(first_layer)];
+    for (size_t c = first_cell; c < end_cell; ++c) {
+        const int64_t base = cell_first_slot_[c];
         int64_t next = region;
-        for (int s = 0; s < used_[head_index(layer, h)]; ++s) {
+        for (int s = 0; s < used_[c]; ++s) {
             if (stream_index_[static_cast<size_t>(base + s)] < 0) continue;
             from[n_moves] = base + s;
             to[n_moves++] = next++;
         }
-        region += slots[h];
+        region += slots[c - first_cell];
     }
     for (size_t i = 0; i < n_moves; ++i) {
         if (to[i] < from[i]) move_slot(static_cast<size_t>(from[i]), static_cast<size_t>(to[i]));
@@ -151,13 +152,13 @@ void KvCache::move_to_regions(int layer, const int32_t *kept, const int32_t *slo
     for (size_t i = n_moves; i-- > 0;) {
         if (to[i] > from[i]) move_slot(static_cast<size_t>(from[i]), static_cast<size_t>(to[i]));
     }
-    set_cell_slots(layer, slots);
-    for (int h = 0; h < n_kv; ++h) {
-        const size_t c = head_index(layer, h), base = slot_base(layer, h);
-        used_[c] = kept[h];
+    place_cells(first_cell, end_cell, slots);
+    for (size_t c = first_cell; c < end_cell; ++c) {
+        const auto base = static_cast<size_t>(cell_first_slot_[c]);
+        used_[c] = kept[c - first_cell];
         free_count_[c] = 0;
         // The region past the kept slots holds nothing (unused slots read as free).
-        for (int s = kept[h]; s < slots[h]; ++s) {
+        for (int s = kept[c - first_cell]; s < slots[c - first_cell]; ++s) {
             stream_index_[base + s] = -1;
             tags_[base + s] = 0;
         }

@@ -63,6 +63,13 @@ int KvConfig::min_cell_slots(int layer) const {
     return slots - static_cast<int>(std::floor(static_cast<double>(head_share) * slots));
 }
 
+int KvConfig::max_cell_slots(int layer) const {
+    int64_t others_fewest = 0;  // every other cell of the pool at its fewest
+    for (int l = pool_first_layer(layer); l < pool_end_layer(layer); ++l) others_fewest += static_cast<int64_t>(n_head_kv) * min_cell_slots(l);
+    others_fewest -= min_cell_slots(layer);
+    return static_cast<int>(pool_slots(layer) - others_fewest);
+}
+
 int KvConfig::min_cell_slots() const {
     int fewest = min_cell_slots(0);
     for (int l = 1; l < n_layer; ++l) fewest = std::min(fewest, min_cell_slots(l));

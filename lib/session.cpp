@@ -58,6 +58,7 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
         kv.layer_slots = kv_layer_budgets(shape.n_layer, settings.kv_budget, settings.kv_layer_slope, kMinKvLayerSlots);
     }
     kv.head_share = settings.kv_head_share;
+    kv.share_across_layers = settings.kv_share_across_layers;
     kv.type = settings.kv_type;
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
@@ -207,7 +208,7 @@ uint64_t Session::prefix_cache_key() const {
     uint64_t h = 0xcbf29ce484222325ull;
     for (uint64_t v : {uint64_t(s.n_ctx), uint64_t(s.kv_budget), uint64_t(s.policy.policy), uint64_t(s.policy.recent),
                        uint64_t(s.policy.sinks), uint64_t(s.policy.horizon), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed,
-                       uint64_t(float_bits(s.kv_layer_slope)), uint64_t(float_bits(s.kv_head_share)),
+                       uint64_t(float_bits(s.kv_layer_slope)), uint64_t(float_bits(s.kv_head_share)), uint64_t(s.kv_share_across_layers),
                        uint64_t(s.policy.prompt_proxy), uint64_t(float_bits(s.policy.prompt_random_share))}) {
         h = (h ^ v) * 0x100000001b3ull;
     }

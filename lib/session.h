@@ -23,6 +23,7 @@ struct SessionSettings {
     int kv_budget = 0;  // KV slots per (layer, kv head), the mean over layers; n_ctx for a full cache
     float kv_layer_slope = 0.0f;  // how the budget spreads across layers (kv_layer_budgets.h)
     float kv_head_share = 0.0f;   // how much of each layer's slots moves between its kv heads (kv_head_budgets.h)
+    bool kv_share_across_layers = false;  // they move between the kv heads of every layer
     KvPolicyConfig policy;
     KvType kv_type = KvType::F16;  // as h2o_session_params_default
     bool rolling = false;

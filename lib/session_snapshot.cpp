@@ -15,8 +15,9 @@ namespace {
 constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
 // Version 4 keeps kv_layer_slope in the header word that versions 2 and 3 left zero; version 5
 // adds one-shot prompt eviction's two settings, version 6 kv_head_share (and the cache's cell
-// sizes in the payload when it is not 0: KvCache::save).
-constexpr uint32_t kFormatVersion = 6;
+// sizes in the payload when it is not 0: KvCache::save), version 7 kv_share_across_layers in the
+// header word version 6 left zero.
+constexpr uint32_t kFormatVersion = 7;
 constexpr size_t kHeaderSizeV1 = 88;   // version 1: no horizon
 constexpr size_t kHeaderSizeV2 = 96;   // versions 2 to 4: no prompt eviction settings
 constexpr size_t kHeaderSizeV5 = 104;  // version 5: no kv_head_share
@@ -54,7 +55,7 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
     w.put<uint32_t>(static_cast<uint32_t>(s.policy.prompt_proxy));
     w.put<float>(s.policy.prompt_random_share);
     w.put<float>(s.kv_head_share);
-    w.put<uint32_t>(0);  // reserved
+    w.put<uint32_t>(s.kv_share_across_layers ? 1 : 0);
     w.put<uint64_t>(state.size());
     const size_t bound = ZSTD_compressBound(state.size());
     w.put<uint64_t>(0);  // compressed size, filled in below
@@ -95,7 +96,8 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     }
     ByteReader r(data + 16, header_size - 16);
     // slope: the layer slope's bits from version 4; a reserved word, zero, in versions 2 and 3.
-    uint32_t fields[8] = {}, horizon = 0, slope = 0, prompt_proxy = 0, reserved = 0;
+    // across_layers: kv_share_across_layers from version 7; a reserved word, zero, in version 6.
+    uint32_t fields[8] = {}, horizon = 0, slope = 0, prompt_proxy = 0, across_layers = 0;
     float prompt_share = 0.0f, head_share = 0.0f;
     uint64_t fingerprint = 0, seed = 0, payload_size = 0, compressed_size = 0, hash = 0;
     H2O_TRY(r.get("model fingerprint", &fingerprint));
@@ -111,7 +113,7 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     }
     if (version >= 6) {
         H2O_TRY(r.get("head share", &head_share));
-        H2O_TRY(r.get("reserved", &reserved));
+        H2O_TRY(r.get(version >= 7 ? "share across layers" : "reserved", &across_layers));
     }
     H2O_TRY(r.get("payload size", &payload_size));
     H2O_TRY(r.get("compressed size", &compressed_size));
@@ -140,13 +142,14 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     s.policy.prompt_proxy = static_cast<int>(prompt_proxy & 0x7FFFFFFF);
     s.policy.prompt_random_share = prompt_share;
     s.kv_head_share = head_share;
+    s.kv_share_across_layers = across_layers != 0;
     // Every setting is checked again when the session is created from it; these are the fields
     // that must be exactly representable.
     if (fields[0] != static_cast<uint32_t>(s.n_ctx) || fields[1] != static_cast<uint32_t>(s.kv_budget) ||
         fields[3] != static_cast<uint32_t>(s.policy.recent) || fields[4] != static_cast<uint32_t>(s.policy.sinks) ||
         fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || (version < 4 && slope != 0) ||
         prompt_proxy > static_cast<uint32_t>(kMaxKvPromptProxy) || !(prompt_share >= 0.0f && prompt_share <= 1.0f) ||
-        !(head_share >= 0.0f && head_share <= kMaxKvHeadShare) || reserved != 0 || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
+        !(head_share >= 0.0f && head_share <= kMaxKvHeadShare) || across_layers > (version >= 7 ? 1u : 0u) || (across_layers != 0 && head_share == 0.0f) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
         return bad("its session settings are out of range");
     }
     header->version = version;

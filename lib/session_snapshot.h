@@ -2,13 +2,13 @@
 //
 // Layout (little-endian):
 //   header, 112 bytes, uncompressed:
-//     0  magic "H2OSTATE"          8  u32 format version (6)     12 u32 header size (112)
+//     0  magic "H2OSTATE"          8  u32 format version (7)     12 u32 header size (112)
 //     16 u64 model fingerprint (Model::fingerprint: tensor table and vocabulary)
 //     24 the settings that shape the cache: u32 n_ctx, kv_budget, policy, recent, sinks,
 //        kv_type, position_rolling, n_batch; u64 seed
 //     64 u32 kv horizon (0: none)  68 f32 kv_layer_slope (versions 2 and 3: a zero word)
 //     72 u32 kv_prompt_proxy       76 f32 kv_prompt_random_share
-//     80 f32 kv_head_share         84 u32 reserved, zero
+//     80 f32 kv_head_share         84 u32 kv_share_across_layers (version 6: a zero word)
 //     88 u64 payload size (uncompressed)   96 u64 compressed size (the bytes after the header)
 //     104 u64 FNV-1a hash of bytes 0..103
 //   payload: one zstd frame with a content checksum, holding Session::save_state's bytes.

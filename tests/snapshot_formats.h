@@ -1,5 +1,5 @@
 // Older snapshot formats, made from a current snapshot, for the compatibility tests and the fuzz
-// seeds: what a library before budgets per kv head (format 5), before one-shot prompt eviction (format 4), before the layer slope (format
+// seeds: what a library before budgets across layers (format 6), before budgets per kv head (format 5), before one-shot prompt eviction (format 4), before the layer slope (format
 // 3), before retention spans (format 2) or before the horizon (format 1) wrote.
 #pragma once
 
@@ -12,9 +12,9 @@
 
 namespace h2o_test {
 
-// The snapshot (lib/session_snapshot.h, format 6, of a session without budgets per head, and for
-// formats 1 to 4 without one-shot prompt eviction) as format `version` (1 to 5) writes it: for
-// format 5 a 104-byte header without the head share and reserved words at bytes 80..87; for
+// The snapshot (lib/session_snapshot.h, format 7, of a session without budgets per head, and for
+// formats 1 to 4 without one-shot prompt eviction) as format `version` (1 to 6) writes it: for
+// format 6 the same bytes with a zero word at 84..87 (no share across layers); for format 5 a 104-byte header without the head share and reserved words at bytes 80..87; for
 // formats 2 to 4 a 96-byte header without the prompt eviction words at bytes 72..79 either; for formats 1 and 2, without the span table of the payload (its count of 0 after
 // the three stream counters; the session must hold no span); for format 1, also without the
 // horizon and slope words at bytes 64..71 (88 bytes); formats 1 to 3 have no layer slope. Empty
@@ -22,6 +22,17 @@ namespace h2o_test {
 inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &snapshot, uint32_t version) {
     constexpr size_t kHeaderSize = 112, kSizesAt = 88, kSpanCountAt = 3 * sizeof(int64_t);
     auto zeros = [&](size_t from, size_t to) { return std::all_of(snapshot.begin() + from, snapshot.begin() + to, [](uint8_t b) { return b == 0; }); };
+    auto rehash = [](std::vector<uint8_t> *bytes, size_t header_size) {
+        uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a of the header before its hash
+        for (size_t i = 0; i + 8 < header_size; ++i) hash = (hash ^ (*bytes)[i]) * 0x100000001b3ull;
+        std::memcpy(bytes->data() + header_size - 8, &hash, sizeof(hash));
+    };
+    if (version == 6 && snapshot.size() >= kHeaderSize && zeros(84, 88)) {
+        std::vector<uint8_t> out = snapshot;
+        out[8] = 6;
+        rehash(&out, kHeaderSize);
+        return out;
+    }
     if (snapshot.size() < kHeaderSize || version < 1 || version > 5 || !zeros(80, 88) || (version < 5 && !zeros(72, 80))) return {};
     if ((version < 4 && !zeros(68, 72)) || (version == 1 && !zeros(64, 68))) return {};  // a slope; a horizon
     uint64_t payload_size = 0;
@@ -47,9 +58,7 @@ inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &snap
     const size_t header_size = out.size();
     const uint32_t fields[2] = {version, static_cast<uint32_t>(header_size)};
     std::memcpy(out.data() + 8, fields, sizeof(fields));
-    uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a of the header before its hash
-    for (size_t i = 0; i + 8 < header_size; ++i) hash = (hash ^ out[i]) * 0x100000001b3ull;
-    std::memcpy(out.data() + header_size - 8, &hash, sizeof(hash));
+    rehash(&out, header_size);
     out.insert(out.end(), frame.begin(), frame.begin() + compressed);
     return out;
 }

@@ -41,7 +41,7 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_backend_info, device_type) == 140);
     CHECK(offsetof(h2o_backend_info, memory_bytes) == 160);
 
-    CHECK(sizeof(h2o_session_params) == 96);  // 0.5: 4 bytes of tail padding after kv_head_share
+    CHECK(sizeof(h2o_session_params) == 96);
     CHECK(offsetof(h2o_session_params, n_ctx) == 4);
     CHECK(offsetof(h2o_session_params, n_threads) == 8);
     CHECK(offsetof(h2o_session_params, n_batch) == 12);
@@ -61,8 +61,9 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_session_params, kv_prompt_proxy) == 80);  // 0.4
     CHECK(offsetof(h2o_session_params, kv_prompt_random_share) == 84);  // 0.4
     CHECK(offsetof(h2o_session_params, kv_head_share) == 88);  // 0.5
+    CHECK(offsetof(h2o_session_params, kv_share_across_layers) == 92);  // 0.6: was tail padding, zeroed by h2o_session_params_init
 
-    CHECK(sizeof(h2o_kv_layout) == 68);
+    CHECK(sizeof(h2o_kv_layout) == 72);
     CHECK(offsetof(h2o_kv_layout, heavy) == 20);
     CHECK(offsetof(h2o_kv_layout, position_rolling) == 24);
     CHECK(offsetof(h2o_kv_layout, type) == 28);
@@ -75,6 +76,7 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_kv_layout, prompt_random_share) == 56);  // 0.4
     CHECK(offsetof(h2o_kv_layout, head_share) == 60);  // 0.5
     CHECK(offsetof(h2o_kv_layout, min_head_budget) == 64);  // 0.5
+    CHECK(offsetof(h2o_kv_layout, share_across_layers) == 68);  // 0.6
 
     CHECK(sizeof(h2o_device_traffic) == 40);
     CHECK(sizeof(h2o_memory_report) == 32);

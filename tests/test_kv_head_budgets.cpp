@@ -42,12 +42,19 @@ std::array<float, 4> rolled_key(int h, int i, int rank) {
 // names its cell and token. Head 0 attends to every token (accumulated 10 + i); head 1 to its
 // last two only (0.1 * i for the first six, 10 + i for 6 and 7).
 // With rolling, token i's key is rolled_key(h, i, i).
+// Two layers: the same two cells as layers 0 and 1 of one kv head each (cell h is (h, 0)).
 struct TwoHeads {
     KvCache cache;
-    explicit TwoHeads(const uint8_t *tags = nullptr, bool rolling = false) {
+    int layer_of[2] = {0, 0}, head_of[2] = {0, 1};
+    explicit TwoHeads(const uint8_t *tags = nullptr, bool rolling = false, bool two_layers = false, bool across_layers = false) {
         KvConfig c;
-        c.n_layer = 1;
-        c.n_head_kv = 2;
+        c.n_layer = two_layers ? 2 : 1;
+        c.n_head_kv = two_layers ? 1 : 2;
+        c.share_across_layers = across_layers;
+        if (two_layers) {
+            layer_of[1] = 1;
+            head_of[1] = 0;
+        }
         c.head_dim = 4;
         c.n_slots = 8;
         c.head_share = 0.5f;
@@ -57,8 +64,8 @@ struct TwoHeads {
         REQUIRE(cache.init(c).ok());
         for (int h = 0; h < 2; ++h) {
             for (int i = 0; i < 8; ++i) {
-                const int s = cache.claim_slot(0, h, i, i, tags ? tags[i] : 0);
-                KvCache::HeadView v = cache.head(0, h);
+                const int s = cache.claim_slot(layer_of[h], head_of[h], i, i, tags ? tags[i] : 0);
+                KvCache::HeadView v = cell(h);
                 std::array<float, 4> key = {static_cast<float>(100 * h + i), 0, 0, 0};
                 if (rolling) key = rolled_key(h, i, i);
                 std::memcpy(v.keys + s * cache.key_row_bytes(), key.data(), sizeof key);
@@ -66,10 +73,12 @@ struct TwoHeads {
             }
         }
     }
+    KvCache::HeadView cell(int h) { return cache.head(layer_of[h], head_of[h]); }
+    int cell_slots(int h) const { return cache.cell_slots(layer_of[h], head_of[h]); }
     // The stream indices cell h holds, slot by slot over its region.
     std::vector<int64_t> held(int h) {
-        const KvCache::HeadView v = cache.head(0, h);
-        return std::vector<int64_t>(v.stream_index, v.stream_index + cache.cell_slots(0, h));
+        const KvCache::HeadView v = cell(h);
+        return std::vector<int64_t>(v.stream_index, v.stream_index + cell_slots(h));
     }
 };
 
@@ -189,8 +198,78 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
             ByteReader br(bad.data(), bad.size());
             const Status st = loaded.cache.load(br, 8, 8, 0, 0);
             CHECK(st.code == H2O_ERR_STATE_FORMAT);
-            CHECK(st.message.find("cell sizes") != std::string::npos);
+            CHECK(st.message.find("cell size") != std::string::npos);
         }
+    }
+}
+
+TEST_CASE("rebalancing across layers moves slots from a layer whose heads attend to few tokens to one whose heads attend to many") {
+    SUBCASE("the pool is the whole cache: layer 1's least attended tokens go, and layer 0's cell grows past its layer's budget") {
+        TwoHeads t(nullptr, false, /*two_layers=*/true, /*across_layers=*/true);
+        CHECK(t.cache.config().max_cell_slots(0) == 12);
+        t.cache.rebalance_heads(8, 2);
+        CHECK(t.cell_slots(0) == 10);
+        CHECK(t.cell_slots(1) == 6);
+        CHECK(t.held(0) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, -1, -1});
+        CHECK(t.held(1) == std::vector<int64_t>{4, 5, 6, 7, -1, -1});
+        // Layer 1's region now begins after layer 0's ten slots, and its rows moved with it.
+        CHECK(t.cell(1).stream_index - t.cell(0).stream_index == 10);
+        for (int s = 0; s < 4; ++s) {
+            float key[4];
+            std::memcpy(key, t.cell(1).keys + s * t.cache.key_row_bytes(), sizeof key);
+            CHECK(key[0] == 100.0f + 4 + s);
+        }
+        CHECK(t.cache.make_room(1, 0, 2, 8) == 0);
+    }
+    SUBCASE("per layer, a layer of one kv head has nobody to share with: it evicts its own") {
+        TwoHeads t(nullptr, false, /*two_layers=*/true, /*across_layers=*/false);
+        CHECK(t.cache.config().max_cell_slots(0) == 8);
+        t.cache.rebalance_heads(8, 2);
+        CHECK(t.cell_slots(0) == 8);
+        CHECK(t.held(0) == std::vector<int64_t>{-1, -1, 2, 3, 4, 5, 6, 7});
+        CHECK(t.held(1) == std::vector<int64_t>{-1, -1, 2, 3, 4, 5, 6, 7});
+    }
+    SUBCASE("with rolling, each layer's cell keeps ranks of its own tokens") {
+        TwoHeads t(nullptr, true, true, true);
+        t.cache.rebalance_heads(8, 2);
+        for (int h = 0; h < 2; ++h) {
+            for (int s = 0; s < t.cache.used(t.layer_of[h], 0); ++s) {
+                const int i = static_cast<int>(t.cell(h).stream_index[s]);
+                CHECK(t.cell(h).position[s] == (h == 0 ? i : i - 4));
+            }
+        }
+        int32_t held[2], slots[2];
+        t.cache.cell_fill(held, slots);
+        CHECK(held[1] == 4);
+        CHECK(slots[0] == 10);
+    }
+    SUBCASE("snapshots carry the regions; sizes that do not sum to the cache's slots are refused") {
+        TwoHeads t(nullptr, false, true, true);
+        t.cache.rebalance_heads(8, 2);
+        std::vector<uint8_t> bytes;
+        ByteWriter w(&bytes);
+        t.cache.save(w);
+        TwoHeads loaded(nullptr, false, true, true);
+        ByteReader r(bytes.data(), bytes.size());
+        REQUIRE(loaded.cache.load(r, 8, 8, 0, 0).ok());
+        CHECK(loaded.cell_slots(0) == 10);
+        CHECK(loaded.held(1) == t.held(1));
+        // Layer 0's size follows the random state (8 bytes): 9 and 11 are within a cell's bounds
+        // [4, 12], but with layer 1's 6 they leave one slot of the 16 unowned or one too many.
+        for (const int32_t size : {9, 11}) {
+            CAPTURE(size);
+            std::vector<uint8_t> bad = bytes;
+            std::memcpy(bad.data() + 8, &size, sizeof size);
+            ByteReader br(bad.data(), bad.size());
+            const Status st = loaded.cache.load(br, 8, 8, 0, 0);
+            CHECK(st.code == H2O_ERR_STATE_FORMAT);
+            CHECK(st.message.find("cell sizes of layer 1") != std::string::npos);
+        }
+        std::vector<uint8_t> too_big = bytes;
+        const int32_t size = 13;
+        std::memcpy(too_big.data() + 8, &size, sizeof size);
+        ByteReader br(too_big.data(), too_big.size());
+        CHECK(loaded.cache.load(br, 8, 8, 0, 0).message.find("cell size 13 in (layer 0") != std::string::npos);
     }
 }
 
@@ -304,93 +383,113 @@ TEST_CASE("kv_head_share on the real model: regions stay within bounds in the sa
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());
-    std::unique_ptr<Session> session;
-    REQUIRE(Session::create(*model, head_share_settings(*model, 0.5f, H2O_BACKEND_CPU), &session).ok());
-    std::unique_ptr<Session> uniform;
-    REQUIRE(Session::create(*model, head_share_settings(*model, 0.0f, H2O_BACKEND_CPU), &uniform).ok());
-    REQUIRE(session->add_text("Lily had a ball.", /*pinned=*/true).ok());
-    const int64_t pinned = session->n_past();
-    // A retention span whose minimum (a quarter of the budget: 8 tokens) every head keeps.
-    REQUIRE(session->add_span_text(7, 0.25f, " Tom was her big brown dog and he liked to run.", false, false).ok());
-    REQUIRE(session->generate(" Once upon a time", h2o_test::greedy(400), nullptr, nullptr).ok());
-    const KvConfig &kv = session->kv_config();
-    const CacheView view(*session);
-    const int64_t n_past = session->n_past();
-    bool sizes_differ = false;
-    size_t at = 0;
-    for (int l = 0; l < kv.n_layer; ++l) {
-        int64_t layer_total = 0;
-        for (int h = 0; h < kv.n_head_kv; ++h) {
-            const int32_t slots = view.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
-            CAPTURE(l);
-            CAPTURE(h);
-            CHECK(slots >= kv.min_cell_slots(l));
-            CHECK(slots <= kv.max_cell_slots(l));
-            layer_total += slots;
-            sizes_differ |= slots != kv.slots_in(l);
-            std::vector<int64_t> held;
-            for (int s = 0; s < slots; ++s, ++at) {
-                if (view.stream[at] >= 0) held.push_back(view.stream[at]);
+    for (const bool across_layers : {false, true}) {
+        CAPTURE(across_layers);
+        SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);
+        settings.kv_share_across_layers = across_layers;
+        std::unique_ptr<Session> session;
+        REQUIRE(Session::create(*model, settings, &session).ok());
+        std::unique_ptr<Session> uniform;
+        REQUIRE(Session::create(*model, head_share_settings(*model, 0.0f, H2O_BACKEND_CPU), &uniform).ok());
+        REQUIRE(session->add_text("Lily had a ball.", /*pinned=*/true).ok());
+        const int64_t pinned = session->n_past();
+        // A retention span whose minimum (a quarter of the budget: 8 tokens) every head keeps.
+        REQUIRE(session->add_span_text(7, 0.25f, " Tom was her big brown dog and he liked to run.", false, false).ok());
+        REQUIRE(session->generate(" Once upon a time", h2o_test::greedy(400), nullptr, nullptr).ok());
+        const KvConfig &kv = session->kv_config();
+        const CacheView view(*session);
+        const int64_t n_past = session->n_past();
+        bool sizes_differ = false, layers_differ = false;
+        size_t at = 0;
+        int64_t pool_total = 0;
+        for (int l = 0; l < kv.n_layer; ++l) {
+            int64_t layer_total = 0;
+            for (int h = 0; h < kv.n_head_kv; ++h) {
+                const int32_t slots = view.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
+                CAPTURE(l);
+                CAPTURE(h);
+                CHECK(slots >= kv.min_cell_slots(l));
+                CHECK(slots <= kv.max_cell_slots(l));
+                layer_total += slots;
+                sizes_differ |= slots != kv.slots_in(l);
+                std::vector<int64_t> held;
+                for (int s = 0; s < slots; ++s, ++at) {
+                    if (view.stream[at] >= 0) held.push_back(view.stream[at]);
+                }
+                std::sort(held.begin(), held.end());
+                CHECK(std::unique(held.begin(), held.end()) == held.end());
+                for (int64_t i = 0; i < pinned; ++i) CHECK(std::binary_search(held.begin(), held.end(), i));
+                CHECK(held.back() == n_past - 1);  // the newest token is always kept
             }
-            std::sort(held.begin(), held.end());
-            CHECK(std::unique(held.begin(), held.end()) == held.end());
-            for (int64_t i = 0; i < pinned; ++i) CHECK(std::binary_search(held.begin(), held.end(), i));
-            CHECK(held.back() == n_past - 1);  // the newest token is always kept
+            // Each layer's cells own its slots; across layers, only the whole cache's.
+            layers_differ |= layer_total != static_cast<int64_t>(kv.n_head_kv) * kv.slots_in(l);
+            pool_total += layer_total;
+            if (l + 1 == kv.pool_end_layer(l)) {
+                CHECK(pool_total == kv.pool_slots(l));
+                pool_total = 0;
+            }
         }
-        CHECK(layer_total == static_cast<int64_t>(kv.n_head_kv) * kv.slots_in(l));
+        CHECK(at == view.stream.size());
+        CHECK(sizes_differ);
+        CHECK(layers_differ == across_layers);
+        SpanReport span;
+        REQUIRE(session->span_report(7, &span).ok());
+        CHECK(span.kept_min == 8);
+        CHECK(span.kept_max >= 8);
+        // The same memory as fixed budgets, but for rebalancing's working lists: a pool's slot
+        // offsets, destinations and priorities (a layer's, or the whole cache's), and each cell's size.
+        const size_t pool_slots = across_layers ? static_cast<size_t>(kv.total_slots()) : static_cast<size_t>(kv.n_head_kv) * kv.max_slots();
+        CHECK(session->backend().kv_bytes() - uniform->backend().kv_bytes() ==
+              pool_slots * (2 * sizeof(int64_t) + sizeof(float)) + static_cast<size_t>(kv.n_layer) * kv.n_head_kv * sizeof(int32_t));
     }
-    CHECK(at == view.stream.size());
-    CHECK(sizes_differ);
-    SpanReport span;
-    REQUIRE(session->span_report(7, &span).ok());
-    CHECK(span.kept_min == 8);
-    CHECK(span.kept_max >= 8);
-    // The same memory as fixed budgets, but for rebalancing's working lists: a layer's slot
-    // offsets, destinations and priorities.
-    CHECK(session->backend().kv_bytes() - uniform->backend().kv_bytes() ==
-          static_cast<size_t>(kv.n_head_kv) * kv.max_slots() * (2 * sizeof(int64_t) + sizeof(float)));
 }
 
 TEST_CASE("kv_head_share with rolling on the real model: every cell's positions are the ranks of its own tokens") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());
+    // H2O with a layer slope; Scissorhands within each layer and across layers.
     for (const KvPolicy policy : {KvPolicy::Scissorhands, KvPolicy::H2O}) {
-        CAPTURE(static_cast<int>(policy));
-        SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);
-        settings.policy.policy = policy;
-        settings.rolling = true;
-        settings.n_ctx = 256;
-        settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
-        std::unique_ptr<Session> session;
-        REQUIRE(Session::create(*model, settings, &session).ok());
-        REQUIRE(session->add_text("Lily had a ball.", /*pinned=*/true).ok());
-        const int64_t pinned = session->n_past();
-        // Past the session's context: positions must stay ranks for the stream to go on.
-        REQUIRE(session->generate(" Once upon a time", h2o_test::greedy(600), nullptr, nullptr).ok());
-        REQUIRE(session->n_past() > settings.n_ctx);
-        const KvConfig &kv = session->kv_config();
-        const std::unique_ptr<KvCache> copy = host_copy(*session, pinned);
-        KvCache &host = *copy;
-        bool sizes_differ = false;
-        for (int l = 0; l < kv.n_layer; ++l) {
-            for (int h = 0; h < kv.n_head_kv; ++h) {
-                CAPTURE(l);
-                CAPTURE(h);
-                sizes_differ |= host.cell_slots(l, h) != kv.slots_in(l);
-                const KvCache::HeadView v = host.head(l, h);
-                std::vector<std::pair<int64_t, int32_t>> held;  // (stream index, position)
-                for (int s = 0; s < host.used(l, h); ++s) {
-                    if (v.stream_index[s] >= 0) held.emplace_back(v.stream_index[s], v.position[s]);
+        for (const bool across_layers : {false, true}) {
+            if (across_layers && policy == KvPolicy::H2O) continue;
+            CAPTURE(static_cast<int>(policy));
+            CAPTURE(across_layers);
+            SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);
+            settings.policy.policy = policy;
+            settings.kv_share_across_layers = across_layers;
+            settings.rolling = true;
+            settings.n_ctx = 256;
+            settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
+            std::unique_ptr<Session> session;
+            REQUIRE(Session::create(*model, settings, &session).ok());
+            REQUIRE(session->add_text("Lily had a ball.", /*pinned=*/true).ok());
+            const int64_t pinned = session->n_past();
+            // Past the session's context: positions must stay ranks for the stream to go on.
+            REQUIRE(session->generate(" Once upon a time", h2o_test::greedy(600), nullptr, nullptr).ok());
+            REQUIRE(session->n_past() > settings.n_ctx);
+            const KvConfig &kv = session->kv_config();
+            const std::unique_ptr<KvCache> copy = host_copy(*session, pinned);
+            KvCache &host = *copy;
+            bool sizes_differ = false;
+            for (int l = 0; l < kv.n_layer; ++l) {
+                for (int h = 0; h < kv.n_head_kv; ++h) {
+                    CAPTURE(l);
+                    CAPTURE(h);
+                    sizes_differ |= host.cell_slots(l, h) != kv.slots_in(l);
+                    const KvCache::HeadView v = host.head(l, h);
+                    std::vector<std::pair<int64_t, int32_t>> held;  // (stream index, position)
+                    for (int s = 0; s < host.used(l, h); ++s) {
+                        if (v.stream_index[s] >= 0) held.emplace_back(v.stream_index[s], v.position[s]);
+                    }
+                    std::sort(held.begin(), held.end());
+                    REQUIRE(held.size() > static_cast<size_t>(pinned));
+                    for (size_t r = 0; r < held.size(); ++r) CHECK(held[r].second == static_cast<int32_t>(r));
+                    CHECK(held.back().first == session->n_past() - 1);
+                    CHECK(held[static_cast<size_t>(pinned) - 1].first == pinned - 1);
                 }
-                std::sort(held.begin(), held.end());
-                REQUIRE(held.size() > static_cast<size_t>(pinned));
-                for (size_t r = 0; r < held.size(); ++r) CHECK(held[r].second == static_cast<int32_t>(r));
-                CHECK(held.back().first == session->n_past() - 1);
-                CHECK(held[static_cast<size_t>(pinned) - 1].first == pinned - 1);
             }
+            CHECK(sizes_differ);
         }
-        CHECK(sizes_differ);
     }
 }
 
@@ -402,8 +501,11 @@ TEST_CASE("kv_head_share: until a cell must evict, a prompt's logits and statist
     REQUIRE(Model::load(path, "", &model).ok());
     std::vector<std::vector<float>> logits;
     std::vector<std::vector<SlotStats>> stats;
-    for (float share : {0.0f, 0.75f}) {
-        SessionSettings settings = head_share_settings(*model, share, H2O_BACKEND_CPU);
+    // Fixed budgets, then a share within each layer and across layers (cells up to almost half
+    // the cache).
+    for (int run = 0; run < 3; ++run) {
+        SessionSettings settings = head_share_settings(*model, run == 0 ? 0.0f : 0.75f, H2O_BACKEND_CPU);
+        settings.kv_share_across_layers = run == 2;
         settings.kv_budget = 160;
         settings.n_threads = 2;
         settings.n_batch = 160;
@@ -419,15 +521,18 @@ TEST_CASE("kv_head_share: until a cell must evict, a prompt's logits and statist
         stats.emplace_back(static_cast<size_t>(session->kv_config().total_slots()));
         REQUIRE(session->backend().download_kv_statistics(stats.back().data()).ok());
     }
-    CHECK(logits[0] == logits[1]);
-    CHECK(std::memcmp(stats[0].data(), stats[1].data(), stats[0].size() * sizeof(SlotStats)) == 0);
+    for (int run = 1; run < 3; ++run) {
+        CAPTURE(run);
+        CHECK(logits[0] == logits[run]);
+        CHECK(std::memcmp(stats[0].data(), stats[run].data(), stats[0].size() * sizeof(SlotStats)) == 0);
+    }
 }
 
 TEST_CASE("kv_head_share: validation") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-    auto create = [&](uint32_t policy, float share, uint32_t budget, h2o_session **out) {
+    auto create = [&](uint32_t policy, float share, uint32_t budget, h2o_session **out, int32_t across_layers = 0) {
         h2o_session_params sp;
         h2o_session_params_init(&sp, sizeof sp);
         sp.n_threads = 1;
@@ -435,6 +540,7 @@ TEST_CASE("kv_head_share: validation") {
         sp.kv_budget = budget;
         sp.kv_policy = policy;
         sp.kv_head_share = share;
+        sp.kv_share_across_layers = across_layers;
         return h2o_session_create(model, &sp, out);
     };
     h2o_session *session = nullptr;
@@ -458,6 +564,22 @@ TEST_CASE("kv_head_share: validation") {
     const std::string text = "Once upon a time, there was a little girl named Lily.";
     CHECK(h2o_session_add_text(session, text.data(), text.size(), H2O_TEXT_PIN) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(std::string(h2o_session_last_error(session)).find("kv_head_share") != std::string::npos);
+    CHECK(layout.share_across_layers == 0);
+    h2o_session_free(session);
+    // Sharing across layers: 0 or 1, and only a head share's slots move.
+    CHECK(create(H2O_KV_H2O, 0.0f, 32, &session, 1) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("kv_share_across_layers") != std::string::npos);
+    CHECK(create(H2O_KV_H2O, 0.5f, 32, &session, 2) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("kv_share_across_layers") != std::string::npos);
+    REQUIRE(create(H2O_KV_H2O, 0.5f, 32, &session, 1) == H2O_OK);
+    REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
+    CHECK(layout.share_across_layers == 1);
+    CHECK(layout.min_head_budget == 16);
+    h2o_session_free(session);
+    // A full cache ignores both.
+    REQUIRE(create(H2O_KV_SCISSORHANDS, 0.0f, 0, &session, 1) == H2O_OK);
+    REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
+    CHECK(layout.share_across_layers == 0);
     h2o_session_free(session);
     h2o_model_free(model);
 }
@@ -472,15 +594,19 @@ TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as th
     // sooner than H2O's and RoCo's sums; ranking across a layer's heads compares more pairs). The
     // prompt and the first 16 tokens, with a rebalancing before each, are compared here; the
     // snapshot tests continue a Vulkan session's rebalanced cache on the CPU.
-    // Each policy with stream positions and with rolling ones.
+    // Each policy with stream positions and with rolling ones; budgets across layers (one region
+    // of rows for the whole cache) for one policy in two.
     for (const bool rolling : {false, true})
     for (KvPolicy policy : {KvPolicy::RoCo, KvPolicy::H2O}) {
         const std::string name = kv_policy_name(policy);
+        const bool across_layers = rolling == (policy == KvPolicy::RoCo);
         CAPTURE(name);
         CAPTURE(rolling);
+        CAPTURE(across_layers);
         SessionSettings settings = head_share_settings(*model, 0.75f, H2O_BACKEND_VULKAN);
         settings.policy.policy = policy;
         settings.rolling = rolling;
+        settings.kv_share_across_layers = across_layers;
         settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
         settings.policy.horizon = 0;  // stale tokens, evicted first, leave the cells' shares even
         std::unique_ptr<Session> gpu = h2o_test::session_or_skip(*model, settings);
@@ -509,8 +635,14 @@ TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as th
         CHECK(g.stream == c.stream);
         const KvConfig &kv = cpu->kv_config();
         CHECK(cache_positions(*gpu) == cache_positions(*cpu));
-        bool moved = false;
+        bool moved = false, layers_moved = false;
         for (size_t i = 0; i < c.cell_slots.size(); ++i) moved |= c.cell_slots[i] != kv.slots_in(static_cast<int>(i / kv.n_head_kv));
+        for (int l = 0; l < kv.n_layer; ++l) {
+            int64_t layer_total = 0;
+            for (int h = 0; h < kv.n_head_kv; ++h) layer_total += c.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
+            layers_moved |= layer_total != static_cast<int64_t>(kv.n_head_kv) * kv.slots_in(l);
+        }
         CHECK(moved);
+        CHECK(layers_moved == across_layers);
     }
 }

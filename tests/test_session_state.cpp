@@ -161,17 +161,20 @@ TEST_CASE("session state: one-shot prompt eviction's settings are saved and cont
     }
 }
 
-TEST_CASE("session state: budgets per kv head (kv_head_share) are saved with each cell's size and continue exactly") {
+TEST_CASE("session state: budgets per kv head (kv_head_share), within and across layers, are saved with each cell's size and continue exactly") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}, uint32_t{H2O_KV_ROCO}}) {
         for (float slope : {0.0f, 0.25f}) {  // the smallest layer's heads keep at least 12 slots: room for the pins
-            // Rolling for one policy in two: each cell's positions are its own ranks.
-            const int rolling = policy == H2O_KV_H2O ? 0 : 1;
+            // Rolling for one policy in two: each cell's positions are its own ranks. Budgets
+            // across layers with one slope in two.
+            const int rolling = policy == H2O_KV_H2O ? 0 : 1, across_layers = (policy == H2O_KV_ROCO) == (slope == 0.0f) ? 1 : 0;
             CAPTURE(h2o_kv_policy_name(policy));
             CAPTURE(slope);
             CAPTURE(rolling);
+            CAPTURE(across_layers);
             h2o_session_params sp = small_session(policy, rolling, H2O_KV_TYPE_F16);
             sp.kv_head_share = 0.5f;
+            sp.kv_share_across_layers = across_layers;
             sp.kv_layer_slope = slope;
             check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
             check_saved_again(path, sp, 60);
@@ -220,11 +223,13 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
     one_shot.kv_prompt_proxy = 6;
     one_shot.kv_prompt_random_share = 0.3f;
     check_resumption(path, one_shot, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
-    // Budgets per kv head: the device's cell regions travel with the snapshot, both ways.
+    // Budgets per kv head: the device's cell regions travel with the snapshot, both ways; across
+    // layers (one region of rows for the whole cache) with rolling.
     for (int rolling : {0, 1}) {
         CAPTURE(rolling);
         h2o_session_params per_head = small_session(H2O_KV_SCISSORHANDS, rolling, H2O_KV_TYPE_F16);
         per_head.kv_head_share = 0.5f;
+        per_head.kv_share_across_layers = rolling;
         check_resumption(path, per_head, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
         check_resumption(path, per_head, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
     }
@@ -398,8 +403,9 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
     SUBCASE("prompt eviction settings out of range, with a valid hash") {
         const uint32_t proxy = 5000;
         const float share = 2.0f, nan = std::numeric_limits<float>::quiet_NaN(), head_share = 0.95f;
-        const uint32_t reserved = 1;
-        for (int which = 0; which < 6; ++which) {
+        // Sharing across layers is 0 or 1, and 1 only with a head share (this session has none).
+        const uint32_t across_layers = 1, not_a_flag = 2;
+        for (int which = 0; which < 7; ++which) {
             CAPTURE(which);
             std::vector<uint8_t> bad = good;
             if (which == 0) std::memcpy(bad.data() + 72, &proxy, sizeof(proxy));
@@ -407,7 +413,8 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
             if (which == 2) std::memcpy(bad.data() + 76, &nan, sizeof(nan));
             if (which == 3) std::memcpy(bad.data() + 80, &head_share, sizeof(head_share));
             if (which == 4) std::memcpy(bad.data() + 80, &nan, sizeof(nan));
-            if (which == 5) std::memcpy(bad.data() + 84, &reserved, sizeof(reserved));
+            if (which == 5) std::memcpy(bad.data() + 84, &across_layers, sizeof(across_layers));
+            if (which == 6) std::memcpy(bad.data() + 84, &not_a_flag, sizeof(not_a_flag));
             rehash_header(&bad, kHeaderSize);
             const Refusal r = try_load(m.model, bad);
             CHECK(r.status == H2O_ERR_STATE_FORMAT);
@@ -423,12 +430,12 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         CHECK(r.status == H2O_ERR_STATE_FORMAT);
         CHECK(r.message.find("at most") != std::string::npos);
     }
-    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3) and 5 (0.4) load and continue the same") {
+    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3), 5 (0.4) and 6 (0.5) load and continue the same") {
         h2o_session *current = nullptr;
         REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &current) == H2O_OK);
         const std::string expected = generate(current, " The", 60, 0.8f);
         h2o_session_free(current);
-        for (uint32_t version : {1u, 2u, 4u, 5u}) {
+        for (uint32_t version : {1u, 2u, 4u, 5u, 6u}) {
             CAPTURE(version);
             const std::vector<uint8_t> old = h2o_test::snapshot_as_version(good, version);
             REQUIRE(!old.empty());
@@ -445,7 +452,12 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         mislabelled[8] = 2;
         rehash_header(&mislabelled, 96);
         CHECK(try_load(m.model, mislabelled).status == H2O_ERR_STATE_FORMAT);
-        // A version-6 header labelled 5 or 4: its size is not theirs.
+        // A version-6 header whose word at 84 (reserved there) is not zero.
+        std::vector<uint8_t> v6 = h2o_test::snapshot_as_version(good, 6);
+        v6[84] = 1;
+        rehash_header(&v6, kHeaderSize);
+        CHECK(try_load(m.model, v6).message.find("settings are out of range") != std::string::npos);
+        // A version-7 header labelled 5 or 4: its size is not theirs.
         for (uint8_t older : {uint8_t{4}, uint8_t{5}}) {
             std::vector<uint8_t> relabelled = good;
             relabelled[8] = older;

@@ -38,6 +38,7 @@ void usage(const h2o_generate_params &gen, const h2o_session_params &sp) {
                  "                         of the last N queries read (default 0: by the policy)\n"
                  "  --kv-head-share S      share of each layer's slots that moves between its kv heads by\n"
                  "                         their attention, in [0, 0.9] (default 0: fixed budgets)\n"
+                 "  --kv-share-across-layers  move those slots between the kv heads of every layer\n"
                  "  --rolling              position rolling: run past the model's context length\n"
                  "  --kv-type T            KV cache format: %s (default %s)\n"
                  "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
@@ -109,6 +110,7 @@ int main(int argc, char **argv) {
         }
         else if (arg == "--kv-prompt-proxy") sp.kv_prompt_proxy = static_cast<uint32_t>(count(UINT32_MAX));
         else if (arg == "--kv-head-share") sp.kv_head_share = static_cast<float>(real());  // the library checks its range
+        else if (arg == "--kv-share-across-layers") sp.kv_share_across_layers = 1;
         else if (arg == "--rolling") sp.position_rolling = 1;
         else if (arg == "--kv-type") {
             const std::string name = text();

@@ -4,6 +4,7 @@
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
 //            [--segment N] [--context N] [--tail N] [--horizon N|none] [--layer-slope S] [--rolling 0|1] [--n-ctx N]
 //            [--prompt N] [--n-batch N] [--prompt-proxy W] [--prompt-random-share R] [--head-share S]
+//            [--across-layers]
 //            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
 //   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [--min-shares LIST] [policies, budgets...]
 //
@@ -79,6 +80,8 @@ void usage() {
                  "  --head-share S         kv_head_share in [0, 0.9]: the share of each layer's slots that\n"
                  "                         moves between its kv heads, for the policies that gather\n"
                  "                         attention statistics (default 0: fixed budgets per head)\n"
+                 "  --across-layers        kv_share_across_layers: the head share's slots move between\n"
+                 "                         the kv heads of every layer (needs --head-share)\n"
                  "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
                  "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
                  "  --trials N             retention mode: passages to average over (default 8)\n"
@@ -122,6 +125,7 @@ struct Options {
     uint32_t prompt_proxy = 0;  // kv_prompt_proxy
     float prompt_random_share = 0.0f;
     float head_share = 0.0f;
+    bool across_layers = false;  // kv_share_across_layers
     bool repeats = false;       // stream mode: the text is shorter than the stream
     std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
@@ -243,6 +247,8 @@ Options parse_options(int argc, char **argv) {
             o.prompt_random_share = parse_real(arg, value(), 0, 1, "[0, 1]");
         } else if (arg == "--head-share") {
             o.head_share = parse_real(arg, value(), 0, 0.9, "[0, 0.9]");
+        } else if (arg == "--across-layers") {
+            o.across_layers = true;
         } else if (arg == "--rolling") {
             o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
         } else if (arg == "--n-ctx") {
@@ -271,6 +277,7 @@ Options parse_options(int argc, char **argv) {
     if (!o.retention.empty() && o.stream > 0) usage_error("give --stream or --retention, not both");
     if (!o.min_shares.empty() && o.retention.empty()) usage_error("--min-shares is for --retention mode");
     if (o.prompt > 0 && (o.stream > 0 || !o.retention.empty())) usage_error("--prompt is for chunk mode");
+    if (o.across_layers && o.head_share == 0.0f) usage_error("--across-layers moves the --head-share's slots: give a head share");
     if (o.prompt > 0 && o.prompt + 1 >= o.chunk) usage_error("--prompt must leave tokens of the chunk to score");
     if (o.rolling < 0) o.rolling = o.stream > 0 || !o.retention.empty() ? 1 : 0;
     if (!o.retention.empty()) return o;  // each trial sizes its own sessions
@@ -342,6 +349,7 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     const bool gathers_statistics = c.policy == H2O_KV_H2O || c.policy == H2O_KV_SCISSORHANDS || c.policy == H2O_KV_TOVA ||
                                     c.policy == H2O_KV_ROCO || c.policy == H2O_KV_MEAN_H2O;
     p.kv_head_share = gathers_statistics ? o.head_share : 0.0f;
+    p.kv_share_across_layers = p.kv_head_share > 0.0f && o.across_layers ? 1 : 0;
     p.position_rolling = o.rolling;
     return p;
 }
@@ -719,7 +727,10 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
     text += o.prompt_proxy > 0 ? "prompt eviction one-shot: proxy " + std::to_string(o.prompt_proxy) + " queries, random share " +
                                      json_number(o.prompt_random_share, "%g") + "\n"
                                : "prompt eviction by the policy\n";
-    if (o.head_share > 0.0f) text += "# budgets per kv head: head share " + json_number(o.head_share, "%g") + " (policies with statistics)\n";
+    if (o.head_share > 0.0f) {
+        text += "# budgets per kv head: head share " + json_number(o.head_share, "%g") + (o.across_layers ? ", across layers" : ", within each layer") +
+                " (policies with statistics)\n";
+    }
     return text;
 }
 

@@ -383,7 +383,7 @@ private:
     bool has_kv_ = false;
     KvConfig kv_;
     KvLayout layout_{};  // kv_meta_layout.h
-    std::vector<Tensor> keys_, values_;  // per layer: its cells' regions of rows (kv_row.glsl)
+    std::vector<Tensor> keys_, values_;  // per pool of layers, at its first layer: its cells' regions of rows (kv_row.glsl)
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
@@ -952,9 +952,10 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const auto n_cells = static_cast<uint32_t>(config.n_layer * config.n_head_kv);
     // The most slots a cell may hold (its layer's budget unless the heads' budgets move).
     const auto max_slots = static_cast<uint32_t>(config.max_cell_slots()), n_kv = static_cast<uint32_t>(config.n_head_kv);
-    // Keys and values: one region per layer, of that layer's slots.
-    auto rows_bytes = [&](int slots, KvRowFormat format) {
-        return VkDeviceSize{4} * n_kv * static_cast<uint32_t>(slots) * kv_row_words(format, config.head_dim);
+    // Keys and values: one region per pool of layers whose cells share slots (each layer, or the
+    // whole cache when the budgets move across layers: KvConfig::pool_first_layer).
+    auto rows_bytes = [&](int64_t slots, KvRowFormat format) {
+        return VkDeviceSize{4} * static_cast<uint64_t>(slots) * kv_row_words(format, config.head_dim);
     };
     const KvLayout layout = kv_layout(0, n_cells, static_cast<uint32_t>(config.total_slots()), n_kv, static_cast<uint32_t>(max_batch_));
     const VkDeviceSize meta_bytes = VkDeviceSize{4} * kv_meta_words(layout, max_slots);
@@ -963,7 +964,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * max_slots + n_kv);
     const auto capacity = static_cast<uint32_t>(std::clamp<VkDeviceSize>(kAttentionScratchBudget / per_token, 1, max_batch_));
     const VkDeviceSize scratch_bytes = per_token * capacity;
-    for (VkDeviceSize bytes : {rows_bytes(config.max_slots(), key_format), rows_bytes(config.max_slots(), value_format), meta_bytes, scratch_bytes}) {
+    for (VkDeviceSize bytes : {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format), meta_bytes, scratch_bytes}) {
         if (bytes + alignment_ > range) {
             return make_error(H2O_ERR_UNSUPPORTED, "the KV cache needs a " + std::to_string(bytes >> 20) +
                                                        " MiB region, more than the device's storage buffer range (" +
@@ -973,8 +974,8 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     keys_.resize(config.n_layer);
     values_.resize(config.n_layer);
     kv_bytes_ = meta_bytes;
-    for (int l = 0; l < config.n_layer; ++l) {
-        const VkDeviceSize key_bytes = rows_bytes(config.slots_in(l), key_format), value_bytes = rows_bytes(config.slots_in(l), value_format);
+    for (int l = 0; l < config.n_layer; l = config.pool_end_layer(l)) {
+        const VkDeviceSize key_bytes = rows_bytes(config.pool_slots(l), key_format), value_bytes = rows_bytes(config.pool_slots(l), value_format);
         H2O_TRY(allocate(key_bytes, &keys_[l]));
         H2O_TRY(allocate(value_bytes, &values_[l]));
         kv_bytes_ += key_bytes + value_bytes;
@@ -1060,34 +1061,39 @@ Status VulkanBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, 
     return cache_from_host(host);
 }
 
+// Keys and values are one region of rows per pool of layers (create_kv), its cells' rows in
+// (layer, kv head) order from the pool's first slot.
 Status VulkanBackend::cache_to_host(KvCache *host) {
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), max_slots = static_cast<uint32_t>(kv_.max_slots());
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv);
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. span_min
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
-    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * max_slots * key_words), values(static_cast<size_t>(n_kv) * max_slots * value_words);
-    for (int l = 0; l < kv_.n_layer; ++l) {
-        const auto layer_slots = n_kv * static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
-        H2O_TRY(download_range(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * layer_slots * key_words));
-        H2O_TRY(download_range(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * layer_slots * value_words));
-        const auto *cell_slots = reinterpret_cast<const int32_t *>(&meta[layout_.cell_slots + static_cast<uint32_t>(l) * n_kv]);
-        host->set_cell_slots(l, cell_slots);
-        for (uint32_t h = 0; h < n_kv; ++h) {
-            const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h, cell_first = meta[layout_.cell_first + cell];
-            const KvCache::HeadView view = host->head(l, static_cast<int>(h));
-            for (uint32_t s = 0; s < meta[layout_.cell_slots + cell]; ++s) {
-                const uint32_t at = cell_first + s, row = at - first_slot;
-                std::memcpy(view.keys + s * host->key_row_bytes(), &keys[row * key_words], host->key_row_bytes());
-                std::memcpy(view.values + s * host->value_row_bytes(), &values[row * value_words], host->value_row_bytes());
-                view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
-                                                            uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
-                view.position[s] = static_cast<int32_t>(meta[layout_.position + at]);
-                view.tag[s] = static_cast<uint8_t>(meta[layout_.tag + at]);
-                if (view.stats) std::memcpy(&view.stats[s], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
-                host->free_list(l, static_cast<int>(h))[s] = static_cast<int32_t>(meta[layout_.free_list + at]);
+    host->set_cell_slots(reinterpret_cast<const int32_t *>(&meta[layout_.cell_slots]));
+    std::vector<uint32_t> keys, values;
+    for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
+        const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<uint32_t>(kv_.pool_slots(pool));
+        keys.resize(static_cast<size_t>(pool_slots) * key_words);
+        values.resize(static_cast<size_t>(pool_slots) * value_words);
+        H2O_TRY(download_range(block(keys_[pool]).buffer, keys_[pool].offset, keys.data(), VkDeviceSize{4} * keys.size()));
+        H2O_TRY(download_range(block(values_[pool]).buffer, values_[pool].offset, values.data(), VkDeviceSize{4} * values.size()));
+        for (int l = pool; l < kv_.pool_end_layer(pool); ++l) {
+            for (uint32_t h = 0; h < n_kv; ++h) {
+                const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h, cell_first = meta[layout_.cell_first + cell];
+                const KvCache::HeadView view = host->head(l, static_cast<int>(h));
+                for (uint32_t s = 0; s < meta[layout_.cell_slots + cell]; ++s) {
+                    const uint32_t at = cell_first + s, row = at - first_slot;
+                    std::memcpy(view.keys + s * host->key_row_bytes(), &keys[row * key_words], host->key_row_bytes());
+                    std::memcpy(view.values + s * host->value_row_bytes(), &values[row * value_words], host->value_row_bytes());
+                    view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
+                                                                uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
+                    view.position[s] = static_cast<int32_t>(meta[layout_.position + at]);
+                    view.tag[s] = static_cast<uint8_t>(meta[layout_.tag + at]);
+                    if (view.stats) std::memcpy(&view.stats[s], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
+                    host->free_list(l, static_cast<int>(h))[s] = static_cast<int32_t>(meta[layout_.free_list + at]);
+                }
+                host->set_counts(l, static_cast<int>(h), {static_cast<int>(meta[layout_.used + cell]), static_cast<int>(meta[layout_.free_count + cell])});
             }
-            host->set_counts(l, static_cast<int>(h), {static_cast<int>(meta[layout_.used + cell]), static_cast<int>(meta[layout_.free_count + cell])});
         }
     }
     host->set_random_state(uint64_t{meta[layout_.rng]} | uint64_t{meta[layout_.rng + 1]} << 32);
@@ -1096,43 +1102,44 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
 }
 
 Status VulkanBackend::cache_from_host(KvCache &host) {
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), max_slots = static_cast<uint32_t>(kv_.max_slots());
+    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv);
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     // stream .. span_min; zero statistics for the policies without.
     std::vector<uint32_t> meta(layout_.batch_slot, 0);
-    std::vector<uint32_t> keys(static_cast<size_t>(n_kv) * max_slots * key_words), values(static_cast<size_t>(n_kv) * max_slots * value_words);
-    for (int l = 0; l < kv_.n_layer; ++l) {
-        const auto layer_slots = n_kv * static_cast<uint32_t>(kv_.slots_in(l)), first_slot = static_cast<uint32_t>(kv_.first_slot_of(l));
-        const size_t key_layer_words = static_cast<size_t>(layer_slots) * key_words, value_layer_words = static_cast<size_t>(layer_slots) * value_words;
-        std::fill(keys.begin(), keys.begin() + key_layer_words, 0u);
-        std::fill(values.begin(), values.begin() + value_layer_words, 0u);
+    std::vector<uint32_t> keys, values;
+    for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
+        const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<uint32_t>(kv_.pool_slots(pool));
+        keys.assign(static_cast<size_t>(pool_slots) * key_words, 0u);
+        values.assign(static_cast<size_t>(pool_slots) * value_words, 0u);
         uint32_t cell_first = first_slot;
-        for (uint32_t h = 0; h < n_kv; ++h) {
-            const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
-            const auto cell_slots = static_cast<uint32_t>(host.cell_slots(l, static_cast<int>(h)));
-            const KvCache::HeadView view = host.head(l, static_cast<int>(h));
-            for (uint32_t s = 0; s < cell_slots; ++s) {
-                const uint32_t at = cell_first + s, row = at - first_slot;
-                std::memcpy(&keys[row * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
-                std::memcpy(&values[row * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
-                const auto stream = static_cast<uint64_t>(view.stream_index[s]);  // -1 (free): both words ~0
-                meta[layout_.stream + 2 * at] = static_cast<uint32_t>(stream);
-                meta[layout_.stream + 2 * at + 1] = static_cast<uint32_t>(stream >> 32);
-                meta[layout_.position + at] = static_cast<uint32_t>(view.position[s]);
-                meta[layout_.tag + at] = view.tag[s];
-                if (view.stats) std::memcpy(&meta[layout_.stats + 5 * at], &view.stats[s], sizeof(SlotStats));
-                meta[layout_.free_list + at] = static_cast<uint32_t>(host.free_list(l, static_cast<int>(h))[s]);
+        for (int l = pool; l < kv_.pool_end_layer(pool); ++l) {
+            for (uint32_t h = 0; h < n_kv; ++h) {
+                const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
+                const auto cell_slots = static_cast<uint32_t>(host.cell_slots(l, static_cast<int>(h)));
+                const KvCache::HeadView view = host.head(l, static_cast<int>(h));
+                for (uint32_t s = 0; s < cell_slots; ++s) {
+                    const uint32_t at = cell_first + s, row = at - first_slot;
+                    std::memcpy(&keys[row * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
+                    std::memcpy(&values[row * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
+                    const auto stream = static_cast<uint64_t>(view.stream_index[s]);  // -1 (free): both words ~0
+                    meta[layout_.stream + 2 * at] = static_cast<uint32_t>(stream);
+                    meta[layout_.stream + 2 * at + 1] = static_cast<uint32_t>(stream >> 32);
+                    meta[layout_.position + at] = static_cast<uint32_t>(view.position[s]);
+                    meta[layout_.tag + at] = view.tag[s];
+                    if (view.stats) std::memcpy(&meta[layout_.stats + 5 * at], &view.stats[s], sizeof(SlotStats));
+                    meta[layout_.free_list + at] = static_cast<uint32_t>(host.free_list(l, static_cast<int>(h))[s]);
+                }
+                const KvCache::HeadCounts counts = host.counts(l, static_cast<int>(h));
+                meta[layout_.used + cell] = static_cast<uint32_t>(counts.used);
+                meta[layout_.free_count + cell] = static_cast<uint32_t>(counts.free_count);
+                meta[layout_.cell_first + cell] = cell_first;
+                meta[layout_.cell_slots + cell] = cell_slots;
+                cell_first += cell_slots;
             }
-            const KvCache::HeadCounts counts = host.counts(l, static_cast<int>(h));
-            meta[layout_.used + cell] = static_cast<uint32_t>(counts.used);
-            meta[layout_.free_count + cell] = static_cast<uint32_t>(counts.free_count);
-            meta[layout_.cell_first + cell] = cell_first;
-            meta[layout_.cell_slots + cell] = cell_slots;
-            cell_first += cell_slots;
         }
-        record_upload(block(keys_[l]).buffer, keys_[l].offset, keys.data(), VkDeviceSize{4} * key_layer_words);  // staged: copied now
-        record_upload(block(values_[l]).buffer, values_[l].offset, values.data(), VkDeviceSize{4} * value_layer_words);
+        record_upload(block(keys_[pool]).buffer, keys_[pool].offset, keys.data(), VkDeviceSize{4} * keys.size());  // staged: copied now
+        record_upload(block(values_[pool]).buffer, values_[pool].offset, values.data(), VkDeviceSize{4} * values.size());
     }
     const uint64_t rng = host.random_state();
     meta[layout_.rng] = static_cast<uint32_t>(rng);
@@ -1177,14 +1184,16 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
     }
     // n_slots: the most slots a cell of this layer may hold, the stride of the attention scratch.
     const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv), n_slots = static_cast<uint32_t>(kv_.max_cell_slots(layer));
-    const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(layer)), total_slots = static_cast<uint32_t>(kv_.total_slots());
+    // first_slot: the first slot of the layer's pool, whose rows its keys and values hold.
+    const int pool = kv_.pool_first_layer(layer);
+    const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool)), total_slots = static_cast<uint32_t>(kv_.total_slots());
     const auto hd = static_cast<uint32_t>(kv_.head_dim);
     const auto n_cells = static_cast<uint32_t>(kv_.n_layer) * n_kv;
     const uint32_t group = static_cast<uint32_t>(shape.n_head) / n_kv;
     const KvPolicyConfig policy = kv_.policy_in(layer);
 
-    const Bound bkeys = bind(keys_[layer], true);
-    const Bound bvalues = bind(values_[layer], true);
+    const Bound bkeys = bind(keys_[pool], true);
+    const Bound bvalues = bind(values_[pool], true);
     const Bound bmeta = bind(meta_, true);
 
     // 1. Make room, take slots, store the batch's keys and values.

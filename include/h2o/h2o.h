@@ -71,8 +71,8 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define H2O_VERSION_MAJOR 0
-#define H2O_VERSION_MINOR 5
-#define H2O_VERSION_PATCH 1
+#define H2O_VERSION_MINOR 6
+#define H2O_VERSION_PATCH 0
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
 
 /* The library's version as "MAJOR.MINOR.PATCH". Compare h2o_version_number() with
@@ -454,6 +454,15 @@ typedef struct h2o_session_params {
      * are ranks among its own tokens. The CPU and Vulkan backends run it (the CUDA backend refuses
      * it). Default 0: every head its layer's budget. */
     float kv_head_share;
+    /* Budgets across layers from the attention (since 0.6): 1 moves kv_head_share's slots between
+     * the kv heads of every layer instead of each layer's own: before each batch, when the cache
+     * must evict, every layer's kv heads evict together the tokens their policies value least,
+     * and each head's region is resized to what it kept plus an even share of the rest, so a
+     * layer whose heads attend to few tokens gives slots to one whose heads attend to many. Each
+     * head still keeps at least (1 - kv_head_share) of its layer's budget. Needs a kv_head_share
+     * above 0 (ignored by a full cache). On the Vulkan backend the whole cache's keys (and its
+     * values) must then fit one storage buffer binding. Default 0. */
+    int32_t kv_share_across_layers;
 } h2o_session_params;
 
 /* kv_horizon: keep heavy hitters however far back they lie. */
@@ -486,6 +495,7 @@ typedef struct h2o_kv_layout {
     float prompt_random_share;   /* kv_prompt_random_share; 0 without a proxy (since 0.4) */
     float head_share;            /* kv_head_share; 0 for a full cache (since 0.5) */
     uint32_t min_head_budget;    /* the fewest slots a kv head of the smallest layer keeps (since 0.5) */
+    int32_t share_across_layers; /* kv_share_across_layers; 0 for a full cache (since 0.6) */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */

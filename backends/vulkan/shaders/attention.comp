@@ -32,7 +32,7 @@ layout(push_constant) uniform Params {
     uint q_off, q_stride, out_off, out_stride;
     uint keys_off, values_off, meta_off, scratch_off;
     uint n_cells, n_slots, n_kv, max_batch;  // n_slots: the most a cell of this layer holds (the scratch stride)
-    uint first_slot, total_slots;            // this layer's first slot; every cell's slots
+    uint first_slot, total_slots;            // the first slot of the layer's pool (its rows); every cell's slots
     uint layer, head_dim, group;
     uint chunk_capacity;  // tokens the scratch holds (the visible counts follow the weights)
     float scale;
@@ -98,7 +98,7 @@ void main() {
     const uint weights_at = p.scratch_off + 2u * row;        // this query head's weights
     const uint group_at = weights_at + p.n_slots;             // summed over the group
     const uint visible_at = p.scratch_off + 2u * p.chunk_capacity * p.n_kv * p.n_slots + t * p.n_kv + h;
-    const uint kv_base = cell_base - p.first_slot;  // the cell's first row in the layer's keys and values
+    const uint kv_base = cell_base - p.first_slot;  // the cell's first row in the keys and values bound
     const uint key_words = kv_row_words(p.key_format, hd), value_words = kv_row_words(p.value_format, hd);
 
     float visible = 0.0;

@@ -16,7 +16,7 @@ layout(binding = 1) readonly buffer Scratch { float scratch[]; };
 layout(push_constant) uniform Params {
     uvec2 first_index;  // stream index of the chunk's first token
     uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: the most a cell of this layer holds (the scratch stride)
-    uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
+    uint first_slot, total_slots;                      // the first slot of the layer's pool (its rows); every cell's slots
     uint layer, scratch_off, chunk_capacity;
     uint chunk_tokens;  // tokens in this chunk
     uint t0;            // the chunk's first token within the batch

@@ -32,9 +32,9 @@ layout(push_constant) uniform Params {
     uvec2 recent_from;  // stream indices >= this are in the protected recent window (clamped to >= 0)
     uvec2 stale_before; // stream indices < this are stale (kv_stale_before; 0: none)
     uint k_off, v_off, pos_off, k_stride, v_stride;
-    uint keys_off, values_off, table_off;  // keys/values: this layer's rows, its cells' regions in kv head order
+    uint keys_off, values_off, table_off;  // keys/values: the rows of the layer's pool, its cells' regions in order
     uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: the most a cell of this layer holds
-    uint first_slot, total_slots;                      // this layer's first slot; every cell's slots
+    uint first_slot, total_slots;                      // the first slot of the layer's pool (its rows); every cell's slots
     uint layer, head_dim, n, tag, policy, sinks, pairs;
     uint flags;    // FLAG_ROLLING, FLAG_BY_PROXY (kv_ranks_by_proxy), FLAG_POSITIONS_PER_KV_HEAD
     uint formats;  // KvRowFormat of keys | of values << 8
