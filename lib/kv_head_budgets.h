@@ -1,26 +1,30 @@
-// Budgets per kv head (Ada-KV, within the fixed slots): how a layer's slots move between its kv
-// heads by their attention. KvCache::rebalance_heads (kv_head_budgets.cpp) is the rule's one
-// implementation; the CPU backend runs it on its cache, device backends on a host copy of theirs.
+// Budgets per kv head (Ada-KV, within the fixed slots): how a pool of cells' slots move between
+// them by their attention. A pool is a layer's kv heads, or with share_across_layers every kv
+// head of every layer (KvConfig::pool_first_layer): budgets across layers from the same
+// statistics. KvCache::rebalance_heads (kv_head_budgets.cpp) is the rule's one implementation;
+// the CPU backend runs it on its cache, device backends on a host copy of theirs.
 //
 // A layer of n_kv cells of B slots has n_kv * B slots in all, allocated once; with head_share s,
-// each cell keeps at least B - floor(s * B) of them (KvConfig::min_cell_slots) and the rest move.
-// Before each batch of n tokens, in every layer whose cells cannot all take n more:
-//   - the layer evicts, across all its cells at once, the tokens its policy values least (the
-//     smallest kv_victim_priority; stale tokens first; ties: the older, then the lower kv head),
-//     as many as n tokens in every cell need beyond the layer's free slots. Pinned tokens, the
-//     recent window (counting the n incoming tokens), sinks and each cell's span minimums are
+// each cell keeps at least B - floor(s * B) of them (KvConfig::min_cell_slots) and the rest move
+// within the pool. Before each batch of n tokens, in every pool whose cells cannot all take n more:
+//   - the pool evicts, across all its cells at once, the tokens its layers' policies value least
+//     (the smallest kv_victim_priority; stale tokens first; ties: the older, then the earlier
+//     cell), as many as n tokens in every cell need beyond the pool's free slots. Pinned tokens,
+//     the recent window (counting the n incoming tokens), sinks and each cell's span minimums are
 //     kept, as by make_room;
 //   - each cell's region is then to hold what it kept, at least its minimum, and an even share of
-//     the slots left over (lower kv heads take the remainder). When that changes no cell's size,
+//     the slots left over (earlier cells take the remainder). When that changes no cell's size,
 //     the victims' slots go to their cells' free lists as make_room's do; otherwise the kept slots
-//     move, in slot order, to the start of their cell's new region (cells in kv head order), so
-//     each backend's cache has the same slots in the same places.
+//     move, in slot order, to the start of their cell's new region (cells in (layer, kv head)
+//     order), so each backend's cache has the same slots in the same places.
 // Each cell then takes the batch within its region, evicting by the policy if it must (a cell
 // raised to its minimum may have fewer free slots than n). A head whose attention is spread over
 // many tokens keeps more of them than one that attends to few: the tokens the latter does not
-// attend to rank lowest in the layer. Needs a policy that gathers statistics.
+// attend to rank lowest in the pool. Needs a policy that gathers statistics. Across layers the
+// policies' priorities are compared between layers as they are: well for the sums of attention
+// (H2O, Scissorhands, RoCo, mean H2O), badly for TOVA's last-query weights (see the README).
 // With rolling, a cell's rotary positions are ranks among its own tokens: the victims' cells roll
-// their kept keys back as make_room does, and since a layer's cells then hold different numbers
+// their kept keys back as make_room does, and since a pool's cells then hold different numbers
 // of tokens, a batch's positions are given per cell (KvConfig::positions_per_kv_head,
 // kv_batch_positions from each cell's tokens held and slots after rebalancing).
 #pragma once

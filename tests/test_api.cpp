@@ -38,7 +38,7 @@ int stop_after_first(const char *, size_t, void *user_data) {
 
 TEST_CASE("version and status strings") {
     CHECK(h2o_version_number() == H2O_VERSION_NUMBER);
-    CHECK(std::string(h2o_version()) == "0.5.1");
+    CHECK(std::string(h2o_version()) == "0.6.0");
     for (int code = H2O_OK; code <= H2O_ERR_BACKEND_FAILED; ++code) {
         CHECK(std::string(h2o_status_string(static_cast<h2o_status>(code))) != "unknown status");
     }

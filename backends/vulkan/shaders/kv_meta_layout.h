@@ -3,8 +3,9 @@
 // and the shaders (through kv_layout.glsl) include this same file. `slots` is every cell's slots
 // together, a cell being one (layer, kv head): the cells of layer l share the layer's
 // n_kv * KvConfig::slots_in(l) slots from KvConfig::first_slot_of(l), each a region of them in kv
-// head order (slots_in(l) each unless the heads' budgets move: kv_head_budgets.h), so a slot
-// region is indexed by cell_first[cell] + slot.
+// head order (slots_in(l) each unless the heads' budgets move: kv_head_budgets.h; with
+// share_across_layers a cell's region may lie anywhere in the cache, cells still in (layer, kv
+// head) order), so a slot region is indexed by cell_first[cell] + slot.
 //
 //   stream      2 words per slot: the stream index as (low, high); -1 (both words ~0) when free
 //   position    1 word per slot: rotary position (int)

@@ -65,6 +65,7 @@ namespace H2o
         public uint kv_prompt_proxy;
         public float kv_prompt_random_share;
         public float kv_head_share;
+        public int kv_share_across_layers;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -79,6 +80,7 @@ namespace H2o
         public float prompt_random_share;
         public float head_share;
         public uint min_head_budget;
+        public int share_across_layers;
     }
 
     [StructLayout(LayoutKind.Sequential)]

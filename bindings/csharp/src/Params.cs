@@ -64,6 +64,10 @@ namespace H2o
         /// scissorhands, tova, roco, mean_h2o); with PositionRolling (since 0.5.1) each head's positions
         /// are ranks among its own tokens; 0: every head its layer's budget.</summary>
         public float KvHeadShare { get => Raw.kv_head_share; set => Raw.kv_head_share = value; }
+        /// <summary>Budgets across layers (since 0.6): KvHeadShare's slots move between the kv heads of
+        /// every layer, not only within each layer, so a layer whose heads attend to few tokens gives
+        /// slots to one whose heads attend to many. Needs a KvHeadShare above 0.</summary>
+        public bool KvShareAcrossLayers { get => Raw.kv_share_across_layers != 0; set => Raw.kv_share_across_layers = value ? 1 : 0; }
         /// <summary>H2O_KV_HORIZON_NONE: heavy hitters are kept however far back they lie.</summary>
         public const uint KvHorizonNone = 0xFFFFFFFFu;
     }

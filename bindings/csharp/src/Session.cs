@@ -19,6 +19,8 @@ namespace H2o
         /// (0 for a full cache), and the fewest slots a kv head of the smallest layer keeps.</summary>
         public float HeadShare;
         public uint MinHeadBudget;
+        /// <summary>Whether those slots move between the kv heads of every layer (budgets across layers).</summary>
+        public bool ShareAcrossLayers;
         public KvPolicy Policy;
         public KvType Type;
         public bool PositionRolling;
@@ -244,7 +246,7 @@ namespace H2o
                     Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx, Horizon = l.horizon,
                     LayerSlope = l.layer_slope, MinLayerBudget = l.min_layer_budget, MaxLayerBudget = l.max_layer_budget,
                     PromptProxy = l.prompt_proxy, PromptRandomShare = l.prompt_random_share,
-                    HeadShare = l.head_share, MinHeadBudget = l.min_head_budget,
+                    HeadShare = l.head_share, MinHeadBudget = l.min_head_budget, ShareAcrossLayers = l.share_across_layers != 0,
                 };
             }
         }

@@ -209,14 +209,17 @@ namespace H2o.Tests
             {
                 int nPrompt = model.Tokenize(prompt, true).Length;
                 Assert.True(nPrompt >= 60, "the prompt has " + nPrompt + " tokens");
-                // With stream positions and with rolling ones (each head's ranks among its own tokens).
-                foreach (bool rolling in new[] { false, true })
+                // With stream positions and with rolling ones (each head's ranks among its own tokens),
+                // within each layer and across layers.
+                foreach (int run in new[] { 0, 1, 2, 3 })
                 {
+                    bool rolling = run % 2 == 1, acrossLayers = run >= 2;
                     var texts = new string[2];
                     for (int i = 0; i < 2; i++)
                     {
                         var sp = heads();
                         sp.PositionRolling = rolling;
+                        sp.KvShareAcrossLayers = acrossLayers;
                         using (var session = new Session(model, sp))
                         {
                             session.AddText(prompt);
@@ -225,6 +228,7 @@ namespace H2o.Tests
                             Assert.Equal(0.8f, layout.HeadShare, "layout's head share");
                             // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
                             Assert.Equal(7u, layout.MinHeadBudget, "layout's smallest head budget");
+                            Assert.Equal(acrossLayers, layout.ShareAcrossLayers, "layout's sharing across layers");
                             var p = Greedy(48);
                             p.StopAtEos = false;
                             texts[i] = Collect(session, " Then", p);
@@ -234,7 +238,7 @@ namespace H2o.Tests
                             Assert.Equal(48u, session.Stats.NGeneratedTokens, "generated tokens");
                         }
                     }
-                    Assert.Equal(texts[0], texts[1], "generation from the same state gives the same text, rolling " + rolling);
+                    Assert.Equal(texts[0], texts[1], "generation from the same state gives the same text, rolling " + rolling + ", across layers " + acrossLayers);
                 }
 
                 // Out of range and a policy that gathers no statistics are refused.
@@ -246,6 +250,10 @@ namespace H2o.Tests
                     var e = Assert.H2oError(Status.InvalidArgument, () => new Session(model, bad));
                     Assert.True(e.LibraryMessage.Contains("kv_head_share"), "message names the field: " + e.Message);
                 }
+                // Across layers without a head share has no slots to move.
+                var noShare = new SessionParams { KvBudget = 32, KvShareAcrossLayers = true };
+                var err = Assert.H2oError(Status.InvalidArgument, () => new Session(model, noShare));
+                Assert.True(err.LibraryMessage.Contains("kv_share_across_layers"), "message names the field: " + err.Message);
             }
         }
 

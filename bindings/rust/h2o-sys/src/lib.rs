@@ -7,7 +7,7 @@
 
 use std::os::raw::{c_char, c_int, c_void};
 
-pub const H2O_VERSION_NUMBER: u32 = 501;
+pub const H2O_VERSION_NUMBER: u32 = 600;
 /// kv_horizon: keep heavy hitters however far back they lie.
 pub const H2O_KV_HORIZON_NONE: u32 = 0xFFFF_FFFF;
 
@@ -133,6 +133,7 @@ pub struct h2o_session_params {
     pub kv_prompt_proxy: u32,
     pub kv_prompt_random_share: f32,
     pub kv_head_share: f32,
+    pub kv_share_across_layers: i32,
 }
 
 #[repr(C)]
@@ -155,6 +156,7 @@ pub struct h2o_kv_layout {
     pub prompt_random_share: f32,
     pub head_share: f32,
     pub min_head_budget: u32,
+    pub share_across_layers: i32,
 }
 
 #[repr(C)]

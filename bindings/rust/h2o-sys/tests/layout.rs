@@ -72,11 +72,12 @@ fn rust_layouts() -> Vec<Layout> {
             kv_layer_slope,
             kv_prompt_proxy,
             kv_prompt_random_share,
-            kv_head_share
+            kv_head_share,
+            kv_share_across_layers
         }),
         layout!(h2o_kv_layout { struct_size, budget, policy, recent, sinks, heavy, position_rolling,
                                 type_ = "type", n_ctx, horizon, layer_slope, min_layer_budget, max_layer_budget,
-                                prompt_proxy, prompt_random_share, head_share, min_head_budget }),
+                                prompt_proxy, prompt_random_share, head_share, min_head_budget, share_across_layers }),
         layout!(h2o_device_traffic { struct_size, bytes_to_device, bytes_to_host, submissions, device_memory_bytes }),
         layout!(h2o_memory_report { struct_size, weight_bytes, kv_bytes, scratch_bytes }),
         layout!(h2o_span_info {

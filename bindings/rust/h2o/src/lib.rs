@@ -25,7 +25,7 @@ pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryRepo
 /// Retention spans a session may hold (`Session::add_span_text`).
 pub const MAX_SPANS: u32 = h2o_sys::H2O_MAX_SPANS;
 
-/// The library's version, e.g. "0.5.1".
+/// The library's version, e.g. "0.6.0".
 pub fn version() -> String {
     // SAFETY: a constant string.
     unsafe { error::cstr(h2o_sys::h2o_version()) }

@@ -77,6 +77,10 @@ impl SessionParams {
         /// scissorhands, tova, roco, mean_h2o); with `position_rolling` (since 0.5.1) each head's
         /// positions are ranks among its own tokens; 0: every head its layer's budget.
         kv_head_share: f32 => kv_head_share;
+        /// Budgets across layers (since 0.6): `kv_head_share`'s slots move between the kv heads of
+        /// every layer, not only within each layer, so a layer whose heads attend to few tokens
+        /// gives slots to one whose heads attend to many. Needs a `kv_head_share` above 0.
+        kv_share_across_layers: bool => kv_share_across_layers as flag;
     }
 }
 

@@ -75,6 +75,8 @@ pub struct KvLayout {
     /// full cache), and the fewest slots a kv head of the smallest layer keeps.
     pub head_share: f32,
     pub min_head_budget: u32,
+    /// Whether those slots move between the kv heads of every layer (budgets across layers).
+    pub share_across_layers: bool,
 }
 
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
@@ -376,6 +378,7 @@ impl Session {
             prompt_random_share: l.prompt_random_share,
             head_share: l.head_share,
             min_head_budget: l.min_head_budget,
+            share_across_layers: l.share_across_layers != 0,
         })
     }
 

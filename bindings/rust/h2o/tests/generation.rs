@@ -241,9 +241,10 @@ fn head_budgets_read_a_prompt_longer_than_the_budget() {
                   with her friends. One day, she saw a big red ball under a tree and ran to get it.";
     let n_prompt = model.tokenize(prompt, true).unwrap().len();
     assert!(n_prompt >= 60, "the prompt has {n_prompt} tokens");
-    // With stream positions and with rolling ones (each head's ranks among its own tokens).
-    for rolling in [false, true] {
-        let params = params.position_rolling(rolling);
+    // With stream positions and with rolling ones (each head's ranks among its own tokens), within
+    // each layer and across layers.
+    for (rolling, across_layers) in [(false, false), (true, false), (false, true), (true, true)] {
+        let params = params.position_rolling(rolling).kv_share_across_layers(across_layers);
         let mut texts = Vec::new();
         for _ in 0..2 {
             let mut session = Session::new(&model, &params).unwrap();
@@ -251,6 +252,7 @@ fn head_budgets_read_a_prompt_longer_than_the_budget() {
             let layout = session.kv_layout().unwrap();
             // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
             assert_eq!((layout.budget, layout.head_share, layout.min_head_budget), (32, 0.8, 7));
+            assert_eq!(layout.share_across_layers, across_layers);
             let (text, reason) = collect(&mut session, " Then", &greedy(48).stop_at_eos(false));
             assert_eq!(reason, StopReason::MaxTokens);
             assert!(text.len() > 20, "too little text: {text:?}");
@@ -260,7 +262,7 @@ fn head_budgets_read_a_prompt_longer_than_the_budget() {
             texts.push(text);
         }
         // Generation from the same state gives the same text.
-        assert_eq!(texts[0], texts[1], "rolling: {rolling}");
+        assert_eq!(texts[0], texts[1], "rolling: {rolling}, across layers: {across_layers}");
     }
 
     // Out of range and a policy that gathers no statistics are refused.
@@ -272,6 +274,10 @@ fn head_budgets_read_a_prompt_longer_than_the_budget() {
         assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
         assert!(err.message().contains("kv_head_share"), "message: {}", err.message());
     }
+    // Across layers without a head share has no slots to move.
+    let err = Session::new(&model, &SessionParams::new().kv_budget(32).kv_share_across_layers(true)).err().unwrap();
+    assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
+    assert!(err.message().contains("kv_share_across_layers"), "message: {}", err.message());
 }
 
 #[test]
