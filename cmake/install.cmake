@@ -10,10 +10,10 @@ install(TARGETS h2o-llm h2o-llm-static EXPORT h2o-llm-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
-# ---- CMake: find_package(h2o-llm 0.5 REQUIRED) ------------------------------------------------
+# ---- CMake: find_package(h2o-llm 0.6 REQUIRED) ------------------------------------------------
 set(h2o_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/h2o-llm)
 install(EXPORT h2o-llm-targets NAMESPACE h2o:: DESTINATION ${h2o_cmake_dir})
-# Before 1.0 a minor version may break the API, so 0.5.x accepts only requests for 0.5.
+# Before 1.0 a minor version may break the API, so 0.6.x accepts only requests for 0.6.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
   COMPATIBILITY SameMinorVersion)
 # What this build's static library needs besides: the CUDA runtime when the CUDA backend is in.
