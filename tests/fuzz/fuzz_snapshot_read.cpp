@@ -20,7 +20,7 @@
 
 namespace {
 
-// The snapshot layout of lib/session_snapshot.h (version 6).
+// The snapshot layout of lib/session_snapshot.h (version 7).
 constexpr size_t kHeaderSize = 112, kPayloadSizeAt = 88, kCompressedSizeAt = 96, kHashAt = 104;
 
 // The header of a snapshot of a fresh session with the seed corpus's default settings.

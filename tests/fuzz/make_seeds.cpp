@@ -138,10 +138,12 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         uint32_t policy, kv_type, budget, n_ctx;
         int32_t rolling;
         float head_share;  // kv_head_share: the payload then holds every cell's size
+        int32_t across_layers;  // kv_share_across_layers: cell sizes sum over the whole cache
     };
-    const Setting settings[] = {{H2O_KV_SCISSORHANDS, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f}, {H2O_KV_H2O, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f},
-                                {H2O_KV_SINK_WINDOW, H2O_KV_TYPE_Q8, 32, 256, 1, 0.0f},  {H2O_KV_TOVA, H2O_KV_TYPE_K8V4, 32, 256, 0, 0.0f},
-                                {H2O_KV_RANDOM, H2O_KV_TYPE_F16, 48, 256, 0, 0.0f},      {H2O_KV_ROCO, H2O_KV_TYPE_F16, 32, 256, 0, 0.5f}};
+    const Setting settings[] = {{H2O_KV_SCISSORHANDS, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0}, {H2O_KV_H2O, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0},
+                                {H2O_KV_SINK_WINDOW, H2O_KV_TYPE_Q8, 32, 256, 1, 0.0f, 0},  {H2O_KV_TOVA, H2O_KV_TYPE_K8V4, 32, 256, 0, 0.0f, 0},
+                                {H2O_KV_RANDOM, H2O_KV_TYPE_F16, 48, 256, 0, 0.0f, 0},      {H2O_KV_ROCO, H2O_KV_TYPE_F16, 32, 256, 0, 0.5f, 0},
+                                {H2O_KV_MEAN_H2O, H2O_KV_TYPE_F16, 32, 256, 1, 0.5f, 1}};
     int n = 0;
     for (const Setting &s : settings) {
         h2o_session_params sp;
@@ -153,6 +155,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         sp.n_ctx = s.n_ctx;
         sp.position_rolling = s.rolling;
         sp.kv_head_share = s.head_share;
+        sp.kv_share_across_layers = s.across_layers;
         if (s.policy == H2O_KV_TOVA) {  // one-shot prompt eviction's settings in the header
             sp.kv_prompt_proxy = 8;
             sp.kv_prompt_random_share = 0.25f;
@@ -181,8 +184,8 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         write_file(dir / ("snapshot-" + std::to_string(n)), whole);
         if (s.policy == H2O_KV_H2O) {
             // The same snapshot in formats 1 (library 0.2), 2 (before retention spans), 4
-            // (library 0.3) and 5 (library 0.4), which are still read.
-            for (uint32_t version : {1u, 2u, 4u, 5u}) {
+            // (library 0.3), 5 (library 0.4) and 6 (library 0.5), which are still read.
+            for (uint32_t version : {1u, 2u, 4u, 5u, 6u}) {
                 Bytes older = h2o_test::snapshot_as_version(snapshot, version);
                 if (older.empty()) die("cannot write an older snapshot format");
                 older.insert(older.begin(), 0);
@@ -190,7 +193,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
             }
         }
         if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
-            const size_t header = 112;  // lib/session_snapshot.h, version 6
+            const size_t header = 112;  // lib/session_snapshot.h, version 7
             Bytes state(ZSTD_getFrameContentSize(snapshot.data() + header, snapshot.size() - header));
             if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + header, snapshot.size() - header))) die("zstd");
             state.insert(state.begin(), 1);
