@@ -26,7 +26,8 @@ Status KvCache::init(const KvConfig &config, int threads) {
     const size_t heads = static_cast<size_t>(config.n_layer) * config.n_head_kv;
     const auto slots = static_cast<size_t>(config.total_slots());
     // A cell holds at most max_cell_slots (max_slots when the heads' budgets stay put).
-    const auto max_slots = static_cast<size_t>(config.max_cell_slots());
+    max_cell_slots_ = config.max_cell_slots();
+    const auto max_slots = static_cast<size_t>(max_cell_slots_);
     try {
         layer_first_slot_.resize(static_cast<size_t>(config.n_layer) + 1);
         layer_policy_.resize(static_cast<size_t>(config.n_layer));

@@ -48,8 +48,9 @@ public:
 
     // The slots of a cell's region: slots_in(layer) unless rebalancing moved them.
     int cell_slots(int layer, int kv_head) const { return cell_slots_[head_index(layer, kv_head)]; }
-    // The most slots any cell may be given (the size of per-cell scratch).
-    int max_cell_slots() const { return config_.max_cell_slots(); }
+    // The most slots any cell may be given (the size of per-cell scratch; computed once, as
+    // attention asks for it on every call).
+    int max_cell_slots() const { return max_cell_slots_; }
 
     // Slots [0, used(layer, head)) have been written at least once; later slots are untouched.
     int used(int layer, int kv_head) const { return used_[head_index(layer, kv_head)]; }
@@ -177,6 +178,7 @@ private:
     std::vector<KvPolicyConfig> layer_policy_;  // config_.policy_in, per layer
     KvRowFormat key_format_ = KvRowFormat::F32, value_format_ = KvRowFormat::F32;
     size_t key_row_bytes_ = 0, value_row_bytes_ = 0;
+    int max_cell_slots_ = 0;  // config_.max_cell_slots()
     std::vector<uint8_t> keys_, values_;
     std::vector<int64_t> stream_index_;
     std::vector<int32_t> position_;

@@ -82,7 +82,8 @@ Status memory_cap_error(uint64_t needed, uint64_t allowed, const char *when) {
 }  // namespace
 
 uint64_t Session::planned_bytes(const Model &model, const SessionSettings &settings) {
-    return KvCache::planned_bytes(make_kv_config(model, settings)) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch, make_kv_config(model, settings).position_sets());
+    const KvConfig kv = make_kv_config(model, settings);
+    return KvCache::planned_bytes(kv) + LlamaGraph::activation_bytes(model.shape(), settings.n_batch, kv.position_sets());
 }
 
 BackendRequirements Session::requirements(const Model &model, const SessionSettings &settings) {
@@ -369,18 +370,16 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
         const bool evicting = n_cached_ + chunk > min_slots;
         if (evicting) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_cell - n_pinned_ - reserved) / 4));
-        // With budgets per kv head, each layer makes room for the batch across its heads first
-        // (kv_head_budgets.h); until some layer must evict, every one has room.
-        // With rolling, each cell's ranks then follow from what it holds.
-        const bool cells_differ = rebalancing && evicting;
+        // With budgets per kv head, each pool of cells makes room for the batch across its cells
+        // first (kv_head_budgets.h); until some pool must evict, every cell has room. With
+        // rolling, each cell's ranks then follow from what it holds (its fill: cell_held_,
+        // cell_slots_, sized only then).
+        const bool cells_differ = rebalancing && evicting, by_cell = cells_differ && kv_.positions_per_kv_head();
+        int32_t *held = by_cell ? cell_held_.data() : nullptr, *slots = by_cell ? cell_slots_.data() : nullptr;
         if (cells_differ) {
-            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(chunk), cell_held_.data(), cell_slots_.data()); !st.ok()) {
-                return backend_failed(st);
-            }
+            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok()) return backend_failed(st);
         }
-        const bool by_cell = cells_differ && kv_.positions_per_kv_head();
-        kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), by_cell ? cell_held_.data() : nullptr,
-                           by_cell ? cell_slots_.data() : nullptr);
+        kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), held, slots);
         if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag()); !st.ok()) {
             return backend_failed(st);
         }
