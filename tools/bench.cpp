@@ -2,6 +2,7 @@
 //
 //   h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D]
 //             [--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type f32|f16|q8|q4|k8v4]
+//             [--kv-head-share S [--kv-share-across-layers]]
 //             [--backend cpu,vulkan,...] [-c CTX] [--state] [--ttft N]
 //
 // pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
@@ -98,7 +99,8 @@ void measure_ttft(const std::string &model_path, int threads, int budget, const 
 int main(int argc, char **argv) {
     std::string model_path;
     int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0, n_ctx = 0, ttft = 0;
-    bool rolling = false, state = false, json = false;
+    bool rolling = false, state = false, json = false, across_layers = false;
+    double head_share = 0.0;  // kv_head_share (the library checks its range)
     h2o_session_params defaults;
     h2o_session_params_init(&defaults, sizeof defaults);
     uint32_t policy = defaults.kv_policy;  // the library's default policy
@@ -106,12 +108,12 @@ int main(int argc, char **argv) {
     std::vector<uint32_t> backends = {H2O_BACKEND_CPU};
     const char *const usage = "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
                               "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B[,B...]] [-c CTX]\n"
-                              "                 [--state] [--ttft N] [--json]\n"
+                              "                 [--kv-head-share S [--kv-share-across-layers]] [--state] [--ttft N] [--json]\n"
                               "  --json: one JSON object per line and measurement (pp, tg) instead of text\n";
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg == "--rolling" || arg == "--state" || arg == "--json") {
-            (arg == "--rolling" ? rolling : arg == "--state" ? state : json) = true;
+        if (arg == "--rolling" || arg == "--state" || arg == "--json" || arg == "--kv-share-across-layers") {
+            (arg == "--rolling" ? rolling : arg == "--state" ? state : arg == "--json" ? json : across_layers) = true;
             continue;
         }
         if (arg == "-h" || arg == "--help") {
@@ -141,6 +143,12 @@ int main(int argc, char **argv) {
         else if (arg == "-c" || arg == "--ctx") n_ctx = count(0, 1 << 22);
         else if (arg == "--kv-budget") budget = count(0, 1 << 22);
         else if (arg == "--ttft") ttft = count(1, 1 << 16);
+        else if (arg == "--kv-head-share") {
+            if (!h2o_tools::parse_double(v, &head_share)) {
+                std::fprintf(stderr, "h2o-bench: --kv-head-share needs a number, not '%s'\n", v);
+                return 2;
+            }
+        }
         else if (arg == "--kv-type") {
             if (!h2o_tools::parse_kv_type(v, &kv_type)) {
                 std::fprintf(stderr, "h2o-bench: unknown KV type '%s' (%s)\n", v, h2o_tools::kv_type_names().c_str());
@@ -198,8 +206,9 @@ int main(int argc, char **argv) {
     if (!json) std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
                            info.weight_bytes / 1048576.0);
     if (!json) std::printf("threads: %s, repetitions: %d, KV %s: %s\n", threads ? std::to_string(threads).c_str() : "default (cores, at most 8)", reps, h2o_tools::kv_type_name(kv_type),
-                budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) +
-                              (rolling ? ", rolling" : "")).c_str()
+                budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) + (rolling ? ", rolling" : "") +
+                              (head_share > 0 ? ", head share " + std::to_string(head_share) + (across_layers ? " across layers" : "") : std::string()))
+                                 .c_str()
                            : "full cache");
     // Several backends are measured in one run, so that their figures can be compared.
     for (const uint32_t backend : backends) {
@@ -213,6 +222,8 @@ int main(int argc, char **argv) {
         sp.kv_budget = static_cast<uint32_t>(budget);
         sp.kv_policy = policy;
         sp.position_rolling = rolling ? 1 : 0;
+        sp.kv_head_share = static_cast<float>(head_share);
+        sp.kv_share_across_layers = across_layers ? 1 : 0;
         sp.kv_type = kv_type;
         sp.backend = backend;
         h2o_session *session = nullptr;
