@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Builds and tests the Rust and C# bindings against the library in BUILD_DIR (which is built
 # first when the library is missing there). Usage: scripts/test-bindings.sh [BUILD_DIR]
-# The C# side uses Debian's Mono (mcs, mono), installed here when missing; the Rust side needs
-# cargo but no crates from the network. Both find stories260K as the C tests do ($H2O_SHARED_DIR
-# or ../shared) and print H2O-SKIP lines for the tests that need it when it is absent.
+# The C# side uses Debian's Mono (mcs, mono), the Rust side Debian's cargo and rustc, installed
+# here when missing; no crates come from the network. Both find stories260K as the C tests do
+# ($H2O_SHARED_DIR or ../shared) and print H2O-SKIP lines for the tests that need it when it is
+# absent.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
 [ -e "$build/libh2o-llm.so" ] || "$root/scripts/build.sh" "$build"
 build="$(cd "$build" && pwd)"
-"$root/scripts/install-deps.sh" mono-mcs mono-runtime
-export PATH="$HOME/.cargo/bin:$PATH"
+"$root/scripts/install-deps.sh" mono-mcs mono-runtime cargo
+# Debian 12's Rust (cargo 1.65, rustc 1.63: the crates' rust-version), named by path so that a
+# newer toolchain earlier on PATH (rustup's ~/.cargo/bin) cannot hide a need for a newer Rust.
+# Its build products stay in BUILD_DIR.
+cargo=/usr/bin/cargo
+export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc CARGO_TARGET_DIR="$build/cargo-target"
 # Rust finds the library through H2O_LIB_DIR (and records it as an rpath); Mono through the
 # loader path.
 export H2O_LIB_DIR="$build" LD_LIBRARY_PATH="$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -34,7 +39,7 @@ run() {
 
 # --nocapture shows the tests' H2O-SKIP notices; the tests print nothing else.
 run "Rust bindings" "^test result|H2O-SKIP" \
-  bash -c "cd '$root/bindings/rust' && cargo test --offline -- --nocapture"
+  bash -c "cd '$root/bindings/rust' && $cargo test --offline -- --nocapture"
 
 cs="$root/bindings/csharp"
 out="$cs/out"

@@ -1,4 +1,4 @@
-//! Raw declarations of the h2o C API, written by hand from `include/h2o/h2o.h` (ABI 0.5).
+//! Raw declarations of the h2o C API, written by hand from `include/h2o/h2o.h` (ABI 0.6).
 //!
 //! Everything here is `unsafe` to use and follows the header's conventions; the `h2o` crate is
 //! the safe interface. `tests/layout.rs` compiles a C program against the header and checks that

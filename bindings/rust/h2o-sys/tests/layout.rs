@@ -2,7 +2,7 @@
 //! system compiler (`cc`, or $CC) prints sizeof and offsetof of the same fields, so the Rust
 //! declarations cannot drift from include/h2o/h2o.h unnoticed.
 use h2o_sys::*;
-use std::mem::{offset_of, size_of};
+use std::mem::{size_of, MaybeUninit};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -20,6 +20,17 @@ macro_rules! c_name {
     ($f:ident, $c:literal) => {
         $c
     };
+}
+
+// A field's offset. std::mem::offset_of! needs Rust 1.77; the crates support Debian 12's 1.63.
+// addr_of! takes the field's address without reading or referencing the uninitialized value.
+macro_rules! offset_of {
+    ($s:ident, $f:ident) => {{
+        let value = MaybeUninit::<$s>::uninit();
+        let base = value.as_ptr();
+        let field = unsafe { std::ptr::addr_of!((*base).$f) };
+        field as usize - base as usize
+    }};
 }
 
 macro_rules! layout {

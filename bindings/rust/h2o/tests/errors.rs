@@ -26,7 +26,10 @@ fn unknown_names_are_invalid_arguments_and_names_round_trip() {
     assert!(!err.message().is_empty());
     for raw in 0.. {
         let policy = KvPolicy::from_raw(raw);
-        let Some(name) = policy.name() else { break };
+        let name = match policy.name() {
+            Some(name) => name,
+            None => break,
+        };
         assert_eq!(name.parse::<KvPolicy>().unwrap(), policy);
         assert!(!matches!(policy, KvPolicy::Other(_)), "the library knows a policy ({name}) this crate does not");
     }
@@ -108,7 +111,10 @@ fn a_full_cache_without_eviction_is_context_full() {
 
 #[test]
 fn loading_cancelled_by_the_progress_callback() {
-    let Some(path) = common::model_path() else { return };
+    let path = match common::model_path() {
+        Some(path) => path,
+        None => return,
+    };
     let mut calls = 0;
     let err = ModelLoader::new(&path)
         .progress(|_| {
@@ -124,7 +130,10 @@ fn loading_cancelled_by_the_progress_callback() {
 
 #[test]
 fn a_panic_in_the_progress_callback_cancels_the_load_and_is_returned() {
-    let Some(path) = common::model_path() else { return };
+    let path = match common::model_path() {
+        Some(path) => path,
+        None => return,
+    };
     let err = ModelLoader::new(&path).progress(|_| panic!("progress panic")).load().err().unwrap();
     assert_eq!(err, h2o::Error::CallbackPanicked { message: "progress panic".into() });
     assert_eq!(err.status(), None);

@@ -126,7 +126,10 @@ fn a_missing_snapshot_file_is_an_io_error_naming_the_path() {
 
 #[test]
 fn the_prefix_cache_serves_the_second_session_the_same_text() {
-    let Some(path) = common::model_path() else { return };
+    let path = match common::model_path() {
+        Some(path) => path,
+        None => return,
+    };
     let cap = 16 << 20;
     let model = ModelLoader::new(&path).prefix_cache_bytes(cap).load().unwrap();
     assert!(model.tokenize(SYSTEM, true).unwrap().len() >= 16);
