@@ -1,6 +1,7 @@
 # What `cmake --install` puts in the prefix: the header, libh2o-llm.so (with its SONAME links),
 # libh2o-llm-static.a, a CMake package exporting h2o::h2o-llm and h2o::h2o-llm-static, and
-# pkg-config files. The programs install themselves (tools/CMakeLists.txt).
+# pkg-config files; then it runs ldconfig where that is the convention (cmake/ldconfig.cmake).
+# The programs install themselves (tools/CMakeLists.txt).
 # scripts/test-install.sh builds and runs programs against the result.
 include(CMakePackageConfigHelpers)
 
@@ -9,6 +10,11 @@ install(TARGETS h2o-llm h2o-llm-static EXPORT h2o-llm-targets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  # Refreshes the loader's cache when that is the convention (the script says when).
+  install(CODE "set(H2O_INSTALL_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")
+    include(\"${CMAKE_CURRENT_SOURCE_DIR}/cmake/ldconfig.cmake\")")
+endif()
 
 # ---- CMake: find_package(h2o-llm 0.6 REQUIRED) ------------------------------------------------
 set(h2o_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/h2o-llm)

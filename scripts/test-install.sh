@@ -2,11 +2,19 @@
 # Installs a configured and built h2o into a temporary prefix, then builds tests/consumer/ there
 # as a user would (CMake's find_package, pkg-config, shared and static) and runs each program
 # and the installed h2o-cli with the model. Fails on the first thing that does not work.
-# Usage: scripts/test-install.sh BUILD_DIR   (after scripts/build.sh BUILD_DIR)
+# With --default-prefix (CI runs it so, as root), it then also installs into the build's own
+# prefix (/usr/local unless configured otherwise), builds the consumer with plain pkg-config, runs
+# it without LD_LIBRARY_PATH, as a user's program starts, and removes the installed files again.
+# Usage: scripts/test-install.sh [--default-prefix] BUILD_DIR   (after scripts/build.sh BUILD_DIR)
 # The model is $H2O_MODEL, or ../shared/models/stories260K.gguf beside the checkout.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-[ $# -eq 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+default_prefix=0
+if [ "${1:-}" = "--default-prefix" ]; then
+  default_prefix=1
+  shift
+fi
+[ $# -eq 1 ] || { echo "usage: $0 [--default-prefix] BUILD_DIR" >&2; exit 2; }
 build="$1"
 model="${H2O_MODEL:-$root/../shared/models/stories260K.gguf}"
 [ -f "$model" ] || { echo "h2o: no model at $model (set H2O_MODEL)" >&2; exit 1; }
@@ -48,6 +56,8 @@ not_linked_to_shared "$tmp/cmake/consumer-static"
 check "find_package, h2o::h2o-llm" "$tmp/cmake/consumer-shared" "$model"
 check "find_package, h2o::h2o-llm-static" "$tmp/cmake/consumer-static" "$model"
 
+# The temporary prefix is not one the loader searches: its programs legitimately need
+# PKG_CONFIG_PATH and LD_LIBRARY_PATH (the default prefix is tested without them below).
 export PKG_CONFIG_PATH="$pcdir"
 # shellcheck disable=SC2046  # pkg-config's output is meant to be split into arguments
 cc -o "$tmp/pc-shared" "$root/tests/consumer/consumer.c" $(pkg-config --cflags --libs h2o-llm)
@@ -65,5 +75,42 @@ text="$("$prefix/bin/h2o-cli" -m "$model" -p "Once upon a time" -n 8 --temp 0 2>
   || { echo "h2o: installed h2o-cli failed:" >&2; cat "$tmp/stderr" >&2; exit 1; }
 [ -n "$text" ] || { echo "h2o: installed h2o-cli printed nothing" >&2; exit 1; }
 echo "  ok  installed h2o-cli"
+unset PKG_CONFIG_PATH
+
+# The default prefix: what `cmake --install BUILD_DIR` gives a user who then builds with
+# pkg-config and starts the program with nothing set (this needs the loader's cache refreshed).
+if [ $default_prefix -eq 1 ]; then
+  system_prefix="$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")"
+  echo "== install into $system_prefix and start a program built with pkg-config"
+  [ "$(id -u)" -eq 0 ] || { echo "h2o: --default-prefix installs into $system_prefix: run as root" >&2; exit 1; }
+  [ ! -e "$system_prefix/include/h2o/h2o.h" ] \
+    || { echo "h2o: $system_prefix already holds an h2o install, which this test would remove" >&2; exit 1; }
+  manifest="$tmp/install_manifest.txt"
+  find "$system_prefix" -maxdepth 5 -type d >"$tmp/dirs-before"
+  # Removes what the install wrote, the folders it made, and the loader's cache entry, whether the
+  # checks below pass or not.
+  uninstall() {
+    [ -f "$manifest" ] || return 0
+    xargs -d '\n' rm -f <"$manifest"
+    local dir
+    while read -r dir; do
+      while [ "$dir" != "$system_prefix" ] && ! grep -qxF "$dir" "$tmp/dirs-before"; do
+        rmdir "$dir" 2>/dev/null || break
+        dir="$(dirname "$dir")"
+      done
+    done < <(xargs -r -d '\n' -n 1 dirname <"$manifest" | sort -u)
+    ldconfig
+  }
+  trap 'uninstall; rm -rf "$tmp"' EXIT
+  cmake --install "$build" >"$tmp/install.log" || {
+    cat "$tmp/install.log" >&2
+    echo "h2o: cmake --install $build failed (what it installed before failing remains)" >&2
+    exit 1
+  }
+  cp "$build/install_manifest.txt" "$manifest"
+  # shellcheck disable=SC2046
+  cc -o "$tmp/app" "$root/tests/consumer/consumer.c" $(pkg-config --cflags --libs h2o-llm)
+  check "pkg-config h2o-llm, run without LD_LIBRARY_PATH" env -u LD_LIBRARY_PATH "$tmp/app" "$model"
+fi
 
 echo "== install and consumer test passed in $((SECONDS - start)) s"
