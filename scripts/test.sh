@@ -7,5 +7,6 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
 shift || true
+"$root/scripts/install-deps.sh" --test
 "$root/scripts/build.sh" "$build" "$@"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
