@@ -3,17 +3,17 @@
 #   cmake -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
 #         -DH2O_ARM64_SYSROOT=/path/to/sysroot
 # H2O_ARM64_SYSROOT is a folder holding the ARM64 builds of the libraries h2o links against
-# (sentencepiece, zstd) and doctest's header, laid out as Debian's packages unpack (usr/include,
-# usr/lib/aarch64-linux-gnu); scripts/ci-arm64.sh prepares one. The C library comes from the
-# cross toolchain itself (/usr/aarch64-linux-gnu). Tests and CTest run the programs through
-# qemu-aarch64 (package qemu-user).
+# (sentencepiece, zstd, PCRE2) and the doctest and nlohmann-json headers, laid out as Debian's
+# packages unpack (usr/include, usr/lib/aarch64-linux-gnu); scripts/ci-arm64.sh prepares one. The
+# C library comes from the cross toolchain itself (/usr/aarch64-linux-gnu). Tests and CTest run
+# the programs through qemu-aarch64 (package qemu-user).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
 
-set(H2O_ARM64_SYSROOT "" CACHE PATH "Folder with the ARM64 sentencepiece, zstd and doctest (usr/...)")
+set(H2O_ARM64_SYSROOT "" CACHE PATH "Folder with the ARM64 sentencepiece, zstd, PCRE2, doctest and nlohmann-json (usr/...)")
 # CMake reads toolchain files more than once (also for try_compile projects): pass the folder on.
 list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES H2O_ARM64_SYSROOT)
 if(NOT H2O_ARM64_SYSROOT OR NOT EXISTS "${H2O_ARM64_SYSROOT}/usr")

@@ -2,12 +2,12 @@
 # h2o::h2o-llm-static.
 include(CMakeFindDependencyMacro)
 
-# The static library needs threads, sentencepiece and zstd. The last two are found as h2o's own
-# build finds them, through pkg-config, under the names the exported targets refer to.
+# The static library needs threads, sentencepiece, zstd and PCRE2. The last three are found as
+# h2o's own build finds them, through pkg-config, under the names the exported targets refer to.
 find_dependency(Threads)
 find_package(PkgConfig QUIET)
-set(h2o_pc_prefixes H2O_SENTENCEPIECE H2O_ZSTD)
-set(h2o_pc_modules sentencepiece libzstd)
+set(h2o_pc_prefixes H2O_SENTENCEPIECE H2O_ZSTD H2O_PCRE2)
+set(h2o_pc_modules sentencepiece libzstd libpcre2-8)
 foreach(h2o_pc_prefix h2o_pc_module IN ZIP_LISTS h2o_pc_prefixes h2o_pc_modules)
   if(PKG_CONFIG_FOUND)
     pkg_check_modules(${h2o_pc_prefix} QUIET IMPORTED_TARGET ${h2o_pc_module})
@@ -17,7 +17,7 @@ foreach(h2o_pc_prefix h2o_pc_module IN ZIP_LISTS h2o_pc_prefixes h2o_pc_modules)
     string(CONCAT ${CMAKE_FIND_PACKAGE_NAME}_NOT_FOUND_MESSAGE
         "h2o-llm needs ${h2o_pc_module}, found through pkg-config, and did not find it "
         "(pkg-config: ${PKG_CONFIG_EXECUTABLE}). Install pkg-config and the development files of "
-        "sentencepiece and zstd (Debian/Ubuntu: pkg-config libsentencepiece-dev libzstd-dev), or "
+        "sentencepiece, zstd and PCRE2 (Debian/Ubuntu: pkg-config libsentencepiece-dev libzstd-dev libpcre2-dev), or "
         "add the folder holding ${h2o_pc_module}.pc to PKG_CONFIG_PATH.")
     return()
   endif()

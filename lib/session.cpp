@@ -458,7 +458,7 @@ Status Session::feed(const int32_t *tokens, size_t n, Retention retention) {
 Status Session::tokenize_text(std::string_view text, bool special) {
     const Tokenizer &tok = model_.tokenizer();
     const bool fresh = n_past_ == 0 && pending_token_ < 0;
-    const bool add_bos = fresh && tok.bos() >= 0;
+    const bool add_bos = fresh && tok.add_bos();
     return special ? tok.encode_special(text, add_bos, &prompt_tokens_) : tok.encode(text, add_bos, &prompt_tokens_);
 }
 
@@ -549,11 +549,12 @@ Status Session::begin_generation(std::string_view prompt, const GenerateSettings
     stats_ = h2o_generate_stats{};
     stats_.struct_size = sizeof(stats_);
 
-    // The prompt: the pending token of the previous call (if any), BOS for a fresh session, text.
+    // The prompt: the pending token of the previous call (if any), BOS for a fresh session when
+    // the vocabulary asks for it (Qwen's does not), text.
     const bool fresh = n_past_ == 0 && pending_token_ < 0;
-    H2O_TRY(tok.encode(prompt, fresh && tok.bos() >= 0, &prompt_tokens_));
+    H2O_TRY(tok.encode(prompt, fresh && tok.add_bos(), &prompt_tokens_));
     if (prompt_tokens_.empty() && !has_logits_ && pending_token_ < 0) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "nothing to generate from: the prompt is empty and the model has no BOS token");
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "nothing to generate from: the prompt is empty and the vocabulary adds no BOS token");
     }
     H2O_TRY(decode(prompt_tokens_.data(), prompt_tokens_.size()));
     stats_.n_prompt_tokens = static_cast<uint32_t>(prompt_tokens_.size());

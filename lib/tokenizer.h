@@ -1,14 +1,20 @@
-// Llama (sentencepiece BPE) tokenizer. The segmentation itself is done by the sentencepiece
-// library; this class feeds it a vocabulary (from a GGUF file, a .model file or a VocabSpec),
-// validates input text and renders tokens back to bytes.
+// The tokenizer of a model's vocabulary, one class for both families GGUF files carry:
+//   - "llama": sentencepiece BPE over scored pieces, with byte fallback (Llama 1/2, Mistral,
+//     Phi-3). The segmentation is done by the sentencepiece library.
+//   - "gpt2": byte-level BPE with ranked merges and a pre-tokenizer chosen by tokenizer.ggml.pre
+//     (GPT-2, Llama 3, Qwen 2/2.5/3, SmolLM2, Phi-4-mini); see bpe.h and pretokenizer.h.
+// This class holds what both share: the vocabulary, special-token parsing, the end-of-generation
+// set, validation of input text and rendering of tokens back to bytes.
 //
 // Immutable after construction: encode/decode/append_piece are const and safe to call from many
-// threads at once (sentencepiece's Encode/Decode are const and keep no shared mutable state).
+// threads at once (sentencepiece's Encode/Decode are const and keep no shared mutable state, and
+// the byte-level encoder keeps its scratch space per call).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +28,8 @@ class SentencePieceProcessor;
 
 namespace h2o {
 
+class BytePairEncoder;
+
 // GGUF token types (tokenizer.ggml.token_type). They have the same numbering as sentencepiece's
 // ModelProto.SentencePiece.Type.
 enum TokenType : int32_t {
@@ -33,17 +41,31 @@ enum TokenType : int32_t {
     TOKEN_BYTE = 6,
 };
 
-// A vocabulary as GGUF stores it: pieces, scores and types have one entry per token. Exactly one
-// token has the unknown type and unk names it; bos/eos are -1 when absent. Byte tokens, if any,
-// must cover all 256 values (byte fallback).
+// tokenizer.ggml.model: "llama" and "gpt2".
+enum class TokenizerModel { kSentencePiece, kByteLevelBpe };
+
+// A vocabulary as GGUF stores it: pieces and types have one entry per token; bos/eos/unk are -1
+// when absent.
+//   - Sentencepiece: one score per token; unk is required and names an unknown or control token
+//     (the only one sentencepiece treats as unknown; other tokens of the unknown type are never
+//     produced). Byte tokens, if any, must cover all 256 values (byte fallback).
+//   - Byte-level BPE: scores are not used (may be empty); merges are required; pre names the
+//     pre-tokenizer ("" when the key is absent); unk, when given, stands for a byte the
+//     vocabulary has no token for.
 struct VocabSpec {
+    TokenizerModel model = TokenizerModel::kSentencePiece;
     std::vector<std::string> pieces;
     std::vector<float> scores;
     std::vector<int32_t> types;  // TokenType values
+    std::vector<std::string> merges;  // byte-level BPE: "left right", by rank
+    std::string pre;                  // byte-level BPE: tokenizer.ggml.pre
     int32_t bos = -1, eos = -1, unk = -1;
     // End-of-turn and end-of-message tokens (tokenizer.ggml.eot_token_id, eom_token_id), -1: none.
     int32_t eot = -1, eom = -1;
-    bool add_space_prefix = true;  // sentencepiece's add_dummy_prefix
+    bool add_space_prefix = true;  // sentencepiece's add_dummy_prefix (byte-level BPE has none)
+    // tokenizer.ggml.add_bos_token / add_eos_token; absent: llama.cpp's defaults (sentencepiece
+    // adds BOS, byte-level BPE does not; neither adds EOS).
+    std::optional<bool> add_bos, add_eos;
 };
 
 class Tokenizer {
@@ -52,15 +74,20 @@ public:
     Tokenizer(const Tokenizer &) = delete;
     Tokenizer &operator=(const Tokenizer &) = delete;
 
-    // Builds the sentencepiece model llama.cpp's tokenizer corresponds to: BPE over the pieces'
-    // scores, byte fallback when the vocabulary has byte tokens, identity normalization, spaces
-    // escaped to U+2581, runs of whitespace kept. Errors: H2O_ERR_MODEL_FORMAT (inconsistent
-    // spec: lengths, ids or types), H2O_ERR_TOKENIZER (sentencepiece rejects it, e.g. a piece
-    // appears twice or byte tokens are incomplete).
+    // Sentencepiece: builds the sentencepiece model llama.cpp's tokenizer corresponds to: BPE
+    // over the pieces' scores, byte fallback when the vocabulary has byte tokens, identity
+    // normalization, spaces escaped to U+2581, runs of whitespace kept. Byte-level BPE: the merge
+    // table and the pre-tokenizer (bpe.h). Errors: H2O_ERR_MODEL_FORMAT (inconsistent spec:
+    // lengths, ids, types, merges), H2O_ERR_UNSUPPORTED (an unknown pre-tokenizer),
+    // H2O_ERR_TOKENIZER (sentencepiece rejects it, e.g. a piece appears twice or byte tokens are
+    // incomplete).
     static Status from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *out);
-    // Reads tokenizer.ggml.* from a GGUF file: model must be "llama" (else H2O_ERR_UNSUPPORTED
-    // naming it); tokens, scores and token_type are required; bos/eos/unknown_token_id default to
-    // llama.cpp's 1/2/0 and UINT32_MAX means "none"; add_space_prefix defaults to true.
+    // Reads tokenizer.ggml.* from a GGUF file: model "llama" or "gpt2" (else H2O_ERR_UNSUPPORTED
+    // naming it). "llama": tokens, scores and token_type are required; bos/eos/unknown_token_id
+    // default to llama.cpp's 1/2/0; add_space_prefix defaults to true. "gpt2": tokens and merges
+    // are required, token_type defaults to normal, pre to llama.cpp's "default" (with a warning);
+    // special ids default to none (llama.cpp's 11 for BOS and EOS is GPT-2's ',' and no model's
+    // intent). UINT32_MAX means "none" for every id.
     static Status from_gguf(const GgufFile &file, std::unique_ptr<Tokenizer> *out);
     // A sentencepiece .model file (BPE), read the way llama.cpp converts one to GGUF: pieces,
     // scores, types, special ids and add_dummy_prefix. Its other normalizer settings are ignored
@@ -69,32 +96,47 @@ public:
     // rejected), H2O_ERR_UNSUPPORTED (not BPE), H2O_ERR_MODEL_FORMAT (inconsistent vocabulary).
     static Status from_model_file(const std::string &path, std::unique_ptr<Tokenizer> *out);
 
+    TokenizerModel model() const { return model_; }
     int32_t n_vocab() const { return static_cast<int32_t>(entries_.size()); }
     int32_t bos() const { return bos_; }
     int32_t eos() const { return eos_; }
     int32_t unk() const { return unk_; }
+    // Whether a prompt starts with BOS / ends with EOS, as the vocabulary asks (add_bos is false
+    // without a BOS token). encode() adds BOS only when told to; a fresh session asks add_bos().
+    bool add_bos() const { return add_bos_; }
+    bool add_eos() const { return add_eos_; }
     bool is_control(int32_t id) const;
     // The token's type and raw vocabulary string; out of range: TOKEN_UNUSED and "".
     TokenType type(int32_t id) const;
     const std::string &piece(int32_t id) const;
 
-    // Text must be valid UTF-8 (else H2O_ERR_INVALID_TEXT with the byte offset). A leading space
-    // is added when the vocabulary asks for it, as sentencepiece and llama.cpp do. Empty text
-    // gives no tokens (just BOS when add_bos). add_bos without a BOS token: H2O_ERR_INVALID_ARGUMENT.
+    // Text must be valid UTF-8 (else H2O_ERR_INVALID_TEXT with the byte offset). Sentencepiece:
+    // a leading space is added when the vocabulary asks for it, as sentencepiece and llama.cpp
+    // do. Byte-level BPE: the text of a user-defined token (Qwen's "<think>") is that token
+    // wherever it appears, as in llama.cpp and Hugging Face; control-token text is spelled out.
+    // Empty text gives no tokens (just BOS when add_bos). add_bos without a BOS token:
+    // H2O_ERR_INVALID_ARGUMENT.
     Status encode(std::string_view text, bool add_bos, std::vector<int32_t> *out) const;
-    // As encode, but the text of a control or user-defined token ("<s>", "</s>", "<|im_end|>")
-    // becomes that token instead of being spelled out; the text between them is encoded as
-    // above, each piece with its own leading space, as llama.cpp does. A BOS at the very start
-    // is not doubled by add_bos.
+    // As encode, but the text of a control, user-defined or unknown token ("<s>", "</s>",
+    // "<|im_end|>") becomes that token instead of being spelled out. Tokens are found as
+    // llama.cpp finds them: the longest token text first, everywhere in the text, then the next
+    // longest in what is left. The text between them is encoded as above (sentencepiece: each
+    // piece with its own leading space, as llama.cpp does). A BOS at the very start is not
+    // doubled by add_bos.
     Status encode_special(std::string_view text, bool add_bos, std::vector<int32_t> *out) const;
 
-    // Whether generation ends at this token: EOS, the end-of-turn and end-of-message tokens the
-    // vocabulary names, and control tokens that chat formats use to end a turn.
+    // Whether generation ends at this token, decided as llama.cpp does: EOS, the end-of-turn
+    // and end-of-message tokens the vocabulary names, and the tokens chat and fill-in-the-middle
+    // formats end a turn with (<|eot_id|>, <|eom_id|>, <|im_end|>, <|endoftext|>, <|end|>, ...),
+    // which count as control tokens unless the file has them as normal tokens.
     bool is_end_of_generation(int32_t id) const;
 
-    // Appends the bytes token id contributes to a text stream: U+2581 becomes ' ', a byte token
-    // <0xNN> that raw byte (possibly part of a multi-byte character), control tokens nothing, the
-    // unknown token sentencepiece's unknown surface (" \xE2\x81\x87 "), other pieces verbatim.
+    // Appends the bytes token id contributes to a text stream (possibly part of a multi-byte
+    // character; callers hold incomplete characters back, see take_complete_utf8). Sentencepiece:
+    // U+2581 becomes ' ', a byte token <0xNN> that raw byte, control tokens nothing, the unknown
+    // token sentencepiece's unknown surface (" \xE2\x81\x87 "), other pieces verbatim.
+    // Byte-level BPE: a normal token the bytes its characters stand for, a user-defined token its
+    // text, control, unknown and unused tokens nothing (as llama.cpp renders them).
     // after_bos: no text-producing token precedes this one since BOS (or the start), so a piece
     // starting with U+2581 drops that dummy-prefix space, as sentencepiece's decoder does (byte
     // and unknown tokens keep theirs; without add_space_prefix nothing is dropped). Appending a
@@ -102,10 +144,12 @@ public:
     // the bytes form valid UTF-8. Ids out of range append nothing.
     void append_piece(int32_t id, bool after_bos, std::string *out) const;
 
-    // Decodes a whole sequence as sentencepiece does: the dummy-prefix space of the first piece
-    // is removed, control tokens vanish, byte tokens are joined into characters (bytes that do
-    // not form valid UTF-8 become U+FFFD each). Ids out of range: H2O_ERR_INVALID_ARGUMENT, and
-    // *out is left unchanged.
+    // Decodes a whole sequence. Sentencepiece: as sentencepiece does: the dummy-prefix space of
+    // the first piece is removed, control tokens vanish, byte tokens are joined into characters
+    // (bytes that do not form valid UTF-8 become U+FFFD each). Byte-level BPE: the pieces of
+    // append_piece joined, bytes that do not form valid UTF-8 becoming U+FFFD each; spaces are
+    // never "cleaned up" (llama.cpp's clean_spaces), so decode(encode(text)) is text. Ids out of
+    // range: H2O_ERR_INVALID_ARGUMENT, and *out is left unchanged.
     Status decode(const int32_t *ids, size_t n, std::string *out) const;
 
 private:
@@ -115,14 +159,29 @@ private:
         std::string surface;  // what append_piece emits (before the after_bos rule)
     };
 
-    Tokenizer();
+    // A piece of text to encode, or a special token found in it.
+    struct Fragment {
+        int32_t token;  // -1: text
+        std::string_view text;
+    };
 
+    Tokenizer();
+    Status build_bpe(const VocabSpec &spec);
+    // Cuts text at the special tokens (control, user-defined and unknown ones when with_control,
+    // else user-defined ones only), in llama.cpp's order.
+    std::vector<Fragment> split_special(std::string_view text, bool with_control) const;
+    // Appends the ids of plain text (no special token is looked for).
+    Status encode_text(std::string_view text, std::vector<int32_t> *out) const;
+
+    TokenizerModel model_ = TokenizerModel::kSentencePiece;
     std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+    std::unique_ptr<BytePairEncoder> bpe_;
     std::vector<Entry> entries_;
-    std::vector<int32_t> special_by_length_;  // control and user-defined tokens, longest piece first
+    std::vector<int32_t> special_by_length_;  // control, user-defined and unknown tokens, longest piece first
     std::vector<int32_t> end_of_generation_;  // sorted
     int32_t bos_ = -1, eos_ = -1, unk_ = -1;
     bool add_space_prefix_ = true;
+    bool add_bos_ = false, add_eos_ = false;
 };
 
 

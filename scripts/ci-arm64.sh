@@ -4,9 +4,9 @@
 # then on a Neoverse N1 (dotprod, no i8mm) and a Cortex-A57 (ARMv8.0: the baseline NEON kernels).
 # Usage: scripts/ci-arm64.sh [BUILD_DIR]   (default: build-arm64)
 #
-# The ARM64 libraries (sentencepiece, zstd) and doctest's header are unpacked from Debian's
-# packages into BUILD_DIR/sysroot, not installed: Debian 12's sentencepiece packages are not
-# multi-arch, and installing the arm64 ones would remove the native ones.
+# The ARM64 libraries (sentencepiece, zstd, PCRE2) and the doctest and nlohmann-json headers are
+# unpacked from Debian's packages into BUILD_DIR/sysroot, not installed: Debian 12's sentencepiece
+# packages are not multi-arch, and installing the arm64 ones would remove the native ones.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build-arm64}"
@@ -24,8 +24,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# ---- the ARM64 sysroot, prepared once ---------------------------------------------------------
-if [ ! -f "$sysroot/.complete" ]; then
+# ---- the ARM64 sysroot, prepared once (again when the package list changes) --------------------
+arm64_debs="libsentencepiece0:arm64 libsentencepiece-dev:arm64 libzstd1:arm64 libzstd-dev:arm64 libpcre2-8-0:arm64
+            libpcre2-dev:arm64 doctest-dev nlohmann-json3-dev"
+if [ "$(cat "$sysroot/.complete" 2>/dev/null)" != "$arm64_debs" ]; then
   [ "$(id -u)" -eq 0 ] && SUDO= || SUDO=sudo
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     $SUDO dpkg --add-architecture arm64
@@ -33,11 +35,10 @@ if [ ! -f "$sysroot/.complete" ]; then
   $SUDO apt-get update -qq
   rm -rf "$sysroot" "$build/debs"
   mkdir -p "$build/debs" "$sysroot"
-  (cd "$build/debs" &&
-   apt-get download -qq libsentencepiece0:arm64 libsentencepiece-dev:arm64 libzstd1:arm64 libzstd-dev:arm64 \
-                         doctest-dev)
+  # shellcheck disable=SC2086  # the list is meant to be split into package names
+  (cd "$build/debs" && apt-get download -qq $arm64_debs)
   for deb in "$build"/debs/*.deb; do dpkg -x "$deb" "$sysroot"; done
-  touch "$sysroot/.complete"
+  printf '%s' "$arm64_debs" >"$sysroot/.complete"
 fi
 
 # ---- cross build --------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 // vocabularies and concurrent use.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -15,9 +16,11 @@
 #include "gguf.h"
 #include "test_util.h"
 #include "tokenizer.h"
+#include "tokenizer_vectors.h"
 #include "utf8.h"
 
 using namespace h2o;
+using h2o_test::ids_to_string;
 
 namespace {
 
@@ -73,12 +76,6 @@ std::string render_stream(const Tokenizer &tok, const std::vector<int32_t> &ids)
         if (!tok.is_control(id)) after_bos = false;
     }
     return text;
-}
-
-std::string ids_to_string(const std::vector<int32_t> &ids) {
-    std::string s;
-    for (int32_t id : ids) s += " " + std::to_string(id);
-    return s;
 }
 
 // Strings that exercise the edges: nothing, only whitespace, newlines, tabs, runs of spaces,
@@ -148,6 +145,24 @@ Status try_gguf(const GgufWriter &w, std::unique_ptr<Tokenizer> *tok) {
 
 }  // namespace
 
+// Checks every llama.cpp vector of a vocabulary: the ids, and the text back through decode and
+// through streaming.
+void check_llama_cpp_vectors(const Tokenizer &tok, const std::string &inp_path, const std::string &out_path) {
+    const h2o_test::TokenizerVectors vectors = h2o_test::read_tokenizer_vectors(inp_path, out_path);
+    CHECK(vectors.complete);
+    REQUIRE(vectors.inputs.size() == 46);
+    REQUIRE(vectors.ids.size() == vectors.inputs.size());
+    for (size_t i = 0; i < vectors.inputs.size(); ++i) {
+        const std::string &input = vectors.inputs[i];
+        CAPTURE(i);
+        CAPTURE(input);
+        const std::vector<int32_t> ids = encode(tok, input);
+        CHECK_MESSAGE(ids == vectors.ids[i], "got" << ids_to_string(ids) << "\nexpected" << ids_to_string(vectors.ids[i]));
+        CHECK(decode(tok, ids) == input);
+        CHECK(render_stream(tok, ids) == input);
+    }
+}
+
 TEST_CASE("tokenizer: llama.cpp test vectors for the Llama sentencepiece vocabulary") {
     H2O_SHARED_FILE_OR_SKIP(vocab_path, "vocab/ggml-vocab-llama-spm.gguf");
     H2O_SHARED_FILE_OR_SKIP(inp_path, "vocab/ggml-vocab-llama-spm.gguf.inp");
@@ -157,39 +172,36 @@ TEST_CASE("tokenizer: llama.cpp test vectors for the Llama sentencepiece vocabul
     CHECK(tok->bos() == 1);
     CHECK(tok->eos() == 2);
     CHECK(tok->unk() == 0);
-
-    // Every input is written followed by "\n__ggml_vocab_test__\n": the newline before the marker
-    // belongs to the separator, so an input may itself be empty or end in newlines.
-    const std::string inp = read_file(inp_path);
-    const std::string separator = "\n__ggml_vocab_test__\n";
-    std::vector<std::string> inputs;
-    size_t pos = 0;
-    for (size_t next; (next = inp.find(separator, pos)) != std::string::npos; pos = next + separator.size())
-        inputs.push_back(inp.substr(pos, next - pos));
-    CHECK(pos == inp.size());
-
-    std::vector<std::vector<int32_t>> expected;
-    std::istringstream out(read_file(out_path));
-    for (std::string line; std::getline(out, line);) {
-        std::istringstream ids(line);
-        expected.emplace_back();
-        for (int32_t id; ids >> id;) expected.back().push_back(id);
-    }
-    REQUIRE(inputs.size() == 46);
-    REQUIRE(expected.size() == inputs.size());
-
-    for (size_t i = 0; i < inputs.size(); ++i) {
-        CAPTURE(i);
-        CAPTURE(inputs[i]);
-        const std::vector<int32_t> ids = encode(*tok, inputs[i]);
-        CHECK_MESSAGE(ids == expected[i], "got" << ids_to_string(ids) << "\nexpected" << ids_to_string(expected[i]));
-        CHECK(decode(*tok, ids) == inputs[i]);
-        CHECK(render_stream(*tok, ids) == inputs[i]);
-    }
+    CHECK(tok->add_bos());
+    CHECK_FALSE(tok->add_eos());
+    check_llama_cpp_vectors(*tok, inp_path, out_path);
 
     // Control-token text in the input is plain text, not a control token.
     const std::vector<int32_t> ids = encode(*tok, "<s> and </s>");
     for (int32_t id : ids) CHECK(!tok->is_control(id));
+}
+
+TEST_CASE("tokenizer: llama.cpp test vectors for Phi-3's sentencepiece vocabulary") {
+    H2O_SHARED_FILE_OR_SKIP(vocab_path, "vocab/ggml-vocab-phi-3.gguf");
+    H2O_SHARED_FILE_OR_SKIP(inp_path, "vocab/ggml-vocab-phi-3.gguf.inp");
+    H2O_SHARED_FILE_OR_SKIP(out_path, "vocab/ggml-vocab-phi-3.gguf.out");
+    // Phi-3's <unk> is a control token and its 53 padding tokens have the unknown type; </s> is
+    // user-defined in the file, and an end of generation (a control token) as llama.cpp reads it.
+    const auto tok = load_gguf_tokenizer(vocab_path);
+    CHECK(tok->n_vocab() == 32064);
+    CHECK(tok->unk() == 0);
+    CHECK(tok->type(0) == TOKEN_CONTROL);
+    CHECK(tok->type(32011) == TOKEN_UNKNOWN);
+    CHECK(tok->type(2) == TOKEN_CONTROL);
+    check_llama_cpp_vectors(*tok, inp_path, out_path);
+
+    CHECK(tok->eos() == 32000);  // <|endoftext|>
+    for (int32_t id : {2, 32000, 32007}) CHECK(tok->is_end_of_generation(id));  // </s>, <|endoftext|>, <|end|>
+    for (int32_t id : {0, 1, 32001, 32006}) CHECK_FALSE(tok->is_end_of_generation(id));
+    std::vector<int32_t> ids;
+    REQUIRE(tok->encode_special("<|user|>\nHi<|end|>\n<|assistant|>", true, &ids).ok());
+    CHECK(ids.front() == 1);
+    CHECK(std::count(ids.begin(), ids.end(), 32007) == 1);
 }
 
 TEST_CASE("tokenizer: tok512.model tokenizes exactly like the vocabulary inside stories260K.gguf") {
@@ -419,9 +431,13 @@ TEST_CASE("tokenizer: malformed vocabularies give clear errors") {
         {"no unk id", [](VocabSpec &s) { s.unk = -1; }, H2O_ERR_MODEL_FORMAT, "unknown token id -1"},
         {"type 0", [](VocabSpec &s) { s.types[5] = 0; }, H2O_ERR_MODEL_FORMAT, "token 5 has type 0"},
         {"type 7", [](VocabSpec &s) { s.types[5] = 7; }, H2O_ERR_MODEL_FORMAT, "token 5 has type 7"},
-        {"no unknown token", [](VocabSpec &s) { s.types[0] = TOKEN_CONTROL; }, H2O_ERR_MODEL_FORMAT, "0 tokens have the unknown type"},
-        {"two unknown tokens", [](VocabSpec &s) { s.types[2] = TOKEN_UNKNOWN; }, H2O_ERR_MODEL_FORMAT, "2 tokens"},
-        {"unk is not the unknown token", [](VocabSpec &s) { s.unk = 1; }, H2O_ERR_MODEL_FORMAT, "does not have the unknown type"},
+        {"unk is a normal token", [](VocabSpec &s) { s.unk = 259; }, H2O_ERR_MODEL_FORMAT,
+         "unknown token id 259 has type 1 (an unknown or control token is required)"},
+        {"unk is a byte token", [](VocabSpec &s) { s.unk = 3; }, H2O_ERR_MODEL_FORMAT, "unknown token id 3 has type 6"},
+        {"eot out of range", [](VocabSpec &s) { s.eot = 260; }, H2O_ERR_MODEL_FORMAT, "end-of-turn token id 260"},
+        {"add_bos without BOS", [](VocabSpec &s) { s.bos = -1, s.add_bos = true; }, H2O_ERR_MODEL_FORMAT, "add_bos_token is true"},
+        {"add_eos without EOS", [](VocabSpec &s) { s.eos = -1, s.add_eos = true; }, H2O_ERR_MODEL_FORMAT, "add_eos_token is true"},
+        {"merges for sentencepiece", [](VocabSpec &s) { s.merges = {"a b"}; }, H2O_ERR_MODEL_FORMAT, "merges"},
         {"bad byte piece", [](VocabSpec &s) { s.pieces[3] = "<0xZZ>"; }, H2O_ERR_MODEL_FORMAT, "<0xNN>"},
         {"missing byte token", [](VocabSpec &s) { s.types[10] = TOKEN_NORMAL; }, H2O_ERR_TOKENIZER, "256 byte pieces"},
         {"duplicate piece", [](VocabSpec &s) { s.pieces.push_back("\xE2\x96\x81"); s.scores.push_back(0); s.types.push_back(1); },
@@ -448,11 +464,11 @@ TEST_CASE("tokenizer: vocabularies read from GGUF metadata") {
 
     {  // Another tokenizer family.
         GgufWriter other;
-        other.add_string("tokenizer.ggml.model", "gpt2");
+        other.add_string("tokenizer.ggml.model", "bert");
         other.add_string_array("tokenizer.ggml.tokens", spec.pieces);
         st = try_gguf(other, &tok);
         CHECK(st.code == H2O_ERR_UNSUPPORTED);
-        CHECK(st.message.find("'gpt2'") != std::string::npos);
+        CHECK(st.message.find("'bert'") != std::string::npos);
     }
     {  // No tokenizer at all.
         GgufWriter w;
