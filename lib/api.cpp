@@ -524,8 +524,8 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
     if (p.kv_type >= h2o::kKvTypeCount) return bad("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
     if (p.position_rolling != 0 && p.position_rolling != 1) return bad("position_rolling must be 0 or 1");
     if (!(std::fabs(p.kv_layer_slope) <= h2o::kMaxKvLayerSlope)) {
-        return bad("kv_layer_slope " + std::to_string(p.kv_layer_slope) + " must lie in [-" + std::to_string(h2o::kMaxKvLayerSlope) + ", " +
-                   std::to_string(h2o::kMaxKvLayerSlope) + "]");
+        return bad("kv_layer_slope " + h2o::number_text(p.kv_layer_slope) + " must lie in [-" + h2o::number_text(h2o::kMaxKvLayerSlope) +
+                   ", " + h2o::number_text(h2o::kMaxKvLayerSlope) + "]");
     }
 
     auto session = std::make_unique<h2o_session>();
@@ -581,7 +581,7 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
         return bad("kv_prompt_proxy " + std::to_string(p.kv_prompt_proxy) + " exceeds the maximum " + std::to_string(h2o::kMaxKvPromptProxy));
     }
     if (!(p.kv_prompt_random_share >= 0.0f && p.kv_prompt_random_share <= 1.0f)) {
-        return bad("kv_prompt_random_share " + std::to_string(p.kv_prompt_random_share) + " must lie in [0, 1]");
+        return bad("kv_prompt_random_share " + h2o::number_text(p.kv_prompt_random_share) + " must lie in [0, 1]");
     }
     // Ranking by proxy attention needs the statistics; a full cache never evicts, so it ignores both.
     const bool never_evicts = s.policy.policy == h2o::KvPolicy::Full;
@@ -592,7 +592,7 @@ Status create_session(h2o_model *model, const h2o_session_params &p, std::unique
     s.policy.prompt_proxy = never_evicts ? 0 : static_cast<int>(p.kv_prompt_proxy);
     s.policy.prompt_random_share = s.policy.prompt_proxy > 0 ? p.kv_prompt_random_share : 0.0f;
     if (!(p.kv_head_share >= 0.0f && p.kv_head_share <= h2o::kMaxKvHeadShare)) {
-        return bad("kv_head_share " + std::to_string(p.kv_head_share) + " must lie in [0, " + std::to_string(h2o::kMaxKvHeadShare) + "]");
+        return bad("kv_head_share " + h2o::number_text(p.kv_head_share) + " must lie in [0, " + h2o::number_text(h2o::kMaxKvHeadShare) + "]");
     }
     if (!never_evicts && p.kv_head_share > 0.0f && !ranks_by_attention) {
         return bad(std::string("kv_head_share needs a policy that gathers attention statistics (h2o, scissorhands, tova, roco, "

@@ -472,7 +472,7 @@ Status Session::add_span_text(uint32_t span_id, float min_share, std::string_vie
     H2O_TRY(check_usable());
     if (span_id == 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "retention span id 0 is reserved (no span)");
     if (!(min_share >= 0.0f && min_share <= 1.0f)) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "a retention span's min_share must lie in [0, 1], not " + std::to_string(min_share));
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "a retention span's min_share must lie in [0, 1], not " + number_text(min_share));
     }
     int index = span_index(span_id);
     if (index < 0 && spans_.size() == KV_MAX_SPANS) {

@@ -1,6 +1,7 @@
 // Internal error type: a public status code plus a message naming what went wrong.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -17,6 +18,13 @@ struct [[nodiscard]] Status {
 };
 
 inline Status make_error(h2o_status code, std::string message) { return Status{code, std::move(message)}; }
+
+// A real number as messages show it: %g, so 0.9 reads "0.9" (std::to_string would write "0.900000").
+inline std::string number_text(double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", v);
+    return text;
+}
 
 // Entry points of the C API report their outcome through these: a failure's message becomes
 // h2o_last_error() on the calling thread, a success clears it. Both return the status code.

@@ -144,6 +144,25 @@ TEST_CASE("session and generation parameters are validated") {
         REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
         CHECK(stats.n_past == 0);
     }
+    SUBCASE("out-of-range real numbers are written as people write them, not as raw floats") {
+        auto refusal = [&](void (*set)(h2o_session_params *)) {
+            h2o_session_params sp;
+            h2o_session_params_init(&sp, sizeof sp);
+            sp.backend = H2O_BACKEND_CPU;
+            sp.kv_budget = 32;
+            set(&sp);
+            h2o_session *other = nullptr;
+            CHECK(h2o_session_create(m.model, &sp, &other) == H2O_ERR_INVALID_ARGUMENT);
+            CHECK(other == nullptr);
+            return std::string(h2o_last_error());
+        };
+        CHECK(refusal([](h2o_session_params *sp) { sp->kv_head_share = 2.0f; }) == "kv_head_share 2 must lie in [0, 0.9]");
+        CHECK(refusal([](h2o_session_params *sp) { sp->kv_layer_slope = 1.5f; }) == "kv_layer_slope 1.5 must lie in [-0.9, 0.9]");
+        CHECK(refusal([](h2o_session_params *sp) { sp->kv_prompt_random_share = 1.25f; }) ==
+              "kv_prompt_random_share 1.25 must lie in [0, 1]");
+        CHECK(h2o_session_add_span_text(m.session, 1, 1.5f, "hi", 2, 0) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_session_last_error(m.session)) == "a retention span's min_share must lie in [0, 1], not 1.5");
+    }
     SUBCASE("a NULL prompt is an error, invalid UTF-8 is H2O_ERR_INVALID_TEXT and adds nothing") {
         h2o_generate_params gen;
         h2o_generate_params_init(&gen, sizeof gen);
