@@ -346,6 +346,30 @@ TEST_CASE("quantize tool: bad arguments and inputs are errors, and no output is 
     CHECK(st.code == H2O_ERR_INVALID_ARGUMENT);
 }
 
+TEST_CASE("quantize tool: an output folder that does not exist fails before any tensor is converted") {
+    const std::string in = h2o_test::temp_path("quant_folder_check_in.gguf");
+    SyntheticModelSpec spec;
+    spec.n_embd = 64;
+    spec.n_layer = 1;
+    spec.n_head = 2;
+    spec.n_head_kv = 2;
+    spec.n_ff = 128;
+    spec.n_vocab = 300;
+    spec.type = TensorType::F32;
+    REQUIRE(write_synthetic_model(spec, in).ok());
+    QuantizeOptions options;
+    options.preset = QuantPreset::Q8_0;
+    size_t converted = 0;
+    options.on_tensor = [&converted](const TensorQuantReport &) { ++converted; };
+    QuantizeReport report;
+    const std::string out = h2o_test::temp_path("quant_no_such_folder") + "/out.gguf";
+    const Status st = quantize_model(in, out, options, &report);
+    CHECK(st.code == H2O_ERR_IO);
+    CHECK(st.message.find("does not exist") != std::string::npos);
+    CHECK(converted == 0);
+    std::remove(in.c_str());
+}
+
 namespace {
 
 // A GGUF with one Q4_K tensor of 2 rows of 256 (288 bytes of data, ending the file).

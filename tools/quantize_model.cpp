@@ -1,6 +1,9 @@
 #include "quantize_model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -90,6 +93,26 @@ bool same_file(const std::string &a, const std::string &b) {
     return !ec && ca == cb;
 }
 
+// The folder the output goes to must exist and take new files: checked before any tensor is
+// converted, so that a mistyped path fails at once rather than after the whole model.
+Status check_output_folder(const std::string &out_path) {
+    const std::filesystem::path parent = std::filesystem::path(out_path).parent_path();
+    const std::filesystem::path folder = parent.empty() ? std::filesystem::path(".") : parent;
+    std::error_code ec;
+    const std::filesystem::file_status status = std::filesystem::status(folder, ec);
+    if (!std::filesystem::exists(status)) {
+        return make_error(H2O_ERR_IO, "cannot write " + out_path + ": the folder " + folder.string() + " does not exist");
+    }
+    if (!std::filesystem::is_directory(status)) {
+        return make_error(H2O_ERR_IO, "cannot write " + out_path + ": " + folder.string() + " is not a folder");
+    }
+    if (access(folder.c_str(), W_OK) != 0) {
+        return make_error(H2O_ERR_IO, "cannot write " + out_path + ": the folder " + folder.string() + " is not writable (" +
+                                          std::strerror(errno) + ")");
+    }
+    return Status::Ok();
+}
+
 }  // namespace
 
 bool parse_quant_preset(std::string_view name, QuantPreset *out) {
@@ -138,6 +161,7 @@ Status quantize_model(const std::string &in_path, const std::string &out_path, c
     }
     std::unique_ptr<GgufFile> file;
     H2O_TRY(GgufFile::open(in_path, &file));
+    H2O_TRY(check_output_folder(out_path));
 
     int n_layer = 0;
     bool tied_output = true;

@@ -83,7 +83,8 @@ TensorType fallback_type(TensorType wanted, int64_t row_length);
 // Reads in_path, writes out_path (through a temporary file and a rename, so a failure never leaves
 // a partial file there). Errors: H2O_ERR_INVALID_ARGUMENT (the same path for input and output),
 // the GGUF reader's errors for the input (H2O_ERR_IO, H2O_ERR_MODEL_FORMAT, H2O_ERR_UNSUPPORTED),
-// H2O_ERR_UNSUPPORTED for a tensor type that cannot be converted, H2O_ERR_IO when writing.
+// H2O_ERR_UNSUPPORTED for a tensor type that cannot be converted, H2O_ERR_IO when writing (a
+// missing or read-only output folder is found before any tensor is converted).
 Status quantize_model(const std::string &in_path, const std::string &out_path, const QuantizeOptions &options,
                       QuantizeReport *report);
 
