@@ -327,6 +327,28 @@ H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *in
     });
 }
 
+H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, char *text, size_t capacity, size_t *n_bytes) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!model) return invalid("h2o_model_get_text: model is NULL");
+        if (!text && capacity > 0) return invalid("h2o_model_get_text: text is NULL but capacity is not 0");
+        if (!n_bytes) return invalid("h2o_model_get_text: n_bytes is NULL");
+        const h2o::Model &m = *model->impl;
+        std::string value;
+        switch (what) {
+            case H2O_MODEL_TEXT_NAME: value = m.name(); break;
+            case H2O_MODEL_TEXT_CHAT_FORMAT: {
+                h2o::ChatFormat format;
+                if (Status s = h2o::chat_format_from_template(m.chat_template(), &format); !s.ok()) return fail(s);
+                value = h2o::chat_format_name(format);
+                break;
+            }
+            default: return invalid("h2o_model_get_text: " + std::to_string(what) + " is not an h2o_model_text");
+        }
+        if (Status s = write_text(value, text, capacity, n_bytes); !s.ok()) return fail(s);
+        return succeed();
+    });
+}
+
 H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_prefix_cache_stats *stats) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_model_get_prefix_cache_stats: model is NULL");

@@ -56,6 +56,15 @@ Status chat_format_from_name(std::string_view name, ChatFormat *out) {
     return Status::Ok();
 }
 
+const char *chat_format_name(ChatFormat format) {
+    switch (format) {
+        case ChatFormat::Llama2: return "llama2";
+        case ChatFormat::Zephyr: return "zephyr";
+        case ChatFormat::ChatML: return "chatml";
+    }
+    return "unknown";  // unreachable: every enumerator has its case
+}
+
 Status chat_format_from_template(std::string_view chat_template, ChatFormat *out) {
     if (chat_template.empty()) {
         return make_error(H2O_ERR_UNSUPPORTED, "the model has no chat template (tokenizer.chat_template): name a format (llama2, zephyr, chatml)");

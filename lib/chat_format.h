@@ -20,6 +20,8 @@ struct ChatMessage {
 
 // The format named "llama2", "zephyr" or "chatml"; H2O_ERR_INVALID_ARGUMENT otherwise.
 Status chat_format_from_name(std::string_view name, ChatFormat *out);
+// The name chat_format_from_name takes for a format.
+const char *chat_format_name(ChatFormat format);
 // The format a chat template (Jinja text from GGUF metadata) describes; H2O_ERR_UNSUPPORTED when
 // it is none of the known ones, or the template is empty.
 Status chat_format_from_template(std::string_view chat_template, ChatFormat *out);

@@ -4,8 +4,10 @@
  *
  *   h2o-chat MODEL.gguf [--format llama2|zephyr|chatml] [--system TEXT] [--budget 256]
  *
- * The chat format comes from the model's template unless --format names one. */
+ * The chat format comes from the model's template unless --format names one. Every option is
+ * checked before the model is loaded; a usage error exits with status 2. */
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,39 @@ static h2o_session *volatile g_session = NULL;
 static void on_interrupt(int sig) {
     (void)sig;
     if (g_session) h2o_session_cancel(g_session);
+}
+
+static const char *const usage_text =
+    "usage: h2o-chat MODEL.gguf [--format llama2|zephyr|chatml] [--system TEXT] [--budget N]\n"
+    "  --format NAME          chat format (default: the one the model's template describes)\n"
+    "  --system TEXT          system prompt, pinned (default: \"You are a helpful assistant.\")\n"
+    "  --budget N             KV slots per layer and kv head, at least 2 (default 256); the cache rolls\n"
+    "  --version              print the library's version\n";
+
+/* A usage error: one line (printf's format and arguments), exit status 2. */
+static int usage_error(const char *format, ...) {
+    va_list args;
+    fputs("h2o-chat: ", stderr);
+    va_start(args, format);
+    vfprintf(stderr, format, args);
+    va_end(args);
+    fputs(" (see --help)\n", stderr);
+    return 2;
+}
+
+static int is_chat_format(const char *name) {
+    return strcmp(name, "llama2") == 0 || strcmp(name, "zephyr") == 0 || strcmp(name, "chatml") == 0;
+}
+
+/* A whole number from 2 to 2^22 (the longest context), digits only. */
+static int parse_budget(const char *text, uint32_t *out) {
+    char *end = NULL;
+    unsigned long v;
+    if (*text < '0' || *text > '9') return 0;
+    v = strtoul(text, &end, 10);
+    if (*end != '\0' || v < 2 || v > (1ul << 22)) return 0;
+    *out = (uint32_t)v;
+    return 1;
 }
 
 static int print_piece(const char *text, size_t length, void *user_data) {
@@ -49,7 +84,7 @@ static h2o_status add_message(h2o_model *model, h2o_session *session, const char
 }
 
 int main(int argc, char **argv) {
-    const char *format = NULL, *system = "You are a helpful assistant.";
+    const char *format = NULL, *system = "You are a helpful assistant.", *model_path = NULL;
     h2o_model *model = NULL;
     h2o_session *session = NULL;
     h2o_session_params sp;
@@ -62,21 +97,35 @@ int main(int argc, char **argv) {
     sp.kv_budget = 256;
     sp.position_rolling = 1; /* the conversation may go on for ever */
     gen.max_tokens = 256;
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.gguf [--format llama2|zephyr|chatml] [--system TEXT] [--budget N]\n", argv[0]);
-        return 2;
+    for (i = 1; i < argc; ++i) {
+        const char *arg = argv[i];
+        const int takes_value = strcmp(arg, "--format") == 0 || strcmp(arg, "--system") == 0 || strcmp(arg, "--budget") == 0;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("h2o-chat %s\n", h2o_version());
+            return 0;
+        }
+        if (takes_value && i + 1 == argc) return usage_error("%s needs a value", arg);
+        if (strcmp(arg, "--format") == 0) {
+            format = argv[++i];
+            if (!is_chat_format(format)) return usage_error("unknown chat format '%s' (known: llama2, zephyr, chatml)", format);
+        } else if (strcmp(arg, "--system") == 0) {
+            system = argv[++i];
+        } else if (strcmp(arg, "--budget") == 0) {
+            if (!parse_budget(argv[++i], &sp.kv_budget)) return usage_error("--budget needs a whole number from 2 to 4194304, not '%s'", argv[i]);
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            return usage_error("unknown option '%s'", arg);
+        } else if (model_path) {
+            return usage_error("unexpected argument '%s'", arg);
+        } else {
+            model_path = arg;
+        }
     }
-    for (i = 2; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--format") == 0) format = argv[i + 1];
-        else if (strcmp(argv[i], "--system") == 0) system = argv[i + 1];
-        else if (strcmp(argv[i], "--budget") == 0) sp.kv_budget = (uint32_t)strtoul(argv[i + 1], NULL, 10);
-        else break;
-    }
-    if (i < argc) {
-        fprintf(stderr, "unknown or incomplete option '%s'\n", argv[i]);
-        return 2;
-    }
-    if (h2o_model_load(argv[1], NULL, &model) != H2O_OK || h2o_session_create(model, &sp, &session) != H2O_OK) {
+    if (!model_path) return usage_error("no model given: h2o-chat MODEL.gguf");
+    if (h2o_model_load(model_path, NULL, &model) != H2O_OK || h2o_session_create(model, &sp, &session) != H2O_OK) {
         fprintf(stderr, "%s\n", h2o_last_error());
         h2o_model_free(model);
         return 1;

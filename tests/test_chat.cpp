@@ -1,5 +1,6 @@
 // Chat formats (exact strings of each template), special-token parsing, end-of-generation tokens.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -137,3 +138,64 @@ TEST_CASE("chat: the C API formats, tokenizes with special tokens and generates 
 }
 
 }  // namespace
+
+namespace {
+
+// A copy of the model at `path` with a tokenizer.chat_template added (or replaced).
+void write_with_chat_template(const std::string &path, const std::string &chat_template, const std::string &out) {
+    std::unique_ptr<h2o::GgufFile> file;
+    REQUIRE(h2o::GgufFile::open(path, &file).ok());
+    h2o::GgufWriter writer;
+    for (const h2o::GgufKeyValue &kv : file->metadata()) {
+        if (kv.key != "tokenizer.chat_template") writer.add_copy(kv);
+    }
+    writer.add_string("tokenizer.chat_template", chat_template);
+    for (const h2o::GgufTensor &t : file->tensors()) {
+        writer.add_tensor(std::string(t.name), t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                          std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    }
+    REQUIRE(writer.write(out).ok());
+}
+
+// h2o_model_get_text's value, or the status when it fails.
+std::string model_text(const h2o_model *model, uint32_t what, h2o_status *status) {
+    char text[64];
+    size_t n = 0;
+    *status = h2o_model_get_text(model, what, text, sizeof text, &n);
+    return *status == H2O_OK ? std::string(text, n) : std::string();
+}
+
+}  // namespace
+
+TEST_CASE("chat: h2o_model_get_text gives the name and the chat format the template describes") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_status st;
+    CHECK(model_text(model, H2O_MODEL_TEXT_NAME, &st) == "llama");  // the converter's general.name
+    CHECK(st == H2O_OK);
+    // No template: the reason, as h2o_chat_format gives it for a NULL format.
+    model_text(model, H2O_MODEL_TEXT_CHAT_FORMAT, &st);
+    CHECK(st == H2O_ERR_UNSUPPORTED);
+    CHECK(std::string(h2o_last_error()).find("no chat template") != std::string::npos);
+    // Sizes first, as the other text calls.
+    size_t n = 0;
+    CHECK(h2o_model_get_text(model, H2O_MODEL_TEXT_NAME, nullptr, 0, &n) == H2O_ERR_BUFFER_TOO_SMALL);
+    CHECK(n == 5);
+    char small[5];
+    CHECK(h2o_model_get_text(model, H2O_MODEL_TEXT_NAME, small, sizeof small, &n) == H2O_OK);  // no room for the NUL
+    CHECK(std::string(small, n) == "llama");
+    CHECK(h2o_model_get_text(model, 3, small, sizeof small, &n) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_model_get_text(model, H2O_MODEL_TEXT_NAME, small, sizeof small, nullptr) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_model_get_text(nullptr, H2O_MODEL_TEXT_NAME, small, sizeof small, &n) == H2O_ERR_INVALID_ARGUMENT);
+    h2o_model_free(model);
+
+    const std::string with_template = h2o_test::temp_path("chat_template_chatml.gguf");
+    write_with_chat_template(path, "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}",
+                             with_template);
+    REQUIRE(h2o_model_load(with_template.c_str(), nullptr, &model) == H2O_OK);
+    CHECK(model_text(model, H2O_MODEL_TEXT_CHAT_FORMAT, &st) == "chatml");
+    CHECK(st == H2O_OK);
+    h2o_model_free(model);
+    std::remove(with_template.c_str());
+}

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "common.h"
+#include "options.h"
+#include "session_options.h"
 #include "h2o/h2o.h"
 
 namespace {
@@ -62,8 +64,7 @@ void measure_state(h2o_session *session, h2o_model *model, int reps) {
 
 // New sessions that all begin with the same system prompt of n tokens, then one token of their
 // own: the time from creating the session to the logits of that token.
-void measure_ttft(const std::string &model_path, int threads, int budget, const std::vector<int32_t> &tokens, int n, int reps) {
-    if (static_cast<size_t>(n) + 1 > tokens.size()) die("--ttft", H2O_ERR_INVALID_ARGUMENT, "needs -p or --depth of at least N + 1");
+void measure_ttft(const std::string &model_path, uint32_t threads, uint32_t budget, const std::vector<int32_t> &tokens, int n, int reps) {
     for (uint64_t cache_bytes : {uint64_t{0}, uint64_t{256} << 20}) {
         h2o_model_params mp;
         h2o_model_params_init(&mp, sizeof mp);
@@ -73,8 +74,8 @@ void measure_ttft(const std::string &model_path, int threads, int budget, const 
         if (st != H2O_OK) die("cannot load model", st, h2o_last_error());
         h2o_session_params sp;
         h2o_session_params_init(&sp, sizeof sp);
-        sp.n_threads = static_cast<uint32_t>(threads);
-        sp.kv_budget = static_cast<uint32_t>(budget);
+        sp.n_threads = threads;
+        sp.kv_budget = budget;
         sp.backend = H2O_BACKEND_CPU;
         std::vector<double> times;
         for (int r = 0; r <= reps; ++r) {  // with the cache, the first session fills it: not counted
@@ -98,94 +99,61 @@ void measure_ttft(const std::string &model_path, int threads, int budget, const 
 
 int main(int argc, char **argv) {
     std::string model_path;
-    int n_prompt = 512, n_gen = 128, reps = 5, threads = 0, depth = 0, budget = 0, n_ctx = 0, ttft = 0;
-    bool rolling = false, state = false, json = false, across_layers = false;
-    double head_share = 0.0;  // kv_head_share (the library checks its range)
-    h2o_session_params defaults;
-    h2o_session_params_init(&defaults, sizeof defaults);
-    uint32_t policy = defaults.kv_policy;  // the library's default policy
-    uint32_t kv_type = defaults.kv_type;
+    int n_prompt = 512, n_gen = 128, reps = 5, depth = 0, n_ctx = 0, ttft = 0;
+    bool state = false, json = false;
+    h2o_session_params base;  // every measured session's settings but n_ctx, n_batch and the backend
+    h2o_session_params_init(&base, sizeof base);
     std::vector<uint32_t> backends = {H2O_BACKEND_CPU};
-    const char *const usage = "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] "
-                              "[--kv-budget B] [--kv-policy NAME] [--rolling] [--kv-type T] [--backend B[,B...]] [-c CTX]\n"
-                              "                 [--kv-head-share S [--kv-share-across-layers]] [--state] [--ttft N] [--json]\n"
-                              "  --json: one JSON object per line and measurement (pp, tg) instead of text\n";
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--rolling" || arg == "--state" || arg == "--json" || arg == "--kv-share-across-layers") {
-            (arg == "--rolling" ? rolling : arg == "--state" ? state : arg == "--json" ? json : across_layers) = true;
-            continue;
+    const std::string usage =
+        "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] [--kv-budget B] [--kv-policy NAME]\n"
+        "                 [--rolling] [--kv-type T] [--kv-head-share S [--kv-share-across-layers]] [--backend B[,B...]]\n"
+        "                 [-c CTX] [--state] [--ttft N] [--json]\n"
+        "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
+        "  -p N                   prompt tokens read in one batch, 0 to skip (default 512)\n"
+        "  -n N                   tokens decoded one at a time, 0 to skip (default 128)\n"
+        "  -r N                   repetitions; the median, min and max are printed (default 5)\n"
+        "  --depth D              tokens already cached before the -n decodes (default 0)\n"
+        "  -c, --ctx N            session context (default and at least: what -p, -n and --depth need)\n"
+        "  --backend LIST         comma-separated backends, each measured: " + h2o_tools::backend_names() + " (default cpu)\n"
+        "  --state                size and speed of a snapshot of the session (save and load)\n"
+        "  --ttft N               time to first token after a shared N-token system prompt, prefix cache\n"
+        "                         off and on (needs -p, or --depth, plus -n of at least N + 1)\n"
+        "  --json                 one JSON object per line and measurement (pp, tg) instead of text\n"
+        "  --version              print the library's version\n" +
+        h2o_tools::session_options_help(base);
+
+    h2o_tools::CommandLine cl("h2o-bench", usage);
+    cl.text({"-m", "--model"}, &model_path);
+    // Counts go up to bounds that keep the sizes sane.
+    cl.count("-p", 0, 1 << 20, &n_prompt);
+    cl.count("-n", 0, 1 << 24, &n_gen);
+    cl.count("-r", 1, 1000, &reps);
+    cl.count("--depth", 0, 1 << 24, &depth);
+    cl.count({"-c", "--ctx"}, 0, 1 << 22, &n_ctx);
+    cl.count("--ttft", 1, 1 << 16, &ttft);
+    h2o_tools::add_session_options(cl, &base);
+    cl.option("--backend", [&](const std::string &list) {
+        backends.clear();
+        for (const std::string &name : h2o_tools::split(list, ',')) {
+            uint32_t kind;
+            if (!h2o_tools::parse_backend(name, &kind)) cl.fail("unknown backend '" + name + "' (known: " + h2o_tools::backend_names() + ")");
+            backends.push_back(kind);
         }
-        if (arg == "-h" || arg == "--help") {
-            std::fputs(usage, stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            std::fprintf(stderr, "h2o-bench: %s needs a value\n%s", arg.c_str(), usage);
-            return 2;
-        }
-        const char *v = argv[++i];
-        // Counts are whole numbers from 0 (from 1 for -r) up to a bound that keeps sizes sane.
-        auto count = [&](int min, int max) {
-            uint64_t n = 0;
-            if (!h2o_tools::parse_uint(v, &n) || n < static_cast<uint64_t>(min) || n > static_cast<uint64_t>(max)) {
-                std::fprintf(stderr, "h2o-bench: %s needs a whole number from %d to %d, not '%s'\n", arg.c_str(), min, max, v);
-                std::exit(2);
-            }
-            return static_cast<int>(n);
-        };
-        if (arg == "-m") model_path = v;
-        else if (arg == "-p") n_prompt = count(0, 1 << 20);
-        else if (arg == "-n") n_gen = count(0, 1 << 24);
-        else if (arg == "-r") reps = count(1, 1000);
-        else if (arg == "-t") threads = count(0, 256);
-        else if (arg == "--depth") depth = count(0, 1 << 24);
-        else if (arg == "-c" || arg == "--ctx") n_ctx = count(0, 1 << 22);
-        else if (arg == "--kv-budget") budget = count(0, 1 << 22);
-        else if (arg == "--ttft") ttft = count(1, 1 << 16);
-        else if (arg == "--kv-head-share") {
-            if (!h2o_tools::parse_double(v, &head_share)) {
-                std::fprintf(stderr, "h2o-bench: --kv-head-share needs a number, not '%s'\n", v);
-                return 2;
-            }
-        }
-        else if (arg == "--kv-type") {
-            if (!h2o_tools::parse_kv_type(v, &kv_type)) {
-                std::fprintf(stderr, "h2o-bench: unknown KV type '%s' (%s)\n", v, h2o_tools::kv_type_names().c_str());
-                return 2;
-            }
-        }
-        else if (arg == "--backend") {
-            backends.clear();
-            for (const std::string &name : h2o_tools::split(v, ',')) {
-                uint32_t kind;
-                if (!h2o_tools::parse_backend(name, &kind)) {
-                    std::fprintf(stderr, "h2o-bench: unknown backend '%s'\n", name.c_str());
-                    return 2;
-                }
-                backends.push_back(kind);
-            }
-        }
-        else if (arg == "--kv-policy") {
-            if (!h2o_tools::parse_policy(v, &policy)) {
-                std::fprintf(stderr, "h2o-bench: unknown policy '%s' (%s)\n", v, h2o_tools::kv_policy_names().c_str());
-                return 2;
-            }
-        }
-        else {
-            std::fprintf(stderr, "h2o-bench: unknown option '%s'\n", arg.c_str());
-            return 2;
-        }
-    }
-    if (json && (state || ttft > 0)) {
-        std::fprintf(stderr, "h2o-bench: --json reports the -p and -n measurements; run --state and --ttft without it\n");
-        return 2;
+    });
+    cl.flag("--state", &state);
+    cl.flag("--json", &json);
+    cl.parse(argc, argv);
+    h2o_tools::check_session_options(cl, base);
+    if (json && (state || ttft > 0)) cl.fail("--json reports the -p and -n measurements; run --state and --ttft without it");
+    if (n_prompt == 0 && n_gen == 0 && ttft == 0) cl.fail("-p 0 and -n 0 leave nothing to measure: give -p or -n a count");
+    // The token ids the measurements read: the longer of the prompt and the depth, then -n more.
+    const size_t n_tokens = static_cast<size_t>(std::max(n_prompt, depth)) + static_cast<size_t>(n_gen);
+    if (ttft > 0 && static_cast<size_t>(ttft) + 1 > n_tokens) {
+        cl.fail("--ttft " + std::to_string(ttft) + " reads " + std::to_string(ttft + 1) + " tokens: give -p (or --depth) plus -n of at least that");
     }
     model_path = h2o_tools::resolve_model_path(model_path);
-    if (model_path.empty()) {
-        std::fprintf(stderr, "h2o-bench: pass -m MODEL or set H2O_MODEL\n");
-        return 2;
-    }
+    if (model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
+    const bool evicts = base.kv_budget > 0 || base.position_rolling;
 
     h2o_model *model = nullptr;
     h2o_status st = h2o_model_load(model_path.c_str(), nullptr, &model);
@@ -195,36 +163,36 @@ int main(int argc, char **argv) {
     h2o_model_get_info(model, &info);
 
     // Arbitrary but fixed token ids (BOS first), so every run does the same work.
-    std::vector<int32_t> tokens(std::max(n_prompt, depth) + n_gen);
+    std::vector<int32_t> tokens(n_tokens);
     uint32_t x = 12345;
     for (auto &t : tokens) {
         x = x * 1664525u + 1013904223u;
         t = static_cast<int32_t>((x >> 8) % info.n_vocab);
     }
-    if (info.bos_token >= 0) tokens[0] = info.bos_token;
+    if (info.bos_token >= 0 && !tokens.empty()) tokens[0] = info.bos_token;
 
     if (!json) std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
                            info.weight_bytes / 1048576.0);
-    if (!json) std::printf("threads: %s, repetitions: %d, KV %s: %s\n", threads ? std::to_string(threads).c_str() : "default (cores, at most 8)", reps, h2o_tools::kv_type_name(kv_type),
-                budget > 0 ? (std::to_string(budget) + " slots, policy " + h2o_tools::policy_name(policy) + (rolling ? ", rolling" : "") +
-                              (head_share > 0 ? ", head share " + std::to_string(head_share) + (across_layers ? " across layers" : "") : std::string()))
-                                 .c_str()
-                           : "full cache");
+    if (!json) {
+        std::string kv = "full cache";
+        if (evicts) {
+            kv = (base.kv_budget ? std::to_string(base.kv_budget) + " slots" : std::string("the context's slots")) + ", policy " +
+                 h2o_tools::policy_name(base.kv_policy) + (base.position_rolling ? ", rolling" : "");
+            if (base.kv_head_share > 0) {
+                kv += ", head share " + h2o_tools::number_text(base.kv_head_share) + (base.kv_share_across_layers ? " across layers" : "");
+            }
+        }
+        std::printf("threads: %s, repetitions: %d, KV %s: %s\n",
+                    base.n_threads ? std::to_string(base.n_threads).c_str() : "default (cores, at most 8)", reps,
+                    h2o_tools::kv_type_name(base.kv_type), kv.c_str());
+    }
     // Several backends are measured in one run, so that their figures can be compared.
     for (const uint32_t backend : backends) {
-        h2o_session_params sp;
-        h2o_session_params_init(&sp, sizeof sp);
-        sp.n_threads = static_cast<uint32_t>(threads);
+        h2o_session_params sp = base;
         // The prompt in one batch; the depth, like a prompt, in batches of the library's default
         // size (it was once fed a token at a time, which made --depth runs slow to start).
         sp.n_batch = static_cast<uint32_t>(std::max({n_prompt, std::min(depth, 256), 1}));
         sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, std::max(n_prompt, depth + n_gen) + 1));
-        sp.kv_budget = static_cast<uint32_t>(budget);
-        sp.kv_policy = policy;
-        sp.position_rolling = rolling ? 1 : 0;
-        sp.kv_head_share = static_cast<float>(head_share);
-        sp.kv_share_across_layers = across_layers ? 1 : 0;
-        sp.kv_type = kv_type;
         sp.backend = backend;
         h2o_session *session = nullptr;
         st = h2o_session_create(model, &sp, &session);
@@ -267,10 +235,10 @@ int main(int argc, char **argv) {
         if (json) {
             // One line per measurement, with everything needed to compare it with another.
             const std::string common = "\"model\":\"" + h2o_tools::json_escape(model_path) + "\",\"params\":" + std::to_string(info.n_params) +
-                                       ",\"backend\":\"" + h2o_tools::json_escape(device.name) + "\",\"threads\":" + std::to_string(threads) +
-                                       ",\"kv_type\":\"" + h2o_tools::kv_type_name(kv_type) + "\",\"kv_budget\":" + std::to_string(budget) +
-                                       ",\"kv_policy\":\"" + (budget > 0 ? h2o_tools::policy_name(policy) : "full") +
-                                       "\",\"rolling\":" + (rolling ? "true" : "false") + ",\"repetitions\":" + std::to_string(reps);
+                                       ",\"backend\":\"" + h2o_tools::json_escape(device.name) + "\",\"threads\":" + std::to_string(base.n_threads) +
+                                       ",\"kv_type\":\"" + h2o_tools::kv_type_name(base.kv_type) + "\",\"kv_budget\":" + std::to_string(base.kv_budget) +
+                                       ",\"kv_policy\":\"" + (evicts ? h2o_tools::policy_name(base.kv_policy) : "full") +
+                                       "\",\"rolling\":" + (base.position_rolling ? "true" : "false") + ",\"repetitions\":" + std::to_string(reps);
             auto line = [&](const char *test, int n, int at_depth, const std::vector<double> &v) {
                 std::string samples;
                 for (double sample : v) samples += (samples.empty() ? "" : ",") + std::to_string(sample);
@@ -303,7 +271,7 @@ int main(int argc, char **argv) {
         if (state) measure_state(session, model, reps);
         h2o_session_free(session);
     }
-    if (ttft > 0) measure_ttft(model_path, threads, budget, tokens, ttft, reps);
+    if (ttft > 0) measure_ttft(model_path, base.n_threads, base.kv_budget, tokens, ttft, reps);
     if (json) {
         std::printf("{\"test\":\"peak_rss\",\"bytes\":%llu}\n", static_cast<unsigned long long>(h2o_tools::peak_rss_bytes()));
     } else {

@@ -1,60 +1,53 @@
 // h2o-cli: generate text from a prompt with a GGUF Llama model.
 //
 //   h2o-cli -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
-//           [--repeat-penalty R] [--seed S] [-t THREADS] [-c CTX] [--tokenizer FILE] [--json]
+//           [--repeat-penalty R] [--seed S] [-t THREADS] [-c CTX] [--kv-* ...] [--tokenizer FILE] [--json]
 //
 // Streams the prompt followed by the generated text to stdout and a summary to stderr. With
 // --json nothing is streamed: one JSON object with the text and the figures goes to stdout.
+// Every option is checked before the model is loaded: a usage error exits with status 2.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "common.h"
+#include "options.h"
+#include "session_options.h"
 #include "h2o/h2o.h"
 
 namespace {
 
-void usage(const h2o_generate_params &gen, const h2o_session_params &sp) {
-    // The defaults printed are the library's own (read from the initialised parameters).
-    std::fprintf(stderr,
-                 "usage: h2o-cli -m MODEL -p PROMPT [options]\n"
-                 "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
-                 "  -p, --prompt TEXT      prompt (default: empty, generate from BOS)\n"
-                 "  -n, --n-predict N      tokens to generate, at least 1 (default %u)\n"
-                 "  --temp T               temperature, 0 = greedy (default %g)\n"
-                 "  --top-k K              (default %u, 0 = off)\n"
-                 "  --top-p P              (default %g, 1 = off)\n"
-                 "  --min-p P              (default %g, 0 = off)\n"
-                 "  --repeat-penalty R     (default %g = off)\n"
-                 "  --repeat-last-n N      (default %u)\n"
-                 "  --seed S               sampler seed (default %llu)\n"
-                 "  -t, --threads N        compute threads (default: cores, at most 8)\n"
-                 "  -c, --ctx N            longest stream in tokens (default: the model's context, at most 4096)\n"
-                 "  --kv-budget N          KV slots per layer and kv head (default: the context, no eviction)\n"
-                 "  --kv-policy NAME       eviction policy: %s (default %s)\n"
-                 "  --kv-recent N          protected recent window in tokens (default: the policy's share)\n"
-                 "  --kv-prompt-proxy N    one-shot prompt eviction: a long prompt's victims by the attention\n"
-                 "                         of the last N queries read (default 0: by the policy)\n"
-                 "  --kv-head-share S      share of each layer's slots that moves between its kv heads by\n"
-                 "                         their attention, in [0, 0.9] (default 0: fixed budgets)\n"
-                 "  --kv-share-across-layers  move those slots between the kv heads of every layer\n"
-                 "  --rolling              position rolling: run past the model's context length\n"
-                 "  --kv-type T            KV cache format: %s (default %s)\n"
-                 "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
-                 "  --backend NAME         %s (default %s)\n"
-                 "  --device N             device index of that backend (default: the best)\n"
-                 "  --tokenizer FILE       sentencepiece .model file instead of the embedded vocab\n"
-                 "  --json                 print one JSON summary line instead of streaming\n",
-                 gen.max_tokens, gen.temperature, gen.top_k, gen.top_p, gen.min_p, gen.repeat_penalty, gen.repeat_last_n,
-                 static_cast<unsigned long long>(sp.seed), h2o_tools::kv_policy_names().c_str(), h2o_tools::policy_name(sp.kv_policy),
-                 h2o_tools::kv_type_names().c_str(), h2o_tools::kv_type_name(sp.kv_type), h2o_tools::backend_names().c_str(),
-                 h2o_backend_kind_name(sp.backend));
-}
+// Generation's limits as h2o_generate_params documents them (the library checks them again).
+constexpr uint64_t kMaxRepeatLastN = 4096;
 
-[[noreturn]] void usage_error(const std::string &message) {
-    std::fprintf(stderr, "h2o-cli: %s (see --help)\n", message.c_str());
-    std::exit(2);
+std::string usage(const h2o_generate_params &gen, const h2o_session_params &sp) {
+    // The defaults printed are the library's own (read from the initialised parameters).
+    char text[2048];
+    std::snprintf(text, sizeof(text),
+                  "usage: h2o-cli -m MODEL -p PROMPT [options]\n"
+                  "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
+                  "  -p, --prompt TEXT      prompt (default: empty, generate from BOS)\n"
+                  "  -n, --n-predict N      tokens to generate, at least 1 (default %u)\n"
+                  "  --temp T               temperature, >= 0; 0 = greedy (default %g)\n"
+                  "  --top-k K              (default %u, 0 = off)\n"
+                  "  --top-p P              in (0, 1] (default %g, 1 = off)\n"
+                  "  --min-p P              in [0, 1] (default %g, 0 = off)\n"
+                  "  --repeat-penalty R     > 0 (default %g, 1 = off)\n"
+                  "  --repeat-last-n N      0 to %llu (default %u)\n"
+                  "  --seed S               sampler seed (default %llu)\n"
+                  "  -c, --ctx N            longest stream in tokens, 0 or at least 2 (default 0: the model's\n"
+                  "                         context, at most 4096)\n",
+                  gen.max_tokens, gen.temperature, gen.top_k, gen.top_p, gen.min_p, gen.repeat_penalty,
+                  static_cast<unsigned long long>(kMaxRepeatLastN), gen.repeat_last_n, static_cast<unsigned long long>(sp.seed));
+    return text + h2o_tools::session_options_help(sp) +
+           "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
+           "  --backend NAME         " + h2o_tools::backend_names() + " (default " + h2o_backend_kind_name(sp.backend) + ";\n"
+           "                         h2o-info lists the devices)\n"
+           "  --device N             device index of that backend (default: the best)\n"
+           "  --tokenizer FILE       sentencepiece .model file instead of the embedded vocab\n"
+           "  --json                 print one JSON summary line instead of streaming\n"
+           "  --version              print the library's version\n";
 }
 
 }  // namespace
@@ -68,66 +61,33 @@ int main(int argc, char **argv) {
     h2o_session_params sp;
     h2o_session_params_init(&sp, sizeof sp);
 
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        auto text = [&]() -> std::string {
-            if (i + 1 >= argc) usage_error(arg + " needs a value");
-            return argv[++i];
-        };
-        // Whole numbers in [0, max]: a sign, a fraction or trailing text is refused.
-        auto count = [&](uint64_t max) -> uint64_t {
-            const std::string t = text();
-            uint64_t v = 0;
-            if (!h2o_tools::parse_uint(t.c_str(), &v) || v > max) {
-                usage_error(arg + " needs a whole number from 0 to " + std::to_string(max) + ", not '" + t + "'");
-            }
-            return v;
-        };
-        auto real = [&]() -> float {
-            const std::string t = text();
-            double v = 0;
-            if (!h2o_tools::parse_double(t.c_str(), &v)) usage_error(arg + " needs a number, not '" + t + "'");
-            return static_cast<float>(v);
-        };
-        if (arg == "-m" || arg == "--model") model_path = text();
-        else if (arg == "-p" || arg == "--prompt") prompt = text();
-        else if (arg == "--tokenizer") tokenizer_path = text();
-        else if (arg == "-n" || arg == "--n-predict") gen.max_tokens = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "--temp") gen.temperature = real();
-        else if (arg == "--top-k") gen.top_k = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "--top-p") gen.top_p = real();
-        else if (arg == "--min-p") gen.min_p = real();
-        else if (arg == "--repeat-penalty") gen.repeat_penalty = real();
-        else if (arg == "--repeat-last-n") gen.repeat_last_n = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "--seed") sp.seed = count(UINT64_MAX);
-        else if (arg == "-t" || arg == "--threads") sp.n_threads = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "-c" || arg == "--ctx") sp.n_ctx = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "--kv-budget") sp.kv_budget = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "--kv-recent") sp.kv_recent = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "--kv-policy") {
-            const std::string name = text();
-            if (!h2o_tools::parse_policy(name, &sp.kv_policy)) usage_error("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
-        }
-        else if (arg == "--kv-prompt-proxy") sp.kv_prompt_proxy = static_cast<uint32_t>(count(UINT32_MAX));
-        else if (arg == "--kv-head-share") sp.kv_head_share = static_cast<float>(real());  // the library checks its range
-        else if (arg == "--kv-share-across-layers") sp.kv_share_across_layers = 1;
-        else if (arg == "--rolling") sp.position_rolling = 1;
-        else if (arg == "--kv-type") {
-            const std::string name = text();
-            if (!h2o_tools::parse_kv_type(name, &sp.kv_type)) usage_error("unknown KV type '" + name + "' (known: " + h2o_tools::kv_type_names() + ")");
-        }
-        else if (arg == "--device") sp.device_index = static_cast<int32_t>(count(INT32_MAX));
-        else if (arg == "--backend") {
-            const std::string name = text();
-            if (!h2o_tools::parse_backend(name, &sp.backend)) usage_error("unknown backend '" + name + "' (known: " + h2o_tools::backend_names() + ")");
-        }
-        else if (arg == "--pin-prompt") pin_prompt = true;
-        else if (arg == "--json") json = true;
-        else if (arg == "-h" || arg == "--help") { usage(gen, sp); return 0; }
-        else usage_error("unknown option '" + arg + "'");
-    }
+    h2o_tools::CommandLine cl("h2o-cli", usage(gen, sp));
+    cl.text({"-m", "--model"}, &model_path);
+    cl.text({"-p", "--prompt"}, &prompt);
+    cl.text("--tokenizer", &tokenizer_path);
+    cl.count({"-n", "--n-predict"}, 1, UINT32_MAX, &gen.max_tokens);
+    cl.number("--temp", h2o_tools::at_least(0), &gen.temperature);
+    cl.count("--top-k", 0, UINT32_MAX, &gen.top_k);
+    cl.number("--top-p", h2o_tools::Range{0, 1, true, false}, &gen.top_p);
+    cl.number("--min-p", h2o_tools::closed(0, 1), &gen.min_p);
+    cl.number("--repeat-penalty", h2o_tools::above(0), &gen.repeat_penalty);
+    cl.count("--repeat-last-n", 0, kMaxRepeatLastN, &gen.repeat_last_n);
+    cl.count("--seed", 0, UINT64_MAX, &sp.seed);
+    cl.option({"-c", "--ctx"}, [&](const std::string &v) {
+        sp.n_ctx = static_cast<uint32_t>(cl.to_count(v, 0, 1u << 22));
+        if (sp.n_ctx == 1) cl.fail("--ctx must be 0 (the model's context) or at least 2, not 1");
+    });
+    h2o_tools::add_session_options(cl, &sp);
+    cl.option("--backend", [&](const std::string &name) {
+        if (!h2o_tools::parse_backend(name, &sp.backend)) cl.fail("unknown backend '" + name + "' (known: " + h2o_tools::backend_names() + ")");
+    });
+    cl.count("--device", 0, INT32_MAX, &sp.device_index);
+    cl.flag("--pin-prompt", &pin_prompt);
+    cl.flag("--json", &json);
+    cl.parse(argc, argv);
+    h2o_tools::check_session_options(cl, sp);
     model_path = h2o_tools::resolve_model_path(model_path);
-    if (model_path.empty()) usage_error("no model given: pass -m MODEL or set H2O_MODEL");
+    if (model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
 
     h2o_model_params mp;
     h2o_model_params_init(&mp, sizeof mp);

@@ -38,6 +38,7 @@
 
 #include "common.h"
 #include "eval_retention.h"
+#include "options.h"
 #include "h2o/h2o.h"
 #include "svg_plot.h"
 
@@ -45,8 +46,9 @@ namespace {
 
 using h2o_tools::policy_name;
 
-void usage() {
-    std::fprintf(stderr,
+std::string usage() {
+    char text[8192];
+    std::snprintf(text, sizeof(text),
                  "usage: h2o-eval -m MODEL -f TEXT [options]\n"
                  "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
                  "  -f, --file FILE        UTF-8 text to score\n"
@@ -95,14 +97,13 @@ void usage() {
                  "  -j, --jobs N           configurations evaluated at the same time (default 1)\n"
                  "  --json                 one JSON object per line and configuration instead of a table\n"
                  "  --svg FILE             write a perplexity chart as SVG\n"
-                 "  --quiet                no progress or library messages on stderr\n",
+                 "  --quiet                no progress (a line every 5 s of a long run) or library messages on stderr\n"
+                 "  --version              print the library's version\n",
                  h2o_tools::kv_policy_names().c_str());
+    return text;
 }
 
-[[noreturn]] void usage_error(const std::string &message) {
-    std::fprintf(stderr, "h2o-eval: %s\n", message.c_str());
-    std::exit(2);
-}
+[[noreturn]] void usage_error(const std::string &message) { h2o_tools::usage_error("h2o-eval", message); }
 
 struct Options {
     std::string model_path, text_path, svg_path;
@@ -136,139 +137,76 @@ struct Options {
     bool json = false, quiet = false;
 };
 
-uint32_t parse_count(const std::string &option, const std::string &text, uint64_t min, uint64_t max) {
-    uint64_t v = 0;
-    if (!h2o_tools::parse_uint(text.c_str(), &v) || v < min || v > max) {
-        usage_error(option + " needs a whole number in [" + std::to_string(min) + ", " + std::to_string(max) + "], not '" +
-                    text + "'");
-    }
-    return static_cast<uint32_t>(v);
-}
-
-// A real number in [min, max] (`range` as the usage error shows it).
-float parse_real(const std::string &option, const std::string &text, double min, double max, const char *range) {
-    double v = 0;
-    if (!h2o_tools::parse_double(text.c_str(), &v) || !(v >= min && v <= max)) {
-        usage_error(option + " needs a number in " + range + ", not '" + text + "'");
-    }
-    return static_cast<float>(v);
-}
-
 Options parse_options(int argc, char **argv) {
     Options o;
-    bool recent_given = false, ratio_given = false;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) usage_error(arg + " needs a value");
-            return argv[++i];
-        };
-        if (arg == "-h" || arg == "--help") {
-            usage();
-            std::exit(0);
-        } else if (arg == "-m" || arg == "--model") {
-            o.model_path = value();
-        } else if (arg == "-f" || arg == "--file") {
-            o.text_path = value();
-        } else if (arg == "--policies") {
-            o.policies.clear();
-            for (const std::string &name : h2o_tools::split(value(), ',')) {
-                uint32_t p;
-                if (!h2o_tools::parse_policy(name, &p)) {
-                    usage_error("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
-                }
-                if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end()) o.policies.push_back(p);
-            }
-        } else if (arg == "--budgets") {
-            o.budgets.clear();
-            for (const std::string &item : h2o_tools::split(value(), ',')) {
-                uint64_t b = 0;
-                if (!h2o_tools::parse_uint(item.c_str(), &b)) usage_error("budget '" + item + "' is not a whole number");
-                if (b < 2) usage_error("budget " + item + " is too small: a budget must be at least 2");
-                if (b > (1u << 22)) usage_error("budget " + item + " is too large");
-                if (std::find(o.budgets.begin(), o.budgets.end(), b) == o.budgets.end()) o.budgets.push_back(static_cast<uint32_t>(b));
-            }
-        } else if (arg == "--chunk") {
-            o.chunk = parse_count(arg, value(), 2, 1u << 22);
-        } else if (arg == "--chunks") {
-            o.chunks = parse_count(arg, value(), 1, 1u << 30);
-        } else if (arg == "--recent") {
-            o.recent = parse_count(arg, value(), 1, 1u << 22);
-            recent_given = true;
-        } else if (arg == "--recent-ratio") {
-            double r = 0;
-            const std::string text = value();
-            if (!h2o_tools::parse_double(text.c_str(), &r) || !(r >= 0 && r <= 1)) {
-                usage_error("--recent-ratio needs a number in [0, 1], not '" + text + "'");
-            }
-            o.recent_ratio = static_cast<float>(r);
-            ratio_given = true;
-        } else if (arg == "--kv-type") {
-            const std::string name = value();
-            if (!h2o_tools::parse_kv_type(name, &o.kv_type)) usage_error("unknown --kv-type '" + name + "' (" + h2o_tools::kv_type_names() + ")");
-        } else if (arg == "--sinks") {
-            o.sinks = parse_count(arg, value(), 0, 1u << 22);
-        } else if (arg == "--stream") {
-            o.stream = parse_count(arg, value(), 1, (1u << 22) - 1);
-        } else if (arg == "--segment") {
-            o.segment = parse_count(arg, value(), 1, 1u << 30);
-        } else if (arg == "--context") {
-            o.context = parse_count(arg, value(), 0, 1u << 22);
-            if (o.context == 1) usage_error("--context must be 0 (no reference) or at least 2");
-        } else if (arg == "--retention") {
-            for (const std::string &item : h2o_tools::split(value(), ',')) o.retention.push_back(parse_count(arg, item, 1, 1u << 20));
-        } else if (arg == "--trials") {
-            o.trials = parse_count(arg, value(), 1, 1000);
-        } else if (arg == "--passage") {
-            o.passage = parse_count(arg, value(), 2, 4096);
-        } else if (arg == "--min-shares") {
-            for (const std::string &item : h2o_tools::split(value(), ',')) {
-                double share = 0;
-                if (!h2o_tools::parse_double(item.c_str(), &share) || !(share > 0 && share <= 1)) {
-                    usage_error("--min-shares needs numbers in (0, 1], not '" + item + "'");
-                }
-                o.min_shares.push_back(static_cast<float>(share));
-            }
-        } else if (arg == "--tail") {
-            o.tail = parse_count(arg, value(), 1, 1u << 30);
-        } else if (arg == "--horizon") {
-            const std::string text = value();
-            o.horizon = text == "none" ? H2O_KV_HORIZON_NONE : parse_count(arg, text, 2, 0x7FFFFFFF);
-        } else if (arg == "--layer-slope") {
-            o.has_layer_slope = true;
-            o.layer_slope = parse_real(arg, value(), -0.9, 0.9, "[-0.9, 0.9]");
-        } else if (arg == "--prompt") {
-            o.prompt = parse_count(arg, value(), 1, 1u << 22);
-        } else if (arg == "--n-batch") {
-            o.n_batch = parse_count(arg, value(), 1, 4096);
-        } else if (arg == "--prompt-proxy") {
-            o.prompt_proxy = parse_count(arg, value(), 0, 4096);
-        } else if (arg == "--prompt-random-share") {
-            o.prompt_random_share = parse_real(arg, value(), 0, 1, "[0, 1]");
-        } else if (arg == "--head-share") {
-            o.head_share = parse_real(arg, value(), 0, 0.9, "[0, 0.9]");
-        } else if (arg == "--across-layers") {
-            o.across_layers = true;
-        } else if (arg == "--rolling") {
-            o.rolling = static_cast<int>(parse_count(arg, value(), 0, 1));
-        } else if (arg == "--n-ctx") {
-            o.n_ctx = parse_count(arg, value(), 2, 1u << 22);
-        } else if (arg == "-t" || arg == "--threads") {
-            o.threads = parse_count(arg, value(), 1, 256);
-        } else if (arg == "-j" || arg == "--jobs") {
-            o.jobs = parse_count(arg, value(), 1, 256);
-        } else if (arg == "--json") {
-            o.json = true;
-        } else if (arg == "--svg") {
-            o.svg_path = value();
-        } else if (arg == "--quiet") {
-            o.quiet = true;
-        } else {
-            std::fprintf(stderr, "h2o-eval: unknown option '%s'\n", arg.c_str());
-            usage();
-            std::exit(2);
+    h2o_tools::CommandLine cl("h2o-eval", usage());
+    cl.text({"-m", "--model"}, &o.model_path);
+    cl.text({"-f", "--file"}, &o.text_path);
+    cl.option("--policies", [&](const std::string &list) {
+        o.policies.clear();
+        for (const std::string &name : h2o_tools::split(list, ',')) {
+            uint32_t p;
+            if (!h2o_tools::parse_policy(name, &p)) cl.fail("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
+            if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end()) o.policies.push_back(p);
         }
-    }
+    });
+    cl.option("--budgets", [&](const std::string &list) {
+        o.budgets.clear();
+        for (const std::string &item : h2o_tools::split(list, ',')) {
+            uint64_t b = 0;
+            if (!h2o_tools::parse_uint(item.c_str(), &b)) cl.fail("budget '" + item + "' is not a whole number");
+            if (b < 2) cl.fail("budget " + item + " is too small: a budget must be at least 2");
+            if (b > (1u << 22)) cl.fail("budget " + item + " is too large");
+            if (std::find(o.budgets.begin(), o.budgets.end(), b) == o.budgets.end()) o.budgets.push_back(static_cast<uint32_t>(b));
+        }
+    });
+    cl.count("--chunk", 2, 1u << 22, &o.chunk);
+    cl.count("--chunks", 1, 1u << 30, &o.chunks);
+    cl.count("--recent", 1, 1u << 22, &o.recent);
+    cl.number("--recent-ratio", h2o_tools::closed(0, 1), &o.recent_ratio);
+    cl.option("--kv-type", [&](const std::string &name) {
+        if (!h2o_tools::parse_kv_type(name, &o.kv_type)) cl.fail("unknown --kv-type '" + name + "' (known: " + h2o_tools::kv_type_names() + ")");
+    });
+    cl.count("--sinks", 0, 1u << 22, &o.sinks);
+    cl.count("--stream", 1, (1u << 22) - 1, &o.stream);
+    cl.count("--segment", 1, 1u << 30, &o.segment);
+    cl.option("--context", [&](const std::string &v) {
+        o.context = static_cast<uint32_t>(cl.to_count(v, 0, 1u << 22));
+        if (o.context == 1) cl.fail("--context must be 0 (no reference) or at least 2");
+    });
+    cl.option("--retention", [&](const std::string &list) {
+        for (const std::string &item : h2o_tools::split(list, ',')) o.retention.push_back(static_cast<uint32_t>(cl.to_count(item, 1, 1u << 20)));
+    });
+    cl.count("--trials", 1, 1000, &o.trials);
+    cl.count("--passage", 2, 4096, &o.passage);
+    cl.option("--min-shares", [&](const std::string &list) {
+        for (const std::string &item : h2o_tools::split(list, ',')) {
+            o.min_shares.push_back(static_cast<float>(cl.to_number(item, h2o_tools::Range{0, 1, true, false})));
+        }
+    });
+    cl.count("--tail", 1, 1u << 30, &o.tail);
+    cl.option("--horizon", [&](const std::string &v) {
+        o.horizon = v == "none" ? H2O_KV_HORIZON_NONE : static_cast<uint32_t>(cl.to_count(v, 2, 0x7FFFFFFF));
+    });
+    cl.option("--layer-slope", [&](const std::string &v) {
+        o.has_layer_slope = true;
+        o.layer_slope = static_cast<float>(cl.to_number(v, h2o_tools::closed(-0.9, 0.9)));
+    });
+    cl.count("--prompt", 1, 1u << 22, &o.prompt);
+    cl.count("--n-batch", 1, 4096, &o.n_batch);
+    cl.count("--prompt-proxy", 0, 4096, &o.prompt_proxy);
+    cl.number("--prompt-random-share", h2o_tools::closed(0, 1), &o.prompt_random_share);
+    cl.number("--head-share", h2o_tools::closed(0, 0.9), &o.head_share);
+    cl.flag("--across-layers", &o.across_layers);
+    cl.count("--rolling", 0, 1, &o.rolling);
+    cl.count("--n-ctx", 2, 1u << 22, &o.n_ctx);
+    cl.count({"-t", "--threads"}, 1, 256, &o.threads);
+    cl.count({"-j", "--jobs"}, 1, 256, &o.jobs);
+    cl.flag("--json", &o.json);
+    cl.text("--svg", &o.svg_path);
+    cl.flag("--quiet", &o.quiet);
+    cl.parse(argc, argv);
+    const bool recent_given = cl.given("--recent"), ratio_given = cl.given("--recent-ratio");
     if (recent_given && ratio_given) usage_error("give --recent or --recent-ratio, not both");
     o.model_path = h2o_tools::resolve_model_path(o.model_path);
     if (o.model_path.empty()) usage_error("no model given: pass -m MODEL or set H2O_MODEL");
@@ -373,6 +311,21 @@ double sum(const std::vector<double> &values) {
     return total;
 }
 
+// Says when a progress line is due: every kInterval seconds, asked from any thread (the first
+// thread to ask after that time gets true).
+class Ticker {
+public:
+    static constexpr double kInterval = 5.0;
+    Ticker() : next_(h2o_tools::now_seconds() + kInterval) {}
+    bool due() {
+        const double now = h2o_tools::now_seconds();
+        double next = next_.load();
+        return now >= next && next_.compare_exchange_strong(next, now + kInterval);
+    }
+private:
+    std::atomic<double> next_;
+};
+
 // Progress lines on stderr, from any worker thread.
 class Progress {
 public:
@@ -425,6 +378,7 @@ InContext score_in_context(h2o_model *model, size_t n_vocab, const Options &o, c
     ref.argmax.resize(count);
     const double start = h2o_tools::now_seconds();
     std::atomic<size_t> next{0}, done{0};
+    Ticker ticker;
     std::mutex error_mutex;
     auto worker = [&]() {
         h2o_session_params p;
@@ -443,7 +397,13 @@ InContext score_in_context(h2o_model *model, size_t n_vocab, const Options &o, c
             if (st == H2O_OK) st = h2o_session_decode(session, &stream[from], position - from);
             if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
             if (st == H2O_OK) ref.nll[i] = h2o_tools::negative_log_prob(logits, stream[position], &ref.argmax[i]);
-            if (++done % 1000 == 0) progress.note("  in-context reference: " + std::to_string(done.load()) + "/" + std::to_string(count) + " tokens");
+            const size_t finished = ++done;
+            if (ticker.due()) {
+                char buf[160];
+                std::snprintf(buf, sizeof(buf), "  in-context reference: %zu/%zu tokens, %.0f s", finished, count,
+                              h2o_tools::now_seconds() - start);
+                progress.note(buf);
+            }
         }
         if (st != H2O_OK) {
             std::lock_guard<std::mutex> lock(error_mutex);
@@ -484,7 +444,7 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
     for (const auto &seq : sequences) total += seq.size() - scored_from(o);
     run.nll.reserve(total);
     run.argmax.reserve(total);
-    double last_report = start;
+    Ticker ticker;
     for (size_t s = 0; s < sequences.size() && run.error.empty(); ++s) {
         const std::vector<int32_t> &seq = sequences[s];
         st = h2o_session_reset(session);
@@ -503,8 +463,7 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
             if (i + 1 == seq.size()) break;  // the last token predicts nothing we score
             st = h2o_session_decode(session, &seq[i], 1);
             if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
-            if (h2o_tools::now_seconds() - last_report > 10) {
-                last_report = h2o_tools::now_seconds();
+            if (ticker.due()) {
                 char buf[160];
                 std::snprintf(buf, sizeof(buf), "  %s: %zu/%zu tokens, ppl so far %.4f", config_label(config).c_str(),
                               run.nll.size(), total, std::exp(sum(run.nll) / std::max<size_t>(1, run.nll.size())));
@@ -919,6 +878,8 @@ int main(int argc, char **argv) {
         if (!h2o_tools::write_file(o.svg_path, svg, &error)) {
             std::fprintf(stderr, "h2o-eval: cannot write '%s': %s\n", o.svg_path.c_str(), error.c_str());
             rc = 1;
+        } else if (!o.quiet) {
+            std::fprintf(stderr, "h2o-eval: wrote the chart to %s\n", o.svg_path.c_str());
         }
     }
     h2o_model_free(model);

@@ -12,16 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
+#include "options.h"
 #include "quantize_model.h"
 
 namespace {
-
-int usage(const char *problem) {
-    if (problem) std::fprintf(stderr, "h2o-quantize: %s\n", problem);
-    std::fprintf(stderr, "usage: h2o-quantize [-t THREADS] IN.gguf OUT.gguf TYPE\n  TYPE: %s\n", h2o::quant_preset_names());
-    return 2;
-}
 
 std::string shape_text(const std::vector<int64_t> &shape) {
     std::string s;
@@ -36,26 +30,21 @@ double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.
 int main(int argc, char **argv) {
     std::vector<std::string> positional;
     h2o::QuantizeOptions options;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "-h" || arg == "--help") return usage(nullptr);
-        if (arg == "-t") {
-            uint64_t n = 0;
-            if (i + 1 >= argc || !h2o_tools::parse_uint(argv[i + 1], &n) || n == 0 || n > 1024) {
-                return usage("-t needs a thread count from 1 to 1024");
-            }
-            options.n_threads = static_cast<int>(n);
-            ++i;
-        } else if (arg.size() > 1 && arg[0] == '-') {
-            return usage(("unknown option '" + arg + "'").c_str());
-        } else {
-            positional.push_back(arg);
-        }
-    }
-    if (positional.size() != 3) return usage("expected IN.gguf OUT.gguf TYPE");
+    const std::string usage = std::string("usage: h2o-quantize [-t THREADS] IN.gguf OUT.gguf TYPE\n") +
+                              "  TYPE                   " + h2o::quant_preset_names() + "\n" +
+                              "  -t N                   threads, 1 to 1024 (default: one per hardware thread)\n"
+                              "  --version              print the library's version\n";
+    h2o_tools::CommandLine cl("h2o-quantize", usage);
+    cl.count("-t", 1, 1024, &options.n_threads);
+    cl.positional([&](const std::string &arg) {
+        if (positional.size() == 3) cl.fail("unexpected argument '" + arg + "': expected IN.gguf OUT.gguf TYPE");
+        positional.push_back(arg);
+    });
+    cl.parse(argc, argv);
+    if (positional.size() != 3) cl.fail("expected IN.gguf OUT.gguf TYPE");
     const std::string &in = positional[0], &out = positional[1], &type = positional[2];
-    if (!h2o::parse_quant_preset(type, &options.preset)) return usage(("unknown TYPE '" + type + "'").c_str());
-    if (in.empty() || out.empty()) return usage("empty file name");
+    if (!h2o::parse_quant_preset(type, &options.preset)) cl.fail("unknown TYPE '" + type + "' (known: " + h2o::quant_preset_names() + ")");
+    if (in.empty() || out.empty()) cl.fail("empty file name");
 
     bool header_done = false;  // printed with the first tensor, so a bad input prints only the error
     options.on_tensor = [&header_done](const h2o::TensorQuantReport &r) {

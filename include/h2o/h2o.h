@@ -209,6 +209,21 @@ H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_
 /* Fills *info (set info->struct_size first: see the conventions above). */
 H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *info);
 
+/* What h2o_model_get_text describes (since 0.6). */
+typedef enum h2o_model_text {
+    H2O_MODEL_TEXT_NAME = 0, /* general.name; "" when the file has none */
+    /* The h2o_chat_format name of the format the model's tokenizer.chat_template describes (what
+     * h2o_chat_format uses for a NULL format_name). A model without a template, or with one of no
+     * known format, fails with H2O_ERR_UNSUPPORTED and the reason. */
+    H2O_MODEL_TEXT_CHAT_FORMAT = 1
+} h2o_model_text;
+
+/* Writes one text about the model (what: h2o_model_text) as h2o_detokenize writes text (needed
+ * size in *n_bytes, the NUL when it fits; text may be NULL when capacity is 0). Errors:
+ * H2O_ERR_INVALID_ARGUMENT (NULL model or n_bytes, an unknown `what`), H2O_ERR_BUFFER_TOO_SMALL,
+ * H2O_ERR_UNSUPPORTED (see H2O_MODEL_TEXT_CHAT_FORMAT). */
+H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, char *text, size_t capacity, size_t *n_bytes);
+
 /* Flags for h2o_tokenize. */
 #define H2O_TOKENIZE_ADD_BOS 1u  /* prepend the BOS token (not doubled if the text begins with "<s>" parsed as special) */
 #define H2O_TOKENIZE_SPECIAL 2u  /* the text of control tokens ("<s>", "</s>", "<|im_end|>", ...) becomes those tokens */
