@@ -31,7 +31,8 @@ echo "== fuzz targets (clang, libFuzzer, ASan + UBSan)"
 fuzz="$prefix-fuzz"
 CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_FUZZ=ON \
   -DH2O_WERROR=ON -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF -DH2O_CUDA=OFF >/dev/null
-cmake --build "$fuzz" -j"$jobs" --target h2o-fuzz-seeds h2o-fuzz-gguf_load h2o-fuzz-text h2o-fuzz-snapshot_read
+cmake --build "$fuzz" -j"$jobs" --target h2o-fuzz-seeds h2o-fuzz-gguf_load h2o-fuzz-text h2o-fuzz-snapshot_read \
+  h2o-fuzz-bpe_tokenizer h2o-fuzz-hf_tokenizer
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The seed corpus is written by the first of these tests; the others replay it and the crashes.
 ctest --test-dir "$fuzz" -R '^fuzz_' --output-on-failure
@@ -55,7 +56,7 @@ fuzz_one() {
 }
 mkdir -p "$fuzz/artifacts"
 pids=()
-for target in gguf_load text snapshot_read; do
+for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer; do
   if [ "${#pids[@]}" -ge "$jobs" ]; then
     wait "${pids[0]}"
     pids=("${pids[@]:1}")
@@ -64,7 +65,7 @@ for target in gguf_load text snapshot_read; do
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-stage "fuzzing (gguf_load, text, snapshot_read)"
+stage "fuzzing (gguf_load, text, snapshot_read, bpe_tokenizer, hf_tokenizer)"
 
 echo "== ThreadSanitizer: eight sessions on one model"
 tsan="$prefix-tsan"

@@ -5,7 +5,8 @@
 // OUT_DIR/gguf_load: tiny synthetic models of every weight type h2o-synth writes, the real
 // stories260K model, and copies of it and of the vocabulary-only GGUF with hostile metadata
 // values, truncations and broken headers. OUT_DIR/text: sample stories and awkward UTF-8, each
-// behind the two control bytes fuzz_text.cpp reads. Without the shared data folder only the
+// behind the two control bytes fuzz_text.cpp reads. OUT_DIR/bpe_tokenizer and
+// OUT_DIR/hf_tokenizer: texts, vocabulary descriptions and tokenizer.json files (see those targets). Without the shared data folder only the
 // synthetic and hand-written seeds are written, and the run says so with the marker that makes
 // CTest report it as skipped.
 #include <algorithm>
@@ -17,8 +18,10 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <zstd.h>
 
 #include "h2o/h2o.h"
@@ -231,17 +234,136 @@ void text_seeds(const fs::path &dir, const fs::path &stories_path) {
     }
 }
 
+// Byte-level BPE: texts for each pre-tokenizer (mode byte 0, pre-tokenizer byte 0..5) and
+// vocabulary descriptions, valid and hostile (mode byte 1), as fuzz_bpe_tokenizer.cpp reads them.
+void bpe_tokenizer_seeds(const fs::path &dir, const fs::path &stories_path) {
+    std::vector<std::string> texts;
+    std::ifstream stories(stories_path);
+    for (std::string line; texts.size() < 4 && std::getline(stories, line);) {
+        if (!line.empty()) texts.push_back(line.substr(0, 300));
+    }
+    texts.push_back("Hello, y'all! How are you \xF0\x9F\x98\x81 ?\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8" "apple\xE5\xB7\xA5\xE4\xBD\x9C" "1314151\xE5\xA4\xA9~");
+    texts.push_back("  \n\n\t\t  CamelCaseWord \xC3\x89TAT \xC3\xA9t\xC3\xA9 e\xCC\x81 \xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82 12345678 3.14\r\n");
+    texts.push_back("<|endoftext|> <s> I'LL they're 'S \xE3\x80\x80\xE1\xA0\x8E\xC2\x85 \xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7");
+    texts.push_back("bad \xC3 end \xFF\xFE \xED\xA0\x80 \xF4\x90\x80\x80");
+    int n = 0;
+    for (const std::string &t : texts) {
+        for (uint8_t pre = 0; pre < 6; ++pre) {
+            Bytes b = {0, pre};
+            b.insert(b.end(), t.begin(), t.end());
+            char name[32];
+            std::snprintf(name, sizeof(name), "text-%03d", n++);
+            write_file(dir / name, b);
+        }
+    }
+    // Each: the description, then (after the NUL the target looks for) the text.
+    const std::pair<std::string, std::string> descriptions[] = {
+        {"pre=llama-bpe\nab\nabc\nbc\n#<|eot_id|>\n@<tool>\n\na b\nab c\nb c", "abc <tool> abcabc <|eot_id|> bc"},
+        {"pre=qwen2\n\xC4\xA0t\n\xC4\xA0th\nth\n\n\xC4\xA0 t\n\xC4\xA0t h\nt h", " the thin th 2024"},
+        {"pre=gpt-4o\nHe\nHel\nlo\n\nH e\nHe l\nl o", "HelloWorld HELLO h\xC3\xA9llo"},
+        {"pre=smollm\n12\n\n1 2", " 123 1212"},
+        {"pre=default\n,,\n\n, ,", "a,,b 1234567"},
+        {"ab\n\na b\nabc", "ab"},           // a merge without a space
+        {"ab\n\na b\na zz", "ab"},          // a part that is not a token
+        {"ab\n#cd\n\na b\nc d", "abcd"},    // a merge into a control token
+        {"pre=klingon\n", "x"},              // an unknown pre-tokenizer
+        {"ab\nab\n", "ab"},                  // a token twice
+    };
+    n = 0;
+    for (const auto &[description, text] : descriptions) {
+        Bytes b = {1};
+        b.insert(b.end(), description.begin(), description.end());
+        b.push_back(0);
+        b.insert(b.end(), text.begin(), text.end());
+        char name[32];
+        std::snprintf(name, sizeof(name), "vocabulary-%03d", n++);
+        write_file(dir / name, b);
+    }
+}
+
+// tokenizer.json readings (fuzz_hf_tokenizer.cpp: a size byte, then the files separated by NUL):
+// small hand-written ones of each pre-tokenizer kind, hostile ones, and cut-down copies of the
+// real Llama 3, Qwen3 and GPT-4o tokenizers (their first 600 tokens and the merges among them).
+void hf_tokenizer_seeds(const fs::path &dir, const fs::path &shared) {
+    using nlohmann::json;
+    int n = 0;
+    auto seed = [&](uint8_t size_byte, const std::vector<std::string> &files) {
+        Bytes b = {size_byte};
+        for (size_t i = 0; i < files.size(); ++i) {
+            if (i > 0) b.push_back(0);
+            b.insert(b.end(), files[i].begin(), files[i].end());
+        }
+        char name[32];
+        std::snprintf(name, sizeof(name), "tokenizer-%03d", n++);
+        write_file(dir / name, b);
+    };
+    const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3, "\u0120ab": 4}, "merges": ["a b", ["\u0120", "ab"]]})";
+    const std::string added = R"("added_tokens": [{"id": 5, "content": "<|im_end|>", "special": true}, {"id": 6, "content": "<think>", "special": false}])";
+    seed(0, {R"({"pre_tokenizer": {"type": "ByteLevel", "use_regex": true}, )" + model + ", " + added + "}",
+             R"({"eos_token": "<|im_end|>", "add_bos_token": false, "chat_template": "{{ messages }}"})", R"({"bos_token_id": 5})"});
+    seed(201, {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},
+                 {"type": "ByteLevel", "use_regex": true}]}, )" + model + "}"});
+    seed(0, {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "x"},
+                 "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": false}]}, )" + model + "}"});
+    seed(0, {std::string(5000, '[')});
+    seed(0, {R"({"model": {"type": "BPE", "vocab": {"a": 2000000}}, "pre_tokenizer": {"type": "ByteLevel"}})"});
+    seed(0, {R"({"model": {"type": "WordPiece"}})", "[]", "7"});
+    for (const char *name : {"llama3", "qwen3", "gpt4o"}) {
+        const fs::path folder = shared / "vocab" / name;
+        if (!fs::exists(folder / "tokenizer.json")) continue;
+        const Bytes raw = read_file(folder / "tokenizer.json");
+        json tokenizer = json::parse(raw.begin(), raw.end());
+        json &vocab = tokenizer["model"]["vocab"];
+        json kept = json::object();
+        for (const auto &[text, id] : vocab.items()) {
+            if (id.get<int64_t>() < 600) kept[text] = id;
+        }
+        json merges = json::array();
+        for (const json &m : tokenizer["model"]["merges"]) {
+            std::string left, right;
+            if (m.is_string()) {
+                const std::string s = m.get<std::string>();
+                const size_t space = s.find(' ', 1);
+                left = s.substr(0, space), right = s.substr(space + 1);
+            } else {
+                left = m[0].get<std::string>(), right = m[1].get<std::string>();
+            }
+            if (kept.contains(left) && kept.contains(right) && kept.contains(left + right)) merges.push_back(m);
+        }
+        json added_tokens = json::array();
+        for (const json &a : tokenizer["added_tokens"]) {
+            if (added_tokens.size() == 8) break;
+            json copy = a;
+            copy["id"] = 600 + added_tokens.size();
+            added_tokens.push_back(copy);
+        }
+        vocab = kept;
+        tokenizer["model"]["merges"] = merges;
+        tokenizer["added_tokens"] = added_tokens;
+        std::string config = "{}";
+        if (fs::exists(folder / "tokenizer_config.json")) {
+            const Bytes c = read_file(folder / "tokenizer_config.json");
+            json parsed = json::parse(c.begin(), c.end());
+            parsed.erase("added_tokens_decoder");
+            config = parsed.dump();
+        }
+        seed(0, {tokenizer.dump(), config});
+    }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     if (argc != 3) die("usage: h2o-fuzz-seeds OUT_DIR DEFAULT_SHARED_DIR ($H2O_SHARED_DIR wins when set)");
     const char *env = std::getenv("H2O_SHARED_DIR");
     const fs::path out = argv[1], shared = env && *env ? env : argv[2];
-    for (const char *target : {"gguf_load", "text", "snapshot_read"}) {
+    for (const char *target : {"gguf_load", "text", "snapshot_read", "bpe_tokenizer", "hf_tokenizer"}) {
         fs::remove_all(out / target);
         fs::create_directories(out / target);
     }
     synthetic_seeds(out / "gguf_load");
+    bpe_tokenizer_seeds(out / "bpe_tokenizer", shared / "data/tinystories_val.txt");  // stories when present
+    hf_tokenizer_seeds(out / "hf_tokenizer", shared);                                 // real ones when present
     const fs::path needed[] = {shared / "models/stories260K.gguf", shared / "vocab/ggml-vocab-llama-spm.gguf",
                                shared / "data/tinystories_val.txt"};
     for (const fs::path &p : needed) {
