@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -37,6 +39,27 @@ Status tokenizer_from_writer(const GgufWriter &w, std::unique_ptr<Tokenizer> *to
     return Tokenizer::from_gguf(*file, tok);
 }
 
+// With H2O_WRITE_VOCAB_DIR set, the vocabularies these tests build are also written there as
+// vocabulary-only GGUF files, with the few hyper-parameters llama.cpp needs to open one (of a Llama
+// 2 7B; they play no part in tokenizing): tests/data/tokenizer_parity/ was made from them.
+void write_vocab_only_gguf(GgufWriter w, const HfVocabulary &vocab, const std::string &dir, const std::string &name) {
+    w.add_string("general.architecture", "llama");
+    w.add_string("general.name", name + "-vocab");
+    w.add_u32("llama.vocab_size", static_cast<uint32_t>(vocab.tokens.size()));
+    w.add_u32("llama.context_length", 4096);
+    w.add_u32("llama.embedding_length", 4096);
+    w.add_u32("llama.block_count", 32);
+    w.add_u32("llama.feed_forward_length", 11008);
+    w.add_u32("llama.attention.head_count", 32);
+    w.add_u32("llama.attention.head_count_kv", 32);
+    w.add_u32("llama.rope.dimension_count", 128);
+    w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    const std::string path = dir + "/" + name + ".gguf";
+    const Status st = w.write(path);
+    REQUIRE_MESSAGE(st.ok(), st.message);
+    std::printf("wrote %s\n", path.c_str());
+}
+
 // A real tokenizer from ../shared/vocab/NAME/ (tokenizer.json and tokenizer_config.json), read
 // once per process (the files are large); null, after a skip notice, when it is absent.
 const HfVocabulary *hf_vocabulary(const std::string &name) {
@@ -57,6 +80,7 @@ const Tokenizer *hf_tokenizer(const std::string &name) {
     if (!vocab) return nullptr;
     GgufWriter w;
     add_hf_vocabulary(*vocab, &w);
+    if (const char *dir = std::getenv("H2O_WRITE_VOCAB_DIR"); dir && *dir) write_vocab_only_gguf(w, *vocab, dir, name);
     std::unique_ptr<Tokenizer> tok;
     const Status loaded = tokenizer_from_writer(w, &tok);
     REQUIRE_MESSAGE(loaded.ok(), loaded.message);
@@ -644,6 +668,60 @@ TEST_CASE("bpe tokenizer: tokenizer.json reader refuses malformed files") {
         CHECK(st.code == c.code);
         CHECK_MESSAGE(st.message.find(c.message) != std::string::npos, st.message);
     }
+}
+
+// FNV-1a over the ids as 4 little-endian bytes each (tests/data/tokenizer_parity/make_expected.py).
+uint64_t ids_hash(const std::vector<int32_t> &ids) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t id : ids) {
+        const auto u = static_cast<uint32_t>(id);
+        for (int k = 0; k < 4; ++k) h = (h ^ ((u >> (8 * k)) & 0xFF)) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+TEST_CASE("bpe tokenizer: the same ids as llama.cpp on whole texts") {
+    const std::string data = std::string(H2O_TEST_DATA_DIR) + "/tokenizer_parity/";
+    for (const char *vocab : {"llama3", "qwen3", "gpt4o"}) {
+        for (const char *text_name : {"stress", "tinystories_val"}) {
+            CAPTURE(vocab);
+            CAPTURE(text_name);
+            std::string text_path = data + "stress.txt";
+            if (std::string(text_name) == "tinystories_val") {
+                text_path = h2o_test::shared_file("data/tinystories_val.txt");
+                if (text_path.empty()) continue;
+            }
+            const Tokenizer *tok = hf_tokenizer(vocab);
+            if (!tok) return;
+            std::istringstream expected(h2o_test::read_text_file(data + vocab + "." + text_name + ".ids"));
+            std::string key;
+            size_t count = 0;
+            std::string hash;
+            std::vector<int32_t> first;
+            expected >> key >> count;
+            REQUIRE(key == "count");
+            expected >> key >> hash;
+            REQUIRE(key == "fnv1a64");
+            expected >> key;
+            REQUIRE(key == "first");
+            for (int32_t id; expected >> id;) first.push_back(id);
+            REQUIRE(first.size() == std::min<size_t>(count, 256));
+
+            const std::vector<int32_t> ids = encode(*tok, h2o_test::read_text_file(text_path));
+            CHECK(ids.size() == count);
+            const std::vector<int32_t> head(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(ids.size(), 256)));
+            CHECK_MESSAGE(head == first, "got" << ids_to_string(head) << "\nexpected" << ids_to_string(first));
+            char ours[17];
+            std::snprintf(ours, sizeof ours, "%016llx", static_cast<unsigned long long>(ids_hash(ids)));
+            CHECK(std::string(ours) == hash);
+        }
+    }
+    // llama.cpp turns invalid bytes into U+FFFD; the library refuses the text and says where.
+    H2O_HF_TOKENIZER_OR_SKIP(llama3, "llama3");
+    std::vector<int32_t> ids;
+    const Status st = llama3->encode("ok \xFF bad \xC3( \xED\xA0\x80 end", false, &ids);
+    CHECK(st.code == H2O_ERR_INVALID_TEXT);
+    CHECK(st.message.find("offset 3") != std::string::npos);
 }
 
 TEST_CASE("bpe tokenizer: one tokenizer shared by many threads") {
