@@ -144,10 +144,12 @@ TEST_CASE("vulkan: a greedy session reads back 4 bytes per generated token, in o
 
 TEST_CASE("vulkan: matmul matches the CPU for every weight type, one token and batches") {
     // Tolerances. F32/F16: both compute the exact dot product of the same values, up to the order
-    // of float additions: 1e-5 of sum |w x|. Q8_0/Q4_0: the CPU quantizes the activations to 8 bits
-    // per 32-block (error up to amax/254 per value) while the GPU uses them as floats, so the two
-    // may differ by sum over blocks of amax_b(x)/254 * sum |w| in the block; on top, the GPU result
-    // must match a double-precision product of the dequantized weights to 1e-5 of sum |w x|.
+    // of float additions: 1e-5 of sum |w x|. Quantized types (Q8_0, Q4_0 and the K-quants): the
+    // CPU quantizes the activations to 8 bits per 32-block (error up to amax/254 per value) while
+    // the GPU uses them as floats, so the two may differ by sum over blocks of amax_b(x)/254 *
+    // sum |w| in the block; on top, the GPU result must match a double-precision product of the
+    // dequantized weights to 1e-5 of sum |w x|. K-quant rows are multiples of 256 long: 256 (one
+    // super-block) and 768, the latter with 130 rows (the tiled kernel's partial row tile).
     struct Shape {
         int64_t cols, rows;
     };
@@ -155,8 +157,9 @@ TEST_CASE("vulkan: matmul matches the CPU for every weight type, one token and b
         INFO("subgroups " << subgroups);
         BACKENDS_OR_SKIP(b, 64, subgroups);
         for (TensorType type : vulkan_weight_types()) {
-            const bool quantized = type == TensorType::Q8_0 || type == TensorType::Q4_0;
-            std::vector<Shape> shapes = {{256, 96}, {64, 130}};
+            const bool quantized = traits(type).block_elements > 1;
+            const bool k_quant = traits(type).block_elements == 256;
+            std::vector<Shape> shapes = {{256, 96}, {k_quant ? 768 : 64, 130}};
             if (!quantized) {
                 shapes.push_back({172, 70});  // stories260K's FFN width, not a multiple of 32
                 shapes.push_back({75, 33});   // odd: F16 rows are not 4-byte aligned in the file
@@ -227,7 +230,8 @@ TEST_CASE("vulkan: weights larger than one storage buffer binding are processed 
     unsetenv("H2O_VULKAN_BINDING_LIMIT");
     if (!ok) return;
     VULKAN_OR_SKIP(ref, 32);
-    for (TensorType type : {TensorType::F32, TensorType::Q4_0}) {
+    // Q6_K rows (212 bytes on the device) are not a multiple of the offset alignment.
+    for (TensorType type : {TensorType::F32, TensorType::Q4_0, TensorType::Q6_K}) {
         INFO("type " << type_name(type));
         const int64_t cols = 256, rows = 300;
         const Twin w = b.weight(type, cols, rows, random_floats(cols * rows, 12));
@@ -258,6 +262,39 @@ TEST_CASE("vulkan: weights larger than one storage buffer binding are processed 
         }
     }
     check_validation_clean(*b.gpu);
+}
+
+TEST_CASE("vulkan: weight rows that are not whole blocks are refused, naming the type and the block") {
+    // The kernels read whole blocks: 32 elements for Q8_0 and Q4_0, 256-element super-blocks for
+    // the K-quants. A model file cannot hold such rows (row_bytes needs whole blocks), but the
+    // backend does not rely on its caller for that.
+    VULKAN_OR_SKIP(vk, 8);
+    const std::vector<uint8_t> bytes(1 << 16, 0);  // more than any row below, never read
+    const struct {
+        TensorType type;
+        int64_t cols;
+        int block;
+    } cases[] = {{TensorType::Q4_K, 320, 256}, {TensorType::Q5_K, 128, 256}, {TensorType::Q6_K, 4096 + 32, 256},
+                 {TensorType::Q8_0, 48, 32},   {TensorType::Q4_0, 100, 32}};
+    for (const auto &c : cases) {
+        const TensorType type = c.type;
+        const int64_t cols = c.cols;
+        INFO("type " << type_name(type) << ", " << cols << " columns");
+        Tensor t;
+        const Status st = vk->adopt_weight(type, cols, 4, bytes.data(), &t);
+        CHECK(st.code == H2O_ERR_UNSUPPORTED);
+        CHECK(st.message == std::string(type_name(type)) + " weight rows must be a multiple of " + std::to_string(c.block) +
+                                " long on the Vulkan backend, not " + std::to_string(cols));
+    }
+    Tensor t;
+    CHECK(vk->adopt_weight(TensorType::Q4_K, 0, 4, bytes.data(), &t).code == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(vk->adopt_weight(TensorType::F32, 16, 0, bytes.data(), &t).code == H2O_ERR_INVALID_ARGUMENT);
+    // Whole super-blocks are taken, and the backend is still usable.
+    for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+        CHECK(vk->adopt_weight(type, 512, 4, bytes.data(), &t).ok());
+    }
+    REQUIRE(vk->synchronize().ok());
+    check_validation_clean(*vk);
 }
 
 TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every KV type") {

@@ -48,7 +48,7 @@ if(H2O_VULKAN)
 
   # Kernels with workgroup reductions come twice: with subgroup arithmetic (Vulkan 1.1) and with
   # shared memory only (_shared), chosen at run time by what the device supports.
-  foreach(type f32 f16 q8_0 q4_0)
+  foreach(type f32 f16 q8_0 q4_0 q4_k q5_k q6_k)
     string(TOUPPER ${type} TYPE)
     h2o_vk_shader(get_rows_${type} get_rows.comp vulkan1.0 -DTYPE_${TYPE})
     h2o_vk_shader(matmul_${type} matmul.comp vulkan1.0 -DTYPE_${TYPE})

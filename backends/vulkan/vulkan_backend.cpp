@@ -65,7 +65,13 @@ VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a *
 
 // The weight types the kernels run: vulkan.cmake builds get_rows, matmul and matvec for each, and
 // weight_row_words / repack_row / type_suffix below lay them out.
-constexpr TensorType kVulkanWeightTypes[] = {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_0};
+constexpr TensorType kVulkanWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::Q8_0, TensorType::Q4_0,
+                                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+bool is_k_quant(TensorType type) { return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K; }
+
+// Words of one K-quant super-block on the device: the file's block padded to whole words.
+uint32_t k_block_words(TensorType type) { return (traits(type).block_bytes + 3) / 4; }
 
 // Words of one repacked weight row (weights.glsl).
 uint32_t weight_row_words(TensorType type, int64_t cols) {
@@ -74,6 +80,9 @@ uint32_t weight_row_words(TensorType type, int64_t cols) {
         case TensorType::F16: return (c + 1) / 2;
         case TensorType::Q8_0: return (c / 32) * 8 + (c / 32 + 1) / 2;
         case TensorType::Q4_0: return (c / 32) * 4 + (c / 32 + 1) / 2;
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K: return (c / 256) * k_block_words(type);
         default: return c;  // F32
     }
 }
@@ -92,6 +101,13 @@ void repack_row(TensorType type, const uint8_t *src, int64_t cols, uint8_t *dst)
                 std::memcpy(dst + b * quants, blk + 2, quants);
                 std::memcpy(dst + nb * quants + 2 * b, blk, 2);  // fp16 scale
             }
+            break;
+        }
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K: {
+            const size_t block = traits(type).block_bytes, padded = 4 * size_t{k_block_words(type)};
+            for (int64_t b = 0; b < cols / 256; ++b) std::memcpy(dst + b * padded, src + b * block, block);
             break;
         }
         default: break;
@@ -119,6 +135,9 @@ const char *type_suffix(TensorType type) {
         case TensorType::F16: return "f16";
         case TensorType::Q8_0: return "q8_0";
         case TensorType::Q4_0: return "q4_0";
+        case TensorType::Q4_K: return "q4_k";
+        case TensorType::Q5_K: return "q5_k";
+        case TensorType::Q6_K: return "q6_k";
         default: return "f32";
     }
 }
@@ -507,8 +526,14 @@ Status VulkanBackend::alloc(TensorType type, int64_t cols, int64_t rows, Tensor 
 
 Status VulkanBackend::adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) {
     H2O_TRY(vulkan_runs_weight_type(type));
-    if ((type == TensorType::Q8_0 || type == TensorType::Q4_0) && cols % 32 != 0) {
-        return make_error(H2O_ERR_UNSUPPORTED, "quantized weight rows must be a multiple of 32 long");
+    if (cols <= 0 || rows <= 0) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "empty weight (" + std::to_string(rows) + " rows of " + std::to_string(cols) + ")");
+    }
+    // The kernels read whole blocks (K-quants: 256-element super-blocks).
+    const int64_t block = traits(type).block_elements;
+    if (cols % block != 0) {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string(type_name(type)) + " weight rows must be a multiple of " + std::to_string(block) +
+                                                   " long on the Vulkan backend, not " + std::to_string(cols));
     }
     const Tensor shape{0, 0, type, cols, rows};
     const VkDeviceSize row_out = 4 * VkDeviceSize{weight_row_words(type, cols)};
@@ -841,8 +866,10 @@ Status VulkanBackend::get_rows(const Tensor &out, const Tensor &table, const Ten
         const Bound o = bind(out, true);
         const GetRowsPush push{t.word, i.word, o.word, static_cast<uint32_t>(table.cols), static_cast<uint32_t>(n),
                                static_cast<uint32_t>(r0), static_cast<uint32_t>(count)};
+        // One invocation per element, or per 32-element run of a K-quant row (get_rows.comp).
+        const int64_t per_invocation = is_k_quant(table.type) ? 32 : 1;
         uint32_t gx, gy;
-        grid_1d(static_cast<uint64_t>(n) * table.cols, kElementwiseGroup, &gx, &gy);
+        grid_1d(static_cast<uint64_t>(n) * (table.cols / per_invocation), kElementwiseGroup, &gx, &gy);
         dispatch(std::string("get_rows_") + type_suffix(table.type), {t, i, o}, &push, sizeof push, gx, gy);
     }
     return error_;

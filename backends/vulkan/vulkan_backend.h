@@ -55,7 +55,7 @@ Status make_vulkan_backend(int device_index, int max_batch, std::unique_ptr<Back
 
 // What the backend runs, on every device; adopt_weight and create_kv refuse the rest with these
 // errors, and the backend's supports() answers from them before anything is made.
-// The weight types the kernels run: F32, F16, Q8_0 and Q4_0.
+// The weight types the kernels run: F32, F16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K (all of kWeightTypes).
 std::span<const TensorType> vulkan_weight_types();
 // H2O_ERR_UNSUPPORTED, naming the type, unless it is one of those.
 Status vulkan_runs_weight_type(TensorType type);

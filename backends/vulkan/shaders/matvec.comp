@@ -5,6 +5,7 @@
 // y[t][row] = W[row] . x[t] for a few tokens: one workgroup per (row, token). The invocations
 // walk the row's words in order (adjacent invocations read adjacent words), unpack the 1, 2, 4
 // or 8 elements of each word, and the partial dot products are summed over the workgroup.
+// K-quant rows are walked in runs of 32 elements instead (weights.glsl), one run per invocation.
 // Rows are those of a window [row_first, row_first + rows) of W; output column row_first + row.
 
 #define WG 64
@@ -27,6 +28,7 @@ layout(push_constant) uniform Params {
 #include "weights.glsl"
 #include "reduce.glsl"
 
+#if !defined(K_QUANT)
 // Partial dot product of data word w of the row starting at `row` with x[xb ...].
 float dot_word(uint row, uint w, uint xb) {
 #if defined(TYPE_F32)
@@ -54,6 +56,29 @@ float dot_word(uint row, uint w, uint xb) {
     return s * block_scale(row, p.cols, b);
 #endif
 }
+#else
+// Partial dot product of run r of the row starting at `row` with x[xb ...]: the integer quants
+// times x summed per half, then scaled once: step.x * sum_lo + step.y * sum_hi - off * sum(x).
+float dot_run(uint row, uint r, uint xb) {
+    const KRun run = k_run(row, r);
+    const uint e = xb + 32u * r;
+    vec2 qx = vec2(0.0);
+    vec4 xs = vec4(0.0);  // Q4_K, Q5_K: x summed, for the min
+    for (uint i = 0u; i < 8u; ++i) {
+        const uint at = e + 4u * i;
+        const vec4 xv = vec4(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+        qx[i / 4u] += dot(k_run_quants(run, i), xv);
+#if !defined(TYPE_Q6_K)
+        xs += xv;
+#endif
+    }
+#if defined(TYPE_Q6_K)
+    return run.step.x * qx.x + run.step.y * qx.y;
+#else
+    return run.step.x * (qx.x + qx.y) - run.off * (xs.x + xs.y + xs.z + xs.w);
+#endif
+}
+#endif
 
 void main() {
     const uint row_index = gl_WorkGroupID.x;
@@ -62,11 +87,15 @@ void main() {
     const uint xb = p.x_off + t * p.cols;
 #if defined(TYPE_F32) || defined(TYPE_F16)
     const uint data_words = weight_row_words(p.cols);
-#else
+#elif !defined(K_QUANT)
     const uint data_words = (p.cols / 32u) * QUANT_WORDS_PER_BLOCK;
 #endif
     float sum = 0.0;
+#if defined(K_QUANT)
+    for (uint r = gl_LocalInvocationIndex; r < p.cols / 32u; r += WG) sum += dot_run(row, r, xb);
+#else
     for (uint w = gl_LocalInvocationIndex; w < data_words; w += WG) sum += dot_word(row, w, xb);
+#endif
     sum = workgroup_sum(sum);
     if (gl_LocalInvocationIndex == 0u) y[p.y_off + t * p.y_stride + p.row_first + row_index] = sum;
 }
