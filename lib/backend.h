@@ -25,6 +25,7 @@
 #include "byte_io.h"
 #include "kv_format.h"
 #include "kv_policy.h"
+#include "rotary_spec.h"
 #include "status.h"
 #include "tensor_types.h"
 
@@ -47,6 +48,14 @@ struct Tensor {
         t.rows = count;
         return t;
     }
+    // The same memory seen as rows of `new_cols` elements (an F32 or I32 tensor whose rows split
+    // evenly into them): [n tokens x n_head * head_dim] as [n * n_head heads x head_dim].
+    Tensor with_cols(int64_t new_cols) const {
+        Tensor t = *this;
+        t.rows = rows * cols / new_cols;
+        t.cols = new_cols;
+        return t;
+    }
 };
 
 // Model shape the kernels need (head layout, rotary parameters, normalisation epsilon).
@@ -55,12 +64,14 @@ struct ModelShape {
     int n_layer = 0;
     int n_head = 0;
     int n_head_kv = 0;
-    int head_dim = 0;
+    int head_dim = 0;  // n_head * head_dim (the width of q) may differ from n_embd
     int n_ff = 0;
     int n_vocab = 0;
-    int rope_dims = 0;  // leading dimensions of each head that are rotated
-    float rope_freq_base = 10000.0f;
+    RotarySpec rope;
     float rms_eps = 1e-5f;
+
+    int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
+    int64_t kv_dim() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
 };
 
 // A session's KV cache: a fixed number of slots per (layer, kv head), allocated once. Which slot a
@@ -81,8 +92,7 @@ struct KvConfig {
     // stream indices. Keys are stored rotated by their rank; when eviction removes a token, the
     // keys of the tokens after it are rotated back by one position per removed predecessor.
     bool rolling = false;
-    int rope_dims = 0;
-    float rope_freq_base = 10000.0f;
+    RotarySpec rope;  // the model's (ModelShape::rope): how rolled keys are rotated back
     // Budgets per kv head (kv_head_budgets.h): the share of each layer's slots that rebalancing
     // moves between its kv heads by their attention; 0: every cell keeps slots_in(layer).
     float head_share = 0.0f;
@@ -183,14 +193,17 @@ public:
         for (int i = 0; i < count; ++i) H2O_TRY(matmul(outs[i], weights[i], in, n));
         return Status::Ok();
     }
-    // Rotates the first rope_dims of each head of q (n_head heads) and k (n_head_kv heads) in
-    // place, for the first n rows, by `positions` (I32): n of them, or with per_kv_head n per kv
-    // head, kv head after kv head (a query head takes its kv head's).
+    // Rotates the first shape.rope.dims of each head of q (n_head heads) and k (n_head_kv heads)
+    // in place, for the first n rows, by `positions` (I32): n of them, or with per_kv_head n per kv
+    // head, kv head after kv head (a query head takes its kv head's). Pairs and frequencies as
+    // shape.rope says (rotary_spec.h).
     virtual Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) = 0;
     // gate[t] = silu(gate[t]) * up[t].
     virtual Status swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
     // acc[t] += x[t].
     virtual Status add(const Tensor &acc, const Tensor &x, int n) = 0;
+    // acc[t] += bias (one row of acc.cols, F32), for the first n rows: a projection's bias.
+    virtual Status add_bias(const Tensor &acc, const Tensor &bias, int n) = 0;
     // out[t] (I32) = greedy_index (sampler.h) of in[t]: the first of its largest elements, NaNs
     // passed over (a row of NaNs: 0), for the first n rows: greedy sampling where the logits are.
     virtual Status argmax(const Tensor &out, const Tensor &in, int n) = 0;

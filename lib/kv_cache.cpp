@@ -59,14 +59,14 @@ Status KvCache::init(const KvConfig &config, int threads) {
             scratch.candidates.assign(max_slots, 0);
             scratch.priority.assign(max_slots, 0.0f);
             scratch.evicted.assign(max_slots, 0);
-            scratch.key.assign(config.head_dim, 0.0f);
+            // A key as floats, then (halves pairing) its rotated pairs side by side.
+            scratch.key.assign(static_cast<size_t>(config.head_dim + config.rope.dims), 0.0f);
         }
     } catch (const std::bad_alloc &) {
         return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (" + std::to_string(slots) + " slots)");
     }
-    const int n_pairs = config.rope_dims / 2;
-    std::vector<double> inv_freq(n_pairs);
-    for (int i = 0; i < n_pairs; ++i) inv_freq[i] = rotary_inv_freq(config.rope_freq_base, i, config.rope_dims);
+    const int n_pairs = config.rope.pairs();
+    const std::vector<double> inv_freq = config.rope.inv_freqs();
     // One eviction of k tokens moves kept keys back by 1..k <= max_slots positions: the rotations
     // for every such shift are computed once here. Evaluating them per key instead (a double
     // sine and cosine per pair) cost rolling sessions 7x their decoding speed at budget 256.
@@ -145,20 +145,37 @@ uint64_t KvCache::next_random() {
 }
 
 void KvCache::rotate_back(uint8_t *stored_key, int shift, float *key) {
-    const int n_pairs = config_.rope_dims / 2;
+    const int n_pairs = config_.rope.pairs();
+    const bool adjacent = config_.rope.pairing == RotaryPairing::Adjacent;
     const float *cos_sin = rotate_back_cos_sin_.data() + static_cast<size_t>(shift) * n_pairs * 2;
-    if (key_format_ == KvRowFormat::F16 && rotation_kernels_.rotate_half_pairs) {
+    if (adjacent && key_format_ == KvRowFormat::F16 && rotation_kernels_.rotate_half_pairs) {
         // F16 rows are 2-byte aligned; the rest of the row (partial rotation) is left as it is.
         rotation_kernels_.rotate_half_pairs(reinterpret_cast<uint16_t *>(stored_key), cos_sin, n_pairs);
         return;
     }
     // Other formats are decoded, rotated and stored again (quantized keys: one more rounding per
-    // eviction).
+    // eviction; F16 rows round back to the bits the kernel above gives).
     kv_load_row(key_format_, stored_key, config_.head_dim, key);
+    // The pairs side by side, as the kernels rotate them: the key itself when they are adjacent,
+    // else gathered after it (each pair is rotated alone, so the bits are rotate_head_pair's).
+    float *pairs = key;
+    if (!adjacent) {
+        pairs = key + config_.head_dim;
+        for (int i = 0; i < n_pairs; ++i) {
+            pairs[2 * i] = key[i];
+            pairs[2 * i + 1] = key[i + n_pairs];
+        }
+    }
     if (rotation_kernels_.rotate_pairs) {
-        rotation_kernels_.rotate_pairs(key, cos_sin, n_pairs);
+        rotation_kernels_.rotate_pairs(pairs, cos_sin, n_pairs);
     } else {
-        for (int i = 0; i < n_pairs; ++i) rotate_pair(&key[2 * i], &key[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
+        for (int i = 0; i < n_pairs; ++i) rotate_pair(&pairs[2 * i], &pairs[2 * i + 1], cos_sin[2 * i], cos_sin[2 * i + 1]);
+    }
+    if (!adjacent) {
+        for (int i = 0; i < n_pairs; ++i) {
+            key[i] = pairs[2 * i];
+            key[i + n_pairs] = pairs[2 * i + 1];
+        }
     }
     kv_store_row(key_format_, key, config_.head_dim, stored_key);
 }

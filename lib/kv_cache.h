@@ -150,7 +150,7 @@ private:
         std::vector<int32_t> candidates;  // max_slots()
         std::vector<float> priority;      // max_slots(), by slot: the candidates' victim priorities
         std::vector<int64_t> evicted;     // max_slots() stream indices
-        std::vector<float> key;           // one key as floats (head_dim)
+        std::vector<float> key;           // one key as floats (head_dim), then its rotary pairs (rope.dims)
         int32_t span_held[KV_MAX_SPANS] = {};
     };
     // rebalance_heads' working memory: a pool's candidates across its cells, and per cell its
@@ -197,7 +197,7 @@ private:
     int32_t span_minimum_[KV_MAX_SPANS] = {};
     bool any_span_minimum_ = false;
     // With rolling: for each shift 1..max_slots(), the cosine and sine of rotating back by it, for
-    // each of the rope_dims / 2 pairs ([shift][pair][cos, sin]; row 0 unused).
+    // each of the rope.pairs() pairs ([shift][pair][cos, sin]; row 0 unused).
     std::vector<float> rotate_back_cos_sin_;
     uint64_t random_state_ = 0;
 };

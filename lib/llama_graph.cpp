@@ -12,6 +12,7 @@ Status LlamaGraph::create(const Model &model, Backend &backend, int max_batch, i
 
 Status LlamaGraph::adopt_weights() {
     auto adopt = [&](const WeightView &w, Tensor *t) {
+        if (!w.present()) return Status::Ok();  // an optional tensor the model lacks: rows stay 0
         H2O_TRY(backend_.adopt_weight(w.type, w.cols, w.rows, w.data, t));
         if (backend_.weight_is_copy(*t)) model_.release_weight_pages(w);  // one copy in memory, not two
         return Status::Ok();
@@ -37,18 +38,24 @@ Status LlamaGraph::adopt_weights() {
         H2O_TRY(adopt(src.w_gate, &dst.w_gate));
         H2O_TRY(adopt(src.w_up, &dst.w_up));
         H2O_TRY(adopt(src.w_down, &dst.w_down));
+        H2O_TRY(adopt(src.bq, &dst.bq));
+        H2O_TRY(adopt(src.bk, &dst.bk));
+        H2O_TRY(adopt(src.bv, &dst.bv));
+        H2O_TRY(adopt(src.bo, &dst.bo));
+        H2O_TRY(adopt(src.q_norm, &dst.q_norm));
+        H2O_TRY(adopt(src.k_norm, &dst.k_norm));
     }
     return Status::Ok();
 }
 
 std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const ModelShape &s, int max_batch, int position_sets) {
-    const int64_t kv_dim = static_cast<int64_t>(s.head_dim) * s.n_head_kv;
+    const int64_t q_dim = s.q_dim(), kv_dim = s.kv_dim();
     const int64_t n = max_batch;
     return {
         {&LlamaGraph::ids_, TensorType::I32, 1, n},          {&LlamaGraph::positions_, TensorType::I32, 1, n * position_sets},
         {&LlamaGraph::x_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::xn_, TensorType::F32, s.n_embd, n},
-        {&LlamaGraph::q_, TensorType::F32, s.n_embd, n},     {&LlamaGraph::k_, TensorType::F32, kv_dim, n},
-        {&LlamaGraph::v_, TensorType::F32, kv_dim, n},       {&LlamaGraph::attn_, TensorType::F32, s.n_embd, n},
+        {&LlamaGraph::q_, TensorType::F32, q_dim, n},        {&LlamaGraph::k_, TensorType::F32, kv_dim, n},
+        {&LlamaGraph::v_, TensorType::F32, kv_dim, n},       {&LlamaGraph::attn_, TensorType::F32, q_dim, n},
         {&LlamaGraph::proj_, TensorType::F32, s.n_embd, n},  {&LlamaGraph::gate_, TensorType::F32, s.n_ff, n},
         {&LlamaGraph::up_, TensorType::F32, s.n_ff, n},      {&LlamaGraph::logits_, TensorType::F32, s.n_vocab, 1},
         {&LlamaGraph::greedy_token_, TensorType::I32, 1, 1},
@@ -82,10 +89,19 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, con
         H2O_TRY(be.rms_norm(xn_, x_, w.attn_norm, n, s.rms_eps));
         const Tensor qkv[] = {q_, k_, v_}, qkv_weights[] = {w.wq, w.wk, w.wv};
         H2O_TRY(be.matmuls(qkv, qkv_weights, 3, xn_, n));
+        H2O_TRY(add_bias(q_, w.bq, n));
+        H2O_TRY(add_bias(k_, w.bk, n));
+        H2O_TRY(add_bias(v_, w.bv, n));
+        if (w.q_norm.rows != 0) {
+            // Each head of q and k normalised on its own (Qwen3): the rows seen as one per head.
+            H2O_TRY(be.rms_norm(q_.with_cols(s.head_dim), q_.with_cols(s.head_dim), w.q_norm, n * s.n_head, s.rms_eps));
+            H2O_TRY(be.rms_norm(k_.with_cols(s.head_dim), k_.with_cols(s.head_dim), w.k_norm, n * s.n_head_kv, s.rms_eps));
+        }
         if (per_layer) batch.positions = positions_.slice_rows(l * layer_positions, layer_positions);
         H2O_TRY(be.rope(q_, k_, batch.positions, n, s, per_kv_head));
         H2O_TRY(be.attention(attn_, q_, k_, v_, l, batch, s));
         H2O_TRY(be.matmul(proj_, w.wo, attn_, n));
+        H2O_TRY(add_bias(proj_, w.bo, n));
         H2O_TRY(be.add(x_, proj_, n));
 
         H2O_TRY(be.rms_norm(xn_, x_, w.ffn_norm, n, s.rms_eps));
@@ -101,6 +117,10 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, con
     const Tensor last_norm = xn_.slice_rows(0, 1);
     H2O_TRY(be.rms_norm(last_norm, last, output_norm_, 1, s.rms_eps));
     return be.matmul(logits_, output_, last_norm, 1);
+}
+
+Status LlamaGraph::add_bias(const Tensor &out, const Tensor &bias, int n) {
+    return bias.rows == 0 ? Status::Ok() : backend_.add_bias(out, bias, n);
 }
 
 Status LlamaGraph::download_logits(float *host_logits) {

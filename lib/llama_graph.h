@@ -1,4 +1,6 @@
-// The Llama forward pass, written once against the Backend interface.
+// The forward pass of every architecture the runtime runs (architecture.h): the Llama block, with
+// the projections' biases, the per-head norms of q and k and the rotary description where the
+// model has them. Written once against the Backend interface.
 #pragma once
 
 #include <memory>
@@ -42,7 +44,11 @@ private:
 
     struct LayerTensors {
         Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+        // Absent (rows 0) unless the model has them (LayerWeights).
+        Tensor bq, bk, bv, bo, q_norm, k_norm;
     };
+    // out += bias, when the model has the bias.
+    Status add_bias(const Tensor &out, const Tensor &bias, int n);
 
     LlamaGraph(const Model &model, Backend &backend, int max_batch, int position_sets)
         : model_(model), backend_(backend), max_batch_(max_batch), position_sets_(position_sets) {}
@@ -61,7 +67,7 @@ private:
     Tensor ids_;               // I32
     Tensor positions_;         // I32, max_batch per position set
     Tensor x_, xn_;            // residual stream and its normalised copy [n_embd]
-    Tensor q_, k_, v_, attn_;  // [n_embd], [kv_dim], [kv_dim], [n_embd]
+    Tensor q_, k_, v_, attn_;  // [q_dim], [kv_dim], [kv_dim], [q_dim] (ModelShape)
     Tensor proj_;              // [n_embd]: output of attn_output / ffn_down before the residual add
     Tensor gate_, up_;         // [n_ff]
     Tensor logits_;            // [n_vocab], one row

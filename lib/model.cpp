@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <unordered_set>
 
 namespace h2o {
 
@@ -12,6 +14,8 @@ namespace {
 // and reject files whose metadata would make us allocate absurd activation buffers.
 constexpr uint32_t kMaxEmbedding = 1u << 16;
 constexpr uint32_t kMaxLayers = 1024;
+constexpr uint32_t kMaxHeads = 1024;
+constexpr uint32_t kMaxHeadDim = 1024;
 constexpr uint32_t kMaxVocab = 1u << 20;
 constexpr uint32_t kMaxFeedForward = 1u << 18;
 // Far beyond any released Llama (128K); larger values are corrupt metadata. Sessions do not
@@ -19,6 +23,9 @@ constexpr uint32_t kMaxFeedForward = 1u << 18;
 constexpr uint32_t kMaxContextLength = 1u << 24;
 
 Status load_cancelled() { return make_error(H2O_ERR_CANCELLED, "loading was cancelled by the progress callback"); }
+
+Status bad(const std::string &what) { return make_error(H2O_ERR_MODEL_FORMAT, what); }
+Status unsupported(const std::string &what) { return make_error(H2O_ERR_UNSUPPORTED, what); }
 
 }  // namespace
 
@@ -67,6 +74,20 @@ uint64_t Model::compute_fingerprint() const {
         mix(piece.data(), piece.size());
         mix(&type, sizeof(type));
     }
+    // What the graph computes with beyond the tensors: two files with the same tensors but
+    // another rotation (which the cached keys carry), head size or epsilon are other models. The
+    // plain Llama files that earlier versions ran (no frequency factors or scaling, q as wide as
+    // the embedding) keep the fingerprint those versions gave them, so their snapshots load.
+    const ModelShape &s = shape_;
+    const bool earlier_llama = std::string_view(architecture_->name) == "llama" && s.rope.freq_factors.empty() &&
+                               s.rope.freq_scale == 1.0f && s.q_dim() == s.n_embd;
+    if (earlier_llama) return h;
+    mix(architecture_->name, std::char_traits<char>::length(architecture_->name));
+    const int32_t sizes[] = {s.n_head, s.n_head_kv, s.head_dim, s.rope.dims, static_cast<int32_t>(s.rope.pairing)};
+    mix(sizes, sizeof(sizes));
+    const float reals[] = {s.rope.freq_base, s.rope.freq_scale, s.rms_eps};
+    mix(reals, sizeof(reals));
+    mix(s.rope.freq_factors.data(), s.rope.freq_factors.size() * sizeof(float));
     return h;
 }
 
@@ -74,7 +95,9 @@ Status Model::prefetch_weights(const LoadProgress &progress) const {
     std::vector<const WeightView *> views = {&weights_.token_embd, &weights_.output_norm};
     if (weights_.output.data != weights_.token_embd.data) views.push_back(&weights_.output);
     for (const LayerWeights &l : weights_.layers) {
-        for (const WeightView *w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(w);
+        for (const WeightView *w : l.all()) {
+            if (w->present()) views.push_back(w);
+        }
     }
     constexpr size_t kPage = 4096;
     uint64_t done = 0;
@@ -98,48 +121,71 @@ Status Model::prefetch_weights(const LoadProgress &progress) const {
 Status Model::read_hyper_parameters() {
     std::string_view arch;
     H2O_TRY(file_->get_string("general.architecture", &arch));
-    if (arch != "llama") {
-        return make_error(H2O_ERR_UNSUPPORTED,
-                          "model architecture '" + std::string(arch) + "' is not supported (only 'llama')");
+    architecture_ = find_architecture(arch);
+    if (!architecture_) {
+        return unsupported("model architecture '" + std::string(arch) + "' is not supported (general.architecture; this runtime runs " +
+                           supported_architectures() + ")");
     }
     std::string_view name;
     if (file_->get_string("general.name", &name).ok()) name_ = std::string(name);
     std::string_view chat_template;
     if (file_->get_string("tokenizer.chat_template", &chat_template).ok()) chat_template_ = std::string(chat_template);
 
-    uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, rope_dims = 0;
-    H2O_TRY(file_->get_u32("llama.embedding_length", &n_embd));
-    H2O_TRY(file_->get_u32("llama.block_count", &n_layer));
-    H2O_TRY(file_->get_u32("llama.attention.head_count", &n_head));
-    H2O_TRY(file_->get_u32_or("llama.attention.head_count_kv", n_head, &n_head_kv));
-    H2O_TRY(file_->get_u32("llama.feed_forward_length", &n_ff));
-    H2O_TRY(file_->get_u32("llama.context_length", &n_ctx));
-    float eps = 0, freq_base = 0;
-    H2O_TRY(file_->get_f32_or("llama.attention.layer_norm_rms_epsilon", 1e-5f, &eps));
-    H2O_TRY(file_->get_f32_or("llama.rope.freq_base", 10000.0f, &freq_base));
+    uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, experts = 0;
+    H2O_TRY(file_->get_u32(key("embedding_length"), &n_embd));
+    H2O_TRY(file_->get_u32(key("block_count"), &n_layer));
+    H2O_TRY(file_->get_u32(key("attention.head_count"), &n_head));
+    H2O_TRY(file_->get_u32_or(key("attention.head_count_kv"), n_head, &n_head_kv));
+    H2O_TRY(file_->get_u32(key("feed_forward_length"), &n_ff));
+    H2O_TRY(file_->get_u32(key("context_length"), &n_ctx));
+    H2O_TRY(file_->get_u32_or(key("expert_count"), 0, &experts));
+    float eps = 0;
+    H2O_TRY(file_->get_f32_or(key("attention.layer_norm_rms_epsilon"), 1e-5f, &eps));
 
-    auto bad = [](const std::string &what) { return make_error(H2O_ERR_MODEL_FORMAT, what); };
-    if (n_embd == 0 || n_embd > kMaxEmbedding) return bad("llama.embedding_length " + std::to_string(n_embd) + " is out of range");
-    if (n_layer == 0 || n_layer > kMaxLayers) return bad("llama.block_count " + std::to_string(n_layer) + " is out of range");
-    if (n_head == 0 || n_embd % n_head != 0)
-        return bad("llama.attention.head_count " + std::to_string(n_head) + " does not divide embedding_length " + std::to_string(n_embd));
+    auto range = [](const std::string &k, uint32_t v) { return k + " " + std::to_string(v) + " is out of range"; };
+    if (n_embd == 0 || n_embd > kMaxEmbedding) return bad(range(key("embedding_length"), n_embd));
+    if (n_layer == 0 || n_layer > kMaxLayers) return bad(range(key("block_count"), n_layer));
+    if (n_head == 0 || n_head > kMaxHeads) return bad(range(key("attention.head_count"), n_head));
     if (n_head_kv == 0 || n_head % n_head_kv != 0)
-        return bad("llama.attention.head_count_kv " + std::to_string(n_head_kv) + " does not divide head_count " + std::to_string(n_head));
-    if (n_ff == 0 || n_ff > kMaxFeedForward) return bad("llama.feed_forward_length " + std::to_string(n_ff) + " is out of range");
+        return bad(key("attention.head_count_kv") + " " + std::to_string(n_head_kv) + " does not divide head_count " + std::to_string(n_head));
+    if (n_ff == 0 || n_ff > kMaxFeedForward) return bad(range(key("feed_forward_length"), n_ff));
     if (n_ctx == 0 || n_ctx > kMaxContextLength) {
-        return bad("llama.context_length " + std::to_string(n_ctx) + " is out of range (1 to " + std::to_string(kMaxContextLength) + ")");
+        return bad(key("context_length") + " " + std::to_string(n_ctx) + " is out of range (1 to " + std::to_string(kMaxContextLength) + ")");
     }
-    if (!(eps > 0.0f) || !std::isfinite(eps)) return bad("llama.attention.layer_norm_rms_epsilon must be a positive number");
-    if (!(freq_base > 0.0f) || !std::isfinite(freq_base)) return bad("llama.rope.freq_base must be a positive number");
-    const uint32_t head_dim = n_embd / n_head;
-    H2O_TRY(file_->get_u32_or("llama.rope.dimension_count", head_dim, &rope_dims));
-    if (rope_dims == 0 || rope_dims > head_dim || rope_dims % 2 != 0)
-        return bad("llama.rope.dimension_count " + std::to_string(rope_dims) + " must be even and at most the head size " + std::to_string(head_dim));
+    if (experts != 0) return unsupported(key("expert_count") + " is " + std::to_string(experts) + ": mixtures of experts are not supported");
+    if (!(eps > 0.0f) || !std::isfinite(eps)) return bad(key("attention.layer_norm_rms_epsilon") + " must be a positive number");
+
+    // The head size: attention.key_length when given (Qwen3: q is wider than the embedding),
+    // else the embedding split between the heads. Values must be as long as keys.
+    uint32_t head_dim = 0, value_dim = 0;
+    if (file_->find(key("attention.key_length"))) {
+        H2O_TRY(file_->get_u32(key("attention.key_length"), &head_dim));
+        if (head_dim == 0 || head_dim > kMaxHeadDim) return bad(range(key("attention.key_length"), head_dim));
+    } else {
+        if (n_embd % n_head != 0)
+            return bad(key("attention.head_count") + " " + std::to_string(n_head) + " does not divide embedding_length " + std::to_string(n_embd) +
+                       " (and " + key("attention.key_length") + " does not give the head size)");
+        head_dim = n_embd / n_head;
+    }
+    H2O_TRY(file_->get_u32_or(key("attention.value_length"), head_dim, &value_dim));
+    if (value_dim != head_dim) {
+        return unsupported(key("attention.value_length") + " " + std::to_string(value_dim) + " differs from the key length " +
+                           std::to_string(head_dim) + ": heads whose values and keys differ in size are not supported");
+    }
+    if (static_cast<uint64_t>(n_head) * head_dim > 4ull * kMaxEmbedding)
+        return bad("the attention width (" + key("attention.head_count") + " x head size) is out of range");
+    H2O_TRY(read_rotary(head_dim));
 
     const GgufTensor *embd = file_->find_tensor("token_embd.weight");
     if (!embd) return bad("missing tensor 'token_embd.weight'");
     if (embd->n_dims != 2 || embd->ne[1] <= 0 || embd->ne[1] > kMaxVocab)
         return bad("tensor 'token_embd.weight' must be 2-D with at most " + std::to_string(kMaxVocab) + " rows");
+    uint32_t vocab_size = 0;
+    H2O_TRY(file_->get_u32_or(key("vocab_size"), static_cast<uint32_t>(embd->ne[1]), &vocab_size));
+    if (vocab_size != embd->ne[1]) {
+        return bad(key("vocab_size") + " " + std::to_string(vocab_size) + " differs from the " + std::to_string(embd->ne[1]) +
+                   " rows of 'token_embd.weight'");
+    }
 
     shape_.n_embd = static_cast<int>(n_embd);
     shape_.n_layer = static_cast<int>(n_layer);
@@ -148,59 +194,122 @@ Status Model::read_hyper_parameters() {
     shape_.head_dim = static_cast<int>(head_dim);
     shape_.n_ff = static_cast<int>(n_ff);
     shape_.n_vocab = static_cast<int>(embd->ne[1]);
-    shape_.rope_dims = static_cast<int>(rope_dims);
-    shape_.rope_freq_base = freq_base;
     shape_.rms_eps = eps;
     n_ctx_train_ = n_ctx;
     return Status::Ok();
 }
 
+Status Model::read_rotary(uint32_t head_dim) {
+    RotarySpec &rope = shape_.rope;
+    uint32_t dims = 0;
+    H2O_TRY(file_->get_u32_or(key("rope.dimension_count"), head_dim, &dims));
+    if (dims == 0 || dims > head_dim || dims % 2 != 0)
+        return bad(key("rope.dimension_count") + " " + std::to_string(dims) + " must be even and at most the head size " + std::to_string(head_dim));
+    H2O_TRY(file_->get_f32_or(key("rope.freq_base"), 10000.0f, &rope.freq_base));
+    if (!(rope.freq_base > 0.0f) || !std::isfinite(rope.freq_base)) return bad(key("rope.freq_base") + " must be a positive number");
+    rope.dims = static_cast<int>(dims);
+    rope.pairing = architecture_->rope_pairing;
+
+    // Position scaling: none, or linear (every angle divided by the factor), which is also what
+    // a factor without a type means. YaRN, LongRoPE and the rest change more than the angle.
+    std::string_view scaling = "linear";
+    if (file_->find(key("rope.scaling.type"))) H2O_TRY(file_->get_string(key("rope.scaling.type"), &scaling));
+    if (scaling != "none" && scaling != "linear") {
+        return unsupported(key("rope.scaling.type") + " '" + std::string(scaling) + "' is not supported (only 'none' and 'linear')");
+    }
+    const std::string factor_key = file_->find(key("rope.scaling.factor")) ? key("rope.scaling.factor") : key("rope.scale_linear");
+    float factor = 0.0f;
+    H2O_TRY(file_->get_f32_or(factor_key, 0.0f, &factor));
+    if (!std::isfinite(factor) || factor < 0.0f) return bad(factor_key + " must be a positive number");
+    if (scaling == "linear" && factor != 0.0f) rope.freq_scale = 1.0f / factor;
+    return Status::Ok();
+}
+
 Status Model::bind(const std::string &name, int64_t cols, int64_t rows, WeightView *out) {
     const GgufTensor *t = file_->find_tensor(name);
-    if (!t) return make_error(H2O_ERR_MODEL_FORMAT, "missing tensor '" + name + "'");
+    if (!t) return bad("missing tensor '" + name + "'");
     const bool is_vector = rows == 1;
     const bool shape_ok = is_vector ? (t->n_dims == 1 && t->ne[0] == cols)
                                     : (t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows);
     if (!shape_ok) {
         std::string got;
         for (uint32_t d = 0; d < t->n_dims; ++d) got += (d ? " x " : "") + std::to_string(t->ne[d]);
-        return make_error(H2O_ERR_MODEL_FORMAT, "tensor '" + name + "' has shape [" + got + "], expected [" +
-                                                    std::to_string(cols) + (is_vector ? "" : " x " + std::to_string(rows)) + "]");
+        return bad("tensor '" + name + "' has shape [" + got + "], expected [" + std::to_string(cols) +
+                   (is_vector ? "" : " x " + std::to_string(rows)) + "]");
     }
     if (!is_weight_type(t->type) || (is_vector && t->type != TensorType::F32)) {
-        return make_error(H2O_ERR_UNSUPPORTED, "tensor '" + name + "' has type " + type_name(t->type) +
-                                                   (is_vector ? ", norm weights must be F32" : ", which this runtime does not run"));
+        return unsupported("tensor '" + name + "' has type " + type_name(t->type) +
+                           (is_vector ? ", vectors (norms, biases, factors) must be F32" : ", which this runtime does not run"));
     }
     *out = WeightView{name, t->type, cols, rows, t->data};
     n_params_ += static_cast<uint64_t>(t->n_elements());
     weight_bytes_ += t->n_bytes;
     if (std::find(weight_types_.begin(), weight_types_.end(), t->type) == weight_types_.end()) weight_types_.push_back(t->type);
+    bound_names_.push_back(name);
     return Status::Ok();
 }
 
+Status Model::bind_as(TensorPresence presence, const std::string &name, int64_t cols, int64_t rows, WeightView *out) {
+    if (presence == TensorPresence::Absent || (presence == TensorPresence::Optional && !file_->find_tensor(name))) return Status::Ok();
+    return bind(name, cols, rows, out);
+}
+
 Status Model::bind_weights() {
-    const int64_t d = shape_.n_embd, ff = shape_.n_ff, hd = shape_.head_dim;
-    const int64_t kv = hd * shape_.n_head_kv;
+    const int64_t d = shape_.n_embd;
     H2O_TRY(bind("token_embd.weight", d, shape_.n_vocab, &weights_.token_embd));
     H2O_TRY(bind("output_norm.weight", d, 1, &weights_.output_norm));
-    if (file_->find_tensor("output.weight")) {
-        H2O_TRY(bind("output.weight", d, shape_.n_vocab, &weights_.output));
-    } else {
-        weights_.output = weights_.token_embd;  // tied embeddings
-    }
+    H2O_TRY(bind_as(TensorPresence::Optional, "output.weight", d, shape_.n_vocab, &weights_.output));
+    if (!weights_.output.present()) weights_.output = weights_.token_embd;  // tied embeddings
+    H2O_TRY(bind_rope_freqs());
     weights_.layers.resize(shape_.n_layer);
-    for (int l = 0; l < shape_.n_layer; ++l) {
-        const std::string p = "blk." + std::to_string(l) + ".";
-        LayerWeights &w = weights_.layers[l];
-        H2O_TRY(bind(p + "attn_norm.weight", d, 1, &w.attn_norm));
-        H2O_TRY(bind(p + "attn_q.weight", d, d, &w.wq));
-        H2O_TRY(bind(p + "attn_k.weight", d, kv, &w.wk));
-        H2O_TRY(bind(p + "attn_v.weight", d, kv, &w.wv));
-        H2O_TRY(bind(p + "attn_output.weight", d, d, &w.wo));
-        H2O_TRY(bind(p + "ffn_norm.weight", d, 1, &w.ffn_norm));
-        H2O_TRY(bind(p + "ffn_gate.weight", d, ff, &w.w_gate));
-        H2O_TRY(bind(p + "ffn_up.weight", d, ff, &w.w_up));
-        H2O_TRY(bind(p + "ffn_down.weight", ff, d, &w.w_down));
+    for (int l = 0; l < shape_.n_layer; ++l) H2O_TRY(bind_layer(l));
+    return check_every_tensor_bound();
+}
+
+Status Model::bind_layer(int layer) {
+    const ArchitectureSpec &a = *architecture_;
+    const int64_t d = shape_.n_embd, ff = shape_.n_ff, hd = shape_.head_dim, qd = shape_.q_dim(), kv = shape_.kv_dim();
+    const std::string p = "blk." + std::to_string(layer) + ".";
+    LayerWeights &w = weights_.layers[static_cast<size_t>(layer)];
+    H2O_TRY(bind(p + "attn_norm.weight", d, 1, &w.attn_norm));
+    H2O_TRY(bind(p + "attn_q.weight", d, qd, &w.wq));
+    H2O_TRY(bind(p + "attn_k.weight", d, kv, &w.wk));
+    H2O_TRY(bind(p + "attn_v.weight", d, kv, &w.wv));
+    H2O_TRY(bind(p + "attn_output.weight", qd, d, &w.wo));
+    H2O_TRY(bind_as(a.qkv_bias, p + "attn_q.bias", qd, 1, &w.bq));
+    H2O_TRY(bind_as(a.qkv_bias, p + "attn_k.bias", kv, 1, &w.bk));
+    H2O_TRY(bind_as(a.qkv_bias, p + "attn_v.bias", kv, 1, &w.bv));
+    H2O_TRY(bind_as(a.output_bias, p + "attn_output.bias", d, 1, &w.bo));
+    H2O_TRY(bind_as(a.qk_norm, p + "attn_q_norm.weight", hd, 1, &w.q_norm));
+    H2O_TRY(bind_as(a.qk_norm, p + "attn_k_norm.weight", hd, 1, &w.k_norm));
+    if (w.q_norm.present() != w.k_norm.present()) return bad("layer " + std::to_string(layer) + " normalises only one of q and k");
+    H2O_TRY(bind(p + "ffn_norm.weight", d, 1, &w.ffn_norm));
+    H2O_TRY(bind(p + "ffn_gate.weight", d, ff, &w.w_gate));
+    H2O_TRY(bind(p + "ffn_up.weight", d, ff, &w.w_up));
+    H2O_TRY(bind(p + "ffn_down.weight", ff, d, &w.w_down));
+    return Status::Ok();
+}
+
+Status Model::bind_rope_freqs() {
+    WeightView factors;
+    H2O_TRY(bind_as(architecture_->rope_freqs, "rope_freqs.weight", shape_.rope.pairs(), 1, &factors));
+    if (!factors.present()) return Status::Ok();
+    std::vector<float> &out = shape_.rope.freq_factors;
+    out.resize(static_cast<size_t>(shape_.rope.pairs()));
+    std::memcpy(out.data(), factors.data, out.size() * sizeof(float));
+    for (float f : out) {
+        if (!(f > 0.0f) || !std::isfinite(f)) return bad("tensor 'rope_freqs.weight' holds " + std::to_string(f) + ": frequency factors must be positive numbers");
+    }
+    return Status::Ok();
+}
+
+Status Model::check_every_tensor_bound() const {
+    const std::unordered_set<std::string_view> bound(bound_names_.begin(), bound_names_.end());
+    for (const GgufTensor &t : file_->tensors()) {
+        if (!bound.count(t.name)) {
+            return unsupported("tensor '" + std::string(t.name) + "' is not part of the '" + std::string(architecture_->name) +
+                               "' architecture as this runtime runs it (computing without it would give other results)");
+        }
     }
     return Status::Ok();
 }

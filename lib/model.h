@@ -1,11 +1,13 @@
-// A loaded Llama model: hyper-parameters and weight descriptors validated against the GGUF file,
-// plus the tokenizer. Immutable after load, so many sessions may share it across threads.
+// A loaded model of one of the architectures the graph runs (architecture.h): hyper-parameters
+// and weight descriptors validated against the GGUF file, plus the tokenizer. Immutable after
+// load, so many sessions may share it across threads.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "architecture.h"
 #include "backend.h"
 #include "gguf.h"
 #include "prefix_cache.h"
@@ -13,17 +15,28 @@
 
 namespace h2o {
 
-// A weight tensor as stored in the mapped file.
+// A weight tensor as stored in the mapped file; data is null for an optional tensor the file
+// does not have (present()).
 struct WeightView {
     std::string name;
     TensorType type = TensorType::F32;
     int64_t cols = 0;  // row length
     int64_t rows = 0;
     const void *data = nullptr;
+
+    bool present() const { return data != nullptr; }
 };
 
 struct LayerWeights {
     WeightView attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    // As the architecture has them (ArchitectureSpec), else absent: the projections' biases and
+    // the per-head norms of q and k.
+    WeightView bq, bk, bv, bo, q_norm, k_norm;
+
+    // Every tensor of the layer, absent ones included (for walking them all).
+    std::vector<const WeightView *> all() const {
+        return {&attn_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w_gate, &w_up, &w_down, &bq, &bk, &bv, &bo, &q_norm, &k_norm};
+    }
 };
 
 struct ModelWeights {
@@ -41,7 +54,7 @@ struct LoadProgress {
 
 class Model {
 public:
-    // Loads and validates a GGUF Llama model, then reads every weight page once (reporting
+    // Loads and validates a GGUF model, then reads every weight page once (reporting
     // progress by bytes). tokenizer_path: optional sentencepiece .model file that replaces the
     // embedded vocabulary (it must have the model's vocabulary size). Every error message names
     // the file.
@@ -50,6 +63,7 @@ public:
                        const LoadProgress &progress = {}, uint64_t prefix_cache_bytes = 0);
 
     const ModelShape &shape() const { return shape_; }
+    const ArchitectureSpec &architecture() const { return *architecture_; }
     const ModelWeights &weights() const { return weights_; }
     const Tokenizer &tokenizer() const { return *tokenizer_; }
     uint32_t n_ctx_train() const { return n_ctx_train_; }
@@ -60,8 +74,9 @@ public:
     const std::string &name() const { return name_; }
     // tokenizer.chat_template from the file ("" when absent).
     const std::string &chat_template() const { return chat_template_; }
-    // A 64-bit hash of the tensor table (names, types, shapes) and the vocabulary (pieces, types):
-    // session snapshots carry it so that another model's snapshot is refused.
+    // A 64-bit hash of the tensor table (names, types, shapes), the vocabulary (pieces, types)
+    // and what the graph computes with beyond them (architecture, heads, rotary description,
+    // epsilon): session snapshots carry it so that another model's snapshot is refused.
     uint64_t fingerprint() const { return fingerprint_; }
     // For a backend that copied a weight (Backend::weight_is_copy): the OS may drop the file's pages
     // of it; they are read from the file again if another session needs them.
@@ -74,20 +89,35 @@ public:
 private:
     Model() = default;
     Status read_hyper_parameters();
+    // The rotary description (ModelShape::rope) from the metadata, but for the frequency factors
+    // (a tensor: bind_weights).
+    Status read_rotary(uint32_t head_dim);
     Status bind_weights();
+    Status bind_layer(int layer);
+    // rope_freqs.weight into shape_.rope.freq_factors, as the architecture has it.
+    Status bind_rope_freqs();
+    // Refuses a file with a tensor the graph would not use (computing without it would be wrong).
+    Status check_every_tensor_bound() const;
+    // The metadata key of the architecture's option (prefix "qwen2." and so on).
+    std::string key(const char *option) const { return std::string(architecture_->name) + "." + option; }
     // Touches every page of the weights, so the first token does not wait for the disk.
     Status prefetch_weights(const LoadProgress &progress) const;
     uint64_t compute_fingerprint() const;
     Status bind(const std::string &name, int64_t cols, int64_t rows, WeightView *out);
+    // bind() as `presence` says: an Absent tensor is left unbound (check_every_tensor_bound
+    // refuses it if the file has it), an Optional one bound when the file has it.
+    Status bind_as(TensorPresence presence, const std::string &name, int64_t cols, int64_t rows, WeightView *out);
 
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<Tokenizer> tokenizer_;
+    const ArchitectureSpec *architecture_ = nullptr;
     ModelShape shape_;
     ModelWeights weights_;
     uint32_t n_ctx_train_ = 0;
     uint64_t n_params_ = 0;
     uint64_t weight_bytes_ = 0;
     std::vector<TensorType> weight_types_;
+    std::vector<std::string> bound_names_;  // the file's tensors the graph uses
     std::string name_;
     std::string chat_template_;
     uint64_t fingerprint_ = 0;

@@ -1,5 +1,6 @@
-// Rotary position embedding as every backend computes it (the GGUF Llama convention): the pair
-// (x[2i], x[2i+1]) of a head is rotated by pos * base^(-2i/d). The inverse frequency and the angle
+// Rotary position embedding as every backend computes it: pair i of a head (RotaryPairing says
+// which two elements) is rotated by pos * base^(-2i/d) (divided by the pair's frequency factor
+// when the model has them: rotary_spec.h). The inverse frequency and the angle
 // are in double precision, because positions reach tens of thousands, where float angles lose the
 // low bits that distinguish neighbouring positions; cos and sin are taken in double and rounded
 // to float once. Used by the CPU backend's rope, the KV cache's re-rotation of rolled keys and the
@@ -12,6 +13,15 @@
 #include "device_fn.h"
 
 namespace h2o {
+
+// Which two elements of a head form rotary pair i (of n_pairs = rope dims / 2): the GGUF Llama
+// convention pairs neighbours (x[2i], x[2i+1]); the GPT-NeoX convention (Qwen 2 and 3) pairs the
+// two halves of the rotated dimensions (x[i], x[i + n_pairs]).
+enum class RotaryPairing : int { Adjacent = 0, Halves = 1 };
+
+H2O_HD int rotary_pair_first(RotaryPairing pairing, int i) { return pairing == RotaryPairing::Halves ? i : 2 * i; }
+// The distance from a pair's first element to its second.
+H2O_HD int rotary_pair_offset(RotaryPairing pairing, int n_pairs) { return pairing == RotaryPairing::Halves ? n_pairs : 1; }
 
 // base^(-2i/dims), computed on the host.
 inline double rotary_inv_freq(float base, int i, int dims) {
@@ -31,6 +41,12 @@ H2O_HD void rotate_pair(float *a, float *b, float c, float s) {
     const float x = *a, y = *b;
     *a = H2O_FSUB(H2O_FMUL(x, c), H2O_FMUL(y, s));
     *b = H2O_FADD(H2O_FMUL(x, s), H2O_FMUL(y, c));
+}
+
+// Rotates pair i of the head starting at `head` (n_pairs pairs, paired as `pairing` says).
+H2O_HD void rotate_head_pair(float *head, RotaryPairing pairing, int i, int n_pairs, float c, float s) {
+    float *a = head + rotary_pair_first(pairing, i);
+    rotate_pair(a, a + rotary_pair_offset(pairing, n_pairs), c, s);
 }
 
 }  // namespace h2o

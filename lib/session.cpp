@@ -62,8 +62,7 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     kv.type = settings.kv_type;
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
-    kv.rope_dims = shape.rope_dims;
-    kv.rope_freq_base = shape.rope_freq_base;
+    kv.rope = shape.rope;
     return kv;
 }
 

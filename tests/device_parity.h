@@ -126,8 +126,7 @@ struct AttentionRun {
         shape.head_dim = config.head_dim;
         shape.n_embd = n_head * config.head_dim;
         shape.n_layer = config.n_layer;
-        shape.rope_dims = config.rope_dims;
-        shape.rope_freq_base = config.rope_freq_base;
+        shape.rope = config.rope;
         REQUIRE(b.cpu->create_kv(kv).ok());
         REQUIRE(b.gpu->create_kv(kv).ok());
         q = b.alloc(h2o::TensorType::F32, shape.n_embd, batch);
@@ -223,8 +222,8 @@ inline h2o::KvConfig small_kv(int n_slots, h2o::KvPolicy policy = h2o::KvPolicy:
     kv.policy.sinks = sinks;
     kv.policy.seed = 7;
     kv.rolling = rolling;
-    kv.rope_dims = 8;
-    kv.rope_freq_base = 10000.0f;
+    kv.rope.dims = 8;
+    kv.rope.freq_base = 10000.0f;
     return kv;
 }
 
@@ -265,8 +264,7 @@ struct ModelRun {
         kv.type = type;
         kv.policy = policy;
         kv.rolling = rolling;
-        kv.rope_dims = s.rope_dims;
-        kv.rope_freq_base = s.rope_freq_base;
+        kv.rope = s.rope;
         REQUIRE(h2o::LlamaGraph::create(*model, *backend, max_batch, kv.position_sets(), &graph).ok());
         REQUIRE(backend->create_kv(kv).ok());
     }

@@ -141,18 +141,23 @@ TEST_CASE("cuda: KV rows encoded and decoded by nvcc-compiled code are kv_store_
     }
 }
 
-TEST_CASE("cuda: the nvcc-compiled rotary rotation is the CPU backend's rope, bit for bit") {
+TEST_CASE("cuda: the nvcc-compiled rotary rotation is the CPU backend's rope, bit for bit, for both pairings and frequency factors") {
     auto cpu = make_cpu_backend(1, 4);
     ModelShape shape;
     shape.n_head = 4;
     shape.n_head_kv = 2;
     shape.head_dim = 16;
     shape.n_embd = 64;
-    shape.rope_freq_base = 10000.0f;
-    for (int rope_dims : {16, 12}) {
-        shape.rope_dims = rope_dims;
+    shape.rope.freq_base = 10000.0f;
+    const std::vector<float> factors = {1.0f, 1.0f, 1.25f, 2.5f, 6.0f, 8.0f, 8.0f, 8.0f};
+    for (int variant = 0; variant < 6; ++variant) {
+        const int rope_dims = variant % 2 == 0 ? 16 : 12;
+        shape.rope.dims = rope_dims;
+        shape.rope.pairing = variant / 2 == 0 ? RotaryPairing::Adjacent : RotaryPairing::Halves;
+        shape.rope.freq_factors = variant / 2 == 2 ? std::vector<float>(factors.begin(), factors.begin() + rope_dims / 2) : std::vector<float>{};
+        const std::vector<double> inv_freq = shape.rope.inv_freqs();
         for (int32_t position : {0, 1, 7, 4096, 30000, 65535, 1000000, 123456789, -3}) {
-            CAPTURE(rope_dims);
+            CAPTURE(variant);
             CAPTURE(position);
             const std::vector<float> q_in = random_floats(64, 5 + position % 7), k_in = random_floats(32, 6);
             Tensor q, k, pos;
@@ -167,11 +172,11 @@ TEST_CASE("cuda: the nvcc-compiled rotary rotation is the CPU backend's rope, bi
             REQUIRE(cpu->download(q, q_cpu.data(), 64 * sizeof(float)).ok());
             REQUIRE(cpu->download(k, k_cpu.data(), 32 * sizeof(float)).ok());
             std::vector<float> q_cuda = q_in, k_cuda = k_in;
-            cuda_host_rope(q_cuda.data(), 4, 16, rope_dims, shape.rope_freq_base, position);
-            cuda_host_rope(k_cuda.data(), 2, 16, rope_dims, shape.rope_freq_base, position);
+            cuda_host_rope(q_cuda.data(), 4, 16, inv_freq.data(), rope_dims / 2, shape.rope.pairing, position);
+            cuda_host_rope(k_cuda.data(), 2, 16, inv_freq.data(), rope_dims / 2, shape.rope.pairing, position);
             CHECK(same_bits(q_cuda, q_cpu));
             CHECK(same_bits(k_cuda, k_cpu));
-            if (rope_dims == 12) CHECK(q_cuda[13] == q_in[13]);  // beyond rope_dims: untouched
+            if (rope_dims == 12) CHECK(q_cuda[13] == q_in[13]);  // beyond the rotated dimensions: untouched
         }
     }
 }
@@ -232,7 +237,7 @@ BackendRequirements requirements(TensorType weights, KvType kv_type, int head_di
     needs.kv.head_dim = head_dim;
     needs.kv.n_slots = 64;
     needs.kv.type = kv_type;
-    needs.kv.rope_dims = head_dim;
+    needs.kv.rope.dims = head_dim;
     needs.weight_bytes = 1 << 20;
     needs.session_bytes = 1 << 20;
     return needs;

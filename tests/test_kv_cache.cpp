@@ -37,8 +37,8 @@ struct SmallCache {
         c.n_slots = n;
         c.policy = policy;
         c.rolling = rolling;
-        c.rope_dims = 4;
-        c.rope_freq_base = 10000.0f;
+        c.rope.dims = 4;
+        c.rope.freq_base = 10000.0f;
         REQUIRE(cache.init(c).ok());
         for (int i = 0; i < n; ++i) cache.claim_slot(0, 0, i, i, false);
     }

@@ -59,7 +59,7 @@ struct TwoHeads {
         c.n_slots = 8;
         c.head_share = 0.5f;
         c.policy.policy = KvPolicy::H2O;
-        c.rope_dims = 4;
+        c.rope.dims = 4;
         c.rolling = rolling;
         REQUIRE(cache.init(c).ok());
         for (int h = 0; h < 2; ++h) {
@@ -281,7 +281,7 @@ TEST_CASE("rope with positions per kv head rotates each kv head and its query he
     shape.n_head_kv = 2;
     shape.head_dim = 8;
     shape.n_embd = 32;
-    shape.rope_dims = 8;
+    shape.rope.dims = 8;
     const int n = 3;
     const std::vector<int32_t> first = {5, 6, 7}, second = {2, 3, 4};
     std::vector<int32_t> both = first;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <numbers>
+#include <string>
 #include <vector>
 
 #include "gguf.h"
@@ -37,36 +39,87 @@ std::vector<uint8_t> random_matrix(Random &rng, TensorType type, int64_t cols, i
     return data;
 }
 
-std::vector<uint8_t> ones(int64_t n) {
-    std::vector<float> v(n, 1.0f);
+std::vector<uint8_t> floats_bytes(const std::vector<float> &v) {
     const auto *p = reinterpret_cast<const uint8_t *>(v.data());
-    return std::vector<uint8_t>(p, p + n * sizeof(float));
+    return std::vector<uint8_t>(p, p + v.size() * sizeof(float));
+}
+
+std::vector<uint8_t> ones(int64_t n) { return floats_bytes(std::vector<float>(static_cast<size_t>(n), 1.0f)); }
+
+// n values in [center - spread, center + spread).
+std::vector<uint8_t> random_vector(Random &rng, int64_t n, float center, float spread) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float &x : v) x = center + spread * rng.next();
+    return floats_bytes(v);
+}
+
+// Llama 3.1's rotary frequency factors (its published rope_scaling: factor 8, low and high
+// frequency factors 1 and 4, original context 8192), one per pair of `dims` rotated dimensions:
+// long wavelengths are slowed by the factor, short ones kept, the band between blended.
+std::vector<float> llama3_frequency_factors(int dims, float base) {
+    constexpr double kFactor = 8.0, kLowFreqFactor = 1.0, kHighFreqFactor = 4.0, kOriginalContext = 8192.0;
+    const double low_freq_wavelength = kOriginalContext / kLowFreqFactor, high_freq_wavelength = kOriginalContext / kHighFreqFactor;
+    std::vector<float> factors(static_cast<size_t>(dims / 2));
+    for (int i = 0; i < dims / 2; ++i) {
+        const double freq = std::pow(static_cast<double>(base), -2.0 * i / dims);
+        const double wavelength = 2.0 * std::numbers::pi / freq;
+        double factor = 1.0;
+        if (wavelength > low_freq_wavelength) {
+            factor = kFactor;
+        } else if (wavelength >= high_freq_wavelength) {
+            const double smooth = (kOriginalContext / wavelength - kLowFreqFactor) / (kHighFreqFactor - kLowFreqFactor);
+            factor = 1.0 / ((1.0 - smooth) / kFactor + smooth);
+        }
+        factors[static_cast<size_t>(i)] = static_cast<float>(factor);
+    }
+    return factors;
+}
+
+Status check_spec(const SyntheticModelSpec &spec) {
+    auto invalid = [](const std::string &what) { return make_error(H2O_ERR_INVALID_ARGUMENT, what); };
+    const std::string &arch = spec.architecture;
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen3") return invalid("unknown architecture '" + arch + "' (llama, qwen2, qwen3)");
+    if (spec.n_head <= 0 || spec.n_head_kv <= 0 || spec.n_head % spec.n_head_kv != 0) return invalid("kv heads must divide heads");
+    if (spec.head_dim < 0 || (spec.head_dim == 0 && spec.n_embd % spec.n_head != 0)) {
+        return invalid("heads must divide the embedding size unless the head size is given");
+    }
+    const int head_dim = spec.head_dim != 0 ? spec.head_dim : spec.n_embd / spec.n_head;
+    if (head_dim % 2 != 0) return invalid("the head size must be even (it is rotated in pairs)");
+    if (spec.rope_freqs && arch != "llama") return invalid("rotary frequency factors belong to the llama architecture");
+    if (!(spec.rope_freq_base > 0.0f)) return invalid("the rotary frequency base must be positive");
+    if (spec.n_vocab < 300) return invalid("the synthetic vocabulary needs at least 300 tokens");
+    const int64_t block = traits(spec.type).block_elements;
+    if (spec.n_embd % block != 0 || spec.n_ff % block != 0 || (static_cast<int64_t>(spec.n_head) * head_dim) % block != 0) {
+        return invalid(std::string("embedding, attention (heads x head size) and feed-forward sizes must be multiples of ") +
+                       std::to_string(block) + " for " + type_name(spec.type));
+    }
+    return Status::Ok();
 }
 
 }  // namespace
 
 Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &path) {
-    if (spec.n_head <= 0 || spec.n_head_kv <= 0 || spec.n_embd % spec.n_head != 0 || spec.n_head % spec.n_head_kv != 0) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "heads must divide the embedding size and kv heads must divide heads");
-    }
-    if (spec.n_vocab < 300) return make_error(H2O_ERR_INVALID_ARGUMENT, "the synthetic vocabulary needs at least 300 tokens");
-    const int64_t block = traits(spec.type).block_elements;
-    if (spec.n_embd % block != 0 || spec.n_ff % block != 0) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, std::string("embedding and feed-forward sizes must be multiples of ") +
-                                                        std::to_string(block) + " for " + type_name(spec.type));
-    }
+    H2O_TRY(check_spec(spec));
+    const std::string &arch = spec.architecture;
+    const int head_dim = spec.head_dim != 0 ? spec.head_dim : spec.n_embd / spec.n_head;
+    auto key = [&arch](const char *option) { return arch + "." + option; };
 
     GgufWriter w;
-    w.add_string("general.architecture", "llama");
+    w.add_string("general.architecture", arch);
     w.add_string("general.name", "synthetic");
-    w.add_u32("llama.context_length", spec.n_ctx);
-    w.add_u32("llama.embedding_length", spec.n_embd);
-    w.add_u32("llama.feed_forward_length", spec.n_ff);
-    w.add_u32("llama.block_count", spec.n_layer);
-    w.add_u32("llama.attention.head_count", spec.n_head);
-    w.add_u32("llama.attention.head_count_kv", spec.n_head_kv);
-    w.add_u32("llama.rope.dimension_count", spec.n_embd / spec.n_head);
-    w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    w.add_u32(key("context_length"), spec.n_ctx);
+    w.add_u32(key("embedding_length"), spec.n_embd);
+    w.add_u32(key("feed_forward_length"), spec.n_ff);
+    w.add_u32(key("block_count"), spec.n_layer);
+    w.add_u32(key("attention.head_count"), spec.n_head);
+    w.add_u32(key("attention.head_count_kv"), spec.n_head_kv);
+    if (spec.head_dim != 0) {
+        w.add_u32(key("attention.key_length"), head_dim);
+        w.add_u32(key("attention.value_length"), head_dim);
+    }
+    w.add_u32(key("rope.dimension_count"), head_dim);
+    w.add_f32(key("rope.freq_base"), spec.rope_freq_base);
+    w.add_f32(key("attention.layer_norm_rms_epsilon"), arch == "llama" ? 1e-5f : 1e-6f);
 
     // Vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then made-up pieces.
     std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
@@ -92,26 +145,42 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
     w.add_u32("tokenizer.ggml.unknown_token_id", 0);
 
     Random rng(spec.seed);
-    const int64_t d = spec.n_embd, ff = spec.n_ff, kv = static_cast<int64_t>(spec.n_embd / spec.n_head) * spec.n_head_kv;
+    const int64_t d = spec.n_embd, ff = spec.n_ff;
+    const int64_t qd = static_cast<int64_t>(spec.n_head) * head_dim, kv = static_cast<int64_t>(head_dim) * spec.n_head_kv;
     // Scales of the usual initialisation (about 1/sqrt(fan_in)), so activations stay in range.
     const float in_scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const float out_scale = 1.0f / std::sqrt(static_cast<float>(qd));
     const float ff_scale = 1.0f / std::sqrt(static_cast<float>(ff));
     w.add_tensor("token_embd.weight", spec.type, {d, spec.n_vocab}, random_matrix(rng, spec.type, d, spec.n_vocab, 1.0f));
     w.add_tensor("output_norm.weight", TensorType::F32, {d}, ones(d));
     if (!spec.tied_output) {
         w.add_tensor("output.weight", spec.type, {d, spec.n_vocab}, random_matrix(rng, spec.type, d, spec.n_vocab, in_scale));
     }
+    if (spec.rope_freqs) {
+        w.add_tensor("rope_freqs.weight", TensorType::F32, {head_dim / 2}, floats_bytes(llama3_frequency_factors(head_dim, spec.rope_freq_base)));
+    }
     for (int l = 0; l < spec.n_layer; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         w.add_tensor(p + "attn_norm.weight", TensorType::F32, {d}, ones(d));
-        w.add_tensor(p + "attn_q.weight", spec.type, {d, d}, random_matrix(rng, spec.type, d, d, in_scale));
+        w.add_tensor(p + "attn_q.weight", spec.type, {d, qd}, random_matrix(rng, spec.type, d, qd, in_scale));
         w.add_tensor(p + "attn_k.weight", spec.type, {d, kv}, random_matrix(rng, spec.type, d, kv, in_scale));
         w.add_tensor(p + "attn_v.weight", spec.type, {d, kv}, random_matrix(rng, spec.type, d, kv, in_scale));
-        w.add_tensor(p + "attn_output.weight", spec.type, {d, d}, random_matrix(rng, spec.type, d, d, in_scale));
+        w.add_tensor(p + "attn_output.weight", spec.type, {qd, d}, random_matrix(rng, spec.type, qd, d, out_scale));
         w.add_tensor(p + "ffn_norm.weight", TensorType::F32, {d}, ones(d));
         w.add_tensor(p + "ffn_gate.weight", spec.type, {d, ff}, random_matrix(rng, spec.type, d, ff, in_scale));
         w.add_tensor(p + "ffn_up.weight", spec.type, {d, ff}, random_matrix(rng, spec.type, d, ff, in_scale));
         w.add_tensor(p + "ffn_down.weight", spec.type, {ff, d}, random_matrix(rng, spec.type, ff, d, ff_scale));
+        if (arch == "qwen2") {
+            // Biases of the size the projections' outputs have, so they matter.
+            w.add_tensor(p + "attn_q.bias", TensorType::F32, {qd}, random_vector(rng, qd, 0.0f, 0.5f));
+            w.add_tensor(p + "attn_k.bias", TensorType::F32, {kv}, random_vector(rng, kv, 0.0f, 0.5f));
+            w.add_tensor(p + "attn_v.bias", TensorType::F32, {kv}, random_vector(rng, kv, 0.0f, 0.5f));
+        }
+        if (arch == "qwen3") {
+            // Norm weights away from 1, so a weight applied to the wrong element shows.
+            w.add_tensor(p + "attn_q_norm.weight", TensorType::F32, {head_dim}, random_vector(rng, head_dim, 1.0f, 0.5f));
+            w.add_tensor(p + "attn_k_norm.weight", TensorType::F32, {head_dim}, random_vector(rng, head_dim, 1.0f, 0.5f));
+        }
     }
     return w.write(path);
 }

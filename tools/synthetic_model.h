@@ -1,5 +1,6 @@
-// Random-weight Llama models of any shape, written as GGUF, so benchmarks and tests never depend
-// on downloads. The vocabulary is synthetic too (byte tokens plus made-up pieces).
+// Random-weight models of any shape and of every architecture the runtime runs (architecture.h),
+// written as GGUF, so benchmarks and tests never depend on downloads. The vocabulary is synthetic
+// too (byte tokens plus made-up pieces).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +12,22 @@
 namespace h2o {
 
 struct SyntheticModelSpec {
+    // "llama", "qwen2" (q, k and v biases) or "qwen3" (per-head norms of q and k); each written
+    // with its tensors and its rotary convention, as the converters write real ones.
+    std::string architecture = "llama";
     int n_embd = 768;
     int n_layer = 12;
     int n_head = 12;
     int n_head_kv = 12;
+    int head_dim = 0;  // 0: n_embd / n_head; otherwise written as attention.key_length
     int n_ff = 2048;
     int n_vocab = 32000;
     int n_ctx = 2048;
-    TensorType type = TensorType::Q4_0;  // matrices; norms stay F32
+    float rope_freq_base = 10000.0f;
+    // Llama only: rope_freqs.weight with Llama 3.1's per-pair frequency factors (scale 8 over an
+    // original context of 8192).
+    bool rope_freqs = false;
+    TensorType type = TensorType::Q4_0;  // matrices; norms and biases stay F32
     bool tied_output = false;
     uint64_t seed = 1;
 };

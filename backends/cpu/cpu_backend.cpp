@@ -119,24 +119,22 @@ public:
     Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) override {
         H2O_TRY(injected_fault());
         const int32_t *pos = host<const int32_t>(positions);
-        const int half = shape.rope_dims / 2, group = shape.n_head / shape.n_head_kv;
+        const RotarySpec &rope = shape.rope;
+        const int n_pairs = rope.pairs(), group = shape.n_head / shape.n_head_kv;
+        const std::vector<double> &inv_freq = rope_inv_freqs(rope);
         // Each kv head's positions (all the same set unless per_kv_head); its query heads share them.
         const int sets = per_kv_head ? shape.n_head_kv : 1;
         for (int set = 0; set < sets; ++set) {
             const int first_kv = per_kv_head ? set : 0, end_kv = per_kv_head ? set + 1 : shape.n_head_kv;
             for (int t = 0; t < n; ++t) {
-                // The GGUF Llama convention rotates adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/d).
-                for (int i = 0; i < half; ++i) {
+                for (int i = 0; i < n_pairs; ++i) {
                     // Angles in double precision: positions reach tens of thousands, where float angles
                     // would lose the low bits that distinguish neighbouring positions.
                     // (rotary.h: the one implementation, shared with the KV cache and the CUDA kernels)
                     float c, s;
-                    rotary_cos_sin(pos[set * n + t], rotary_inv_freq(shape.rope_freq_base, i, shape.rope_dims), &c, &s);
+                    rotary_cos_sin(pos[set * n + t], inv_freq[static_cast<size_t>(i)], &c, &s);
                     auto rotate = [&](float *x, int first_head, int end_head) {
-                        for (int h = first_head; h < end_head; ++h) {
-                            float *p = x + h * shape.head_dim + 2 * i;
-                            rotate_pair(&p[0], &p[1], c, s);
-                        }
+                        for (int h = first_head; h < end_head; ++h) rotate_head_pair(x + h * shape.head_dim, rope.pairing, i, n_pairs, c, s);
                     };
                     rotate(host<float>(q) + t * q.cols, first_kv * group, end_kv * group);
                     rotate(host<float>(k) + t * k.cols, first_kv, end_kv);
@@ -162,6 +160,15 @@ public:
     Status add(const Tensor &acc, const Tensor &x, int n) override {
         H2O_TRY(injected_fault());
         cpu::add(host<float>(acc), host<const float>(acc), host<const float>(x), acc.cols * n);
+        return Status::Ok();
+    }
+
+    Status add_bias(const Tensor &acc, const Tensor &bias, int n) override {
+        H2O_TRY(injected_fault());
+        for (int t = 0; t < n; ++t) {
+            float *row = host<float>(acc) + t * acc.cols;
+            cpu::add(row, row, host<const float>(bias), acc.cols);
+        }
         return Status::Ok();
     }
 
@@ -261,6 +268,15 @@ public:
     void inject_fault(int after) { fault_countdown_ = after; }
 
 private:
+    // The inverse frequencies of `rope`, computed when it changes (a session's model: once).
+    const std::vector<double> &rope_inv_freqs(const RotarySpec &rope) {
+        if (!(rope == rope_spec_)) {
+            rope_spec_ = rope;
+            rope_inv_freq_ = rope.inv_freqs();
+        }
+        return rope_inv_freq_;
+    }
+
     // Like a device error, an injected fault stays: every later operation fails too.
     Status injected_fault() {
         if (fault_countdown_ == 0) fault_ = make_error(H2O_ERR_BACKEND_FAILED, "cpu backend: injected fault");
@@ -299,6 +315,8 @@ private:
         return weight_is_copy(weight) ? cpu::WeightLayout::Interleaved8 : cpu::WeightLayout::Rows;
     }
 
+    RotarySpec rope_spec_;
+    std::vector<double> rope_inv_freq_;  // rope_spec_.inv_freqs()
     int fault_countdown_ = -1;  // no fault
     Status fault_;
     KvCache kv_;

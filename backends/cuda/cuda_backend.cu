@@ -95,7 +95,7 @@ __global__ void matmul_kernel(float *out, int64_t out_cols, const uint8_t *weigh
 
 // pos_head_stride: 0, one position per token; n, n per kv head (a query head takes its kv head's).
 __global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, const int32_t *positions, int pos_head_stride,
-                            const double *inv_freq, int pairs, int head_dim, int n_head, int n_head_kv) {
+                            const double *inv_freq, int pairs, RotaryPairing pairing, int head_dim, int n_head, int n_head_kv) {
     const int t = blockIdx.x;
     const int total = (n_head + n_head_kv) * pairs;
     for (int u = threadIdx.x; u < total; u += blockDim.x) {
@@ -104,7 +104,7 @@ __global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, 
         const int kv_head = head < n_head ? head / (n_head / n_head_kv) : head - n_head;
         float c, s;
         rotary_cos_sin(positions[kv_head * pos_head_stride + t], inv_freq[i], &c, &s);
-        rotate_pair(&p[2 * i], &p[2 * i + 1], c, s);
+        rotate_head_pair(p, pairing, i, pairs, c, s);
     }
 }
 
@@ -118,6 +118,13 @@ __global__ void swiglu_kernel(float *gate, const float *up, int64_t count) {
 __global__ void add_kernel(float *acc, const float *x, int64_t count) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         acc[i] = acc[i] + x[i];
+    }
+}
+
+// acc[i] += bias[i % cols]: one row added to every row.
+__global__ void add_bias_kernel(float *acc, const float *bias, int64_t cols, int64_t count) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        acc[i] = acc[i] + bias[i % cols];
     }
 }
 
@@ -183,6 +190,7 @@ struct KvDevice {
 struct ClaimArgs {
     KvDevice kv;
     int layer, n_kv, n_slots, head_dim, n, pairs;  // n_slots: the layer's
+    RotaryPairing pairing;
     size_t first_slot;                             // the layer's first cell's first slot
     KvRowFormat key_format, value_format;
     size_t key_row, value_row;
@@ -398,7 +406,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                     for (int i = 0; i < a.pairs; ++i) {
                         float c, sn;
                         rotary_cos_sin(-shift, a.kv.inv_freq[i], &c, &sn);
-                        rotate_pair(&key[2 * i], &key[2 * i + 1], c, sn);
+                        rotate_head_pair(key, a.pairing, i, a.pairs, c, sn);
                     }
                     kv_encode_row(a.key_format, key, a.head_dim, row);
                 }
@@ -647,12 +655,12 @@ public:
 
     Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) override {
         H2O_TRY(failed_);
-        if (n <= 0 || shape.rope_dims < 2) return Status::Ok();
+        if (n <= 0 || shape.rope.pairs() < 1) return Status::Ok();
         const double *inv_freq = nullptr;
-        H2O_TRY(rope_table(shape.rope_freq_base, shape.rope_dims, &inv_freq));
+        H2O_TRY(rope_table(shape.rope, &inv_freq));
         rope_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(q), q.cols, device_ptr<float>(k), k.cols,
-                                               device_ptr<const int32_t>(positions), per_kv_head ? n : 0, inv_freq, shape.rope_dims / 2,
-                                               shape.head_dim, shape.n_head, shape.n_head_kv);
+                                               device_ptr<const int32_t>(positions), per_kv_head ? n : 0, inv_freq, shape.rope.pairs(),
+                                               shape.rope.pairing, shape.head_dim, shape.n_head, shape.n_head_kv);
         return launched("rope");
     }
 
@@ -670,6 +678,14 @@ public:
         if (count <= 0) return Status::Ok();
         add_kernel<<<grid_for(count), kBlock, 0, stream_>>>(device_ptr<float>(acc), device_ptr<const float>(x), count);
         return launched("add");
+    }
+
+    Status add_bias(const Tensor &acc, const Tensor &bias, int n) override {
+        H2O_TRY(failed_);
+        const int64_t count = acc.cols * n;
+        if (count <= 0) return Status::Ok();
+        add_bias_kernel<<<grid_for(count), kBlock, 0, stream_>>>(device_ptr<float>(acc), device_ptr<const float>(bias), acc.cols, count);
+        return launched("add_bias");
     }
 
     Status argmax(const Tensor &out, const Tensor &in, int n) override {
@@ -795,17 +811,15 @@ private:
         return synchronize();
     }
 
-    // The rotary inverse frequencies of (base, dims) on the device (rotary.h computes them on the host).
-    Status rope_table(float base, int dims, const double **out) {
-        if (!rope_inv_freq_ || rope_base_ != base || rope_dims_ != dims) {
-            std::vector<double> table(static_cast<size_t>(dims / 2));
-            for (size_t i = 0; i < table.size(); ++i) table[i] = rotary_inv_freq(base, static_cast<int>(i), dims);
-            if (!rope_inv_freq_ || rope_dims_ < dims) H2O_TRY(device_array(table.size(), &rope_inv_freq_));
+    // The rotary inverse frequencies of `rope` on the device (RotarySpec computes them on the host).
+    Status rope_table(const RotarySpec &rope, const double **out) {
+        if (!rope_inv_freq_ || !(rope_spec_ == rope)) {
+            const std::vector<double> table = rope.inv_freqs();
+            if (!rope_inv_freq_ || rope_spec_.pairs() < rope.pairs()) H2O_TRY(device_array(table.size(), &rope_inv_freq_));
             // In stream order (earlier kernels read the old table), waited for: the host table goes
             // out of scope.
             H2O_TRY(copy_to_device_now(rope_inv_freq_, table.data(), table.size() * sizeof(double)));
-            rope_base_ = base;
-            rope_dims_ = dims;
+            rope_spec_ = rope;
         }
         *out = rope_inv_freq_;
         return Status::Ok();
@@ -819,8 +833,7 @@ private:
     size_t allocated_ = 0;
     Traffic traffic_;
     double *rope_inv_freq_ = nullptr;
-    float rope_base_ = 0.0f;
-    int rope_dims_ = 0;
+    RotarySpec rope_spec_;  // what rope_inv_freq_ holds
 
     bool has_kv_ = false;
     int32_t span_min_[KV_MAX_SPANS] = {};  // set_kv_span_minimums
@@ -857,10 +870,9 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(device_array(per_head, &kv_.batch_slot));
     H2O_TRY(device_array(per_head, &kv_.victims));
     H2O_TRY(device_array(static_cast<size_t>(config.max_slots()), &kv_.candidates));
-    const int pairs = config.rope_dims / 2;
+    const int pairs = config.rope.pairs();
     H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &kv_.inv_freq));
-    std::vector<double> inv_freq(static_cast<size_t>(pairs));
-    for (int i = 0; i < pairs; ++i) inv_freq[i] = rotary_inv_freq(config.rope_freq_base, i, config.rope_dims);
+    const std::vector<double> inv_freq = config.rope.inv_freqs();
     H2O_TRY(copy_to_device_now(kv_.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(double)));
     // The attention scratch is sized at the first attention call, when the number of query heads
     // is known.
@@ -915,7 +927,8 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     c.first_slot = first_slot;
     c.head_dim = shape.head_dim;
     c.n = n;
-    c.pairs = kv_config_.rope_dims / 2;
+    c.pairs = kv_config_.rope.pairs();
+    c.pairing = kv_config_.rope.pairing;
     c.key_format = kv_key_format(kv_config_.type);
     c.value_format = kv_value_format(kv_config_.type);
     c.key_row = key_row_;
@@ -1015,8 +1028,8 @@ Status cuda_runs_kv(const KvConfig &config) {
         return make_error(H2O_ERR_UNSUPPORTED, "the CUDA attention kernels run heads of up to " + std::to_string(kCudaMaxHeadDim) +
                                                    " dimensions, not " + std::to_string(config.head_dim));
     }
-    if (config.rope_dims < 0 || config.rope_dims > config.head_dim) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "rotary dimensions " + std::to_string(config.rope_dims) + " do not fit heads of " +
+    if (config.rope.dims < 0 || config.rope.dims > config.head_dim) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "rotary dimensions " + std::to_string(config.rope.dims) + " do not fit heads of " +
                                                         std::to_string(config.head_dim));
     }
     return Status::Ok();

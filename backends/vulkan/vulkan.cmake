@@ -65,6 +65,7 @@ if(H2O_VULKAN)
   h2o_vk_shader(kv_claim kv_claim.comp vulkan1.0)
   h2o_vk_shader(rope rope.comp vulkan1.0)
   h2o_vk_shader(add elementwise.comp vulkan1.0 -DOP_ADD)
+  h2o_vk_shader(add_bias elementwise.comp vulkan1.0 -DOP_ADD_BIAS)
   h2o_vk_shader(swiglu elementwise.comp vulkan1.0 -DOP_SWIGLU)
 
   string(REPLACE ";" "," h2o_vk_name_list "${h2o_vk_names}")

@@ -56,7 +56,7 @@ constexpr uint32_t kMatmulTileRows = 64, kMatmulTileTokens = 32;
 constexpr uint32_t kElementwiseGroup = 128;   // WG of get_rows / elementwise
 constexpr uint32_t kRopeGroup = 64;
 constexpr uint32_t kStatsGroup = 64;
-constexpr uint32_t kRopeTablePairs = 512;     // rope_dims up to 1024
+constexpr uint32_t kRopeTablePairs = 512;     // rotary dimensions up to 1024
 constexpr int kMaxHeadDim = 256;              // MAX_HEAD_DIM in attention.comp
 constexpr VkDeviceSize kAttentionScratchBudget = VkDeviceSize{32} << 20;
 constexpr uint32_t kSetsPerPool = 64;
@@ -161,9 +161,11 @@ struct MatmulPush {
 struct RopePush {
     uint32_t q_off, k_off, pos_off, table_off, n_head, n_head_kv, head_dim, pairs, n, q_stride, k_stride;
     uint32_t pos_head_stride;  // 0: one position per token; n: n per kv head, kv head after kv head
+    uint32_t pairing;          // RotaryPairing
 };
 struct ElementwisePush {
     uint32_t a_off, b_off, count;
+    uint32_t b_cols;  // add_bias: b is one row of this many
 };
 struct KvClaimPush {
     uint32_t first_index[2], recent_from[2], stale_before[2];
@@ -177,7 +179,7 @@ struct KvClaimPush {
     float prompt_share;
     uint32_t prompt_seed;
 };
-constexpr uint32_t kKvClaimRolling = 1, kKvClaimByProxy = 2, kKvClaimPositionsPerKvHead = 4;
+constexpr uint32_t kKvClaimRolling = 1, kKvClaimByProxy = 2, kKvClaimPositionsPerKvHead = 4, kKvClaimHalvesPairing = 8;
 struct AttentionPush {
     uint32_t first_index[2];
     uint32_t q_off, q_stride, out_off, out_stride;
@@ -213,13 +215,14 @@ uint64_t handle_bits(VkBuffer b) {
     return bits;
 }
 
-// Per rotary pair i, base^(-2i/dims) in turns as a 64-bit fixed-point fraction (rotary.glsl).
-// The frequency is computed exactly as the CPU reference computes it, in double precision.
-std::vector<uint64_t> rope_turn_fractions(int rope_dims, float base) {
-    std::vector<uint64_t> table(static_cast<size_t>(rope_dims / 2));
+// Per rotary pair i, its inverse frequency (RotarySpec::inv_freq) in turns as a 64-bit
+// fixed-point fraction (rotary.glsl). The frequency is computed exactly as the CPU reference
+// computes it, in double precision.
+std::vector<uint64_t> rope_turn_fractions(const RotarySpec &rope) {
+    std::vector<uint64_t> table(static_cast<size_t>(rope.pairs()));
     const long double two_pi = 6.283185307179586476925286766559L;
     for (size_t i = 0; i < table.size(); ++i) {
-        const double freq = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / rope_dims);
+        const double freq = rope.inv_freq(static_cast<int>(i));
         long double turns = static_cast<long double>(freq) / two_pi;
         turns -= std::floor(turns);
         const long double scaled = std::ldexp(turns, 64);
@@ -256,6 +259,7 @@ public:
     Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) override;
     Status swiglu(const Tensor &gate, const Tensor &up, int n) override;
     Status add(const Tensor &acc, const Tensor &x, int n) override;
+    Status add_bias(const Tensor &acc, const Tensor &bias, int n) override;
     Status argmax(const Tensor &out, const Tensor &in, int n) override;
     Status elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n);
 
@@ -350,7 +354,7 @@ private:
     void record_upload(VkBuffer dst, VkDeviceSize dst_offset, const void *src, VkDeviceSize bytes);
     void record_fill(VkBuffer dst, VkDeviceSize offset, VkDeviceSize bytes, uint32_t value);
     Status download_range(VkBuffer src, VkDeviceSize offset, void *dst, VkDeviceSize bytes);
-    void ensure_rope_table(int slot, int rope_dims, float base);
+    void ensure_rope_table(int slot, const RotarySpec &rope);
 
     // First: the blocks of shared weights and everything else below need the device.
     std::shared_ptr<vk::SharedDevice> device_;
@@ -393,10 +397,9 @@ private:
     uint64_t bytes_to_device_ = 0, bytes_to_host_ = 0, submissions_ = 0, dispatches_ = 0, barriers_ = 0;
     uint64_t weight_bytes_to_device_ = 0;  // of bytes_to_device_: weights this backend uploaded
 
-    // Rotary tables: slot 0 for rope(), slot 1 for re-rotating rolled keys.
+    // Rotary tables: slot 0 for rope(), slot 1 for re-rotating rolled keys; what each holds.
     Tensor rope_table_;
-    int rope_dims_[2] = {-1, -1};
-    float rope_base_[2] = {0, 0};
+    RotarySpec rope_spec_[2];
 
     // KV cache.
     bool has_kv_ = false;
@@ -877,11 +880,17 @@ Status VulkanBackend::get_rows(const Tensor &out, const Tensor &table, const Ten
 
 Status VulkanBackend::rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) {
     if (failed() || n <= 0) return error_;
-    const Bound i = bind(in, false);
     const Bound w = bind(weight, false);
-    const Bound o = bind(out, true);
-    const RmsNormPush push{i.word, w.word, o.word, static_cast<uint32_t>(in.cols), eps};
-    dispatch(reduction_kernel("rms_norm"), {i, w, o}, &push, sizeof push, static_cast<uint32_t>(n));
+    // One workgroup a row, at most 65535 rows a dispatch (the per-head norms of a batch have
+    // tokens x heads rows).
+    constexpr int kRowsPerDispatch = 65535;
+    for (int r0 = 0; r0 < n; r0 += kRowsPerDispatch) {
+        const int count = std::min(kRowsPerDispatch, n - r0);
+        const Bound i = bind(in.slice_rows(r0, count), false);
+        const Bound o = bind(out.slice_rows(r0, count), true);
+        const RmsNormPush push{i.word, w.word, o.word, static_cast<uint32_t>(in.cols), eps};
+        dispatch(reduction_kernel("rms_norm"), {i, w, o}, &push, sizeof push, static_cast<uint32_t>(count));
+    }
     return error_;
 }
 
@@ -911,24 +920,23 @@ Status VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tens
     return error_;
 }
 
-void VulkanBackend::ensure_rope_table(int slot, int rope_dims, float base) {
-    if (rope_dims_[slot] == rope_dims && rope_base_[slot] == base) return;
-    const std::vector<uint64_t> table = rope_turn_fractions(rope_dims, base);
+void VulkanBackend::ensure_rope_table(int slot, const RotarySpec &rope) {
+    if (rope_spec_[slot] == rope) return;
+    const std::vector<uint64_t> table = rope_turn_fractions(rope);
     record_upload(block(rope_table_).buffer, rope_table_.offset + slot * kRopeTablePairs * sizeof(uint64_t), table.data(),
                   table.size() * sizeof(uint64_t));
-    rope_dims_[slot] = rope_dims;
-    rope_base_[slot] = base;
+    rope_spec_[slot] = rope;
 }
 
 Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) {
-    const int pairs = shape.rope_dims / 2;
+    const int pairs = shape.rope.pairs();
     if (failed() || n <= 0 || pairs <= 0) return error_;
     if (pairs > static_cast<int>(kRopeTablePairs)) {
-        fail("rope_dims " + std::to_string(shape.rope_dims) + " is larger than supported (" + std::to_string(2 * kRopeTablePairs) + ")",
+        fail("rotary dimensions " + std::to_string(shape.rope.dims) + " are more than supported (" + std::to_string(2 * kRopeTablePairs) + ")",
              H2O_ERR_INTERNAL);
         return error_;
     }
-    ensure_rope_table(0, shape.rope_dims, shape.rope_freq_base);
+    ensure_rope_table(0, shape.rope);
     const Bound bq = bind(q, true);
     const Bound bk = bind(k, true);
     const Bound bp = bind(positions, false);
@@ -936,7 +944,7 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
     const RopePush push{bq.word, bk.word, bp.word, bt.word / 2, static_cast<uint32_t>(shape.n_head),
                         static_cast<uint32_t>(shape.n_head_kv), static_cast<uint32_t>(shape.head_dim), static_cast<uint32_t>(pairs),
                         static_cast<uint32_t>(n), static_cast<uint32_t>(q.cols), static_cast<uint32_t>(k.cols),
-                        per_kv_head ? static_cast<uint32_t>(n) : 0u};
+                        per_kv_head ? static_cast<uint32_t>(n) : 0u, static_cast<uint32_t>(shape.rope.pairing)};
     uint32_t gx, gy;
     grid_1d(static_cast<uint64_t>(n) * (shape.n_head + shape.n_head_kv) * pairs, kRopeGroup, &gx, &gy);
     dispatch("rope", {bq, bk, bp, bt}, &push, sizeof push, gx, gy);
@@ -946,6 +954,8 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
 Status VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) { return elementwise("swiglu", gate, up, n); }
 
 Status VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) { return elementwise("add", acc, x, n); }
+
+Status VulkanBackend::add_bias(const Tensor &acc, const Tensor &bias, int n) { return elementwise("add_bias", acc, bias, n); }
 
 Status VulkanBackend::argmax(const Tensor &out, const Tensor &in, int n) {
     if (failed() || n <= 0) return error_;
@@ -962,7 +972,7 @@ Status VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const
     const uint64_t count = static_cast<uint64_t>(out.cols) * n;
     const Bound a = bind(out, true);
     const Bound b = bind(in, false);
-    const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count)};
+    const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count), static_cast<uint32_t>(in.cols)};
     uint32_t gx, gy;
     grid_1d(count, kElementwiseGroup, &gx, &gy);
     dispatch(pipeline, {a, b}, &push, sizeof push, gx, gy);
@@ -1016,7 +1026,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     layout_ = layout;
     chunk_capacity_ = capacity;
     has_kv_ = true;
-    if (config.rolling && config.rope_dims >= 2) ensure_rope_table(1, config.rope_dims, config.rope_freq_base);
+    if (config.rolling && config.rope.dims >= 2) ensure_rope_table(1, config.rope);
     return clear_kv();
 }
 
@@ -1255,9 +1265,10 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.tag = batch.tag;
         push.policy = static_cast<uint32_t>(policy.policy);
         push.sinks = static_cast<uint32_t>(std::max(0, policy.sinks));
-        push.pairs = static_cast<uint32_t>(kv_.rope_dims / 2);
+        push.pairs = static_cast<uint32_t>(kv_.rope.pairs());
         push.flags = (kv_.rolling ? kKvClaimRolling : 0) | (kv_ranks_by_proxy(policy, n) ? kKvClaimByProxy : 0) |
-                     (batch.positions_per_kv_head ? kKvClaimPositionsPerKvHead : 0);
+                     (batch.positions_per_kv_head ? kKvClaimPositionsPerKvHead : 0) |
+                     (kv_.rope.pairing == RotaryPairing::Halves ? kKvClaimHalvesPairing : 0);
         push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
         push.prompt_share = policy.prompt_random_share;
         push.prompt_seed = kv_prompt_seed(policy);
@@ -1367,8 +1378,9 @@ Status vulkan_runs_kv(const KvConfig &config) {
                                                    std::to_string(kMaxHeadDim) + ")");
     }
     H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
-    if (config.rolling && config.rope_dims / 2 > static_cast<int>(kRopeTablePairs)) {
-        return make_error(H2O_ERR_UNSUPPORTED, "rope_dims " + std::to_string(config.rope_dims) + " is too large");
+    if (config.rolling && config.rope.pairs() > static_cast<int>(kRopeTablePairs)) {
+        return make_error(H2O_ERR_UNSUPPORTED, "rotary dimensions " + std::to_string(config.rope.dims) + " are more than the Vulkan backend rolls (" +
+                                                   std::to_string(2 * kRopeTablePairs) + ")");
     }
     return Status::Ok();
 }

@@ -29,13 +29,12 @@ void cuda_host_kv_encode_row(KvRowFormat type, const float *src, int head_dim, u
 
 void cuda_host_kv_decode_row(KvRowFormat type, const uint8_t *src, int head_dim, float *dst) { kv_decode_row(type, src, head_dim, dst); }
 
-void cuda_host_rope(float *x, int n_heads, int head_dim, int rope_dims, float base, int pos) {
-    for (int i = 0; i < rope_dims / 2; ++i) {
-        const double inv_freq = rotary_inv_freq(base, i, rope_dims);
+void cuda_host_rope(float *x, int n_heads, int head_dim, const double *inv_freq, int pairs, RotaryPairing pairing, int pos) {
+    for (int i = 0; i < pairs; ++i) {
         for (int h = 0; h < n_heads; ++h) {
             float c, s;
-            rotary_cos_sin(pos, inv_freq, &c, &s);
-            rotate_pair(&x[h * head_dim + 2 * i], &x[h * head_dim + 2 * i + 1], c, s);
+            rotary_cos_sin(pos, inv_freq[i], &c, &s);
+            rotate_head_pair(x + h * head_dim, pairing, i, pairs, c, s);
         }
     }
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kv_format.h"
+#include "rotary.h"
 #include "tensor_types.h"
 
 namespace h2o {
@@ -15,9 +16,10 @@ void cuda_host_half_to_float(const uint16_t *in, int n, float *out);
 void cuda_host_weight_row(TensorType type, const uint8_t *row, int64_t n, float *out);
 void cuda_host_kv_encode_row(KvRowFormat type, const float *src, int head_dim, uint8_t *dst);
 void cuda_host_kv_decode_row(KvRowFormat type, const uint8_t *src, int head_dim, float *dst);
-// Rotates the first rope_dims of each of n_heads heads of x in place, by position pos, as the
-// rope kernel does (inverse frequencies from the host, as the backend uploads them).
-void cuda_host_rope(float *x, int n_heads, int head_dim, int rope_dims, float base, int pos);
+// Rotates the first 2 * pairs dimensions of each of n_heads heads of x in place, paired as
+// `pairing` says, by position pos, as the rope kernel does (inverse frequencies from the host, as
+// the backend uploads them: RotarySpec::inv_freqs).
+void cuda_host_rope(float *x, int n_heads, int head_dim, const double *inv_freq, int pairs, RotaryPairing pairing, int pos);
 // Softmax of n scores (-infinity: masked) as the attention kernel computes it: the scores dealt
 // out to `lanes` online states in turn, merged pairwise as a tree (lanes: a power of two).
 void cuda_host_softmax(const float *scores, int n, int lanes, float *weights);

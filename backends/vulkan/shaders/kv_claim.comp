@@ -36,14 +36,15 @@ layout(push_constant) uniform Params {
     uint meta_off, n_cells, n_slots, n_kv, max_batch;  // n_slots: the most a cell of this layer holds
     uint first_slot, total_slots;                      // the first slot of the layer's pool (its rows); every cell's slots
     uint layer, head_dim, n, tag, policy, sinks, pairs;
-    uint flags;    // FLAG_ROLLING, FLAG_BY_PROXY (kv_ranks_by_proxy), FLAG_POSITIONS_PER_KV_HEAD
+    uint flags;    // FLAG_ROLLING, FLAG_BY_PROXY (kv_ranks_by_proxy), FLAG_POSITIONS_PER_KV_HEAD, FLAG_HALVES_PAIRING
     uint formats;  // KvRowFormat of keys | of values << 8
     float prompt_share;  // kv_prompt_random_factor's share and seed
     uint prompt_seed;
 } p;
 
 // FLAG_POSITIONS_PER_KV_HEAD: positions holds n per kv head, kv head after kv head (AttentionBatch).
-const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u, FLAG_POSITIONS_PER_KV_HEAD = 4u;
+// FLAG_HALVES_PAIRING: the rotary pairs are the halves of the rotated dimensions (rotary.glsl).
+const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u, FLAG_POSITIONS_PER_KV_HEAD = 4u, FLAG_HALVES_PAIRING = 8u;
 #define KEY_FORMAT (p.formats & 0xFFu)
 #define VALUE_FORMAT (p.formats >> 8)
 
@@ -360,11 +361,12 @@ void make_room(uint cell, uint h) {
             meta[L.position + at] = uint(int(meta[L.position + at]) - shift);
             const uint key = p.keys_off + (at - p.first_slot) * kv_row_words(KEY_FORMAT, p.head_dim);
             load_key(key);
+            const uint pairing = (p.flags & FLAG_HALVES_PAIRING) != 0u ? PAIRING_HALVES : PAIRING_ADJACENT;
             for (uint i = 0u; i < p.pairs; ++i) {
-                const vec2 r = rotate_pair(vec2(kv_row[2u * i], kv_row[2u * i + 1u]),
-                                           rotary_cos_sin(-shift, turn_fractions[p.table_off + i]));
-                kv_row[2u * i] = r.x;
-                kv_row[2u * i + 1u] = r.y;
+                const uvec2 e = rotary_pair_elements(pairing, i, p.pairs);
+                const vec2 r = rotate_pair(vec2(kv_row[e.x], kv_row[e.y]), rotary_cos_sin(-shift, turn_fractions[p.table_off + i]));
+                kv_row[e.x] = r.x;
+                kv_row[e.y] = r.y;
             }
             store_key(key);
         }

@@ -49,3 +49,10 @@ vec2 rotary_cos_sin(int pos, uvec2 turn_fraction) {
 vec2 rotate_pair(vec2 ab, vec2 cs) {
     return vec2(ab.x * cs.x - ab.y * cs.y, ab.x * cs.y + ab.y * cs.x);
 }
+
+// The elements of rotary pair i of a head, as offsets from the head's first (rotary.h's
+// RotaryPairing): adjacent (2i, 2i + 1), or halves (i, i + pairs).
+const uint PAIRING_ADJACENT = 0u, PAIRING_HALVES = 1u;
+uvec2 rotary_pair_elements(uint pairing, uint i, uint pairs) {
+    return pairing == PAIRING_HALVES ? uvec2(i, i + pairs) : uvec2(2u * i, 2u * i + 1u);
+}

@@ -1,0 +1,32 @@
+#include "architecture.h"
+
+namespace h2o {
+
+namespace {
+
+using enum TensorPresence;
+
+// Llama files carry the rotary pairs adjacent (the GGUF converter permutes the q and k rows);
+// Qwen files keep the Hugging Face layout, whose pairs are the two halves.
+constexpr ArchitectureSpec kArchitectures[] = {
+    {"llama", RotaryPairing::Adjacent, /*qkv_bias=*/Optional, /*output_bias=*/Optional, /*qk_norm=*/Absent, /*rope_freqs=*/Optional},
+    {"qwen2", RotaryPairing::Halves, /*qkv_bias=*/Required, /*output_bias=*/Absent, /*qk_norm=*/Absent, /*rope_freqs=*/Absent},
+    {"qwen3", RotaryPairing::Halves, /*qkv_bias=*/Absent, /*output_bias=*/Absent, /*qk_norm=*/Required, /*rope_freqs=*/Absent},
+};
+
+}  // namespace
+
+const ArchitectureSpec *find_architecture(std::string_view name) {
+    for (const ArchitectureSpec &a : kArchitectures) {
+        if (name == a.name) return &a;
+    }
+    return nullptr;
+}
+
+std::string supported_architectures() {
+    std::string names;
+    for (const ArchitectureSpec &a : kArchitectures) names += (names.empty() ? "'" : ", '") + std::string(a.name) + "'";
+    return names;
+}
+
+}  // namespace h2o

@@ -1,0 +1,37 @@
+// The model architectures the graph runs, described as data: the tensors each one has beyond the
+// common Llama set, and how its rotary dimensions pair up. Model reads a file through its
+// architecture's description; what that implies reaches the graph and the backends as ModelShape
+// and ModelWeights (a bias or norm that is there or not, RotarySpec), never as the name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "rotary.h"
+
+namespace h2o {
+
+enum class TensorPresence : uint8_t {
+    Absent,    // a file that has it is refused (the graph would not use it)
+    Optional,  // used when the file has it
+    Required,  // a file without it is refused
+};
+
+struct ArchitectureSpec {
+    const char *name;  // general.architecture, and the prefix of its metadata keys
+    RotaryPairing rope_pairing;
+    TensorPresence qkv_bias;     // blk.N.attn_q.bias, attn_k.bias, attn_v.bias: added after the projections
+    TensorPresence output_bias;  // blk.N.attn_output.bias
+    TensorPresence qk_norm;      // blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim]: RMSNorm of
+                                 // each head of q and k before the rotation
+    TensorPresence rope_freqs;   // rope_freqs.weight [rope dims / 2]: per-pair frequency factors
+};
+
+// The description of `name`, or null when the graph does not run it.
+const ArchitectureSpec *find_architecture(std::string_view name);
+
+// The names the graph runs, quoted, for messages: "'llama', 'qwen2', 'qwen3'".
+std::string supported_architectures();
+
+}  // namespace h2o
