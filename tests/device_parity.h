@@ -324,14 +324,21 @@ inline void check_rms_norm_add_swiglu(Backends &b) {
 // Rotary rotation at large positions and with partial rotation. Both sides take cos and sin of
 // the same double-precision angle (a device may round a rare one differently in the last bit):
 // equal to a few ulps of the inputs (|x| <= 1).
+// Both pairings (rotary_spec.h), with and without frequency factors and linear scaling.
 inline void check_rope(Backends &b) {
     h2o::ModelShape shape;
     shape.n_head = 4;
     shape.n_head_kv = 2;
     shape.head_dim = 16;
     shape.n_embd = 64;
-    for (int rope_dims : {16, 12}) {
-        shape.rope_dims = rope_dims;
+    for (int variant = 0; variant < 6; ++variant) {
+        const int rope_dims = variant % 2 == 0 ? 16 : 12;
+        shape.rope.dims = rope_dims;
+        shape.rope.pairing = variant / 2 == 0 ? h2o::RotaryPairing::Adjacent : h2o::RotaryPairing::Halves;
+        const std::vector<float> factors = {1.0f, 1.0f, 1.25f, 2.5f, 6.0f, 8.0f, 8.0f, 8.0f};
+        shape.rope.freq_factors = variant / 2 == 2 ? std::vector<float>(factors.begin(), factors.begin() + rope_dims / 2) : std::vector<float>{};
+        shape.rope.freq_scale = variant / 2 == 2 ? 0.5f : 1.0f;
+        INFO("pairing " << static_cast<int>(shape.rope.pairing) << ", factors " << shape.rope.freq_factors.size());
         // Then per kv head (rolling with budgets per kv head): kv head 1's positions reversed.
         std::vector<int32_t> positions = {0, 1, 2, 7, 100, 511, 4096, 30000, 65535, 1000000, 123456789};
         const int n = static_cast<int>(positions.size());
@@ -346,6 +353,34 @@ inline void check_rope(Backends &b) {
             CHECK(max_abs_diff(b.cpu_floats(q.cpu, 64 * n), b.gpu_floats(q.gpu, 64 * n)) <= 1e-6);
             CHECK(max_abs_diff(b.cpu_floats(k.cpu, 32 * n), b.gpu_floats(k.gpu, 32 * n)) <= 1e-6);
         }
+    }
+}
+
+// A projection's bias (add_bias: exactly, one rounding each) and the per-head RMS norms of q and k
+// (rms_norm in place over a batch's rows seen as one row per head: Tensor::with_cols), to
+// rounding.
+inline void check_bias_and_head_norm(Backends &b) {
+    const int n = 5, heads = 4, head_dim = 32, width = heads * head_dim;
+    const auto data = random_floats(width * n, 21, -4, 4);
+    const Twin x = b.floats(width, n, data);
+    const Twin bias = b.weight(h2o::TensorType::F32, width, 1, random_floats(width, 22, -1, 1));
+    REQUIRE(b.cpu->add_bias(x.cpu, bias.cpu, n).ok());
+    REQUIRE(b.gpu->add_bias(x.gpu, bias.gpu, n).ok());
+    CHECK(same_bits(b.gpu_floats(x.gpu, width * n), b.cpu_floats(x.cpu, width * n)));
+    const Twin norm = b.weight(h2o::TensorType::F32, head_dim, 1, random_floats(head_dim, 23, 0.5f, 1.5f));
+    const h2o::Tensor c = x.cpu.with_cols(head_dim), g = x.gpu.with_cols(head_dim);
+    REQUIRE(b.cpu->rms_norm(c, c, norm.cpu, n * heads, 1e-6f).ok());
+    REQUIRE(b.gpu->rms_norm(g, g, norm.gpu, n * heads, 1e-6f).ok());
+    const auto cn = b.cpu_floats(x.cpu, width * n), gn = b.gpu_floats(x.gpu, width * n);
+    CHECK(max_abs_diff(cn, gn) <= 2e-6 * max_abs(cn));
+    // Normalised head by head, not row by row: head 3 of token 2 by hand, from the biased input.
+    const auto biased = b.cpu_floats(bias.cpu, width), weights = b.cpu_floats(norm.cpu, head_dim);
+    const size_t first = 2 * width + 3 * head_dim;
+    double ss = 0;
+    for (int i = 0; i < head_dim; ++i) ss += std::pow(static_cast<double>(data[first + i]) + biased[3 * head_dim + i], 2);
+    const double scale = 1.0 / std::sqrt(ss / head_dim + 1e-6);
+    for (int i = 0; i < head_dim; ++i) {
+        CHECK(cn[first + i] == doctest::Approx((data[first + i] + biased[3 * head_dim + i]) * scale * weights[i]).epsilon(1e-5));
     }
 }
 
@@ -367,9 +402,11 @@ inline void check_attention_without_eviction(Backends &b, h2o::KvType type) {
 // (layer, kv head), one token of the second pinned. The same victims as the CPU, step by step.
 // layer_slots: budgets that differ across the 2 layers (KvConfig::layer_slots; empty: 16 each).
 // prompt_proxy, random_share: one-shot prompt eviction's (the batches of several tokens).
+// rope: the rotary description rolled keys are turned back by (null: small_kv's, adjacent pairs).
 inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::KvType type, const std::vector<int> &layer_slots = {},
-                           int prompt_proxy = 0, float random_share = 0.0f) {
+                           int prompt_proxy = 0, float random_share = 0.0f, const h2o::RotarySpec *rope = nullptr) {
     h2o::KvConfig kv = small_kv(16, c.policy, c.recent, c.sinks, rolling, type);
+    if (rope) kv.rope = *rope;
     kv.layer_slots = layer_slots;
     kv.policy.horizon = c.horizon;
     kv.policy.prompt_proxy = prompt_proxy;

@@ -187,7 +187,7 @@ TEST_CASE("device parity: get_rows dequantizes exactly as the CPU for every weig
 TEST_CASE("device parity: rms_norm, add, swiglu and argmax match the CPU") {
     for_each_device(8, [](Backends &b, const DeviceKind &) {
         h2o_test::check_rms_norm_add_swiglu(b);
-        for (int64_t width : {1, 7, 300, 32000}) {
+        for (int64_t width : {1, 7, 300, 32000, 151936}) {  // up to Qwen's vocabulary
             const int rows = 5;
             std::vector<float> data = random_floats(width * rows, 6, -5, 5);
             if (width > 2) data[width + 2] = data[width + width - 1] = 9.0f;     // row 1: its maximum twice
@@ -212,6 +212,24 @@ TEST_CASE("device parity: rms_norm, add, swiglu and argmax match the CPU") {
 
 TEST_CASE("device parity: rope matches the CPU, including large positions and partial rotation") {
     for_each_device(16, [](Backends &b, const DeviceKind &) { h2o_test::check_rope(b); });
+}
+
+TEST_CASE("device parity: a projection's bias and the per-head norms of q and k match the CPU") {
+    for_each_device(8, [](Backends &b, const DeviceKind &) { h2o_test::check_bias_and_head_norm(b); });
+}
+
+TEST_CASE("device parity: rolling with rotary pairs of halves and frequency factors evicts and turns keys back as the CPU") {
+    RotarySpec rope;
+    rope.dims = 8;
+    rope.freq_base = 1000000.0f;
+    rope.pairing = RotaryPairing::Halves;
+    rope.freq_factors = {1.0f, 2.0f, 4.0f, 8.0f};
+    for (const auto &c : h2o_test::kPolicyCases) {
+        for (KvType type : {KvType::F32, KvType::F16}) {
+            INFO("policy " << std::string(kv_policy_name(c.policy)) << ", kv " << std::string(kv_type_name(type)));
+            for_each_device(8, [&](Backends &b, const DeviceKind &) { h2o_test::check_eviction(b, c, true, type, {}, 0, 0.0f, &rope); });
+        }
+    }
 }
 
 TEST_CASE("device parity: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
@@ -302,6 +320,71 @@ TEST_CASE("device parity: stories260K logits match the CPU after a prompt, batch
             const auto c1 = cpu.feed({t}), g1 = gpu.feed({t});
             CHECK(max_abs_diff(c1, g1) <= 1e-4 * max_abs(c1));
         }
+        if (kind.check_after) kind.check_after(*gpu.backend);
+    });
+}
+
+TEST_CASE("device parity: each architecture's greedy generation equals the CPU's, with a full cache and evicting rolling ones") {
+    // Synthetic models of each architecture (tools/synthetic_model.h), F16 weights: Llama 3 style
+    // (frequency factors, tied), Qwen 2 (biases, pairs of halves), Qwen 3 (per-head norms, heads
+    // wider than the embedding).
+    for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
+        SyntheticModelSpec spec;
+        spec.architecture = arch;
+        spec.n_embd = 128;
+        spec.n_layer = 3;
+        spec.n_head = 4;
+        spec.n_head_kv = 2;
+        spec.n_ff = 256;
+        spec.n_vocab = 1000;
+        spec.type = TensorType::F16;
+        spec.rope_freq_base = arch == "llama" ? 500000.0f : 1000000.0f;
+        spec.rope_freqs = arch == "llama";
+        spec.tied_output = arch != "qwen2";
+        spec.head_dim = arch == "qwen3" ? 64 : 0;
+        const std::string path = h2o_test::temp_path("parity-" + arch + ".gguf");
+        REQUIRE(write_synthetic_model(spec, path).ok());
+        struct Run {
+            int slots;
+            KvPolicy policy;
+            bool rolling;
+        };
+        for (const Run &r : {Run{256, KvPolicy::Full, false}, Run{24, KvPolicy::H2O, true}, Run{24, KvPolicy::SinkWindow, true},
+                             Run{24, KvPolicy::Scissorhands, false}}) {
+            INFO(arch << ", " << r.slots << " slots, " << std::string(kv_policy_name(r.policy)) << (r.rolling ? ", rolling" : ""));
+            KvPolicyConfig policy;
+            policy.policy = r.policy;
+            policy.recent = r.policy == KvPolicy::Full ? 0 : 8;
+            policy.sinks = r.policy == KvPolicy::SinkWindow ? 4 : 0;
+            for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
+                ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(b.gpu), r.slots, policy, r.rolling, KvType::F16, 40);
+                if (kind.check_after) kind.check_after(*gpu.backend);
+            });
+        }
+    }
+}
+
+TEST_CASE("device parity: a tied 128k vocabulary (the Llama 3 shape's) gives the CPU's logits and greedy tokens") {
+    // The output matrix is token_embd: 128256 rows, more than one dispatch's workgroups. F16
+    // weights: with Q8_0 the CPU's products of 8-bit activations differ from the device's float
+    // ones by more than the tolerance, at these unscaled tied embeddings (logits near 35).
+    SyntheticModelSpec spec;
+    spec.n_embd = 64;
+    spec.n_layer = 2;
+    spec.n_head = 4;
+    spec.n_head_kv = 1;
+    spec.n_ff = 128;
+    spec.n_vocab = 128256;
+    spec.type = TensorType::F16;
+    spec.tied_output = true;
+    spec.rope_freqs = true;
+    spec.rope_freq_base = 500000.0f;
+    const std::string path = h2o_test::temp_path("parity-llama-128k.gguf");
+    REQUIRE(write_synthetic_model(spec, path).ok());
+    KvPolicyConfig policy;
+    policy.policy = KvPolicy::Full;
+    for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
+        ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(b.gpu), 64, policy, false, KvType::F16, 8);
         if (kind.check_after) kind.check_after(*gpu.backend);
     });
 }
