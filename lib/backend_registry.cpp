@@ -49,10 +49,12 @@ Status plan_explicit(const BackendEntry &backend, int device_index, const Backen
 void plan_auto(const BackendRequirements &needs, std::vector<BackendCandidate> *out) {
     for (const BackendEntry *backend : registered_backends()) {
         std::vector<BackendDevice> devices;
-        Status listed = backend->devices(&devices);
+        Status listed = backend->auto_screen ? backend->auto_screen() : Status::Ok();
+        if (listed.ok()) listed = backend->devices(&devices);
         if (!listed.ok()) {
-            // A backend without a driver or devices has nothing to weigh; it stays in the plan,
-            // refused, so that the choice can say why it was passed over.
+            // A backend without a driver or devices, or ruled out by its screen, has nothing to
+            // weigh; it stays in the plan, refused, so that the choice can say why it was passed
+            // over.
             BackendDevice none;
             none.kind = backend->kind;
             none.device_index = -1;

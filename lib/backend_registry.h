@@ -52,6 +52,10 @@ struct BackendEntry {
     // reports it (the CPU backend adds its thread count to the name).
     Status (*create)(const BackendDevice &device, const BackendOptions &options, std::unique_ptr<Backend> *out,
                      BackendDevice *running);
+    // Asked by AUTO before `devices`, when not null: whether the backend may have a device AUTO
+    // would use, told without loading a driver (listing devices may load drivers that cost far
+    // more memory than the model). An error passes the backend over, with that reason.
+    Status (*auto_screen)();
 };
 
 // For a device backend whose memory holds the weights (at about their size in the file), the KV
@@ -85,7 +89,8 @@ struct BackendCandidate {
 // the kind or the kind lacks the device. AUTO gives every device of every backend: the device
 // backends' by that preference, then the CPU backend; a device backend's CPU implementation is
 // refused, being slower than the CPU backend. A backend whose devices cannot be listed (no
-// driver, no device) is in AUTO's plan once, refused with that error, its device_index -1.
+// driver, no device), or that its auto_screen rules out, is in AUTO's plan once, refused with
+// that error, its device_index -1.
 Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs,
                      std::vector<BackendCandidate> *out);
 

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,19 @@ BackendRequirements requirements_of(TensorType weight_type, const std::string &t
 }
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+// Why AUTO passes over a backend without listing its devices; Ok when it lists them.
+Status auto_screen_of(const BackendEntry &backend) { return backend.auto_screen ? backend.auto_screen() : Status::Ok(); }
+
+// The devices AUTO weighs: those of the backends its screens do not rule out.
+size_t devices_auto_lists() {
+    size_t n = 0;
+    for (const BackendEntry *backend : registered_backends()) {
+        std::vector<BackendDevice> devices;
+        if (auto_screen_of(*backend).ok() && backend->devices(&devices).ok()) n += devices.size();
+    }
+    return n;
+}
 
 // Collects the library's log messages while it lives.
 struct LogCapture {
@@ -197,7 +211,8 @@ TEST_CASE("backend registry: auto passes over devices that cannot run the model 
     std::vector<BackendCandidate> plan;
     REQUIRE(plan_backends(H2O_BACKEND_AUTO, -1, needs, &plan).ok());
     REQUIRE(!plan.empty());
-    // Every device, and once each backend that has none (refused, saying why).
+    // Every device, and once each backend that has none or that its screen rules out (refused,
+    // saying why).
     size_t without_devices = 0;
     for (const BackendCandidate &c : plan) {
         if (c.device.device_index >= 0) continue;
@@ -205,7 +220,7 @@ TEST_CASE("backend registry: auto passes over devices that cannot run the model 
         CHECK(c.verdict.code == H2O_ERR_BACKEND_UNAVAILABLE);
         CHECK(candidate_label(c) == std::string("the ") + backend_kind_title(c.backend->kind) + " backend");
     }
-    CHECK(plan.size() == list_backend_devices().size() + without_devices);
+    CHECK(plan.size() == devices_auto_lists() + without_devices);
     // The CPU comes last, and is the first device that can run the model.
     CHECK(plan.back().backend->kind == H2O_BACKEND_CPU);
     size_t chosen = 0;
@@ -216,7 +231,8 @@ TEST_CASE("backend registry: auto passes over devices that cannot run the model 
     CHECK(why.rfind("auto: chose the CPU backend", 0) == 0);
     for (size_t i = 0; i < chosen; ++i) {
         CHECK(contains(why, candidate_label(plan[i]) + ": " + plan[i].verdict.message));
-        if (plan[i].backend->kind != H2O_BACKEND_VULKAN) continue;  // CUDA without a device: tests/test_cuda.cpp
+        // CUDA without a device: tests/test_cuda.cpp; Vulkan ruled out by its screen: below.
+        if (plan[i].backend->kind != H2O_BACKEND_VULKAN || plan[i].device.device_index < 0) continue;
         CHECK(plan[i].verdict.code == H2O_ERR_UNSUPPORTED);
         CHECK(contains(plan[i].verdict.message, "head_dim 512"));
     }
@@ -244,7 +260,13 @@ TEST_CASE("backend registry: an auto session logs the choice and the reasons, an
     CAPTURE(line);
     CHECK(contains(line, "auto: chose the CPU backend"));
     for (const BackendDevice &d : list_backend_devices()) {
-        if (d.kind != H2O_BACKEND_CPU) CHECK(contains(line, d.name + " (" + d.type + "): head_dim 512"));
+        if (d.kind == H2O_BACKEND_CPU) continue;
+        const Status screen = auto_screen_of(*find_backend(d.kind));
+        if (screen.ok()) {
+            CHECK(contains(line, d.name + " (" + d.type + "): head_dim 512"));
+        } else {
+            CHECK(contains(line, std::string("the ") + backend_kind_title(d.kind) + " backend: " + screen.message));
+        }
     }
     // A device is made only once its backend has said it runs the session.
     CHECK(log.find("failed").empty());
@@ -321,6 +343,44 @@ TEST_CASE("backend registry: Vulkan supports() and adopt_weight agree on every w
         CHECK(adopted.message == answer.message);
     }
     REQUIRE(backend->synchronize().ok());
+}
+
+// Whether the Vulkan loader or a driver (libvulkan.so.1, libvulkan_lvp.so, ...) is in this process.
+bool vulkan_library_mapped() {
+    std::ifstream maps("/proc/self/maps");
+    REQUIRE(maps.good());
+    std::string line;
+    while (std::getline(maps, line)) {
+        if (contains(line, "libvulkan") || contains(line, "libvk_swiftshader")) return true;
+    }
+    return false;
+}
+
+TEST_CASE("backend registry: an auto session loads no Vulkan library where no installed driver offers a GPU") {
+    const Status screen = auto_screen_of(kVulkanBackendEntry);
+    if (screen.ok()) {
+        std::printf("H2O-SKIP: an installed Vulkan driver may offer a GPU here, so auto loads the drivers\n");
+        return;
+    }
+    if (vulkan_library_mapped()) {
+        std::printf("H2O-SKIP: a Vulkan library was loaded earlier in this process (run this test case alone)\n");
+        return;
+    }
+    CHECK(screen.code == H2O_ERR_BACKEND_UNAVAILABLE);
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 64;
+    LogCapture log;
+    h2o_test::ApiSession m;
+    REQUIRE_MESSAGE(m.open(synthetic_model_path(TensorType::F32, "unloaded"), sp), h2o_last_error());
+    h2o_backend_info chosen;
+    chosen.struct_size = sizeof(chosen);
+    REQUIRE(h2o_session_get_backend(m.session, &chosen) == H2O_OK);
+    CHECK(chosen.kind == H2O_BACKEND_CPU);
+    const std::string line = log.find("session backend:");
+    CAPTURE(line);
+    CHECK(contains(line, "auto: chose the CPU backend; the Vulkan backend: " + screen.message));
+    CHECK_FALSE(vulkan_library_mapped());
 }
 
 TEST_CASE("backend registry: an explicit Vulkan session the backend cannot run is refused with the backend's reason") {

@@ -42,6 +42,6 @@ Status cpu_create(const BackendDevice &, const BackendOptions &options, std::uni
 
 }  // namespace
 
-const BackendEntry kCpuBackendEntry = {H2O_BACKEND_CPU, cpu_devices, cpu_supports, cpu_create};
+const BackendEntry kCpuBackendEntry = {H2O_BACKEND_CPU, cpu_devices, cpu_supports, cpu_create, nullptr};
 
 }  // namespace h2o

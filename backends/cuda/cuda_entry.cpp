@@ -38,6 +38,6 @@ Status cuda_create(const BackendDevice &device, const BackendOptions &options, s
 
 }  // namespace
 
-const BackendEntry kCudaBackendEntry = {H2O_BACKEND_CUDA, cuda_devices, cuda_supports, cuda_create};
+const BackendEntry kCudaBackendEntry = {H2O_BACKEND_CUDA, cuda_devices, cuda_supports, cuda_create, nullptr};
 
 }  // namespace h2o

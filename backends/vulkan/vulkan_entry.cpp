@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "backend_registry.h"
+#include "vulkan/vk_installed_drivers.h"
 #include "vulkan/vulkan_backend.h"
 
 namespace h2o {
@@ -30,6 +31,14 @@ Status vulkan_devices(std::vector<BackendDevice> *out) {
     return listed.first;
 }
 
+// AUTO passes over a CPU implementation, so where the installed drivers can offer nothing else it
+// need not load them (vk_installed_drivers.h). What is installed does not change while a process
+// runs, so the drivers are looked at once.
+Status vulkan_auto_screen() {
+    static const Status verdict = vk::drivers_may_offer_gpu(vk::find_installed_drivers());
+    return verdict;
+}
+
 Status vulkan_supports(const BackendRequirements &needs, const BackendDevice &device) {
     for (TensorType type : needs.weight_types) H2O_TRY(vulkan_runs_weight_type(type));
     H2O_TRY(vulkan_runs_kv(needs.kv));
@@ -45,6 +54,7 @@ Status vulkan_create(const BackendDevice &device, const BackendOptions &options,
 
 }  // namespace
 
-const BackendEntry kVulkanBackendEntry = {H2O_BACKEND_VULKAN, vulkan_devices, vulkan_supports, vulkan_create};
+const BackendEntry kVulkanBackendEntry = {H2O_BACKEND_VULKAN, vulkan_devices, vulkan_supports, vulkan_create,
+                                         vulkan_auto_screen};
 
 }  // namespace h2o
