@@ -1,21 +1,36 @@
-// h2o-synth: writes a random-weight Llama model as GGUF, for benchmarks and tests.
+// h2o-synth: writes a random-weight model of any architecture the runtime runs (llama, qwen2,
+// qwen3) as GGUF, for benchmarks and tests: a synthetic vocabulary of any size, or a real one
+// read from a Hugging Face tokenizer.json.
 //
-//   h2o-synth -o OUT.gguf [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768] [--layers 12] [--heads 12]
-//             [--kv-heads 12] [--ff 2048] [--vocab 32000] [--ctx 2048] [--tied] [--seed 1]
+//   h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]
+//             [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]
+//             [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied] [--seed 1]
 //
 // The defaults give the ~110M-parameter shape used by the benchmarks.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
+#include "gguf.h"
+#include "hf_tokenizer.h"
 #include "options.h"
 #include "synthetic_model.h"
 
 namespace {
 
 constexpr const char *kUsage =
-    "usage: h2o-synth -o OUT.gguf [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768] [--layers 12] [--heads 12]\n"
-    "                 [--kv-heads 12] [--ff 2048] [--vocab 32000] [--ctx 2048] [--tied] [--seed 1]\n"
+    "usage: h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]\n"
+    "                 [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]\n"
+    "                 [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied] [--seed 1]\n"
+    "  --arch NAME            the architecture: llama (default), qwen2 (q, k and v biases), qwen3 (per-head\n"
+    "                         norms of q and k)\n"
+    "  --head-dim N           the head size (default: dim / heads), written as attention.key_length\n"
+    "  --vocab N|PATH         a synthetic vocabulary of N tokens, or a Hugging Face tokenizer.json (or its\n"
+    "                         folder: tokenizer_config.json and chat_template.jinja are read beside it)\n"
+    "  --rope-base B          the rotary frequency base (default 10000)\n"
+    "  --rope-freqs           llama: Llama 3.1's per-pair rotary frequency factors (rope_freqs.weight)\n"
+    "  --tied                 no output matrix: the output projection reuses token_embd\n"
     "  --version              print the library's version\n";
 
 // The weight types a synthetic model's matrices may have.
@@ -42,7 +57,21 @@ int main(int argc, char **argv) {
     cl.count("--heads", 1, kMaxDimension, &spec.n_head);
     cl.count("--kv-heads", 1, kMaxDimension, &spec.n_head_kv);
     cl.count("--ff", 1, kMaxDimension, &spec.n_ff);
-    cl.count("--vocab", 1, kMaxDimension, &spec.n_vocab);
+    std::string vocab_path;  // a tokenizer.json, or its folder
+    cl.option("--vocab", [&](const std::string &value) {
+        if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
+            spec.n_vocab = static_cast<int>(cl.to_count(value, 1, kMaxDimension));
+        } else {
+            vocab_path = value;
+        }
+    });
+    cl.option("--arch", [&](const std::string &name) {
+        if (name != "llama" && name != "qwen2" && name != "qwen3") cl.fail("unknown architecture '" + name + "' (known: llama, qwen2, qwen3)");
+        spec.architecture = name;
+    });
+    cl.count("--head-dim", 2, 1024, &spec.head_dim);
+    cl.number("--rope-base", h2o_tools::above(0), &spec.rope_freq_base);
+    cl.flag("--rope-freqs", &spec.rope_freqs);
     cl.count("--ctx", 1, kMaxDimension, &spec.n_ctx);
     cl.count("--seed", 0, UINT64_MAX, &spec.seed);
     cl.flag("--tied", &spec.tied_output);
@@ -57,6 +86,22 @@ int main(int argc, char **argv) {
     });
     cl.parse(argc, argv);
     if (out.empty()) cl.fail("-o OUT.gguf is required");
+    if (spec.rope_freqs && spec.architecture != "llama") cl.fail("--rope-freqs belongs to --arch llama");
+    h2o::HfVocabulary vocab;
+    if (!vocab_path.empty()) {
+        const std::filesystem::path path(vocab_path);
+        const std::string dir = std::filesystem::is_directory(path) ? path.string() : path.parent_path().string();
+        if (!std::filesystem::is_directory(path) && path.filename() != "tokenizer.json") {
+            cl.fail("--vocab needs a number or a tokenizer.json (or its folder), not '" + vocab_path + "'");
+        }
+        const h2o::Status read = h2o::read_hf_tokenizer(dir.empty() ? "." : dir, 0, &vocab);
+        if (!read.ok()) {
+            std::fprintf(stderr, "h2o-synth: %s\n", read.message.c_str());
+            return 1;
+        }
+        spec.n_vocab = static_cast<int>(vocab.tokens.size());
+        spec.write_vocabulary = [&vocab](h2o::GgufWriter &w) { h2o::add_hf_vocabulary(vocab, &w); };
+    }
     const h2o::Status st = h2o::write_synthetic_model(spec, out);
     if (!st.ok()) {
         std::fprintf(stderr, "h2o-synth: %s\n", st.message.c_str());

@@ -75,6 +75,32 @@ std::vector<float> llama3_frequency_factors(int dims, float base) {
     return factors;
 }
 
+// The synthetic vocabulary (sentencepiece style): <unk>, <s>, </s>, the 256 byte tokens, then
+// made-up pieces.
+void write_synthetic_vocabulary(int n_vocab, GgufWriter &w) {
+    std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+    std::vector<int32_t> types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof(name), "<0x%02X>", b);
+        pieces.emplace_back(name);
+        types.push_back(6);
+    }
+    for (int i = static_cast<int>(pieces.size()); i < n_vocab; ++i) {
+        pieces.push_back("\xE2\x96\x81t" + std::to_string(i));  // "▁t<i>"
+        types.push_back(1);
+    }
+    std::vector<float> scores(n_vocab);
+    for (int i = 0; i < n_vocab; ++i) scores[i] = -static_cast<float>(i);
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string_array("tokenizer.ggml.tokens", pieces);
+    w.add_f32_array("tokenizer.ggml.scores", scores);
+    w.add_i32_array("tokenizer.ggml.token_type", types);
+    w.add_u32("tokenizer.ggml.bos_token_id", 1);
+    w.add_u32("tokenizer.ggml.eos_token_id", 2);
+    w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+}
+
 Status check_spec(const SyntheticModelSpec &spec) {
     auto invalid = [](const std::string &what) { return make_error(H2O_ERR_INVALID_ARGUMENT, what); };
     const std::string &arch = spec.architecture;
@@ -87,7 +113,8 @@ Status check_spec(const SyntheticModelSpec &spec) {
     if (head_dim % 2 != 0) return invalid("the head size must be even (it is rotated in pairs)");
     if (spec.rope_freqs && arch != "llama") return invalid("rotary frequency factors belong to the llama architecture");
     if (!(spec.rope_freq_base > 0.0f)) return invalid("the rotary frequency base must be positive");
-    if (spec.n_vocab < 300) return invalid("the synthetic vocabulary needs at least 300 tokens");
+    if (!spec.write_vocabulary && spec.n_vocab < 300) return invalid("the synthetic vocabulary needs at least 300 tokens");
+    if (spec.n_vocab <= 0) return invalid("the vocabulary is empty");
     const int64_t block = traits(spec.type).block_elements;
     if (spec.n_embd % block != 0 || spec.n_ff % block != 0 || (static_cast<int64_t>(spec.n_head) * head_dim) % block != 0) {
         return invalid(std::string("embedding, attention (heads x head size) and feed-forward sizes must be multiples of ") +
@@ -121,28 +148,11 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
     w.add_f32(key("rope.freq_base"), spec.rope_freq_base);
     w.add_f32(key("attention.layer_norm_rms_epsilon"), arch == "llama" ? 1e-5f : 1e-6f);
 
-    // Vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then made-up pieces.
-    std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
-    std::vector<int32_t> types = {2, 3, 3};
-    for (int b = 0; b < 256; ++b) {
-        char name[8];
-        std::snprintf(name, sizeof(name), "<0x%02X>", b);
-        pieces.emplace_back(name);
-        types.push_back(6);
+    if (spec.write_vocabulary) {
+        spec.write_vocabulary(w);
+    } else {
+        write_synthetic_vocabulary(spec.n_vocab, w);
     }
-    for (int i = static_cast<int>(pieces.size()); i < spec.n_vocab; ++i) {
-        pieces.push_back("\xE2\x96\x81t" + std::to_string(i));  // "▁t<i>"
-        types.push_back(1);
-    }
-    std::vector<float> scores(spec.n_vocab);
-    for (int i = 0; i < spec.n_vocab; ++i) scores[i] = -static_cast<float>(i);
-    w.add_string("tokenizer.ggml.model", "llama");
-    w.add_string_array("tokenizer.ggml.tokens", pieces);
-    w.add_f32_array("tokenizer.ggml.scores", scores);
-    w.add_i32_array("tokenizer.ggml.token_type", types);
-    w.add_u32("tokenizer.ggml.bos_token_id", 1);
-    w.add_u32("tokenizer.ggml.eos_token_id", 2);
-    w.add_u32("tokenizer.ggml.unknown_token_id", 0);
 
     Random rng(spec.seed);
     const int64_t d = spec.n_embd, ff = spec.n_ff;

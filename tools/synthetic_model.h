@@ -1,15 +1,18 @@
 // Random-weight models of any shape and of every architecture the runtime runs (architecture.h),
 // written as GGUF, so benchmarks and tests never depend on downloads. The vocabulary is synthetic
-// too (byte tokens plus made-up pieces).
+// too (byte tokens plus made-up pieces) unless the caller writes a real one (write_vocabulary).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "status.h"
 #include "tensor_types.h"
 
 namespace h2o {
+
+class GgufWriter;
 
 struct SyntheticModelSpec {
     // "llama", "qwen2" (q, k and v biases) or "qwen3" (per-head norms of q and k); each written
@@ -30,6 +33,9 @@ struct SyntheticModelSpec {
     TensorType type = TensorType::Q4_0;  // matrices; norms and biases stay F32
     bool tied_output = false;
     uint64_t seed = 1;
+    // A real vocabulary of n_vocab tokens instead of the synthetic one: writes the tokenizer.*
+    // metadata (h2o-synth --vocab tokenizer.json: hf_tokenizer.h's add_hf_vocabulary).
+    std::function<void(GgufWriter &)> write_vocabulary;
 };
 
 Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &path);

@@ -1,0 +1,52 @@
+# h2o-synth writes each architecture the runtime runs, with a synthetic vocabulary or a real one
+# from a tokenizer.json, and what it writes loads and generates: h2o-info shows the shape, h2o-cli
+# generates. Then its usage errors. Arguments: -DSYNTH= -DINFO= -DCLI= (the programs),
+# -DSHARED=<the shared data folder>, -DWORK=<a scratch folder>.
+file(MAKE_DIRECTORY "${WORK}")
+
+# Writes a model with `args`, then checks that h2o-info's output matches every regex of `expected`
+# and that h2o-cli generates 8 tokens from it.
+function(check_model name args expected)
+  set(model "${WORK}/${name}.gguf")
+  execute_process(COMMAND ${SYNTH} -o ${model} --type F16 --layers 2 --ff 256 ${args} ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "h2o-synth ${args} failed (${rc}): ${err}")
+  endif()
+  execute_process(COMMAND ${INFO} ${model} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  foreach(regex IN LISTS expected)
+    if(NOT rc EQUAL 0 OR NOT out MATCHES "${regex}")
+      message(FATAL_ERROR "h2o-info on the model of h2o-synth ${args}: expected '${regex}', got ${rc}:\n${out}${err}")
+    endif()
+  endforeach()
+  execute_process(COMMAND ${CLI} -m ${model} -p "Once upon a time" -n 8 --temp 0 -t 1 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR NOT err MATCHES "generation: 8 tokens")
+    message(FATAL_ERROR "h2o-cli on the model of h2o-synth ${args} failed (${rc}):\n${out}${err}")
+  endif()
+endfunction()
+
+check_model(synth-llama3 "--dim;128;--heads;4;--kv-heads;1;--vocab;1000;--tied;--rope-freqs;--rope-base;500000"
+            "architecture: llama;attention heads: 4, kv heads 1, head dim 32;vocabulary: 1000 tokens")
+check_model(synth-qwen2 "--arch;qwen2;--dim;128;--heads;2;--kv-heads;2;--vocab;700"
+            "architecture: qwen2;head dim 64;vocabulary: 700 tokens")
+check_model(synth-qwen3 "--arch;qwen3;--dim;128;--heads;4;--kv-heads;2;--head-dim;64;--vocab;500;--tied"
+            "architecture: qwen3;attention heads: 4, kv heads 2, head dim 64")
+# Real vocabularies, when the shared data is here: Qwen3's (ChatML) and Llama 3's tokenizer.json.
+if(EXISTS "${SHARED}/vocab/qwen3/tokenizer.json" AND EXISTS "${SHARED}/vocab/llama3/tokenizer.json")
+  check_model(synth-qwen3-vocab "--arch;qwen3;--dim;128;--heads;2;--kv-heads;1;--head-dim;128;--tied;--vocab;${SHARED}/vocab/qwen3/tokenizer.json"
+              "architecture: qwen3;vocabulary: 151669 tokens;chat format: chatml")
+  check_model(synth-llama3-vocab "--dim;128;--heads;2;--kv-heads;1;--tied;--rope-freqs;--vocab;${SHARED}/vocab/llama3"
+              "architecture: llama;vocabulary: 128256 tokens;BOS 128000")
+else()
+  message("H2O-SKIP: ${SHARED}/vocab is absent: the real vocabularies were not tried")
+endif()
+
+# Usage errors: one line, exit status 2.
+foreach(case "--arch;phi3;unknown architecture 'phi3'" "--arch;qwen2;--rope-freqs;--rope-freqs belongs to --arch llama"
+             "--vocab;vocab.txt;--vocab needs a number or a tokenizer.json" "--rope-base;0;--rope-base needs a number > 0"
+             "--head-dim;1;--head-dim needs a whole number from 2")
+  list(POP_BACK case expected)
+  execute_process(COMMAND ${SYNTH} -o ${WORK}/never.gguf ${case} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "^h2o-synth: .*${expected}")
+    message(FATAL_ERROR "h2o-synth ${case}: expected exit 2 and '${expected}', got ${rc}:\n${err}${out}")
+  endif()
+endforeach()
