@@ -335,6 +335,7 @@ H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, cha
         const h2o::Model &m = *model->impl;
         std::string value;
         switch (what) {
+            case H2O_MODEL_TEXT_ARCHITECTURE: value = m.architecture().name; break;
             case H2O_MODEL_TEXT_NAME: value = m.name(); break;
             case H2O_MODEL_TEXT_CHAT_FORMAT: {
                 h2o::ChatFormat format;

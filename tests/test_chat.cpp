@@ -10,6 +10,7 @@
 #include "doctest/doctest.h"
 #include "gguf.h"
 #include "h2o/h2o.h"
+#include "synthetic_model.h"
 #include "test_util.h"
 #include "tokenizer.h"
 
@@ -167,12 +168,14 @@ std::string model_text(const h2o_model *model, uint32_t what, h2o_status *status
 
 }  // namespace
 
-TEST_CASE("chat: h2o_model_get_text gives the name and the chat format the template describes") {
+TEST_CASE("chat: h2o_model_get_text gives the architecture, the name and the chat format the template describes") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
     h2o_status st;
     CHECK(model_text(model, H2O_MODEL_TEXT_NAME, &st) == "llama");  // the converter's general.name
+    CHECK(st == H2O_OK);
+    CHECK(model_text(model, H2O_MODEL_TEXT_ARCHITECTURE, &st) == "llama");
     CHECK(st == H2O_OK);
     // No template: the reason, as h2o_chat_format gives it for a NULL format.
     model_text(model, H2O_MODEL_TEXT_CHAT_FORMAT, &st);
@@ -198,4 +201,22 @@ TEST_CASE("chat: h2o_model_get_text gives the name and the chat format the templ
     CHECK(st == H2O_OK);
     h2o_model_free(model);
     std::remove(with_template.c_str());
+
+    // The architecture is the file's: a synthetic Qwen3.
+    h2o::SyntheticModelSpec spec;
+    spec.architecture = "qwen3";
+    spec.n_embd = 64;
+    spec.n_layer = 1;
+    spec.n_head = 2;
+    spec.n_head_kv = 2;
+    spec.n_ff = 128;
+    spec.n_vocab = 300;
+    spec.type = h2o::TensorType::F32;
+    const std::string qwen3 = h2o_test::temp_path("get_text_qwen3.gguf");
+    REQUIRE(h2o::write_synthetic_model(spec, qwen3).ok());
+    REQUIRE_MESSAGE(h2o_model_load(qwen3.c_str(), nullptr, &model) == H2O_OK, h2o_last_error());
+    CHECK(model_text(model, H2O_MODEL_TEXT_ARCHITECTURE, &st) == "qwen3");
+    CHECK(st == H2O_OK);
+    h2o_model_free(model);
+    std::remove(qwen3.c_str());
 }

@@ -95,7 +95,7 @@ execute_process(COMMAND ${INFO} ${MODEL} --backends OUTPUT_VARIABLE out ERROR_VA
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "h2o-info failed (${rc}): ${err}")
 endif()
-foreach(expected "\ncontext length: 2048 tokens" "\nparameters: [0-9]+ \\(0\\.29 M\\)"
+foreach(expected "\narchitecture: llama\n" "\ncontext length: 2048 tokens" "\nparameters: [0-9]+ \\(0\\.29 M\\)"
                  "\nlayers: 5, embedding 64, feed-forward 172\n" "\nattention heads: 8, kv heads 4, head dim 8\n"
                  "\nvocabulary: 512 tokens, BOS 1 \"<s>\", EOS 2 \"</s>\"\n" "\nchat format: none: the model has no chat template"
                  "\ncpu +0 +cpu +host +cpu")

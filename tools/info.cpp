@@ -2,7 +2,7 @@
 //
 //   h2o-info [MODEL] [--backends]
 //
-// MODEL: its name, context length, shape, parameters, vocabulary, special tokens
+// MODEL: its architecture, name, context length, shape, parameters, vocabulary, special tokens
 // and chat format, one "key: value" line each. --backends: the backends and devices that
 // h2o-cli's and h2o-bench's --backend and --device choose from. Public API only.
 #include <cstdio>
@@ -17,8 +17,8 @@ namespace {
 
 constexpr const char *kUsage =
     "usage: h2o-info [MODEL] [--backends]\n"
-    "  MODEL                  print the model's name, context length, shape, parameters, vocabulary\n"
-    "                         and chat format\n"
+    "  MODEL                  print the model's architecture, name, context length, shape, parameters,\n"
+    "                         vocabulary and chat format\n"
     "  --backends             list the backends and devices sessions can run on (what --backend\n"
     "                         and --device of h2o-cli and h2o-bench choose from)\n"
     "  --version              print the library's version\n";
@@ -59,6 +59,7 @@ int print_model(const std::string &path) {
     h2o_model_get_info(model, &info);
     const std::string name = model_text(model, H2O_MODEL_TEXT_NAME);
     std::printf("model: %s\n", path.c_str());
+    std::printf("architecture: %s\n", model_text(model, H2O_MODEL_TEXT_ARCHITECTURE).c_str());
     std::printf("name: %s\n", name.empty() ? "(none in the file)" : name.c_str());
     std::printf("context length: %u tokens (trained; sessions default to at most 4096)\n", info.n_ctx_train);
     std::printf("parameters: %llu (%.2f M), %.2f MiB of weights\n", static_cast<unsigned long long>(info.n_params),

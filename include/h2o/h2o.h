@@ -215,7 +215,8 @@ typedef enum h2o_model_text {
     /* The h2o_chat_format name of the format the model's tokenizer.chat_template describes (what
      * h2o_chat_format uses for a NULL format_name). A model without a template, or with one of no
      * known format, fails with H2O_ERR_UNSUPPORTED and the reason. */
-    H2O_MODEL_TEXT_CHAT_FORMAT = 1
+    H2O_MODEL_TEXT_CHAT_FORMAT = 1,
+    H2O_MODEL_TEXT_ARCHITECTURE = 2 /* general.architecture: the graph the model runs ("llama", ...) */
 } h2o_model_text;
 
 /* Writes one text about the model (what: h2o_model_text) as h2o_detokenize writes text (needed
