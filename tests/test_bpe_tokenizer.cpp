@@ -385,14 +385,18 @@ TEST_CASE("bpe tokenizer: the end-of-generation set") {
 TEST_CASE("bpe tokenizer: invalid UTF-8 is refused with its offset, never tokenized") {
     H2O_SHARED_FILE_OR_SKIP(path, "vocab/ggml-vocab-gpt-2.gguf");
     const auto tok = gguf_tokenizer(path);
-    for (const auto &[text, offset] : std::vector<std::pair<std::string, size_t>>{
+    struct Case {
+        std::string text;
+        size_t offset;
+    };
+    for (const Case &c : std::vector<Case>{
              {"ab\xFF", 2}, {"\x80", 0}, {"ok \xC3", 3}, {"a\xC0\xAF", 1}, {"ab\xED\xA0\x80", 2}, {"\xF4\x90\x80\x80", 0}}) {
-        CAPTURE(text);
+        CAPTURE(c.text);
         std::vector<int32_t> out = {7};
         for (bool special : {false, true}) {
-            const Status st = special ? tok->encode_special(text, false, &out) : tok->encode(text, false, &out);
+            const Status st = special ? tok->encode_special(c.text, false, &out) : tok->encode(c.text, false, &out);
             CHECK(st.code == H2O_ERR_INVALID_TEXT);
-            CHECK(st.message.find("offset " + std::to_string(offset)) != std::string::npos);
+            CHECK(st.message.find("offset " + std::to_string(c.offset)) != std::string::npos);
             CHECK(ids_to_string(out) == ids_to_string({7}));
         }
     }

@@ -13,9 +13,9 @@ namespace {
 
 using nlohmann::json;
 
-// Four times the largest vocabulary released (Gemma's 262 144): an id past it is corrupt, and
-// padding the vocabulary up to it would cost a lot of memory for nothing.
-constexpr int64_t kMaxVocab = 1 << 20;
+// Twice the largest vocabulary released (Gemma's 262 144): an id past it is corrupt, and padding
+// the vocabulary up to it would cost a lot of memory for nothing.
+constexpr int64_t kMaxVocab = 1 << 19;
 // tokenizer.json nests a few levels deep; far deeper input is hostile.
 constexpr int kMaxDepth = 64;
 

@@ -46,6 +46,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     h2o_fuzz::check(vocab.tokens.size() == vocab.types.size(), "parse_hf_tokenizer: tokens and types differ in length");
     h2o_fuzz::check(n_vocab == 0 || vocab.tokens.size() == static_cast<size_t>(n_vocab), "parse_hf_tokenizer: not the size asked for");
 
+    // Ids up to 2^19 are accepted, and the holes below them become padding tokens: building the
+    // library's tokenizer for a half a million tokens takes seconds under the sanitizers and finds
+    // nothing a small one does not, so such vocabularies are only read.
+    if (vocab.tokens.size() > (1u << 16)) return 0;
     std::unique_ptr<h2o::Tokenizer> tok;
     const h2o::Status loaded = h2o::Tokenizer::from_vocab(h2o::to_vocab_spec(vocab), &tok);
     h2o_fuzz::check_expected_status(loaded.code, "Tokenizer::from_vocab");
