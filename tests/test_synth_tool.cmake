@@ -43,7 +43,7 @@ endif()
 # Usage errors: one line, exit status 2.
 foreach(case "--arch;phi3;unknown architecture 'phi3'" "--arch;qwen2;--rope-freqs;--rope-freqs belongs to --arch llama"
              "--vocab;vocab.txt;--vocab needs a number or a tokenizer.json" "--rope-base;0;--rope-base needs a number > 0"
-             "--head-dim;1;--head-dim needs a whole number from 2")
+             "--head-dim;1;--head-dim needs a whole number from 2" "--embd-scale;-1;--embd-scale needs a number > 0")
   list(POP_BACK case expected)
   execute_process(COMMAND ${SYNTH} -o ${WORK}/never.gguf ${case} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   if(NOT rc EQUAL 2 OR NOT err MATCHES "^h2o-synth: .*${expected}")

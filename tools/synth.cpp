@@ -4,7 +4,8 @@
 //
 //   h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]
 //             [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]
-//             [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied] [--seed 1]
+//             [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied]
+//             [--embd-scale 1] [--seed 1]
 //
 // The defaults give the ~110M-parameter shape used by the benchmarks.
 #include <cstdio>
@@ -22,7 +23,8 @@ namespace {
 constexpr const char *kUsage =
     "usage: h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]\n"
     "                 [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]\n"
-    "                 [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied] [--seed 1]\n"
+    "                 [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied]\n"
+    "                 [--embd-scale 1] [--seed 1]\n"
     "  --arch NAME            the architecture: llama (default), qwen2 (q, k and v biases), qwen3 (per-head\n"
     "                         norms of q and k)\n"
     "  --head-dim N           the head size (default: dim / heads), written as attention.key_length\n"
@@ -31,6 +33,8 @@ constexpr const char *kUsage =
     "  --rope-base B          the rotary frequency base (default 10000)\n"
     "  --rope-freqs           llama: Llama 3.1's per-pair rotary frequency factors (rope_freqs.weight)\n"
     "  --tied                 no output matrix: the output projection reuses token_embd\n"
+    "  --embd-scale S         token_embd's values in [-S, S) (default 1, which makes a tied model mostly repeat\n"
+    "                         its input; trained tied models are nearer 1/sqrt(dim))\n"
     "  --version              print the library's version\n";
 
 // The weight types a synthetic model's matrices may have.
@@ -72,6 +76,7 @@ int main(int argc, char **argv) {
     cl.count("--head-dim", 2, 1024, &spec.head_dim);
     cl.number("--rope-base", h2o_tools::above(0), &spec.rope_freq_base);
     cl.flag("--rope-freqs", &spec.rope_freqs);
+    cl.number("--embd-scale", h2o_tools::above(0), &spec.embedding_scale);
     cl.count("--ctx", 1, kMaxDimension, &spec.n_ctx);
     cl.count("--seed", 0, UINT64_MAX, &spec.seed);
     cl.flag("--tied", &spec.tied_output);

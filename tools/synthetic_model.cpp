@@ -113,6 +113,7 @@ Status check_spec(const SyntheticModelSpec &spec) {
     if (head_dim % 2 != 0) return invalid("the head size must be even (it is rotated in pairs)");
     if (spec.rope_freqs && arch != "llama") return invalid("rotary frequency factors belong to the llama architecture");
     if (!(spec.rope_freq_base > 0.0f)) return invalid("the rotary frequency base must be positive");
+    if (!(spec.embedding_scale > 0.0f) || !std::isfinite(spec.embedding_scale)) return invalid("the embedding scale must be positive");
     if (!spec.write_vocabulary && spec.n_vocab < 300) return invalid("the synthetic vocabulary needs at least 300 tokens");
     if (spec.n_vocab <= 0) return invalid("the vocabulary is empty");
     const int64_t block = traits(spec.type).block_elements;
@@ -161,7 +162,7 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
     const float in_scale = 1.0f / std::sqrt(static_cast<float>(d));
     const float out_scale = 1.0f / std::sqrt(static_cast<float>(qd));
     const float ff_scale = 1.0f / std::sqrt(static_cast<float>(ff));
-    w.add_tensor("token_embd.weight", spec.type, {d, spec.n_vocab}, random_matrix(rng, spec.type, d, spec.n_vocab, 1.0f));
+    w.add_tensor("token_embd.weight", spec.type, {d, spec.n_vocab}, random_matrix(rng, spec.type, d, spec.n_vocab, spec.embedding_scale));
     w.add_tensor("output_norm.weight", TensorType::F32, {d}, ones(d));
     if (!spec.tied_output) {
         w.add_tensor("output.weight", spec.type, {d, spec.n_vocab}, random_matrix(rng, spec.type, d, spec.n_vocab, in_scale));

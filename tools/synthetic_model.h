@@ -32,6 +32,9 @@ struct SyntheticModelSpec {
     bool rope_freqs = false;
     TensorType type = TensorType::Q4_0;  // matrices; norms and biases stay F32
     bool tied_output = false;
+    // The range of token_embd's values, [-scale, scale). 1 makes a tied model mostly repeat its
+    // input (the embedding outweighs the layers); trained tied models are nearer 1/sqrt(n_embd).
+    float embedding_scale = 1.0f;
     uint64_t seed = 1;
     // A real vocabulary of n_vocab tokens instead of the synthetic one: writes the tokenizer.*
     // metadata (h2o-synth --vocab tokenizer.json: hf_tokenizer.h's add_hf_vocabulary).

@@ -1,0 +1,184 @@
+// The llama (Llama 3 style), qwen2 and qwen3 graphs against llama.cpp: the goldens of
+// tests/data/architecture_goldens (see its README for the models and the command that made them),
+// on the CPU and, where there is a device, on Vulkan.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "doctest/doctest.h"
+#include "h2o/h2o.h"
+#include "synthetic_model.h"
+#include "test_util.h"
+
+namespace {
+
+// One line of a golden file.
+struct Golden {
+    std::string prompt;
+    std::vector<int32_t> prompt_ids, continuation_ids;
+    std::vector<std::pair<int32_t, double>> top_logits;
+};
+
+// The numbers of the JSON array `field` holds (nested arrays flattened), in order.
+std::vector<double> numbers_of(const std::string &line, const std::string &field) {
+    const std::string key = "\"" + field + "\":[";
+    size_t i = line.find(key);
+    if (i == std::string::npos) throw std::runtime_error("no field '" + field + "' in: " + line);
+    i += key.size();
+    std::vector<double> out;
+    for (int depth = 1; depth > 0 && i < line.size();) {
+        const char c = line[i];
+        if (c == '[') {
+            ++depth;
+            ++i;
+        } else if (c == ']') {
+            --depth;
+            ++i;
+        } else if (c == ',' || c == ' ') {
+            ++i;
+        } else {
+            size_t used = 0;
+            out.push_back(std::stod(line.substr(i), &used));
+            i += used;
+        }
+    }
+    return out;
+}
+
+std::vector<Golden> read_goldens(const std::string &path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot read " + path);
+    std::vector<Golden> goldens;
+    for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        Golden g;
+        // llama_golden writes the JSON escapes json_string_field reads, without its space after ':'.
+        std::string spaced = line;
+        const size_t key = spaced.find("\"prompt\":\"");
+        if (key == std::string::npos) throw std::runtime_error("no prompt in: " + line);
+        spaced.insert(key + 9, " ");
+        g.prompt = h2o_test::json_string_field(spaced, "prompt");
+        for (double v : numbers_of(line, "prompt_ids")) g.prompt_ids.push_back(static_cast<int32_t>(v));
+        for (double v : numbers_of(line, "continuation_ids")) g.continuation_ids.push_back(static_cast<int32_t>(v));
+        const std::vector<double> pairs = numbers_of(line, "top_logits");
+        for (size_t k = 0; k + 1 < pairs.size(); k += 2) g.top_logits.push_back({static_cast<int32_t>(pairs[k]), pairs[k + 1]});
+        goldens.push_back(std::move(g));
+    }
+    return goldens;
+}
+
+// The models of the README, written by the same code with the same settings as h2o-synth's.
+h2o::SyntheticModelSpec golden_model(const std::string &name) {
+    h2o::SyntheticModelSpec s;  // h2o-synth's defaults: seed 1, context 2048
+    s.type = h2o::TensorType::F32;
+    s.n_embd = 256;
+    s.n_layer = 4;
+    s.n_ff = 512;
+    s.n_vocab = 2000;
+    if (name == "llama3") {
+        s.architecture = "llama";
+        s.n_head = 8;
+        s.n_head_kv = 2;
+        s.tied_output = true;
+        s.embedding_scale = 0.0625f;
+        s.rope_freqs = true;
+        s.rope_freq_base = 500000.0f;
+    } else if (name == "qwen2") {
+        s.architecture = "qwen2";
+        s.n_head = 4;
+        s.n_head_kv = 2;
+        s.rope_freq_base = 1000000.0f;
+    } else {
+        s.architecture = "qwen3";
+        s.n_head = 8;
+        s.n_head_kv = 4;
+        s.head_dim = 64;
+        s.tied_output = true;
+        s.embedding_scale = 0.0625f;
+        s.rope_freq_base = 1000000.0f;
+    }
+    return s;
+}
+
+int32_t argmax(const std::vector<float> &v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// Each golden prompt through a session on `backend`: the same prompt ids, last logits and greedy
+// tokens. False when the backend has no device here.
+bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, uint32_t backend) {
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.backend = backend;
+    sp.n_threads = 2;
+    sp.n_ctx = 512;
+    sp.n_batch = 512;  // the whole prompt one batch, as llama.cpp ran it
+    sp.kv_type = H2O_KV_TYPE_F32;
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_model_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+    for (const Golden &g : goldens) {
+        INFO("prompt: " << g.prompt);
+        std::vector<int32_t> ids(4 * g.prompt.size() + 8);  // bytes fall back to byte tokens, after a word marker
+        size_t n_ids = 0;
+        REQUIRE(h2o_tokenize(model, g.prompt.data(), g.prompt.size(), H2O_TOKENIZE_ADD_BOS, ids.data(), ids.size(), &n_ids) == H2O_OK);
+        ids.resize(n_ids);
+        CHECK(ids == g.prompt_ids);
+
+        h2o_session *session = nullptr;
+        const h2o_status created = h2o_session_create(model, &sp, &session);
+        if (created == H2O_ERR_BACKEND_UNAVAILABLE) {
+            h2o_model_free(model);
+            return false;
+        }
+        REQUIRE_MESSAGE(created == H2O_OK, std::string(h2o_last_error()));
+        REQUIRE(h2o_session_decode(session, g.prompt_ids.data(), g.prompt_ids.size()) == H2O_OK);
+        std::vector<float> logits(info.n_vocab);
+        REQUIRE(h2o_session_get_logits(session, logits.data(), logits.size()) == H2O_OK);
+        // The largest logits, within 1e-3 of the largest (relative); the top token where
+        // llama.cpp's margin over the second is clear of that.
+        const double tolerance = 1e-3 * std::fabs(g.top_logits.front().second);
+        for (const auto &[id, value] : g.top_logits) {
+            INFO("token " << id);
+            CHECK(std::fabs(logits[static_cast<size_t>(id)] - value) <= tolerance);
+        }
+        if (g.top_logits[0].second - g.top_logits[1].second > 2 * tolerance) CHECK(argmax(logits) == g.top_logits[0].first);
+        std::vector<int32_t> continuation;
+        for (size_t i = 0; i < g.continuation_ids.size(); ++i) {
+            continuation.push_back(argmax(logits));
+            REQUIRE(h2o_session_decode(session, &continuation.back(), 1) == H2O_OK);
+            REQUIRE(h2o_session_get_logits(session, logits.data(), logits.size()) == H2O_OK);
+        }
+        CHECK(continuation == g.continuation_ids);
+        h2o_session_free(session);
+    }
+    h2o_model_free(model);
+    return true;
+}
+
+TEST_CASE("architecture goldens: llama (Llama 3 style), qwen2 and qwen3 equal llama.cpp's logits and greedy tokens, on the CPU and Vulkan") {
+    for (const std::string name : {"llama3", "qwen2", "qwen3"}) {
+        INFO("model " << name);
+        const std::vector<Golden> goldens = read_goldens(std::string(H2O_TEST_DATA_DIR) + "/architecture_goldens/" + name + ".jsonl");
+        REQUIRE(goldens.size() == 6);
+        const std::string path = h2o_test::temp_path("golden-" + name + ".gguf");
+        REQUIRE(h2o::write_synthetic_model(golden_model(name), path).ok());
+        INFO("cpu");
+        CHECK(check_goldens(path, goldens, H2O_BACKEND_CPU));
+        // Under AddressSanitizer the software Vulkan device is 3-4 times slower: one model there
+        // (the host code it exercises is the same for all three).
+        if (h2o_test::kAddressSanitized && name != "qwen3") continue;
+        if (!check_goldens(path, goldens, H2O_BACKEND_VULKAN)) {
+            if (std::getenv("H2O_REQUIRE_VULKAN")) FAIL("no Vulkan device");
+            MESSAGE("not run on Vulkan: no device");
+        }
+    }
+}
+
+}  // namespace
