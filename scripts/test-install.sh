@@ -24,7 +24,12 @@ trap 'rm -rf "$tmp"' EXIT
 prefix="$tmp/prefix"
 
 echo "== install and consumer test ($build -> temporary prefix)"
+# The build's install_manifest.txt lists what a user installed from it (scripts/uninstall.sh
+# reads it): the temporary install must not replace it.
+manifest="$build/install_manifest.txt"
+[ ! -f "$manifest" ] || cp "$manifest" "$tmp/user_manifest.txt"
 cmake --install "$build" --prefix "$prefix" >/dev/null
+if [ -f "$tmp/user_manifest.txt" ]; then cp "$tmp/user_manifest.txt" "$manifest"; else rm -f "$manifest"; fi
 pcdir="$(dirname "$(find "$prefix" -name h2o-llm.pc)")"
 libdir="$(dirname "$pcdir")"
 for f in "$prefix/include/h2o/h2o.h" "$libdir/libh2o-llm.so" "$libdir/libh2o-llm-static.a" \
@@ -85,29 +90,19 @@ if [ $default_prefix -eq 1 ]; then
   [ "$(id -u)" -eq 0 ] || { echo "h2o: --default-prefix installs into $system_prefix: run as root" >&2; exit 1; }
   [ ! -e "$system_prefix/include/h2o/h2o.h" ] \
     || { echo "h2o: $system_prefix already holds an h2o install, which this test would remove" >&2; exit 1; }
-  manifest="$tmp/install_manifest.txt"
-  find "$system_prefix" -maxdepth 5 -type d >"$tmp/dirs-before"
-  # Removes what the install wrote, the folders it made, and the loader's cache entry, whether the
-  # checks below pass or not.
-  uninstall() {
-    [ -f "$manifest" ] || return 0
-    xargs -d '\n' rm -f <"$manifest"
-    local dir
-    while read -r dir; do
-      while [ "$dir" != "$system_prefix" ] && ! grep -qxF "$dir" "$tmp/dirs-before"; do
-        rmdir "$dir" 2>/dev/null || break
-        dir="$(dirname "$dir")"
-      done
-    done < <(xargs -r -d '\n' -n 1 dirname <"$manifest" | sort -u)
-    ldconfig
+  # Removes the install whether the checks below pass or not, and gives the build back the
+  # manifest of what a user installed from it.
+  remove_default_install() {
+    [ ! -f "$manifest" ] || "$root/scripts/uninstall.sh" "$build" >/dev/null || true
+    [ ! -f "$tmp/user_manifest.txt" ] || cp "$tmp/user_manifest.txt" "$manifest"
+    rm -rf "$tmp"
   }
-  trap 'uninstall; rm -rf "$tmp"' EXIT
+  trap remove_default_install EXIT
   cmake --install "$build" >"$tmp/install.log" || {
     cat "$tmp/install.log" >&2
-    echo "h2o: cmake --install $build failed (what it installed before failing remains)" >&2
+    echo "h2o: cmake --install $build failed" >&2
     exit 1
   }
-  cp "$build/install_manifest.txt" "$manifest"
   # shellcheck disable=SC2046
   cc -o "$tmp/app" "$root/tests/consumer/consumer.c" $(pkg-config --cflags --libs h2o-llm)
   check "pkg-config h2o-llm, run without LD_LIBRARY_PATH" env -u LD_LIBRARY_PATH "$tmp/app" "$model"
