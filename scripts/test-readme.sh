@@ -23,6 +23,7 @@ declare -A not_run=(
   ["--chunks 200 -j 2 --head-share"]="reproduces the head-share table (200 chunks, three shares: about 10 CPU-minutes)"
   ["--stream 100000"]="reproduces the 100 000-token stream's figures (about 8 minutes)"
   ["-max_total_time=14400"]="fuzzes for 4 hours; scripts/ci-matrix.sh builds, replays and fuzzes the same targets"
+  ["ctest --test-dir build --output-on-failure"]="the quick start's scripts/test.sh ran these same steps (install-deps --test, configure, build, ctest) in the same folder"
   ["scripts/ci-arm64.sh"]="CI runs scripts/ci-arm64.sh itself (the cross build and the tests under qemu)"
   ["H2O_CPU_KERNELS=\$k"]="runs on an ARM64 device, h2o-bench and the library copied there"
 )
