@@ -144,9 +144,9 @@ bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, 
         // The largest logits, within 1e-3 of the largest (relative); the top token where
         // llama.cpp's margin over the second is clear of that.
         const double tolerance = 1e-3 * std::fabs(g.top_logits.front().second);
-        for (const auto &[id, value] : g.top_logits) {
-            INFO("token " << id);
-            CHECK(std::fabs(logits[static_cast<size_t>(id)] - value) <= tolerance);
+        for (const auto &top : g.top_logits) {
+            INFO("token " << top.first);
+            CHECK(std::fabs(logits[static_cast<size_t>(top.first)] - top.second) <= tolerance);
         }
         if (g.top_logits[0].second - g.top_logits[1].second > 2 * tolerance) CHECK(argmax(logits) == g.top_logits[0].first);
         std::vector<int32_t> continuation;
