@@ -11,14 +11,14 @@
 
 namespace h2o {
 
-enum class ChatFormat { Llama2, Zephyr, ChatML };
+enum class ChatFormat { Llama2, Zephyr, ChatML, Llama3 };
 
 struct ChatMessage {
     std::string_view role;  // "system", "user" or "assistant"
     std::string_view content;
 };
 
-// The format named "llama2", "zephyr" or "chatml"; H2O_ERR_INVALID_ARGUMENT otherwise.
+// The format named "llama2", "zephyr", "chatml" or "llama3"; H2O_ERR_INVALID_ARGUMENT otherwise.
 Status chat_format_from_name(std::string_view name, ChatFormat *out);
 // The name chat_format_from_name takes for a format.
 const char *chat_format_name(ChatFormat format);

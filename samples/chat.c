@@ -2,7 +2,7 @@
  * rolls, /save FILE and /load FILE keep a conversation across runs, and Ctrl-C stops the current
  * reply (not the program).
  *
- *   h2o-chat MODEL.gguf [--format llama2|zephyr|chatml] [--system TEXT] [--budget 256]
+ *   h2o-chat MODEL.gguf [--format llama2|zephyr|chatml|llama3] [--system TEXT] [--budget 256]
  *
  * The chat format comes from the model's template unless --format names one. Every option is
  * checked before the model is loaded; a usage error exits with status 2. */
@@ -23,7 +23,7 @@ static void on_interrupt(int sig) {
 }
 
 static const char *const usage_text =
-    "usage: h2o-chat MODEL.gguf [--format llama2|zephyr|chatml] [--system TEXT] [--budget N]\n"
+    "usage: h2o-chat MODEL.gguf [--format llama2|zephyr|chatml|llama3] [--system TEXT] [--budget N]\n"
     "  --format NAME          chat format (default: the one the model's template describes)\n"
     "  --system TEXT          system prompt, pinned (default: \"You are a helpful assistant.\")\n"
     "  --budget N             KV slots per layer and kv head, at least 2 (default 256); the cache rolls\n"
@@ -41,7 +41,8 @@ static int usage_error(const char *format, ...) {
 }
 
 static int is_chat_format(const char *name) {
-    return strcmp(name, "llama2") == 0 || strcmp(name, "zephyr") == 0 || strcmp(name, "chatml") == 0;
+    return strcmp(name, "llama2") == 0 || strcmp(name, "zephyr") == 0 || strcmp(name, "chatml") == 0 ||
+           strcmp(name, "llama3") == 0;
 }
 
 /* A whole number from 2 to 2^22 (the longest context), digits only. */
@@ -111,7 +112,7 @@ int main(int argc, char **argv) {
         if (takes_value && i + 1 == argc) return usage_error("%s needs a value", arg);
         if (strcmp(arg, "--format") == 0) {
             format = argv[++i];
-            if (!is_chat_format(format)) return usage_error("unknown chat format '%s' (known: llama2, zephyr, chatml)", format);
+            if (!is_chat_format(format)) return usage_error("unknown chat format '%s' (known: llama2, zephyr, chatml, llama3)", format);
         } else if (strcmp(arg, "--system") == 0) {
             system = argv[++i];
         } else if (strcmp(arg, "--budget") == 0) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bpe.h"
+#include "chat_format.h"
 #include "gguf.h"
 #include "hf_tokenizer.h"
 #include "pretokenizer.h"
@@ -551,7 +552,9 @@ TEST_CASE("bpe tokenizer: tokenizer.json reader") {
     CHECK_FALSE(llama3->add_bos.has_value());
     CHECK(llama3->types[128000] == TOKEN_CONTROL);
     CHECK(llama3->types[1000] == TOKEN_NORMAL);
-    CHECK(llama3->chat_template.find("start_header_id") != std::string::npos);
+    h2o::ChatFormat format{};
+    REQUIRE(h2o::chat_format_from_template(llama3->chat_template, &format).ok());
+    CHECK(format == h2o::ChatFormat::Llama3);
 
     const HfVocabulary *qwen3 = hf_vocabulary("qwen3");
     if (!qwen3) return;
@@ -562,6 +565,8 @@ TEST_CASE("bpe tokenizer: tokenizer.json reader") {
     CHECK(qwen3->pad == 151643);
     CHECK(qwen3->types[151667] == TOKEN_USER_DEFINED);  // <think>
     CHECK(qwen3->types[151662] == TOKEN_CONTROL);       // <|fim_pad|>, not marked special but looks so
+    REQUIRE(h2o::chat_format_from_template(qwen3->chat_template, &format).ok());
+    CHECK(format == h2o::ChatFormat::ChatML);
 
     const HfVocabulary *gpt4o = hf_vocabulary("gpt4o");
     if (!gpt4o) return;

@@ -32,7 +32,7 @@ const std::vector<ChatMessage> kConversation = {
     {"user", "Tell me a story."},
 };
 
-TEST_CASE("chat: the three formats write exactly what their templates produce") {
+TEST_CASE("chat: the formats write exactly what their templates produce") {
     CHECK(format(ChatFormat::ChatML, kConversation, true) ==
           "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
           "<|im_start|>user\nHello!<|im_end|>\n"
@@ -51,6 +51,14 @@ TEST_CASE("chat: the three formats write exactly what their templates produce") 
     // Without a system message, and with the whitespace Llama-2's template strips.
     CHECK(format(ChatFormat::Llama2, {{"user", "  Hi \n"}}, false) == "<s>[INST] Hi [/INST]");
     CHECK(format(ChatFormat::ChatML, {{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+    // Llama 3 trims each message; the template's leading bos_token is the tokenizer's BOS.
+    CHECK(format(ChatFormat::Llama3, kConversation, true) ==
+          "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant.<|eot_id|>"
+          "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\nHi, how can I help?<|eot_id|>"
+          "<|start_header_id|>user<|end_header_id|>\n\nTell me a story.<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    CHECK(format(ChatFormat::Llama3, {{"user", " Hi\n"}}, false) == "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
 }
 
 TEST_CASE("chat: bad roles and out-of-order Llama-2 turns are refused") {
@@ -71,6 +79,11 @@ TEST_CASE("chat: a model's format is recognised from its chat template") {
     CHECK(f == ChatFormat::Zephyr);
     REQUIRE(h2o::chat_format_from_template("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}", &f).ok());
     CHECK(f == ChatFormat::Llama2);
+    REQUIRE(h2o::chat_format_from_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}", &f).ok());
+    CHECK(f == ChatFormat::Llama3);
+    CHECK(h2o::chat_format_from_name("llama3", &f).ok());
+    CHECK(f == ChatFormat::Llama3);
+    CHECK(std::string(h2o::chat_format_name(ChatFormat::Llama3)) == "llama3");
     CHECK(h2o::chat_format_from_template("", &f).code == H2O_ERR_UNSUPPORTED);
     CHECK(h2o::chat_format_from_template("{{ message['content'] }}", &f).code == H2O_ERR_UNSUPPORTED);
 }
