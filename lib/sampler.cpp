@@ -55,56 +55,70 @@ int32_t Sampler::sample(float *logits, const SamplerSettings &settings, const To
     if (settings.temperature <= 0.0f) {
         return greedy_index(logits, n_vocab_);
     }
-
-    size_t n = static_cast<size_t>(n_vocab_);
-    for (int i = 0; i < n_vocab_; ++i) candidates_[i] = {logits[i], i};
-    auto by_logit = [](const std::pair<float, int32_t> &a, const std::pair<float, int32_t> &b) {
-        return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    if (settings.top_k > 0 && settings.top_k < n) {
-        std::partial_sort(candidates_.begin(), candidates_.begin() + settings.top_k, candidates_.end(), by_logit);
-        n = settings.top_k;
-    } else {
-        std::sort(candidates_.begin(), candidates_.end(), by_logit);
-    }
-
-    // Softmax at the given temperature over the n best candidates (sorted, best first).
-    const float max_logit = candidates_[0].first;
-    double sum = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-        const float p = std::exp((candidates_[i].first - max_logit) / settings.temperature);
-        candidates_[i].first = p;
-        sum += p;
-    }
-    for (size_t i = 0; i < n; ++i) candidates_[i].first = static_cast<float>(candidates_[i].first / sum);
-
-    if (settings.top_p < 1.0f) {
-        double cumulative = 0.0;
-        size_t keep = n;
-        for (size_t i = 0; i < n; ++i) {
-            cumulative += candidates_[i].first;
-            if (cumulative >= settings.top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-    }
-    if (settings.min_p > 0.0f) {
-        const float threshold = settings.min_p * candidates_[0].first;
-        size_t keep = 1;
-        while (keep < n && candidates_[keep].first >= threshold) ++keep;
-        n = keep;
-    }
-
+    const size_t n = keep_candidates(logits, settings);
     double total = 0.0;
-    for (size_t i = 0; i < n; ++i) total += candidates_[i].first;
+    for (size_t i = 0; i < n; ++i) total += candidates_[i].probability;
     double r = next_uniform() * total;
     for (size_t i = 0; i < n; ++i) {
-        r -= candidates_[i].first;
-        if (r < 0.0) return candidates_[i].second;
+        r -= candidates_[i].probability;
+        if (r < 0.0) return candidates_[i].token;
     }
-    return candidates_[n - 1].second;
+    return candidates_[n - 1].token;
+}
+
+std::vector<std::pair<float, int32_t>> Sampler::kept(const float *logits, const SamplerSettings &settings) {
+    const size_t n = keep_candidates(logits, settings);
+    std::vector<std::pair<float, int32_t>> out;
+    for (size_t i = 0; i < n; ++i) out.emplace_back(candidates_[i].probability, candidates_[i].token);
+    return out;
+}
+
+size_t Sampler::keep_candidates(const float *logits, const SamplerSettings &settings) {
+    // The candidates in order are the tokens by logit, highest first (ties: lower id first). Only
+    // the part that top-k, min-p and top-p keep is ever sorted: with a vocabulary of 128k-152k
+    // tokens, sorting them all would cost about a tenth of a decoded token.
+    size_t n = static_cast<size_t>(n_vocab_);
+    for (int i = 0; i < n_vocab_; ++i) candidates_[i] = {logits[i], 0.0f, i};
+    const auto first = candidates_.begin();
+    auto better = [](const Candidate &a, const Candidate &b) { return a.logit > b.logit || (a.logit == b.logit && a.token < b.token); };
+    if (settings.top_k > 0 && settings.top_k < n) {
+        std::nth_element(first, first + (settings.top_k - 1), candidates_.end(), better);  // the k best, unordered
+        n = settings.top_k;
+    }
+
+    // Softmax at the given temperature over the n candidates.
+    float max_logit = first->logit;
+    for (size_t i = 1; i < n; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        const float p = std::exp((candidates_[i].logit - max_logit) / settings.temperature);
+        candidates_[i].probability = p;
+        sum += p;
+    }
+    for (size_t i = 0; i < n; ++i) candidates_[i].probability = static_cast<float>(candidates_[i].probability / sum);
+
+    // min-p keeps the probabilities of at least min_p times the largest (1 / sum), top-p the
+    // shortest run from the best whose probabilities add up to top_p: both keep a prefix of the
+    // order. The min-p survivors are moved to the front, then sorted in growing steps only until
+    // the top-p sum is reached.
+    if (settings.min_p > 0.0f) {
+        // The most probable token always passes (min_p <= 1, which the API checks).
+        const float threshold = settings.min_p * static_cast<float>(1.0 / sum);
+        n = static_cast<size_t>(std::partition(first, first + n, [&](const Candidate &c) { return c.probability >= threshold; }) - first);
+    }
+    if (settings.top_p < 1.0f) {
+        double cumulative = 0.0;
+        size_t sorted = 0;  // candidates_[0, sorted) are in order and summed in cumulative
+        for (size_t step = 64; sorted < n && cumulative < settings.top_p; step *= 8) {
+            const size_t end = std::min(n, sorted + step);
+            std::partial_sort(first + sorted, first + end, first + n, better);
+            while (sorted < end && cumulative < settings.top_p) cumulative += candidates_[sorted++].probability;
+        }
+        n = sorted;
+    } else {
+        std::sort(first, first + n, better);
+    }
+    return n;
 }
 
 }  // namespace h2o

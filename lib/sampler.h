@@ -78,13 +78,24 @@ public:
     }
     // Picks a token from logits (modified in place by the penalty).
     int32_t sample(float *logits, const SamplerSettings &settings, const TokenHistory &history);
+    // The tokens sample() draws from for these logits (after the penalty) and a temperature above
+    // 0: best first, each with its probability among the top-k candidates (the draw scales them to
+    // sum to 1). For tests.
+    std::vector<std::pair<float, int32_t>> kept(const float *logits, const SamplerSettings &settings);
 
 private:
     double next_uniform();  // in [0, 1)
+    // Leaves what kept() returns at the front of candidates_; returns how many.
+    size_t keep_candidates(const float *logits, const SamplerSettings &settings);
 
     int n_vocab_;
     uint64_t state_[4];
-    std::vector<std::pair<float, int32_t>> candidates_;  // sized n_vocab once
+    struct Candidate {
+        float logit;
+        float probability;  // among the top-k candidates
+        int32_t token;
+    };
+    std::vector<Candidate> candidates_;  // sized n_vocab once
 };
 
 }  // namespace h2o
