@@ -47,20 +47,21 @@ constexpr const char *kGpt4o = "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]*[^\\P{L}A-Z]+
 struct Definition {
     std::vector<std::string_view> names;  // tokenizer.ggml.pre values (llama.cpp's aliases)
     bool ignore_merges;
+    bool adds_bos_by_default;  // without tokenizer.ggml.add_bos_token (llama.cpp's default)
     std::vector<const char *> patterns;
 };
 
 const std::vector<Definition> &definitions() {
     static const std::vector<Definition> kDefinitions = {
-        {{"llama-bpe", "llama3", "llama-v3"}, true, {kLlama3}},
-        {{"qwen2", "deepseek-r1-qwen"}, false, {kQwen2}},
+        {{"llama-bpe", "llama3", "llama-v3"}, true, true, {kLlama3}},
+        {{"qwen2", "deepseek-r1-qwen"}, false, false, {kQwen2}},
         // SmolLM and SmolLM2: every digit alone, then GPT-2's pattern.
-        {{"smollm"}, false, {"\\p{N}", kGpt2}},
-        {{"gpt-2", "phi-2"}, false, {kGpt2}},
-        {{"gpt-4o"}, false, {kGpt4o}},
+        {{"smollm"}, false, false, {"\\p{N}", kGpt2}},
+        {{"gpt-2", "phi-2"}, false, false, {kGpt2}},
+        {{"gpt-4o"}, false, false, {kGpt4o}},
         // llama.cpp's "default" (also its choice when the key is absent): runs of punctuation and
         // a few symbols first, then GPT-2's pattern, then numbers in groups of at most three digits.
-        {{"default"}, false, {"[\\p{P}$+<=>^~|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+        {{"default"}, false, false, {"[\\p{P}$+<=>^~|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"}},
     };
     return kDefinitions;
 }
@@ -109,6 +110,7 @@ Status Pretokenizer::create(std::string_view name, std::unique_ptr<Pretokenizer>
     std::unique_ptr<Pretokenizer> pre(new Pretokenizer());
     pre->name_ = std::string(effective);
     pre->ignore_merges_ = found->ignore_merges;
+    pre->adds_bos_by_default_ = found->adds_bos_by_default;
     for (const char *source : found->patterns) {
         auto pattern = std::make_unique<Pattern>();
         int error = 0;

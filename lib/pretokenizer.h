@@ -35,6 +35,9 @@ public:
     const std::string &name() const { return name_; }
     // Llama 3's rule: a word that is itself a token becomes that token without merging.
     bool ignore_merges() const { return ignore_merges_; }
+    // Whether a vocabulary without tokenizer.ggml.add_bos_token starts a text with BOS: llama.cpp's
+    // default for this pre-tokenizer (Llama 3's files rely on it).
+    bool adds_bos_by_default() const { return adds_bos_by_default_; }
 
     // Appends the words of text, in order; together they are exactly text. text must be valid
     // UTF-8 (the tokenizer checks it first). Errors: H2O_ERR_TOKENIZER when the regex engine
@@ -47,6 +50,7 @@ private:
 
     std::string name_;
     bool ignore_merges_ = false;
+    bool adds_bos_by_default_ = false;
     // Applied in order: each one splits the pieces the previous one left, as llama.cpp does; text
     // between two matches is a piece of its own.
     std::vector<std::unique_ptr<Pattern>> patterns_;

@@ -175,7 +175,7 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
     tok->eos_ = spec.eos;
     tok->unk_ = spec.unk;
     tok->add_space_prefix_ = sentencepiece && spec.add_space_prefix;
-    tok->add_bos_ = spec.add_bos.value_or(sentencepiece) && spec.bos >= 0;
+    tok->add_bos_ = spec.add_bos.value_or(true) && spec.bos >= 0;  // sentencepiece; BPE below
     tok->add_eos_ = spec.add_eos.value_or(false);
     for (int32_t id = 0; id < static_cast<int32_t>(spec.pieces.size()); ++id) {
         const Entry &e = tok->entries_[static_cast<size_t>(id)];
@@ -190,6 +190,8 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
 
     if (!sentencepiece) {
         H2O_TRY(tok->build_bpe(spec));
+        // Without tokenizer.ggml.add_bos_token, llama.cpp's default for the pre-tokenizer.
+        tok->add_bos_ = spec.add_bos.value_or(tok->bpe_->pretokenizer().adds_bos_by_default()) && spec.bos >= 0;
         *out = std::move(tok);
         return Status::Ok();
     }

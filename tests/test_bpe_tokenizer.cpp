@@ -323,11 +323,12 @@ TEST_CASE("bpe tokenizer: special tokens, user-defined tokens and BOS") {
     CHECK(plain.size() > 20);
     for (int32_t id : plain) CHECK(llama3->type(id) == TOKEN_NORMAL);
     CHECK(decode(*llama3, plain) == chat);
-    // BOS: this tokenizer.json's post-processor adds none, and its tokenizer_config.json does not
-    // ask for one, so neither does the GGUF a converter writes. BOS is there on request.
+    // BOS: this tokenizer.json's post-processor adds none and its tokenizer_config.json does not
+    // say, so a converted file has no tokenizer.ggml.add_bos_token; llama.cpp's default for the
+    // llama-bpe pre-tokenizer then adds BOS, and so does this tokenizer.
     CHECK(llama3->bos() == 128000);
     CHECK(llama3->eos() == 128001);
-    CHECK_FALSE(llama3->add_bos());
+    CHECK(llama3->add_bos());
     std::vector<int32_t> with_bos;
     REQUIRE(llama3->encode_special(chat, true, &with_bos).ok());
     CHECK(with_bos == special);  // not doubled
@@ -524,6 +525,14 @@ TEST_CASE("bpe tokenizer: GGUF metadata (gpt2 model, merges, pre, token types, s
         CHECK(tok->eos() == -1);
         CHECK(tok->add_bos());
         CHECK_FALSE(tok->add_eos());
+    }
+    for (const char *pre : {"llama-bpe", "qwen2"}) {  // no add_bos_token: llama.cpp's default for the pre-tokenizer
+        GgufWriter w = writer(true, false);
+        w.add_string("tokenizer.ggml.pre", pre);
+        w.add_u32("tokenizer.ggml.bos_token_id", 257);
+        st = tokenizer_from_writer(w, &tok);
+        REQUIRE_MESSAGE(st.ok(), st.message);
+        CHECK(tok->add_bos() == (std::string(pre) == "llama-bpe"));
     }
     {  // A pre-tokenizer name of the wrong type, a hostile merge.
         GgufWriter w = writer(true, false);
