@@ -131,6 +131,14 @@ int main(int argc, char **argv) {
         h2o_model_free(model);
         return 1;
     }
+    if (!format) {
+        /* The format of the model's own template; a model without one stops at the system
+         * message below, with the reason. */
+        size_t n = 0;
+        if (h2o_model_get_text(model, H2O_MODEL_TEXT_CHAT_FORMAT, line, sizeof line, &n) == H2O_OK) {
+            fprintf(stderr, "h2o-chat: chat format %s, from the model's template\n", line);
+        }
+    }
     /* The system prompt is pinned: eviction never drops it, however long the chat. */
     if (add_message(model, session, format, "system", system, 0, H2O_TEXT_PIN) != H2O_OK) {
         fprintf(stderr, "%s\n", h2o_session_last_error(session)[0] ? h2o_session_last_error(session) : h2o_last_error());

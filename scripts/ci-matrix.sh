@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# The CI matrix beyond gcc + ASan/UBSan (.ci/run calls this script):
-#   1. clang build (warnings are errors) and the test suite, less the tests whose names match
-#      the regular expression $H2O_CTEST_EXCLUDE when it is set (CI leaves out the Vulkan parity
-#      sweeps, which its gcc stage runs);
-#   2. the fuzz targets with clang + libFuzzer + ASan/UBSan: replay of the generated seed corpus
+# The CI stages beyond the test suite with gcc and with clang + ASan/UBSan (.ci/run runs those, and
+# calls this script):
+#   1. the fuzz targets with clang + libFuzzer + ASan/UBSan: replay of the generated seed corpus
 #      and the saved crash inputs (tests/fuzz/crashes), then $H2O_FUZZ_SECONDS (default 45) of
 #      fuzzing per target;
-#   3. ThreadSanitizer (gcc): the library and the test binary, running the multi-session test.
+#   2. ThreadSanitizer (gcc): the library and the multi-threaded tests (h2o-thread-tests).
 # Each stage prints the seconds it took. Usage: scripts/ci-matrix.sh [BUILD_PREFIX]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,11 +22,6 @@ stage() {
   stage_start=$SECONDS
 }
 stage_start=$SECONDS
-
-echo "== clang: build and test suite"
-CC=clang CXX=clang++ "$root/scripts/build.sh" "$prefix-clang" -DH2O_WERROR=ON
-ctest --test-dir "$prefix-clang" --output-on-failure -j"$jobs" ${H2O_CTEST_EXCLUDE:+-E "$H2O_CTEST_EXCLUDE"}
-stage "clang build and test suite"
 
 echo "== fuzz targets (clang, libFuzzer, ASan + UBSan)"
 fuzz="$prefix-fuzz"
@@ -75,8 +68,8 @@ tsan="$prefix-tsan"
 cmake -S "$root" -B "$tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF -DH2O_CUDA=OFF \
   -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_C_FLAGS=-fsanitize=thread \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
-cmake --build "$tsan" -j"$jobs" --target h2o-tests
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/h2o-tests" -tc='eight threads*'
-stage "ThreadSanitizer build and multi-session test"
+cmake --build "$tsan" -j"$jobs" --target h2o-thread-tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/h2o-thread-tests"
+stage "ThreadSanitizer build and the multi-threaded tests"
 
 echo "== CI matrix finished in $((SECONDS - start)) s"

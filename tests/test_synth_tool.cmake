@@ -1,6 +1,7 @@
 # h2o-synth writes each architecture the runtime runs, with a synthetic vocabulary or a real one
 # from a tokenizer.json, and what it writes loads and generates: h2o-info shows the shape, h2o-cli
-# generates. Then its usage errors. Arguments: -DSYNTH= -DINFO= -DCLI= (the programs),
+# generates, and h2o-chat talks to the real-vocabulary ones in their own template's format. Then its
+# usage errors. Arguments: -DSYNTH= -DINFO= -DCLI= -DCHAT= (the programs),
 # -DSHARED=<the shared data folder>, -DWORK=<a scratch folder>.
 file(MAKE_DIRECTORY "${WORK}")
 
@@ -35,7 +36,17 @@ if(EXISTS "${SHARED}/vocab/qwen3/tokenizer.json" AND EXISTS "${SHARED}/vocab/lla
   check_model(synth-qwen3-vocab "--arch;qwen3;--dim;128;--heads;2;--kv-heads;1;--head-dim;128;--tied;--vocab;${SHARED}/vocab/qwen3/tokenizer.json"
               "architecture: qwen3;vocabulary: 151669 tokens;chat format: chatml")
   check_model(synth-llama3-vocab "--dim;128;--heads;2;--kv-heads;1;--tied;--rope-freqs;--vocab;${SHARED}/vocab/llama3"
-              "architecture: llama;vocabulary: 128256 tokens;BOS 128000")
+              "architecture: llama;vocabulary: 128256 tokens;BOS 128000;chat format: llama3")
+  # h2o-chat talks to each in the format of its own template: one turn, then /quit.
+  foreach(case "synth-qwen3-vocab;chatml" "synth-llama3-vocab;llama3")
+    list(GET case 0 name)
+    list(GET case 1 format)
+    execute_process(COMMAND sh -c "printf 'Hello\\n/quit\\n' | \"$0\" \"$1\" --budget 64" ${CHAT} ${WORK}/${name}.gguf
+                    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0 OR NOT err MATCHES "chat format ${format}, from the model's template" OR NOT out MATCHES "> .*> ")
+      message(FATAL_ERROR "h2o-chat on ${name}: expected exit 0, format ${format} and two prompts, got ${rc}:\n${out}${err}")
+    endif()
+  endforeach()
 else()
   message("H2O-SKIP: ${SHARED}/vocab is absent: the real vocabularies were not tried")
 endif()
