@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CI stages beyond the test suite with gcc and with clang + ASan/UBSan (.ci/run runs those, and
-# calls this script):
+# The CI stages beyond the test suites with gcc, gcc + ASan/UBSan and clang (.ci/run runs those,
+# and calls this script):
 #   1. the fuzz targets with clang + libFuzzer + ASan/UBSan: replay of the generated seed corpus
 #      and the saved crash inputs (tests/fuzz/crashes), then $H2O_FUZZ_SECONDS (default 45) of
 #      fuzzing per target;
