@@ -78,7 +78,8 @@ size_t Sampler::keep_candidates(const float *logits, const SamplerSettings &sett
     // the part that top-k, min-p and top-p keep is ever sorted: with a vocabulary of 128k-152k
     // tokens, sorting them all would cost about a tenth of a decoded token.
     size_t n = static_cast<size_t>(n_vocab_);
-    for (int i = 0; i < n_vocab_; ++i) candidates_[i] = {logits[i], 0.0f, i};
+    // A NaN logit (a broken model) counts as impossible, as the greedy rule passes NaNs over.
+    for (int i = 0; i < n_vocab_; ++i) candidates_[i] = {logits[i] == logits[i] ? logits[i] : -INFINITY, 0.0f, i};
     const auto first = candidates_.begin();
     auto better = [](const Candidate &a, const Candidate &b) { return a.logit > b.logit || (a.logit == b.logit && a.token < b.token); };
     if (settings.top_k > 0 && settings.top_k < n) {
@@ -89,6 +90,12 @@ size_t Sampler::keep_candidates(const float *logits, const SamplerSettings &sett
     // Softmax at the given temperature over the n candidates.
     float max_logit = first->logit;
     for (size_t i = 1; i < n; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
+    if (!std::isfinite(max_logit)) {
+        // No finite logit leads (all impossible, or one infinitely likely): no softmax exists, and
+        // the token is the greedy rule's.
+        candidates_[0] = {max_logit, 1.0f, greedy_index(logits, n_vocab_)};
+        return 1;
+    }
     double sum = 0.0;
     for (size_t i = 0; i < n; ++i) {
         const float p = std::exp((candidates_[i].logit - max_logit) / settings.temperature);

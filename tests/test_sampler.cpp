@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -105,4 +106,27 @@ TEST_CASE("sampler: the same seed draws the same tokens, and every draw is a kep
     // More than one token is drawn: the draw is not stuck on the best.
     std::sort(drawn_a.begin(), drawn_a.end());
     CHECK(std::unique(drawn_a.begin(), drawn_a.end()) - drawn_a.begin() > 1);
+}
+
+TEST_CASE("sampler: NaN and infinite logits give a valid token, never a read outside the vocabulary") {
+    h2o::SamplerSettings s;  // defaults: top-k 40, top-p 0.95, min-p 0.05
+    h2o::TokenHistory history;
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (uint32_t top_k : {0u, 40u}) {
+        s.top_k = top_k;
+        h2o::Sampler sampler(5, 3);
+        std::vector<float> all_nan(5, nan);
+        CHECK(sampler.sample(all_nan.data(), s, history) == 0);  // the greedy rule's choice
+        std::vector<float> all_minus_inf(5, -inf);
+        CHECK(sampler.sample(all_minus_inf.data(), s, history) == 0);
+        std::vector<float> one_inf = {0.0f, nan, inf, 1.0f, inf};
+        CHECK(sampler.sample(one_inf.data(), s, history) == 2);  // the first of the largest
+        // NaNs among finite logits are never drawn.
+        std::vector<float> some_nan = {nan, 0.5f, nan, 0.4f, nan};
+        for (int i = 0; i < 50; ++i) {
+            std::vector<float> copy = some_nan;
+            const int32_t t = sampler.sample(copy.data(), s, history);
+            CHECK((t == 1 || t == 3));
+        }
+    }
 }
