@@ -79,12 +79,24 @@ size_t Sampler::keep_candidates(const float *logits, const SamplerSettings &sett
     // tokens, sorting them all would cost about a tenth of a decoded token.
     size_t n = static_cast<size_t>(n_vocab_);
     // A NaN logit (a broken model) counts as impossible, as the greedy rule passes NaNs over.
-    for (int i = 0; i < n_vocab_; ++i) candidates_[i] = {logits[i] == logits[i] ? logits[i] : -INFINITY, 0.0f, i};
+    auto candidate = [&](int32_t i) { return Candidate{logits[i] == logits[i] ? logits[i] : -INFINITY, 0.0f, i}; };
     const auto first = candidates_.begin();
     auto better = [](const Candidate &a, const Candidate &b) { return a.logit > b.logit || (a.logit == b.logit && a.token < b.token); };
     if (settings.top_k > 0 && settings.top_k < n) {
-        std::nth_element(first, first + (settings.top_k - 1), candidates_.end(), better);  // the k best, unordered
+        // The k best, unordered, in one pass over the logits: a heap of the best so far whose top
+        // is the worst of them, which most logits fail to beat at one comparison.
         n = settings.top_k;
+        for (size_t i = 0; i < n; ++i) candidates_[i] = candidate(static_cast<int32_t>(i));
+        std::make_heap(first, first + n, better);
+        for (int32_t i = static_cast<int32_t>(n); i < n_vocab_; ++i) {
+            const Candidate c = candidate(i);
+            if (!better(c, *first)) continue;
+            std::pop_heap(first, first + n, better);
+            candidates_[n - 1] = c;
+            std::push_heap(first, first + n, better);
+        }
+    } else {
+        for (int32_t i = 0; i < n_vocab_; ++i) candidates_[i] = candidate(i);
     }
 
     // Softmax at the given temperature over the n candidates.
