@@ -175,7 +175,6 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
     tok->eos_ = spec.eos;
     tok->unk_ = spec.unk;
     tok->add_space_prefix_ = sentencepiece && spec.add_space_prefix;
-    tok->add_bos_ = spec.add_bos.value_or(true) && spec.bos >= 0;  // sentencepiece; BPE below
     tok->add_eos_ = spec.add_eos.value_or(false);
     for (int32_t id = 0; id < static_cast<int32_t>(spec.pieces.size()); ++id) {
         const Entry &e = tok->entries_[static_cast<size_t>(id)];
@@ -195,6 +194,7 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
         *out = std::move(tok);
         return Status::Ok();
     }
+    tok->add_bos_ = spec.add_bos.value_or(true) && spec.bos >= 0;  // llama.cpp's default for sentencepiece
     bool byte_fallback = false;
     for (int32_t type : spec.types) byte_fallback |= type == TOKEN_BYTE;
     tok->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
