@@ -128,8 +128,8 @@ __global__ void add_bias_kernel(float *acc, const float *bias, int64_t cols, int
     }
 }
 
-// The CPU's std::max_element: the first element, replaced only by a strictly larger one; NaNs
-// never replace it, and a NaN first element is never replaced.
+// greedy_index (sampler.h): the first of the largest elements, NaNs passed over (a row of NaNs
+// gives 0).
 __global__ void argmax_kernel(int32_t *out, const float *in, int64_t cols) {
     __shared__ float best_value[kBlock];
     __shared__ int64_t best_index[kBlock];
@@ -160,7 +160,7 @@ __global__ void argmax_kernel(int32_t *out, const float *in, int64_t cols) {
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[t] = (isnan(x[0]) || best_index[0] < 0) ? 0 : static_cast<int32_t>(best_index[0]);
+    if (threadIdx.x == 0) out[t] = best_index[0] < 0 ? 0 : static_cast<int32_t>(best_index[0]);
 }
 
 // ---- the KV cache -------------------------------------------------------------------------------
