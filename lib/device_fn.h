@@ -19,6 +19,14 @@
 #define H2O_HD inline
 #endif
 
+// Unrolls the loop that follows in device code, so the arrays it indexes stay in registers (the
+// host compilers, nvcc's host pass included, would warn of an unknown pragma).
+#if defined(__CUDA_ARCH__)
+#define H2O_UNROLL _Pragma("unroll")
+#else
+#define H2O_UNROLL
+#endif
+
 #if defined(__CUDA_ARCH__)
 #define H2O_FMUL(a, b) __fmul_rn((a), (b))
 #define H2O_FADD(a, b) __fadd_rn((a), (b))

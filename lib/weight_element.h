@@ -82,6 +82,68 @@ H2O_HD float weight_element(TensorType type, const uint8_t *row, int64_t i) {
     }
 }
 
+// Elements 32 g to 32 g + 31 of a row of `type` (its g-th group of 32: a Q4_0/Q8_0 block, a
+// K-quant block's sub-block), each as weight_element gives it, with the group's scales read once:
+// the CUDA matmul dequantizes a group per lane. The row must hold whole groups (a quantized row
+// always does; F32/F16 rows past their last whole group are read by weight_element).
+H2O_HD void weight_group32(TensorType type, const uint8_t *row, int64_t g, float *w) {
+    switch (type) {
+        case TensorType::F32:
+            H2O_UNROLL for (int e = 0; e < 32; ++e) w[e] = bits_to_float(load_le32(row + 4 * (32 * g + e)));
+            return;
+        case TensorType::F16:
+            H2O_UNROLL for (int e = 0; e < 32; ++e) w[e] = half_to_float(load_le16(row + 2 * (32 * g + e)));
+            return;
+        case TensorType::Q8_0: {
+            const uint8_t *blk = row + 34 * g;
+            const float d = half_to_float(load_le16(blk));
+            H2O_UNROLL for (int e = 0; e < 32; ++e) w[e] = H2O_FMUL(static_cast<float>(static_cast<int8_t>(blk[2 + e])), d);
+            return;
+        }
+        case TensorType::Q4_0: {
+            const uint8_t *blk = row + 18 * g;
+            const float d = half_to_float(load_le16(blk));
+            H2O_UNROLL for (int e = 0; e < 16; ++e) {
+                const int byte = blk[2 + e];
+                w[e] = H2O_FMUL(static_cast<float>((byte & 0x0F) - 8), d);
+                w[e + 16] = H2O_FMUL(static_cast<float>((byte >> 4) - 8), d);
+            }
+            return;
+        }
+        case TensorType::Q4_K:
+        case TensorType::Q5_K: {
+            const bool five = type == TensorType::Q5_K;
+            const uint8_t *blk = row + (five ? 176 : 144) * (g / 8);
+            const int j = static_cast<int>(g % 8);
+            const float d = half_to_float(load_le16(blk)), dmin = half_to_float(load_le16(blk + 2));
+            int sc, m;
+            k_scale_min(blk + 4, j, &sc, &m);
+            const float step = H2O_FMUL(d, static_cast<float>(sc)), off = H2O_FMUL(dmin, static_cast<float>(m));
+            H2O_UNROLL for (int e = 0; e < 32; ++e) {
+                int q = k_nibble(blk + (five ? 48 : 16), 32 * j + e);
+                if (five) q |= q5k_fifth_bit(blk + 16, 32 * j + e);
+                w[e] = H2O_FSUB(H2O_FMUL(step, static_cast<float>(q)), off);
+            }
+            return;
+        }
+        case TensorType::Q6_K: {
+            const uint8_t *blk = row + 210 * (g / 8);
+            const int j = static_cast<int>(g % 8);
+            const float d = half_to_float(load_le16(blk + 208));
+            H2O_UNROLL for (int half = 0; half < 2; ++half) {  // the group's two 16-element scales
+                const float step = H2O_FMUL(d, static_cast<float>(static_cast<int8_t>(blk[192 + 2 * j + half])));
+                H2O_UNROLL for (int e = 16 * half; e < 16 * half + 16; ++e) {
+                    w[e] = H2O_FMUL(step, static_cast<float>(q6k_quant(blk, blk + 128, 32 * j + e)));
+                }
+            }
+            return;
+        }
+        default:
+            H2O_UNROLL for (int e = 0; e < 32; ++e) w[e] = 0.0f;
+            return;
+    }
+}
+
 }  // namespace h2o
 
 #endif  // H2O_WEIGHT_ELEMENT_H

@@ -79,7 +79,7 @@ TEST_CASE("cuda: nvcc-compiled fp16 conversions equal the CPU's for every half a
     CHECK(bad == 0);
 }
 
-TEST_CASE("cuda: weight_element gives quant.cpp's dequantized values bit for bit, for every weight type") {
+TEST_CASE("cuda: weight_element and weight_group32 give quant.cpp's dequantized values bit for bit, for every weight type") {
     std::mt19937 rng(3);
     for (TensorType type : kWeightTypes) {
         CAPTURE(type_name(type));
@@ -97,8 +97,10 @@ TEST_CASE("cuda: weight_element gives quant.cpp's dequantized values bit for bit
             }
             std::vector<float> expected(cols), got(cols);
             REQUIRE(dequantize_row(type, row.data(), expected.data(), cols));
-            cuda_host_weight_row(type, row.data(), cols, got.data());
             INFO("trial " << trial);
+            cuda_host_weight_row(type, row.data(), cols, got.data());
+            CHECK(same_bits(got, expected));
+            cuda_host_weight_groups(type, row.data(), cols, got.data());
             CHECK(same_bits(got, expected));
         }
     }
@@ -380,15 +382,30 @@ using h2o_test::Twin;
 
 TEST_CASE("cuda: matmul matches a double-precision product of the dequantized weights, one token and batches") {
     BACKENDS_OR_SKIP(b, 64);
+    // Rows that fill no whole block of the kernels, rows longer than the matrix-vector kernel's
+    // chunk of columns, float rows ending in a partial group; batches on both sides of the
+    // matrix-vector kernel's limit (8) and of the tiled kernel's tile (64 tokens).
+    struct Shape {
+        TensorType type;
+        int64_t cols;
+    };
+    std::vector<Shape> shapes;
     for (TensorType type : kWeightTypes) {
-        const int64_t cols = 512, rows = 70;
+        for (int64_t cols : {512, 2304}) shapes.push_back({type, cols});
+        if (type == TensorType::F32 || type == TensorType::F16) {
+            for (int64_t cols : {45, 1000}) shapes.push_back({type, cols});
+        }
+    }
+    for (const Shape &shape : shapes) {
+        const TensorType type = shape.type;  // (not a structured binding: INFO captures these)
+        const int64_t cols = shape.cols, rows = 70;
         const Twin w = b.weight(type, cols, rows, random_floats(cols * rows, 6));
         std::vector<float> deq(cols * rows);
         for (int64_t r = 0; r < rows; ++r) {
             REQUIRE(dequantize_row(type, b.weight_data.back().data() + r * row_bytes(type, cols), &deq[r * cols], cols));
         }
-        for (int n : {1, 3, 17, 64}) {
-            INFO("type " << type_name(type) << ", n " << n);
+        for (int n : {1, 3, 8, 9, 17, 64}) {
+            INFO("type " << type_name(type) << ", cols " << cols << ", n " << n);
             const auto x_values = random_floats(cols * n, 7 + n, -2, 2);
             const Twin x = b.floats(cols, n, x_values);
             const Twin y = b.alloc(TensorType::F32, rows, n);

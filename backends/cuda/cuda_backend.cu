@@ -28,8 +28,7 @@ constexpr TensorType kCudaWeightTypes[] = {TensorType::F32,  TensorType::F16,  T
                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 
 constexpr int kBlock = 256;      // threads of the reduction and eviction kernels
-constexpr int kWarpsPerRow = 8;  // matmul: warps (one output row each) per block
-constexpr int kMatmulTokens = 8; // matmul: tokens one warp multiplies with each weight row
+constexpr int kMatmulTokens = 8; // matmul: the most tokens the matrix-vector kernel takes
 // Attention scores of one chunk of queries: as many tokens as fit in this.
 constexpr size_t kAttentionScratchBudget = size_t{64} << 20;
 
@@ -69,27 +68,158 @@ __global__ void rms_norm_kernel(float *out, int64_t out_cols, const float *in, i
     for (int64_t i = threadIdx.x; i < in_cols; i += blockDim.x) out[t * out_cols + i] = H2O_FMUL(H2O_FMUL(x[i], scale), weight[i]);
 }
 
-// out[t][r] = W[r] · in[t]: one warp per weight row, each row dequantized once for up to
-// kMatmulTokens tokens.
-__global__ void matmul_kernel(float *out, int64_t out_cols, const uint8_t *weight, size_t weight_row_bytes, TensorType type,
-                              int64_t rows, int64_t cols, const float *in, int64_t in_cols, int n) {
+// ---- matmul: out[t][r] = W[r] · in[t] ------------------------------------------------------------
+// Two kernels, both dequantizing where they read (weight_element.h): a matrix-vector one for a
+// few tokens (decoding), which must stream the weights at the memory's speed, and a tiled one for
+// batches (prompts), which must reuse each dequantized weight for many tokens.
+
+// Group g (32 elements) of a row of `cols` values: weight_group32 for a whole group, element by
+// element (zeros past the end) for an F32/F16 row's last partial one.
+template <TensorType T>
+__device__ void load_weight_group(const uint8_t *row, int64_t g, int64_t cols, float *w) {
+    if constexpr (T != TensorType::F32 && T != TensorType::F16) {  // quantized rows hold whole blocks
+        weight_group32(T, row, g, w);
+    } else if (32 * g + 32 <= cols) {
+        weight_group32(T, row, g, w);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 32; ++e) w[e] = 32 * g + e < cols ? weight_element(T, row, 32 * g + e) : 0.0f;
+    }
+}
+
+// Matrix-vector: a block of kMatvecWarps warps, one weight row each, for n <= kMatmulTokens
+// tokens. Each lane dequantizes whole groups of its row (a group's scales read once, its bytes
+// contiguous), so a warp reads a row's blocks side by side; the tokens' values come from shared
+// memory, staged kMatvecChunk columns at a time for the whole block, padded by one float every
+// 32 so the lanes' groups lie in different banks.
+constexpr int kMatvecWarps = 16;
+constexpr int kMatvecChunk = 1024;  // columns: 32 groups, one per lane
+constexpr int kMatvecPadded = kMatvecChunk + kMatvecChunk / 32;
+
+template <TensorType T>
+__global__ void __launch_bounds__(32 * kMatvecWarps) matvec_kernel(float *out, int64_t out_cols, const uint8_t *weight,
+                                                                  size_t weight_row_bytes, int64_t rows, int64_t cols,
+                                                                  const float *in, int64_t in_cols, int n) {
+    __shared__ float staged[kMatmulTokens][kMatvecPadded];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerRow + warp;
-    const int t0 = blockIdx.y * kMatmulTokens;
-    if (r >= rows) return;
-    const int count = min(kMatmulTokens, n - t0);
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kMatvecWarps + warp;
     const uint8_t *row = weight + static_cast<size_t>(r) * weight_row_bytes;
     float acc[kMatmulTokens];
     for (int j = 0; j < kMatmulTokens; ++j) acc[j] = 0.0f;
-    for (int64_t k = lane; k < cols; k += 32) {
-        const float w = weight_element(type, row, k);
+    for (int64_t c0 = 0; c0 < cols; c0 += kMatvecChunk) {
+        __syncthreads();  // the last chunk's values are read
+        for (int j = 0; j < n; ++j) {
+            for (int c = threadIdx.x; c < kMatvecChunk; c += blockDim.x) {
+                staged[j][c + c / 32] = c0 + c < cols ? in[j * in_cols + c0 + c] : 0.0f;
+            }
+        }
+        __syncthreads();
+        const int64_t g = c0 / 32 + lane;
+        if (r >= rows || 32 * g >= cols) continue;
+        float w[32];
+        load_weight_group<T>(row, g, cols, w);
         for (int j = 0; j < kMatmulTokens; ++j) {
-            if (j < count) acc[j] += w * in[(t0 + j) * in_cols + k];
+            if (j >= n) break;
+            const float *x = &staged[j][33 * lane];
+            float sum = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 32; ++e) sum = fmaf(w[e], x[e], sum);
+            acc[j] += sum;
         }
     }
+    if (r >= rows) return;
     for (int j = 0; j < kMatmulTokens; ++j) {
         const float sum = warp_sum(acc[j]);
-        if (lane == 0 && j < count) out[(t0 + j) * out_cols + r] = sum;
+        if (lane == 0 && j < n) out[j * out_cols + r] = sum;
+    }
+}
+
+// Tiled: a block computes kTile weight rows by kTile tokens, 32 columns (a group) at a time: the
+// weights of the step dequantized once into shared memory (each thread 8 elements of one row),
+// the tokens' values beside them, and each thread 4 rows by 4 tokens of the tile from there.
+constexpr int kTile = 64;
+constexpr int kTilePadded = kTile + 1;  // rows of the step's arrays: column-indexed writes land in distinct banks
+
+template <TensorType T>
+__global__ void __launch_bounds__(256) matmul_tiled_kernel(float *out, int64_t out_cols, const uint8_t *weight,
+                                                            size_t weight_row_bytes, int64_t rows, int64_t cols,
+                                                            const float *in, int64_t in_cols, int n) {
+    __shared__ float w_step[32][kTilePadded];  // [column in the group][row of the tile]
+    __shared__ float x_step[32][kTilePadded];  // [column in the group][token of the tile]
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile;
+    const int t0 = blockIdx.y * kTile;
+    const int tid = threadIdx.x;
+    const int my_row = tid % 16, my_token = tid / 16;  // this thread's rows my_row + 16 i, tokens my_token + 16 j
+    const int load_row = tid / 4, load_part = tid % 4; // the weights this thread dequantizes: 8 of a row's group
+    const int64_t r_load = r0 + load_row;
+    const uint8_t *row = weight + static_cast<size_t>(r_load < rows ? r_load : 0) * weight_row_bytes;
+    float acc[4][4] = {};
+    for (int64_t k0 = 0; k0 < cols; k0 += 32) {
+        for (int q = 0; q < 8; ++q) {
+            const int e = 8 * load_part + q;
+            w_step[e][load_row] = (r_load < rows && k0 + e < cols) ? weight_element(T, row, k0 + e) : 0.0f;
+        }
+        for (int i = tid; i < 32 * kTile; i += 256) {
+            const int token = i / 32, e = i % 32;
+            x_step[e][token] = (t0 + token < n && k0 + e < cols) ? in[static_cast<int64_t>(t0 + token) * in_cols + k0 + e] : 0.0f;
+        }
+        __syncthreads();
+        for (int e = 0; e < 32; ++e) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; ++i) a[i] = w_step[e][my_row + 16 * i];
+            for (int j = 0; j < 4; ++j) b[j] = x_step[e][my_token + 16 * j];
+            for (int i = 0; i < 4; ++i) {
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < 4; ++i) {
+        const int64_t r = r0 + my_row + 16 * i;
+        for (int j = 0; j < 4; ++j) {
+            const int t = t0 + my_token + 16 * j;
+            if (r < rows && t < n) out[static_cast<int64_t>(t) * out_cols + r] = acc[i][j];
+        }
+    }
+}
+
+struct MatmulArgs {
+    float *out;
+    int64_t out_cols;
+    const uint8_t *weight;
+    size_t weight_row_bytes;
+    int64_t rows, cols;
+    const float *in;
+    int64_t in_cols;
+    int n;
+};
+
+// One batch through the kernel for its size: kMatmulTokens tokens or fewer by the matrix-vector
+// kernel, more by the tiled one.
+template <TensorType T>
+void launch_matmul(const MatmulArgs &a, cudaStream_t stream) {
+    if (a.n <= kMatmulTokens) {
+        const unsigned blocks = static_cast<unsigned>((a.rows + kMatvecWarps - 1) / kMatvecWarps);
+        matvec_kernel<T><<<blocks, 32 * kMatvecWarps, 0, stream>>>(a.out, a.out_cols, a.weight, a.weight_row_bytes, a.rows, a.cols,
+                                                                     a.in, a.in_cols, a.n);
+        return;
+    }
+    const dim3 grid(static_cast<unsigned>((a.rows + kTile - 1) / kTile), static_cast<unsigned>((a.n + kTile - 1) / kTile));
+    matmul_tiled_kernel<T><<<grid, 256, 0, stream>>>(a.out, a.out_cols, a.weight, a.weight_row_bytes, a.rows, a.cols, a.in,
+                                                     a.in_cols, a.n);
+}
+
+// The kernels' instance for a weight type (one of kCudaWeightTypes; false for any other).
+bool launch_matmul(TensorType type, const MatmulArgs &a, cudaStream_t stream) {
+    switch (type) {
+        case TensorType::F32: launch_matmul<TensorType::F32>(a, stream); return true;
+        case TensorType::F16: launch_matmul<TensorType::F16>(a, stream); return true;
+        case TensorType::Q8_0: launch_matmul<TensorType::Q8_0>(a, stream); return true;
+        case TensorType::Q4_0: launch_matmul<TensorType::Q4_0>(a, stream); return true;
+        case TensorType::Q4_K: launch_matmul<TensorType::Q4_K>(a, stream); return true;
+        case TensorType::Q5_K: launch_matmul<TensorType::Q5_K>(a, stream); return true;
+        case TensorType::Q6_K: launch_matmul<TensorType::Q6_K>(a, stream); return true;
+        default: return false;
     }
 }
 
@@ -644,12 +774,10 @@ public:
     Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override {
         H2O_TRY(failed_);
         if (n <= 0) return Status::Ok();
-        const dim3 grid(static_cast<unsigned>((weight.rows + kWarpsPerRow - 1) / kWarpsPerRow),
-                        static_cast<unsigned>((n + kMatmulTokens - 1) / kMatmulTokens));
         // Input rows of weight.cols values, as the CPU backend reads them; output rows of out.cols.
-        matmul_kernel<<<grid, 32 * kWarpsPerRow, 0, stream_>>>(device_ptr<float>(out), out.cols, device_ptr<const uint8_t>(weight),
-                                                               row_bytes(weight.type, weight.cols), weight.type, weight.rows,
-                                                               weight.cols, device_ptr<const float>(in), weight.cols, n);
+        const MatmulArgs a{device_ptr<float>(out), out.cols, device_ptr<const uint8_t>(weight), row_bytes(weight.type, weight.cols),
+                           weight.rows, weight.cols, device_ptr<const float>(in), weight.cols, n};
+        if (!launch_matmul(weight.type, a, stream_)) return make_error(H2O_ERR_UNSUPPORTED, std::string("CUDA matmul: weight type ") + type_name(weight.type));
         return launched("matmul");
     }
 

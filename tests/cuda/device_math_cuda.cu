@@ -25,6 +25,10 @@ void cuda_host_weight_row(TensorType type, const uint8_t *row, int64_t n, float 
     for (int64_t i = 0; i < n; ++i) out[i] = weight_element(type, row, i);
 }
 
+void cuda_host_weight_groups(TensorType type, const uint8_t *row, int64_t n, float *out) {
+    for (int64_t g = 0; g < n / 32; ++g) weight_group32(type, row, g, out + 32 * g);
+}
+
 void cuda_host_kv_encode_row(KvRowFormat type, const float *src, int head_dim, uint8_t *dst) { kv_encode_row(type, src, head_dim, dst); }
 
 void cuda_host_kv_decode_row(KvRowFormat type, const uint8_t *src, int head_dim, float *dst) { kv_decode_row(type, src, head_dim, dst); }

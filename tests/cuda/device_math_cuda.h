@@ -14,6 +14,9 @@ void cuda_host_half_from_float(const float *in, int n, uint16_t *out);
 void cuda_host_half_to_float(const uint16_t *in, int n, float *out);
 // Elements [0, n) of a weight row, one weight_element() call each, as the kernels read them.
 void cuda_host_weight_row(TensorType type, const uint8_t *row, int64_t n, float *out);
+// The same elements (n a multiple of 32) read 32 at a time by weight_group32(), as the matmul
+// kernel reads them.
+void cuda_host_weight_groups(TensorType type, const uint8_t *row, int64_t n, float *out);
 void cuda_host_kv_encode_row(KvRowFormat type, const float *src, int head_dim, uint8_t *dst);
 void cuda_host_kv_decode_row(KvRowFormat type, const uint8_t *src, int head_dim, float *dst);
 // Rotates the first 2 * pairs dimensions of each of n_heads heads of x in place, paired as
