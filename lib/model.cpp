@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <unordered_set>
+
+#include "log.h"
+#include "quant.h"
 
 namespace h2o {
 
@@ -237,15 +242,30 @@ Status Model::bind(const std::string &name, int64_t cols, int64_t rows, WeightVi
         return bad("tensor '" + name + "' has shape [" + got + "], expected [" + std::to_string(cols) +
                    (is_vector ? "" : " x " + std::to_string(rows)) + "]");
     }
-    if (!is_weight_type(t->type) || (is_vector && t->type != TensorType::F32)) {
-        return unsupported("tensor '" + name + "' has type " + type_name(t->type) +
+    WeightView view{name, t->type, cols, rows, t->data};
+    if (t->type == TensorType::Q5_0 && !is_vector) H2O_TRY(widen_to_q8_0(*t, &view));
+    if (!is_weight_type(view.type) || (is_vector && view.type != TensorType::F32)) {
+        return unsupported("tensor '" + name + "' has type " + type_name(view.type) +
                            (is_vector ? ", vectors (norms, biases, factors) must be F32" : ", which this runtime does not run"));
     }
-    *out = WeightView{name, t->type, cols, rows, t->data};
+    *out = view;
     n_params_ += static_cast<uint64_t>(t->n_elements());
-    weight_bytes_ += t->n_bytes;
-    if (std::find(weight_types_.begin(), weight_types_.end(), t->type) == weight_types_.end()) weight_types_.push_back(t->type);
+    weight_bytes_ += row_bytes(view.type, cols) * static_cast<uint64_t>(rows);
+    if (std::find(weight_types_.begin(), weight_types_.end(), view.type) == weight_types_.end()) weight_types_.push_back(view.type);
     bound_names_.push_back(name);
+    return Status::Ok();
+}
+
+Status Model::widen_to_q8_0(const GgufTensor &t, WeightView *view) {
+    const int64_t blocks = t.n_elements() / kQK;
+    std::unique_ptr<BlockQ8_0[]> widened(new (std::nothrow) BlockQ8_0[static_cast<size_t>(blocks)]);
+    if (!widened) return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the Q8_0 copy of Q5_0 tensor '" + view->name + "'");
+    widen_q5_0_to_q8_0(t.data, widened.get(), blocks);
+    file_->release_pages(t.data, t.n_bytes);  // the file's bytes are not read again
+    view->type = TensorType::Q8_0;
+    view->data = widened.get();
+    widened_weights_.push_back(std::move(widened));
+    widened_file_bytes_ += t.n_bytes;
     return Status::Ok();
 }
 
@@ -263,6 +283,13 @@ Status Model::bind_weights() {
     H2O_TRY(bind_rope_freqs());
     weights_.layers.resize(shape_.n_layer);
     for (int l = 0; l < shape_.n_layer; ++l) H2O_TRY(bind_layer(l));
+    if (!widened_weights_.empty()) {
+        char text[200];
+        std::snprintf(text, sizeof text, "%zu Q5_0 tensors run as Q8_0, the same values (no backend has Q5_0 kernels): %.1f MiB instead of %.1f",
+                      widened_weights_.size(), static_cast<double>(widened_file_bytes_ / sizeof(BlockQ5_0) * sizeof(BlockQ8_0)) / (1 << 20),
+                      static_cast<double>(widened_file_bytes_) / (1 << 20));
+        log(H2O_LOG_INFO, text);
+    }
     return check_every_tensor_bound();
 }
 

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "gguf.h"
 #include "prefix_cache.h"
+#include "quant.h"
 #include "tokenizer.h"
 
 namespace h2o {
@@ -107,6 +108,9 @@ private:
     // bind() as `presence` says: an Absent tensor is left unbound (check_every_tensor_bound
     // refuses it if the file has it), an Optional one bound when the file has it.
     Status bind_as(TensorPresence presence, const std::string &name, int64_t cols, int64_t rows, WeightView *out);
+    // Points *view at a Q8_0 copy of Q5_0 tensor t (widen_q5_0_to_q8_0: the same values), which the
+    // model keeps.
+    Status widen_to_q8_0(const GgufTensor &t, WeightView *view);
 
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<Tokenizer> tokenizer_;
@@ -117,6 +121,8 @@ private:
     uint64_t n_params_ = 0;
     uint64_t weight_bytes_ = 0;
     std::vector<TensorType> weight_types_;
+    std::vector<std::unique_ptr<BlockQ8_0[]>> widened_weights_;  // Q5_0 tensors as Q8_0 (widen_to_q8_0)
+    uint64_t widened_file_bytes_ = 0;
     std::vector<std::string> bound_names_;  // the file's tensors the graph uses
     std::string name_;
     std::string chat_template_;

@@ -68,6 +68,50 @@ void quantize_q4_0(const float *x, BlockQ4_0 *out, int64_t n_blocks) {
     }
 }
 
+void quantize_q5_0(const float *x, BlockQ5_0 *out, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; ++b, x += kQK) {
+        // Q4_0's rule over the 5-bit range [-16, 15]: the element of largest magnitude, with its
+        // sign, maps to -16 (ties: the first), and quant = min(31, trunc(x / d + 16.5)).
+        float amax = 0.0f, max = 0.0f;
+        bool finite = true;
+        for (int j = 0; j < kQK; ++j) {
+            if (amax < std::fabs(x[j])) {
+                amax = std::fabs(x[j]);
+                max = x[j];
+            }
+            finite = finite && is_finite(x[j]);
+        }
+        const float d = finite ? max / -16.0f : std::numeric_limits<float>::quiet_NaN();
+        const float id = (finite && d != 0.0f) ? 1.0f / d : 0.0f;
+        out[b].d = fp32_to_fp16(d);
+        auto quant = [id](float v) {  // guards as Q4_0's: NaN and overflowing 1/d give zero (16)
+            const float t = v * id + 16.5f;
+            return t >= 0.0f ? (t < 31.0f ? static_cast<int>(t) : 31) : 16;
+        };
+        uint32_t qh = 0;
+        for (int j = 0; j < kQK / 2; ++j) {
+            const int lo = quant(x[j]), hi = quant(x[j + kQK / 2]);
+            out[b].qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+            qh |= static_cast<uint32_t>(lo >> 4) << j | static_cast<uint32_t>(hi >> 4) << (j + kQK / 2);
+        }
+        for (int k = 0; k < 4; ++k) out[b].qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+    }
+}
+
+// Quant j of a Q5_0 block, -16..15.
+int q5_0_quant(const BlockQ5_0 &blk, int j) {
+    const int nibble = j < kQK / 2 ? (blk.qs[j] & 0x0F) : (blk.qs[j - kQK / 2] >> 4);
+    const int fifth = (blk.qh[j / 8] >> (j % 8)) & 1;
+    return (nibble | fifth << 4) - 16;
+}
+
+void dequantize_q5_0(const BlockQ5_0 *in, float *y, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
+        const float d = fp16_to_fp32(in[b].d);
+        for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q5_0_quant(in[b], j)) * d;
+    }
+}
+
 void dequantize_q8_0(const BlockQ8_0 *in, float *y, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b, y += kQK) {
         const float d = fp16_to_fp32(in[b].d);
@@ -436,12 +480,22 @@ void pack_k_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t packed[12]) 
     }
 }
 
+void widen_q5_0_to_q8_0(const void *in, BlockQ8_0 *out, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        BlockQ5_0 blk;
+        std::memcpy(&blk, static_cast<const uint8_t *>(in) + b * sizeof blk, sizeof blk);
+        out[b].d = blk.d;
+        for (int j = 0; j < kQK; ++j) out[b].qs[j] = static_cast<int8_t>(q5_0_quant(blk, j));
+    }
+}
+
 bool quant_supported(TensorType type) {
     switch (type) {
         case TensorType::F32:
         case TensorType::F16:
         case TensorType::Q8_0:
         case TensorType::Q4_0:
+        case TensorType::Q5_0:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K: return true;
@@ -459,6 +513,7 @@ bool quantize_row(TensorType type, const float *src, void *dst, int64_t n) {
         }
         case TensorType::Q8_0: quantize_q8_0(src, static_cast<BlockQ8_0 *>(dst), n / kQK); return true;
         case TensorType::Q4_0: quantize_q4_0(src, static_cast<BlockQ4_0 *>(dst), n / kQK); return true;
+        case TensorType::Q5_0: quantize_q5_0(src, static_cast<BlockQ5_0 *>(dst), n / kQK); return true;
         case TensorType::Q4_K: quantize_q4_k(src, static_cast<BlockQ4_K *>(dst), n / kQK_K); return true;
         case TensorType::Q5_K: quantize_q5_k(src, static_cast<BlockQ5_K *>(dst), n / kQK_K); return true;
         case TensorType::Q6_K: quantize_q6_k(src, static_cast<BlockQ6_K *>(dst), n / kQK_K); return true;
@@ -476,6 +531,7 @@ bool dequantize_row(TensorType type, const void *src, float *dst, int64_t n) {
         }
         case TensorType::Q8_0: dequantize_q8_0(static_cast<const BlockQ8_0 *>(src), dst, n / kQK); return true;
         case TensorType::Q4_0: dequantize_q4_0(static_cast<const BlockQ4_0 *>(src), dst, n / kQK); return true;
+        case TensorType::Q5_0: dequantize_q5_0(static_cast<const BlockQ5_0 *>(src), dst, n / kQK); return true;
         case TensorType::Q4_K: dequantize_q4_k(static_cast<const BlockQ4_K *>(src), dst, n / kQK_K); return true;
         case TensorType::Q5_K: dequantize_q5_k(static_cast<const BlockQ5_K *>(src), dst, n / kQK_K); return true;
         case TensorType::Q6_K: dequantize_q6_k(static_cast<const BlockQ6_K *>(src), dst, n / kQK_K); return true;

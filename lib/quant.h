@@ -7,7 +7,8 @@
 // search for the scales, so its bytes differ from llama.cpp's while its error is as low or lower.
 //
 // Adding a type: add its block struct here, then a case to quantize_row, dequantize_row and
-// quant_supported in quant.cpp; the kernels dispatch on TensorType too.
+// quant_supported in quant.cpp; the kernels dispatch on TensorType too. Q5_0 is read and written
+// here but run as Q8_0 (widen_q5_0_to_q8_0).
 #pragma once
 
 #include <cstddef>
@@ -40,6 +41,20 @@ struct BlockQ4_0 {
     uint8_t qs[kQK / 2];
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must match llama.cpp's 18-byte layout");
+
+// Q5_0: Q4_0's nibbles with a fifth bit, bit j of qh (little-endian) for element j:
+// value = ((nibble | fifth bit << 4) - 16) * d.
+struct BlockQ5_0 {
+    uint16_t d;  // fp16 scale
+    uint8_t qh[4];
+    uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block must match llama.cpp's 22-byte layout");
+
+// Q5_0 blocks rewritten as Q8_0 blocks of the same values, exactly: the same scale, and each
+// quant (-16..15) as a signed byte. How files with Q5_0 tensors run on the kernels of every
+// backend, at 34 bytes per 32 weights instead of 22. `in` needs no alignment (a file's bytes).
+void widen_q5_0_to_q8_0(const void *in, BlockQ8_0 *out, int64_t n_blocks);
 
 // Elements per super-block of the K-quants.
 constexpr int kQK_K = 256;

@@ -511,6 +511,71 @@ TEST_CASE("device parity: K-quant models (Q4_K_M mixes, Q4_K, Q5_K, Q6_K) give t
     }
 }
 
+TEST_CASE("device parity: a model with Q5_0 tensors runs as its Q8_0 twin, bit for bit on the CPU, and on every device") {
+    // Q5_0 is what llama.cpp's Q4_K_M gives rows that are not a multiple of 256 (most of Qwen2.5
+    // 0.5B and SmolLM2's matrices); the model widens it to Q8_0 blocks of the same values as it
+    // loads. The twin is the same file with each Q5_0 tensor written widened: the CPU's logits
+    // must be the twin's bit for bit, batched and token by token; a device's must be the CPU's
+    // within the bound of the quantized models above (its kernels keep the activations in float).
+    SyntheticModelSpec spec;
+    spec.n_embd = 128;
+    spec.n_layer = 2;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.n_ff = 288;
+    spec.n_vocab = 512;
+    spec.n_ctx = 256;
+    spec.type = TensorType::Q5_0;
+    spec.seed = 9;
+    const std::string path = h2o_test::temp_path("parity_q5_0.gguf"), twin_path = h2o_test::temp_path("parity_q5_0_as_q8_0.gguf");
+    REQUIRE(write_synthetic_model(spec, path).ok());
+    {
+        std::unique_ptr<GgufFile> file;
+        REQUIRE(GgufFile::open(path, &file).ok());
+        GgufWriter twin;
+        for (const GgufKeyValue &kv : file->metadata()) twin.add_copy(kv);
+        int widened = 0;
+        for (const GgufTensor &t : file->tensors()) {
+            const std::vector<int64_t> shape(t.ne, t.ne + t.n_dims);
+            if (t.type != TensorType::Q5_0) {
+                twin.add_tensor(std::string(t.name), t.type, shape, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+                continue;
+            }
+            std::vector<uint8_t> q8(static_cast<size_t>(t.n_elements() / 32) * sizeof(BlockQ8_0));
+            widen_q5_0_to_q8_0(t.data, reinterpret_cast<BlockQ8_0 *>(q8.data()), t.n_elements() / 32);
+            twin.add_tensor(std::string(t.name), TensorType::Q8_0, shape, std::move(q8));
+            ++widened;
+        }
+        CHECK(widened == 2 + 7 * spec.n_layer);  // token_embd, output and every layer's matrices
+        REQUIRE(twin.write(twin_path).ok());
+    }
+    ModelRun q5(path, make_cpu_backend(2, 16), 16, 128), q8(twin_path, make_cpu_backend(2, 16), 16, 128);
+    CHECK(q5.model->weight_types() == std::vector<TensorType>{TensorType::Q8_0, TensorType::F32});
+    CHECK(q5.model->weight_bytes() == q8.model->weight_bytes());
+    std::vector<int32_t> prompt(21);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 193 + 7) % 512);
+    std::vector<float> from_q5 = q5.feed(prompt), from_q8 = q8.feed(prompt);
+    CHECK(std::memcmp(from_q5.data(), from_q8.data(), from_q5.size() * sizeof(float)) == 0);
+    for (int i = 0; i < 12; ++i) {
+        const int32_t next = argmax(from_q5);
+        from_q5 = q5.feed({next});
+        from_q8 = q8.feed({next});
+        CHECK(std::memcmp(from_q5.data(), from_q8.data(), from_q5.size() * sizeof(float)) == 0);
+    }
+
+    for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
+        ModelRun device(path, std::move(b.gpu), 16, 128), cpu(path, make_cpu_backend(2, 16), 16, 128);
+        std::vector<float> d = device.feed(prompt), c = cpu.feed(prompt);
+        for (int i = 0; i < 12; ++i) {
+            CHECK(max_abs_diff(d, c) <= 2e-2 * max_abs(c));
+            const int32_t next = argmax(c);
+            d = device.feed({next});
+            c = cpu.feed({next});
+        }
+        if (kind.check_after) kind.check_after(*device.backend);
+    });
+}
+
 TEST_CASE("device parity: stories260K greedy generation equals the CPU's, with a full and with small evicting caches") {
     // 64 slots for about 215 tokens: H2O (with and without rolling positions), sinks + window and
     // Scissorhands with its horizon run far past the budget; the kept tokens of every (layer, kv

@@ -316,6 +316,79 @@ TEST_CASE("Q4_0 quantization gives llama.cpp's bytes for known vectors") {
     CHECK(back[2] == 4.0f);
 }
 
+TEST_CASE("Q5_0 quantization gives llama.cpp's bytes for known vectors") {
+    // llama.cpp's rule (quantize_row_q5_0_ref): d = the largest magnitude, signed, / -16; quant =
+    // min(31, trunc(x / d + 16.5)), its low 4 bits in the nibbles as Q4_0, bit 4 of element j in
+    // bit j of qh. x[j] = j - 16: d = -16 / -16 = 1 and quant j, so qs[j] = j | j << 4 and the
+    // fifth bits are those of elements 16..31.
+    float x[32];
+    for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j - 16);
+    BlockQ5_0 b{};
+    REQUIRE(quantize_row(TensorType::Q5_0, x, &b, 32));
+    CHECK(b.d == 0x3C00);
+    for (int j = 0; j < 16; ++j) {
+        CAPTURE(j);
+        CHECK(b.qs[j] == (j | j << 4));
+    }
+    CHECK((b.qh[0] == 0 && b.qh[1] == 0 && b.qh[2] == 0xFF && b.qh[3] == 0xFF));
+    float back[32];
+    REQUIRE(dequantize_row(TensorType::Q5_0, &b, back, 32));
+    for (int j = 0; j < 32; ++j) CHECK(back[j] == x[j]);
+
+    // A positive extreme: x = [16, -16, 8, 0...] gives d = -1; 16 -> quant 0, 8 -> 8, 0 -> 16
+    // (fifth bit set), and -16 -> trunc(32.5), clamped to 31: it comes back as -15.
+    std::fill(x, x + 32, 0.0f);
+    x[0] = 16.0f;
+    x[1] = -16.0f;
+    x[2] = 8.0f;
+    REQUIRE(quantize_row(TensorType::Q5_0, x, &b, 32));
+    CHECK(b.d == 0xBC00);
+    CHECK(b.qs[0] == 0x00);
+    CHECK(b.qs[1] == 0x0F);
+    CHECK(b.qs[2] == 0x08);
+    for (int j = 3; j < 16; ++j) CHECK(b.qs[j] == 0x00);
+    CHECK((b.qh[0] == 0xFA && b.qh[1] == 0xFF && b.qh[2] == 0xFF && b.qh[3] == 0xFF));
+    REQUIRE(dequantize_row(TensorType::Q5_0, &b, back, 32));
+    CHECK(back[0] == 16.0f);
+    CHECK(back[1] == -15.0f);
+    CHECK(back[2] == 8.0f);
+    CHECK(back[3] == 0.0f);
+}
+
+TEST_CASE("Q5_0 blocks widened to Q8_0 hold the same values, bit for bit") {
+    std::mt19937 rng(11);
+    const int64_t n = 32 * 96;
+    std::vector<BlockQ5_0> q5(n / 32);
+    for (int trial = 0; trial < 8; ++trial) {
+        CAPTURE(trial);
+        if (trial < 4) {
+            // Quantized from values of several magnitudes.
+            const std::vector<float> x = random_vector(rng, n, std::pow(10.0f, static_cast<float>(trial) - 2.0f));
+            REQUIRE(quantize_row(TensorType::Q5_0, x.data(), q5.data(), n));
+        } else {
+            // Arbitrary bytes: every quant and fifth bit, NaN and infinite scales (compared by bits).
+            auto *bytes = reinterpret_cast<uint8_t *>(q5.data());
+            for (size_t i = 0; i < q5.size() * sizeof(BlockQ5_0); ++i) bytes[i] = static_cast<uint8_t>(rng());
+        }
+        std::vector<BlockQ8_0> q8(n / 32);
+        widen_q5_0_to_q8_0(q5.data(), q8.data(), n / 32);
+        std::vector<float> from_q5(n), from_q8(n);
+        REQUIRE(dequantize_row(TensorType::Q5_0, q5.data(), from_q5.data(), n));
+        REQUIRE(dequantize_row(TensorType::Q8_0, q8.data(), from_q8.data(), n));
+        CHECK(std::memcmp(from_q5.data(), from_q8.data(), n * sizeof(float)) == 0);
+        for (const BlockQ8_0 &b : q8) {
+            for (int8_t v : b.qs) CHECK((v >= -16 && v <= 15));
+        }
+    }
+    // The source needs no alignment: the same bytes one past an aligned address widen alike.
+    std::vector<uint8_t> shifted(q5.size() * sizeof(BlockQ5_0) + 1);
+    std::memcpy(shifted.data() + 1, q5.data(), q5.size() * sizeof(BlockQ5_0));
+    std::vector<BlockQ8_0> a(n / 32), b(n / 32);
+    widen_q5_0_to_q8_0(q5.data(), a.data(), n / 32);
+    widen_q5_0_to_q8_0(shifted.data() + 1, b.data(), n / 32);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(BlockQ8_0)) == 0);
+}
+
 TEST_CASE("non-finite inputs give a NaN scale instead of undefined quants") {
     float x[32] = {};
     x[3] = INFINITY;
@@ -364,6 +437,27 @@ TEST_CASE("quantize then dequantize stays within each format's error bound") {
             }
         }
     }
+    SUBCASE("Q5_0: at most half a step, except the clamped opposite extreme") {
+        std::vector<BlockQ5_0> q(n / 32);
+        REQUIRE(quantize_row(TensorType::Q5_0, x.data(), q.data(), n));
+        REQUIRE(dequantize_row(TensorType::Q5_0, q.data(), back.data(), n));
+        for (int64_t b = 0; b < n / 32; ++b) {
+            float amax = 0.0f, max = 0.0f;
+            for (int j = 0; j < 32; ++j) {
+                if (amax < std::fabs(x[b * 32 + j])) {
+                    amax = std::fabs(x[b * 32 + j]);
+                    max = x[b * 32 + j];
+                }
+            }
+            const float d = amax / 16.0f;
+            for (int j = 0; j < 32; ++j) {
+                const float v = x[b * 32 + j];
+                const bool clamped = (v * max < 0.0f) && std::fabs(v) > 15.5f * d;  // beyond +15 steps
+                const float bound = clamped ? std::fabs(v) - 15.0f * d : 0.5f * d;
+                CHECK(std::fabs(back[b * 32 + j] - v) <= bound + 16.0f * d * 0x1p-11f + 1e-6f * d);
+            }
+        }
+    }
     SUBCASE("Q4_0: at most half a step, except the clamped opposite extreme (one step)") {
         std::vector<BlockQ4_0> q(n / 32);
         REQUIRE(quantize_row(TensorType::Q4_0, x.data(), q.data(), n));
@@ -391,13 +485,18 @@ TEST_CASE("quantize then dequantize stays within each format's error bound") {
 TEST_CASE("unsupported types are reported, not guessed") {
     float x[256] = {};
     uint8_t buf[256];
-    const auto q5_0 = static_cast<TensorType>(6);  // a ggml type this runtime does not have
-    CHECK_FALSE(quant_supported(q5_0));
-    CHECK_FALSE(quantize_row(q5_0, x, buf, 256));
-    CHECK_FALSE(dequantize_row(q5_0, buf, x, 256));
+    const auto q5_1 = static_cast<TensorType>(7);  // a ggml type this runtime does not have
+    CHECK(tensor_type_traits(7) == nullptr);
+    CHECK_FALSE(quant_supported(q5_1));
+    CHECK_FALSE(quantize_row(q5_1, x, buf, 256));
+    CHECK_FALSE(dequantize_row(q5_1, buf, x, 256));
     CHECK_FALSE(quant_supported(TensorType::I32));
     CHECK_FALSE(cpu::matmul_supports(TensorType::I32));
-    CHECK_FALSE(cpu::matmul_supports(q5_0));
+    CHECK_FALSE(cpu::matmul_supports(q5_1));
+    // Q5_0 is read and written, but run as Q8_0 (widen_q5_0_to_q8_0): no kernel takes it.
+    CHECK(quant_supported(TensorType::Q5_0));
+    CHECK_FALSE(is_weight_type(TensorType::Q5_0));
+    CHECK_FALSE(cpu::matmul_supports(TensorType::Q5_0));
     for (TensorType t : kAllTypes) {
         CHECK(quant_supported(t));
         CHECK(cpu::matmul_supports(t));

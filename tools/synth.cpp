@@ -2,7 +2,7 @@
 // qwen3) as GGUF, for benchmarks and tests: a synthetic vocabulary of any size, or a real one
 // read from a Hugging Face tokenizer.json.
 //
-//   h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]
+//   h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q5_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]
 //             [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]
 //             [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied]
 //             [--embd-scale 1] [--seed 1]
@@ -21,7 +21,7 @@
 namespace {
 
 constexpr const char *kUsage =
-    "usage: h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]\n"
+    "usage: h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3] [--type Q4_0|Q5_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]\n"
     "                 [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]\n"
     "                 [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--tied]\n"
     "                 [--embd-scale 1] [--seed 1]\n"
@@ -39,7 +39,8 @@ constexpr const char *kUsage =
 
 // The weight types a synthetic model's matrices may have.
 const h2o::TensorType kTypes[] = {h2o::TensorType::F32, h2o::TensorType::F16, h2o::TensorType::Q8_0,
-                                  h2o::TensorType::Q4_0, h2o::TensorType::Q4_K, h2o::TensorType::Q6_K};
+                                  h2o::TensorType::Q4_0, h2o::TensorType::Q5_0, h2o::TensorType::Q4_K,
+                                  h2o::TensorType::Q6_K};
 
 std::string type_names() {
     std::string names;

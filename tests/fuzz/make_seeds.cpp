@@ -75,8 +75,8 @@ void synthetic_seeds(const fs::path &dir) {
         h2o::TensorType type;
     };
     const Case cases[] = {{"f32", h2o::TensorType::F32},   {"f16", h2o::TensorType::F16},   {"q8_0", h2o::TensorType::Q8_0},
-                          {"q4_0", h2o::TensorType::Q4_0}, {"q4_k", h2o::TensorType::Q4_K}, {"q5_k", h2o::TensorType::Q5_K},
-                          {"q6_k", h2o::TensorType::Q6_K}};
+                          {"q4_0", h2o::TensorType::Q4_0}, {"q5_0", h2o::TensorType::Q5_0}, {"q4_k", h2o::TensorType::Q4_K},
+                          {"q5_k", h2o::TensorType::Q5_K}, {"q6_k", h2o::TensorType::Q6_K}};
     for (const Case &c : cases) {
         h2o::SyntheticModelSpec spec;
         const bool kquant = h2o::traits(c.type).block_elements == 256;
