@@ -862,8 +862,8 @@ TEST_CASE("gguf: bad tensor shapes") {
 TEST_CASE("gguf: unknown tensor type ids are unsupported") {
     Bytes bytes = base_file();
     const BaseLayout at = layout_of(bytes);
-    patch<uint32_t>(&bytes, at.b_type(), 6);
-    expect_error(bytes, H2O_ERR_UNSUPPORTED, "tensor 'b.weight': tensor type id 6 (Q5_0) is not supported");
+    patch<uint32_t>(&bytes, at.b_type(), 7);
+    expect_error(bytes, H2O_ERR_UNSUPPORTED, "tensor 'b.weight': tensor type id 7 (Q5_1) is not supported");
     patch<uint32_t>(&bytes, at.b_type(), 1000);
     expect_error(bytes, H2O_ERR_UNSUPPORTED, "tensor 'b.weight': tensor type id 1000 is not supported");
 }
