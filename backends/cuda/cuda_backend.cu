@@ -589,6 +589,8 @@ struct AttentionArgs {
 // One block per (query token of the chunk, query head): scores over the visible slots, an online
 // softmax, the weights kept in the chunk's scratch (for the statistics), and the weighted sum of
 // the values.
+constexpr int kAttentionWarps = kBlock / 32;
+
 __global__ void __launch_bounds__(kBlock) attention_kernel(AttentionArgs a) {
     __shared__ float q[kCudaMaxHeadDim];
     __shared__ SoftmaxState states[kBlock];
@@ -630,12 +632,25 @@ __global__ void __launch_bounds__(kBlock) attention_kernel(AttentionArgs a) {
     if (threadIdx.x == 0 && head % group == 0) a.kv.visible[static_cast<size_t>(c) * a.n_kv + h] = counts[0];
     for (int s = threadIdx.x; s < used; s += blockDim.x) weights[s] = softmax_weight(total, weights[s]);
     __syncthreads();
+    // The weighted sum of the value rows: warp w takes slots w, w + kAttentionWarps, ..., its lanes
+    // a row's dimensions side by side; the warps' sums are then added in warp order.
+    __shared__ float warp_out[kAttentionWarps][kCudaMaxHeadDim];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int d0 = 0; d0 < a.head_dim; d0 += 32) {
+        const int d = d0 + lane;
+        float acc = 0.0f;
+        if (d < a.head_dim) {
+            for (int s = warp; s < used; s += kAttentionWarps) {
+                const float w = weights[s];
+                if (w != 0.0f) acc += w * kv_row_element(a.value_format, a.kv.values + (base + s) * a.value_row, d);
+            }
+            warp_out[warp][d] = acc;
+        }
+    }
+    __syncthreads();
     for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
         float acc = 0.0f;
-        for (int s = 0; s < used; ++s) {
-            const float w = weights[s];
-            if (w != 0.0f) acc += w * kv_row_element(a.value_format, a.kv.values + (base + s) * a.value_row, d);
-        }
+        for (int w = 0; w < kAttentionWarps; ++w) acc += warp_out[w][d];
         a.out[t * a.out_cols + head * a.head_dim + d] = acc;
     }
 }
