@@ -40,9 +40,14 @@ static int usage_error(const char *format, ...) {
     return 2;
 }
 
+/* The formats h2o_chat_format knows by name, as the usage text lists them. */
+static const char *const chat_formats[] = {"llama2", "zephyr", "chatml", "llama3"};
+
 static int is_chat_format(const char *name) {
-    return strcmp(name, "llama2") == 0 || strcmp(name, "zephyr") == 0 || strcmp(name, "chatml") == 0 ||
-           strcmp(name, "llama3") == 0;
+    for (size_t i = 0; i < sizeof chat_formats / sizeof chat_formats[0]; ++i) {
+        if (strcmp(name, chat_formats[i]) == 0) return 1;
+    }
+    return 0;
 }
 
 /* A whole number from 2 to 2^22 (the longest context), digits only. */
@@ -112,7 +117,13 @@ int main(int argc, char **argv) {
         if (takes_value && i + 1 == argc) return usage_error("%s needs a value", arg);
         if (strcmp(arg, "--format") == 0) {
             format = argv[++i];
-            if (!is_chat_format(format)) return usage_error("unknown chat format '%s' (known: llama2, zephyr, chatml, llama3)", format);
+            if (!is_chat_format(format)) {
+                char known[64] = "";
+                for (size_t k = 0; k < sizeof chat_formats / sizeof chat_formats[0]; ++k) {
+                    strcat(strcat(known, k ? ", " : ""), chat_formats[k]);
+                }
+                return usage_error("unknown chat format '%s' (known: %s)", format, known);
+            }
         } else if (strcmp(arg, "--system") == 0) {
             system = argv[++i];
         } else if (strcmp(arg, "--budget") == 0) {
