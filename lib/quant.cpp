@@ -37,22 +37,30 @@ void quantize_q8_0(const float *x, BlockQ8_0 *out, int64_t n_blocks) {
     }
 }
 
+// The scale of a Q4_0 or Q5_0 block of 32 values: the element of largest magnitude, with its
+// sign, mapped to -half_range, the asymmetric end of the range [-half_range, half_range - 1], so
+// the biggest value is represented exactly. Ties keep the first such element, as llama.cpp does.
+// NaN for a block holding inf or NaN.
+float signed_extreme_scale(const float *x, float half_range) {
+    float amax = 0.0f, max = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < kQK; ++j) {
+        if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+        finite = finite && is_finite(x[j]);
+    }
+    return finite ? max / -half_range : std::numeric_limits<float>::quiet_NaN();
+}
+
+// 1 / d, or 0 for a zero or NaN scale (whose quants are then all zero).
+float inverse_scale(float d) { return (!std::isnan(d) && d != 0.0f) ? 1.0f / d : 0.0f; }
+
 void quantize_q4_0(const float *x, BlockQ4_0 *out, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b, x += kQK) {
-        // The scale is taken from the element of largest magnitude, with its sign, mapped to -8:
-        // that uses the asymmetric end of the 4-bit range [-8, 7] for the biggest value. Ties keep
-        // the first such element, as llama.cpp does.
-        float amax = 0.0f, max = 0.0f;
-        bool finite = true;
-        for (int j = 0; j < kQK; ++j) {
-            if (amax < std::fabs(x[j])) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-            finite = finite && is_finite(x[j]);
-        }
-        const float d = finite ? max / -8.0f : std::numeric_limits<float>::quiet_NaN();
-        const float id = (finite && d != 0.0f) ? 1.0f / d : 0.0f;
+        const float d = signed_extreme_scale(x, 8.0f);
+        const float id = inverse_scale(d);
         out[b].d = fp32_to_fp16(d);
         // llama.cpp: nibble = min(15, trunc(x / d + 8.5)), i.e. round half up, then clamp the
         // value +8 steps that lands on 16. x / d lies in [-8, 8], so the sum is at least 0.5. The
@@ -70,19 +78,9 @@ void quantize_q4_0(const float *x, BlockQ4_0 *out, int64_t n_blocks) {
 
 void quantize_q5_0(const float *x, BlockQ5_0 *out, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b, x += kQK) {
-        // Q4_0's rule over the 5-bit range [-16, 15]: the element of largest magnitude, with its
-        // sign, maps to -16 (ties: the first), and quant = min(31, trunc(x / d + 16.5)).
-        float amax = 0.0f, max = 0.0f;
-        bool finite = true;
-        for (int j = 0; j < kQK; ++j) {
-            if (amax < std::fabs(x[j])) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-            finite = finite && is_finite(x[j]);
-        }
-        const float d = finite ? max / -16.0f : std::numeric_limits<float>::quiet_NaN();
-        const float id = (finite && d != 0.0f) ? 1.0f / d : 0.0f;
+        // Q4_0's rule over the 5-bit range [-16, 15]: quant = min(31, trunc(x / d + 16.5)).
+        const float d = signed_extreme_scale(x, 16.0f);
+        const float id = inverse_scale(d);
         out[b].d = fp32_to_fp16(d);
         auto quant = [id](float v) {  // guards as Q4_0's: NaN and overflowing 1/d give zero (16)
             const float t = v * id + 16.5f;

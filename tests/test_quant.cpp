@@ -437,10 +437,12 @@ TEST_CASE("quantize then dequantize stays within each format's error bound") {
             }
         }
     }
-    SUBCASE("Q5_0: at most half a step, except the clamped opposite extreme") {
-        std::vector<BlockQ5_0> q(n / 32);
-        REQUIRE(quantize_row(TensorType::Q5_0, x.data(), q.data(), n));
-        REQUIRE(dequantize_row(TensorType::Q5_0, q.data(), back.data(), n));
+    // Q4_0 and Q5_0 (half_range 8 and 16): at most half a step, except values beyond
+    // half_range - 1 steps on the side opposite the extreme, which are clamped to that many steps.
+    auto check_signed_extreme_bound = [&](TensorType type, float half_range) {
+        std::vector<uint8_t> q(row_bytes(type, n));
+        REQUIRE(quantize_row(type, x.data(), q.data(), n));
+        REQUIRE(dequantize_row(type, q.data(), back.data(), n));
         for (int64_t b = 0; b < n / 32; ++b) {
             float amax = 0.0f, max = 0.0f;
             for (int j = 0; j < 32; ++j) {
@@ -449,36 +451,18 @@ TEST_CASE("quantize then dequantize stays within each format's error bound") {
                     max = x[b * 32 + j];
                 }
             }
-            const float d = amax / 16.0f;
+            const float d = amax / half_range;
             for (int j = 0; j < 32; ++j) {
                 const float v = x[b * 32 + j];
-                const bool clamped = (v * max < 0.0f) && std::fabs(v) > 15.5f * d;  // beyond +15 steps
-                const float bound = clamped ? std::fabs(v) - 15.0f * d : 0.5f * d;
-                CHECK(std::fabs(back[b * 32 + j] - v) <= bound + 16.0f * d * 0x1p-11f + 1e-6f * d);
+                const bool clamped = (v * max < 0.0f) && std::fabs(v) > (half_range - 0.5f) * d;
+                const float bound = clamped ? std::fabs(v) - (half_range - 1.0f) * d : 0.5f * d;
+                CHECK(std::fabs(back[b * 32 + j] - v) <= bound + half_range * d * 0x1p-11f + 1e-6f * d);
             }
         }
-    }
+    };
+    SUBCASE("Q5_0: at most half a step, except the clamped opposite extreme") { check_signed_extreme_bound(TensorType::Q5_0, 16.0f); }
     SUBCASE("Q4_0: at most half a step, except the clamped opposite extreme (one step)") {
-        std::vector<BlockQ4_0> q(n / 32);
-        REQUIRE(quantize_row(TensorType::Q4_0, x.data(), q.data(), n));
-        REQUIRE(dequantize_row(TensorType::Q4_0, q.data(), back.data(), n));
-        for (int64_t b = 0; b < n / 32; ++b) {
-            float amax = 0.0f, max = 0.0f;
-            for (int j = 0; j < 32; ++j) {
-                if (amax < std::fabs(x[b * 32 + j])) {
-                    amax = std::fabs(x[b * 32 + j]);
-                    max = x[b * 32 + j];
-                }
-            }
-            const float d = amax / 8.0f;
-            for (int j = 0; j < 32; ++j) {
-                const float v = x[b * 32 + j];
-                // Values beyond +7 steps on the side opposite the extreme are clamped to 7 steps.
-                const bool clamped = (v * max < 0.0f) && std::fabs(v) > 7.5f * d;
-                const float bound = clamped ? std::fabs(v) - 7.0f * d : 0.5f * d;
-                CHECK(std::fabs(back[b * 32 + j] - v) <= bound + 8.0f * d * 0x1p-11f + 1e-6f * d);
-            }
-        }
+        check_signed_extreme_bound(TensorType::Q4_0, 8.0f);
     }
 }
 
