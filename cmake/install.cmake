@@ -5,7 +5,7 @@
 # scripts/test-install.sh builds and runs programs against the result.
 include(CMakePackageConfigHelpers)
 
-install(FILES include/h2o/h2o.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/h2o)
+install(FILES include/h2o/h2o.h include/h2o/h2o_experimental.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/h2o)
 install(TARGETS h2o-llm h2o-llm-static EXPORT h2o-llm-targets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

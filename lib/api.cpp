@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "backend_registry.h"
 #include "chat_format.h"
 #include "model.h"
@@ -39,19 +40,11 @@ struct h2o_session {
 
 namespace {
 
+using h2o::default_session_params;
 using h2o::make_error;
 using h2o::Status;
 
 thread_local std::string t_last_error;
-
-// Limits that keep every size computed from parameters far from overflow.
-constexpr uint32_t kMaxContext = 1u << 22;
-// kv_horizon values beyond this (H2O_KV_HORIZON_NONE aside) are refused: horizons are stored as int.
-constexpr uint32_t kMaxKvHorizon = 0x7FFFFFFFu;
-// n_ctx of a default session: a file's context length alone does not size a session's memory.
-constexpr uint32_t kDefaultMaxContext = 4096;
-constexpr uint32_t kMaxThreads = 256;
-constexpr uint32_t kMaxBatch = 4096;
 
 // Records a failure for h2o_last_error() (and the session's message) and returns its code.
 h2o_status fail(const Status &status, const h2o_session *session = nullptr) {
@@ -88,7 +81,8 @@ h2o_status guarded(const h2o_session *session, Body &&body) {
 template <typename T> constexpr size_t kFirstVersion = sizeof(T);
 template <> constexpr size_t kFirstVersion<h2o_model_params> = H2O_SIZE_THROUGH(h2o_model_params, prefix_cache_bytes);
 template <> constexpr size_t kFirstVersion<h2o_prefix_cache_stats> = H2O_SIZE_THROUGH(h2o_prefix_cache_stats, misses);
-template <> constexpr size_t kFirstVersion<h2o_session_params> = H2O_SIZE_THROUGH(h2o_session_params, max_memory_bytes);
+// ABI 1 began with the research settings in an array: its first h2o_session_params is the whole struct.
+template <> constexpr size_t kFirstVersion<h2o_session_params> = H2O_SIZE_THROUGH(h2o_session_params, experimental);
 template <> constexpr size_t kFirstVersion<h2o_generate_params> = H2O_SIZE_THROUGH(h2o_generate_params, stop_at_eos);
 template <> constexpr size_t kFirstVersion<h2o_model_info> = H2O_SIZE_THROUGH(h2o_model_info, weight_bytes);
 template <> constexpr size_t kFirstVersion<h2o_backend_info> = H2O_SIZE_THROUGH(h2o_backend_info, memory_bytes);
@@ -163,25 +157,12 @@ Status write_text(const std::string &value, char *text, size_t capacity, size_t 
     return Status::Ok();
 }
 
-// The defaults, in one place for the init functions and for NULL params.
+// The defaults, in one place for the init functions and for NULL params (the session's are
+// kv_settings.cpp's).
 h2o_model_params default_model_params() {
     h2o_model_params p;
     std::memset(&p, 0, sizeof(p));
     p.struct_size = sizeof(p);
-    return p;
-}
-
-h2o_session_params default_session_params() {
-    h2o_session_params p;
-    std::memset(&p, 0, sizeof(p));
-    p.struct_size = sizeof(p);
-    p.seed = 0x5EED;
-    p.kv_policy = H2O_KV_SCISSORHANDS;
-    p.kv_recent_ratio = -1.0f;
-    p.kv_sinks = 4;
-    p.backend = H2O_BACKEND_AUTO;
-    p.device_index = -1;
-    p.kv_type = H2O_KV_TYPE_F16;  // h2o.h says why
     return p;
 }
 
@@ -507,8 +488,32 @@ H2O_API const char *h2o_kv_policy_name(uint32_t policy) {
 }
 
 H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy) {
-    if (Status s = value_from_name(h2o::kKvPolicyNames, name, policy, "h2o_kv_policy_from_name"); !s.ok()) return fail(s);
+    if (!name || !policy) return invalid("h2o_kv_policy_from_name: name or out pointer is NULL");
+    h2o::KvPolicy parsed;
+    if (!h2o::parse_kv_policy(name, &parsed)) {
+        std::string known;
+        for (const h2o::KvPolicyTraits &t : h2o::kKvPolicyTraits) known += (known.empty() ? "" : ", ") + std::string(t.name);
+        return invalid(std::string("h2o_kv_policy_from_name: unknown name '") + name + "' (known: " + known + ")");
+    }
+    *policy = static_cast<uint32_t>(parsed);
     return succeed();
+}
+
+H2O_API h2o_status h2o_kv_policy_get_info(uint32_t policy, h2o_kv_policy_info *info) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (policy >= h2o::kKvPolicyCount) return invalid("h2o_kv_policy_get_info: policy " + std::to_string(policy) + " is not a known policy");
+        const h2o::KvPolicyTraits &t = h2o::kKvPolicyTraits[policy];
+        h2o_kv_policy_info out{};
+        out.policy = policy;
+        out.name = t.name;
+        out.gathers_statistics = h2o::kv_policy_uses_statistics(policy) ? 1 : 0;
+        out.has_recent_window = t.has_recent_window ? 1 : 0;
+        out.keeps_sinks = t.keeps_sinks ? 1 : 0;
+        out.default_recent_ratio = t.default_recent_ratio;
+        out.default_horizon = t.default_horizon;
+        if (Status s = write_result(out, info, "h2o_kv_policy_get_info: info"); !s.ok()) return fail(s);
+        return succeed();
+    });
 }
 
 H2O_API const char *h2o_kv_type_name(uint32_t type) {
@@ -531,110 +536,22 @@ H2O_API h2o_status h2o_session_params_init(h2o_session_params *params, size_t st
 
 namespace {
 
-// Validates params (defaults already merged in) and creates the session they describe.
+// Validates params (defaults merged in) and creates the session they describe.
+// What resolving a session's settings needs to know of the model and the machine.
+h2o::ResolveContext resolve_context(const h2o_model *model) {
+    h2o::ResolveContext context;
+    context.n_ctx_train = static_cast<int>(std::min<uint32_t>(model->impl->n_ctx_train(), 0x7FFFFFFFu));
+    context.n_layer = model->impl->shape().n_layer;
+    context.default_threads = default_thread_count();
+    return context;
+}
+
 Status create_session(h2o_model *model, const h2o_session_params &p, std::unique_ptr<h2o_session> *out) {
-    auto bad = [](std::string message) { return make_error(H2O_ERR_INVALID_ARGUMENT, std::move(message)); };
-    if (p.n_ctx == 1) return bad("n_ctx must be at least 2 (0: the model's context length, at most " + std::to_string(kDefaultMaxContext) + ")");
-    if (p.n_ctx > kMaxContext) return bad("n_ctx " + std::to_string(p.n_ctx) + " exceeds the maximum " + std::to_string(kMaxContext));
-    if (p.n_threads > kMaxThreads) return bad("n_threads " + std::to_string(p.n_threads) + " exceeds the maximum " + std::to_string(kMaxThreads));
-    if (p.n_batch > kMaxBatch) return bad("n_batch " + std::to_string(p.n_batch) + " exceeds the maximum " + std::to_string(kMaxBatch));
-
-    if (p.kv_policy >= h2o::kKvPolicyCount) return bad("kv_policy " + std::to_string(p.kv_policy) + " is not a known policy");
-    if (!(p.kv_recent_ratio <= 1.0f)) return bad("kv_recent_ratio must be at most 1 (negative: the policy's default)");
-
-    if (p.backend > H2O_BACKEND_CUDA) return bad("backend " + std::to_string(p.backend) + " is not a known backend kind");
-    if (p.device_index < -1) return bad("device_index must be -1 (best) or a device index");
-    if (p.kv_type >= h2o::kKvTypeCount) return bad("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
-    if (p.position_rolling != 0 && p.position_rolling != 1) return bad("position_rolling must be 0 or 1");
-    if (!(std::fabs(p.kv_layer_slope) <= h2o::kMaxKvLayerSlope)) {
-        return bad("kv_layer_slope " + h2o::number_text(p.kv_layer_slope) + " must lie in [-" + h2o::number_text(h2o::kMaxKvLayerSlope) +
-                   ", " + h2o::number_text(h2o::kMaxKvLayerSlope) + "]");
-    }
-
+    const h2o::ResolveContext context = resolve_context(model);
     auto session = std::make_unique<h2o_session>();
     session->model = model->impl;
-    h2o::SessionSettings &s = session->settings;
-    s.backend = p.backend;
-    s.device_index = p.device_index;
-    s.kv_type = static_cast<h2o::KvType>(p.kv_type);
-    s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : std::min(model->impl->n_ctx_train(), kDefaultMaxContext));
-    s.kv_budget = (p.kv_budget == 0 || p.kv_budget > static_cast<uint32_t>(s.n_ctx)) ? s.n_ctx : static_cast<int>(p.kv_budget);
-    s.rolling = p.position_rolling != 0;
-    if (s.kv_budget < 2) return bad("kv_budget must be at least 2 (0: n_ctx slots, a full cache)");
-    const bool evicting = s.kv_budget < s.n_ctx || s.rolling;
-    s.policy.policy = evicting ? static_cast<h2o::KvPolicy>(p.kv_policy) : h2o::KvPolicy::Full;
-    // Scissorhands' default keeps 7/8 of the budget recent: on our evaluation that is what
-    // beats a plain window at small budgets and keeps a long stream's perplexity flat.
-    const float ratio = p.kv_recent_ratio >= 0.0f ? p.kv_recent_ratio
-                        : s.policy.policy == h2o::KvPolicy::Scissorhands ? 0.875f : 0.5f;
-    const uint32_t recent = p.kv_recent ? p.kv_recent : static_cast<uint32_t>(ratio * s.kv_budget);
-    if (recent > static_cast<uint32_t>(s.kv_budget)) return bad("kv_recent " + std::to_string(recent) + " exceeds kv_budget " + std::to_string(s.kv_budget));
-    // The window policies are all window, and TOVA is defined without one.
-    const bool has_recent_window = s.policy.policy != h2o::KvPolicy::Tova && s.policy.policy != h2o::KvPolicy::Window &&
-                                   s.policy.policy != h2o::KvPolicy::SinkWindow;
-    s.policy.recent = has_recent_window ? static_cast<int>(recent) : 0;
-    s.kv_layer_slope = evicting ? p.kv_layer_slope : 0.0f;
-    const std::vector<int> layer_budgets =
-        h2o::kv_layer_budgets(model->impl->shape().n_layer, s.kv_budget, s.kv_layer_slope, h2o::kMinKvLayerSlots);
-    const int smallest_budget = layer_budgets.empty() ? s.kv_budget : *std::min_element(layer_budgets.begin(), layer_budgets.end());
-    const bool uses_sinks = s.policy.policy == h2o::KvPolicy::SinkWindow || s.policy.policy == h2o::KvPolicy::MeanH2O;
-    if (uses_sinks && p.kv_sinks >= static_cast<uint32_t>(smallest_budget)) {
-        return bad("kv_sinks " + std::to_string(p.kv_sinks) + " must be smaller than kv_budget " + std::to_string(smallest_budget) +
-                   (layer_budgets.empty() ? "" : " (the smallest layer's, with this kv_layer_slope)") + " for the " +
-                   h2o::kv_policy_name(s.policy.policy) + " policy");
-    }
-    s.policy.sinks = uses_sinks ? static_cast<int>(p.kv_sinks) : 0;
-    // The horizon ranks tokens by age, so only the policies that rank by attention have one.
-    const bool ranks_by_attention = h2o::kv_policy_uses_statistics(s.policy.policy);
-    // 1.5 budgets: on the stream evaluation the default then beats a plain window at budgets 32
-    // to 128, while the chunk evaluation, whose chunks are 512 tokens, moves by less than 0.4%.
-    const uint64_t horizon = p.kv_horizon == H2O_KV_HORIZON_NONE ? 0
-                             : p.kv_horizon != 0                ? p.kv_horizon
-                             : s.policy.policy == h2o::KvPolicy::Scissorhands ? uint64_t(s.kv_budget) * 3 / 2
-                                                                              : 0;
-    if (ranks_by_attention && horizon != 0 && horizon < static_cast<uint64_t>(s.kv_budget)) {
-        return bad("kv_horizon " + std::to_string(horizon) + " is smaller than kv_budget " + std::to_string(s.kv_budget) +
-                   " (it would evict tokens the budget has room for; H2O_KV_HORIZON_NONE: no horizon)");
-    }
-    if (horizon > static_cast<uint64_t>(kMaxKvHorizon)) {
-        return bad("kv_horizon " + std::to_string(horizon) + " exceeds the maximum " + std::to_string(kMaxKvHorizon));
-    }
-    s.policy.horizon = ranks_by_attention ? static_cast<int>(horizon) : 0;
-    if (p.kv_prompt_proxy > h2o::kMaxKvPromptProxy) {
-        return bad("kv_prompt_proxy " + std::to_string(p.kv_prompt_proxy) + " exceeds the maximum " + std::to_string(h2o::kMaxKvPromptProxy));
-    }
-    if (!(p.kv_prompt_random_share >= 0.0f && p.kv_prompt_random_share <= 1.0f)) {
-        return bad("kv_prompt_random_share " + h2o::number_text(p.kv_prompt_random_share) + " must lie in [0, 1]");
-    }
-    // Ranking by proxy attention needs the statistics; a full cache never evicts, so it ignores both.
-    const bool never_evicts = s.policy.policy == h2o::KvPolicy::Full;
-    if (!never_evicts && p.kv_prompt_proxy != 0 && !ranks_by_attention) {
-        return bad(std::string("kv_prompt_proxy needs a policy that gathers attention statistics (h2o, scissorhands, tova, roco, "
-                               "mean_h2o), not ") + h2o::kv_policy_name(s.policy.policy));
-    }
-    s.policy.prompt_proxy = never_evicts ? 0 : static_cast<int>(p.kv_prompt_proxy);
-    s.policy.prompt_random_share = s.policy.prompt_proxy > 0 ? p.kv_prompt_random_share : 0.0f;
-    if (!(p.kv_head_share >= 0.0f && p.kv_head_share <= h2o::kMaxKvHeadShare)) {
-        return bad("kv_head_share " + h2o::number_text(p.kv_head_share) + " must lie in [0, " + h2o::number_text(h2o::kMaxKvHeadShare) + "]");
-    }
-    if (!never_evicts && p.kv_head_share > 0.0f && !ranks_by_attention) {
-        return bad(std::string("kv_head_share needs a policy that gathers attention statistics (h2o, scissorhands, tova, roco, "
-                               "mean_h2o), not ") + h2o::kv_policy_name(s.policy.policy));
-    }
-    s.kv_head_share = never_evicts ? 0.0f : p.kv_head_share;
-    if (p.kv_share_across_layers != 0 && p.kv_share_across_layers != 1) {
-        return bad("kv_share_across_layers " + std::to_string(p.kv_share_across_layers) + " must be 0 or 1");
-    }
-    if (!never_evicts && p.kv_share_across_layers && s.kv_head_share == 0.0f) {
-        return bad("kv_share_across_layers moves kv_head_share's slots between layers: set a kv_head_share above 0");
-    }
-    s.kv_share_across_layers = s.kv_head_share > 0.0f && p.kv_share_across_layers != 0;
-    s.policy.seed = p.seed;
-    s.n_threads = p.n_threads ? static_cast<int>(p.n_threads) : default_thread_count();
-    s.n_batch = static_cast<int>(p.n_batch ? p.n_batch : 256);
-    s.seed = p.seed;
-    s.max_memory_bytes = p.max_memory_bytes;
-    H2O_TRY(h2o::Session::create(*model->impl, s, &session->impl));
+    H2O_TRY(h2o::resolve_session_settings(p, context, &session->settings));
+    H2O_TRY(h2o::Session::create(*model->impl, session->settings, &session->impl));
     *out = std::move(session);
     return Status::Ok();
 }
@@ -693,16 +610,80 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         out.type = static_cast<uint32_t>(s.kv_type);
         out.n_ctx = static_cast<uint32_t>(s.n_ctx);
         out.horizon = static_cast<uint32_t>(s.policy.horizon);
-        out.layer_slope = s.kv_layer_slope;
         const h2o::KvConfig &kv = session->impl->kv_config();
         out.min_layer_budget = static_cast<uint32_t>(kv.min_slots());
         out.max_layer_budget = static_cast<uint32_t>(kv.max_slots());
-        out.prompt_proxy = static_cast<uint32_t>(s.policy.prompt_proxy);
-        out.prompt_random_share = s.policy.prompt_random_share;
-        out.head_share = s.kv_head_share;
         out.min_head_budget = static_cast<uint32_t>(kv.min_cell_slots());
-        out.share_across_layers = s.kv_share_across_layers ? 1 : 0;
         if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
+        return succeed(session);
+    });
+}
+
+// ---- research settings (h2o_experimental.h) --------------------------------------------------
+
+H2O_API const char *h2o_experimental_name(uint32_t key) {
+    const h2o::CacheSetting *row = h2o::experimental_setting(key);
+    return row ? row->name : nullptr;
+}
+
+H2O_API h2o_status h2o_experimental_from_name(const char *name, uint32_t *key) {
+    if (!name || !key) return invalid("h2o_experimental_from_name: name or out pointer is NULL");
+    std::string known;
+    for (size_t i = 0; i < h2o::kCacheSettingCount; ++i) {
+        const h2o::CacheSetting &row = h2o::kCacheSettings[i];
+        if (row.experimental_key < 0) continue;
+        if (std::strcmp(name, row.name) == 0) {
+            *key = static_cast<uint32_t>(row.experimental_key);
+            return succeed();
+        }
+        known += (known.empty() ? "" : ", ") + std::string(row.name);
+    }
+    return invalid(std::string("h2o_experimental_from_name: unknown name '") + name + "' (known: " + known + ")");
+}
+
+namespace {
+
+// The row of a research key that a params struct of params->struct_size bytes holds.
+Status experimental_row(const h2o_session_params *params, uint32_t key, const char *function, const h2o::CacheSetting **row) {
+    if (!params) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(function) + ": params is NULL");
+    H2O_TRY(check_struct_size(params->struct_size, kFirstVersion<h2o_session_params>, (std::string(function) + ": params").c_str()));
+    *row = h2o::experimental_setting(key);
+    if (!*row) return make_error(H2O_ERR_UNSUPPORTED, std::string(function) + ": key " + std::to_string(key) + " is not a research setting of this library");
+    return Status::Ok();
+}
+
+}  // namespace
+
+H2O_API h2o_status h2o_session_params_set_experimental(h2o_session_params *params, uint32_t key, double value) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        const h2o::CacheSetting *row = nullptr;
+        if (Status s = experimental_row(params, key, "h2o_session_params_set_experimental", &row); !s.ok()) return fail(s);
+        if (Status s = h2o::check_research_value(*row, value); !s.ok()) return fail(s);
+        params->experimental[key] = h2o::research_setting_value(*row, value);
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_session_params_get_experimental(const h2o_session_params *params, uint32_t key, double *value) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        const h2o::CacheSetting *row = nullptr;
+        if (Status s = experimental_row(params, key, "h2o_session_params_get_experimental", &row); !s.ok()) return fail(s);
+        if (!value) return invalid("h2o_session_params_get_experimental: value is NULL");
+        *value = params->experimental[key];
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_session_get_experimental(const h2o_session *session, uint32_t key, double *value) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_get_experimental: session is NULL");
+        if (!value) return invalid("h2o_session_get_experimental: value is NULL", session);
+        const h2o::CacheSetting *row = h2o::experimental_setting(key);
+        if (!row) {
+            return fail(make_error(H2O_ERR_UNSUPPORTED, "h2o_session_get_experimental: key " + std::to_string(key) +
+                                                            " is not a research setting of this library"), session);
+        }
+        *value = h2o::cache_setting_value(*row, session->settings);
         return succeed(session);
     });
 }
@@ -727,49 +708,32 @@ H2O_API h2o_status h2o_session_cancel(h2o_session *session) {
 
 namespace {
 
-// The parameters that recreate a session with `settings` (resolved values, so the new session
-// resolves to the same ones), with the host-side choices (threads, backend, memory cap) of `host`.
-h2o_session_params params_for(const h2o::SessionSettings &settings, const h2o_session_params &host) {
-    h2o_session_params p = host;
-    p.n_ctx = static_cast<uint32_t>(settings.n_ctx);
-    p.kv_budget = static_cast<uint32_t>(settings.kv_budget);
-    p.kv_policy = static_cast<uint32_t>(settings.policy.policy);
-    p.kv_recent = static_cast<uint32_t>(settings.policy.recent);
-    p.kv_recent_ratio = 0.0f;  // with kv_recent 0 the window is 0 too
-    p.kv_sinks = static_cast<uint32_t>(settings.policy.sinks);
-    p.kv_horizon = settings.policy.horizon ? static_cast<uint32_t>(settings.policy.horizon) : H2O_KV_HORIZON_NONE;
-    p.kv_layer_slope = settings.kv_layer_slope;
-    p.kv_prompt_proxy = static_cast<uint32_t>(settings.policy.prompt_proxy);
-    p.kv_prompt_random_share = settings.policy.prompt_random_share;
-    p.kv_head_share = settings.kv_head_share;
-    p.kv_share_across_layers = settings.kv_share_across_layers ? 1 : 0;
-    p.kv_type = static_cast<uint32_t>(settings.kv_type);
-    p.position_rolling = settings.rolling ? 1 : 0;
-    p.n_batch = static_cast<uint32_t>(settings.n_batch);
-    p.seed = settings.seed;
-    return p;
-}
+using h2o::params_for;
+using h2o::same_cache_settings;
 
-bool same_cache_settings(const h2o::SessionSettings &a, const h2o::SessionSettings &b) {
-    return a.n_ctx == b.n_ctx && a.kv_budget == b.kv_budget && a.policy.policy == b.policy.policy &&
-           a.policy.recent == b.policy.recent && a.policy.sinks == b.policy.sinks &&
-           a.policy.horizon == b.policy.horizon && a.kv_type == b.kv_type &&
-           a.rolling == b.rolling && a.n_batch == b.n_batch && a.seed == b.seed && a.kv_layer_slope == b.kv_layer_slope &&
-           a.policy.prompt_proxy == b.policy.prompt_proxy && a.policy.prompt_random_share == b.policy.prompt_random_share &&
-           a.kv_head_share == b.kv_head_share && a.kv_share_across_layers == b.kv_share_across_layers;
-}
-
-// A new session with `settings` holding `state` (Session::save_state bytes).
+// A new session with `settings` (from a snapshot) holding `state`, with the host's choices of
+// `host` (already checked).
 Status session_from_state(h2o_model *model, const h2o::SessionSettings &settings, const h2o_session_params &host,
                           const std::vector<uint8_t> &state, std::unique_ptr<h2o_session> *out, bool has_span_table = true) {
     std::unique_ptr<h2o_session> session;
-    H2O_TRY(create_session(model, params_for(settings, host), &session));
+    if (Status s = create_session(model, params_for(settings, host), &session); !s.ok()) {
+        // The host's choices were valid, so the snapshot's settings are not.
+        if (s.code != H2O_ERR_INVALID_ARGUMENT) return s;
+        return make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: its settings are out of range (" + s.message + ")");
+    }
     if (!same_cache_settings(session->settings, settings)) {
         return make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: its settings do not describe a session this library makes");
     }
     H2O_TRY(session->impl->load_state(state.data(), state.size(), has_span_table));
     *out = std::move(session);
     return Status::Ok();
+}
+
+// Checks the host's choices (threads, backend, device, memory cap) of a session made from a
+// snapshot, so that a refusal of the snapshot's settings is the snapshot's fault.
+Status check_host_params(const h2o_model *model, const h2o_session_params &host) {
+    h2o::SessionSettings ignored;
+    return h2o::resolve_session_settings(params_for(h2o::SessionSettings{}, host), resolve_context(model), &ignored);
 }
 
 // The most state a session with these settings can save: its KV cache and activations (a loose
@@ -789,6 +753,7 @@ Status load_snapshot(h2o_model *model, const uint8_t *data, size_t size, const h
                      std::unique_ptr<h2o_session> *out) {
     h2o_session_params host = default_session_params();
     H2O_TRY(read_params(params, "h2o_session_params", &host));
+    H2O_TRY(check_host_params(model, host));
     h2o::SnapshotHeader header;
     H2O_TRY(h2o::read_snapshot_header(data, size, model->impl->fingerprint(), &header));
     std::vector<uint8_t> state;

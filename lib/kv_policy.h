@@ -44,8 +44,19 @@ enum class KvPolicy : uint32_t {
 };
 
 constexpr uint32_t kKvPolicyCount = KV_POLICY_COUNT;
-// Names by policy value, as tools and the C API print and parse them.
-extern const char *const kKvPolicyNames[kKvPolicyCount];
+
+// What each policy keeps, by policy value: the one table the library, the C API
+// (h2o_kv_policy_get_info), the tools and the bindings read a policy's traits from. Whether it
+// gathers statistics is kv_policy_uses_statistics (kv_policy_spec.h), which the devices need too.
+struct KvPolicyTraits {
+    const char *name;            // as tools and the C API print and parse it
+    bool has_recent_window;      // protects kv_recent (window and sink_window are all window; TOVA has none)
+    bool keeps_sinks;            // protects the first kv_sinks tokens of the stream
+    float default_recent_ratio;  // the window's share of the budget by default
+    float default_horizon;       // kv_horizon's default, in budgets (0: none)
+};
+extern const KvPolicyTraits kKvPolicyTraits[kKvPolicyCount];
+inline const KvPolicyTraits &kv_policy_traits(KvPolicy policy) { return kKvPolicyTraits[static_cast<uint32_t>(policy)]; }
 
 const char *kv_policy_name(KvPolicy policy);
 // Parses a name as kv_policy_name prints it; false if unknown.

@@ -34,12 +34,6 @@ size_t stop_prefix_overlap(const std::string &text, const std::vector<std::strin
     return longest;
 }
 
-uint32_t float_bits(float f) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, &f, sizeof(bits));
-    return bits;
-}
-
 // A span's minimum per (layer, kv head), in tokens: a share of the smallest layer's slots, which
 // every layer can hold.
 int32_t span_minimum_tokens(float min_share, const KvConfig &kv) {
@@ -203,17 +197,7 @@ h2o_memory_report Session::memory() const {
     return r;
 }
 
-uint64_t Session::prefix_cache_key() const {
-    const SessionSettings &s = settings_;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (uint64_t v : {uint64_t(s.n_ctx), uint64_t(s.kv_budget), uint64_t(s.policy.policy), uint64_t(s.policy.recent),
-                       uint64_t(s.policy.sinks), uint64_t(s.policy.horizon), uint64_t(s.kv_type), uint64_t(s.rolling), uint64_t(s.n_batch), s.seed,
-                       uint64_t(float_bits(s.kv_layer_slope)), uint64_t(float_bits(s.kv_head_share)), uint64_t(s.kv_share_across_layers),
-                       uint64_t(s.policy.prompt_proxy), uint64_t(float_bits(s.policy.prompt_random_share))}) {
-        h = (h ^ v) * 0x100000001b3ull;
-    }
-    return h;
-}
+uint64_t Session::prefix_cache_key() const { return cache_settings_hash(settings_); }
 
 Status Session::save_state(std::vector<uint8_t> *out) {
     out->clear();

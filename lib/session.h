@@ -10,28 +10,12 @@
 
 #include "backend.h"
 #include "backend_registry.h"
+#include "kv_settings.h"
 #include "llama_graph.h"
 #include "model.h"
 #include "sampler.h"
 
 namespace h2o {
-
-struct SessionSettings {
-    uint32_t backend = H2O_BACKEND_AUTO;  // h2o_backend_kind
-    int device_index = -1;
-    int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
-    int kv_budget = 0;  // KV slots per (layer, kv head), the mean over layers; n_ctx for a full cache
-    float kv_layer_slope = 0.0f;  // how the budget spreads across layers (kv_layer_budgets.h)
-    float kv_head_share = 0.0f;   // how much of each layer's slots moves between its kv heads (kv_head_budgets.h)
-    bool kv_share_across_layers = false;  // they move between the kv heads of every layer
-    KvPolicyConfig policy;
-    KvType kv_type = KvType::F16;  // as h2o_session_params_default
-    bool rolling = false;
-    int n_threads = 1;
-    int n_batch = 256;
-    uint64_t seed = 0;
-    uint64_t max_memory_bytes = 0;  // 0: no cap on KV + activations + scratch
-};
 
 struct GenerateSettings {
     uint32_t max_tokens = 256;

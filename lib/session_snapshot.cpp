@@ -6,21 +6,16 @@
 #include <string>
 
 #include "byte_io.h"
-#include "kv_head_budgets.h"
 
 namespace h2o {
 
 namespace {
 
 constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
-// Version 4 keeps kv_layer_slope in the header word that versions 2 and 3 left zero; version 5
-// adds one-shot prompt eviction's two settings, version 6 kv_head_share (and the cache's cell
-// sizes in the payload when it is not 0: KvCache::save), version 7 kv_share_across_layers in the
-// header word version 6 left zero.
-constexpr uint32_t kFormatVersion = 7;
-constexpr size_t kHeaderSizeV1 = 88;   // version 1: no horizon
-constexpr size_t kHeaderSizeV2 = 96;   // versions 2 to 4: no prompt eviction settings
-constexpr size_t kHeaderSizeV5 = 104;  // version 5: no kv_head_share
+// The header's size in a format version: magic, version, size, the model's fingerprint, the
+// settings words that version has (kv_settings.h), the payload's two sizes and the hash.
+constexpr size_t kHeaderFixedBytes = 8 + 4 + 4 + 8 + 8 + 8 + 8;
+size_t header_size_of(uint32_t version) { return kHeaderFixedBytes + cache_settings_bytes(version); }
 // Level 1: the KV rows are mostly incompressible numbers, so higher levels buy a few percent of
 // size for several times the time (measured: see the README's session-state figures).
 constexpr int kCompressionLevel = 1;
@@ -42,20 +37,10 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
     out->clear();
     ByteWriter w(out);
     w.put_raw(kMagic, sizeof(kMagic));
-    w.put<uint32_t>(kFormatVersion);
-    w.put<uint32_t>(kSnapshotHeaderSize);
+    w.put<uint32_t>(kSnapshotFormatVersion);
+    w.put<uint32_t>(static_cast<uint32_t>(kSnapshotHeaderSize));
     w.put<uint64_t>(session.model().fingerprint());
-    for (int v : {s.n_ctx, s.kv_budget, static_cast<int>(s.policy.policy), s.policy.recent, s.policy.sinks,
-                  static_cast<int>(s.kv_type), s.rolling ? 1 : 0, s.n_batch}) {
-        w.put<uint32_t>(static_cast<uint32_t>(v));
-    }
-    w.put<uint64_t>(s.seed);
-    w.put<uint32_t>(static_cast<uint32_t>(s.policy.horizon));
-    w.put<float>(s.kv_layer_slope);
-    w.put<uint32_t>(static_cast<uint32_t>(s.policy.prompt_proxy));
-    w.put<float>(s.policy.prompt_random_share);
-    w.put<float>(s.kv_head_share);
-    w.put<uint32_t>(s.kv_share_across_layers ? 1 : 0);
+    write_cache_settings(s, &w);
     w.put<uint64_t>(state.size());
     const size_t bound = ZSTD_compressBound(state.size());
     w.put<uint64_t>(0);  // compressed size, filled in below
@@ -85,36 +70,19 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     uint32_t version = 0, header_size = 0;
     std::memcpy(&version, data + 8, sizeof(version));
     std::memcpy(&header_size, data + 12, sizeof(header_size));
-    if (version < 1 || version > kFormatVersion) {
+    if (version < 1 || version > kSnapshotFormatVersion) {
         return make_error(H2O_ERR_UNSUPPORTED, "session snapshot format version " + std::to_string(version) +
-                                                   " is not supported (this library reads versions 1 to " + std::to_string(kFormatVersion) + ")");
+                                                   " is not supported (this library reads versions 1 to " + std::to_string(kSnapshotFormatVersion) + ")");
     }
-    const size_t expected_size = version == 1 ? kHeaderSizeV1 : version < 5 ? kHeaderSizeV2 : version == 5 ? kHeaderSizeV5 : kSnapshotHeaderSize;
+    const size_t expected_size = header_size_of(version);
     if (header_size != expected_size) return bad("header size " + std::to_string(header_size) + " (version " + std::to_string(version) + ": " + std::to_string(expected_size) + ")");
     if (size < header_size) {
         return bad(std::to_string(size) + " bytes is shorter than the " + std::to_string(header_size) + "-byte header");
     }
     ByteReader r(data + 16, header_size - 16);
-    // slope: the layer slope's bits from version 4; a reserved word, zero, in versions 2 and 3.
-    // across_layers: kv_share_across_layers from version 7; a reserved word, zero, in version 6.
-    uint32_t fields[8] = {}, horizon = 0, slope = 0, prompt_proxy = 0, across_layers = 0;
-    float prompt_share = 0.0f, head_share = 0.0f;
-    uint64_t fingerprint = 0, seed = 0, payload_size = 0, compressed_size = 0, hash = 0;
+    uint64_t fingerprint = 0, payload_size = 0, compressed_size = 0, hash = 0;
     H2O_TRY(r.get("model fingerprint", &fingerprint));
-    for (uint32_t &f : fields) H2O_TRY(r.get("settings", &f));
-    H2O_TRY(r.get("seed", &seed));
-    if (version >= 2) {
-        H2O_TRY(r.get("horizon", &horizon));
-        H2O_TRY(r.get(version >= 4 ? "layer slope" : "reserved", &slope));
-    }
-    if (version >= 5) {
-        H2O_TRY(r.get("prompt proxy", &prompt_proxy));
-        H2O_TRY(r.get("prompt random share", &prompt_share));
-    }
-    if (version >= 6) {
-        H2O_TRY(r.get("head share", &head_share));
-        H2O_TRY(r.get(version >= 7 ? "share across layers" : "reserved", &across_layers));
-    }
+    H2O_TRY(read_cache_settings(&r, version, &header->settings));
     H2O_TRY(r.get("payload size", &payload_size));
     H2O_TRY(r.get("compressed size", &compressed_size));
     H2O_TRY(r.get("header hash", &hash));
@@ -126,31 +94,6 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     if (compressed_size != size - header_size) {
         return bad("the header announces " + std::to_string(compressed_size) + " bytes of payload but " +
                    std::to_string(size - header_size) + " follow (truncated or extended)");
-    }
-    SessionSettings &s = header->settings;
-    s.n_ctx = static_cast<int>(fields[0] & 0x7FFFFFFF);
-    s.kv_budget = static_cast<int>(fields[1] & 0x7FFFFFFF);
-    s.policy.policy = static_cast<KvPolicy>(fields[2]);
-    s.policy.recent = static_cast<int>(fields[3] & 0x7FFFFFFF);
-    s.policy.sinks = static_cast<int>(fields[4] & 0x7FFFFFFF);
-    s.kv_type = static_cast<KvType>(fields[5]);
-    s.rolling = fields[6] != 0;
-    s.n_batch = static_cast<int>(fields[7] & 0x7FFFFFFF);
-    s.policy.horizon = static_cast<int>(horizon & 0x7FFFFFFF);
-    s.seed = seed;
-    std::memcpy(&s.kv_layer_slope, &slope, sizeof(slope));  // its range is checked when the session is created
-    s.policy.prompt_proxy = static_cast<int>(prompt_proxy & 0x7FFFFFFF);
-    s.policy.prompt_random_share = prompt_share;
-    s.kv_head_share = head_share;
-    s.kv_share_across_layers = across_layers != 0;
-    // Every setting is checked again when the session is created from it; these are the fields
-    // that must be exactly representable.
-    if (fields[0] != static_cast<uint32_t>(s.n_ctx) || fields[1] != static_cast<uint32_t>(s.kv_budget) ||
-        fields[3] != static_cast<uint32_t>(s.policy.recent) || fields[4] != static_cast<uint32_t>(s.policy.sinks) ||
-        fields[7] != static_cast<uint32_t>(s.n_batch) || horizon != static_cast<uint32_t>(s.policy.horizon) || (version < 4 && slope != 0) ||
-        prompt_proxy > static_cast<uint32_t>(kMaxKvPromptProxy) || !(prompt_share >= 0.0f && prompt_share <= 1.0f) ||
-        !(head_share >= 0.0f && head_share <= kMaxKvHeadShare) || across_layers > (version >= 7 ? 1u : 0u) || (across_layers != 0 && head_share == 0.0f) || fields[2] >= kKvPolicyCount || fields[5] >= kKvTypeCount || fields[6] > 1) {
-        return bad("its session settings are out of range");
     }
     header->version = version;
     header->header_size = header_size;

@@ -1,24 +1,24 @@
 // Session snapshots: the bytes h2o_session_save writes and h2o_session_load reads.
 //
 // Layout (little-endian):
-//   header, 112 bytes, uncompressed:
-//     0  magic "H2OSTATE"          8  u32 format version (7)     12 u32 header size (112)
+//   header, 116 bytes, uncompressed:
+//     0  magic "H2OSTATE"          8  u32 format version (8)     12 u32 header size (116)
 //     16 u64 model fingerprint (Model::fingerprint: tensor table and vocabulary)
-//     24 the settings that shape the cache: u32 n_ctx, kv_budget, policy, recent, sinks,
-//        kv_type, position_rolling, n_batch; u64 seed
-//     64 u32 kv horizon (0: none)  68 f32 kv_layer_slope (versions 2 and 3: a zero word)
-//     72 u32 kv_prompt_proxy       76 f32 kv_prompt_random_share
-//     80 f32 kv_head_share         84 u32 kv_share_across_layers (version 6: a zero word)
-//     88 u64 payload size (uncompressed)   96 u64 compressed size (the bytes after the header)
-//     104 u64 FNV-1a hash of bytes 0..103
+//     24 the settings that shape the cache, one word each in kCacheSettings' order (kv_settings.h):
+//        u32 n_ctx, kv_budget, policy, recent, sinks, kv_type, position_rolling, n_batch; u64 seed;
+//        u32 kv horizon (0: none); f32 kv_layer_slope; u32 kv_prompt_proxy;
+//        f32 kv_prompt_random_share; f32 kv_head_share; u32 kv_share_across_layers;
+//        u32 kv_sinks_every_policy
+//     92 u64 payload size (uncompressed)   100 u64 compressed size (the bytes after the header)
+//     108 u64 FNV-1a hash of bytes 0..107
 //   payload: one zstd frame with a content checksum, holding Session::save_state's bytes.
-// Version 1 (library 0.2) had no horizon: its header is 88 bytes, the payload, compressed size
-// and hash 8 bytes earlier. It is still read, as a session without a horizon. Versions 2 to 4
-// have a 96-byte header without the prompt eviction settings (read as 0: the policy's ranking),
-// the payload size, compressed size and hash 8 bytes earlier. Version 5 has a 104-byte header
-// without kv_head_share (read as 0), the last three fields 8 bytes earlier. Versions 1 and 2
-// have no retention span table in the payload (Session::save_state); they are read as sessions
-// without spans.
+// Older versions are read too; their headers hold fewer settings words (each row of
+// kCacheSettings says from which version it has one), so the last three fields come earlier:
+// version 1 (library 0.2) has no horizon and no slope (88 bytes); versions 2 to 4 have both, the
+// slope word reserved (zero) in 2 and 3 (96 bytes); version 5 adds the prompt eviction settings
+// (104 bytes); versions 6 and 7 the head share and a word that 7 gives to sharing across layers
+// (112 bytes). A setting a version does not hold reads as 0. Versions 1 and 2 have no retention
+// span table in the payload (Session::save_state); they are read as sessions without spans.
 // Every field is checked before it is used: a truncated, corrupted, foreign or hostile snapshot
 // is H2O_ERR_STATE_FORMAT with a message naming the problem, never a crash or a huge allocation.
 #pragma once
@@ -31,7 +31,7 @@
 namespace h2o {
 
 // The header written; older versions' headers are shorter.
-constexpr size_t kSnapshotHeaderSize = 112;
+constexpr size_t kSnapshotHeaderSize = 116;
 
 struct SnapshotHeader {
     uint32_t version = 0;

@@ -10,6 +10,7 @@
 
 #include "doctest/doctest.h"
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "synthetic_model.h"
 #include "test_util.h"
 
@@ -41,7 +42,7 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_backend_info, device_type) == 140);
     CHECK(offsetof(h2o_backend_info, memory_bytes) == 160);
 
-    CHECK(sizeof(h2o_session_params) == 96);
+    CHECK(sizeof(h2o_session_params) == 208);  // ABI 1
     CHECK(offsetof(h2o_session_params, n_ctx) == 4);
     CHECK(offsetof(h2o_session_params, n_threads) == 8);
     CHECK(offsetof(h2o_session_params, n_batch) == 12);
@@ -56,27 +57,28 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_session_params, device_index) == 52);
     CHECK(offsetof(h2o_session_params, kv_type) == 56);
     CHECK(offsetof(h2o_session_params, max_memory_bytes) == 64);
-    CHECK(offsetof(h2o_session_params, kv_horizon) == 72);  // 0.3
-    CHECK(offsetof(h2o_session_params, kv_layer_slope) == 76);  // 0.3: was padding, zeroed by h2o_session_params_init
-    CHECK(offsetof(h2o_session_params, kv_prompt_proxy) == 80);  // 0.4
-    CHECK(offsetof(h2o_session_params, kv_prompt_random_share) == 84);  // 0.4
-    CHECK(offsetof(h2o_session_params, kv_head_share) == 88);  // 0.5
-    CHECK(offsetof(h2o_session_params, kv_share_across_layers) == 92);  // 0.6: was tail padding, zeroed by h2o_session_params_init
+    CHECK(offsetof(h2o_session_params, kv_horizon) == 72);
+    CHECK(offsetof(h2o_session_params, experimental) == 80);
+    CHECK(H2O_EXPERIMENTAL_CAPACITY == 16);
 
-    CHECK(sizeof(h2o_kv_layout) == 72);
+    CHECK(sizeof(h2o_kv_layout) == 52);  // ABI 1
     CHECK(offsetof(h2o_kv_layout, heavy) == 20);
     CHECK(offsetof(h2o_kv_layout, position_rolling) == 24);
     CHECK(offsetof(h2o_kv_layout, type) == 28);
     CHECK(offsetof(h2o_kv_layout, n_ctx) == 32);
-    CHECK(offsetof(h2o_kv_layout, horizon) == 36);  // 0.3
-    CHECK(offsetof(h2o_kv_layout, layer_slope) == 40);  // 0.3
-    CHECK(offsetof(h2o_kv_layout, min_layer_budget) == 44);
-    CHECK(offsetof(h2o_kv_layout, max_layer_budget) == 48);
-    CHECK(offsetof(h2o_kv_layout, prompt_proxy) == 52);  // 0.4
-    CHECK(offsetof(h2o_kv_layout, prompt_random_share) == 56);  // 0.4
-    CHECK(offsetof(h2o_kv_layout, head_share) == 60);  // 0.5
-    CHECK(offsetof(h2o_kv_layout, min_head_budget) == 64);  // 0.5
-    CHECK(offsetof(h2o_kv_layout, share_across_layers) == 68);  // 0.6
+    CHECK(offsetof(h2o_kv_layout, horizon) == 36);
+    CHECK(offsetof(h2o_kv_layout, min_layer_budget) == 40);
+    CHECK(offsetof(h2o_kv_layout, max_layer_budget) == 44);
+    CHECK(offsetof(h2o_kv_layout, min_head_budget) == 48);
+
+    CHECK(sizeof(h2o_kv_policy_info) == 40);  // 0.7
+    CHECK(offsetof(h2o_kv_policy_info, policy) == 4);
+    CHECK(offsetof(h2o_kv_policy_info, name) == 8);
+    CHECK(offsetof(h2o_kv_policy_info, gathers_statistics) == 16);
+    CHECK(offsetof(h2o_kv_policy_info, has_recent_window) == 20);
+    CHECK(offsetof(h2o_kv_policy_info, keeps_sinks) == 24);
+    CHECK(offsetof(h2o_kv_policy_info, default_recent_ratio) == 28);
+    CHECK(offsetof(h2o_kv_policy_info, default_horizon) == 32);
 
     CHECK(sizeof(h2o_device_traffic) == 40);
     CHECK(sizeof(h2o_memory_report) == 32);
@@ -102,17 +104,20 @@ TEST_CASE("abi: public struct layouts are pinned") {
 }
 
 TEST_CASE("abi: params init writes exactly struct_size bytes and refuses sizes below the first version") {
-    // An older caller's smaller struct: the bytes past it are never written.
+    // A caller's struct: the bytes past it are never written.
     struct {
         h2o_session_params params;
         unsigned char guard[16];
     } older;
     std::memset(&older, 0xAB, sizeof(older));
-    const size_t first_version = offsetof(h2o_session_params, max_memory_bytes) + sizeof(uint64_t);
-    REQUIRE(h2o_session_params_init(&older.params, first_version) == H2O_OK);
-    CHECK(older.params.struct_size == first_version);
+    REQUIRE(h2o_session_params_init(&older.params, sizeof(older.params)) == H2O_OK);
+    CHECK(older.params.struct_size == sizeof(older.params));
     CHECK(older.params.kv_policy == H2O_KV_SCISSORHANDS);
     for (unsigned char b : older.guard) CHECK(b == 0xAB);
+    // ABI 1's first h2o_session_params is its whole struct: a struct of ABI 0 (96 bytes, the
+    // research settings as fields) is refused.
+    CHECK(h2o_session_params_init(&older.params, 96) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("struct_size") != std::string::npos);
 
     h2o_generate_params gen;
     CHECK(h2o_generate_params_init(&gen, 8) == H2O_ERR_INVALID_ARGUMENT);
@@ -196,7 +201,8 @@ TEST_CASE("abi: name functions list and parse every policy, KV type and backend"
     using FromName = h2o_status (*)(const char *, uint32_t *);
     const std::pair<NameOf, FromName> tables[] = {{h2o_kv_policy_name, h2o_kv_policy_from_name},
                                                   {h2o_kv_type_name, h2o_kv_type_from_name},
-                                                  {h2o_backend_kind_name, h2o_backend_kind_from_name}};
+                                                  {h2o_backend_kind_name, h2o_backend_kind_from_name},
+                                                  {h2o_experimental_name, h2o_experimental_from_name}};
     for (auto [name_of, from_name] : tables) {
         uint32_t count = 0;
         for (; name_of(count); ++count) {

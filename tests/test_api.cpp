@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "test_util.h"
 
 namespace {
@@ -38,7 +39,7 @@ int stop_after_first(const char *, size_t, void *user_data) {
 
 TEST_CASE("version and status strings") {
     CHECK(h2o_version_number() == H2O_VERSION_NUMBER);
-    CHECK(std::string(h2o_version()) == "0.6.0");
+    CHECK(std::string(h2o_version()) == "0.7.0");
     for (int code = H2O_OK; code <= H2O_ERR_BACKEND_FAILED; ++code) {
         CHECK(std::string(h2o_status_string(static_cast<h2o_status>(code))) != "unknown status");
     }
@@ -156,9 +157,9 @@ TEST_CASE("session and generation parameters are validated") {
             CHECK(other == nullptr);
             return std::string(h2o_last_error());
         };
-        CHECK(refusal([](h2o_session_params *sp) { sp->kv_head_share = 2.0f; }) == "kv_head_share 2 must lie in [0, 0.9]");
-        CHECK(refusal([](h2o_session_params *sp) { sp->kv_layer_slope = 1.5f; }) == "kv_layer_slope 1.5 must lie in [-0.9, 0.9]");
-        CHECK(refusal([](h2o_session_params *sp) { sp->kv_prompt_random_share = 1.25f; }) ==
+        CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_HEAD_SHARE] = 2.0f; }) == "kv_head_share 2 must lie in [0, 0.9]");
+        CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_LAYER_SLOPE] = 1.5f; }) == "kv_layer_slope 1.5 must lie in [-0.9, 0.9]");
+        CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 1.25f; }) ==
               "kv_prompt_random_share 1.25 must lie in [0, 1]");
         CHECK(h2o_session_add_span_text(m.session, 1, 1.5f, "hi", 2, 0) == H2O_ERR_INVALID_ARGUMENT);
         CHECK(std::string(h2o_session_last_error(m.session)) == "a retention span's min_share must lie in [0, 1], not 1.5");

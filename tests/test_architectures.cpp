@@ -17,6 +17,7 @@
 #include "doctest/doctest.h"
 #include "gguf.h"
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "kv_cache.h"
 #include "model.h"
 #include "synthetic_model.h"
@@ -469,14 +470,14 @@ TEST_CASE("architectures: snapshots and forks continue exactly, with fixed and m
             CAPTURE(rolling);
             check_snapshot_and_fork(path, cpu_session(H2O_KV_SCISSORHANDS, rolling));
             h2o_session_params moving = cpu_session(H2O_KV_H2O, rolling, 48);
-            moving.kv_layer_slope = 0.25f;
-            moving.kv_head_share = 0.5f;
+            moving.experimental[H2O_EXP_KV_LAYER_SLOPE] = 0.25f;
+            moving.experimental[H2O_EXP_KV_HEAD_SHARE] = 0.5f;
             check_snapshot_and_fork(path, moving);
-            moving.kv_share_across_layers = 1;
+            moving.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = 1;
             check_snapshot_and_fork(path, moving);
             h2o_session_params prompt = cpu_session(H2O_KV_TOVA, rolling);
-            prompt.kv_prompt_proxy = 6;
-            prompt.kv_prompt_random_share = 0.3f;
+            prompt.experimental[H2O_EXP_KV_PROMPT_PROXY] = 6;
+            prompt.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 0.3f;
             check_snapshot_and_fork(path, prompt);
         }
     }

@@ -15,6 +15,7 @@
 
 #include "cpu/cpu_backend.h"
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "kv_cache.h"
 #include "kv_layer_budgets.h"
 #include "session_util.h"
@@ -497,8 +498,8 @@ TEST_CASE("kv_prompt_proxy: validation, and a prompt longer than the budget read
         sp.n_ctx = 256;
         sp.kv_budget = budget;
         sp.kv_policy = policy;
-        sp.kv_prompt_proxy = proxy;
-        sp.kv_prompt_random_share = share;
+        sp.experimental[H2O_EXP_KV_PROMPT_PROXY] = proxy;
+        sp.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = share;
         return h2o_session_create(model, &sp, out);
     };
     h2o_session *session = nullptr;
@@ -506,7 +507,7 @@ TEST_CASE("kv_prompt_proxy: validation, and a prompt longer than the budget read
     CHECK(std::string(h2o_last_error()).find("kv_prompt_proxy needs a policy that gathers attention statistics") != std::string::npos);
     CHECK(create(H2O_KV_RANDOM, 32, 8, 0.0f, &session) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(create(H2O_KV_H2O, 32, 4097, 0.0f, &session) == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(std::string(h2o_last_error()).find("kv_prompt_proxy 4097 exceeds the maximum 4096") != std::string::npos);
+    CHECK(std::string(h2o_last_error()).find("kv_prompt_proxy 4097 must be a whole number in [0, 4096]") != std::string::npos);
     for (float share : {-0.1f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
         CHECK(create(H2O_KV_H2O, 32, 8, share, &session) == H2O_ERR_INVALID_ARGUMENT);
         CHECK(std::string(h2o_last_error()).find("kv_prompt_random_share") != std::string::npos);
@@ -581,28 +582,30 @@ TEST_CASE("kv_layer_slope: each layer holds its own budget and recent window, in
 
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    double resolved_slope = 0.0;  // h2o_session_get_experimental's, of the last session made
     auto layout_of = [&](uint32_t budget, float slope, h2o_kv_layout *layout) {
         h2o_session_params sp;
         h2o_session_params_init(&sp, sizeof sp);
         sp.n_threads = 1;
         sp.kv_budget = budget;
-        sp.kv_layer_slope = slope;
+        sp.experimental[H2O_EXP_KV_LAYER_SLOPE] = slope;
         h2o_session *session = nullptr;
         const h2o_status st = h2o_session_create(model, &sp, &session);
         if (st != H2O_OK) return st;
         layout->struct_size = sizeof *layout;
         REQUIRE(h2o_session_get_kv_layout(session, layout) == H2O_OK);
+        REQUIRE(h2o_session_get_experimental(session, H2O_EXP_KV_LAYER_SLOPE, &resolved_slope) == H2O_OK);
         h2o_session_free(session);
         return st;
     };
     h2o_kv_layout layout;
     REQUIRE(layout_of(64, -0.5f, &layout) == H2O_OK);
     CHECK(layout.budget == 64);
-    CHECK(layout.layer_slope == -0.5f);
+    CHECK(resolved_slope == -0.5);
     CHECK(layout.min_layer_budget == 32);
     CHECK(layout.max_layer_budget == 96);
     REQUIRE(layout_of(0, 0.5f, &layout) == H2O_OK);  // a full cache: every layer all of n_ctx
-    CHECK(layout.layer_slope == 0.0f);
+    CHECK(resolved_slope == 0.0);
     CHECK(layout.min_layer_budget == layout.n_ctx);
     CHECK(layout.max_layer_budget == layout.n_ctx);
     for (float bad : {0.95f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {

@@ -14,6 +14,7 @@
 #include "byte_io.h"
 #include "cpu/cpu_backend.h"
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "kv_cache.h"
 #include "kv_head_budgets.h"
 #include "model.h"
@@ -539,9 +540,14 @@ TEST_CASE("kv_head_share: validation") {
         sp.backend = H2O_BACKEND_CPU;
         sp.kv_budget = budget;
         sp.kv_policy = policy;
-        sp.kv_head_share = share;
-        sp.kv_share_across_layers = across_layers;
+        sp.experimental[H2O_EXP_KV_HEAD_SHARE] = share;
+        sp.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = across_layers;
         return h2o_session_create(model, &sp, out);
+    };
+    auto resolved = [](const h2o_session *session, uint32_t key) {
+        double value = -1.0;
+        REQUIRE(h2o_session_get_experimental(session, key, &value) == H2O_OK);
+        return value;
     };
     h2o_session *session = nullptr;
     CHECK(create(H2O_KV_SCISSORHANDS, 0.95f, 32, &session) == H2O_ERR_INVALID_ARGUMENT);
@@ -554,17 +560,17 @@ TEST_CASE("kv_head_share: validation") {
     h2o_kv_layout layout;
     layout.struct_size = sizeof layout;
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
-    CHECK(layout.head_share == 0.0f);
+    CHECK(resolved(session, H2O_EXP_KV_HEAD_SHARE) == 0.0);
     h2o_session_free(session);
     // The layout reports it and each head's fewest slots; pins must fit there.
     REQUIRE(create(H2O_KV_H2O, 0.75f, 32, &session) == H2O_OK);
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
-    CHECK(layout.head_share == 0.75f);
+    CHECK(resolved(session, H2O_EXP_KV_HEAD_SHARE) == 0.75);
     CHECK(layout.min_head_budget == 8);
     const std::string text = "Once upon a time, there was a little girl named Lily.";
     CHECK(h2o_session_add_text(session, text.data(), text.size(), H2O_TEXT_PIN) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(std::string(h2o_session_last_error(session)).find("kv_head_share") != std::string::npos);
-    CHECK(layout.share_across_layers == 0);
+    CHECK(resolved(session, H2O_EXP_KV_SHARE_ACROSS_LAYERS) == 0.0);
     h2o_session_free(session);
     // Sharing across layers: 0 or 1, and only a head share's slots move.
     CHECK(create(H2O_KV_H2O, 0.0f, 32, &session, 1) == H2O_ERR_INVALID_ARGUMENT);
@@ -573,13 +579,13 @@ TEST_CASE("kv_head_share: validation") {
     CHECK(std::string(h2o_last_error()).find("kv_share_across_layers") != std::string::npos);
     REQUIRE(create(H2O_KV_H2O, 0.5f, 32, &session, 1) == H2O_OK);
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
-    CHECK(layout.share_across_layers == 1);
+    CHECK(resolved(session, H2O_EXP_KV_SHARE_ACROSS_LAYERS) == 1.0);
     CHECK(layout.min_head_budget == 16);
     h2o_session_free(session);
     // A full cache ignores both.
     REQUIRE(create(H2O_KV_SCISSORHANDS, 0.0f, 0, &session, 1) == H2O_OK);
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
-    CHECK(layout.share_across_layers == 0);
+    CHECK(resolved(session, H2O_EXP_KV_SHARE_ACROSS_LAYERS) == 0.0);
     h2o_session_free(session);
     h2o_model_free(model);
 }

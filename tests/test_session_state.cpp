@@ -13,6 +13,7 @@
 
 #include "doctest/doctest.h"
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "session_snapshot.h"
 #include "snapshot_formats.h"
 #include "synthetic_model.h"
@@ -139,7 +140,7 @@ TEST_CASE("session state: budgets spread across layers (kv_layer_slope) are save
                 CAPTURE(rolling);
                 CAPTURE(slope);
                 h2o_session_params sp = small_session(policy, rolling, H2O_KV_TYPE_F16);
-                sp.kv_layer_slope = slope;
+                sp.experimental[H2O_EXP_KV_LAYER_SLOPE] = slope;
                 check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
             }
         }
@@ -153,8 +154,8 @@ TEST_CASE("session state: one-shot prompt eviction's settings are saved and cont
             CAPTURE(h2o_kv_policy_name(policy));
             CAPTURE(rolling);
             h2o_session_params sp = small_session(policy, rolling, H2O_KV_TYPE_F16);
-            sp.kv_prompt_proxy = 6;
-            sp.kv_prompt_random_share = rolling ? 0.3f : 0.0f;
+            sp.experimental[H2O_EXP_KV_PROMPT_PROXY] = 6;
+            sp.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = rolling ? 0.3f : 0.0f;
             check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
             check_saved_again(path, sp, 30);
         }
@@ -173,9 +174,9 @@ TEST_CASE("session state: budgets per kv head (kv_head_share), within and across
             CAPTURE(rolling);
             CAPTURE(across_layers);
             h2o_session_params sp = small_session(policy, rolling, H2O_KV_TYPE_F16);
-            sp.kv_head_share = 0.5f;
-            sp.kv_share_across_layers = across_layers;
-            sp.kv_layer_slope = slope;
+            sp.experimental[H2O_EXP_KV_HEAD_SHARE] = 0.5f;
+            sp.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = across_layers;
+            sp.experimental[H2O_EXP_KV_LAYER_SLOPE] = slope;
             check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
             check_saved_again(path, sp, 60);
         }
@@ -215,21 +216,21 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
     }
     // Layers of different budgets: the device's per-layer regions map to the host's.
     h2o_session_params sloped = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32);
-    sloped.kv_layer_slope = 0.5f;
+    sloped.experimental[H2O_EXP_KV_LAYER_SLOPE] = 0.5f;
     check_resumption(path, sloped, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
     check_resumption(path, sloped, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
     // One-shot prompt eviction: its settings travel with the snapshot to the device's session.
     h2o_session_params one_shot = small_session(H2O_KV_H2O, 1, H2O_KV_TYPE_F16);
-    one_shot.kv_prompt_proxy = 6;
-    one_shot.kv_prompt_random_share = 0.3f;
+    one_shot.experimental[H2O_EXP_KV_PROMPT_PROXY] = 6;
+    one_shot.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 0.3f;
     check_resumption(path, one_shot, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
     // Budgets per kv head: the device's cell regions travel with the snapshot, both ways; across
     // layers (one region of rows for the whole cache) with rolling.
     for (int rolling : {0, 1}) {
         CAPTURE(rolling);
         h2o_session_params per_head = small_session(H2O_KV_SCISSORHANDS, rolling, H2O_KV_TYPE_F16);
-        per_head.kv_head_share = 0.5f;
-        per_head.kv_share_across_layers = rolling;
+        per_head.experimental[H2O_EXP_KV_HEAD_SHARE] = 0.5f;
+        per_head.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = rolling;
         check_resumption(path, per_head, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
         check_resumption(path, per_head, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
     }
@@ -320,7 +321,7 @@ struct Refusal {
     std::vector<uint8_t> resaved;  // H2O_OK: the loaded session saved again
 };
 
-// The snapshot header of lib/session_snapshot.h (version 5); its last 8 bytes hash the others.
+// The snapshot header of lib/session_snapshot.h (version 8); its last 8 bytes hash the others.
 constexpr size_t kHeaderSize = h2o::kSnapshotHeaderSize;
 
 void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {
@@ -424,18 +425,18 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
     SUBCASE("a header that claims a huge payload, with a valid hash") {
         std::vector<uint8_t> bad = good;
         const uint64_t huge = uint64_t{1} << 40;
-        std::memcpy(bad.data() + 88, &huge, sizeof(huge));
+        std::memcpy(bad.data() + kHeaderSize - 24, &huge, sizeof(huge));  // the payload size
         rehash_header(&bad, kHeaderSize);  // as a forger would
         const Refusal r = try_load(m.model, bad);
         CHECK(r.status == H2O_ERR_STATE_FORMAT);
         CHECK(r.message.find("at most") != std::string::npos);
     }
-    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3), 5 (0.4) and 6 (0.5) load and continue the same") {
+    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3), 5 (0.4), 6 (0.5) and 7 (0.6) load and continue the same") {
         h2o_session *current = nullptr;
         REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &current) == H2O_OK);
         const std::string expected = generate(current, " The", 60, 0.8f);
         h2o_session_free(current);
-        for (uint32_t version : {1u, 2u, 4u, 5u, 6u}) {
+        for (uint32_t version : {1u, 2u, 4u, 5u, 6u, 7u}) {
             CAPTURE(version);
             const std::vector<uint8_t> old = h2o_test::snapshot_as_version(good, version);
             REQUIRE(!old.empty());
@@ -455,10 +456,10 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         // A version-6 header whose word at 84 (reserved there) is not zero.
         std::vector<uint8_t> v6 = h2o_test::snapshot_as_version(good, 6);
         v6[84] = 1;
-        rehash_header(&v6, kHeaderSize);
+        rehash_header(&v6, 112);
         CHECK(try_load(m.model, v6).message.find("settings are out of range") != std::string::npos);
-        // A version-7 header labelled 5 or 4: its size is not theirs.
-        for (uint8_t older : {uint8_t{4}, uint8_t{5}}) {
+        // A version-8 header labelled 7, 5 or 4: its size is not theirs.
+        for (uint8_t older : {uint8_t{4}, uint8_t{5}, uint8_t{7}}) {
             std::vector<uint8_t> relabelled = good;
             relabelled[8] = older;
             rehash_header(&relabelled, kHeaderSize);

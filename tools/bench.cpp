@@ -20,6 +20,7 @@
 #include "options.h"
 #include "session_options.h"
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 
 namespace {
 
@@ -178,8 +179,12 @@ int main(int argc, char **argv) {
         if (evicts) {
             kv = (base.kv_budget ? std::to_string(base.kv_budget) + " slots" : std::string("the context's slots")) + ", policy " +
                  h2o_tools::policy_name(base.kv_policy) + (base.position_rolling ? ", rolling" : "");
-            if (base.kv_head_share > 0) {
-                kv += ", head share " + h2o_tools::number_text(base.kv_head_share) + (base.kv_share_across_layers ? " across layers" : "");
+            // The research settings in use, by name.
+            for (uint32_t key = 0; h2o_experimental_name(key); ++key) {
+                double value = 0.0;
+                if (h2o_session_params_get_experimental(&base, key, &value) == H2O_OK && value != 0.0) {
+                    kv += std::string(", ") + h2o_experimental_name(key) + " " + h2o_tools::number_text(value);
+                }
             }
         }
         std::printf("threads: %s, repetitions: %d, KV %s: %s\n",

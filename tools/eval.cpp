@@ -40,6 +40,7 @@
 #include "eval_retention.h"
 #include "options.h"
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "svg_plot.h"
 
 namespace {
@@ -280,14 +281,21 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     p.kv_sinks = o.sinks;
     p.kv_type = o.kv_type;
     p.kv_horizon = o.horizon;
-    if (o.has_layer_slope) p.kv_layer_slope = o.layer_slope;
-    p.kv_prompt_proxy = o.prompt_proxy;
-    p.kv_prompt_random_share = o.prompt_random_share;
     // Budgets per head follow attention statistics: the window policies keep theirs fixed.
-    const bool gathers_statistics = c.policy == H2O_KV_H2O || c.policy == H2O_KV_SCISSORHANDS || c.policy == H2O_KV_TOVA ||
-                                    c.policy == H2O_KV_ROCO || c.policy == H2O_KV_MEAN_H2O;
-    p.kv_head_share = gathers_statistics ? o.head_share : 0.0f;
-    p.kv_share_across_layers = p.kv_head_share > 0.0f && o.across_layers ? 1 : 0;
+    h2o_kv_policy_info policy{};
+    policy.struct_size = sizeof(policy);
+    h2o_kv_policy_get_info(c.policy, &policy);
+    const float head_share = policy.gathers_statistics ? o.head_share : 0.0f;
+    const std::pair<uint32_t, double> research[] = {
+        {H2O_EXP_KV_LAYER_SLOPE, o.has_layer_slope ? o.layer_slope : 0.0f},
+        {H2O_EXP_KV_PROMPT_PROXY, o.prompt_proxy},
+        {H2O_EXP_KV_PROMPT_RANDOM_SHARE, o.prompt_random_share},
+        {H2O_EXP_KV_HEAD_SHARE, head_share},
+        {H2O_EXP_KV_SHARE_ACROSS_LAYERS, head_share > 0.0f && o.across_layers ? 1 : 0}};
+    for (const auto &[key, value] : research) {
+        // The options were checked against the same ranges already.
+        if (h2o_session_params_set_experimental(&p, key, value) != H2O_OK) usage_error(h2o_last_error());
+    }
     p.position_rolling = o.rolling;
     return p;
 }
@@ -301,6 +309,7 @@ struct Run {
     std::vector<int32_t> argmax;
     uint64_t kv_bytes = 0;
     h2o_kv_layout layout{};
+    double layer_slope = 0;  // the session's resolved kv_layer_slope
     double seconds = 0;
     std::string error;  // empty: success
 };
@@ -438,6 +447,7 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
     if (h2o_session_memory(session, &memory) == H2O_OK) run.kv_bytes = memory.kv_bytes;
     run.layout.struct_size = sizeof(run.layout);
     h2o_session_get_kv_layout(session, &run.layout);
+    h2o_session_get_experimental(session, H2O_EXP_KV_LAYER_SLOPE, &run.layer_slope);
 
     std::vector<float> logits(n_vocab);
     size_t total = 0;
@@ -537,7 +547,7 @@ void print_json(const Options &o, const std::vector<Summary> &rows, const Summar
         line += ",\"sinks\":" + std::to_string(r.split.sinks) + ",\"recent\":" + std::to_string(r.split.recent) +
                 ",\"heavy\":" + std::to_string(r.split.rest);
         line += ",\"horizon\":" + std::to_string(r.run->layout.horizon);
-        line += ",\"layer_slope\":" + json_number(r.run->layout.layer_slope, "%g");
+        line += ",\"layer_slope\":" + json_number(r.run->layer_slope, "%g");
         line += ",\"rolling\":" + std::string(o.rolling ? "true" : "false");
         line += ",\"tokens\":" + std::to_string(r.run->nll.size());
         line += ",\"mean_nll\":" + json_number(r.mean_nll) + ",\"ppl\":" + json_number(r.ppl);

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common.h"
+#include "h2o/h2o_experimental.h"
 
 namespace h2o_tools {
 
@@ -16,7 +17,24 @@ constexpr double kMaxHeadShare = 0.9;
 
 // The options that only change how a cache evicts.
 const char *const kEvictionOptions[] = {"--kv-policy", "--kv-recent", "--kv-prompt-proxy", "--kv-head-share",
-                                        "--kv-share-across-layers"};
+                                        "--kv-share-across-layers", "--kv-exp"};
+
+// Sets a research setting (h2o_experimental.h), failing the command line with the library's reason.
+void set_experimental(CommandLine &cl, h2o_session_params *params, uint32_t key, double value, const std::string &option) {
+    if (h2o_session_params_set_experimental(params, key, value) != H2O_OK) cl.fail(option + ": " + h2o_last_error());
+}
+
+std::string experimental_names() {
+    std::string names;
+    for (uint32_t key = 0; h2o_experimental_name(key); ++key) names += (key ? ", " : "") + std::string(h2o_experimental_name(key));
+    return names;
+}
+
+double experimental(const h2o_session_params &params, uint32_t key) {
+    double value = 0.0;
+    h2o_session_params_get_experimental(&params, key, &value);
+    return value;
+}
 
 }  // namespace
 
@@ -30,9 +48,22 @@ void add_session_options(CommandLine &cl, h2o_session_params *params) {
         if (!parse_policy(name, &params->kv_policy)) cl.fail("unknown policy '" + name + "' (known: " + kv_policy_names() + ")");
     });
     cl.count("--kv-recent", 0, kMaxBudget, &params->kv_recent);
-    cl.count("--kv-prompt-proxy", 0, kMaxPromptProxy, &params->kv_prompt_proxy);
-    cl.number("--kv-head-share", closed(0, kMaxHeadShare), &params->kv_head_share);
-    cl.flag("--kv-share-across-layers", [params]() { params->kv_share_across_layers = 1; });
+    cl.option("--kv-prompt-proxy", [&cl, params](const std::string &v) {
+        set_experimental(cl, params, H2O_EXP_KV_PROMPT_PROXY, static_cast<double>(cl.to_count(v, 0, kMaxPromptProxy)), "--kv-prompt-proxy");
+    });
+    cl.option("--kv-head-share", [&cl, params](const std::string &v) {
+        set_experimental(cl, params, H2O_EXP_KV_HEAD_SHARE, cl.to_number(v, closed(0, kMaxHeadShare)), "--kv-head-share");
+    });
+    cl.flag("--kv-share-across-layers", [&cl, params]() { set_experimental(cl, params, H2O_EXP_KV_SHARE_ACROSS_LAYERS, 1, "--kv-share-across-layers"); });
+    // Any research setting by its name: the library lists and checks them.
+    cl.option("--kv-exp", [&cl, params](const std::string &v) {
+        const size_t eq = v.find('=');
+        uint32_t key = 0;
+        if (eq == std::string::npos || h2o_experimental_from_name(v.substr(0, eq).c_str(), &key) != H2O_OK) {
+            cl.fail("--kv-exp takes NAME=VALUE with NAME one of: " + experimental_names());
+        }
+        set_experimental(cl, params, key, cl.to_number(v.substr(eq + 1), closed(-1e9, 1e9)), "--kv-exp " + v);
+    });
     cl.flag("--rolling", [params]() { params->position_rolling = 1; });
     cl.option("--kv-type", [&cl, params](const std::string &name) {
         if (!parse_kv_type(name, &params->kv_type)) cl.fail("unknown KV type '" + name + "' (known: " + kv_type_names() + ")");
@@ -54,16 +85,18 @@ std::string session_options_help(const h2o_session_params &defaults) {
                   "                         their attention, in [0, %g] (default 0: fixed budgets)\n"
                   "  --kv-share-across-layers  move those slots between the kv heads of every layer (needs\n"
                   "                         --kv-head-share)\n"
+                  "  --kv-exp NAME=VALUE    a research setting of h2o_experimental.h by name (repeatable):\n"
+                  "                         %s\n"
                   "  --rolling              position rolling: run past the model's context length\n"
                   "  --kv-type T            KV cache format: %s (default %s)\n",
                   static_cast<unsigned long long>(kMaxThreads), kv_policy_names().c_str(), policy_name(defaults.kv_policy),
-                  static_cast<unsigned long long>(kMaxPromptProxy), kMaxHeadShare, kv_type_names().c_str(),
+                  static_cast<unsigned long long>(kMaxPromptProxy), kMaxHeadShare, experimental_names().c_str(), kv_type_names().c_str(),
                   kv_type_name(defaults.kv_type));
     return text;
 }
 
 void check_session_options(const CommandLine &cl, const h2o_session_params &params) {
-    if (params.kv_share_across_layers && params.kv_head_share == 0.0f) {
+    if (experimental(params, H2O_EXP_KV_SHARE_ACROSS_LAYERS) != 0.0 && experimental(params, H2O_EXP_KV_HEAD_SHARE) == 0.0) {
         cl.fail("--kv-share-across-layers moves the slots of --kv-head-share between layers: give a head share above 0");
     }
     const bool evicts = params.kv_budget > 0 || params.position_rolling;

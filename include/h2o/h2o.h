@@ -71,9 +71,15 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define H2O_VERSION_MAJOR 0
-#define H2O_VERSION_MINOR 6
+#define H2O_VERSION_MINOR 7
 #define H2O_VERSION_PATCH 0
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
+/* The binary interface this header declares: the shared library's soname is libh2o-llm.so.N.
+ * It changes only when a struct declared here changes other than by appending fields, or a
+ * function is removed or changes its signature. Version 1 (library 0.7) moved the research
+ * settings of the KV cache into h2o_experimental.h. What h2o_experimental.h declares is outside
+ * this promise. */
+#define H2O_ABI_VERSION 1
 
 /* The library's version as "MAJOR.MINOR.PATCH". Compare h2o_version_number() with
  * H2O_VERSION_NUMBER to detect a header/library mismatch. */
@@ -360,6 +366,23 @@ H2O_API const char *h2o_kv_policy_name(uint32_t policy);
 /* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy);
 
+/* What a policy keeps, and so which session settings apply to it (since 0.7). */
+typedef struct h2o_kv_policy_info {
+    uint32_t struct_size;
+    uint32_t policy;             /* h2o_kv_policy */
+    const char *name;            /* h2o_kv_policy_name's */
+    int32_t gathers_statistics;  /* ranks tokens by attention: kv_horizon and the research settings of
+                                    h2o_experimental.h that move budgets by attention apply */
+    int32_t has_recent_window;   /* protects a recent window: kv_recent and kv_recent_ratio apply */
+    int32_t keeps_sinks;         /* always protects the first kv_sinks tokens of the stream */
+    float default_recent_ratio;  /* the window's share of the budget when kv_recent_ratio is negative */
+    float default_horizon;       /* kv_horizon's default, in budgets; 0: none */
+} h2o_kv_policy_info;
+
+/* Fills *info for a policy (set info->struct_size first). Errors: H2O_ERR_INVALID_ARGUMENT (NULL
+ * info, a struct_size too small, or a policy this library does not know). */
+H2O_API h2o_status h2o_kv_policy_get_info(uint32_t policy, h2o_kv_policy_info *info);
+
 /* Element format of the KV cache. Each stored key or value vector (one head of one token) has its
  * own scale, so any head size works. Attention reads the stored form directly. Bytes per vector
  * of d elements: F32 4d, F16 2d, 8-bit d + 4, 4-bit d/2 + 4 (d even). */
@@ -377,6 +400,9 @@ typedef enum h2o_kv_type {
 H2O_API const char *h2o_kv_type_name(uint32_t type);
 /* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_kv_type_from_name(const char *name, uint32_t *type);
+
+/* Room for research settings in h2o_session_params (h2o_experimental.h's keys are below it). */
+#define H2O_EXPERIMENTAL_CAPACITY 16
 
 typedef struct h2o_session_params {
     uint32_t struct_size;
@@ -439,48 +465,11 @@ typedef struct h2o_session_params {
      * 1.5 × kv_budget for H2O_KV_SCISSORHANDS and none for the others; H2O_KV_HORIZON_NONE:
      * none. Otherwise at least kv_budget. */
     uint32_t kv_horizon;
-    /* How the KV memory spreads across layers, in [-0.9, 0.9]: layer l of L gets
-     * kv_budget * (1 + kv_layer_slope * (2l / (L - 1) - 1)) slots per kv head (rounded, at least
-     * 2), so that the layers together hold L * kv_budget, the memory of a uniform cache. Positive:
-     * upper layers get more slots than lower ones. Each layer's recent window is the same share
-     * of its slots as kv_recent is of kv_budget; pinned tokens and span minimums must fit the
-     * smallest layer. Ignored by a full cache (every layer then holds n_ctx). Default 0: every
-     * layer kv_budget (see the README's evaluation for what a slope gains). */
-    float kv_layer_slope;
-    /* One-shot prompt eviction (as NACL, within the fixed slots; since 0.4). 0 (the default):
-     * while a prompt is read, each batch's victims are the ones the policy ranks lowest by the
-     * statistics of every query read so far. N > 0: a batch of more than one token ranks them by
-     * the attention of the previous batch's last N queries (what the end of the text read so far
-     * attends to), a kv_prompt_random_share of the tokens with that attention multiplied by a
-     * random factor in [0, 2) drawn from the seed; generation (one token at a time) keeps the
-     * policy's ranking, from statistics gathered all along. Only with the policies that gather
-     * statistics (h2o, scissorhands, tova, roco, mean_h2o); at most 4096. The README compares
-     * both on prompts. */
-    uint32_t kv_prompt_proxy;
-    /* The share of tokens, in [0, 1], whose proxy attention gets a random factor when
-     * kv_prompt_proxy > 0 (NACL's random eviction: tokens the proxy ignores may stay). Default 0. */
-    float kv_prompt_random_share;
-    /* Budgets per kv head (as Ada-KV, within the same memory; since 0.5), in [0, 0.9]: the share
-     * of each layer's slots that moves between its kv heads by their attention. Before each batch
-     * (each token while generating), a layer that must evict does so across all its kv heads at
-     * once, taking the tokens its policy values least, and each head's region of the layer's
-     * slots is resized to what it kept plus an even share of the rest: heads whose attention is
-     * spread over many tokens keep more slots than heads that attend to few. Each head keeps at least
-     * (1 - kv_head_share) of its layer's budget; pinned tokens and span minimums must fit there.
-     * Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o);
-     * ignored by a full cache. With position_rolling (since 0.5.1), each head's rotary positions
-     * are ranks among its own tokens. The CPU and Vulkan backends run it (the CUDA backend refuses
-     * it). Default 0: every head its layer's budget. */
-    float kv_head_share;
-    /* Budgets across layers from the attention (since 0.6): 1 moves kv_head_share's slots between
-     * the kv heads of every layer instead of each layer's own: before each batch, when the cache
-     * must evict, every layer's kv heads evict together the tokens their policies value least,
-     * and each head's region is resized to what it kept plus an even share of the rest, so a
-     * layer whose heads attend to few tokens gives slots to one whose heads attend to many. Each
-     * head still keeps at least (1 - kv_head_share) of its layer's budget. Needs a kv_head_share
-     * above 0 (ignored by a full cache). On the Vulkan backend the whole cache's keys (and its
-     * values) must then fit one storage buffer binding. Default 0. */
-    int32_t kv_share_across_layers;
+    /* Research settings of the KV cache, by key (h2o_experimental.h): set and read them with
+     * h2o_session_params_set_experimental and h2o_session_params_get_experimental, which check
+     * the key and the value, rather than directly. h2o_session_params_init writes 0 to all of
+     * them: every experiment off. (since 0.7) */
+    double experimental[H2O_EXPERIMENTAL_CAPACITY];
 } h2o_session_params;
 
 /* kv_horizon: keep heavy hitters however far back they lie. */
@@ -507,13 +496,8 @@ typedef struct h2o_kv_layout {
     uint32_t type;           /* h2o_kv_type */
     uint32_t n_ctx;          /* longest stream without rolling, after defaults */
     uint32_t horizon;        /* stale distance (see kv_horizon); 0: none */
-    float layer_slope;       /* kv_layer_slope; 0 for a full cache */
     uint32_t min_layer_budget, max_layer_budget;  /* slots per kv head of the smallest and largest layer */
-    uint32_t prompt_proxy;       /* kv_prompt_proxy; 0 for a full cache (since 0.4) */
-    float prompt_random_share;   /* kv_prompt_random_share; 0 without a proxy (since 0.4) */
-    float head_share;            /* kv_head_share; 0 for a full cache (since 0.5) */
-    uint32_t min_head_budget;    /* the fewest slots a kv head of the smallest layer keeps (since 0.5) */
-    int32_t share_across_layers; /* kv_share_across_layers; 0 for a full cache (since 0.6) */
+    uint32_t min_head_budget;    /* the fewest slots a kv head of the smallest layer keeps */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */

@@ -20,8 +20,8 @@
 
 namespace {
 
-// The snapshot layout of lib/session_snapshot.h (version 7).
-constexpr size_t kHeaderSize = 112, kPayloadSizeAt = 88, kCompressedSizeAt = 96, kHashAt = 104;
+// The snapshot layout of lib/session_snapshot.h (version 8).
+constexpr size_t kHeaderSize = 116, kPayloadSizeAt = 92, kCompressedSizeAt = 100, kHashAt = 108;
 
 // The header of a snapshot of a fresh session with the seed corpus's default settings.
 const std::vector<uint8_t> &header_template() {

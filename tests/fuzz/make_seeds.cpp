@@ -25,6 +25,7 @@
 #include <zstd.h>
 
 #include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
 #include "snapshot_formats.h"
 #include "synthetic_model.h"
 
@@ -170,11 +171,11 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         sp.kv_budget = s.budget;
         sp.n_ctx = s.n_ctx;
         sp.position_rolling = s.rolling;
-        sp.kv_head_share = s.head_share;
-        sp.kv_share_across_layers = s.across_layers;
+        sp.experimental[H2O_EXP_KV_HEAD_SHARE] = s.head_share;
+        sp.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = s.across_layers;
         if (s.policy == H2O_KV_TOVA) {  // one-shot prompt eviction's settings in the header
-            sp.kv_prompt_proxy = 8;
-            sp.kv_prompt_random_share = 0.25f;
+            sp.experimental[H2O_EXP_KV_PROMPT_PROXY] = 8;
+            sp.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 0.25f;
         }
         h2o_session *session = nullptr;
         if (h2o_session_create(model, &sp, &session) != H2O_OK) die(h2o_last_error());
@@ -200,8 +201,8 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         write_file(dir / ("snapshot-" + std::to_string(n)), whole);
         if (s.policy == H2O_KV_H2O) {
             // The same snapshot in formats 1 (library 0.2), 2 (before retention spans), 4
-            // (library 0.3), 5 (library 0.4) and 6 (library 0.5), which are still read.
-            for (uint32_t version : {1u, 2u, 4u, 5u, 6u}) {
+            // (library 0.3), 5 (library 0.4), 6 (library 0.5) and 7 (library 0.6), which are still read.
+            for (uint32_t version : {1u, 2u, 4u, 5u, 6u, 7u}) {
                 Bytes older = h2o_test::snapshot_as_version(snapshot, version);
                 if (older.empty()) die("cannot write an older snapshot format");
                 older.insert(older.begin(), 0);
@@ -209,7 +210,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
             }
         }
         if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
-            const size_t header = 112;  // lib/session_snapshot.h, version 7
+            const size_t header = 116;  // lib/session_snapshot.h, version 8
             Bytes state(ZSTD_getFrameContentSize(snapshot.data() + header, snapshot.size() - header));
             if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + header, snapshot.size() - header))) die("zstd");
             state.insert(state.begin(), 1);

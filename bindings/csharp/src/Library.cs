@@ -7,11 +7,11 @@ namespace H2o
     /// has no API to choose a library path at run time.</summary>
     public static class Library
     {
-        /// <summary>The library's version, e.g. "0.6.0".</summary>
+        /// <summary>The library's version, e.g. "0.7.0".</summary>
         public static string Version => Utf8.FromNative(Native.h2o_version());
 
-        /// <summary>The version these bindings were written for: 0.6.0 (ABI 0.6).</summary>
-        public const uint AbiVersionNumber = 600;
+        /// <summary>The version these bindings were written for: 0.7.0 (ABI 1).</summary>
+        public const uint AbiVersionNumber = 700;
 
         /// <summary>True when the loaded library has that ABI: the same major and minor version (before
         /// 1.0 a minor version may change the ABI) and a patch at least theirs (a patch may lift a

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.InteropServices;
 
 namespace H2o
 {
@@ -17,6 +18,18 @@ namespace H2o
     /// <summary>Why a generation ended (h2o_stop_reason).</summary>
     public enum StopReason : uint { None = 0, MaxTokens = 1, Eos = 2, StopString = 3, Callback = 4 }
 
+    /// <summary>What a policy keeps (h2o_kv_policy_info).</summary>
+    public struct KvPolicyInfo
+    {
+        public string Name;
+        /// <summary>Ranks tokens by attention: the horizon and the research settings that move budgets apply.</summary>
+        public bool GathersStatistics;
+        public bool HasRecentWindow, KeepsSinks;
+        public float DefaultRecentRatio;
+        /// <summary>The horizon's default, in budgets (0: none).</summary>
+        public float DefaultHorizon;
+    }
+
     /// <summary>The library's names of backends, policies and KV types ("sink_window", "k8v4",
     /// ...): null for a value the library does not know; parsing an unknown name throws.</summary>
     public static class Names
@@ -28,6 +41,35 @@ namespace H2o
         public static Backend ParseBackend(string name) => (Backend)Parse(name, Native.h2o_backend_kind_from_name);
         public static KvPolicy ParseKvPolicy(string name) => (KvPolicy)Parse(name, Native.h2o_kv_policy_from_name);
         public static KvType ParseKvType(string name) => (KvType)Parse(name, Native.h2o_kv_type_from_name);
+
+        /// <summary>The names of the research settings of h2o_experimental.h this library has.</summary>
+        public static string[] Experimental
+        {
+            get
+            {
+                var names = new System.Collections.Generic.List<string>();
+                for (uint key = 0; ; ++key)
+                {
+                    string name = Name(Native.h2o_experimental_name(key));
+                    if (name == null) return names.ToArray();
+                    names.Add(name);
+                }
+            }
+        }
+
+        internal static uint ParseExperimental(string name) => Parse(name, Native.h2o_experimental_from_name);
+
+        /// <summary>What a policy keeps, and so which settings apply to it (h2o_kv_policy_get_info).</summary>
+        public static KvPolicyInfo Info(KvPolicy policy)
+        {
+            var raw = new NativeKvPolicyInfo { struct_size = (uint)Marshal.SizeOf<NativeKvPolicyInfo>() };
+            Check.Status(Native.h2o_kv_policy_get_info((uint)policy, ref raw));
+            return new KvPolicyInfo
+            {
+                Name = Name(raw.name), GathersStatistics = raw.gathers_statistics != 0, HasRecentWindow = raw.has_recent_window != 0,
+                KeepsSinks = raw.keeps_sinks != 0, DefaultRecentRatio = raw.default_recent_ratio, DefaultHorizon = raw.default_horizon,
+            };
+        }
 
         private delegate int FromName(byte[] name, out uint value);
 

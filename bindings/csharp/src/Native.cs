@@ -48,7 +48,7 @@ namespace H2o
     }
 
     [StructLayout(LayoutKind.Sequential)]
-    internal struct NativeSessionParams
+    internal unsafe struct NativeSessionParams
     {
         public uint struct_size, n_ctx, n_threads, n_batch;
         public ulong seed;
@@ -61,11 +61,8 @@ namespace H2o
         public uint kv_type;
         public ulong max_memory_bytes;
         public uint kv_horizon;
-        public float kv_layer_slope;
-        public uint kv_prompt_proxy;
-        public float kv_prompt_random_share;
-        public float kv_head_share;
-        public int kv_share_across_layers;
+        /// <summary>Research settings by key (h2o_experimental.h): set through h2o_session_params_set_experimental.</summary>
+        public fixed double experimental[16];
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -74,13 +71,16 @@ namespace H2o
         public uint struct_size, budget, policy, recent, sinks, heavy;
         public int position_rolling;
         public uint type, n_ctx, horizon;
-        public float layer_slope;
-        public uint min_layer_budget, max_layer_budget;
-        public uint prompt_proxy;
-        public float prompt_random_share;
-        public float head_share;
-        public uint min_head_budget;
-        public int share_across_layers;
+        public uint min_layer_budget, max_layer_budget, min_head_budget;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeKvPolicyInfo
+    {
+        public uint struct_size, policy;
+        public IntPtr name;
+        public int gathers_statistics, has_recent_window, keeps_sinks;
+        public float default_recent_ratio, default_horizon;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -156,6 +156,17 @@ namespace H2o
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_kv_policy_name(uint policy);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_kv_policy_from_name(byte[] name, out uint policy);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_kv_policy_get_info(uint policy, ref NativeKvPolicyInfo info);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_experimental_name(uint key);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_experimental_from_name(byte[] name, out uint key);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_params_set_experimental(ref NativeSessionParams p, uint key, double value);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_params_get_experimental(ref NativeSessionParams p, uint key, out double value);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_get_experimental(SessionHandle s, uint key, out double value);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_kv_type_name(uint type);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_kv_type_from_name(byte[] name, out uint type);

@@ -48,26 +48,23 @@ namespace H2o
         /// <summary>Heavy hitters this many tokens or more behind the newest are evicted first;
         /// 0: the policy's default, <see cref="KvHorizonNone"/>: none.</summary>
         public uint KvHorizon { get => Raw.kv_horizon; set => Raw.kv_horizon = value; }
-        /// <summary>The budget's slope across layers in [-0.9, 0.9], the same memory: positive gives
-        /// upper layers more slots than lower ones; 0: every layer KvBudget.</summary>
-        public float KvLayerSlope { get => Raw.kv_layer_slope; set => Raw.kv_layer_slope = value; }
-        /// <summary>One-shot prompt eviction (as NACL): a prompt batch's victims are ranked by the
-        /// attention of the previous batch's last N queries, at most 4096; 0: by every query read so
-        /// far. Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o).</summary>
-        public uint KvPromptProxy { get => Raw.kv_prompt_proxy; set => Raw.kv_prompt_proxy = value; }
-        /// <summary>The share of tokens in [0, 1] whose proxy attention gets a random factor in [0, 2)
-        /// drawn from the seed, when KvPromptProxy &gt; 0; 0: none.</summary>
-        public float KvPromptRandomShare { get => Raw.kv_prompt_random_share; set => Raw.kv_prompt_random_share = value; }
-        /// <summary>Budgets per kv head (as Ada-KV, the same memory), in [0, 0.9]: the share of each
-        /// layer's slots that moves between its kv heads by their attention; each head keeps at least
-        /// (1 - share) of its layer's budget. Only with the policies that gather statistics (h2o,
-        /// scissorhands, tova, roco, mean_h2o); with PositionRolling (since 0.5.1) each head's positions
-        /// are ranks among its own tokens; 0: every head its layer's budget.</summary>
-        public float KvHeadShare { get => Raw.kv_head_share; set => Raw.kv_head_share = value; }
-        /// <summary>Budgets across layers (since 0.6): KvHeadShare's slots move between the kv heads of
-        /// every layer, not only within each layer, so a layer whose heads attend to few tokens gives
-        /// slots to one whose heads attend to many. Needs a KvHeadShare above 0.</summary>
-        public bool KvShareAcrossLayers { get => Raw.kv_share_across_layers != 0; set => Raw.kv_share_across_layers = value ? 1 : 0; }
+        /// <summary>Sets a research setting of h2o_experimental.h by its name (see
+        /// <see cref="Names.Experimental"/>, e.g. "kv_head_share"). These are outside the library's
+        /// stable interface: a later version may change or remove one, which is then an error here.
+        /// Throws H2oException for an unknown name or a value outside the setting's range.</summary>
+        public SessionParams SetExperimental(string name, double value)
+        {
+            Check.Status(Native.h2o_session_params_set_experimental(ref Raw, Names.ParseExperimental(name), value));
+            return this;
+        }
+
+        /// <summary>A research setting's value in these parameters (0: off).</summary>
+        public double GetExperimental(string name)
+        {
+            Check.Status(Native.h2o_session_params_get_experimental(ref Raw, Names.ParseExperimental(name), out double value));
+            return value;
+        }
+
         /// <summary>H2O_KV_HORIZON_NONE: heavy hitters are kept however far back they lie.</summary>
         public const uint KvHorizonNone = 0xFFFFFFFFu;
     }

@@ -9,18 +9,11 @@ namespace H2o
         public uint Budget, Recent, Sinks, Heavy, NCtx;
         /// <summary>Stale distance: heavy hitters this far back are evicted first; 0: none.</summary>
         public uint Horizon;
-        /// <summary>The budget's slope across layers (0 for a full cache) and the budgets it gives.</summary>
-        public float LayerSlope;
+        /// <summary>Slots per kv head of the smallest and largest layer (they differ with a layer slope).</summary>
         public uint MinLayerBudget, MaxLayerBudget;
-        /// <summary>One-shot prompt eviction's proxy queries (0: the policy's ranking) and random share.</summary>
-        public uint PromptProxy;
-        public float PromptRandomShare;
-        /// <summary>Budgets per kv head: the share of a layer's slots that moves between its kv heads
-        /// (0 for a full cache), and the fewest slots a kv head of the smallest layer keeps.</summary>
-        public float HeadShare;
+        /// <summary>The fewest slots a kv head of the smallest layer keeps (less than its layer's
+        /// budget when budgets move between kv heads).</summary>
         public uint MinHeadBudget;
-        /// <summary>Whether those slots move between the kv heads of every layer (budgets across layers).</summary>
-        public bool ShareAcrossLayers;
         public KvPolicy Policy;
         public KvType Type;
         public bool PositionRolling;
@@ -244,11 +237,18 @@ namespace H2o
                 {
                     Budget = l.budget, Policy = (KvPolicy)l.policy, Recent = l.recent, Sinks = l.sinks,
                     Heavy = l.heavy, PositionRolling = l.position_rolling != 0, Type = (KvType)l.type, NCtx = l.n_ctx, Horizon = l.horizon,
-                    LayerSlope = l.layer_slope, MinLayerBudget = l.min_layer_budget, MaxLayerBudget = l.max_layer_budget,
-                    PromptProxy = l.prompt_proxy, PromptRandomShare = l.prompt_random_share,
-                    HeadShare = l.head_share, MinHeadBudget = l.min_head_budget, ShareAcrossLayers = l.share_across_layers != 0,
+                    MinLayerBudget = l.min_layer_budget, MaxLayerBudget = l.max_layer_budget, MinHeadBudget = l.min_head_budget,
                 };
             }
+        }
+
+        /// <summary>The value of a research setting (h2o_experimental.h) the session runs with, after
+        /// resolution (0 where the session ignores it).</summary>
+        public double GetExperimental(string name)
+        {
+            uint key = Names.ParseExperimental(name);
+            Check(Native.h2o_session_get_experimental(handle, key, out double value));
+            return value;
         }
 
         public MemoryReport Memory

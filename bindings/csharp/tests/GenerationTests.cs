@@ -130,7 +130,7 @@ namespace H2o.Tests
         public static void ConstantMemorySessionRunsPastItsBudget()
         {
             using (var model = Model.Load(Runner.ModelPath()))
-            using (var session = new Session(model, new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, PositionRolling = true, KvType = KvType.Q8, KvHorizon = 48, KvLayerSlope = 0.5f }))
+            using (var session = new Session(model, new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, PositionRolling = true, KvType = KvType.Q8, KvHorizon = 48 }.SetExperimental("kv_layer_slope", 0.5)))
             {
                 var layout = session.KvLayout;
                 Assert.Equal(32u, layout.Budget, "budget");
@@ -138,7 +138,7 @@ namespace H2o.Tests
                 Assert.Equal(KvType.Q8, layout.Type);
                 Assert.True(layout.PositionRolling, "rolling");
                 Assert.Equal(48u, layout.Horizon, "horizon");
-                Assert.Equal(0.5f, layout.LayerSlope, "layer slope");
+                Assert.Equal(0.5, session.GetExperimental("kv_layer_slope"), "layer slope");
                 Assert.Equal(16u, layout.MinLayerBudget, "smallest layer budget");  // 5 layers: 16, 24, 32, 40, 48
                 Assert.Equal(48u, layout.MaxLayerBudget, "largest layer budget");
                 var memory = session.Memory;
@@ -157,10 +157,8 @@ namespace H2o.Tests
         public static void PromptProxyEvictionReadsAPromptLongerThanTheBudget()
         {
             // Batches of 8: each after the first ranks its victims by the previous batch's last queries.
-            Func<SessionParams> proxy = () => new SessionParams
-            {
-                KvBudget = 32, KvPolicy = KvPolicy.H2o, Batch = 8, Seed = 7, KvPromptProxy = 16, KvPromptRandomShare = 0.25f,
-            };
+            Func<SessionParams> proxy = () => new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.H2o, Batch = 8, Seed = 7 }
+                .SetExperimental("kv_prompt_proxy", 16).SetExperimental("kv_prompt_random_share", 0.25);
             const string prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
                 + "with her friends. One day, she saw a big red ball under a tree and ran to get it.";
             using (var model = Model.Load(Runner.ModelPath()))
@@ -176,8 +174,8 @@ namespace H2o.Tests
                         p.StopAtEos = false;
                         texts[i] = Collect(session, prompt, p);
                         Assert.True(texts[i].Length > 0, "text");
-                        Assert.Equal(16u, session.KvLayout.PromptProxy, "layout's prompt proxy");
-                        Assert.Equal(0.25f, session.KvLayout.PromptRandomShare, "layout's random share");
+                        Assert.Equal(16.0, session.GetExperimental("kv_prompt_proxy"), "resolved prompt proxy");
+                        Assert.Equal(0.25, session.GetExperimental("kv_prompt_random_share"), "resolved random share");
                         Assert.Equal(StopReason.MaxTokens, session.Stats.StopReason);
                         Assert.True(session.Stats.NPromptTokens >= nPrompt - 1, "prompt tokens " + session.Stats.NPromptTokens);
                         Assert.Equal(32u, session.Stats.NGeneratedTokens, "generated tokens");
@@ -186,15 +184,16 @@ namespace H2o.Tests
                 Assert.Equal(texts[0], texts[1], "the random factors come from the seed");
 
                 // A policy that gathers no statistics has nothing to rank by proxy attention.
-                var window = new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Window, KvPromptProxy = 16 };
+                var window = new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Window }.SetExperimental("kv_prompt_proxy", 16);
                 var e = Assert.H2oError(Status.InvalidArgument, () => new Session(model, window));
                 Assert.True(e.LibraryMessage.Contains("kv_prompt_proxy"), "message names the field: " + e.Message);
-                var tooMany = proxy();
-                tooMany.KvPromptProxy = 4097;
-                Assert.H2oError(Status.InvalidArgument, () => new Session(model, tooMany));
-                var badShare = proxy();
-                badShare.KvPromptRandomShare = 1.5f;
-                Assert.H2oError(Status.InvalidArgument, () => new Session(model, badShare));
+                Assert.True(!Names.Info(KvPolicy.Window).GathersStatistics, "window gathers no statistics");
+                // Values outside a research setting's range, and unknown names, are refused when set.
+                Assert.H2oError(Status.InvalidArgument, () => proxy().SetExperimental("kv_prompt_proxy", 4097));
+                Assert.H2oError(Status.InvalidArgument, () => proxy().SetExperimental("kv_prompt_random_share", 1.5));
+                Assert.H2oError(Status.InvalidArgument, () => proxy().SetExperimental("no_such_setting", 1));
+                Assert.Equal(16.0, proxy().GetExperimental("kv_prompt_proxy"), "params hold the value");
+                Assert.True(Array.IndexOf(Names.Experimental, "kv_sinks_every_policy") >= 0, "names are listed");
             }
         }
 
@@ -202,7 +201,7 @@ namespace H2o.Tests
         public static void HeadBudgetsReadAPromptLongerThanTheBudget()
         {
             // 80% of each layer's 32 slots move between its kv heads by their attention.
-            Func<SessionParams> heads = () => new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Scissorhands, KvHeadShare = 0.8f };
+            Func<SessionParams> heads = () => new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Scissorhands }.SetExperimental("kv_head_share", 0.8);
             const string prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
                 + "with her friends. One day, she saw a big red ball under a tree and ran to get it.";
             using (var model = Model.Load(Runner.ModelPath()))
@@ -219,16 +218,16 @@ namespace H2o.Tests
                     {
                         var sp = heads();
                         sp.PositionRolling = rolling;
-                        sp.KvShareAcrossLayers = acrossLayers;
+                        sp.SetExperimental("kv_share_across_layers", acrossLayers ? 1 : 0);
                         using (var session = new Session(model, sp))
                         {
                             session.AddText(prompt);
                             var layout = session.KvLayout;
                             Assert.Equal(32u, layout.Budget, "layout's budget");
-                            Assert.Equal(0.8f, layout.HeadShare, "layout's head share");
+                            Assert.Equal((double)0.8f, session.GetExperimental("kv_head_share"), "resolved head share");
                             // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
                             Assert.Equal(7u, layout.MinHeadBudget, "layout's smallest head budget");
-                            Assert.Equal(acrossLayers, layout.ShareAcrossLayers, "layout's sharing across layers");
+                            Assert.Equal(acrossLayers ? 1.0 : 0.0, session.GetExperimental("kv_share_across_layers"), "resolved sharing across layers");
                             var p = Greedy(48);
                             p.StopAtEos = false;
                             texts[i] = Collect(session, " Then", p);
@@ -242,16 +241,13 @@ namespace H2o.Tests
                 }
 
                 // Out of range and a policy that gathers no statistics are refused.
-                var tooMuch = heads();
-                tooMuch.KvHeadShare = 0.95f;
-                var window = new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Window, KvHeadShare = 0.5f };
-                foreach (var bad in new[] { tooMuch, window })
-                {
-                    var e = Assert.H2oError(Status.InvalidArgument, () => new Session(model, bad));
-                    Assert.True(e.LibraryMessage.Contains("kv_head_share"), "message names the field: " + e.Message);
-                }
+                var tooMuch = Assert.H2oError(Status.InvalidArgument, () => heads().SetExperimental("kv_head_share", 0.95));
+                Assert.True(tooMuch.LibraryMessage.Contains("kv_head_share"), "message names the setting: " + tooMuch.Message);
+                var window = new SessionParams { KvBudget = 32, KvPolicy = KvPolicy.Window }.SetExperimental("kv_head_share", 0.5);
+                var e = Assert.H2oError(Status.InvalidArgument, () => new Session(model, window));
+                Assert.True(e.LibraryMessage.Contains("kv_head_share"), "message names the setting: " + e.Message);
                 // Across layers without a head share has no slots to move.
-                var noShare = new SessionParams { KvBudget = 32, KvShareAcrossLayers = true };
+                var noShare = new SessionParams { KvBudget = 32 }.SetExperimental("kv_share_across_layers", 1);
                 var err = Assert.H2oError(Status.InvalidArgument, () => new Session(model, noShare));
                 Assert.True(err.LibraryMessage.Contains("kv_share_across_layers"), "message names the field: " + err.Message);
             }

@@ -18,7 +18,7 @@ namespace H2o.Tests
             { typeof(NativePrefixCacheStats), "h2o_prefix_cache_stats" },
             { typeof(NativeBackendInfo), "h2o_backend_info" }, { typeof(NativeSessionParams), "h2o_session_params" },
             { typeof(NativeKvLayout), "h2o_kv_layout" }, { typeof(NativeMemoryReport), "h2o_memory_report" },
-            { typeof(NativeSpanInfo), "h2o_span_info" },
+            { typeof(NativeSpanInfo), "h2o_span_info" }, { typeof(NativeKvPolicyInfo), "h2o_kv_policy_info" },
             { typeof(NativeGenerateParams), "h2o_generate_params" }, { typeof(NativeGenerateStats), "h2o_generate_stats" },
         };
 

@@ -1,4 +1,5 @@
-//! Raw declarations of the h2o C API, written by hand from `include/h2o/h2o.h` (ABI 0.6).
+//! Raw declarations of the h2o C API, written by hand from `include/h2o/h2o.h` and
+//! `include/h2o/h2o_experimental.h` (library 0.7, ABI 1).
 //!
 //! Everything here is `unsafe` to use and follows the header's conventions; the `h2o` crate is
 //! the safe interface. `tests/layout.rs` compiles a C program against the header and checks that
@@ -7,7 +8,11 @@
 
 use std::os::raw::{c_char, c_int, c_void};
 
-pub const H2O_VERSION_NUMBER: u32 = 600;
+pub const H2O_VERSION_NUMBER: u32 = 700;
+/// The binary interface these declarations follow (the soname's number).
+pub const H2O_ABI_VERSION: u32 = 1;
+/// Room for research settings in `h2o_session_params::experimental`.
+pub const H2O_EXPERIMENTAL_CAPACITY: usize = 16;
 /// kv_horizon: keep heavy hitters however far back they lie.
 pub const H2O_KV_HORIZON_NONE: u32 = 0xFFFF_FFFF;
 
@@ -129,11 +134,8 @@ pub struct h2o_session_params {
     pub kv_type: u32,
     pub max_memory_bytes: u64,
     pub kv_horizon: u32,
-    pub kv_layer_slope: f32,
-    pub kv_prompt_proxy: u32,
-    pub kv_prompt_random_share: f32,
-    pub kv_head_share: f32,
-    pub kv_share_across_layers: i32,
+    /// Research settings by key (h2o_experimental.h): use `h2o_session_params_set_experimental`.
+    pub experimental: [f64; H2O_EXPERIMENTAL_CAPACITY],
 }
 
 #[repr(C)]
@@ -149,14 +151,22 @@ pub struct h2o_kv_layout {
     pub type_: u32,
     pub n_ctx: u32,
     pub horizon: u32,
-    pub layer_slope: f32,
     pub min_layer_budget: u32,
     pub max_layer_budget: u32,
-    pub prompt_proxy: u32,
-    pub prompt_random_share: f32,
-    pub head_share: f32,
     pub min_head_budget: u32,
-    pub share_across_layers: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct h2o_kv_policy_info {
+    pub struct_size: u32,
+    pub policy: u32,
+    pub name: *const c_char,
+    pub gathers_statistics: i32,
+    pub has_recent_window: i32,
+    pub keeps_sinks: i32,
+    pub default_recent_ratio: f32,
+    pub default_horizon: f32,
 }
 
 #[repr(C)]
@@ -264,6 +274,7 @@ extern "C" {
     pub fn h2o_backend_kind_from_name(name: *const c_char, kind: *mut u32) -> h2o_status;
     pub fn h2o_kv_policy_name(policy: u32) -> *const c_char;
     pub fn h2o_kv_policy_from_name(name: *const c_char, policy: *mut u32) -> h2o_status;
+    pub fn h2o_kv_policy_get_info(policy: u32, info: *mut h2o_kv_policy_info) -> h2o_status;
     pub fn h2o_kv_type_name(type_: u32) -> *const c_char;
     pub fn h2o_kv_type_from_name(name: *const c_char, type_: *mut u32) -> h2o_status;
 
@@ -277,6 +288,13 @@ extern "C" {
     pub fn h2o_session_get_backend(session: *const h2o_session, info: *mut h2o_backend_info) -> h2o_status;
     pub fn h2o_session_get_device_traffic(session: *const h2o_session, traffic: *mut h2o_device_traffic) -> h2o_status;
     pub fn h2o_session_get_kv_layout(session: *const h2o_session, layout: *mut h2o_kv_layout) -> h2o_status;
+
+    // h2o_experimental.h: research settings by key, outside the stable interface.
+    pub fn h2o_experimental_name(key: u32) -> *const c_char;
+    pub fn h2o_experimental_from_name(name: *const c_char, key: *mut u32) -> h2o_status;
+    pub fn h2o_session_params_set_experimental(params: *mut h2o_session_params, key: u32, value: f64) -> h2o_status;
+    pub fn h2o_session_params_get_experimental(params: *const h2o_session_params, key: u32, value: *mut f64) -> h2o_status;
+    pub fn h2o_session_get_experimental(session: *const h2o_session, key: u32, value: *mut f64) -> h2o_status;
     pub fn h2o_session_reset(session: *mut h2o_session) -> h2o_status;
     pub fn h2o_session_cancel(session: *mut h2o_session) -> h2o_status;
     pub fn h2o_session_last_error(session: *const h2o_session) -> *const c_char;

@@ -80,15 +80,20 @@ fn rust_layouts() -> Vec<Layout> {
             kv_type,
             max_memory_bytes,
             kv_horizon,
-            kv_layer_slope,
-            kv_prompt_proxy,
-            kv_prompt_random_share,
-            kv_head_share,
-            kv_share_across_layers
+            experimental
         }),
         layout!(h2o_kv_layout { struct_size, budget, policy, recent, sinks, heavy, position_rolling,
-                                type_ = "type", n_ctx, horizon, layer_slope, min_layer_budget, max_layer_budget,
-                                prompt_proxy, prompt_random_share, head_share, min_head_budget, share_across_layers }),
+                                type_ = "type", n_ctx, horizon, min_layer_budget, max_layer_budget, min_head_budget }),
+        layout!(h2o_kv_policy_info {
+            struct_size,
+            policy,
+            name,
+            gathers_statistics,
+            has_recent_window,
+            keeps_sinks,
+            default_recent_ratio,
+            default_horizon
+        }),
         layout!(h2o_device_traffic { struct_size, bytes_to_device, bytes_to_host, submissions, device_memory_bytes }),
         layout!(h2o_memory_report { struct_size, weight_bytes, kv_bytes, scratch_bytes }),
         layout!(h2o_span_info {
@@ -181,6 +186,18 @@ fn header_version_matches() {
     let declared =
         number("H2O_VERSION_MAJOR") * 10000 + number("H2O_VERSION_MINOR") * 100 + number("H2O_VERSION_PATCH");
     assert_eq!(H2O_VERSION_NUMBER, declared, "h2o-sys was written for another version of h2o.h");
+}
+
+#[test]
+fn abi_version_and_experimental_capacity_match() {
+    let header =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../include/h2o/h2o.h")).unwrap();
+    let number = |name: &str| -> u32 {
+        let line = header.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(number("H2O_ABI_VERSION"), H2O_ABI_VERSION);
+    assert_eq!(number("H2O_EXPERIMENTAL_CAPACITY") as usize, H2O_EXPERIMENTAL_CAPACITY);
 }
 
 #[test]

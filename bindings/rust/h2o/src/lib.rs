@@ -18,14 +18,14 @@ mod session;
 
 pub use error::{Error, Result, Status};
 pub use model::{Model, ModelInfo, ModelLoader, PrefixCacheStats};
-pub use names::{Backend, KvPolicy, KvType, StopReason};
-pub use params::{GenerateParams, SessionParams};
+pub use names::{Backend, KvPolicy, KvPolicyInfo, KvType, StopReason};
+pub use params::{experimental_names, GenerateParams, SessionParams};
 pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryReport, Session, SpanInfo, Stream};
 
 /// Retention spans a session may hold (`Session::add_span_text`).
 pub const MAX_SPANS: u32 = h2o_sys::H2O_MAX_SPANS;
 
-/// The library's version, e.g. "0.6.0".
+/// The library's version, e.g. "0.7.0".
 pub fn version() -> String {
     // SAFETY: a constant string.
     unsafe { error::cstr(h2o_sys::h2o_version()) }

@@ -64,6 +64,47 @@ named_enum!(
     }
 );
 
+/// What a policy keeps, and so which settings apply to it (h2o_kv_policy_info).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvPolicyInfo {
+    pub name: String,
+    /// Ranks tokens by attention: the horizon and the research settings that move budgets apply.
+    pub gathers_statistics: bool,
+    pub has_recent_window: bool,
+    pub keeps_sinks: bool,
+    pub default_recent_ratio: f32,
+    /// The horizon's default, in budgets (0: none).
+    pub default_horizon: f32,
+}
+
+impl KvPolicy {
+    /// The library's description of this policy. Errors: a policy it does not know.
+    pub fn info(self) -> Result<KvPolicyInfo> {
+        // SAFETY: plain data; the library fills it when struct_size allows.
+        let mut raw = h2o_sys::h2o_kv_policy_info {
+            struct_size: std::mem::size_of::<h2o_sys::h2o_kv_policy_info>() as u32,
+            policy: 0,
+            name: std::ptr::null(),
+            gathers_statistics: 0,
+            has_recent_window: 0,
+            keeps_sinks: 0,
+            default_recent_ratio: 0.0,
+            default_horizon: 0.0,
+        };
+        // SAFETY: a valid output struct.
+        check(unsafe { h2o_sys::h2o_kv_policy_get_info(self.to_raw(), &mut raw) })?;
+        Ok(KvPolicyInfo {
+            // SAFETY: a constant string of the library.
+            name: unsafe { cstr(raw.name) },
+            gathers_statistics: raw.gathers_statistics != 0,
+            has_recent_window: raw.has_recent_window != 0,
+            keeps_sinks: raw.keeps_sinks != 0,
+            default_recent_ratio: raw.default_recent_ratio,
+            default_horizon: raw.default_horizon,
+        })
+    }
+}
+
 named_enum!(
     /// Element format of the KV cache (h2o_kv_type).
     KvType, h2o_kv_type_name, h2o_kv_type_from_name {

@@ -1,7 +1,7 @@
 //! Builders for session and generation parameters. Each starts from the library's defaults
 //! (h2o_*_params_init) and changes only what is asked for; the library validates the values
 //! when they are used.
-use crate::error::{c_string, Result};
+use crate::error::{c_string, check, cstr, Result};
 use crate::names::{Backend, KvPolicy, KvType};
 use std::ffi::CString;
 use std::os::raw::c_char;
@@ -61,27 +61,46 @@ impl SessionParams {
         /// Heavy hitters this many tokens or more behind the newest are evicted first; 0: the
         /// policy's default, `h2o_sys::H2O_KV_HORIZON_NONE`: none.
         kv_horizon: u32 => kv_horizon;
-        /// The budget's slope across layers in [-0.9, 0.9], the same memory: positive gives upper
-        /// layers more slots than lower ones; 0: every layer `kv_budget`.
-        kv_layer_slope: f32 => kv_layer_slope;
-        /// One-shot prompt eviction (as NACL): a prompt batch's victims are ranked by the attention
-        /// of the previous batch's last N queries, at most 4096; 0: by every query read so far.
-        /// Only with the policies that gather statistics (h2o, scissorhands, tova, roco, mean_h2o).
-        kv_prompt_proxy: u32 => kv_prompt_proxy;
-        /// The share of tokens in [0, 1] whose proxy attention gets a random factor in [0, 2) drawn
-        /// from the seed, when `kv_prompt_proxy` > 0; 0: none.
-        kv_prompt_random_share: f32 => kv_prompt_random_share;
-        /// Budgets per kv head (as Ada-KV, the same memory), in [0, 0.9]: the share of each layer's
-        /// slots that moves between its kv heads by their attention; each head keeps at least
-        /// (1 - share) of its layer's budget. Only with the policies that gather statistics (h2o,
-        /// scissorhands, tova, roco, mean_h2o); with `position_rolling` (since 0.5.1) each head's
-        /// positions are ranks among its own tokens; 0: every head its layer's budget.
-        kv_head_share: f32 => kv_head_share;
-        /// Budgets across layers (since 0.6): `kv_head_share`'s slots move between the kv heads of
-        /// every layer, not only within each layer, so a layer whose heads attend to few tokens
-        /// gives slots to one whose heads attend to many. Needs a `kv_head_share` above 0.
-        kv_share_across_layers: bool => kv_share_across_layers as flag;
     }
+
+    /// Sets a research setting of h2o_experimental.h by its name (`experimental_names()` lists
+    /// them, e.g. "kv_head_share"). These are outside the library's stable interface: a later
+    /// version may change or remove one, which is then an error here, not a silent change.
+    /// Errors: an unknown name, or a value outside the setting's range.
+    pub fn experimental(mut self, name: &str, value: f64) -> Result<Self> {
+        let key = experimental_key(name)?;
+        // SAFETY: a valid params struct, initialised by h2o_session_params_init.
+        check(unsafe { h2o_sys::h2o_session_params_set_experimental(&mut self.raw, key, value) })?;
+        Ok(self)
+    }
+
+    /// A research setting's value in these parameters (0: off).
+    pub fn get_experimental(&self, name: &str) -> Result<f64> {
+        let key = experimental_key(name)?;
+        let mut value = 0.0;
+        // SAFETY: valid pointers for the call.
+        check(unsafe { h2o_sys::h2o_session_params_get_experimental(&self.raw, key, &mut value) })?;
+        Ok(value)
+    }
+}
+
+/// The key of a research setting's name (h2o_experimental_from_name).
+pub(crate) fn experimental_key(name: &str) -> Result<u32> {
+    let c_name = c_string("research setting name", name)?;
+    let mut key = 0u32;
+    // SAFETY: both pointers are valid for the call.
+    check(unsafe { h2o_sys::h2o_experimental_from_name(c_name.as_ptr(), &mut key) })?;
+    Ok(key)
+}
+
+/// The names of the research settings this library has (h2o_experimental_name).
+pub fn experimental_names() -> Vec<String> {
+    (0u32..)
+        .map(|key| unsafe { h2o_sys::h2o_experimental_name(key) })
+        .take_while(|p| !p.is_null())
+        // SAFETY: a constant string of the library.
+        .map(|p| unsafe { cstr(p) })
+        .collect()
 }
 
 /// How text is generated (h2o_generate_params); see the header for every field.

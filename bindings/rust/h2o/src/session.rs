@@ -64,19 +64,12 @@ pub struct KvLayout {
     pub n_ctx: u32,
     /// Stale distance: heavy hitters this far back are evicted first; 0: none.
     pub horizon: u32,
-    /// The budget's slope across layers (0 for a full cache) and the budgets it gives.
-    pub layer_slope: f32,
+    /// Slots per kv head of the smallest and largest layer (they differ with a layer slope).
     pub min_layer_budget: u32,
     pub max_layer_budget: u32,
-    /// One-shot prompt eviction's proxy queries (0: the policy's ranking) and random share.
-    pub prompt_proxy: u32,
-    pub prompt_random_share: f32,
-    /// Budgets per kv head: the share of a layer's slots that moves between its kv heads (0 for a
-    /// full cache), and the fewest slots a kv head of the smallest layer keeps.
-    pub head_share: f32,
+    /// The fewest slots a kv head of the smallest layer keeps (less than its layer's budget when
+    /// budgets move between kv heads).
     pub min_head_budget: u32,
-    /// Whether those slots move between the kv heads of every layer (budgets across layers).
-    pub share_across_layers: bool,
 }
 
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
@@ -371,15 +364,20 @@ impl Session {
             kv_type: KvType::from_raw(l.type_),
             n_ctx: l.n_ctx,
             horizon: l.horizon,
-            layer_slope: l.layer_slope,
             min_layer_budget: l.min_layer_budget,
             max_layer_budget: l.max_layer_budget,
-            prompt_proxy: l.prompt_proxy,
-            prompt_random_share: l.prompt_random_share,
-            head_share: l.head_share,
             min_head_budget: l.min_head_budget,
-            share_across_layers: l.share_across_layers != 0,
         })
+    }
+
+    /// The value of a research setting (h2o_experimental.h) the session runs with, after
+    /// resolution (0 where the session ignores it).
+    pub fn experimental(&self, name: &str) -> Result<f64> {
+        let key = crate::params::experimental_key(name)?;
+        let mut value = 0.0;
+        // SAFETY: a live session and a valid output pointer.
+        self.check(unsafe { h2o_sys::h2o_session_get_experimental(self.ptr(), key, &mut value) })?;
+        Ok(value)
     }
 
     pub fn memory(&self) -> Result<MemoryReport> {

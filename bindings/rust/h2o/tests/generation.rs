@@ -171,14 +171,16 @@ fn constant_memory_session_reports_its_layout_and_memory() {
         .position_rolling(true)
         .kv_type(h2o::KvType::Q8)
         .kv_horizon(48)
-        .kv_layer_slope(0.5);
+        .experimental("kv_layer_slope", 0.5)
+        .unwrap();
     let mut session = Session::new(&model, &params).unwrap();
     let layout = session.kv_layout().unwrap();
     assert_eq!((layout.budget, layout.policy, layout.kv_type), (32, h2o::KvPolicy::H2o, h2o::KvType::Q8));
     assert!(layout.position_rolling);
     assert_eq!(layout.horizon, 48);
     // stories260K's 5 layers get 16, 24, 32, 40 and 48 slots.
-    assert_eq!((layout.layer_slope, layout.min_layer_budget, layout.max_layer_budget), (0.5, 16, 48));
+    assert_eq!((layout.min_layer_budget, layout.max_layer_budget), (16, 48));
+    assert_eq!(session.experimental("kv_layer_slope").unwrap(), 0.5);
     let memory = session.memory().unwrap();
     assert!(memory.kv_bytes > 0 && memory.weight_bytes > 0);
     session.add_text("You are a storyteller.", true).unwrap();
@@ -199,8 +201,9 @@ fn prompt_proxy_eviction_reads_a_prompt_longer_than_the_budget() {
         .kv_policy(h2o::KvPolicy::H2o)
         .batch(8)
         .seed(7)
-        .kv_prompt_proxy(16)
-        .kv_prompt_random_share(0.25);
+        .experimental("kv_prompt_proxy", 16.0)
+        .and_then(|p| p.experimental("kv_prompt_random_share", 0.25))
+        .unwrap();
     let prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park \
                   with her friends. One day, she saw a big red ball under a tree and ran to get it.";
     let n_prompt = model.tokenize(prompt, true).unwrap().len();
@@ -211,8 +214,8 @@ fn prompt_proxy_eviction_reads_a_prompt_longer_than_the_budget() {
         let (text, reason) = collect(&mut session, prompt, &greedy(32).stop_at_eos(false));
         assert_eq!(reason, StopReason::MaxTokens);
         assert!(!text.is_empty());
-        let layout = session.kv_layout().unwrap();
-        assert_eq!((layout.prompt_proxy, layout.prompt_random_share), (16, 0.25));
+        let resolved = (session.experimental("kv_prompt_proxy").unwrap(), session.experimental("kv_prompt_random_share").unwrap());
+        assert_eq!(resolved, (16.0, 0.25));
         let stats = session.stats().unwrap();
         assert!(stats.n_prompt_tokens as usize >= n_prompt - 1, "{stats:?}");
         assert_eq!(stats.n_generated_tokens, 32);
@@ -222,21 +225,32 @@ fn prompt_proxy_eviction_reads_a_prompt_longer_than_the_budget() {
     assert_eq!(texts[0], texts[1]);
 
     // A policy that gathers no statistics has nothing to rank by proxy attention.
-    let window = SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Window).kv_prompt_proxy(16);
+    let window =
+        SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Window).experimental("kv_prompt_proxy", 16.0).unwrap();
     let err = Session::new(&model, &window).err().unwrap();
     assert_eq!(err.status(), Some(Status::InvalidArgument));
     assert!(err.message().contains("kv_prompt_proxy"), "message: {}", err.message());
-    for bad in [params.kv_prompt_proxy(4097), params.kv_prompt_random_share(1.5)] {
-        let err = Session::new(&model, &bad).err().unwrap();
+    // Values outside a research setting's range are refused when set; unknown names too.
+    for (name, bad) in [("kv_prompt_proxy", 4097.0), ("kv_prompt_random_share", 1.5), ("kv_prompt_proxy", 2.5)] {
+        let err = params.experimental(name, bad).err().unwrap();
         assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
+        assert!(err.message().contains(name), "message: {}", err.message());
     }
+    let err = params.experimental("no_such_setting", 1.0).err().unwrap();
+    assert!(err.message().contains("kv_head_share"), "the known names are listed: {}", err.message());
+    assert!(h2o::experimental_names().iter().any(|n| n == "kv_sinks_every_policy"));
+    assert_eq!(params.get_experimental("kv_prompt_proxy").unwrap(), 16.0);
 }
 
 #[test]
 fn head_budgets_read_a_prompt_longer_than_the_budget() {
     let model = model_or_skip!();
     // 80% of each layer's 32 slots move between its kv heads by their attention.
-    let params = SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Scissorhands).kv_head_share(0.8);
+    let params = SessionParams::new()
+        .kv_budget(32)
+        .kv_policy(h2o::KvPolicy::Scissorhands)
+        .experimental("kv_head_share", 0.8)
+        .unwrap();
     let prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park \
                   with her friends. One day, she saw a big red ball under a tree and ran to get it.";
     let n_prompt = model.tokenize(prompt, true).unwrap().len();
@@ -244,15 +258,16 @@ fn head_budgets_read_a_prompt_longer_than_the_budget() {
     // With stream positions and with rolling ones (each head's ranks among its own tokens), within
     // each layer and across layers.
     for (rolling, across_layers) in [(false, false), (true, false), (false, true), (true, true)] {
-        let params = params.position_rolling(rolling).kv_share_across_layers(across_layers);
+        let params = params.position_rolling(rolling).experimental("kv_share_across_layers", across_layers as u8 as f64).unwrap();
         let mut texts = Vec::new();
         for _ in 0..2 {
             let mut session = Session::new(&model, &params).unwrap();
             session.add_text(prompt, false).unwrap();
             let layout = session.kv_layout().unwrap();
             // Each kv head keeps at least 32 - floor(0.8 * 32) = 7 slots.
-            assert_eq!((layout.budget, layout.head_share, layout.min_head_budget), (32, 0.8, 7));
-            assert_eq!(layout.share_across_layers, across_layers);
+            assert_eq!((layout.budget, layout.min_head_budget), (32, 7));
+            assert_eq!(session.experimental("kv_head_share").unwrap(), 0.8f32 as f64);
+            assert_eq!(session.experimental("kv_share_across_layers").unwrap() != 0.0, across_layers);
             let (text, reason) = collect(&mut session, " Then", &greedy(48).stop_at_eos(false));
             assert_eq!(reason, StopReason::MaxTokens);
             assert!(text.len() > 20, "too little text: {text:?}");
@@ -266,16 +281,17 @@ fn head_budgets_read_a_prompt_longer_than_the_budget() {
     }
 
     // Out of range and a policy that gathers no statistics are refused.
-    for bad in [
-        params.kv_head_share(0.95),
-        SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Window).kv_head_share(0.5),
-    ] {
-        let err = Session::new(&model, &bad).err().unwrap();
-        assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
-        assert!(err.message().contains("kv_head_share"), "message: {}", err.message());
-    }
+    let err = params.experimental("kv_head_share", 0.95).err().unwrap();
+    assert!(err.message().contains("kv_head_share"), "message: {}", err.message());
+    let window = SessionParams::new().kv_budget(32).kv_policy(h2o::KvPolicy::Window).experimental("kv_head_share", 0.5).unwrap();
+    let err = Session::new(&model, &window).err().unwrap();
+    assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
+    assert!(err.message().contains("kv_head_share"), "message: {}", err.message());
+    assert!(!h2o::KvPolicy::Window.info().unwrap().gathers_statistics);
+    assert!(h2o::KvPolicy::Scissorhands.info().unwrap().gathers_statistics);
     // Across layers without a head share has no slots to move.
-    let err = Session::new(&model, &SessionParams::new().kv_budget(32).kv_share_across_layers(true)).err().unwrap();
+    let across = SessionParams::new().kv_budget(32).experimental("kv_share_across_layers", 1.0).unwrap();
+    let err = Session::new(&model, &across).err().unwrap();
     assert_eq!(err.status(), Some(Status::InvalidArgument), "{}", err.message());
     assert!(err.message().contains("kv_share_across_layers"), "message: {}", err.message());
 }
