@@ -22,7 +22,7 @@
 // many tokens keeps more of them than one that attends to few: the tokens the latter does not
 // attend to rank lowest in the pool. Needs a policy that gathers statistics. Across layers the
 // policies' priorities are compared between layers as they are: well for the sums of attention
-// (H2O, Scissorhands, RoCo, mean H2O), badly for TOVA's last-query weights (see the README).
+// (H2O, Scissorhands, RoCo, mean H2O), badly for TOVA's last-query weights (see docs/EVALUATION.md).
 // With rolling, a cell's rotary positions are ranks among its own tokens: the victims' cells roll
 // their kept keys back as make_room does, and since a pool's cells then hold different numbers
 // of tokens, a batch's positions are given per cell (KvConfig::positions_per_kv_head,

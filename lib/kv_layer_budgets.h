@@ -3,7 +3,7 @@
 //
 // Layer l of L gets budget * (1 + slope * (2l / (L - 1) - 1)) slots, rounded so that the layers
 // together hold exactly L * budget: the memory of a uniform cache. On stories260K (chunk-512
-// protocol, README) giving upper layers more slots than lower ones halved and more the
+// protocol, docs/EVALUATION.md) giving upper layers more slots than lower ones halved and more the
 // perplexity cost of budgets 64 and 32 at the same memory; PyramidKV's shape (more below) lost.
 #pragma once
 

@@ -6,6 +6,8 @@
 # and the end of its output. The blocks in `not_run` below are only checked for syntax, each for
 # the reason given there; an entry that does not match exactly one block fails the test, so the
 # list cannot go stale. A shell block tagged otherwise than `sh` fails it too.
+# The blocks of docs/*.md reproduce measurements (minutes to hours each): they are checked for
+# syntax, and every option they give a program of build/tools must be one its --help lists.
 # The README's Installing section installs h2o into /usr/local: run this as root on a machine
 # without h2o there (CI does). What that section installed is removed at the end.
 # Usage: scripts/test-readme.sh   (the shared data folder: $H2O_SHARED_DIR, else ../shared)
@@ -20,41 +22,41 @@ shared="$(cd "$shared" && pwd)"
 
 # Blocks checked for syntax only, each found by a part of its text, and why.
 declare -A not_run=(
-  ["--chunks 200 -j 2 --head-share"]="reproduces the head-share table (200 chunks, three shares: about 10 CPU-minutes)"
-  ["--stream 100000"]="reproduces the 100 000-token stream's figures (about 8 minutes)"
   ["-max_total_time=14400"]="fuzzes for 4 hours; scripts/ci-matrix.sh builds, replays and fuzzes the same targets"
   ["ctest --test-dir build --output-on-failure"]="the quick start's scripts/test.sh ran these same steps (install-deps --test, configure, build, ctest) in the same folder"
   ["scripts/ci-arm64.sh"]="CI runs scripts/ci-arm64.sh itself (the cross build and the tests under qemu)"
   ["H2O_CPU_KERNELS=\$k"]="runs on an ARM64 device, h2o-bench and the library copied there"
 )
 
-# The blocks: their text and the README line where each starts.
-texts=()
-lines=()
-n=0
-fence=""  # the info string of the open fence, "-" outside fences
-text=""
-while IFS= read -r line; do
-  n=$((n + 1))
-  if [ -z "$fence" ]; then
-    [[ "$line" == '```'* ]] || continue
-    fence="${line#'```'}"
-    fence="${fence:--}"
-    case "$fence" in
-      sh) text="" start=$((n + 1)) ;;
-      bash | shell | console | -) echo "h2o: README.md:$n: tag shell command blocks \`\`\`sh (so that this test runs them)" >&2; exit 1 ;;
-    esac
-  elif [ "$line" = '```' ]; then
-    if [ "$fence" = sh ]; then
-      texts+=("$text")
-      lines+=("$start")
+# The ```sh blocks of a Markdown file: their text into `texts`, the line where each starts into
+# `lines`.
+read_blocks() {
+  local file="$1" n=0 fence="" text="" start=0 line
+  texts=()
+  lines=()
+  while IFS= read -r line; do
+    n=$((n + 1))
+    if [ -z "$fence" ]; then
+      [[ "$line" == '```'* ]] || continue
+      fence="${line#'```'}"
+      fence="${fence:--}"
+      case "$fence" in
+        sh) text="" start=$((n + 1)) ;;
+        bash | shell | console | -) echo "h2o: ${file#"$root"/}:$n: tag shell command blocks \`\`\`sh (so that this test reads them)" >&2; exit 1 ;;
+      esac
+    elif [ "$line" = '```' ]; then
+      if [ "$fence" = sh ]; then
+        texts+=("$text")
+        lines+=("$start")
+      fi
+      fence=""
+    elif [ "$fence" = sh ]; then
+      text+="$line"$'\n'
     fi
-    fence=""
-  elif [ "$fence" = sh ]; then
-    text+="$line"$'\n'
-  fi
-done <"$root/README.md"
-[ -z "$fence" ] || { echo "h2o: README.md: a code block is not closed" >&2; exit 1; }
+  done <"$file"
+  [ -z "$fence" ] || { echo "h2o: ${file#"$root"/}: a code block is not closed" >&2; exit 1; }
+}
+read_blocks "$root/README.md"
 
 # The reason a block is not run, or nothing.
 reason_not_run() {
@@ -105,5 +107,24 @@ for i in "${!texts[@]}"; do
   fi
   echo "  ok  $where ($((SECONDS - block_start)) s): $first"
 done
-passed=1
 echo "== README.md's command blocks passed in $((SECONDS - start)) s"
+
+# The documents' blocks: syntax, and the options of the programs they run (built above).
+for doc in "$root"/docs/*.md; do
+  read_blocks "$doc"
+  for i in "${!texts[@]}"; do
+    text="${texts[$i]}"
+    where="${doc#"$root"/}:${lines[$i]}"
+    bash -n -c "$text" || { echo "h2o: $where: not valid shell" >&2; exit 1; }
+    help=""
+    for tool in $(printf '%s' "$text" | grep -o 'build/tools/h2o-[a-z]*' | sort -u); do
+      [ -x "$copy/$tool" ] || { echo "h2o: $where: $tool is not a program the build makes" >&2; exit 1; }
+      help+="$("$copy/$tool" --help 2>&1 || true)"$'\n'
+    done
+    for option in $(printf '%s' "$text" | grep -o -- ' --[a-z][a-z0-9-]*' | sort -u); do
+      grep -q -- "$option\b" <<<"$help" || { echo "h2o: $where: no program of the block takes $option" >&2; exit 1; }
+    done
+    echo "  syntax and options  $where"
+  done
+done
+passed=1

@@ -422,7 +422,7 @@ typedef struct h2o_session_params {
     uint32_t kv_budget;
     /* Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
      * on our evaluation beats H2O, a window and StreamingLLM on short texts at every budget
-     * measured, and H2O and a window on long streams (see the README's evaluation tables). */
+     * measured, and H2O and a window on long streams (see docs/EVALUATION.md). */
     uint32_t kv_policy;  /* h2o_kv_policy */
     /* Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
     uint32_t kv_recent;
@@ -461,7 +461,7 @@ typedef struct h2o_session_params {
      * roco, mean_h2o; the others ignore it): a token kv_horizon or more tokens behind the newest
      * is stale and is evicted before any other unprotected token, however much attention it
      * had. Over a long stream this stops the cache from filling with tokens of text the stream
-     * has moved past (see the README's stream evaluation). 0 (the default): the policy's own,
+     * has moved past (see docs/EVALUATION.md's long streams). 0 (the default): the policy's own,
      * 1.5 × kv_budget for H2O_KV_SCISSORHANDS and none for the others; H2O_KV_HORIZON_NONE:
      * none. Otherwise at least kv_budget. */
     uint32_t kv_horizon;
