@@ -97,8 +97,8 @@ void KvCache::clear() {
 void KvCache::reset_cell_slots() {
     for (int l = 0; l < config_.n_layer; ++l) {
         for (int h = 0; h < config_.n_head_kv; ++h) {
-            cell_slots_[head_index(l, h)] = config_.slots_in(l);
-            cell_first_slot_[head_index(l, h)] = config_.uniform_cell_first(l, h);
+            cell_slots_[cell_index(l, h)] = config_.slots_in(l);
+            cell_first_slot_[cell_index(l, h)] = config_.uniform_cell_first(l, h);
         }
     }
 }
@@ -128,14 +128,14 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
     return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats) + rebalancing;
 }
 
-KvCache::HeadView KvCache::head(int layer, int kv_head) {
+KvCache::CellView KvCache::cell(int layer, int kv_head) {
     const size_t base = slot_base(layer, kv_head);
-    return HeadView{keys_.data() + base * key_row_bytes_, values_.data() + base * value_row_bytes_, stream_index_.data() + base,
+    return CellView{keys_.data() + base * key_row_bytes_, values_.data() + base * value_row_bytes_, stream_index_.data() + base,
                     position_.data() + base, tags_.data() + base, stats_.empty() ? nullptr : stats_.data() + base};
 }
 
 int KvCache::free_slots(int layer, int kv_head) const {
-    const size_t h = head_index(layer, kv_head);
+    const size_t h = cell_index(layer, kv_head);
     return cell_slots_[h] - used_[h] + free_count_[h];
 }
 
@@ -188,7 +188,7 @@ void KvCache::set_span_minimums(const int32_t *minimums) {
     }
 }
 
-void KvCache::count_span_tokens(const HeadView &v, int used, EvictionScratch &scratch) {
+void KvCache::count_span_tokens(const CellView &v, int used, EvictionScratch &scratch) {
     std::fill(scratch.span_held, scratch.span_held + KV_MAX_SPANS, 0);
     for (int s = 0; s < used; ++s) {
         const uint32_t span = kv_tag_span(v.tag[s]);
@@ -196,7 +196,7 @@ void KvCache::count_span_tokens(const HeadView &v, int used, EvictionScratch &sc
     }
 }
 
-bool KvCache::take_if_span_allows(const HeadView &v, int s, EvictionScratch &scratch) const {
+bool KvCache::take_if_span_allows(const CellView &v, int s, EvictionScratch &scratch) const {
     const uint32_t span = kv_tag_span(v.tag[s]);
     if (span == 0) return true;
     int32_t &held = scratch.span_held[span - 1];
@@ -208,19 +208,19 @@ bool KvCache::take_if_span_allows(const HeadView &v, int s, EvictionScratch &scr
 int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int thread) {
     const int needed = n - free_slots(layer, kv_head);
     if (needed <= 0) return 0;
-    HeadView v = head(layer, kv_head);
+    CellView v = cell(layer, kv_head);
     EvictionScratch &scratch = scratch_[thread];
     std::vector<int32_t> &candidates = scratch.candidates;
     std::vector<int64_t> &evicted = scratch.evicted;
     const KvPolicyConfig &policy = layer_policy_[static_cast<size_t>(layer)];
-    const int used = used_[head_index(layer, kv_head)];
+    const int used = used_[cell_index(layer, kv_head)];
     // The recent window counts the incoming tokens: protect the newest (recent - n) cached ones.
     const int64_t recent_from = kv_recent_from(policy, next_index, n);
 
     int n_candidates = 0;
     for (int s = 0; s < used; ++s) {
         const int64_t index = v.stream_index[s];
-        if (!kv_slot_evictable(index, kv_tag_pinned(v.tag[s]), recent_from, policy.sinks)) continue;
+        if (!kv_slot_evictable(index, kv_tag_pinned(v.tag[s]), recent_from, static_cast<uint32_t>(policy.sinks))) continue;
         candidates[n_candidates++] = s;
     }
     // Victims are taken from the candidates in the policy's order, passing over tokens whose
@@ -231,14 +231,14 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         // A partial Fisher-Yates shuffle draws the candidates in random order, one draw each
         // until enough are taken or none is left.
         for (int i = 0; i < n_candidates && n_victims < needed; ++i) {
-            const int j = i + static_cast<int>(next_random() % static_cast<uint64_t>(n_candidates - i));
+            const int j = i + static_cast<int>(kv_random_index(next_random(), static_cast<uint32_t>(n_candidates - i)));
             std::swap(candidates[i], candidates[j]);
             if (take_if_span_allows(v, candidates[i], scratch)) candidates[n_victims++] = candidates[i];
         }
     } else {
         const int64_t stale_before = kv_stale_before(policy, next_index, n);
         const bool by_proxy = kv_ranks_by_proxy(policy, n);
-        const auto cell = static_cast<uint32_t>(head_index(layer, kv_head));
+        const auto cell = static_cast<uint32_t>(cell_index(layer, kv_head));
         // Each candidate's priority once, by slot, rather than twice per comparison of the sort.
         std::vector<float> &priority = scratch.priority;
         for (int i = 0; i < n_candidates; ++i) {
@@ -261,10 +261,10 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         // the oldest unpinned tokens go, span minimums still kept.
         n_candidates = 0;
         for (int s = 0; s < used; ++s) {
-            if (v.stream_index[s] >= 0 && !kv_tag_pinned(v.tag[s])) candidates[n_candidates++] = s;
+            if (kv_slot_evictable_by_age(v.stream_index[s], kv_tag_pinned(v.tag[s]))) candidates[n_candidates++] = s;
         }
         std::sort(candidates.begin(), candidates.begin() + n_candidates,
-                  [&](int32_t a, int32_t b) { return v.stream_index[a] < v.stream_index[b]; });
+                  [&](int32_t a, int32_t b) { return kv_index_less(v.stream_index[a], v.stream_index[b]); });
         count_span_tokens(v, used, scratch);
         n_victims = 0;
         for (int i = 0; i < n_candidates && n_victims < needed; ++i) {
@@ -272,7 +272,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         }
     }
 
-    const size_t h = head_index(layer, kv_head);
+    const size_t h = cell_index(layer, kv_head);
     int32_t *free_list = free_list_.data() + slot_base(layer, kv_head);
     for (int i = 0; i < n_victims; ++i) {
         const int s = candidates[i];
@@ -284,7 +284,7 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
     return n_victims;
 }
 
-void KvCache::roll_back_kept(const HeadView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch) {
+void KvCache::roll_back_kept(const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch) {
     std::sort(evicted, evicted + n_evicted);
     for (int s = 0; s < used; ++s) {
         if (v.stream_index[s] < 0) continue;
@@ -314,7 +314,7 @@ void KvCache::save(ByteWriter &out) const {
             for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) out.put<int32_t>(cell_slots(layer, kv_head));
         }
         for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
-            const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);
+            const size_t h = cell_index(layer, kv_head), base = slot_base(layer, kv_head);
             const size_t used = static_cast<size_t>(used_[h]);
             out.put<int32_t>(used_[h]);
             out.put<int32_t>(free_count_[h]);
@@ -345,7 +345,7 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
             if (rebalancing) {
                 // Each cell within its bounds, each pool's cells (kv_head_budgets.h) summing to
                 // the pool's slots; a layer's regions are placed before its rows are read.
-                const size_t first_cell = head_index(layer, 0);
+                const size_t first_cell = cell_index(layer, 0);
                 int32_t *slots = rebalance_.slots.data() + first_cell;
                 if (layer == config_.pool_first_layer(layer)) pool_given = 0;
                 for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
@@ -362,7 +362,7 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                 place_cells(first_cell, first_cell + static_cast<size_t>(config_.n_head_kv), slots);
             }
             for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
-                const size_t h = head_index(layer, kv_head), base = slot_base(layer, kv_head);
+                const size_t h = cell_index(layer, kv_head), base = slot_base(layer, kv_head);
                 const int n_slots = cell_slots(layer, kv_head);
                 // Without rebalancing every cell holds what the session counts; with it, a cell
                 // holds at most what its region allows and the stream has had.
@@ -423,7 +423,7 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
 }
 
 int KvCache::claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, uint8_t tag) {
-    const size_t h = head_index(layer, kv_head);
+    const size_t h = cell_index(layer, kv_head);
     const int slot = free_count_[h] > 0 ? free_list_[slot_base(layer, kv_head) + --free_count_[h]] : used_[h]++;
     const size_t at = slot_base(layer, kv_head) + slot;
     stream_index_[at] = stream_index;

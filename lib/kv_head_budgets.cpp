@@ -18,7 +18,7 @@ void KvCache::rebalance_heads(int64_t next_index, int incoming) {
 
 void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming) {
     const int n_kv = config_.n_head_kv;
-    const size_t first_cell = head_index(first_layer, 0);
+    const size_t first_cell = cell_index(first_layer, 0);
     const int n_cells = (end_layer - first_layer) * n_kv;
     // The pool's cells are consecutive, in (layer, kv head) order, from its first layer's first slot.
     const int64_t pool_first = layer_first_slot_[static_cast<size_t>(first_layer)];
@@ -39,13 +39,13 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
         const KvPolicyConfig &policy = layer_policy_[static_cast<size_t>(layer)];
         const int64_t recent_from = kv_recent_from(policy, next_index, incoming);
         const int64_t stale_before = kv_stale_before(policy, next_index, incoming);
-        const HeadView v = head(layer, i % n_kv);
+        const CellView v = cell(layer, i % n_kv);
         const int64_t offset = cell_first_slot_[first_cell + i] - pool_first;
         for (int s = 0; s < used_[first_cell + i]; ++s) {
             const int64_t index = v.stream_index[s];
             const uint32_t span = kv_tag_span(v.tag[s]);
             if (index >= 0 && span != 0) ++span_held_by_cell[i * KV_MAX_SPANS + span - 1];
-            if (!kv_slot_evictable(index, kv_tag_pinned(v.tag[s]), recent_from, policy.sinks)) continue;
+            if (!kv_slot_evictable(index, kv_tag_pinned(v.tag[s]), recent_from, static_cast<uint32_t>(policy.sinks))) continue;
             priority[static_cast<size_t>(offset + s)] = kv_victim_priority(policy, slot_stats(v, s), index, stale_before);
             candidates[n_candidates++] = offset + s;
         }
@@ -93,7 +93,7 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
             tags_[at] = 0;
         }
         const int layer = first_layer + i / n_kv;
-        if (config_.rolling && n_cell_victims > 0) roll_back_kept(head(layer, i % n_kv), used_[c], cell_victims, n_cell_victims, scratch_[0].key.data());
+        if (config_.rolling && n_cell_victims > 0) roll_back_kept(cell(layer, i % n_kv), used_[c], cell_victims, n_cell_victims, scratch_[0].key.data());
         // The cell's new region: what it kept, at least its minimum, then the rest shared evenly.
         kept[i] = 0;
         for (int s = 0; s < used_[c]; ++s) kept[i] += stream_index_[static_cast<size_t>(cell_first_slot_[c] + s)] >= 0 ? 1 : 0;
@@ -132,7 +132,7 @@ void KvCache::move_to_regions(int first_layer, int end_layer, const int32_t *kep
     // Sources and destinations both increase along that order, so moving the slots that go left
     // in increasing order, then those that go right in decreasing order, never overwrites a slot
     // not yet moved.
-    const size_t first_cell = head_index(first_layer, 0), end_cell = head_index(end_layer, 0);
+    const size_t first_cell = cell_index(first_layer, 0), end_cell = cell_index(end_layer, 0);
     std::vector<int64_t> &from = rebalance_.candidates, &to = rebalance_.destinations;
     size_t n_moves = 0;
     int64_t region = layer_first_slot_[static_cast<size_t>(first_layer)];

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "kv_policy_spec.h"
+#include "kv_victim_rules.h"
 
 namespace h2o {
 
@@ -118,15 +119,12 @@ inline float kv_victim_priority(const KvPolicyConfig &config, const SlotStats &s
     return kv_victim_priority(static_cast<uint32_t>(config.policy), stats, stream_index < stale_before);
 }
 
-// The priority a batch ranks victims by: kv_prompt_priority when kv_ranks_by_proxy, else
-// kv_victim_priority. cell: layer * n_head_kv + kv head.
+// kv_batch_priority (kv_victim_rules.h) with this configuration's policy and prompt settings.
+// cell: layer * n_head_kv + kv head.
 inline float kv_batch_victim_priority(const KvPolicyConfig &config, bool by_proxy, const SlotStats &stats, int64_t stream_index,
                                       int64_t stale_before, uint32_t cell) {
-    if (!by_proxy) return kv_victim_priority(config, stats, stream_index, stale_before);
-    const auto index = static_cast<uint64_t>(stream_index);
-    const float factor = kv_prompt_random_factor(static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), cell,
-                                                 kv_prompt_seed(config), config.prompt_random_share);
-    return kv_prompt_priority(stats, stream_index < stale_before, factor);
+    return kv_batch_priority(static_cast<uint32_t>(config.policy), by_proxy, stats, stream_index < stale_before, stream_index, cell,
+                             kv_prompt_seed(config), config.prompt_random_share);
 }
 
 }  // namespace h2o

@@ -15,6 +15,7 @@
 
 #include "cpu/cpu_backend.h"
 #include "kv_cache.h"
+#include "kv_victim_rules.h"
 #include "policy_spec_cases.h"
 
 using namespace h2o;
@@ -153,6 +154,45 @@ TEST_CASE("policy spec: retention tags") {
     CHECK(kv_span_allows_eviction(4, 3));
 }
 
+TEST_CASE("victim rules: eligibility, order, span arithmetic and the generator on word pairs") {
+    // Eligibility: free, pinned, recent and sink slots are protected.
+    CHECK(kv_slot_evictable(5, false, 10, 4));
+    CHECK(!kv_slot_evictable(-1, false, 10, 4));
+    CHECK(!kv_slot_evictable(5, true, 10, 4));
+    CHECK(!kv_slot_evictable(10, false, 10, 4));
+    CHECK(!kv_slot_evictable(3, false, 10, 4));
+    CHECK(kv_slot_evictable(int64_t{1} << 40, false, int64_t{1} << 41, 4));
+    CHECK(kv_slot_evictable_by_age(12, false));
+    CHECK(!kv_slot_evictable_by_age(12, true));
+    CHECK(!kv_slot_evictable_by_age(-1, false));
+    CHECK(kv_victim_before(0.5f, 9, 1.0f, 2));
+    CHECK(kv_victim_before(1.0f, 2, 1.0f, 9));
+    CHECK(!kv_victim_before(1.0f, 9, 1.0f, 9));
+    CHECK(kv_span_takeable(5, 4, 3) == 2u);
+    CHECK(kv_span_takeable(5, 1, 3) == 1u);
+    CHECK(kv_span_takeable(3, 4, 3) == 0u);
+    // The word-pair arithmetic is the 64-bit arithmetic it stands for: xorshift64*, its draw and
+    // the modulo that picks a candidate.
+    std::mt19937_64 rng(11);
+    for (int i = 0; i < 20000; ++i) {
+        const uint64_t a = rng(), state = rng() | 1;
+        const auto x = static_cast<uint32_t>(a), y = static_cast<uint32_t>(a >> 32);
+        const KvWords product = kv_words_product(x, y);
+        CHECK(((static_cast<uint64_t>(product.y) << 32) | product.x) == static_cast<uint64_t>(x) * y);
+        uint64_t expected_state = state;
+        expected_state ^= expected_state >> 12;
+        expected_state ^= expected_state << 25;
+        expected_state ^= expected_state >> 27;
+        uint64_t s = state;
+        const uint64_t draw = kv_next_random(&s);
+        CHECK(s == expected_state);
+        CHECK(draw == expected_state * 0x2545F4914F6CDD1Dull);
+        const auto m = static_cast<uint32_t>(1 + rng() % 0x7FFFFFFFu);
+        CHECK(kv_random_index(draw, m) == draw % m);
+        CHECK(kv_random_index(draw, 1 + i % 300) == draw % (1 + i % 300));
+    }
+}
+
 TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec ranks lowest") {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -184,7 +224,7 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
                 cache.claim_slot(0, 0, order[s], static_cast<int32_t>(order[s]), static_cast<uint8_t>(kv_make_tag(unit(rng) < 0.1f, span)));
             }
             cache.set_span_minimums(minimums);
-            KvCache::HeadView view = cache.head(0, 0);
+            KvCache::CellView view = cache.cell(0, 0);
             for (int s = 0; view.stats && s < n_slots; ++s) {
                 // Coarse values, so that ties (broken by age) occur.
                 view.stats[s] = SlotStats{std::round(4 * unit(rng)), std::round(4 * unit(rng)), 1 + std::round(3 * unit(rng)),

@@ -339,7 +339,7 @@ struct ClaimArgs {
 
 // Outside every protection (kv_victim_rules.h).
 __device__ bool eligible(const ClaimArgs &a, size_t at) {
-    return kv_slot_evictable(a.kv.stream[at], kv_tag_pinned(a.kv.tag[at]), a.recent_from, a.sinks);
+    return kv_slot_evictable(a.kv.stream[at], kv_tag_pinned(a.kv.tag[at]), a.recent_from, static_cast<KV_UINT>(a.sinks));
 }
 
 // Retention spans, per cell: each span's tokens (held) and how many of them are eligible; held
@@ -379,7 +379,7 @@ __device__ void leave_span(const ClaimArgs &a, SpanCounts *c, size_t at) {
 __device__ int takeable(const ClaimArgs &a, const SpanCounts &c, int plain_candidates) {
     int total = plain_candidates;
     for (uint32_t i = 0; i < KV_MAX_SPANS; ++i) {
-        if (c.held[i] > a.span_min[i]) total += min(c.eligible[i], c.held[i] - a.span_min[i]);
+        total += static_cast<int>(kv_span_takeable(static_cast<KV_UINT>(c.held[i]), static_cast<KV_UINT>(c.eligible[i]), static_cast<KV_UINT>(a.span_min[i])));
     }
     return total;
 }
@@ -387,11 +387,8 @@ __device__ int takeable(const ClaimArgs &a, const SpanCounts &c, int plain_candi
 __device__ float victim_priority(const ClaimArgs &a, size_t at) {
     const SlotStats s = a.kv.stats ? a.kv.stats[at] : kv_stats_zero();
     const int64_t stream = a.kv.stream[at];
-    if (!a.by_proxy) return kv_victim_priority(a.policy, s, stream < a.stale_before);
-    const auto index = static_cast<uint64_t>(stream);
     const auto cell = static_cast<KV_UINT>(a.layer * a.n_kv + static_cast<int>((at - a.first_slot) / static_cast<size_t>(a.n_slots)));
-    const float factor = kv_prompt_random_factor(static_cast<KV_UINT>(index), static_cast<KV_UINT>(index >> 32), cell, a.prompt_seed, a.prompt_share);
-    return kv_prompt_priority(s, stream < a.stale_before, factor);
+    return kv_batch_priority(a.policy, a.by_proxy, s, stream < a.stale_before, stream, cell, a.prompt_seed, a.prompt_share);
 }
 
 // The slot with the smallest (priority, stream index) among eligible slots, or by_age: the oldest
@@ -406,7 +403,8 @@ __device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t b
     int bslot = -1;
     for (int s = threadIdx.x; s < used; s += blockDim.x) {
         const size_t at = base + s;
-        if ((by_age ? (a.kv.stream[at] < 0 || kv_tag_pinned(a.kv.tag[at])) : !eligible(a, at)) || !span_allows(a, spans, at)) continue;
+        const bool candidate = by_age ? kv_slot_evictable_by_age(a.kv.stream[at], kv_tag_pinned(a.kv.tag[at])) : eligible(a, at);
+        if (!candidate || !span_allows(a, spans, at)) continue;
         const float p = by_age ? 0.0f : victim_priority(a, at);
         const int64_t st = a.kv.stream[at];
         if (bslot < 0 || kv_victim_before(p, st, bp, bs)) {
@@ -480,7 +478,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                     }
                     int taken = 0;
                     for (int i = 0; i < count && taken < needed; ++i) {
-                        const int j = i + static_cast<int>(kv_next_random(a.kv.rng) % static_cast<uint64_t>(count - i));
+                        const int j = i + static_cast<int>(kv_random_index(kv_next_random(a.kv.rng), static_cast<KV_UINT>(count - i)));
                         const int32_t swap = a.kv.candidates[i];
                         a.kv.candidates[i] = a.kv.candidates[j];
                         a.kv.candidates[j] = swap;

@@ -40,6 +40,7 @@ if(H2O_VULKAN)
       COMMAND ${H2O_GLSLC} -fshader-stage=compute --target-env=${env} -O -Werror -I ${CMAKE_CURRENT_SOURCE_DIR}/lib ${ARGN}
               ${h2o_vk_shader_dir}/${source} -o ${spv}
       DEPENDS ${h2o_vk_shader_dir}/${source} ${h2o_vk_includes} ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv_policy_spec.h
+              ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv_victim_rules.h
       COMMENT "glslc ${source} -> ${name}.spv"
       VERBATIM)
     set(h2o_vk_names ${h2o_vk_names} ${name} PARENT_SCOPE)

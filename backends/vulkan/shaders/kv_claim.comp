@@ -50,6 +50,7 @@ const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u, FLAG_POSITIONS_PER_KV_HEAD = 4
 
 #include "kv_layout.glsl"
 #include "kv_row.glsl"
+#include "kv_victim_rules.h"
 #include "rotary.glsl"
 
 const uint NONE = 0xFFFFFFFFu;
@@ -62,25 +63,17 @@ void set_stream(uint at, uvec2 s) {
     meta[L.stream + 2u * at] = s.x;
     meta[L.stream + 2u * at + 1u] = s.y;
 }
-// The victim is the eligible slot with the smallest priority, ties going to the oldest: while a
-// prompt is read with one-shot eviction kv_prompt_priority, else kv_victim_priority.
+// The victim is the eligible slot with the smallest kv_batch_priority, ties going to the oldest.
 float priority(uint at) {
     const uvec2 stream = stream_at(at);
-    const bool stale = stream_lt(stream, p.stale_before);
-    if ((p.flags & FLAG_BY_PROXY) == 0u) return kv_victim_priority(p.policy, load_slot_stats(L, at), stale);
-    const float factor = kv_prompt_random_factor(stream.x, stream.y, cell_now, p.prompt_seed, p.prompt_share);
-    return kv_prompt_priority(load_slot_stats(L, at), stale, factor);
+    return kv_batch_priority(p.policy, (p.flags & FLAG_BY_PROXY) != 0u, load_slot_stats(L, at), kv_index_less(stream, p.stale_before), stream,
+                             cell_now, p.prompt_seed, p.prompt_share);
 }
 
-bool occupied_unpinned(uint at) { return !stream_is_free(stream_at(at)) && !kv_tag_pinned(meta[L.tag + at]); }
+bool occupied_unpinned(uint at) { return kv_slot_evictable_by_age(stream_at(at), kv_tag_pinned(meta[L.tag + at])); }
 
 // Outside every protection: not pinned, not in the recent window, not a sink.
-bool eligible(uint at) {
-    const uvec2 s = stream_at(at);
-    if (stream_is_free(s) || kv_tag_pinned(meta[L.tag + at])) return false;
-    if (!stream_lt(s, p.recent_from)) return false;
-    return !(s.y == 0u && s.x < p.sinks);
-}
+bool eligible(uint at) { return kv_slot_evictable(stream_at(at), kv_tag_pinned(meta[L.tag + at]), p.recent_from, p.sinks); }
 
 // ---- retention spans ----------------------------------------------------------------------------
 // Per span, the cell's tokens of it (held) and how many of those are eligible; held goes down as
@@ -119,10 +112,7 @@ void leave_span(uint at) {
 // How many eligible tokens can be taken before every span is down to its minimum.
 uint takeable(uint plain_candidates) {
     uint total = plain_candidates;
-    for (uint i = 0u; i < KV_MAX_SPANS; ++i) {
-        const uint minimum = meta[L.span_min + i];
-        total += span_held[i] > minimum ? min(span_eligible[i], span_held[i] - minimum) : 0u;
-    }
+    for (uint i = 0u; i < KV_MAX_SPANS; ++i) total += kv_span_takeable(span_held[i], span_eligible[i], meta[L.span_min + i]);
     return total;
 }
 
@@ -132,10 +122,11 @@ shared float best_priority[WG];
 shared uvec2 best_stream[WG];
 shared uint best_slot[WG];
 
+// kv_victim_before, with NONE (no slot) after every slot.
 bool key_less(float pa, uvec2 sa, uint slot_a, float pb, uvec2 sb, uint slot_b) {
     if (slot_b == NONE) return slot_a != NONE;
     if (slot_a == NONE) return false;
-    return pa < pb || (pa == pb && stream_lt(sa, sb));
+    return kv_victim_before(pa, sa, pb, sb);
 }
 
 // The slot with the smallest (priority, stream index) among eligible slots (by_age: among
@@ -176,33 +167,13 @@ uint argmin_slot(uint base, uint used, bool by_age) {
     return result;
 }
 
-// ---- the random policy's generator (KvCache::next_random: xorshift64*) -------------------------
-
-uvec2 shift_right(uvec2 x, uint k) { return uvec2((x.x >> k) | (x.y << (32u - k)), x.y >> k); }
-uvec2 shift_left(uvec2 x, uint k) { return uvec2(x.x << k, (x.y << k) | (x.x >> (32u - k))); }
+// ---- the random policy's generator (kv_victim_rules.h), its state in the cache's metadata -------
 
 uvec2 next_random() {
-    uvec2 x = uvec2(meta[L.rng], meta[L.rng + 1u]);
-    x ^= shift_right(x, 12u);
-    x ^= shift_left(x, 25u);
-    x ^= shift_right(x, 27u);
-    meta[L.rng] = x.x;
-    meta[L.rng + 1u] = x.y;
-    const uvec2 m = uvec2(0x4F6CDD1Du, 0x2545F491u);  // 0x2545F4914F6CDD1D
-    uint hi, lo;
-    umulExtended(x.x, m.x, hi, lo);
-    return uvec2(lo, hi + x.x * m.y + x.y * m.x);
-}
-
-// x mod m for a 64-bit x and 0 < m < 2^31, by binary long division.
-uint mod64(uvec2 x, uint m) {
-    uint r = 0u;
-    for (int bit = 63; bit >= 0; --bit) {
-        const uint b = bit >= 32 ? (x.y >> uint(bit - 32)) & 1u : (x.x >> uint(bit)) & 1u;
-        r = (r << 1) | b;
-        if (r >= m) r -= m;
-    }
-    return r;
+    const uvec2 state = kv_random_step(uvec2(meta[L.rng], meta[L.rng + 1u]));
+    meta[L.rng] = state.x;
+    meta[L.rng + 1u] = state.y;
+    return kv_random_draw(state);
 }
 
 // ---- rows of keys and values (kv_row.glsl) ------------------------------------------------------
@@ -300,7 +271,7 @@ void make_room(uint cell, uint h) {
         if (tid == 0u) {
             uint taken = 0u;
             for (uint i = 0u; i < n_candidates && taken < uint(needed); ++i) {
-                const uint j = i + mod64(next_random(), n_candidates - i);
+                const uint j = i + kv_random_below(next_random(), n_candidates - i);
                 const uint a = meta[L.candidates + i];
                 meta[L.candidates + i] = meta[L.candidates + j];
                 meta[L.candidates + j] = a;
