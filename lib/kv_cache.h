@@ -32,9 +32,9 @@ public:
     size_t key_row_bytes() const { return key_row_bytes_; }
     size_t value_row_bytes() const { return value_row_bytes_; }
 
-    // Views of one (layer, kv head): cell_slots(layer, kv_head) entries each; keys and values are rows of
+    // A view of one cell, one (layer, kv head): cell_slots(layer, kv_head) entries; keys and values are rows of
     // key_row_bytes() and value_row_bytes() in the cache type's row formats (kv_format.h).
-    struct HeadView {
+    struct CellView {
         uint8_t *keys;
         uint8_t *values;
         int64_t *stream_index;
@@ -43,17 +43,17 @@ public:
         SlotStats *stats;  // null when the policy reads none
     };
     // A slot's statistics (zeros when the policy keeps none).
-    static SlotStats slot_stats(const HeadView &view, int slot) { return view.stats ? view.stats[slot] : kv_stats_zero(); }
-    HeadView head(int layer, int kv_head);
+    static SlotStats slot_stats(const CellView &view, int slot) { return view.stats ? view.stats[slot] : kv_stats_zero(); }
+    CellView cell(int layer, int kv_head);
 
     // The slots of a cell's region: slots_in(layer) unless rebalancing moved them.
-    int cell_slots(int layer, int kv_head) const { return cell_slots_[head_index(layer, kv_head)]; }
+    int cell_slots(int layer, int kv_head) const { return cell_slots_[cell_index(layer, kv_head)]; }
     // The most slots any cell may be given (the size of per-cell scratch; computed once, as
     // attention asks for it on every call).
     int max_cell_slots() const { return max_cell_slots_; }
 
     // Slots [0, used(layer, head)) have been written at least once; later slots are untouched.
-    int used(int layer, int kv_head) const { return used_[head_index(layer, kv_head)]; }
+    int used(int layer, int kv_head) const { return used_[cell_index(layer, kv_head)]; }
     int free_slots(int layer, int kv_head) const;
 
     // Frees slots for n incoming tokens (the first of which has stream index next_index) by
@@ -108,14 +108,14 @@ public:
     // min(n_past, its slots). On error the cache is cleared.
     Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans);
 
-    // The bookkeeping beyond the slots' own (HeadView), for a device backend that keeps its cache
+    // The bookkeeping beyond the slots' own (CellView), for a device backend that keeps its cache
     // in its own memory and saves and loads it in the snapshot format through a host KvCache.
     struct HeadCounts {
         int used = 0;        // slots written at least once
         int free_count = 0;  // entries of the free list
     };
     HeadCounts counts(int layer, int kv_head) const {
-        return {used_[head_index(layer, kv_head)], free_count_[head_index(layer, kv_head)]};
+        return {used_[cell_index(layer, kv_head)], free_count_[cell_index(layer, kv_head)]};
     }
     // Sets every cell's region (n_layer * n_head_kv sizes in (layer, kv head) order, each within
     // its layer's min_cell_slots and max_cell_slots, each pool's summing to its slots), as a
@@ -124,8 +124,8 @@ public:
     // Sets what a device backend's cache holds; used and free_count must be within the cell's slots (the
     // device's own state, not a file's: load() is what checks foreign data).
     void set_counts(int layer, int kv_head, HeadCounts counts) {
-        used_[head_index(layer, kv_head)] = counts.used;
-        free_count_[head_index(layer, kv_head)] = counts.free_count;
+        used_[cell_index(layer, kv_head)] = counts.used;
+        free_count_[cell_index(layer, kv_head)] = counts.free_count;
     }
     // The slots freed by eviction and not yet reused: cell_slots entries, the first free_count used.
     int32_t *free_list(int layer, int kv_head) { return free_list_.data() + slot_base(layer, kv_head); }
@@ -133,8 +133,8 @@ public:
     void set_random_state(uint64_t state) { random_state_ = state; }
 
 private:
-    size_t head_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
-    size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(cell_first_slot_[head_index(layer, kv_head)]); }
+    size_t cell_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
+    size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(cell_first_slot_[cell_index(layer, kv_head)]); }
     // Gives every cell of every layer slots_in(layer) slots.
     void reset_cell_slots();
     // Gives cells [first_cell, end_cell) consecutive regions of `slots` each, from the end of the
@@ -165,12 +165,12 @@ private:
     void rotate_back(uint8_t *key, int shift, float *scratch);
     // With rolling, after a cell lost the tokens evicted[0, n_evicted) (stream indices, sorted
     // here): each kept token moves back one rank per evicted token that preceded it.
-    void roll_back_kept(const HeadView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch);
+    void roll_back_kept(const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch);
     // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.
-    static void count_span_tokens(const HeadView &v, int used, EvictionScratch &scratch);
+    static void count_span_tokens(const CellView &v, int used, EvictionScratch &scratch);
     // Whether the unpinned token in slot s may go now (its span, if any, holds more than its
     // minimum); if so, counts it out of its span.
-    bool take_if_span_allows(const HeadView &v, int s, EvictionScratch &scratch) const;
+    bool take_if_span_allows(const CellView &v, int s, EvictionScratch &scratch) const;
     uint64_t next_random();
 
     KvConfig config_;

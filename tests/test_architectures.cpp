@@ -406,14 +406,14 @@ TEST_CASE("architectures: rolling rotates kept keys back as a fresh rotation at 
             const int slot = cache.claim_slot(0, 0, s, s, 0);
             float row[8];
             rotated(s, row);
-            kv_store_row(kv_key_format(type), row, 8, cache.head(0, 0).keys + slot * cache.key_row_bytes());
+            kv_store_row(kv_key_format(type), row, 8, cache.cell(0, 0).keys + slot * cache.key_row_bytes());
         }
         CHECK(cache.make_room(0, 0, 1, 4) == 1);  // the window evicts stream index 0
         for (int s = 1; s < 4; ++s) {
             float got[8], expected[8];
-            kv_load_row(kv_key_format(type), cache.head(0, 0).keys + s * cache.key_row_bytes(), 8, got);
+            kv_load_row(kv_key_format(type), cache.cell(0, 0).keys + s * cache.key_row_bytes(), 8, got);
             rotated(s - 1, expected);
-            CHECK(cache.head(0, 0).position[s] == s - 1);
+            CHECK(cache.cell(0, 0).position[s] == s - 1);
             // |key| <= 2: F32 to rounding; F16 to about its ulp at 2 (each store rounds once).
             for (int d = 0; d < 8; ++d) CHECK(std::fabs(got[d] - expected[d]) <= (type == KvType::F32 ? 1e-5 : 3e-3));
         }

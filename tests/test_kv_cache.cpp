@@ -1,4 +1,4 @@
-// The KV ring and its eviction policies: victims on hand-made statistics where the right answer is
+// The KV cache and its eviction policies: victims on hand-made statistics where the right answer is
 // known, attention statistics (causal, summed over a GQA group), rolling re-rotation, and
 // end-to-end invariants on the real model (budget, pinning, rolling past the context, chunked
 // long prompts, constant memory).
@@ -43,7 +43,7 @@ struct SmallCache {
         REQUIRE(cache.init(c).ok());
         for (int i = 0; i < n; ++i) cache.claim_slot(0, 0, i, i, false);
     }
-    KvCache::HeadView view() { return cache.head(0, 0); }
+    KvCache::CellView view() { return cache.cell(0, 0); }
     // Sets one statistic of every slot.
     void set(float SlotStats::*field, const float *values) {
         for (int s = 0; s < cache.config().n_slots; ++s) view().stats[s].*field = values[s];

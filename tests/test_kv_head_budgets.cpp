@@ -66,7 +66,7 @@ struct TwoHeads {
         for (int h = 0; h < 2; ++h) {
             for (int i = 0; i < 8; ++i) {
                 const int s = cache.claim_slot(layer_of[h], head_of[h], i, i, tags ? tags[i] : 0);
-                KvCache::HeadView v = cell(h);
+                KvCache::CellView v = cell(h);
                 std::array<float, 4> key = {static_cast<float>(100 * h + i), 0, 0, 0};
                 if (rolling) key = rolled_key(h, i, i);
                 std::memcpy(v.keys + s * cache.key_row_bytes(), key.data(), sizeof key);
@@ -74,11 +74,11 @@ struct TwoHeads {
             }
         }
     }
-    KvCache::HeadView cell(int h) { return cache.head(layer_of[h], head_of[h]); }
+    KvCache::CellView cell(int h) { return cache.cell(layer_of[h], head_of[h]); }
     int cell_slots(int h) const { return cache.cell_slots(layer_of[h], head_of[h]); }
     // The stream indices cell h holds, slot by slot over its region.
     std::vector<int64_t> held(int h) {
-        const KvCache::HeadView v = cell(h);
+        const KvCache::CellView v = cell(h);
         return std::vector<int64_t>(v.stream_index, v.stream_index + cell_slots(h));
     }
 };
@@ -97,7 +97,7 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
         CHECK(t.held(0) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, -1, -1});
         CHECK(t.held(1) == std::vector<int64_t>{4, 5, 6, 7, -1, -1});
         // The moved slots carry their rows and statistics.
-        const KvCache::HeadView v = t.cache.head(0, 1);
+        const KvCache::CellView v = t.cache.cell(0, 1);
         for (int s = 0; s < 4; ++s) {
             float key[4];
             std::memcpy(key, v.keys + s * t.cache.key_row_bytes(), sizeof key);
@@ -118,7 +118,7 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
         // Head 1 lost 0..3: tokens 4..7 are ranks 0..3 now, keys rotated back by 4; head 0 lost
         // nothing and keeps its ranks.
         for (int h = 0; h < 2; ++h) {
-            const KvCache::HeadView v = t.cache.head(0, h);
+            const KvCache::CellView v = t.cache.cell(0, h);
             for (int s = 0; s < t.cache.used(0, h); ++s) {
                 const int i = static_cast<int>(v.stream_index[s]), rank = h == 0 ? i : i - 4;
                 CHECK(v.position[s] == rank);
@@ -162,7 +162,7 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
     }
     SUBCASE("heads alike: the regions stay and the victims' slots are freed in place") {
         TwoHeads t;
-        KvCache::HeadView v = t.cache.head(0, 1);
+        KvCache::CellView v = t.cache.cell(0, 1);
         for (int s = 0; s < 8; ++s) v.stats[s].accumulated = 10.0f + s;
         // Victims in order: stream index 0 of head 0, of head 1 (a tie: the lower kv head
         // first), then 1 of each; each cell keeps 6 and gets 2 of the 4 free slots: 8, as before.
@@ -371,7 +371,7 @@ std::vector<int32_t> cache_positions(Session &session) {
     std::vector<int32_t> positions;
     for (int l = 0; l < kv.n_layer; ++l) {
         for (int h = 0; h < kv.n_head_kv; ++h) {
-            const KvCache::HeadView v = host->head(l, h);
+            const KvCache::CellView v = host->cell(l, h);
             for (int s = 0; s < host->cell_slots(l, h); ++s) positions.push_back(v.stream_index[s] >= 0 ? v.position[s] : -1);
         }
     }
@@ -477,7 +477,7 @@ TEST_CASE("kv_head_share with rolling on the real model: every cell's positions 
                     CAPTURE(l);
                     CAPTURE(h);
                     sizes_differ |= host.cell_slots(l, h) != kv.slots_in(l);
-                    const KvCache::HeadView v = host.head(l, h);
+                    const KvCache::CellView v = host.cell(l, h);
                     std::vector<std::pair<int64_t, int32_t>> held;  // (stream index, position)
                     for (int s = 0; s < host.used(l, h); ++s) {
                         if (v.stream_index[s] >= 0) held.emplace_back(v.stream_index[s], v.position[s]);

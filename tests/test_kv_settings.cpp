@@ -265,7 +265,7 @@ TEST_CASE("policy traits: h2o_kv_policy_get_info describes what resolution does"
     h2o_model_free(model);
 }
 
-TEST_CASE("kv_sinks_every_policy: a window with it keeps exactly what sink_window keeps; saved and loaded") {
+TEST_CASE("kv_sinks_every_policy: a window with it keeps exactly what sink_window keeps, and snapshots keep it") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());

@@ -219,7 +219,7 @@ public:
         const KvConfig &c = kv_.config();
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
-                const KvCache::HeadView view = kv_.head(l, h);
+                const KvCache::CellView view = kv_.cell(l, h);
                 for (int s = 0; s < kv_.cell_slots(l, h); ++s) {
                     *out++ = KvCache::slot_stats(view, s);
                 }
@@ -232,7 +232,7 @@ public:
         const KvConfig &c = kv_.config();
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
-                const KvCache::HeadView view = kv_.head(l, h);
+                const KvCache::CellView view = kv_.cell(l, h);
                 out = std::copy(view.stream_index, view.stream_index + kv_.cell_slots(l, h), out);
             }
         }
@@ -243,7 +243,7 @@ public:
         const KvConfig &c = kv_.config();
         for (int l = 0; l < c.n_layer; ++l) {
             for (int h = 0; h < c.n_head_kv; ++h) {
-                const KvCache::HeadView view = kv_.head(l, h);
+                const KvCache::CellView view = kv_.cell(l, h);
                 for (int s = 0; s < kv_.cell_slots(l, h); ++s) *out++ = view.stream_index[s] >= 0 ? view.tag[s] : 0;
             }
         }
@@ -346,7 +346,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     };
     auto make_room_and_store = [&](int h, int thread) {
         kv_.make_room(layer, h, n, batch.first_index, thread);
-        KvCache::HeadView view = kv_.head(layer, h);
+        KvCache::CellView view = kv_.cell(layer, h);
         for (int t = 0; t < n; ++t) {
             const int slot = kv_.claim_slot(layer, h, batch.first_index + t, pos[batch.positions_per_kv_head ? h * n + t : t], batch.tag);
             store_row(key_format, host<const float>(k) + t * k.cols + h * hd, view.keys + slot * key_row);
@@ -397,7 +397,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
             const int t0 = static_cast<int>(u / n_kv) * tile_tokens, h = static_cast<int>(u % n_kv);
             const int t1 = std::min(n, t0 + tile_tokens);
             const int used = kv_.used(layer, h);
-            const KvCache::HeadView view = kv_.head(layer, h);
+            const KvCache::CellView view = kv_.cell(layer, h);
             auto seen = [&](int s, int t) {
                 return view.stream_index[s] >= 0 && view.stream_index[s] <= batch.first_index + t;
             };
@@ -489,7 +489,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     }, work);
     if (!gather_statistics || fold_in_place) return Status::Ok();
     for (int h = 0; h < n_kv; ++h) {
-        const KvCache::HeadView view = kv_.head(layer, h);
+        const KvCache::CellView view = kv_.cell(layer, h);
         const int used = kv_.used(layer, h);
         // Thread th's partial of slot s is partial[th * per_thread + s].
         const SlotStats *partial = partial_stats_.data() + static_cast<size_t>(h) * n_slots;

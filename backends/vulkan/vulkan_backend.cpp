@@ -1117,7 +1117,7 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
         for (int l = pool; l < kv_.pool_end_layer(pool); ++l) {
             for (uint32_t h = 0; h < n_kv; ++h) {
                 const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h, cell_first = meta[layout_.cell_first + cell];
-                const KvCache::HeadView view = host->head(l, static_cast<int>(h));
+                const KvCache::CellView view = host->cell(l, static_cast<int>(h));
                 for (uint32_t s = 0; s < meta[layout_.cell_slots + cell]; ++s) {
                     const uint32_t at = cell_first + s, row = at - first_slot;
                     std::memcpy(view.keys + s * host->key_row_bytes(), &keys[row * key_words], host->key_row_bytes());
@@ -1154,7 +1154,7 @@ Status VulkanBackend::cache_from_host(KvCache &host) {
             for (uint32_t h = 0; h < n_kv; ++h) {
                 const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
                 const auto cell_slots = static_cast<uint32_t>(host.cell_slots(l, static_cast<int>(h)));
-                const KvCache::HeadView view = host.head(l, static_cast<int>(h));
+                const KvCache::CellView view = host.cell(l, static_cast<int>(h));
                 for (uint32_t s = 0; s < cell_slots; ++s) {
                     const uint32_t at = cell_first + s, row = at - first_slot;
                     std::memcpy(&keys[row * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
