@@ -12,7 +12,7 @@
 
 namespace h2o_test {
 
-// The snapshot (lib/session_snapshot.h, format 8, of a session without sinks under every policy,
+// The snapshot (lib/session/session_snapshot.h, format 8, of a session without sinks under every policy,
 // without budgets per head for formats 1 to 5, and for formats 1 to 4 without one-shot prompt
 // eviction) as format `version` (1 to 7) writes it: for format 7 without the word at 88..91; for
 // format 6 the same bytes with a zero word at 84..87 (no share across layers); for format 5 a 104-byte header without the head share and reserved words at bytes 80..87; for

@@ -1,4 +1,4 @@
-// The architectures beyond the original Llama graph (lib/architecture.h), on synthetic models made
+// The architectures beyond the original Llama graph (lib/model/architecture.h), on synthetic models made
 // here: Llama 3 style (rotary frequency factors, tied embeddings, a 128k vocabulary), Qwen 2 (q, k
 // and v biases, rotary pairs of halves) and Qwen 3 (per-head norms of q and k, heads wider than
 // the embedding). The CPU backend against a direct double-precision evaluation of each

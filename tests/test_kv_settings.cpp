@@ -1,4 +1,4 @@
-// The KV cache's settings table (lib/kv_settings.h), the research settings of h2o_experimental.h
+// The KV cache's settings table (lib/session/kv_settings.h), the research settings of h2o_experimental.h
 // and the policy traits of h2o_kv_policy_get_info.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// Weight formats (lib/quant.*) and the CPU kernels (backends/cpu/kernels*): exact values where
+// Weight formats (lib/math/quant.*) and the CPU kernels (backends/cpu/kernels*): exact values where
 // they are defined exactly, stated error bounds where they are not, and the SIMD kernels (AVX2;
 // NEON, with dotprod, with i8mm) against the portable ones, each level the CPU has.
 #include <doctest/doctest.h>

@@ -321,7 +321,7 @@ struct Refusal {
     std::vector<uint8_t> resaved;  // H2O_OK: the loaded session saved again
 };
 
-// The snapshot header of lib/session_snapshot.h (version 8); its last 8 bytes hash the others.
+// The snapshot header of lib/session/session_snapshot.h (version 8); its last 8 bytes hash the others.
 constexpr size_t kHeaderSize = h2o::kSnapshotHeaderSize;
 
 void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {

@@ -14,7 +14,7 @@
 #include "cpu/shared_weights.h"
 #include "kv_cache.h"
 #include "rotary.h"
-#include "sampler.h"
+#include "greedy_index.h"
 #include "thread_pool.h"
 
 namespace h2o {

@@ -258,7 +258,7 @@ __global__ void add_bias_kernel(float *acc, const float *bias, int64_t cols, int
     }
 }
 
-// greedy_index (sampler.h): the first of the largest elements, NaNs passed over (a row of NaNs
+// greedy_index (greedy_index.h): the first of the largest elements, NaNs passed over (a row of NaNs
 // gives 0).
 __global__ void argmax_kernel(int32_t *out, const float *in, int64_t cols) {
     __shared__ float best_value[kBlock];

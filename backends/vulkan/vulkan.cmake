@@ -37,10 +37,10 @@ if(H2O_VULKAN)
     set(spv ${h2o_vk_out}/${name}.spv)
     add_custom_command(
       OUTPUT ${spv}
-      COMMAND ${H2O_GLSLC} -fshader-stage=compute --target-env=${env} -O -Werror -I ${CMAKE_CURRENT_SOURCE_DIR}/lib ${ARGN}
+      COMMAND ${H2O_GLSLC} -fshader-stage=compute --target-env=${env} -O -Werror -I ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv ${ARGN}
               ${h2o_vk_shader_dir}/${source} -o ${spv}
-      DEPENDS ${h2o_vk_shader_dir}/${source} ${h2o_vk_includes} ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv_policy_spec.h
-              ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv_victim_rules.h
+      DEPENDS ${h2o_vk_shader_dir}/${source} ${h2o_vk_includes} ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv/kv_policy_spec.h
+              ${CMAKE_CURRENT_SOURCE_DIR}/lib/kv/kv_victim_rules.h
       COMMENT "glslc ${source} -> ${name}.spv"
       VERBATIM)
     set(h2o_vk_names ${h2o_vk_names} ${name} PARENT_SCOPE)
@@ -80,9 +80,9 @@ if(H2O_VULKAN)
     VERBATIM)
 
   file(GLOB h2o_vk_sources CONFIGURE_DEPENDS ${h2o_vk_dir}/*.cpp)
-  target_sources(h2o-objects PRIVATE ${h2o_vk_sources} ${h2o_vk_embedded})
-  target_include_directories(h2o-objects PRIVATE ${H2O_VULKAN_INCLUDE_DIR})
-  target_compile_definitions(h2o-objects PRIVATE H2O_HAVE_VULKAN)
+  target_sources(h2o-backends PRIVATE ${h2o_vk_sources} ${h2o_vk_embedded})
+  target_include_directories(h2o-backends PRIVATE ${H2O_VULKAN_INCLUDE_DIR})
+  target_compile_definitions(h2o-backends PRIVATE H2O_HAVE_VULKAN)
   # Tests (through the static library) compile their Vulkan parts only when it is built; the
   # installed library's users do not need to know.
   target_compile_definitions(h2o-llm-static PUBLIC $<BUILD_INTERFACE:H2O_HAVE_VULKAN>)

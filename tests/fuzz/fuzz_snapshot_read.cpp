@@ -20,7 +20,7 @@
 
 namespace {
 
-// The snapshot layout of lib/session_snapshot.h (version 8).
+// The snapshot layout of lib/session/session_snapshot.h (version 8).
 constexpr size_t kHeaderSize = 116, kPayloadSizeAt = 92, kCompressedSizeAt = 100, kHashAt = 108;
 
 // The header of a snapshot of a fresh session with the seed corpus's default settings.

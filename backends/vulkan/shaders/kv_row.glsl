@@ -1,4 +1,4 @@
-// Rows of the KV cache on the device, in the formats of lib/kv_row_format.h. Each row (one head of one
+// Rows of the KV cache on the device, in the formats of lib/kv/kv_row_format.h. Each row (one head of one
 // token) is the CPU's row padded to whole words, so every row starts on a word boundary:
 //   F32  head_dim words
 //   F16  ceil(head_dim / 2) words, element 2i in the low half of word i
@@ -51,7 +51,7 @@ float kv_element(uint format, uint header, uint word, uint j) {
 
 // ---- encoding ---------------------------------------------------------------------------------
 
-// fp32_to_fp16() of lib/quant.cpp: round to nearest even, overflow to infinity, NaN kept quiet.
+// fp32_to_fp16() of lib/math/quant.cpp: round to nearest even, overflow to infinity, NaN kept quiet.
 uint kv_fp32_to_fp16(float f) {
     const uint x = floatBitsToUint(f);
     const uint sign = (x >> 16) & 0x8000u;

@@ -9,10 +9,10 @@
 //         ceil(nb / 2) words of fp16 scales (block 2i in the low half)
 //   Q4_0  nb * 4 words of quants (block b's 16 bytes as in the file: element j < 16 is the low
 //         nibble of byte j, element j + 16 its high nibble), then ceil(nb / 2) words of scales
-//   K-quants: cols / 256 super-blocks, each the file's block (lib/quant.h) as it is, in
+//   K-quants: cols / 256 super-blocks, each the file's block (lib/math/quant.h) as it is, in
 //         K_BLOCK_WORDS words: Q4_K 36, Q5_K 44, Q6_K 53 (its 210 bytes and 2 of padding)
 // Dequantized values equal llama.cpp's: q * d for Q8_0, (nibble - 8) * d for Q4_0, and for the
-// K-quants those of lib/quant.cpp's dequantize_row, rounding for rounding (see k_run_values).
+// K-quants those of lib/math/quant.cpp's dequantize_row, rounding for rounding (see k_run_values).
 
 #if defined(TYPE_Q8_0)
 const uint QUANT_WORDS_PER_BLOCK = 8u;
@@ -111,7 +111,7 @@ KRun k_run(uint row, uint r) {
 #else
     // Bytes 0-3 of the packed scales: sc[0..3] in their low 6 bits, bytes 4-7 m[0..3]; bytes 8-11
     // the low 4 bits of sc[4..7] (low nibble) and m[4..7] (high nibble), whose top 2 bits are the
-    // top 2 bits of bytes 0-3 and 4-7 (lib/weight_element.h's k_scale_min).
+    // top 2 bits of bytes 0-3 and 4-7 (lib/math/weight_element.h's k_scale_min).
     const vec2 d = unpackHalf2x16(weights[block]);  // d, dmin
     const uint sc_low = weights[block + 1u], m_low = weights[block + 2u], high = weights[block + 3u];
     const uint at = 8u * (j % 4u);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "byte_io.h"
+#include "greedy_index.h"
 
 namespace h2o {
 
@@ -53,16 +54,6 @@ private:
     std::vector<int32_t> ring_;
     uint32_t next_ = 0, size_ = 0;
 };
-
-// Greedy choice over n logits, the rule every backend's argmax follows: the first of the largest
-// values, NaNs passed over (a row of NaNs gives 0).
-inline int32_t greedy_index(const float *logits, int64_t n) {
-    int64_t best = -1;
-    for (int64_t i = 0; i < n; ++i) {
-        if (logits[i] == logits[i] && (best < 0 || logits[i] > logits[best])) best = i;  // x == x: not NaN
-    }
-    return static_cast<int32_t>(best < 0 ? 0 : best);
-}
 
 class Sampler {
 public:

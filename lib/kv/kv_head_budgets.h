@@ -29,7 +29,7 @@
 // kv_batch_positions from each cell's tokens held and slots after rebalancing).
 #pragma once
 
-#include "backend.h"
+#include "kv_config.h"
 
 namespace h2o {
 

@@ -1,5 +1,5 @@
 // How a session's KV budget spreads across layers (kv_layer_slope), and the per-layer geometry
-// of a KvConfig (backend.h) that every backend lays its cache out by.
+// of a KvConfig (kv_config.h) that every backend lays its cache out by.
 //
 // Layer l of L gets budget * (1 + slope * (2l / (L - 1) - 1)) slots, rounded so that the layers
 // together hold exactly L * budget: the memory of a uniform cache. On stories260K (chunk-512

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend.h"
+#include "kv_config.h"
 #include "byte_io.h"
 #include "kv_policy.h"
 

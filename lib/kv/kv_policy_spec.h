@@ -31,7 +31,7 @@ namespace h2o {
 #endif
 
 // Policy ids, as stored in sessions and snapshots, passed to shaders, and numbered in the public
-// header's h2o_kv_policy (which must agree: lib/kv_policy.cpp checks it at compile time).
+// header's h2o_kv_policy (which must agree: lib/kv/kv_policy.cpp checks it at compile time).
 const KV_UINT KV_POLICY_FULL = 0u;          // no eviction: a full cache is an error
 const KV_UINT KV_POLICY_H2O = 1u;           // recent window + heavy hitters by accumulated attention
 const KV_UINT KV_POLICY_WINDOW = 2u;        // most recent tokens only

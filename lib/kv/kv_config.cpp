@@ -1,0 +1,56 @@
+#include "kv_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace h2o {
+
+int KvConfig::max_slots() const {
+    return layer_slots.empty() ? n_slots : *std::max_element(layer_slots.begin(), layer_slots.end());
+}
+
+int KvConfig::min_slots() const {
+    return layer_slots.empty() ? n_slots : *std::min_element(layer_slots.begin(), layer_slots.end());
+}
+
+int KvConfig::min_cell_slots(int layer) const {
+    const int slots = slots_in(layer);
+    return slots - static_cast<int>(std::floor(static_cast<double>(head_share) * slots));
+}
+
+int KvConfig::max_cell_slots(int layer) const {
+    int64_t others_fewest = 0;  // every other cell of the pool at its fewest
+    for (int l = pool_first_layer(layer); l < pool_end_layer(layer); ++l) others_fewest += static_cast<int64_t>(n_head_kv) * min_cell_slots(l);
+    others_fewest -= min_cell_slots(layer);
+    return static_cast<int>(pool_slots(layer) - others_fewest);
+}
+
+int KvConfig::min_cell_slots() const {
+    int fewest = min_cell_slots(0);
+    for (int l = 1; l < n_layer; ++l) fewest = std::min(fewest, min_cell_slots(l));
+    return fewest;
+}
+
+int KvConfig::max_cell_slots() const {
+    int most = max_cell_slots(0);
+    for (int l = 1; l < n_layer; ++l) most = std::max(most, max_cell_slots(l));
+    return most;
+}
+
+int64_t KvConfig::first_slot_of(int layer) const {
+    int64_t slots = 0;
+    for (int l = 0; l < layer; ++l) slots += slots_in(l);
+    return slots * n_head_kv;
+}
+
+KvPolicyConfig KvConfig::policy_in(int layer) const {
+    KvPolicyConfig p = policy;
+    const int slots = slots_in(layer);
+    if (slots != n_slots && n_slots > 0) {
+        p.recent = static_cast<int>(std::lround(static_cast<double>(policy.recent) * slots / n_slots));
+        p.recent = std::min(p.recent, slots);
+    }
+    return p;
+}
+
+}  // namespace h2o
