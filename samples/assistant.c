@@ -148,10 +148,11 @@ int main(int argc, char **argv) {
         } else if (rss > max_rss_rest) {
             max_rss_rest = rss;
         }
-        fprintf(stderr, "\n[tokens %llu | %.1f tok/s | resident %.2f MiB]\n", produced,
-                stats.n_generated_tokens / (now_seconds() - t0), rss);
+        fprintf(stderr, "\n[tokens %llu | %.1f tok/s | resident %.2f MiB]\n", produced, stats.n_generated_tokens / (now_seconds() - t0),
+                rss);
     }
-    fprintf(stderr, "generated %llu tokens in %.1f s; max resident over the first tenth %.3f MiB, over the rest %.3f MiB (growth %.3f MiB)\n",
+    fprintf(stderr,
+            "generated %llu tokens in %.1f s; max resident over the first tenth %.3f MiB, over the rest %.3f MiB (growth %.3f MiB)\n",
             produced, now_seconds() - start, max_rss_first, max_rss_rest, max_rss_rest > 0 ? max_rss_rest - max_rss_first : 0.0);
     h2o_session_free(session);
     return 0;

@@ -69,8 +69,8 @@ static int print_piece(const char *text, size_t length, void *user_data) {
 }
 
 /* Formats one message (and the assistant's opening when asked) and adds it to the session. */
-static h2o_status add_message(h2o_model *model, h2o_session *session, const char *format, const char *role,
-                              const char *content, int open_reply, uint32_t flags) {
+static h2o_status add_message(h2o_model *model, h2o_session *session, const char *format, const char *role, const char *content,
+                              int open_reply, uint32_t flags) {
     h2o_chat_message message;
     size_t needed = 0;
     char *text;
@@ -127,7 +127,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(arg, "--system") == 0) {
             system = argv[++i];
         } else if (strcmp(arg, "--budget") == 0) {
-            if (!parse_budget(argv[++i], &sp.kv_budget)) return usage_error("--budget needs a whole number from 2 to 4194304, not '%s'", argv[i]);
+            if (!parse_budget(argv[++i], &sp.kv_budget))
+                return usage_error("--budget needs a whole number from 2 to 4194304, not '%s'", argv[i]);
         } else if (arg[0] == '-' && arg[1] != '\0') {
             return usage_error("unknown option '%s'", arg);
         } else if (model_path) {
@@ -186,8 +187,10 @@ int main(int argc, char **argv) {
         }
         status = add_message(model, session, format, "user", line, 1, 0);
         if (status == H2O_OK) status = h2o_generate(session, "", 0, &gen, print_piece, NULL);
-        if (status == H2O_ERR_CANCELLED) printf(" [stopped]");
-        else if (status != H2O_OK) printf("\n%s", h2o_session_last_error(session));
+        if (status == H2O_ERR_CANCELLED)
+            printf(" [stopped]");
+        else if (status != H2O_OK)
+            printf("\n%s", h2o_session_last_error(session));
         printf("\n");
     }
     g_session = NULL;

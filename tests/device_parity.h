@@ -161,7 +161,8 @@ struct AttentionRun {
             upload(k, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
             upload(v, random_floats(kv.n_head_kv * kv.head_dim * n, seed++, -1, 1));
             const int64_t first = kv.positions_per_layer() ? int64_t{layer} * n : 0;
-            const h2o::AttentionBatch cb{n, next_index, pos.cpu.slice_rows(first, n), tag}, gb{n, next_index, pos.gpu.slice_rows(first, n), tag};
+            const h2o::AttentionBatch cb{n, next_index, pos.cpu.slice_rows(first, n), tag},
+                gb{n, next_index, pos.gpu.slice_rows(first, n), tag};
             REQUIRE(b.cpu->attention(out.cpu, q.cpu, k.cpu, v.cpu, layer, cb, shape).ok());
             REQUIRE(b.gpu->attention(out.gpu, q.gpu, k.gpu, v.gpu, layer, gb, shape).ok());
             const auto c = b.cpu_floats(out.cpu, shape.n_embd * n), g = b.gpu_floats(out.gpu, shape.n_embd * n);
@@ -193,8 +194,8 @@ struct AttentionRun {
         auto close = [](float x, float y) { return std::fabs(x - y) <= 1e-5f * std::max(1.0f, std::fabs(x)); };
         for (size_t i = 0; i < slots; ++i) {
             if (ci[i] < 0) continue;
-            if (!close(cs[i].accumulated, gs[i].accumulated) || !close(cs[i].squared, gs[i].squared) ||
-                cs[i].steps != gs[i].steps || !close(cs[i].last, gs[i].last) || !close(cs[i].persistence, gs[i].persistence)) {
+            if (!close(cs[i].accumulated, gs[i].accumulated) || !close(cs[i].squared, gs[i].squared) || cs[i].steps != gs[i].steps ||
+                !close(cs[i].last, gs[i].last) || !close(cs[i].persistence, gs[i].persistence)) {
                 if (bad++ < 3) {
                     MESSAGE("slot " << i << ": cpu acc " << cs[i].accumulated << " sq " << cs[i].squared << " steps " << cs[i].steps
                                     << " last " << cs[i].last << " pers " << cs[i].persistence << " | device acc " << gs[i].accumulated
@@ -209,8 +210,8 @@ struct AttentionRun {
 };
 
 // 2 layers of 2 kv heads of 8 dimensions.
-inline h2o::KvConfig small_kv(int n_slots, h2o::KvPolicy policy = h2o::KvPolicy::Full, int recent = 0, int sinks = 0,
-                              bool rolling = false, h2o::KvType type = h2o::KvType::F32) {
+inline h2o::KvConfig small_kv(int n_slots, h2o::KvPolicy policy = h2o::KvPolicy::Full, int recent = 0, int sinks = 0, bool rolling = false,
+                              h2o::KvType type = h2o::KvType::F32) {
     h2o::KvConfig kv;
     kv.n_layer = 2;
     kv.n_head_kv = 2;
@@ -336,7 +337,8 @@ inline void check_rope(Backends &b) {
         shape.rope.dims = rope_dims;
         shape.rope.pairing = variant / 2 == 0 ? h2o::RotaryPairing::Adjacent : h2o::RotaryPairing::Halves;
         const std::vector<float> factors = {1.0f, 1.0f, 1.25f, 2.5f, 6.0f, 8.0f, 8.0f, 8.0f};
-        shape.rope.freq_factors = variant / 2 == 2 ? std::vector<float>(factors.begin(), factors.begin() + rope_dims / 2) : std::vector<float>{};
+        shape.rope.freq_factors =
+            variant / 2 == 2 ? std::vector<float>(factors.begin(), factors.begin() + rope_dims / 2) : std::vector<float>{};
         shape.rope.freq_scale = variant / 2 == 2 ? 0.5f : 1.0f;
         INFO("pairing " << static_cast<int>(shape.rope.pairing) << ", factors " << shape.rope.freq_factors.size());
         // Then per kv head (rolling with budgets per kv head): kv head 1's positions reversed.

@@ -31,7 +31,8 @@ KV_FN SpecResult evaluate_spec_case(SpecCase c) {
     r.threshold = kv_importance_threshold(c.group, c.visible);
     r.persistence_weight = kv_persistence_weight(c.decay, c.n, c.t);
     // Two partials, as two threads would sum them: query t and the batch's last query.
-    const SlotStats first = kv_stats_add_query(kv_stats_zero(), c.w, r.threshold, r.persistence_weight, kv_is_proxy_query(c.n, c.t, c.proxy));
+    const SlotStats first =
+        kv_stats_add_query(kv_stats_zero(), c.w, r.threshold, r.persistence_weight, kv_is_proxy_query(c.n, c.t, c.proxy));
     const SlotStats last = kv_stats_add_query(kv_stats_zero(), 0.5f * c.w, r.threshold, 1.0f, true);
     r.after = kv_stats_fold(c.old, kv_stats_add(first, last), kv_power(c.decay, c.n), c.first_part);
     r.priority_before = kv_victim_priority(c.policy, c.old, c.stale);

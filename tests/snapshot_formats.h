@@ -30,7 +30,9 @@ inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &curr
     snapshot.insert(snapshot.end(), current.begin() + 92, current.end());
     snapshot[8] = 7;
     snapshot[12] = static_cast<uint8_t>(kHeaderSize);
-    auto zeros = [&](size_t from, size_t to) { return std::all_of(snapshot.begin() + from, snapshot.begin() + to, [](uint8_t b) { return b == 0; }); };
+    auto zeros = [&](size_t from, size_t to) {
+        return std::all_of(snapshot.begin() + from, snapshot.begin() + to, [](uint8_t b) { return b == 0; });
+    };
     auto rehash = [](std::vector<uint8_t> *bytes, size_t header_size) {
         uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a of the header before its hash
         for (size_t i = 0; i + 8 < header_size; ++i) hash = (hash ^ (*bytes)[i]) * 0x100000001b3ull;

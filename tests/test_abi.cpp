@@ -259,8 +259,8 @@ void reentrant_log(h2o_log_level, const char *, void *user_data) {
     auto *state = static_cast<ReentrantLog *>(user_data);
     ++state->calls;
     size_t count = 0;
-    h2o_backend_count(&count);                                            // any call at all
-    h2o_set_log_callback(reentrant_log, user_data, H2O_LOG_DEBUG);        // even this one
+    h2o_backend_count(&count);                                      // any call at all
+    h2o_set_log_callback(reentrant_log, user_data, H2O_LOG_DEBUG);  // even this one
 }
 
 TEST_CASE("abi: the log callback may call into the library") {

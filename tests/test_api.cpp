@@ -157,8 +157,10 @@ TEST_CASE("session and generation parameters are validated") {
             CHECK(other == nullptr);
             return std::string(h2o_last_error());
         };
-        CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_HEAD_SHARE] = 2.0f; }) == "kv_head_share 2 must lie in [0, 0.9]");
-        CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_LAYER_SLOPE] = 1.5f; }) == "kv_layer_slope 1.5 must lie in [-0.9, 0.9]");
+        CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_HEAD_SHARE] = 2.0f; }) ==
+              "kv_head_share 2 must lie in [0, 0.9]");
+        CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_LAYER_SLOPE] = 1.5f; }) ==
+              "kv_layer_slope 1.5 must lie in [-0.9, 0.9]");
         CHECK(refusal([](h2o_session_params *sp) { sp->experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 1.25f; }) ==
               "kv_prompt_random_share 1.25 must lie in [0, 1]");
         CHECK(h2o_session_add_span_text(m.session, 1, 1.5f, "hi", 2, 0) == H2O_ERR_INVALID_ARGUMENT);
@@ -168,7 +170,8 @@ TEST_CASE("session and generation parameters are validated") {
         h2o_generate_params gen;
         h2o_generate_params_init(&gen, sizeof gen);
         CHECK(h2o_generate(m.session, nullptr, 1, &gen, nullptr, nullptr) == H2O_ERR_INVALID_ARGUMENT);
-        CHECK(h2o_generate(m.session, "bad \xC3\x28 text", std::strlen("bad \xC3\x28 text"), &gen, nullptr, nullptr) == H2O_ERR_INVALID_TEXT);
+        CHECK(h2o_generate(m.session, "bad \xC3\x28 text", std::strlen("bad \xC3\x28 text"), &gen, nullptr, nullptr) ==
+              H2O_ERR_INVALID_TEXT);
         CHECK(std::string(h2o_session_last_error(m.session)).find("UTF-8") != std::string::npos);
         h2o_generate_stats stats;
         stats.struct_size = sizeof(stats);

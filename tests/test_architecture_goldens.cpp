@@ -162,7 +162,8 @@ bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, 
     return true;
 }
 
-TEST_CASE("architecture goldens: llama (Llama 3 style), qwen2 and qwen3 equal llama.cpp's logits and greedy tokens, on the CPU and Vulkan") {
+TEST_CASE(
+    "architecture goldens: llama (Llama 3 style), qwen2 and qwen3 equal llama.cpp's logits and greedy tokens, on the CPU and Vulkan") {
     for (const std::string name : {"llama3", "qwen2", "qwen3"}) {
         INFO("model " << name);
         const std::vector<Golden> goldens = read_goldens(std::string(H2O_TEST_DATA_DIR) + "/architecture_goldens/" + name + ".jsonl");

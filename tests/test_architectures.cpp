@@ -257,8 +257,10 @@ std::vector<uint8_t> save(h2o_session *session) {
 // A pinned sentence, a retention span, then a generation long enough to evict (budget 24).
 std::string pinned_span_and_generation(h2o_session *session) {
     const std::string pinned = "Lily.", span = " Max ran.";
-    REQUIRE_MESSAGE(h2o_session_add_text(session, pinned.data(), pinned.size(), H2O_TEXT_PIN) == H2O_OK, std::string(h2o_session_last_error(session)));
-    REQUIRE_MESSAGE(h2o_session_add_span_text(session, 1, 0.1f, span.data(), span.size(), 0) == H2O_OK, std::string(h2o_session_last_error(session)));
+    REQUIRE_MESSAGE(h2o_session_add_text(session, pinned.data(), pinned.size(), H2O_TEXT_PIN) == H2O_OK,
+                    std::string(h2o_session_last_error(session)));
+    REQUIRE_MESSAGE(h2o_session_add_span_text(session, 1, 0.1f, span.data(), span.size(), 0) == H2O_OK,
+                    std::string(h2o_session_last_error(session)));
     return generate(session, " Once upon a time", 48);
 }
 
@@ -335,7 +337,8 @@ TEST_CASE("architectures: the CPU rope turns each pairing's pairs by their frequ
             for (bool with_factors : {false, true}) {
                 shape.rope.dims = dims;
                 shape.rope.pairing = pairing;
-                shape.rope.freq_factors = with_factors ? std::vector<float>(factors.begin(), factors.begin() + dims / 2) : std::vector<float>{};
+                shape.rope.freq_factors =
+                    with_factors ? std::vector<float>(factors.begin(), factors.begin() + dims / 2) : std::vector<float>{};
                 shape.rope.freq_scale = with_factors ? 0.25f : 1.0f;
                 for (int32_t position : {0, 3, 4095, 131071, 1000000}) {
                     CAPTURE(static_cast<int>(pairing));
@@ -376,7 +379,8 @@ TEST_CASE("architectures: the CPU rope turns each pairing's pairs by their frequ
     }
 }
 
-TEST_CASE("architectures: rolling rotates kept keys back as a fresh rotation at their new rank, for pairs of halves with frequency factors") {
+TEST_CASE(
+    "architectures: rolling rotates kept keys back as a fresh rotation at their new rank, for pairs of halves with frequency factors") {
     for (KvType type : {KvType::F32, KvType::F16}) {
         CAPTURE(static_cast<int>(type));
         KvConfig c;
@@ -575,40 +579,98 @@ TEST_CASE("architectures: files that do not match their architecture are refused
     };
     const auto nothing = [](GgufWriter &) {};
     const std::vector<Case> cases = {
-        {"unknown architecture", llama, {"general.architecture"}, {}, [](GgufWriter &w) { w.add_string("general.architecture", "phi3"); },
-         H2O_ERR_UNSUPPORTED, "'phi3' is not supported (general.architecture; this runtime runs 'llama', 'qwen2', 'qwen3')"},
+        {"unknown architecture",
+         llama,
+         {"general.architecture"},
+         {},
+         [](GgufWriter &w) { w.add_string("general.architecture", "phi3"); },
+         H2O_ERR_UNSUPPORTED,
+         "'phi3' is not supported (general.architecture; this runtime runs 'llama', 'qwen2', 'qwen3')"},
         {"a missing bias", qwen2, {}, {"blk.1.attn_k.bias"}, nothing, H2O_ERR_MODEL_FORMAT, "missing tensor 'blk.1.attn_k.bias'"},
-        {"a bias of the wrong size", qwen2, {}, {"blk.0.attn_q.bias"},
-         [](GgufWriter &w) { w.add_tensor("blk.0.attn_q.bias", TensorType::F32, {32}, floats(32, 0.0f)); }, H2O_ERR_MODEL_FORMAT,
+        {"a bias of the wrong size",
+         qwen2,
+         {},
+         {"blk.0.attn_q.bias"},
+         [](GgufWriter &w) { w.add_tensor("blk.0.attn_q.bias", TensorType::F32, {32}, floats(32, 0.0f)); },
+         H2O_ERR_MODEL_FORMAT,
          "tensor 'blk.0.attn_q.bias' has shape [32], expected [64]"},
-        {"a per-head norm of the embedding's width", qwen3, {}, {"blk.0.attn_k_norm.weight"},
-         [](GgufWriter &w) { w.add_tensor("blk.0.attn_k_norm.weight", TensorType::F32, {64}, floats(64, 1.0f)); }, H2O_ERR_MODEL_FORMAT,
+        {"a per-head norm of the embedding's width",
+         qwen3,
+         {},
+         {"blk.0.attn_k_norm.weight"},
+         [](GgufWriter &w) { w.add_tensor("blk.0.attn_k_norm.weight", TensorType::F32, {64}, floats(64, 1.0f)); },
+         H2O_ERR_MODEL_FORMAT,
          "tensor 'blk.0.attn_k_norm.weight' has shape [64], expected [32]"},
-        {"heads wider than the embedding without key_length", qwen3, {"qwen3.attention.key_length", "qwen3.attention.value_length", "qwen3.rope.dimension_count"}, {},
-         nothing, H2O_ERR_MODEL_FORMAT, "tensor 'blk.0.attn_q.weight' has shape [64 x 128], expected [64 x 64]"},
-        {"values longer than keys", qwen3, {"qwen3.attention.value_length"}, {},
-         [](GgufWriter &w) { w.add_u32("qwen3.attention.value_length", 64); }, H2O_ERR_UNSUPPORTED, "qwen3.attention.value_length 64 differs"},
-        {"a tensor of another architecture", llama, {}, {},
-         [](GgufWriter &w) { w.add_tensor("blk.0.attn_q_norm.weight", TensorType::F32, {16}, floats(16, 1.0f)); }, H2O_ERR_UNSUPPORTED,
+        {"heads wider than the embedding without key_length",
+         qwen3,
+         {"qwen3.attention.key_length", "qwen3.attention.value_length", "qwen3.rope.dimension_count"},
+         {},
+         nothing,
+         H2O_ERR_MODEL_FORMAT,
+         "tensor 'blk.0.attn_q.weight' has shape [64 x 128], expected [64 x 64]"},
+        {"values longer than keys",
+         qwen3,
+         {"qwen3.attention.value_length"},
+         {},
+         [](GgufWriter &w) { w.add_u32("qwen3.attention.value_length", 64); },
+         H2O_ERR_UNSUPPORTED,
+         "qwen3.attention.value_length 64 differs"},
+        {"a tensor of another architecture",
+         llama,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_tensor("blk.0.attn_q_norm.weight", TensorType::F32, {16}, floats(16, 1.0f)); },
+         H2O_ERR_UNSUPPORTED,
          "tensor 'blk.0.attn_q_norm.weight' is not part of the 'llama' architecture"},
-        {"frequency factors in a Qwen file", qwen2, {}, {},
-         [](GgufWriter &w) { w.add_tensor("rope_freqs.weight", TensorType::F32, {8}, floats(8, 1.0f)); }, H2O_ERR_UNSUPPORTED,
+        {"frequency factors in a Qwen file",
+         qwen2,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_tensor("rope_freqs.weight", TensorType::F32, {8}, floats(8, 1.0f)); },
+         H2O_ERR_UNSUPPORTED,
          "tensor 'rope_freqs.weight' is not part of the 'qwen2' architecture"},
-        {"frequency factors of the wrong count", llama, {}, {"rope_freqs.weight"},
-         [](GgufWriter &w) { w.add_tensor("rope_freqs.weight", TensorType::F32, {16}, floats(16, 1.0f)); }, H2O_ERR_MODEL_FORMAT,
+        {"frequency factors of the wrong count",
+         llama,
+         {},
+         {"rope_freqs.weight"},
+         [](GgufWriter &w) { w.add_tensor("rope_freqs.weight", TensorType::F32, {16}, floats(16, 1.0f)); },
+         H2O_ERR_MODEL_FORMAT,
          "tensor 'rope_freqs.weight' has shape [16], expected [8]"},
-        {"a zero frequency factor", llama, {}, {"rope_freqs.weight"},
-         [](GgufWriter &w) { w.add_tensor("rope_freqs.weight", TensorType::F32, {8}, floats(8, 0.0f)); }, H2O_ERR_MODEL_FORMAT,
+        {"a zero frequency factor",
+         llama,
+         {},
+         {"rope_freqs.weight"},
+         [](GgufWriter &w) { w.add_tensor("rope_freqs.weight", TensorType::F32, {8}, floats(8, 0.0f)); },
+         H2O_ERR_MODEL_FORMAT,
          "frequency factors must be positive"},
-        {"a bias stored as F16", qwen2, {}, {"blk.0.attn_v.bias"},
-         [](GgufWriter &w) { w.add_tensor("blk.0.attn_v.bias", TensorType::F16, {32}, std::vector<uint8_t>(64, 0)); }, H2O_ERR_UNSUPPORTED,
+        {"a bias stored as F16",
+         qwen2,
+         {},
+         {"blk.0.attn_v.bias"},
+         [](GgufWriter &w) { w.add_tensor("blk.0.attn_v.bias", TensorType::F16, {32}, std::vector<uint8_t>(64, 0)); },
+         H2O_ERR_UNSUPPORTED,
          "tensor 'blk.0.attn_v.bias' has type F16, vectors (norms, biases, factors) must be F32"},
-        {"YaRN scaling", qwen2, {}, {}, [](GgufWriter &w) { w.add_string("qwen2.rope.scaling.type", "yarn"); }, H2O_ERR_UNSUPPORTED,
+        {"YaRN scaling",
+         qwen2,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_string("qwen2.rope.scaling.type", "yarn"); },
+         H2O_ERR_UNSUPPORTED,
          "qwen2.rope.scaling.type 'yarn' is not supported"},
-        {"a mixture of experts", llama, {}, {}, [](GgufWriter &w) { w.add_u32("llama.expert_count", 8); }, H2O_ERR_UNSUPPORTED,
+        {"a mixture of experts",
+         llama,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_u32("llama.expert_count", 8); },
+         H2O_ERR_UNSUPPORTED,
          "llama.expert_count is 8"},
-        {"a vocabulary size other than the embedding's", qwen3, {}, {}, [](GgufWriter &w) { w.add_u32("qwen3.vocab_size", 1000); },
-         H2O_ERR_MODEL_FORMAT, "qwen3.vocab_size 1000 differs from the 320 rows of 'token_embd.weight'"},
+        {"a vocabulary size other than the embedding's",
+         qwen3,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_u32("qwen3.vocab_size", 1000); },
+         H2O_ERR_MODEL_FORMAT,
+         "qwen3.vocab_size 1000 differs from the 320 rows of 'token_embd.weight'"},
         {"Qwen keys missing", qwen2, {"qwen2.embedding_length"}, {}, nothing, H2O_ERR_MODEL_FORMAT, "qwen2.embedding_length"},
     };
     for (const Case &c : cases) {
@@ -633,8 +695,8 @@ TEST_CASE("architectures: the fingerprint tells apart models that differ only in
     const std::string qwen2 = small_model("qwen2");
     const std::string other_base = edited_copy(qwen2, "arch-fingerprint-base.gguf", {"qwen2.rope.freq_base"}, {},
                                                [](GgufWriter &w) { w.add_f32("qwen2.rope.freq_base", 10000.0f); });
-    const std::string linear = edited_copy(qwen2, "arch-fingerprint-linear.gguf", {}, {},
-                                           [](GgufWriter &w) { w.add_f32("qwen2.rope.scaling.factor", 2.0f); });
+    const std::string linear =
+        edited_copy(qwen2, "arch-fingerprint-linear.gguf", {}, {}, [](GgufWriter &w) { w.add_f32("qwen2.rope.scaling.factor", 2.0f); });
     std::map<std::string, uint64_t> prints;
     for (const std::string &path : {qwen2, other_base, linear}) {
         std::unique_ptr<Model> model;

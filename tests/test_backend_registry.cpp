@@ -39,7 +39,6 @@ std::string synthetic_model_path(TensorType type, const std::string &tag) {
     return path;
 }
 
-
 // A one-layer F32 model with one attention head of 512: the CPU runs it, while the Vulkan
 // attention kernel holds heads of at most 256 (every weight type runs there, so heads are what
 // the Vulkan backend refuses).

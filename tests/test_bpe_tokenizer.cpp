@@ -88,7 +88,7 @@ const Tokenizer *hf_tokenizer(const std::string &name) {
     return (cache[name] = std::move(tok)).get();
 }
 
-#define H2O_HF_TOKENIZER_OR_SKIP(var, name)           \
+#define H2O_HF_TOKENIZER_OR_SKIP(var, name)    \
     const Tokenizer *var = hf_tokenizer(name); \
     if (!var) return
 
@@ -143,15 +143,46 @@ void check_vectors(const Tokenizer &tok, const std::string &vectors_name) {
 // Text that exercises the pre-tokenizers and the byte alphabet.
 std::vector<std::string> tricky_strings() {
     return {
-        "", " ", "  ", "   ", "\n", "\n\n", " \n ", "\t", "\t\n", "a", " a", "a ", "a  b", "  leading",
-        "trailing  ", "Hello world", " Hello World!", "Once upon a time, there was a little girl.",
-        "Lily said, \"Look!\"\nTom said:  \"Wow...\"", "\xC3\xBC \xC3\xA9 \xC3\xB1 \xC3\x9F", "F\xC3\xBChrer",
-        "\xE4\xB8\xAD\xE6\x96\x87\xE5\xAD\x97\xE7\xAC\xA6", "\xF0\x9F\x98\x80 emoji \xF0\x9F\xA6\x99\xF0\x9F\xA6\x99",
-        "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 family", "e\xCC\x81 combining",
-        "ied 4 \xC2\xBD months", "3.14159 33 333 4444 55555 1234567890", std::string("nul\0byte", 8), "\xF0\x9F\x98\x81",
-        "tab\tin\tthe middle", "\r\n windows \r\n", "ends with newline\n", "a\xE2\x80\x8A" "b", "!!!!!!??????",
-        "'RE you sure? 'M not, I'LL see; they'd've", "\xC2\x85next line\xE2\x80\xA8line sep\xE3\x80\x80ideographic",
-        "x\x01y\x7Fz", "<|not_a_token|> <s> </s>", "\xE1\xA0\x8E mongolian vowel separator",
+        "",
+        " ",
+        "  ",
+        "   ",
+        "\n",
+        "\n\n",
+        " \n ",
+        "\t",
+        "\t\n",
+        "a",
+        " a",
+        "a ",
+        "a  b",
+        "  leading",
+        "trailing  ",
+        "Hello world",
+        " Hello World!",
+        "Once upon a time, there was a little girl.",
+        "Lily said, \"Look!\"\nTom said:  \"Wow...\"",
+        "\xC3\xBC \xC3\xA9 \xC3\xB1 \xC3\x9F",
+        "F\xC3\xBChrer",
+        "\xE4\xB8\xAD\xE6\x96\x87\xE5\xAD\x97\xE7\xAC\xA6",
+        "\xF0\x9F\x98\x80 emoji \xF0\x9F\xA6\x99\xF0\x9F\xA6\x99",
+        "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 family",
+        "e\xCC\x81 combining",
+        "ied 4 \xC2\xBD months",
+        "3.14159 33 333 4444 55555 1234567890",
+        std::string("nul\0byte", 8),
+        "\xF0\x9F\x98\x81",
+        "tab\tin\tthe middle",
+        "\r\n windows \r\n",
+        "ends with newline\n",
+        "a\xE2\x80\x8A"
+        "b",
+        "!!!!!!??????",
+        "'RE you sure? 'M not, I'LL see; they'd've",
+        "\xC2\x85next line\xE2\x80\xA8line sep\xE3\x80\x80ideographic",
+        "x\x01y\x7Fz",
+        "<|not_a_token|> <s> </s>",
+        "\xE1\xA0\x8E mongolian vowel separator",
     };
 }
 
@@ -262,10 +293,18 @@ TEST_CASE("bpe tokenizer: the pre-tokenizers cut words as llama.cpp does") {
     CHECK(words("default", "a,b 1234567") == "[a][,][b][ ][123][456][7]");
     // GPT-4o: a word may start with capitals; only ASCII letters have a case (llama.cpp's reading).
     CHECK(words("gpt-4o", "HelloWorld ABCdef x/y\n") == "[Hello][World][ ABCdef][ x][/y][\n]");
-    CHECK(words("gpt-4o", "a\xC3\x89" "b") == "[a\xC3\x89" "b]");
+    CHECK(words("gpt-4o",
+                "a\xC3\x89"
+                "b") ==
+          "[a\xC3\x89"
+          "b]");
     // Whitespace is Unicode's White_Space: U+3000 is, U+180E (no longer) is not.
-    CHECK(words("gpt-2", "a\xE3\x80\x80\xE3\x80\x80" "b") == "[a][\xE3\x80\x80][\xE3\x80\x80][b]");
-    CHECK(words("gpt-2", "a \xE1\xA0\x8E" "b") == "[a][ \xE1\xA0\x8E][b]");
+    CHECK(words("gpt-2",
+                "a\xE3\x80\x80\xE3\x80\x80"
+                "b") == "[a][\xE3\x80\x80][\xE3\x80\x80][b]");
+    CHECK(words("gpt-2",
+                "a \xE1\xA0\x8E"
+                "b") == "[a][ \xE1\xA0\x8E][b]");
 
     // Long runs stay linear and within the regex engine's limits.
     for (const char *pre : {"llama-bpe", "qwen2", "gpt-4o", "gpt-2", "smollm", "default"}) {
@@ -391,8 +430,8 @@ TEST_CASE("bpe tokenizer: invalid UTF-8 is refused with its offset, never tokeni
         std::string text;
         size_t offset;
     };
-    for (const Case &c : std::vector<Case>{
-             {"ab\xFF", 2}, {"\x80", 0}, {"ok \xC3", 3}, {"a\xC0\xAF", 1}, {"ab\xED\xA0\x80", 2}, {"\xF4\x90\x80\x80", 0}}) {
+    for (const Case &c :
+         std::vector<Case>{{"ab\xFF", 2}, {"\x80", 0}, {"ok \xC3", 3}, {"a\xC0\xAF", 1}, {"ab\xED\xA0\x80", 2}, {"\xF4\x90\x80\x80", 0}}) {
         CAPTURE(c.text);
         std::vector<int32_t> out = {7};
         for (bool special : {false, true}) {
@@ -445,8 +484,7 @@ TEST_CASE("bpe tokenizer: hostile merges and vocabulary metadata give clear erro
     const Case cases[] = {
         {"no space", with(good, [](VocabSpec &s) { s.merges.push_back("abc"); }), H2O_ERR_MODEL_FORMAT,
          "merge 2 ('abc') is not two tokens"},
-        {"empty right part", with(good, [](VocabSpec &s) { s.merges.push_back("ab "); }), H2O_ERR_MODEL_FORMAT,
-         "is not two tokens"},
+        {"empty right part", with(good, [](VocabSpec &s) { s.merges.push_back("ab "); }), H2O_ERR_MODEL_FORMAT, "is not two tokens"},
         {"a lone space", with(good, [](VocabSpec &s) { s.merges.push_back(" "); }), H2O_ERR_MODEL_FORMAT, "is not two tokens"},
         {"unknown part", with(good, [](VocabSpec &s) { s.merges.push_back("a zz"); }), H2O_ERR_MODEL_FORMAT,
          "right part 'zz' is not a token"},
@@ -645,9 +683,9 @@ TEST_CASE("bpe tokenizer: tokenizer.json reader refuses malformed files") {
     REQUIRE(parse_hf_tokenizer(tokenizer(good_model), "", "", "", 0, &v).ok());
     CHECK(v.pre == "gpt-2");
     CHECK(v.merges == std::vector<std::string>{"a b"});
-    REQUIRE(parse_hf_tokenizer(tokenizer(R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]})"), "",
-                               "", "", 0, &v)
-                .ok());
+    REQUIRE(
+        parse_hf_tokenizer(tokenizer(R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]})"), "", "", "", 0, &v)
+            .ok());
     CHECK(v.merges == std::vector<std::string>{"a b"});
 
     struct Case {
@@ -667,8 +705,7 @@ TEST_CASE("bpe tokenizer: tokenizer.json reader refuses malformed files") {
         {tokenizer(R"({"type": "BPE", "vocab": {"a": 99999999999}})"), "", H2O_ERR_MODEL_FORMAT, "has id 99999999999"},
         {tokenizer(R"({"type": "BPE", "vocab": {"a": "zero"}})"), "", H2O_ERR_MODEL_FORMAT, "has id \"zero\""},
         {tokenizer(R"({"type": "BPE", "vocab": {"a": 0}, "merges": [7]})"), "", H2O_ERR_MODEL_FORMAT, "merge 0 is 7"},
-        {tokenizer(R"({"type": "BPE", "vocab": {"a": 0}, "merges": [["a b", "c"]]})"), "", H2O_ERR_UNSUPPORTED,
-         "space inside a part"},
+        {tokenizer(R"({"type": "BPE", "vocab": {"a": 0}, "merges": [["a b", "c"]]})"), "", H2O_ERR_UNSUPPORTED, "space inside a part"},
         {tokenizer(good_model, R"(, "added_tokens": [{"content": 5}])"), "", H2O_ERR_MODEL_FORMAT, "without content or id"},
         {tokenizer(good_model, R"(, "added_tokens": 3)"), "", H2O_ERR_MODEL_FORMAT, "added_tokens is not an array"},
         {R"({"pre_tokenizer": {"type": "Whitespace"}, "model": )" + good_model + "}", "", H2O_ERR_UNSUPPORTED,

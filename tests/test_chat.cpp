@@ -73,9 +73,14 @@ TEST_CASE("chat: bad roles and out-of-order Llama-2 turns are refused") {
 
 TEST_CASE("chat: a model's format is recognised from its chat template") {
     ChatFormat f;
-    REQUIRE(h2o::chat_format_from_template("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}", &f).ok());
+    REQUIRE(h2o::chat_format_from_template("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                                           "'<|im_end|>' + '\\n'}}{% endfor %}",
+                                           &f)
+                .ok());
     CHECK(f == ChatFormat::ChatML);
-    REQUIRE(h2o::chat_format_from_template("{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}{% endif %}", &f).ok());
+    REQUIRE(h2o::chat_format_from_template(
+                "{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}{% endif %}", &f)
+                .ok());
     CHECK(f == ChatFormat::Zephyr);
     REQUIRE(h2o::chat_format_from_template("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}", &f).ok());
     CHECK(f == ChatFormat::Llama2);
@@ -207,8 +212,8 @@ TEST_CASE("chat: h2o_model_get_text gives the architecture, the name and the cha
     h2o_model_free(model);
 
     const std::string with_template = h2o_test::temp_path("chat_template_chatml.gguf");
-    write_with_chat_template(path, "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}",
-                             with_template);
+    write_with_chat_template(
+        path, "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}", with_template);
     REQUIRE(h2o_model_load(with_template.c_str(), nullptr, &model) == H2O_OK);
     CHECK(model_text(model, H2O_MODEL_TEXT_CHAT_FORMAT, &st) == "chatml");
     CHECK(st == H2O_OK);

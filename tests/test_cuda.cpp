@@ -88,7 +88,8 @@ TEST_CASE("cuda: weight_element and weight_group32 give quant.cpp's dequantized 
             std::vector<uint8_t> row(row_bytes(type, cols));
             if (trial < 6) {
                 // Quantized from random values at several magnitudes.
-                const std::vector<float> values = random_floats(cols, 10 + trial, -std::pow(10.0f, trial - 3.0f), std::pow(10.0f, trial - 2.0f));
+                const std::vector<float> values =
+                    random_floats(cols, 10 + trial, -std::pow(10.0f, trial - 3.0f), std::pow(10.0f, trial - 2.0f));
                 REQUIRE(quantize_row(type, values.data(), row.data(), cols));
             } else {
                 // Arbitrary bytes: every code, scale and packing the format allows (NaN and
@@ -156,7 +157,8 @@ TEST_CASE("cuda: the nvcc-compiled rotary rotation is the CPU backend's rope, bi
         const int rope_dims = variant % 2 == 0 ? 16 : 12;
         shape.rope.dims = rope_dims;
         shape.rope.pairing = variant / 2 == 0 ? RotaryPairing::Adjacent : RotaryPairing::Halves;
-        shape.rope.freq_factors = variant / 2 == 2 ? std::vector<float>(factors.begin(), factors.begin() + rope_dims / 2) : std::vector<float>{};
+        shape.rope.freq_factors =
+            variant / 2 == 2 ? std::vector<float>(factors.begin(), factors.begin() + rope_dims / 2) : std::vector<float>{};
         const std::vector<double> inv_freq = shape.rope.inv_freqs();
         for (int32_t position : {0, 1, 7, 4096, 30000, 65535, 1000000, 123456789, -3}) {
             CAPTURE(variant);
@@ -195,7 +197,8 @@ TEST_CASE("cuda: the online softmax's weights are the CPU softmax's, masked scor
             cuda_host_softmax(scores.data(), n, lanes, got.data());
             double worst = 0, total = 0;
             for (int i = 0; i < n; ++i) {
-                worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - expected[i]) / std::max(1e-30, static_cast<double>(expected[i])));
+                worst = std::max(worst,
+                                 std::fabs(static_cast<double>(got[i]) - expected[i]) / std::max(1e-30, static_cast<double>(expected[i])));
                 total += got[i];
                 if (scores[i] == -INFINITY) CHECK(got[i] == 0.0f);
             }

@@ -55,7 +55,7 @@ struct DeviceKind {
     // The backend, or null with the reason in *no_device when this machine has no such device.
     std::function<std::unique_ptr<Backend>(int max_batch, std::string *no_device)> make;
     std::vector<TensorType> weight_types;  // those its get_rows and matmul take
-    int chunked_batch;  // a batch of more queries than its attention scratch holds at once
+    int chunked_batch;                     // a batch of more queries than its attention scratch holds at once
     // The backend's own checks after each case (Vulkan: no validation-layer message).
     std::function<void(const Backend &)> check_after;
 };
@@ -69,9 +69,12 @@ const std::vector<DeviceKind> &device_kinds() {
         // shared-memory one is left to the other builds.
         for (bool subgroups : {true, false}) {
             if (h2o_test::kAddressSanitized && !subgroups) continue;
-            k.push_back(DeviceKind{subgroups ? "vulkan" : "vulkan (shared-memory reductions)",
-                                   [subgroups](int max_batch, std::string *no_device) { return h2o_test::make_vk(max_batch, subgroups, no_device); },
-                                   {vulkan_weight_types().begin(), vulkan_weight_types().end()}, 40, [](const Backend &b) { h2o_test::check_validation_clean(b); }});
+            k.push_back(DeviceKind{
+                subgroups ? "vulkan" : "vulkan (shared-memory reductions)",
+                [subgroups](int max_batch, std::string *no_device) { return h2o_test::make_vk(max_batch, subgroups, no_device); },
+                {vulkan_weight_types().begin(), vulkan_weight_types().end()},
+                40,
+                [](const Backend &b) { h2o_test::check_validation_clean(b); }});
         }
 #endif
 #ifdef H2O_HAVE_CUDA
@@ -118,8 +121,8 @@ struct QuantizedModel {
 };
 
 QuantizedModel quantized_model(const SyntheticModelSpec &spec, QuantPreset preset) {
-    const std::string tag = std::string("parity_") + quant_preset_name(preset) + "_ff" + std::to_string(spec.n_ff) +
-                            (spec.tied_output ? "_tied" : "");
+    const std::string tag =
+        std::string("parity_") + quant_preset_name(preset) + "_ff" + std::to_string(spec.n_ff) + (spec.tied_output ? "_tied" : "");
     const std::string f32 = h2o_test::temp_path(tag + "_f32.gguf");
     REQUIRE(write_synthetic_model(spec, f32).ok());
     QuantizedModel m{h2o_test::temp_path(tag + ".gguf"), h2o_test::temp_path(tag + "_dequantized.gguf"), {}};
@@ -140,7 +143,8 @@ QuantizedModel quantized_model(const SyntheticModelSpec &spec, QuantPreset prese
         const int64_t cols = t.ne[0], rows = t.n_rows();
         std::vector<uint8_t> values(static_cast<size_t>(cols * rows) * sizeof(float));
         for (int64_t r = 0; r < rows; ++r) {
-            REQUIRE(dequantize_row(t.type, t.data + r * row_bytes(t.type, cols), reinterpret_cast<float *>(values.data()) + r * cols, cols));
+            REQUIRE(
+                dequantize_row(t.type, t.data + r * row_bytes(t.type, cols), reinterpret_cast<float *>(values.data()) + r * cols, cols));
         }
         twin.add_tensor(std::string(t.name), TensorType::F32, std::vector<int64_t>(t.ne, t.ne + t.n_dims), std::move(values));
     }
@@ -190,10 +194,10 @@ TEST_CASE("device parity: rms_norm, add, swiglu and argmax match the CPU") {
         for (int64_t width : {1, 7, 300, 32000, 151936}) {  // up to Qwen's vocabulary
             const int rows = 5;
             std::vector<float> data = random_floats(width * rows, 6, -5, 5);
-            if (width > 2) data[width + 2] = data[width + width - 1] = 9.0f;     // row 1: its maximum twice
+            if (width > 2) data[width + 2] = data[width + width - 1] = 9.0f;      // row 1: its maximum twice
             std::fill(data.begin() + 2 * width, data.begin() + 3 * width, 1.5f);  // row 2: all equal
-            data[3 * width + width - 1] = 7.0f;                                  // row 3: at the end
-            data[4 * width] = std::numeric_limits<float>::quiet_NaN();          // row 4: a NaN first
+            data[3 * width + width - 1] = 7.0f;                                   // row 3: at the end
+            data[4 * width] = std::numeric_limits<float>::quiet_NaN();            // row 4: a NaN first
             const Twin in = b.floats(width, rows, data);
             const Twin out = b.alloc(TensorType::I32, 1, rows);
             REQUIRE(b.cpu->argmax(out.cpu, in.cpu, rows).ok());
@@ -286,8 +290,10 @@ TEST_CASE("device parity: one-shot prompt eviction evicts the same tokens as the
         if (!kv_policy_uses_statistics(c.policy)) continue;
         for (float share : {0.0f, 0.4f}) {
             const bool rolling = i++ % 2 == 1;
-            INFO("policy " << std::string(kv_policy_name(c.policy)) << ", random share " << share << std::string(rolling ? ", rolling" : ""));
-            for_each_device(8, [&](Backends &b, const DeviceKind &) { h2o_test::check_eviction(b, c, rolling, KvType::F16, {}, 3, share); });
+            INFO("policy " << std::string(kv_policy_name(c.policy)) << ", random share " << share
+                           << std::string(rolling ? ", rolling" : ""));
+            for_each_device(8,
+                            [&](Backends &b, const DeviceKind &) { h2o_test::check_eviction(b, c, rolling, KvType::F16, {}, 3, share); });
         }
     }
 }
@@ -311,7 +317,8 @@ TEST_CASE("device parity: stories260K logits match the CPU after a prompt, batch
         ModelRun gpu(path, std::move(b.gpu), 16, 256);
         ModelRun cpu(path, make_cpu_backend(2, 16), 16, 256);
         std::vector<int32_t> tokens;
-        REQUIRE(gpu.model->tokenizer().encode("Tom and his dog went to the park. They saw a big tree and a little bird.", true, &tokens).ok());
+        REQUIRE(
+            gpu.model->tokenizer().encode("Tom and his dog went to the park. They saw a big tree and a little bird.", true, &tokens).ok());
         REQUIRE(tokens.size() > 16);  // more than one batch
         const auto c = cpu.feed(tokens), g = gpu.feed(tokens);
         INFO("max difference " << max_abs_diff(c, g) << ", largest logit " << max_abs(c));
@@ -443,8 +450,11 @@ TEST_CASE("device parity: K-quant models (Q4_K_M mixes, Q4_K, Q5_K, Q6_K) give t
         QuantPreset preset;
         int n_ff;
         bool tied;
-    } cases[] = {{QuantPreset::Q4_K_M, 320, false}, {QuantPreset::Q4_K_M, 512, true}, {QuantPreset::Q4_K, 512, false},
-                 {QuantPreset::Q5_K, 320, false},   {QuantPreset::Q6_K, 256, true}};
+    } cases[] = {{QuantPreset::Q4_K_M, 320, false},
+                 {QuantPreset::Q4_K_M, 512, true},
+                 {QuantPreset::Q4_K, 512, false},
+                 {QuantPreset::Q5_K, 320, false},
+                 {QuantPreset::Q6_K, 256, true}};
     for (const auto &c : cases) {
         SyntheticModelSpec spec;
         spec.n_embd = 256;
@@ -460,7 +470,8 @@ TEST_CASE("device parity: K-quant models (Q4_K_M mixes, Q4_K, Q5_K, Q6_K) give t
         const QuantizedModel model = quantized_model(spec, c.preset);
         std::string types;
         for (TensorType t : model.types) types += std::string(types.empty() ? "" : ", ") + type_name(t);
-        INFO(std::string(quant_preset_name(c.preset)) << ", ffn " << c.n_ff << std::string(c.tied ? ", tied embeddings" : "") << " (" << types << ")");
+        INFO(std::string(quant_preset_name(c.preset))
+             << ", ffn " << c.n_ff << std::string(c.tied ? ", tied embeddings" : "") << " (" << types << ")");
         for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
             for (TensorType t : model.types) {
                 if (std::find(kind.weight_types.begin(), kind.weight_types.end(), t) == kind.weight_types.end()) {
@@ -626,8 +637,9 @@ TEST_CASE("device parity: stories260K greedy generation equals the CPU's, with a
         config.sinks = policy == KvPolicy::SinkWindow ? 4 : 0;
         config.horizon = policy == KvPolicy::Scissorhands ? 96 : 0;  // the API's default for 64 slots
         for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
-            const ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(b.gpu), run.n_slots, config, rolling, type, run.generated,
-                                                                   kv_layer_budgets(5, run.n_slots, slope, kMinKvLayerSlots));
+            const ModelRun gpu =
+                h2o_test::check_greedy_generation(path, std::move(b.gpu), run.n_slots, config, rolling, type, run.generated,
+                                                  kv_layer_budgets(5, run.n_slots, slope, kMinKvLayerSlots));
             if (kind.check_after) kind.check_after(*gpu.backend);
         });
     }
@@ -651,7 +663,8 @@ TEST_CASE("device parity: stories260K read by one-shot prompt eviction, then gre
         config.prompt_random_share = 0.25f;
         config.seed = 11;
         for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
-            const ModelRun gpu = h2o_test::check_greedy_generation(path, std::move(b.gpu), 48, config, /*rolling=*/true, KvType::F32, 60, {}, prompt);
+            const ModelRun gpu =
+                h2o_test::check_greedy_generation(path, std::move(b.gpu), 48, config, /*rolling=*/true, KvType::F32, 60, {}, prompt);
             if (kind.check_after) kind.check_after(*gpu.backend);
         });
     }

@@ -118,9 +118,9 @@ Bytes base_file(uint32_t alignment = 32) {
 
 // Offsets of fields of the base file.
 struct BaseLayout {
-    size_t name_key;     // first byte of the key "general.name"
-    size_t array_key;    // first byte of the key "test.array"
-    size_t b_info;       // first byte of the tensor name "b.weight" in its info
+    size_t name_key;   // first byte of the key "general.name"
+    size_t array_key;  // first byte of the key "test.array"
+    size_t b_info;     // first byte of the tensor name "b.weight" in its info
     size_t b_n_dims() const { return b_info + 8; }
     size_t b_dim(int d) const { return b_info + 12 + 8 * d; }
     size_t b_type() const { return b_info + 28; }
@@ -159,10 +159,19 @@ Bytes every_type_file() {
 
 size_t element_size(GgufType type) {
     switch (type) {
-        case GgufType::UINT8: case GgufType::INT8: case GgufType::BOOL: return 1;
-        case GgufType::UINT16: case GgufType::INT16: return 2;
-        case GgufType::UINT32: case GgufType::INT32: case GgufType::FLOAT32: return 4;
-        default: return 8;
+        case GgufType::UINT8:
+        case GgufType::INT8:
+        case GgufType::BOOL:
+            return 1;
+        case GgufType::UINT16:
+        case GgufType::INT16:
+            return 2;
+        case GgufType::UINT32:
+        case GgufType::INT32:
+        case GgufType::FLOAT32:
+            return 4;
+        default:
+            return 8;
     }
 }
 
@@ -209,8 +218,7 @@ void check_every_type_file(const GgufFile &file, const GgufFile &source, uint32_
 
     // Keys in insertion order: the eight direct ones, the copies, then general.alignment if
     // set_alignment() was called after them.
-    const std::vector<std::string_view> direct = {"w.u32",   "w.i32",     "w.f32",    "w.bool",
-                                                  "w.string", "w.strings", "w.floats", "w.ints"};
+    const std::vector<std::string_view> direct = {"w.u32", "w.i32", "w.f32", "w.bool", "w.string", "w.strings", "w.floats", "w.ints"};
     const size_t extra = alignment != 32 ? 1 : 0;
     REQUIRE(file.metadata().size() == direct.size() + extra + source.metadata().size());
     for (size_t i = 0; i < direct.size(); ++i) CHECK(file.metadata()[i].key == direct[i]);
@@ -472,12 +480,18 @@ TEST_CASE("gguf: writer rejects invalid input instead of writing a corrupt file"
         const char *message;
     };
     const Case cases[] = {
-        {"data size", [](GgufWriter &w) { w.add_tensor("t", TensorType::F32, {4, 2}, Bytes(31)); },
+        {"data size",
+         [](GgufWriter &w) {
+             w.add_tensor("t", TensorType::F32, {4, 2}, Bytes(31));
+         },
          "tensor 't': data has 31 bytes, its shape needs 32"},
         {"block size", [](GgufWriter &w) { w.add_tensor("t", TensorType::Q4_0, {16}, Bytes(9)); },
          "not a multiple of the Q4_0 block size 32"},
         {"no dims", [](GgufWriter &w) { w.add_tensor("t", TensorType::F32, {}, Bytes()); }, "1 to 4 dimensions"},
-        {"zero dim", [](GgufWriter &w) { w.add_tensor("t", TensorType::F32, {4, 0}, Bytes()); },
+        {"zero dim",
+         [](GgufWriter &w) {
+             w.add_tensor("t", TensorType::F32, {4, 0}, Bytes());
+         },
          "dimensions must be positive"},
         {"duplicate tensor",
          [](GgufWriter &w) {
@@ -600,8 +614,7 @@ TEST_CASE("gguf: typed getters convert in range and name key and types on error"
     std::vector<int32_t> ints = {9};
     CHECK(file->get_i32_array("t.arr.i32_empty", &ints).ok());
     CHECK(ints.empty());
-    check_error(file->get_i32_array("t.arr.u32", &ints),
-                "element 1 value 4294967295 (UINT32) is out of range for int32");
+    check_error(file->get_i32_array("t.arr.u32", &ints), "element 1 value 4294967295 (UINT32) is out of range for int32");
     check_error(file->get_i32_array("t.arr.i16", &ints), "expected ARRAY of INT32 or UINT32, got ARRAY of INT16");
     check_error(file->get_i32_array("nope", &ints), "missing metadata key 'nope'");
 
@@ -651,10 +664,8 @@ TEST_CASE("gguf: truncated header") {
     expect_error(truncated(bytes, 2), H2O_ERR_MODEL_FORMAT,
                  "truncated at offset 0 while reading the header: magic (needs 4 bytes, 2 remain)");
     expect_error(truncated(bytes, 6), H2O_ERR_MODEL_FORMAT, "truncated at offset 4 while reading the header: version");
-    expect_error(truncated(bytes, 10), H2O_ERR_MODEL_FORMAT,
-                 "truncated at offset 8 while reading the header: tensor count");
-    expect_error(truncated(bytes, 20), H2O_ERR_MODEL_FORMAT,
-                 "truncated at offset 16 while reading the header: metadata key count");
+    expect_error(truncated(bytes, 10), H2O_ERR_MODEL_FORMAT, "truncated at offset 8 while reading the header: tensor count");
+    expect_error(truncated(bytes, 20), H2O_ERR_MODEL_FORMAT, "truncated at offset 16 while reading the header: metadata key count");
 }
 
 TEST_CASE("gguf: truncated in the middle of a key, a value, a tensor info, tensor data") {
@@ -664,33 +675,30 @@ TEST_CASE("gguf: truncated in the middle of a key, a value, a tensor info, tenso
     // its value. (Earlier cuts are caught by the key count check: see the next test case.)
     const size_t dup_b = find_bytes(bytes, "dup.b");
     expect_error(truncated(bytes, dup_b + 3), H2O_ERR_MODEL_FORMAT,
-                 "truncated at offset " + std::to_string(dup_b) +
-                     " while reading metadata key #4: key name (needs 5 bytes, 3 remain)");
-    expect_error(truncated(bytes, dup_b + 7), H2O_ERR_MODEL_FORMAT,
-                 "truncated at offset " + std::to_string(dup_b + 5) +
-                     " while reading metadata key 'dup.b': value type (needs 4 bytes, 2 remain)");
-    expect_error(truncated(bytes, dup_b + 10), H2O_ERR_MODEL_FORMAT,
-                 "truncated at offset " + std::to_string(dup_b + 9) +
-                     " while reading metadata key 'dup.b': value (needs 4 bytes, 1 remain)");
+                 "truncated at offset " + std::to_string(dup_b) + " while reading metadata key #4: key name (needs 5 bytes, 3 remain)");
+    expect_error(
+        truncated(bytes, dup_b + 7), H2O_ERR_MODEL_FORMAT,
+        "truncated at offset " + std::to_string(dup_b + 5) + " while reading metadata key 'dup.b': value type (needs 4 bytes, 2 remain)");
+    expect_error(
+        truncated(bytes, dup_b + 10), H2O_ERR_MODEL_FORMAT,
+        "truncated at offset " + std::to_string(dup_b + 9) + " while reading metadata key 'dup.b': value (needs 4 bytes, 1 remain)");
     // Inside the string value "tiny" of "general.name".
     expect_error(truncated(bytes, at.name_key + 26), H2O_ERR_MODEL_FORMAT,
                  "truncated at offset " + std::to_string(at.name_key + 24) +
                      " while reading metadata key 'general.name': string value (needs 4 bytes, 2 remain)");
     // Inside the float array of "test.array" (10 bytes: type at +10, element type +14, count +18).
     expect_error(truncated(bytes, at.array_key + 26 + 5), H2O_ERR_MODEL_FORMAT,
-                 "metadata key 'test.array': array of 3 FLOAT32 elements at offset " +
-                     std::to_string(at.array_key + 26) + " cannot fit in the 5 bytes that remain");
+                 "metadata key 'test.array': array of 3 FLOAT32 elements at offset " + std::to_string(at.array_key + 26) +
+                     " cannot fit in the 5 bytes that remain");
     // Cut so early that the declared number of keys cannot fit (each takes at least 14 bytes).
     expect_error(truncated(bytes, at.name_key + 3), H2O_ERR_MODEL_FORMAT,
-                 "metadata key count 5 cannot fit in the " + std::to_string(at.name_key + 3 - 24) +
-                     " bytes after the header");
+                 "metadata key count 5 cannot fit in the " + std::to_string(at.name_key + 3 - 24) + " bytes after the header");
     // Inside the first dimension of b.weight's info, then inside its type.
-    expect_error(truncated(bytes, at.b_dim(0) + 4), H2O_ERR_MODEL_FORMAT,
-                 "truncated at offset " + std::to_string(at.b_dim(0)) +
-                     " while reading tensor 'b.weight': dimension (needs 8 bytes, 4 remain)");
+    expect_error(
+        truncated(bytes, at.b_dim(0) + 4), H2O_ERR_MODEL_FORMAT,
+        "truncated at offset " + std::to_string(at.b_dim(0)) + " while reading tensor 'b.weight': dimension (needs 8 bytes, 4 remain)");
     expect_error(truncated(bytes, at.b_type() + 1), H2O_ERR_MODEL_FORMAT,
-                 "truncated at offset " + std::to_string(at.b_type()) +
-                     " while reading tensor 'b.weight': tensor type");
+                 "truncated at offset " + std::to_string(at.b_type()) + " while reading tensor 'b.weight': tensor type");
     // Inside the tensor info name.
     expect_error(truncated(bytes, at.b_info + 2), H2O_ERR_MODEL_FORMAT,
                  "truncated at offset " + std::to_string(at.b_info) + " while reading tensor info #1: tensor name");
@@ -744,16 +752,14 @@ TEST_CASE("gguf: string length past end of file") {
     // A key length past the end of file, and one beyond the name limit.
     bytes = base_file();
     patch<uint64_t>(&bytes, at.name_key - 8, ~0ull);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "metadata key #1: key name is 18446744073709551615 bytes long, more than the limit of 65535");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "metadata key #1: key name is 18446744073709551615 bytes long, more than the limit of 65535");
     bytes = base_file();
     patch<uint64_t>(&bytes, at.name_key - 8, 60000);
     expect_error(bytes, H2O_ERR_MODEL_FORMAT, "while reading metadata key #1: key name (needs 60000 bytes");
     // A tensor name over the limit.
     bytes = base_file();
     patch<uint64_t>(&bytes, at.b_info - 8, 70000);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "tensor info #1: tensor name is 70000 bytes long, more than the limit of 65535");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "tensor info #1: tensor name is 70000 bytes long, more than the limit of 65535");
 }
 
 TEST_CASE("gguf: huge key, tensor and array counts are rejected before allocating") {
@@ -766,8 +772,7 @@ TEST_CASE("gguf: huge key, tensor and array counts are rejected before allocatin
     bytes = base_file();
     const BaseLayout at = layout_of(bytes);
     patch<uint64_t>(&bytes, at.array_key + 18, 1ull << 62);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "metadata key 'test.array': array of 4611686018427387904 FLOAT32 elements at offset");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "metadata key 'test.array': array of 4611686018427387904 FLOAT32 elements at offset");
     // An array of strings: each needs at least its 8-byte length.
     ByteBuilder b;
     b.key("strings", GgufType::ARRAY).type(GgufType::STRING).u64(1000).str("only one");
@@ -803,11 +808,9 @@ TEST_CASE("gguf: bad general.alignment") {
     const size_t key = find_bytes(bytes, "general.alignment");
     const size_t value = key + 17 + 4;
     patch<uint32_t>(&bytes, value, 0);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "metadata key 'general.alignment': must be a nonzero power of two, got 0");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "metadata key 'general.alignment': must be a nonzero power of two, got 0");
     patch<uint32_t>(&bytes, value, 3);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "metadata key 'general.alignment': must be a nonzero power of two, got 3");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "metadata key 'general.alignment': must be a nonzero power of two, got 3");
     patch<uint32_t>(&bytes, value, 64);
     patch<uint32_t>(&bytes, key + 17, static_cast<uint32_t>(GgufType::INT32));
     expect_error(bytes, H2O_ERR_MODEL_FORMAT, "metadata key 'general.alignment': expected type UINT32, got INT32");
@@ -838,8 +841,7 @@ TEST_CASE("gguf: bad tensor shapes") {
     bytes = good;
     patch<uint64_t>(&bytes, at.b_dim(0), 1ull << 40);
     patch<uint64_t>(&bytes, at.b_dim(1), 1ull << 40);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "tensor 'b.weight': the element count (product of the dimensions) overflows int64");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "tensor 'b.weight': the element count (product of the dimensions) overflows int64");
 
     bytes = good;
     patch<uint64_t>(&bytes, at.b_dim(0), ~0ull);
@@ -855,8 +857,7 @@ TEST_CASE("gguf: bad tensor shapes") {
 
     bytes = good;
     patch<uint64_t>(&bytes, at.b_dim(0), 33);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "tensor 'b.weight': row length ne[0] = 33 is not a multiple of the Q8_0 block size 32");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "tensor 'b.weight': row length ne[0] = 33 is not a multiple of the Q8_0 block size 32");
 }
 
 TEST_CASE("gguf: unknown tensor type ids are unsupported") {
@@ -873,16 +874,14 @@ TEST_CASE("gguf: misaligned, out-of-file and overlapping tensor data") {
     const BaseLayout at = layout_of(good);
     Bytes bytes = good;
     patch<uint64_t>(&bytes, at.b_offset(), 65);
-    expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "tensor 'b.weight': data offset 65 is not a multiple of the alignment 32");
+    expect_error(bytes, H2O_ERR_MODEL_FORMAT, "tensor 'b.weight': data offset 65 is not a multiple of the alignment 32");
 
     bytes = good;
     patch<uint64_t>(&bytes, at.b_offset(), 1024);
     const size_t data_start = good.size() - 64 - 68;
     expect_error(bytes, H2O_ERR_MODEL_FORMAT,
-                 "tensor 'b.weight': data [" + std::to_string(data_start + 1024) + ".." +
-                     std::to_string(data_start + 1024 + 68) + ") extends past end of file (size " +
-                     std::to_string(good.size()) + ")");
+                 "tensor 'b.weight': data [" + std::to_string(data_start + 1024) + ".." + std::to_string(data_start + 1024 + 68) +
+                     ") extends past end of file (size " + std::to_string(good.size()) + ")");
 
     bytes = good;
     patch<uint64_t>(&bytes, at.b_offset(), ~0ull & ~31ull);  // aligned, but start + size overflows
@@ -892,8 +891,8 @@ TEST_CASE("gguf: misaligned, out-of-file and overlapping tensor data") {
     patch<uint64_t>(&bytes, at.b_offset(), 32);  // a.weight occupies [0, 64) of the data section
     expect_error(bytes, H2O_ERR_MODEL_FORMAT,
                  "tensors 'a.weight' (data [" + std::to_string(data_start) + ".." + std::to_string(data_start + 64) +
-                     ")) and 'b.weight' (data [" + std::to_string(data_start + 32) + ".." +
-                     std::to_string(data_start + 100) + ")) overlap");
+                     ")) and 'b.weight' (data [" + std::to_string(data_start + 32) + ".." + std::to_string(data_start + 100) +
+                     ")) overlap");
 }
 
 TEST_CASE("gguf: empty tensor name") {
@@ -934,7 +933,11 @@ TEST_CASE("gguf: open() errors name the path") {
 
     // An empty file and a malformed file: the format error is prefixed with the path.
     const std::string empty = h2o_test::temp_path("gguf_empty.gguf");
-    { std::FILE *f = std::fopen(empty.c_str(), "wb"); REQUIRE(f); std::fclose(f); }
+    {
+        std::FILE *f = std::fopen(empty.c_str(), "wb");
+        REQUIRE(f);
+        std::fclose(f);
+    }
     status = GgufFile::open(empty, &file);
     CHECK(status.code == H2O_ERR_MODEL_FORMAT);
     CHECK(status.message == empty + ": empty file (0 bytes): not a GGUF file");

@@ -127,8 +127,10 @@ TEST_CASE("policies pick the victim their definition names") {
             const std::set<int64_t> gone = c.evict(2);
             REQUIRE(gone.size() == 2);
             for (int64_t i : gone) CHECK((i != 2 && i < 6));
-            if (run == 0) first = gone;
-            else CHECK(gone == first);
+            if (run == 0)
+                first = gone;
+            else
+                CHECK(gone == first);
         }
     }
     SUBCASE("horizon: stale tokens go first, oldest first, whatever their statistics") {
@@ -222,7 +224,7 @@ TEST_CASE("one-shot prompt eviction: a prompt batch ranks by the proxy queries' 
 TEST_CASE("pinned tokens are never evicted, and a fully protected cache evicts the oldest unpinned") {
     SmallCache c(policy_of(KvPolicy::H2O, /*recent=*/8));  // the window covers everything
     for (int s = 0; s < 3; ++s) c.view().tag[s] = KV_TAG_PINNED;
-    c.view().stats[5].accumulated = -1;                      // would be the H2O victim if allowed
+    c.view().stats[5].accumulated = -1;  // would be the H2O victim if allowed
     CHECK(c.evict() == std::set<int64_t>{3});
     CHECK(c.evict(3) == std::set<int64_t>{4, 5});  // one slot is still free: two more go
 }
@@ -309,7 +311,8 @@ namespace {
 struct RealSession {
     std::unique_ptr<Model> model;
     std::unique_ptr<Session> session;
-    RealSession(const std::string &path, int budget, KvPolicy policy, bool rolling, int recent = -1, int n_ctx = 0, float layer_slope = 0.0f) {
+    RealSession(const std::string &path, int budget, KvPolicy policy, bool rolling, int recent = -1, int n_ctx = 0,
+                float layer_slope = 0.0f) {
         REQUIRE(Model::load(path, "", &model).ok());
         SessionSettings s;
         s.n_ctx = n_ctx ? n_ctx : static_cast<int>(model->n_ctx_train());
@@ -354,8 +357,8 @@ TEST_CASE("every (layer, kv head) holds exactly the budget, and heads keep diffe
     for (const auto &h : heads) {
         CHECK(h.size() == 32);
         CHECK(std::set<int64_t>(h.begin(), h.end()).size() == h.size());
-        CHECK(h.back() == n_past - 1);           // the newest token is always kept
-        CHECK(h[h.size() - 8] == n_past - 8);    // and the whole recent window
+        CHECK(h.back() == n_past - 1);         // the newest token is always kept
+        CHECK(h[h.size() - 8] == n_past - 8);  // and the whole recent window
         heads_differ |= h != heads[0];
     }
     CHECK(heads_differ);

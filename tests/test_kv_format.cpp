@@ -30,10 +30,10 @@ TEST_CASE("KV rows round-trip within each format's error bound") {
                 hi = std::fmax(hi, v);
             }
             // Half a quantization step (plus the rounding of a half-precision scale and minimum).
-            const float bound = type == KvRowFormat::F32 ? 0.0f
+            const float bound = type == KvRowFormat::F32   ? 0.0f
                                 : type == KvRowFormat::F16 ? amax * 0x1p-11f
-                                : type == KvRowFormat::Q8 ? amax / 127.0f * 0.5f + 1e-6f
-                                                     : (hi - lo) / 15.0f * 0.5f * 1.01f + std::fabs(lo) * 0x1p-11f;
+                                : type == KvRowFormat::Q8  ? amax / 127.0f * 0.5f + 1e-6f
+                                                           : (hi - lo) / 15.0f * 0.5f * 1.01f + std::fabs(lo) * 0x1p-11f;
             for (int i = 0; i < head_dim; ++i) CHECK(std::fabs(back[i] - x[i]) <= bound);
         }
     }
@@ -64,4 +64,3 @@ TEST_CASE("Q4 rows store grid values exactly and a constant row without error") 
     kv_load_row(KvRowFormat::Q8, q8.data(), 8, back);
     for (int i = 0; i < 8; ++i) CHECK(back[i] == 0.0f);
 }
-

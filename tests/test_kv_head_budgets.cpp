@@ -439,7 +439,8 @@ TEST_CASE("kv_head_share on the real model: regions stay within bounds in the sa
         CHECK(span.kept_max >= 8);
         // The same memory as fixed budgets, but for rebalancing's working lists: a pool's slot
         // offsets, destinations and priorities (a layer's, or the whole cache's), and each cell's size.
-        const size_t pool_slots = across_layers ? static_cast<size_t>(kv.total_slots()) : static_cast<size_t>(kv.n_head_kv) * kv.max_slots();
+        const size_t pool_slots =
+            across_layers ? static_cast<size_t>(kv.total_slots()) : static_cast<size_t>(kv.n_head_kv) * kv.max_slots();
         CHECK(session->backend().kv_bytes() - uniform->backend().kv_bytes() ==
               pool_slots * (2 * sizeof(int64_t) + sizeof(float)) + static_cast<size_t>(kv.n_layer) * kv.n_head_kv * sizeof(int32_t));
     }
@@ -603,52 +604,52 @@ TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as th
     // Each policy with stream positions and with rolling ones; budgets across layers (one region
     // of rows for the whole cache) for one policy in two.
     for (const bool rolling : {false, true})
-    for (KvPolicy policy : {KvPolicy::RoCo, KvPolicy::H2O}) {
-        const std::string name = kv_policy_name(policy);
-        const bool across_layers = rolling == (policy == KvPolicy::RoCo);
-        CAPTURE(name);
-        CAPTURE(rolling);
-        CAPTURE(across_layers);
-        SessionSettings settings = head_share_settings(*model, 0.75f, H2O_BACKEND_VULKAN);
-        settings.policy.policy = policy;
-        settings.rolling = rolling;
-        settings.kv_share_across_layers = across_layers;
-        settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
-        settings.policy.horizon = 0;  // stale tokens, evicted first, leave the cells' shares even
-        std::unique_ptr<Session> gpu = h2o_test::session_or_skip(*model, settings);
-        if (!gpu) return;
-        settings.backend = H2O_BACKEND_CPU;
-        std::unique_ptr<Session> cpu;
-        REQUIRE(Session::create(*model, settings, &cpu).ok());
-        std::string gpu_text, cpu_text;
-        const TextSink collect = [](const char *piece, size_t size, void *out) {
-            static_cast<std::string *>(out)->append(piece, size);
-            return false;  // go on
-        };
-        const std::string prompt = "Once upon a time, there was a little dog named Max. He liked to run in the park with his friend.";
-        REQUIRE(gpu->generate(prompt, h2o_test::greedy(16), collect, &gpu_text).ok());
-        REQUIRE(cpu->generate(prompt, h2o_test::greedy(16), collect, &cpu_text).ok());
-        CHECK(gpu_text.size() > 30);  // 16 tokens
-        CHECK(gpu_text == cpu_text);
-        const CacheView g(*gpu), c(*cpu);
-        CHECK(g.cell_slots == c.cell_slots);
-        size_t first_difference = 0, differences = 0;
-        for (size_t i = 0; i < c.stream.size(); ++i) {
-            if (g.stream[i] != c.stream[i] && differences++ == 0) first_difference = i;
+        for (KvPolicy policy : {KvPolicy::RoCo, KvPolicy::H2O}) {
+            const std::string name = kv_policy_name(policy);
+            const bool across_layers = rolling == (policy == KvPolicy::RoCo);
+            CAPTURE(name);
+            CAPTURE(rolling);
+            CAPTURE(across_layers);
+            SessionSettings settings = head_share_settings(*model, 0.75f, H2O_BACKEND_VULKAN);
+            settings.policy.policy = policy;
+            settings.rolling = rolling;
+            settings.kv_share_across_layers = across_layers;
+            settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
+            settings.policy.horizon = 0;  // stale tokens, evicted first, leave the cells' shares even
+            std::unique_ptr<Session> gpu = h2o_test::session_or_skip(*model, settings);
+            if (!gpu) return;
+            settings.backend = H2O_BACKEND_CPU;
+            std::unique_ptr<Session> cpu;
+            REQUIRE(Session::create(*model, settings, &cpu).ok());
+            std::string gpu_text, cpu_text;
+            const TextSink collect = [](const char *piece, size_t size, void *out) {
+                static_cast<std::string *>(out)->append(piece, size);
+                return false;  // go on
+            };
+            const std::string prompt = "Once upon a time, there was a little dog named Max. He liked to run in the park with his friend.";
+            REQUIRE(gpu->generate(prompt, h2o_test::greedy(16), collect, &gpu_text).ok());
+            REQUIRE(cpu->generate(prompt, h2o_test::greedy(16), collect, &cpu_text).ok());
+            CHECK(gpu_text.size() > 30);  // 16 tokens
+            CHECK(gpu_text == cpu_text);
+            const CacheView g(*gpu), c(*cpu);
+            CHECK(g.cell_slots == c.cell_slots);
+            size_t first_difference = 0, differences = 0;
+            for (size_t i = 0; i < c.stream.size(); ++i) {
+                if (g.stream[i] != c.stream[i] && differences++ == 0) first_difference = i;
+            }
+            INFO(differences << " slots differ, the first " << first_difference << ": " << g.stream[first_difference] << " against "
+                             << c.stream[first_difference]);
+            CHECK(g.stream == c.stream);
+            const KvConfig &kv = cpu->kv_config();
+            CHECK(cache_positions(*gpu) == cache_positions(*cpu));
+            bool moved = false, layers_moved = false;
+            for (size_t i = 0; i < c.cell_slots.size(); ++i) moved |= c.cell_slots[i] != kv.slots_in(static_cast<int>(i / kv.n_head_kv));
+            for (int l = 0; l < kv.n_layer; ++l) {
+                int64_t layer_total = 0;
+                for (int h = 0; h < kv.n_head_kv; ++h) layer_total += c.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
+                layers_moved |= layer_total != static_cast<int64_t>(kv.n_head_kv) * kv.slots_in(l);
+            }
+            CHECK(moved);
+            CHECK(layers_moved == across_layers);
         }
-        INFO(differences << " slots differ, the first " << first_difference << ": " << g.stream[first_difference] << " against "
-                         << c.stream[first_difference]);
-        CHECK(g.stream == c.stream);
-        const KvConfig &kv = cpu->kv_config();
-        CHECK(cache_positions(*gpu) == cache_positions(*cpu));
-        bool moved = false, layers_moved = false;
-        for (size_t i = 0; i < c.cell_slots.size(); ++i) moved |= c.cell_slots[i] != kv.slots_in(static_cast<int>(i / kv.n_head_kv));
-        for (int l = 0; l < kv.n_layer; ++l) {
-            int64_t layer_total = 0;
-            for (int h = 0; h < kv.n_head_kv; ++h) layer_total += c.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
-            layers_moved |= layer_total != static_cast<int64_t>(kv.n_head_kv) * kv.slots_in(l);
-        }
-        CHECK(moved);
-        CHECK(layers_moved == across_layers);
-    }
 }

@@ -129,10 +129,10 @@ TEST_CASE("kv settings table: the parameters for resolved settings resolve to th
         int32_t rolling;
         double slope, proxy, share, head_share, across, sinks_every_policy;
     };
-    const Case cases[] = {{H2O_KV_SCISSORHANDS, 32, 0, 0, 0, 0, 0, 0, 0},     {H2O_KV_SCISSORHANDS, 0, 0, 0.5, 0, 0, 0.5, 1, 0},
-                          {H2O_KV_H2O, 48, 1, -0.25, 6, 0.3, 0.5, 1, 1}, {H2O_KV_WINDOW, 40, 1, 0.25, 0, 0, 0, 0, 1},
-                          {H2O_KV_SINK_WINDOW, 64, 0, 0, 0, 0, 0, 0, 0},    {H2O_KV_TOVA, 32, 0, 0, 4, 0, 0.25, 0, 1},
-                          {H2O_KV_RANDOM, 32, 1, 0, 0, 0, 0, 0, 0},          {H2O_KV_MEAN_H2O, 64, 0, 0.5, 0, 0, 0, 0, 0}};
+    const Case cases[] = {{H2O_KV_SCISSORHANDS, 32, 0, 0, 0, 0, 0, 0, 0}, {H2O_KV_SCISSORHANDS, 0, 0, 0.5, 0, 0, 0.5, 1, 0},
+                          {H2O_KV_H2O, 48, 1, -0.25, 6, 0.3, 0.5, 1, 1},  {H2O_KV_WINDOW, 40, 1, 0.25, 0, 0, 0, 0, 1},
+                          {H2O_KV_SINK_WINDOW, 64, 0, 0, 0, 0, 0, 0, 0},  {H2O_KV_TOVA, 32, 0, 0, 4, 0, 0.25, 0, 1},
+                          {H2O_KV_RANDOM, 32, 1, 0, 0, 0, 0, 0, 0},       {H2O_KV_MEAN_H2O, 64, 0, 0.5, 0, 0, 0, 0, 0}};
     for (const Case &c : cases) {
         CAPTURE(c.policy);
         CAPTURE(c.budget);
@@ -140,9 +140,10 @@ TEST_CASE("kv settings table: the parameters for resolved settings resolve to th
         p.kv_policy = c.policy;
         p.kv_budget = c.budget;
         p.position_rolling = c.rolling;
-        const std::pair<uint32_t, double> research[] = {{H2O_EXP_KV_LAYER_SLOPE, c.slope},           {H2O_EXP_KV_PROMPT_PROXY, c.proxy},
-                                                        {H2O_EXP_KV_PROMPT_RANDOM_SHARE, c.share},    {H2O_EXP_KV_HEAD_SHARE, c.head_share},
-                                                        {H2O_EXP_KV_SHARE_ACROSS_LAYERS, c.across}, {H2O_EXP_KV_SINKS_EVERY_POLICY, c.sinks_every_policy}};
+        const std::pair<uint32_t, double> research[] = {
+            {H2O_EXP_KV_LAYER_SLOPE, c.slope},          {H2O_EXP_KV_PROMPT_PROXY, c.proxy},
+            {H2O_EXP_KV_PROMPT_RANDOM_SHARE, c.share},  {H2O_EXP_KV_HEAD_SHARE, c.head_share},
+            {H2O_EXP_KV_SHARE_ACROSS_LAYERS, c.across}, {H2O_EXP_KV_SINKS_EVERY_POLICY, c.sinks_every_policy}};
         for (const auto &[key, value] : research) REQUIRE(h2o_session_params_set_experimental(&p, key, value) == H2O_OK);
         SessionSettings first, second;
         REQUIRE(resolve_session_settings(p, context, &first).ok());
@@ -162,7 +163,7 @@ TEST_CASE("research settings: set, get, ranges and unknown keys") {
     REQUIRE(h2o_session_params_set_experimental(&p, H2O_EXP_KV_HEAD_SHARE, 0.3) == H2O_OK);
     double value = 0.0;
     REQUIRE(h2o_session_params_get_experimental(&p, H2O_EXP_KV_HEAD_SHARE, &value) == H2O_OK);
-    CHECK(value == static_cast<double>(0.3f));  // held as the session holds it, a float
+    CHECK(value == static_cast<double>(0.3f));                                               // held as the session holds it, a float
     REQUIRE(h2o_session_params_set_experimental(&p, H2O_EXP_KV_HEAD_SHARE, 0.9) == H2O_OK);  // the maximum itself
 
     CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_HEAD_SHARE, 0.95) == H2O_ERR_INVALID_ARGUMENT);
@@ -320,8 +321,9 @@ TEST_CASE("kv_sinks_every_policy: a window with it keeps exactly what sink_windo
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
     CHECK(layout.sinks == 4);
     CHECK(layout.heavy == 32 - 16 - 4);
-    const std::string text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
-                             "One day, she saw a big red ball in the park and ran to get it, but a dog got there first.";
+    const std::string text =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
+        "One day, she saw a big red ball in the park and ran to get it, but a dog got there first.";
     REQUIRE(h2o_session_add_text(session, text.data(), text.size(), 0) == H2O_OK);
     size_t bound = 0, size = 0;
     REQUIRE(h2o_session_state_size(session, &bound) == H2O_OK);

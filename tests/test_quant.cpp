@@ -46,8 +46,8 @@ bool can_run(cpu::KernelIsa isa) {
     return false;
 }
 
-constexpr cpu::KernelIsa kSimdLevels[] = {cpu::KernelIsa::Avx2,     cpu::KernelIsa::Avx2Vnni,    cpu::KernelIsa::Avx512,
-                                          cpu::KernelIsa::Neon,     cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm};
+constexpr cpu::KernelIsa kSimdLevels[] = {cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx2Vnni,    cpu::KernelIsa::Avx512,
+                                          cpu::KernelIsa::Neon, cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm};
 
 // The SIMD levels this CPU runs (each is tested against the reference and the scalar path). The
 // others belong to another architecture or a newer CPU; only a CPU that runs none marks the test
@@ -91,7 +91,6 @@ const TensorType kKTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6
 bool is_quant(TensorType t) { return t != TensorType::F32 && t != TensorType::F16; }
 bool is_k(TensorType t) { return traits(t).block_elements == 256; }
 
-
 }  // namespace
 
 // ---- fp16 -----------------------------------------------------------------------------------
@@ -107,21 +106,21 @@ TEST_CASE("fp16: exact values, rounding and special cases") {
         {1.0f, 0x3C00},
         {-2.0f, 0xC000},
         {0.5f, 0x3800},
-        {65504.0f, 0x7BFF},                    // largest half
-        {65519.0f, 0x7BFF},                    // below the midpoint to 65536: stays finite
-        {65520.0f, 0x7C00},                    // the midpoint ties to even, which is infinity
+        {65504.0f, 0x7BFF},  // largest half
+        {65519.0f, 0x7BFF},  // below the midpoint to 65536: stays finite
+        {65520.0f, 0x7C00},  // the midpoint ties to even, which is infinity
         {1e10f, 0x7C00},
         {-1e10f, 0xFC00},
         {INFINITY, 0x7C00},
         {-INFINITY, 0xFC00},
-        {0x1p-14f, 0x0400},                    // smallest normal
-        {0x1p-24f, 0x0001},                    // smallest subnormal
+        {0x1p-14f, 0x0400},  // smallest normal
+        {0x1p-24f, 0x0001},  // smallest subnormal
         {-0x1p-24f, 0x8001},
-        {1023 * 0x1p-24f, 0x03FF},             // largest subnormal
-        {0x1p-25f, 0x0000},                    // half of the smallest subnormal ties to even (0)
-        {0x1.000002p-25f, 0x0001},             // just above that half rounds up
-        {3 * 0x1p-25f, 0x0002},                // 1.5 units ties to even (2)
-        {1023.5f * 0x1p-24f, 0x0400},          // ties to even, carrying into the smallest normal
+        {1023 * 0x1p-24f, 0x03FF},     // largest subnormal
+        {0x1p-25f, 0x0000},            // half of the smallest subnormal ties to even (0)
+        {0x1.000002p-25f, 0x0001},     // just above that half rounds up
+        {3 * 0x1p-25f, 0x0002},        // 1.5 units ties to even (2)
+        {1023.5f * 0x1p-24f, 0x0400},  // ties to even, carrying into the smallest normal
         {1e-30f, 0x0000},
         {1.0f + 0x1p-11f, 0x3C00},             // tie between 0x3C00 and 0x3C01: even
         {1.0f + 3 * 0x1p-11f, 0x3C02},         // tie between 0x3C01 and 0x3C02: even
@@ -198,9 +197,7 @@ namespace {
 __attribute__((target("f16c"))) uint16_t hw_fp32_to_fp16(float f) {
     return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
 }
-__attribute__((target("f16c"))) float hw_fp16_to_fp32(uint16_t h) {
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
+__attribute__((target("f16c"))) float hw_fp16_to_fp32(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 }  // namespace
 
 TEST_CASE("fp16: matches the F16C instructions bit for bit") {
@@ -234,9 +231,9 @@ TEST_CASE("Q8_0 and Q4_0 blocks dequantize to hand-computed values") {
     BlockQ4_0 q4{};
     q4.d = 0xC000;  // -2
     // Byte j holds element j (low nibble) and element j + 16 (high nibble).
-    q4.qs[0] = 0xF0;   // element 0: (0 - 8) * -2 = 16;  element 16: (15 - 8) * -2 = -14
-    q4.qs[1] = 0x08;   // element 1: 0;                  element 17: (0 - 8) * -2 = 16
-    q4.qs[15] = 0x9A;  // element 15: (10 - 8) * -2 = -4; element 31: (9 - 8) * -2 = -2
+    q4.qs[0] = 0xF0;                               // element 0: (0 - 8) * -2 = 16;  element 16: (15 - 8) * -2 = -14
+    q4.qs[1] = 0x08;                               // element 1: 0;                  element 17: (0 - 8) * -2 = 16
+    q4.qs[15] = 0x9A;                              // element 15: (10 - 8) * -2 = -4; element 31: (9 - 8) * -2 = -2
     for (int j = 2; j < 15; ++j) q4.qs[j] = 0x88;  // zeros
     REQUIRE(dequantize_row(TensorType::Q4_0, &q4, out, 32));
     CHECK(out[0] == 16.0f);
@@ -258,7 +255,7 @@ TEST_CASE("Q8_0 quantization gives llama.cpp's bytes for a known vector") {
     for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j);
     BlockQ8_0 b{};
     REQUIRE(quantize_row(TensorType::Q8_0, x, &b, 32));
-    const int8_t want[32] = {0,  4,  8,  12, 16, 20, 25, 29, 33,  37,  41,  45,  49,  53,  57,  61,
+    const int8_t want[32] = {0,  4,  8,  12, 16, 20, 25, 29, 33, 37,  41,  45,  49,  53,  57,  61,
                              66, 70, 74, 78, 82, 86, 90, 94, 98, 102, 107, 111, 115, 119, 123, 127};
     CHECK(b.d == 0x33D0);
     for (int j = 0; j < 32; ++j) {
@@ -288,8 +285,7 @@ TEST_CASE("Q4_0 quantization gives llama.cpp's bytes for known vectors") {
     }
     BlockQ4_0 b{};
     REQUIRE(quantize_row(TensorType::Q4_0, x, &b, 32));
-    const uint8_t want[16] = {0x40, 0x51, 0x52, 0x63, 0x64, 0x75, 0x76, 0x87,
-                              0x88, 0x99, 0x9A, 0xAB, 0xAC, 0xBD, 0xBE, 0xCF};
+    const uint8_t want[16] = {0x40, 0x51, 0x52, 0x63, 0x64, 0x75, 0x76, 0x87, 0x88, 0x99, 0x9A, 0xAB, 0xAC, 0xBD, 0xBE, 0xCF};
     CHECK(b.d == 0x3C00);
     for (int j = 0; j < 16; ++j) {
         CAPTURE(j);
@@ -502,10 +498,10 @@ const uint8_t kSc[8] = {1, 2, 3, 4, 33, 45, 63, 17}, kMin[8] = {0, 5, 10, 63, 16
 
 // Nibble bytes: qs[32g + l] holds element l of sub-block 2g (low) and of 2g+1 (high).
 void set_test_nibbles(uint8_t *qs) {
-    qs[0] = 0x5A;       // element 0 (sub-block 0): q = 10; element 32 (sub-block 1): q = 5
-    qs[32 + 16] = 0x31; // element 80 (sub-block 2): q = 1; element 112 (sub-block 3): q = 3
-    qs[64 + 3] = 0xF7;  // element 131 (sub-block 4): q = 7; element 163 (sub-block 5): q = 15
-    qs[96 + 31] = 0x2E; // element 223 (sub-block 6): q = 14; element 255 (sub-block 7): q = 2
+    qs[0] = 0x5A;        // element 0 (sub-block 0): q = 10; element 32 (sub-block 1): q = 5
+    qs[32 + 16] = 0x31;  // element 80 (sub-block 2): q = 1; element 112 (sub-block 3): q = 3
+    qs[64 + 3] = 0xF7;   // element 131 (sub-block 4): q = 7; element 163 (sub-block 5): q = 15
+    qs[96 + 31] = 0x2E;  // element 223 (sub-block 6): q = 14; element 255 (sub-block 7): q = 2
 }
 
 }  // namespace
@@ -591,24 +587,24 @@ TEST_CASE("Q6_K block dequantizes to hand-computed values") {
     b.scales[15] = 127;
     // Element e = 128h + 32i + l: low 4 bits from ql[64h + l + 32 (i & 1)] (low nibble for i < 2,
     // high for i >= 2), top 2 bits from bits 2i, 2i+1 of qh[32h + l]; value d * scale[e/16] * (q - 32).
-    b.ql[0] = 0xA5;   // e = 0: low nibble 5; e = 64: high nibble 10
-    b.qh[0] = 0x32;   // e = 0: bits 0-1 = 2; e = 64: bits 4-5 = 3
-    b.ql[99] = 0x0C;  // e = 163 (h 1, i 1, l 3): 12
-    b.qh[35] = 0x04;  //   bits 2-3 = 1
-    b.ql[127] = 0xF0; // e = 255 (h 1, i 3, l 31): high nibble 15
-    b.qh[63] = 0xC0;  //   bits 6-7 = 3
-    b.ql[64] = 0x01;  // e = 128 (h 1, i 0, l 0): 1
-    b.qh[32] = 0x01;  //   bits 0-1 = 1
+    b.ql[0] = 0xA5;    // e = 0: low nibble 5; e = 64: high nibble 10
+    b.qh[0] = 0x32;    // e = 0: bits 0-1 = 2; e = 64: bits 4-5 = 3
+    b.ql[99] = 0x0C;   // e = 163 (h 1, i 1, l 3): 12
+    b.qh[35] = 0x04;   //   bits 2-3 = 1
+    b.ql[127] = 0xF0;  // e = 255 (h 1, i 3, l 31): high nibble 15
+    b.qh[63] = 0xC0;   //   bits 6-7 = 3
+    b.ql[64] = 0x01;   // e = 128 (h 1, i 0, l 0): 1
+    b.qh[32] = 0x01;   //   bits 0-1 = 1
     float y[256];
     REQUIRE(dequantize_row(TensorType::Q6_K, &b, y, 256));
-    CHECK(y[0] == 1.25f);     // 0.25 * 1 * (37 - 32)
-    CHECK(y[64] == 19.5f);    // 0.25 * 3 * (58 - 32)
-    CHECK(y[17] == 16.0f);    // 0.25 * -2 * (0 - 32)
-    CHECK(y[163] == -7.0f);   // 0.25 * 7 * (28 - 32)
-    CHECK(y[255] == 984.25f); // 0.25 * 127 * (63 - 32)
-    CHECK(y[128] == 480.0f);  // 0.25 * -128 * (17 - 32)
-    CHECK(y[100] == -40.0f);  // 0.25 * 5 * (0 - 32)
-    CHECK(y[200] == 0.0f);    // scale 0
+    CHECK(y[0] == 1.25f);      // 0.25 * 1 * (37 - 32)
+    CHECK(y[64] == 19.5f);     // 0.25 * 3 * (58 - 32)
+    CHECK(y[17] == 16.0f);     // 0.25 * -2 * (0 - 32)
+    CHECK(y[163] == -7.0f);    // 0.25 * 7 * (28 - 32)
+    CHECK(y[255] == 984.25f);  // 0.25 * 127 * (63 - 32)
+    CHECK(y[128] == 480.0f);   // 0.25 * -128 * (17 - 32)
+    CHECK(y[100] == -40.0f);   // 0.25 * 5 * (0 - 32)
+    CHECK(y[200] == 0.0f);     // scale 0
 }
 
 TEST_CASE("K-quant quantization: error bounds, and lower error than Q4_0 at the same size") {
@@ -664,8 +660,7 @@ TEST_CASE("K-quant quantization: error bounds, and lower error than Q4_0 at the 
     };
     const double q4_0 = rel_rms(TensorType::Q4_0), q8_0 = rel_rms(TensorType::Q8_0);
     const double q4_k = rel_rms(TensorType::Q4_K), q5_k = rel_rms(TensorType::Q5_K), q6_k = rel_rms(TensorType::Q6_K);
-    INFO("relative RMS error: Q4_0 " << q4_0 << ", Q4_K " << q4_k << ", Q5_K " << q5_k << ", Q6_K " << q6_k
-                                     << ", Q8_0 " << q8_0);
+    INFO("relative RMS error: Q4_0 " << q4_0 << ", Q4_K " << q4_k << ", Q5_K " << q5_k << ", Q6_K " << q6_k << ", Q8_0 " << q8_0);
     // On Gaussian data these are about 0.086, 0.070, 0.035, 0.017 and 0.0053 (llama.cpp's own
     // reference quantizer: 0.071 Q4_K, 0.036 Q5_K, 0.018 Q6_K).
     CHECK(q4_k < 0.9 * q4_0);
@@ -800,9 +795,12 @@ std::vector<float> mixed_blocks(std::mt19937 &rng, int64_t n_blocks) {
         float *blk = &x[b * 32];
         const unsigned kind = rng() % 10;
         for (int j = 0; j < 32; ++j) {
-            if (kind < 7) blk[j] = std::min(std::max(nd(rng), -1.5f), 1.5f) * scales[kind];
-            else if (kind == 7) blk[j] = j == 0 ? -127.0f : static_cast<float>(j - 16) + 0.5f;
-            else blk[j] = 0.0f;
+            if (kind < 7)
+                blk[j] = std::min(std::max(nd(rng), -1.5f), 1.5f) * scales[kind];
+            else if (kind == 7)
+                blk[j] = j == 0 ? -127.0f : static_cast<float>(j - 16) + 0.5f;
+            else
+                blk[j] = 0.0f;
         }
         if (kind == 9 && rng() % 2) blk[rng() % 32] = rng() % 2 ? -INFINITY : NAN;
     }
@@ -851,8 +849,7 @@ struct MatmulCase {
 };
 
 // Runs matmul with the current kernels; checks it writes exactly y and leaves the guards alone.
-std::vector<float> run_matmul(ThreadPool &pool, const MatmulCase &c, const std::vector<uint8_t> &w,
-                              const std::vector<float> &x) {
+std::vector<float> run_matmul(ThreadPool &pool, const MatmulCase &c, const std::vector<uint8_t> &w, const std::vector<float> &x) {
     const float sentinel = -12345.0f;
     std::vector<float> y(c.rows * c.n_tokens + 16, sentinel);
     // Scratch at an odd address: matmul must align it itself.
@@ -864,8 +861,7 @@ std::vector<float> run_matmul(ThreadPool &pool, const MatmulCase &c, const std::
         cpu::interleave_rows(c.type, w.data(), interleaved.data(), c.rows, c.cols);
         weights = interleaved.data();
     }
-    cpu::matmul(pool, c.type, weights, c.rows, c.cols, x.data(), c.n_tokens, y.data() + 8, scratch.data() + 1,
-                c.layout);
+    cpu::matmul(pool, c.type, weights, c.rows, c.cols, x.data(), c.n_tokens, y.data() + 8, scratch.data() + 1, c.layout);
     for (int i = 0; i < 8; ++i) {
         REQUIRE(y[i] == sentinel);
         REQUIRE(y[y.size() - 1 - i] == sentinel);
@@ -1044,9 +1040,10 @@ TEST_CASE("matmul_group: products of one input have the bits of separate matmuls
         TensorType type;
         int64_t rows;
         cpu::WeightLayout layout;
-    } groups[][3] = {{{TensorType::Q4_K, 136, kX8}, {TensorType::Q6_K, 24, cpu::WeightLayout::Rows}, {TensorType::Q6_K, 16, kX8}},
-                     {{TensorType::Q4_0, 136, kX8}, {TensorType::Q8_0, 7, cpu::WeightLayout::Rows}, {TensorType::F16, 33, cpu::WeightLayout::Rows}},
-                     {{TensorType::F32, 70, cpu::WeightLayout::Rows}, {TensorType::Q5_K, 9, cpu::WeightLayout::Rows}, {TensorType::Q4_0, 8, kX8}}};
+    } groups[][3] = {
+        {{TensorType::Q4_K, 136, kX8}, {TensorType::Q6_K, 24, cpu::WeightLayout::Rows}, {TensorType::Q6_K, 16, kX8}},
+        {{TensorType::Q4_0, 136, kX8}, {TensorType::Q8_0, 7, cpu::WeightLayout::Rows}, {TensorType::F16, 33, cpu::WeightLayout::Rows}},
+        {{TensorType::F32, 70, cpu::WeightLayout::Rows}, {TensorType::Q5_K, 9, cpu::WeightLayout::Rows}, {TensorType::Q4_0, 8, kX8}}};
     std::vector<cpu::KernelIsa> levels = simd_levels();
     levels.push_back(cpu::KernelIsa::Scalar);
     for (const auto &group : groups) {
@@ -1064,7 +1061,8 @@ TEST_CASE("matmul_group: products of one input have the bits of separate matmuls
         for (int64_t n_tokens : {1, 3, 37}) {
             const std::vector<float> x = random_vector(rng, n_tokens * cols);
             size_t scratch_bytes = 0;
-            for (const Product &product : group) scratch_bytes = std::max(scratch_bytes, cpu::matmul_scratch_bytes(product.type, cols, n_tokens));
+            for (const Product &product : group)
+                scratch_bytes = std::max(scratch_bytes, cpu::matmul_scratch_bytes(product.type, cols, n_tokens));
             std::vector<uint8_t> scratch(scratch_bytes);
             for (cpu::KernelIsa isa : levels) {
                 for (int threads : {1, 2, 3}) {
@@ -1081,7 +1079,8 @@ TEST_CASE("matmul_group: products of one input have the bits of separate matmuls
                         const void *w = x8 ? interleaved[i].data() : file_layout[i].data();
                         alone[i].assign(group[i].rows * n_tokens, -1.0f);
                         together[i].assign(group[i].rows * n_tokens, -2.0f);
-                        cpu::matmul(pool, group[i].type, w, group[i].rows, cols, x.data(), n_tokens, alone[i].data(), scratch.data(), layout);
+                        cpu::matmul(pool, group[i].type, w, group[i].rows, cols, x.data(), n_tokens, alone[i].data(), scratch.data(),
+                                    layout);
                         outputs[i] = {group[i].type, w, group[i].rows, together[i].data(), layout};
                     }
                     cpu::matmul_group(pool, outputs, 3, cols, x.data(), n_tokens, scratch.data());
@@ -1130,8 +1129,7 @@ void check_nan_propagation(cpu::KernelIsa isa) {
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, x8_rows * cols), x8_rows, cols);
         std::vector<float> x = random_vector(rng, n_tokens * cols);
         x[2 * cols + 40] = NAN;
-        const std::vector<float> y =
-            run_matmul(pool, {type, x8_rows, cols, n_tokens, cpu::WeightLayout::Interleaved8}, w, x);
+        const std::vector<float> y = run_matmul(pool, {type, x8_rows, cols, n_tokens, cpu::WeightLayout::Interleaved8}, w, x);
         for (int64_t t = 0; t < n_tokens; ++t) {
             for (int64_t r = 0; r < x8_rows; ++r) CHECK(std::isnan(y[t * x8_rows + r]) == (t == 2));
         }
@@ -1160,13 +1158,13 @@ void check_interleaved_layout(cpu::KernelIsa isa) {
         const uint8_t *blk = w.data() + 10 * row.size() + traits(type).block_bytes;
         if (type == TensorType::Q4_0) {
             const uint8_t *grp = x8.data() + (1 * 3 + 1) * 144;
-            CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);                  // scale
+            CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);                        // scale
             CHECK(std::memcmp(grp + 16 + 32 * 1 + 4 * 2, blk + 2 + 4, 4) == 0);  // quant bytes 4..7
         } else if (type == TensorType::Q4_K) {
             const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1184;
             uint8_t sc[8], m[8];
             unpack_k_scales(blk + 4, sc, m);
-            CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);       // d
+            CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);           // d
             CHECK(std::memcmp(grp + 16 + 2 * 2, blk + 2, 2) == 0);  // dmin
             CHECK(grp[32 + 8 * 5 + 2] == sc[5]);
             CHECK(grp[96 + 8 * 5 + 2] == m[5]);
@@ -1472,9 +1470,7 @@ TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, 
     }
 }
 
-TEST_CASE("dequantize and dequantize_rows equal the reference exactly (scalar)") {
-    check_dequantize(cpu::KernelIsa::Scalar);
-}
+TEST_CASE("dequantize and dequantize_rows equal the reference exactly (scalar)") { check_dequantize(cpu::KernelIsa::Scalar); }
 
 TEST_CASE("dequantize and dequantize_rows equal the reference exactly (SIMD levels)") {
     for (cpu::KernelIsa isa : simd_levels()) {
@@ -1495,8 +1491,8 @@ TEST_CASE("vector operations against double-precision references (SIMD levels)")
 TEST_CASE("half conversions: every kernel level gives fp16.h's halves and floats, bit for bit") {
     // The F16 KV rows are written by these (rolling re-rotates keys through them) and read by every
     // backend's codec (kv_row_codec.h), so the bits must be fp16.h's: specials, ties and all.
-    std::vector<float> values = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e9f, 0x1p-14f, 0x1p-24f,
-                                 0x1p-25f, 0x3p-26f, 0x1p-26f, 1 + 0x1p-11f, 1 + 0x3p-11f, INFINITY, -INFINITY, NAN};
+    std::vector<float> values = {0.0f,     -0.0f,    1.0f,     65504.0f, 65519.0f,     65520.0f,     -65520.0f, 1e9f,      0x1p-14f,
+                                 0x1p-24f, 0x1p-25f, 0x3p-26f, 0x1p-26f, 1 + 0x1p-11f, 1 + 0x3p-11f, INFINITY,  -INFINITY, NAN};
     std::mt19937 rng(5);
     while (values.size() < 4099) values.push_back(float_of(static_cast<uint32_t>(rng())));
     std::vector<uint16_t> expected_halves(values.size());

@@ -42,13 +42,17 @@ size_t element_size(GgufType t) {
     switch (t) {
         case GgufType::UINT8:
         case GgufType::INT8:
-        case GgufType::BOOL: return 1;
+        case GgufType::BOOL:
+            return 1;
         case GgufType::UINT16:
-        case GgufType::INT16: return 2;
+        case GgufType::INT16:
+            return 2;
         case GgufType::UINT32:
         case GgufType::INT32:
-        case GgufType::FLOAT32: return 4;
-        default: return 8;
+        case GgufType::FLOAT32:
+            return 4;
+        default:
+            return 8;
     }
 }
 
@@ -157,11 +161,16 @@ QuantizeReport quantize(const std::string &in, const std::string &out, QuantPres
 // the measured drift: a wrong kernel or layout gives distances near 1.
 double logit_tolerance(QuantPreset preset) {
     switch (preset) {
-        case QuantPreset::F16: return 0.001;
-        case QuantPreset::Q8_0: return 0.03;
-        case QuantPreset::Q6_K: return 0.07;
-        case QuantPreset::Q5_K: return 0.15;
-        default: return 0.35;  // 4-bit types
+        case QuantPreset::F16:
+            return 0.001;
+        case QuantPreset::Q8_0:
+            return 0.03;
+        case QuantPreset::Q6_K:
+            return 0.07;
+        case QuantPreset::Q5_K:
+            return 0.15;
+        default:
+            return 0.35;  // 4-bit types
     }
 }
 
@@ -207,8 +216,7 @@ TEST_CASE("quantize tool: presets, file types and fallbacks") {
     CHECK(q4km("blk.28.attn_v.weight") == TensorType::Q6_K);
     CHECK(q4km("blk.6.attn_q.weight") == TensorType::Q4_K);
     CHECK(q4km("blk.6.ffn_up.weight") == TensorType::Q4_K);
-    CHECK(preset_tensor_type(QuantPreset::Q4_K_M, "blk.0.attn_norm.weight", 1, 32, false, TensorType::F32) ==
-          TensorType::F32);
+    CHECK(preset_tensor_type(QuantPreset::Q4_K_M, "blk.0.attn_norm.weight", 1, 32, false, TensorType::F32) == TensorType::F32);
     CHECK(preset_tensor_type(QuantPreset::Q6_K, "token_embd.weight", 2, 32, false, TensorType::F32) == TensorType::Q6_K);
 }
 
@@ -258,8 +266,7 @@ TEST_CASE("quantize tool: a synthetic model to every preset") {
                            : preset == QuantPreset::Q5_K ? TensorType::Q5_K
                                                          : TensorType::Q6_K;
                 } else if (name == "output.weight" ||
-                           (more_bits && (name.find("attn_v") != std::string::npos ||
-                                          name.find("ffn_down") != std::string::npos))) {
+                           (more_bits && (name.find("attn_v") != std::string::npos || name.find("ffn_down") != std::string::npos))) {
                     want = TensorType::Q6_K;
                 } else {
                     want = TensorType::Q4_K;

@@ -20,7 +20,8 @@ using Candidates = std::vector<std::pair<float, int32_t>>;
 Candidates reference_kept(const std::vector<float> &logits, const h2o::SamplerSettings &s) {
     Candidates c;
     for (size_t i = 0; i < logits.size(); ++i) c.emplace_back(logits[i], static_cast<int32_t>(i));
-    std::sort(c.begin(), c.end(), [](const auto &a, const auto &b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    std::sort(c.begin(), c.end(),
+              [](const auto &a, const auto &b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
     if (s.top_k > 0 && s.top_k < c.size()) c.resize(s.top_k);
     const float max_logit = c[0].first;
     double sum = 0.0;

@@ -162,7 +162,8 @@ TEST_CASE("session state: one-shot prompt eviction's settings are saved and cont
     }
 }
 
-TEST_CASE("session state: budgets per kv head (kv_head_share), within and across layers, are saved with each cell's size and continue exactly") {
+TEST_CASE(
+    "session state: budgets per kv head (kv_head_share), within and across layers, are saved with each cell's size and continue exactly") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}, uint32_t{H2O_KV_ROCO}}) {
         for (float slope : {0.0f, 0.25f}) {  // the smallest layer's heads keep at least 12 slots: room for the pins
@@ -426,12 +427,14 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         std::vector<uint8_t> bad = good;
         const uint64_t huge = uint64_t{1} << 40;
         std::memcpy(bad.data() + kHeaderSize - 24, &huge, sizeof(huge));  // the payload size
-        rehash_header(&bad, kHeaderSize);  // as a forger would
+        rehash_header(&bad, kHeaderSize);                                 // as a forger would
         const Refusal r = try_load(m.model, bad);
         CHECK(r.status == H2O_ERR_STATE_FORMAT);
         CHECK(r.message.find("at most") != std::string::npos);
     }
-    SUBCASE("snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3), 5 (0.4), 6 (0.5) and 7 (0.6) load and continue the same") {
+    SUBCASE(
+        "snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3), 5 (0.4), 6 (0.5) and 7 (0.6) load and continue the "
+        "same") {
         h2o_session *current = nullptr;
         REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &current) == H2O_OK);
         const std::string expected = generate(current, " The", 60, 0.8f);

@@ -82,12 +82,43 @@ std::string render_stream(const Tokenizer &tok, const std::vector<int32_t> &ids)
 // characters outside a small vocabulary (byte fallback), emoji, combining marks, a NUL byte.
 std::vector<std::string> tricky_strings() {
     return {
-        "", " ", "  ", "   ", "\n", "\n\n", " \n ", "\t", "\t\n", "a", " a", "a ", "a  b", "  leading",
-        "trailing  ", "Hello world", " Hello World!", "Once upon a time, there was a little girl.",
-        "Lily said, \"Look!\"\nTom said:  \"Wow...\"", "ü é ñ ß", "Führer", "中文字符", "日本語のテキスト",
-        "😀 emoji 🦙🦙", "👩‍👩‍👧 family", "e\xCC\x81 combining", "ied 4 ½ months", "3.14159 33 333",
-        std::string("nul\0byte", 8), "\xF0\x9F\x98\x81", "tab\tin\tthe middle", "\r\n windows \r\n",
-        "ends with newline\n", "a\xE2\x80\x8A" "b", "!!!!!!??????", "'RE you sure? 'M not",
+        "",
+        " ",
+        "  ",
+        "   ",
+        "\n",
+        "\n\n",
+        " \n ",
+        "\t",
+        "\t\n",
+        "a",
+        " a",
+        "a ",
+        "a  b",
+        "  leading",
+        "trailing  ",
+        "Hello world",
+        " Hello World!",
+        "Once upon a time, there was a little girl.",
+        "Lily said, \"Look!\"\nTom said:  \"Wow...\"",
+        "ü é ñ ß",
+        "Führer",
+        "中文字符",
+        "日本語のテキスト",
+        "😀 emoji 🦙🦙",
+        "👩‍👩‍👧 family",
+        "e\xCC\x81 combining",
+        "ied 4 ½ months",
+        "3.14159 33 333",
+        std::string("nul\0byte", 8),
+        "\xF0\x9F\x98\x81",
+        "tab\tin\tthe middle",
+        "\r\n windows \r\n",
+        "ends with newline\n",
+        "a\xE2\x80\x8A"
+        "b",
+        "!!!!!!??????",
+        "'RE you sure? 'M not",
     };
 }
 
@@ -112,8 +143,7 @@ VocabSpec small_vocab(bool with_bytes, const std::vector<std::pair<std::string, 
 }
 
 // After the bytes: "▁" (259), "▁hi" (260) and "hi" (261), from which BPE builds "▁hi".
-const std::vector<std::pair<std::string, float>> kHiPieces = {
-    {"\xE2\x96\x81", -1}, {"\xE2\x96\x81hi", -2}, {"hi", -3}};
+const std::vector<std::pair<std::string, float>> kHiPieces = {{"\xE2\x96\x81", -1}, {"\xE2\x96\x81hi", -2}, {"hi", -3}};
 
 Status try_vocab(const VocabSpec &spec) {
     std::unique_ptr<Tokenizer> tok;
@@ -195,7 +225,7 @@ TEST_CASE("tokenizer: llama.cpp test vectors for Phi-3's sentencepiece vocabular
     CHECK(tok->type(2) == TOKEN_CONTROL);
     check_llama_cpp_vectors(*tok, inp_path, out_path);
 
-    CHECK(tok->eos() == 32000);  // <|endoftext|>
+    CHECK(tok->eos() == 32000);                                                 // <|endoftext|>
     for (int32_t id : {2, 32000, 32007}) CHECK(tok->is_end_of_generation(id));  // </s>, <|endoftext|>, <|end|>
     for (int32_t id : {0, 1, 32001, 32006}) CHECK_FALSE(tok->is_end_of_generation(id));
     std::vector<int32_t> ids;
@@ -298,7 +328,7 @@ TEST_CASE("tokenizer: append_piece renders bytes, spaces, control and unknown to
     CHECK(piece(0, false) == "[ \xE2\x81\x87 ]");  // unknown, as sentencepiece prints it
     CHECK(piece(0, true) == "[ \xE2\x81\x87 ]");   // sentencepiece keeps its spaces even first
     CHECK(piece(3 + 'A', false) == "[A]");
-    CHECK(piece(3 + ' ', true) == "[ ]");  // a byte token is a real character, never the prefix
+    CHECK(piece(3 + ' ', true) == "[ ]");       // a byte token is a real character, never the prefix
     CHECK(piece(3 + 0xE2, false) == "[\xE2]");  // a raw byte, part of a multi-byte character
     CHECK(piece(-1, false) == "[]");
     CHECK(piece(tok->n_vocab(), false) == "[]");
@@ -339,12 +369,18 @@ TEST_CASE("tokenizer: decode follows sentencepiece") {
 
 TEST_CASE("tokenizer: vocabulary settings (no byte fallback, no space prefix, user-defined pieces)") {
     // Without byte tokens, characters outside the vocabulary become the unknown token.
-    VocabSpec spec = small_vocab(false, {{"\xE2\x96\x81", -1}, {"a", -2}, {"\xE2\x96\x81" "a", -3}});
+    VocabSpec spec = small_vocab(false, {{"\xE2\x96\x81", -1},
+                                         {"a", -2},
+                                         {"\xE2\x96\x81"
+                                          "a",
+                                          -3}});
     std::unique_ptr<Tokenizer> tok;
     Status st = Tokenizer::from_vocab(spec, &tok);
     REQUIRE_MESSAGE(st.ok(), st.message);
     CHECK(ids_to_string(encode(*tok, "a")) == ids_to_string({5}));
-    CHECK(ids_to_string(encode(*tok, "a\xC3\xBC" "a")) == ids_to_string({5, 0, 4}));
+    CHECK(ids_to_string(encode(*tok,
+                               "a\xC3\xBC"
+                               "a")) == ids_to_string({5, 0, 4}));
 
     spec.add_space_prefix = false;
     REQUIRE(Tokenizer::from_vocab(spec, &tok).ok());
@@ -383,17 +419,17 @@ TEST_CASE("tokenizer: invalid UTF-8 is rejected with its byte offset") {
         size_t offset;
     };
     const Case cases[] = {
-        {"ab\xFF", 2},                  // never valid
-        {"\x80", 0},                    // continuation without a lead byte
-        {"ok \xC3", 3},                 // truncated 2-byte sequence
-        {"\xE2\x96", 0},                // truncated 3-byte sequence
-        {"\xE2\x96x", 0},               // bad continuation
-        {"a\xC0\xAF", 1},               // overlong '/'
-        {"\xE0\x80\xAF", 0},            // overlong, 3 bytes
-        {"\xF0\x80\x80\xAF", 0},        // overlong, 4 bytes
-        {"ab\xED\xA0\x80", 2},          // UTF-16 surrogate
-        {"\xF4\x90\x80\x80", 0},        // above U+10FFFF
-        {"\xF8\x88\x80\x80\x80", 0},    // 5-byte form
+        {"ab\xFF", 2},                // never valid
+        {"\x80", 0},                  // continuation without a lead byte
+        {"ok \xC3", 3},               // truncated 2-byte sequence
+        {"\xE2\x96", 0},              // truncated 3-byte sequence
+        {"\xE2\x96x", 0},             // bad continuation
+        {"a\xC0\xAF", 1},             // overlong '/'
+        {"\xE0\x80\xAF", 0},          // overlong, 3 bytes
+        {"\xF0\x80\x80\xAF", 0},      // overlong, 4 bytes
+        {"ab\xED\xA0\x80", 2},        // UTF-16 surrogate
+        {"\xF4\x90\x80\x80", 0},      // above U+10FFFF
+        {"\xF8\x88\x80\x80\x80", 0},  // 5-byte form
         {"fine \xF0\x9F\x98\x80 \xC3(", 10},
     };
     for (const Case &c : cases) {
@@ -425,8 +461,7 @@ TEST_CASE("tokenizer: malformed vocabularies give clear errors") {
         {"no tokens", [](VocabSpec &s) { s = VocabSpec(); }, H2O_ERR_MODEL_FORMAT, "no tokens"},
         {"scores too short", [](VocabSpec &s) { s.scores.pop_back(); }, H2O_ERR_MODEL_FORMAT, "scores"},
         {"types too long", [](VocabSpec &s) { s.types.push_back(1); }, H2O_ERR_MODEL_FORMAT, "token types"},
-        {"bos out of range", [](VocabSpec &s) { s.bos = static_cast<int32_t>(s.pieces.size()); }, H2O_ERR_MODEL_FORMAT,
-         "BOS token id 260"},
+        {"bos out of range", [](VocabSpec &s) { s.bos = static_cast<int32_t>(s.pieces.size()); }, H2O_ERR_MODEL_FORMAT, "BOS token id 260"},
         {"eos negative", [](VocabSpec &s) { s.eos = -2; }, H2O_ERR_MODEL_FORMAT, "EOS token id -2"},
         {"no unk id", [](VocabSpec &s) { s.unk = -1; }, H2O_ERR_MODEL_FORMAT, "unknown token id -1"},
         {"type 0", [](VocabSpec &s) { s.types[5] = 0; }, H2O_ERR_MODEL_FORMAT, "token 5 has type 0"},
@@ -440,7 +475,12 @@ TEST_CASE("tokenizer: malformed vocabularies give clear errors") {
         {"merges for sentencepiece", [](VocabSpec &s) { s.merges = {"a b"}; }, H2O_ERR_MODEL_FORMAT, "merges"},
         {"bad byte piece", [](VocabSpec &s) { s.pieces[3] = "<0xZZ>"; }, H2O_ERR_MODEL_FORMAT, "<0xNN>"},
         {"missing byte token", [](VocabSpec &s) { s.types[10] = TOKEN_NORMAL; }, H2O_ERR_TOKENIZER, "256 byte pieces"},
-        {"duplicate piece", [](VocabSpec &s) { s.pieces.push_back("\xE2\x96\x81"); s.scores.push_back(0); s.types.push_back(1); },
+        {"duplicate piece",
+         [](VocabSpec &s) {
+             s.pieces.push_back("\xE2\x96\x81");
+             s.scores.push_back(0);
+             s.types.push_back(1);
+         },
          H2O_ERR_TOKENIZER, "already defined"},
         {"empty piece", [](VocabSpec &s) { s.pieces.back().clear(); }, H2O_ERR_TOKENIZER, "empty"},
     };

@@ -40,8 +40,10 @@ inline std::string shared_dir() {
 inline std::string shared_file(const std::string &relative) {
     std::string path = shared_dir() + "/" + relative;
     if (std::filesystem::exists(path)) return path;
-    std::printf("H2O-SKIP: %s not found. Put the project's shared data folder beside the checkout "
-                "(../shared) or set H2O_SHARED_DIR to it.\n", path.c_str());
+    std::printf(
+        "H2O-SKIP: %s not found. Put the project's shared data folder beside the checkout "
+        "(../shared) or set H2O_SHARED_DIR to it.\n",
+        path.c_str());
     return "";
 }
 
@@ -75,11 +77,21 @@ inline std::string json_string_field(const std::string &line, const std::string 
         }
         c = line[++i];
         switch (c) {
-            case 'n': out += '\n'; break;
-            case 't': out += '\t'; break;
-            case 'r': out += '\r'; break;
-            case 'b': out += '\b'; break;
-            case 'f': out += '\f'; break;
+            case 'n':
+                out += '\n';
+                break;
+            case 't':
+                out += '\t';
+                break;
+            case 'r':
+                out += '\r';
+                break;
+            case 'b':
+                out += '\b';
+                break;
+            case 'f':
+                out += '\f';
+                break;
             case 'u': {
                 const unsigned cp = static_cast<unsigned>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
                 i += 4;
@@ -96,7 +108,8 @@ inline std::string json_string_field(const std::string &line, const std::string 
                 }
                 break;
             }
-            default: out += c;  // \" \\ \/
+            default:
+                out += c;  // \" \\ \/
         }
     }
     return out;
@@ -137,14 +150,13 @@ struct ApiSession {
     }
     // Loads the model and creates the session; false (with h2o_last_error()) on failure.
     bool open(const std::string &path, const h2o_session_params &params) {
-        return h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK &&
-               h2o_session_create(model, &params, &session) == H2O_OK;
+        return h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK && h2o_session_create(model, &params, &session) == H2O_OK;
     }
 };
 
 }  // namespace h2o_test
 
 // Returns from the current test case (reported as skipped) when a shared file is missing.
-#define H2O_SHARED_FILE_OR_SKIP(var, relative)              \
+#define H2O_SHARED_FILE_OR_SKIP(var, relative)               \
     const std::string var = h2o_test::shared_file(relative); \
     if (var.empty()) return

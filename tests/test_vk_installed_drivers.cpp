@@ -110,8 +110,8 @@ TEST_CASE("vulkan drivers: the manifests are found in the loader's XDG folders, 
     const auto has = [&](const std::string &name) {
         return std::find(found.manifests.begin(), found.manifests.end(), name) != found.manifests.end();
     };
-    for (const char *name : {"h2o_config_home_icd.json", "h2o_config_dir_icd.json", "h2o_data_home_icd.json", "h2o_data_a_icd.json",
-                             "h2o_data_b_icd.json"}) {
+    for (const char *name :
+         {"h2o_config_home_icd.json", "h2o_config_dir_icd.json", "h2o_data_home_icd.json", "h2o_data_a_icd.json", "h2o_data_b_icd.json"}) {
         CAPTURE(name);
         CHECK(has(name));
     }

@@ -61,17 +61,17 @@ using h2o_test::kKvTypes;
 using h2o_test::kPolicyCases;
 using h2o_test::max_abs;
 using h2o_test::max_abs_diff;
+using h2o_test::ModelRun;
 using h2o_test::random_floats;
 using h2o_test::small_kv;
 using h2o_test::Twin;
-using h2o_test::ModelRun;
 
 int32_t argmax(const std::vector<float> &v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // The CPU beside a Vulkan backend (with validation); subgroups=false forces the shared-memory
 // reductions.
 #define BACKENDS_OR_SKIP(var, max_batch, ...) \
-    Backends var;                              \
+    Backends var;                             \
     if (!var.pair(make_vk(max_batch, ##__VA_ARGS__), max_batch)) return
 
 }  // namespace
@@ -274,8 +274,11 @@ TEST_CASE("vulkan: weight rows that are not whole blocks are refused, naming the
         TensorType type;
         int64_t cols;
         int block;
-    } cases[] = {{TensorType::Q4_K, 320, 256}, {TensorType::Q5_K, 128, 256}, {TensorType::Q6_K, 4096 + 32, 256},
-                 {TensorType::Q8_0, 48, 32},   {TensorType::Q4_0, 100, 32}};
+    } cases[] = {{TensorType::Q4_K, 320, 256},
+                 {TensorType::Q5_K, 128, 256},
+                 {TensorType::Q6_K, 4096 + 32, 256},
+                 {TensorType::Q8_0, 48, 32},
+                 {TensorType::Q4_0, 100, 32}};
     for (const auto &c : cases) {
         const TensorType type = c.type;
         const int64_t cols = c.cols;
@@ -303,10 +306,10 @@ TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every K
     // kv_store_row() does. The rows include rounding ties (lround goes away from zero, halves to
     // even), a constant row (Q4 scale 0), a zero row and magnitudes from 1e-3 to 1e3.
     const std::vector<std::vector<float>> special = {
-        {127, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 64.5f, -126.5f},                    // Q8 scale 1: ties
-        {15, 0.5f, 2.5f, 14.5f, 0, 1.5f, 7.5f, 8.5f},                             // Q4 scale 1, min 0: ties
+        {127, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 64.5f, -126.5f},                       // Q8 scale 1: ties
+        {15, 0.5f, 2.5f, 14.5f, 0, 1.5f, 7.5f, 8.5f},                                // Q4 scale 1, min 0: ties
         {1 + 0x1p-11f, 1 + 0x3p-11f, -(1 + 0x1p-11f), 2049, 65519, 0x1p-14f, 0, 1},  // half ties, the top
-        {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f},                 // constant
+        {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f},                    // constant
         {0, 0, 0, 0, 0, 0, 0, 0},
     };
     for (KvType type : kKvTypes) {
@@ -347,9 +350,7 @@ TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every K
     }
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded token") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
@@ -376,20 +377,19 @@ TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded to
         const double dispatches = static_cast<double>(after.dispatches - after_prompt.dispatches) / kTokens;
         const double barriers = static_cast<double>(after.barriers - after_prompt.barriers) / kTokens;
         MESSAGE("KV cache " << std::string(kv_type_name(type)) << ": Vulkan on " << after.device_name
-                             << std::string(after.subgroups ? ", subgroup reductions" : ", shared-memory reductions")
-                             << std::string(after.validation ? ", validation layer on" : ", no validation layer"));
-        MESSAGE("device memory of the backend's own: " << created.device_memory_bytes << " bytes after creation, "
-                                                       << ready.device_memory_bytes
-                                                       << " with activations and a 512-slot KV cache; stories260K's weights (shared) "
-                                                       << ready.shared_weight_bytes << " bytes; host staging " << after.host_memory_bytes
-                                                       << " bytes");
+                            << std::string(after.subgroups ? ", subgroup reductions" : ", shared-memory reductions")
+                            << std::string(after.validation ? ", validation layer on" : ", no validation layer"));
+        MESSAGE("device memory of the backend's own: "
+                << created.device_memory_bytes << " bytes after creation, " << ready.device_memory_bytes
+                << " with activations and a 512-slot KV cache; stories260K's weights (shared) " << ready.shared_weight_bytes
+                << " bytes; host staging " << after.host_memory_bytes << " bytes");
         MESSAGE("weights uploaded: " << ready.weight_bytes_to_device << " bytes; allocated_bytes() " << run.backend->allocated_bytes()
                                      << ", kv_bytes() " << run.backend->kv_bytes());
-        MESSAGE("per decoded token: " << per_token_up << " bytes to the device, " << per_token_down << " bytes to the host, "
-                                      << submissions << " submissions, " << dispatches << " dispatches, " << barriers << " barriers, "
-                                      << ms << " ms (with validation when on)");
+        MESSAGE("per decoded token: " << per_token_up << " bytes to the device, " << per_token_down << " bytes to the host, " << submissions
+                                      << " submissions, " << dispatches << " dispatches, " << barriers << " barriers, " << ms
+                                      << " ms (with validation when on)");
         CHECK(submissions == 1.0);
-        CHECK(per_token_up == 8.0);  // the token id and its position
+        CHECK(per_token_up == 8.0);                                 // the token id and its position
         CHECK(per_token_down == 4.0 * run.model->shape().n_vocab);  // the logits
 
         // Greedy decoding takes the argmax on the device: 4 bytes come back per token.

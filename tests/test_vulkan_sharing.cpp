@@ -52,8 +52,8 @@ std::unique_ptr<Session> vulkan_session(const Model &model, const SessionSetting
     return session;
 }
 
-#define SESSION_OR_SKIP(var, ...)               \
-    auto var = vulkan_session(__VA_ARGS__);     \
+#define SESSION_OR_SKIP(var, ...)           \
+    auto var = vulkan_session(__VA_ARGS__); \
     if (!var) return
 
 std::unique_ptr<Model> load_model(const std::string &path) {
@@ -98,8 +98,8 @@ TEST_CASE("vulkan sharing: a second session of a model uploads no weights and al
     MESSAGE("first session: " << a.bytes_to_device << " bytes to the device (" << a.weight_bytes_to_device << " of weights), "
                               << a.device_memory_bytes << " bytes of device memory of its own; second session: " << b.bytes_to_device
                               << " bytes to the device (" << b.weight_bytes_to_device << " of weights), " << b.device_memory_bytes
-                              << " of its own; shared weights " << b.shared_weight_bytes << " bytes; the device: "
-                              << a.device_total_bytes << " bytes, then " << b.device_total_bytes);
+                              << " of its own; shared weights " << b.shared_weight_bytes << " bytes; the device: " << a.device_total_bytes
+                              << " bytes, then " << b.device_total_bytes);
     // The second makes the same uploads as the first but for the weights, and the device grows by
     // its own memory (KV cache, activations, scratch) alone.
     CHECK(b.weight_bytes_to_device == 0);

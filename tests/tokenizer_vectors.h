@@ -13,7 +13,7 @@ namespace h2o_test {
 struct TokenizerVectors {
     std::vector<std::string> inputs;
     std::vector<std::vector<int32_t>> ids;  // without BOS, special tokens not parsed
-    bool complete = false;  // the .inp file ends right after its last separator
+    bool complete = false;                  // the .inp file ends right after its last separator
 };
 
 // Every input is written followed by "\n__ggml_vocab_test__\n": the newline before the marker

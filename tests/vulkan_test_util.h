@@ -85,6 +85,6 @@ inline std::unique_ptr<h2o::Backend> make_vk(int max_batch, bool subgroups = tru
 
 }  // namespace h2o_test
 
-#define VULKAN_OR_SKIP(var, ...)                \
-    auto var = h2o_test::make_vk(__VA_ARGS__);  \
+#define VULKAN_OR_SKIP(var, ...)               \
+    auto var = h2o_test::make_vk(__VA_ARGS__); \
     if (!var) return

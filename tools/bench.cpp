@@ -57,10 +57,10 @@ void measure_state(h2o_session *session, h2o_model *model, int reps) {
     h2o_memory_report mem;
     mem.struct_size = sizeof(mem);
     h2o_session_memory(session, &mem);
-    std::printf("snapshot: %.2f MiB (%.1f%% of the %.2f MiB KV cache); save %.1f ms (%.0f MB/s of KV), load %.1f ms (median; min %.1f, max %.1f)\n",
-                size / 1048576.0, 100.0 * size / mem.kv_bytes, mem.kv_bytes / 1048576.0, 1e3 * median(save_s),
-                mem.kv_bytes / 1e6 / median(save_s), 1e3 * median(load_s), 1e3 * *std::min_element(load_s.begin(), load_s.end()),
-                1e3 * *std::max_element(load_s.begin(), load_s.end()));
+    std::printf(
+        "snapshot: %.2f MiB (%.1f%% of the %.2f MiB KV cache); save %.1f ms (%.0f MB/s of KV), load %.1f ms (median; min %.1f, max %.1f)\n",
+        size / 1048576.0, 100.0 * size / mem.kv_bytes, mem.kv_bytes / 1048576.0, 1e3 * median(save_s), mem.kv_bytes / 1e6 / median(save_s),
+        1e3 * median(load_s), 1e3 * *std::min_element(load_s.begin(), load_s.end()), 1e3 * *std::max_element(load_s.begin(), load_s.end()));
 }
 
 // New sessions that all begin with the same system prompt of n tokens, then one token of their
@@ -115,7 +115,9 @@ int main(int argc, char **argv) {
         "  -r N                   repetitions; the median, min and max are printed (default 5)\n"
         "  --depth D              tokens already cached before the -n decodes (default 0)\n"
         "  -c, --ctx N            session context (default and at least: what -p, -n and --depth need)\n"
-        "  --backend LIST         comma-separated backends, each measured: " + h2o_tools::backend_names() + " (default cpu)\n"
+        "  --backend LIST         comma-separated backends, each measured: " +
+        h2o_tools::backend_names() +
+        " (default cpu)\n"
         "  --state                size and speed of a snapshot of the session (save and load)\n"
         "  --ttft N               time to first token after a shared N-token system prompt, prefix cache\n"
         "                         off and on (needs -p, or --depth, plus -n of at least N + 1)\n"
@@ -137,7 +139,8 @@ int main(int argc, char **argv) {
         backends.clear();
         for (const std::string &name : h2o_tools::split(list, ',')) {
             uint32_t kind;
-            if (!h2o_tools::parse_backend(name, &kind)) cl.fail("unknown backend '" + name + "' (known: " + h2o_tools::backend_names() + ")");
+            if (!h2o_tools::parse_backend(name, &kind))
+                cl.fail("unknown backend '" + name + "' (known: " + h2o_tools::backend_names() + ")");
             backends.push_back(kind);
         }
     });
@@ -150,7 +153,8 @@ int main(int argc, char **argv) {
     // The token ids the measurements read: the longer of the prompt and the depth, then -n more.
     const size_t n_tokens = static_cast<size_t>(std::max(n_prompt, depth)) + static_cast<size_t>(n_gen);
     if (ttft > 0 && static_cast<size_t>(ttft) + 1 > n_tokens) {
-        cl.fail("--ttft " + std::to_string(ttft) + " reads " + std::to_string(ttft + 1) + " tokens: give -p (or --depth) plus -n of at least that");
+        cl.fail("--ttft " + std::to_string(ttft) + " reads " + std::to_string(ttft + 1) +
+                " tokens: give -p (or --depth) plus -n of at least that");
     }
     model_path = h2o_tools::resolve_model_path(model_path);
     if (model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
@@ -172,8 +176,9 @@ int main(int argc, char **argv) {
     }
     if (info.bos_token >= 0 && !tokens.empty()) tokens[0] = info.bos_token;
 
-    if (!json) std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
-                           info.weight_bytes / 1048576.0);
+    if (!json)
+        std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
+                    info.weight_bytes / 1048576.0);
     if (!json) {
         std::string kv = "full cache";
         if (evicts) {
@@ -239,19 +244,21 @@ int main(int argc, char **argv) {
         h2o_session_get_backend(session, &device);
         if (json) {
             // One line per measurement, with everything needed to compare it with another.
-            const std::string common = "\"model\":\"" + h2o_tools::json_escape(model_path) + "\",\"params\":" + std::to_string(info.n_params) +
-                                       ",\"backend\":\"" + h2o_tools::json_escape(device.name) + "\",\"threads\":" + std::to_string(base.n_threads) +
-                                       ",\"kv_type\":\"" + h2o_tools::kv_type_name(base.kv_type) + "\",\"kv_budget\":" + std::to_string(base.kv_budget) +
-                                       ",\"kv_policy\":\"" + (evicts ? h2o_tools::policy_name(base.kv_policy) : "full") +
-                                       "\",\"rolling\":" + (base.position_rolling ? "true" : "false") + ",\"repetitions\":" + std::to_string(reps);
+            const std::string common =
+                "\"model\":\"" + h2o_tools::json_escape(model_path) + "\",\"params\":" + std::to_string(info.n_params) + ",\"backend\":\"" +
+                h2o_tools::json_escape(device.name) + "\",\"threads\":" + std::to_string(base.n_threads) + ",\"kv_type\":\"" +
+                h2o_tools::kv_type_name(base.kv_type) + "\",\"kv_budget\":" + std::to_string(base.kv_budget) + ",\"kv_policy\":\"" +
+                (evicts ? h2o_tools::policy_name(base.kv_policy) : "full") +
+                "\",\"rolling\":" + (base.position_rolling ? "true" : "false") + ",\"repetitions\":" + std::to_string(reps);
             auto line = [&](const char *test, int n, int at_depth, const std::vector<double> &v) {
                 std::string samples;
                 for (double sample : v) samples += (samples.empty() ? "" : ",") + std::to_string(sample);
-                std::printf("{\"test\":\"%s%d\",\"tokens\":%d,\"depth\":%d,%s,\"tokens_per_second\":{\"median\":%.3f,\"min\":%.3f,"
-                            "\"max\":%.3f,\"samples\":[%s]},\"kv_bytes\":%llu,\"scratch_bytes\":%llu}\n",
-                            test, n, n, at_depth, common.c_str(), median(v), *std::min_element(v.begin(), v.end()),
-                            *std::max_element(v.begin(), v.end()), samples.c_str(), static_cast<unsigned long long>(mem.kv_bytes),
-                            static_cast<unsigned long long>(mem.scratch_bytes));
+                std::printf(
+                    "{\"test\":\"%s%d\",\"tokens\":%d,\"depth\":%d,%s,\"tokens_per_second\":{\"median\":%.3f,\"min\":%.3f,"
+                    "\"max\":%.3f,\"samples\":[%s]},\"kv_bytes\":%llu,\"scratch_bytes\":%llu}\n",
+                    test, n, n, at_depth, common.c_str(), median(v), *std::min_element(v.begin(), v.end()),
+                    *std::max_element(v.begin(), v.end()), samples.c_str(), static_cast<unsigned long long>(mem.kv_bytes),
+                    static_cast<unsigned long long>(mem.scratch_bytes));
             };
             if (!pp.empty()) line("pp", n_prompt, 0, pp);
             if (!tg.empty()) line("tg", n_gen, depth, tg);
@@ -261,17 +268,19 @@ int main(int argc, char **argv) {
         std::printf("\nbackend: %s\n", device.name);
         std::printf("session memory: weights %.2f MiB, KV %.2f MiB, scratch %.2f MiB\n", mem.weight_bytes / 1048576.0,
                     mem.kv_bytes / 1048576.0, mem.scratch_bytes / 1048576.0);
-        if (!pp.empty()) std::printf("pp%-5d %8.1f tok/s (median; min %.1f, max %.1f)\n", n_prompt, median(pp),
-                                     *std::min_element(pp.begin(), pp.end()), *std::max_element(pp.begin(), pp.end()));
-        if (!tg.empty()) std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
-                                     *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
+        if (!pp.empty())
+            std::printf("pp%-5d %8.1f tok/s (median; min %.1f, max %.1f)\n", n_prompt, median(pp), *std::min_element(pp.begin(), pp.end()),
+                        *std::max_element(pp.begin(), pp.end()));
+        if (!tg.empty())
+            std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
+                        *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
         if (!tg.empty() && after.submissions > 0) {
-            std::printf("per decoded token: %.1f bytes to the device, %.1f bytes back, %.2f submissions; device memory of the "
-                        "session's own (the model's weights apart) %.2f MiB after creation, %.2f MiB after the run\n",
-                        double(after.bytes_to_device - before.bytes_to_device) / n_gen,
-                        double(after.bytes_to_host - before.bytes_to_host) / n_gen,
-                        double(after.submissions - before.submissions) / n_gen, created.device_memory_bytes / 1048576.0,
-                        after.device_memory_bytes / 1048576.0);
+            std::printf(
+                "per decoded token: %.1f bytes to the device, %.1f bytes back, %.2f submissions; device memory of the "
+                "session's own (the model's weights apart) %.2f MiB after creation, %.2f MiB after the run\n",
+                double(after.bytes_to_device - before.bytes_to_device) / n_gen, double(after.bytes_to_host - before.bytes_to_host) / n_gen,
+                double(after.submissions - before.submissions) / n_gen, created.device_memory_bytes / 1048576.0,
+                after.device_memory_bytes / 1048576.0);
         }
         if (state) measure_state(session, model, reps);
         h2o_session_free(session);

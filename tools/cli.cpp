@@ -42,7 +42,9 @@ std::string usage(const h2o_generate_params &gen, const h2o_session_params &sp) 
                   static_cast<unsigned long long>(kMaxRepeatLastN), gen.repeat_last_n, static_cast<unsigned long long>(sp.seed));
     return text + h2o_tools::session_options_help(sp) +
            "  --pin-prompt           pin the prompt's tokens so eviction never drops them\n"
-           "  --backend NAME         " + h2o_tools::backend_names() + " (default " + h2o_backend_kind_name(sp.backend) + ";\n"
+           "  --backend NAME         " +
+           h2o_tools::backend_names() + " (default " + h2o_backend_kind_name(sp.backend) +
+           ";\n"
            "                         h2o-info lists the devices)\n"
            "  --device N             device index of that backend (default: the best)\n"
            "  --tokenizer FILE       sentencepiece .model file instead of the embedded vocab\n"
@@ -79,7 +81,8 @@ int main(int argc, char **argv) {
     });
     h2o_tools::add_session_options(cl, &sp);
     cl.option("--backend", [&](const std::string &name) {
-        if (!h2o_tools::parse_backend(name, &sp.backend)) cl.fail("unknown backend '" + name + "' (known: " + h2o_tools::backend_names() + ")");
+        if (!h2o_tools::parse_backend(name, &sp.backend))
+            cl.fail("unknown backend '" + name + "' (known: " + h2o_tools::backend_names() + ")");
     });
     cl.count("--device", 0, INT32_MAX, &sp.device_index);
     cl.flag("--pin-prompt", &pin_prompt);
@@ -149,13 +152,14 @@ int main(int argc, char **argv) {
         rc = 1;
     }
     if (json) {
-        std::printf("{\"status\":\"%s\",\"backend\":\"%s\",\"prompt_tokens\":%u,\"generated_tokens\":%u,\"prompt_tokens_per_s\":%.2f,"
-                    "\"generation_tokens_per_s\":%.2f,\"peak_rss_mib\":%.2f,\"text\":\"%s\"}\n",
-                    h2o_status_string(st), h2o_tools::json_escape(backend.name).c_str(), stats.n_prompt_tokens, stats.n_generated_tokens, prompt_tps, gen_tps, rss_mib,
-                    h2o_tools::json_escape(text).c_str());
+        std::printf(
+            "{\"status\":\"%s\",\"backend\":\"%s\",\"prompt_tokens\":%u,\"generated_tokens\":%u,\"prompt_tokens_per_s\":%.2f,"
+            "\"generation_tokens_per_s\":%.2f,\"peak_rss_mib\":%.2f,\"text\":\"%s\"}\n",
+            h2o_status_string(st), h2o_tools::json_escape(backend.name).c_str(), stats.n_prompt_tokens, stats.n_generated_tokens,
+            prompt_tps, gen_tps, rss_mib, h2o_tools::json_escape(text).c_str());
     } else {
-        std::fprintf(stderr, "\n%s | prompt: %u tokens, %.1f tok/s | generation: %u tokens, %.1f tok/s | peak RSS %.1f MiB\n",
-                     backend.name, stats.n_prompt_tokens, prompt_tps, stats.n_generated_tokens, gen_tps, rss_mib);
+        std::fprintf(stderr, "\n%s | prompt: %u tokens, %.1f tok/s | generation: %u tokens, %.1f tok/s | peak RSS %.1f MiB\n", backend.name,
+                     stats.n_prompt_tokens, prompt_tps, stats.n_generated_tokens, gen_tps, rss_mib);
     }
     h2o_session_free(session);
     return rc;

@@ -27,15 +27,14 @@ uint64_t current_rss_bytes() {
     return read == 2 ? static_cast<uint64_t>(pages_resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
-double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 h2o_status tokenize(const h2o_model *model, const std::string &text, uint32_t flags, std::vector<int32_t> *ids) {
     size_t n = 0;
     h2o_status st = h2o_tokenize(model, text.data(), text.size(), flags, nullptr, 0, &n);
     ids->assign(n, 0);
-    if (st == H2O_OK || st == H2O_ERR_BUFFER_TOO_SMALL) st = h2o_tokenize(model, text.data(), text.size(), flags, ids->data(), ids->size(), &n);
+    if (st == H2O_OK || st == H2O_ERR_BUFFER_TOO_SMALL)
+        st = h2o_tokenize(model, text.data(), text.size(), flags, ids->data(), ids->size(), &n);
     if (st != H2O_OK) ids->clear();
     return st;
 }
@@ -65,11 +64,21 @@ std::string json_escape(const std::string &text) {
     std::string out;
     for (unsigned char c : text) {
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
             default:
                 if (c < 0x20) {
                     char buf[8];
@@ -176,6 +185,5 @@ bool write_file(const std::string &path, const std::string &text, std::string *e
     }
     return true;
 }
-
 
 }  // namespace h2o_tools

@@ -50,57 +50,57 @@ using h2o_tools::policy_name;
 std::string usage() {
     char text[8192];
     std::snprintf(text, sizeof(text),
-                 "usage: h2o-eval -m MODEL -f TEXT [options]\n"
-                 "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
-                 "  -f, --file FILE        UTF-8 text to score\n"
-                 "  --policies LIST        comma-separated policies (default full,h2o,window,sink_window):\n"
-                 "                         %s\n"
-                 "  --budgets LIST         KV slots per (layer, kv head), comma-separated (default 32,64,128);\n"
-                 "                         'full' ignores them\n"
-                 "  --chunk N              chunk length with BOS (default 512)\n"
-                 "  --chunks N             chunks to score (default 10)\n"
-                 "  --recent N             protected recent window in tokens (default: --recent-ratio)\n"
-                 "  --recent-ratio R       recent window as a fraction of the budget (default: the\n"
-                 "                         policy's, 0.875 for scissorhands, 0.5 for the others)\n"
-                 "  --sinks N              attention sinks for sink_window and mean_h2o (default 4)\n"
-                 "  --kv-type T            KV cache format: f32 (default), f16, q8, q4, k8v4\n"
-                 "  --stream TOKENS        stream mode: one stream of BOS + TOKENS tokens per configuration\n"
-                 "  --segment N            stream mode: report perplexity per N tokens (default 1000)\n"
-                 "  --context N            stream mode: the in-context reference scores each token of\n"
-                 "                         the tail with the N-1 tokens before it (default 512; 0: none)\n"
-                 "  --tail N               stream mode: segments compared with the reference (default 2)\n"
-                 "  --horizon N|none       kv_horizon: heavy hitters N or more tokens back go first\n"
-                 "                         (default: the policy's, 1.5 budgets for scissorhands)\n"
-                 "  --layer-slope S        kv_layer_slope in [-0.9, 0.9]: the budget's slope across layers,\n"
-                 "                         the same memory (default: the library's)\n"
-                 "  --prompt N             chunk mode: read each chunk's first N tokens as one prompt and\n"
-                 "                         score the tokens after them\n"
-                 "  --n-batch N            session n_batch: tokens read at once (default 1, or the\n"
-                 "                         library's 256 with --prompt; retention mode reads its text so)\n"
-                 "  --prompt-proxy W       kv_prompt_proxy: one-shot prompt eviction by the attention of\n"
-                 "                         the last W queries of the previous batch (default 0: off)\n"
-                 "  --prompt-random-share R  kv_prompt_random_share in [0, 1] (default 0)\n"
-                 "  --head-share S         kv_head_share in [0, 0.9]: the share of each layer's slots that\n"
-                 "                         moves between its kv heads, for the policies that gather\n"
-                 "                         attention statistics (default 0: fixed budgets per head)\n"
-                 "  --across-layers        kv_share_across_layers: the head share's slots move between\n"
-                 "                         the kv heads of every layer (needs --head-share)\n"
-                 "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
-                 "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
-                 "  --trials N             retention mode: passages to average over (default 8)\n"
-                 "  --passage N            retention mode: tokens per passage (default 24)\n"
-                 "  --min-shares LIST      retention mode: also with the passage as a retention span\n"
-                 "                         keeping each of these shares of the budget (0..1]\n"
-                 "  --rolling 0|1          position rolling (default: 0 in chunk mode, 1 in stream mode)\n"
-                 "  --n-ctx N              session n_ctx; the full cache's size (default: chunk length,\n"
-                 "                         or TOKENS + 1 in stream mode)\n"
-                 "  -t, --threads N        compute threads per session (default: library default)\n"
-                 "  -j, --jobs N           configurations evaluated at the same time (default 1)\n"
-                 "  --json                 one JSON object per line and configuration instead of a table\n"
-                 "  --svg FILE             write a perplexity chart as SVG\n"
-                 "  --quiet                no progress (a line every 5 s of a long run) or library messages on stderr\n"
-                 "  --version              print the library's version\n",
-                 h2o_tools::kv_policy_names().c_str());
+                  "usage: h2o-eval -m MODEL -f TEXT [options]\n"
+                  "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
+                  "  -f, --file FILE        UTF-8 text to score\n"
+                  "  --policies LIST        comma-separated policies (default full,h2o,window,sink_window):\n"
+                  "                         %s\n"
+                  "  --budgets LIST         KV slots per (layer, kv head), comma-separated (default 32,64,128);\n"
+                  "                         'full' ignores them\n"
+                  "  --chunk N              chunk length with BOS (default 512)\n"
+                  "  --chunks N             chunks to score (default 10)\n"
+                  "  --recent N             protected recent window in tokens (default: --recent-ratio)\n"
+                  "  --recent-ratio R       recent window as a fraction of the budget (default: the\n"
+                  "                         policy's, 0.875 for scissorhands, 0.5 for the others)\n"
+                  "  --sinks N              attention sinks for sink_window and mean_h2o (default 4)\n"
+                  "  --kv-type T            KV cache format: f32 (default), f16, q8, q4, k8v4\n"
+                  "  --stream TOKENS        stream mode: one stream of BOS + TOKENS tokens per configuration\n"
+                  "  --segment N            stream mode: report perplexity per N tokens (default 1000)\n"
+                  "  --context N            stream mode: the in-context reference scores each token of\n"
+                  "                         the tail with the N-1 tokens before it (default 512; 0: none)\n"
+                  "  --tail N               stream mode: segments compared with the reference (default 2)\n"
+                  "  --horizon N|none       kv_horizon: heavy hitters N or more tokens back go first\n"
+                  "                         (default: the policy's, 1.5 budgets for scissorhands)\n"
+                  "  --layer-slope S        kv_layer_slope in [-0.9, 0.9]: the budget's slope across layers,\n"
+                  "                         the same memory (default: the library's)\n"
+                  "  --prompt N             chunk mode: read each chunk's first N tokens as one prompt and\n"
+                  "                         score the tokens after them\n"
+                  "  --n-batch N            session n_batch: tokens read at once (default 1, or the\n"
+                  "                         library's 256 with --prompt; retention mode reads its text so)\n"
+                  "  --prompt-proxy W       kv_prompt_proxy: one-shot prompt eviction by the attention of\n"
+                  "                         the last W queries of the previous batch (default 0: off)\n"
+                  "  --prompt-random-share R  kv_prompt_random_share in [0, 1] (default 0)\n"
+                  "  --head-share S         kv_head_share in [0, 0.9]: the share of each layer's slots that\n"
+                  "                         moves between its kv heads, for the policies that gather\n"
+                  "                         attention statistics (default 0: fixed budgets per head)\n"
+                  "  --across-layers        kv_share_across_layers: the head share's slots move between\n"
+                  "                         the kv heads of every layer (needs --head-share)\n"
+                  "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
+                  "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
+                  "  --trials N             retention mode: passages to average over (default 8)\n"
+                  "  --passage N            retention mode: tokens per passage (default 24)\n"
+                  "  --min-shares LIST      retention mode: also with the passage as a retention span\n"
+                  "                         keeping each of these shares of the budget (0..1]\n"
+                  "  --rolling 0|1          position rolling (default: 0 in chunk mode, 1 in stream mode)\n"
+                  "  --n-ctx N              session n_ctx; the full cache's size (default: chunk length,\n"
+                  "                         or TOKENS + 1 in stream mode)\n"
+                  "  -t, --threads N        compute threads per session (default: library default)\n"
+                  "  -j, --jobs N           configurations evaluated at the same time (default 1)\n"
+                  "  --json                 one JSON object per line and configuration instead of a table\n"
+                  "  --svg FILE             write a perplexity chart as SVG\n"
+                  "  --quiet                no progress (a line every 5 s of a long run) or library messages on stderr\n"
+                  "  --version              print the library's version\n",
+                  h2o_tools::kv_policy_names().c_str());
     return text;
 }
 
@@ -111,15 +111,15 @@ struct Options {
     std::vector<uint32_t> policies = {H2O_KV_FULL, H2O_KV_H2O, H2O_KV_WINDOW, H2O_KV_SINK_WINDOW};
     std::vector<uint32_t> budgets = {32, 64, 128};
     uint32_t chunk = 512, chunks = 10;
-    uint32_t recent = 0;        // 0: recent_ratio of the budget
+    uint32_t recent = 0;         // 0: recent_ratio of the budget
     float recent_ratio = -1.0f;  // negative: the policy's default
     uint32_t sinks = 4;
     uint32_t kv_type = H2O_KV_TYPE_F32;
-    uint32_t stream = 0;        // 0: chunk mode
+    uint32_t stream = 0;  // 0: chunk mode
     uint32_t segment = 1000;
-    uint32_t context = 512;     // stream mode: the in-context reference's context (0: none)
-    uint32_t tail = 2;          // stream mode: segments compared with the reference
-    uint32_t horizon = 0;       // kv_horizon (0: the policy's default)
+    uint32_t context = 512;        // stream mode: the in-context reference's context (0: none)
+    uint32_t tail = 2;             // stream mode: segments compared with the reference
+    uint32_t horizon = 0;          // kv_horizon (0: the policy's default)
     bool has_layer_slope = false;  // else the library's default kv_layer_slope
     float layer_slope = 0.0f;
     uint32_t prompt = 0;        // chunk mode: tokens read as one prompt before scoring (0: none)
@@ -127,13 +127,13 @@ struct Options {
     uint32_t prompt_proxy = 0;  // kv_prompt_proxy
     float prompt_random_share = 0.0f;
     float head_share = 0.0f;
-    bool across_layers = false;  // kv_share_across_layers
-    bool repeats = false;       // stream mode: the text is shorter than the stream
+    bool across_layers = false;       // kv_share_across_layers
+    bool repeats = false;             // stream mode: the text is shorter than the stream
     std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
     std::vector<float> min_shares;  // retention mode: the passage as a retention span of these shares
-    int rolling = -1;           // -1: the mode's default
-    uint32_t n_ctx = 0;         // 0: the mode's default
+    int rolling = -1;               // -1: the mode's default
+    uint32_t n_ctx = 0;             // 0: the mode's default
     uint32_t threads = 0, jobs = 1;
     bool json = false, quiet = false;
 };
@@ -166,7 +166,8 @@ Options parse_options(int argc, char **argv) {
     cl.count("--recent", 1, 1u << 22, &o.recent);
     cl.number("--recent-ratio", h2o_tools::closed(0, 1), &o.recent_ratio);
     cl.option("--kv-type", [&](const std::string &name) {
-        if (!h2o_tools::parse_kv_type(name, &o.kv_type)) cl.fail("unknown --kv-type '" + name + "' (known: " + h2o_tools::kv_type_names() + ")");
+        if (!h2o_tools::parse_kv_type(name, &o.kv_type))
+            cl.fail("unknown --kv-type '" + name + "' (known: " + h2o_tools::kv_type_names() + ")");
     });
     cl.count("--sinks", 0, 1u << 22, &o.sinks);
     cl.count("--stream", 1, (1u << 22) - 1, &o.stream);
@@ -176,7 +177,8 @@ Options parse_options(int argc, char **argv) {
         if (o.context == 1) cl.fail("--context must be 0 (no reference) or at least 2");
     });
     cl.option("--retention", [&](const std::string &list) {
-        for (const std::string &item : h2o_tools::split(list, ',')) o.retention.push_back(static_cast<uint32_t>(cl.to_count(item, 1, 1u << 20)));
+        for (const std::string &item : h2o_tools::split(list, ','))
+            o.retention.push_back(static_cast<uint32_t>(cl.to_count(item, 1, 1u << 20)));
     });
     cl.count("--trials", 1, 1000, &o.trials);
     cl.count("--passage", 2, 4096, &o.passage);
@@ -219,7 +221,7 @@ Options parse_options(int argc, char **argv) {
     if (o.across_layers && o.head_share == 0.0f) usage_error("--across-layers moves the --head-share's slots: give a head share");
     if (o.prompt > 0 && o.prompt + 1 >= o.chunk) usage_error("--prompt must leave tokens of the chunk to score");
     if (o.rolling < 0) o.rolling = o.stream > 0 || !o.retention.empty() ? 1 : 0;
-    if (!o.retention.empty()) return o;  // each trial sizes its own sessions
+    if (!o.retention.empty()) return o;                             // each trial sizes its own sessions
     const uint32_t length = o.stream > 0 ? o.stream + 1 : o.chunk;  // tokens of one sequence, BOS included
     if (o.n_ctx == 0) o.n_ctx = length;
     if (!o.rolling && o.n_ctx < length) {
@@ -262,9 +264,7 @@ Split budget_split(const h2o_kv_layout &layout) {
     return s;
 }
 
-std::string config_label(const Config &c) {
-    return std::string(policy_name(c.policy)) + "/" + std::to_string(c.budget);
-}
+std::string config_label(const Config &c) { return std::string(policy_name(c.policy)) + "/" + std::to_string(c.budget); }
 
 h2o_session_params session_params(const Options &o, const Config &c) {
     h2o_session_params p;
@@ -286,12 +286,11 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     policy.struct_size = sizeof(policy);
     h2o_kv_policy_get_info(c.policy, &policy);
     const float head_share = policy.gathers_statistics ? o.head_share : 0.0f;
-    const std::pair<uint32_t, double> research[] = {
-        {H2O_EXP_KV_LAYER_SLOPE, o.has_layer_slope ? o.layer_slope : 0.0f},
-        {H2O_EXP_KV_PROMPT_PROXY, o.prompt_proxy},
-        {H2O_EXP_KV_PROMPT_RANDOM_SHARE, o.prompt_random_share},
-        {H2O_EXP_KV_HEAD_SHARE, head_share},
-        {H2O_EXP_KV_SHARE_ACROSS_LAYERS, head_share > 0.0f && o.across_layers ? 1 : 0}};
+    const std::pair<uint32_t, double> research[] = {{H2O_EXP_KV_LAYER_SLOPE, o.has_layer_slope ? o.layer_slope : 0.0f},
+                                                    {H2O_EXP_KV_PROMPT_PROXY, o.prompt_proxy},
+                                                    {H2O_EXP_KV_PROMPT_RANDOM_SHARE, o.prompt_random_share},
+                                                    {H2O_EXP_KV_HEAD_SHARE, head_share},
+                                                    {H2O_EXP_KV_SHARE_ACROSS_LAYERS, head_share > 0.0f && o.across_layers ? 1 : 0}};
     for (const auto &[key, value] : research) {
         // The options were checked against the same ranges already.
         if (h2o_session_params_set_experimental(&p, key, value) != H2O_OK) usage_error(h2o_last_error());
@@ -331,6 +330,7 @@ public:
         double next = next_.load();
         return now >= next && next_.compare_exchange_strong(next, now + kInterval);
     }
+
 private:
     std::atomic<double> next_;
 };
@@ -359,6 +359,7 @@ public:
         }
         std::fprintf(stderr, "h2o-eval: %s\n", buf);
     }
+
 private:
     bool quiet_;
     size_t total_, done_ = 0;
@@ -431,8 +432,8 @@ InContext score_in_context(h2o_model *model, size_t n_vocab, const Options &o, c
 
 // Feeds every sequence (BOS first) to one session, token by token, scoring each token after BOS
 // (with --prompt, the first o.prompt tokens at once, scoring the tokens after them).
-Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &config,
-             const std::vector<std::vector<int32_t>> &sequences, Progress &progress) {
+Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &config, const std::vector<std::vector<int32_t>> &sequences,
+             Progress &progress) {
     Run run;
     const double start = h2o_tools::now_seconds();
     const h2o_session_params params = session_params(o, config);
@@ -475,8 +476,8 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
             if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
             if (ticker.due()) {
                 char buf[160];
-                std::snprintf(buf, sizeof(buf), "  %s: %zu/%zu tokens, ppl so far %.4f", config_label(config).c_str(),
-                              run.nll.size(), total, std::exp(sum(run.nll) / std::max<size_t>(1, run.nll.size())));
+                std::snprintf(buf, sizeof(buf), "  %s: %zu/%zu tokens, ppl so far %.4f", config_label(config).c_str(), run.nll.size(),
+                              total, std::exp(sum(run.nll) / std::max<size_t>(1, run.nll.size())));
                 progress.note(buf);
             }
         }
@@ -573,8 +574,8 @@ void print_json(const Options &o, const std::vector<Summary> &rows, const Summar
 void print_table(const Options &o, const std::vector<Summary> &rows, const Summary *full, const InContext *reference,
                  const std::string &setup) {
     std::printf("%s", setup.c_str());
-    std::printf("%-13s %7s  %-31s %9s %7s %9s %9s %8s %7s\n", "policy", "budget", "split", "KV KiB", "tokens", "mean NLL",
-                "ppl", "vs full", "agree");
+    std::printf("%-13s %7s  %-31s %9s %7s %9s %9s %8s %7s\n", "policy", "budget", "split", "KV KiB", "tokens", "mean NLL", "ppl", "vs full",
+                "agree");
     for (const Summary &r : rows) {
         char vs_full[32] = "-", agree[32] = "-";
         if (full) std::snprintf(vs_full, sizeof(vs_full), "%+.2f%%", 100 * (r.ppl / full->ppl - 1));
@@ -585,9 +586,10 @@ void print_table(const Options &o, const std::vector<Summary> &rows, const Summa
     if (!o.stream) return;
     if (reference) {
         const double reference_ppl = reference->ppl;
-        std::printf("\ntokens %zu-%u against their in-context perplexity %.4f (each scored by a fresh full cache with\n"
-                    "the %u tokens before it; %.1f s); agree = greedy agreement with it\n",
-                    reference->first + 1, o.stream, reference_ppl, o.context - 1, reference->seconds);
+        std::printf(
+            "\ntokens %zu-%u against their in-context perplexity %.4f (each scored by a fresh full cache with\n"
+            "the %u tokens before it; %.1f s); agree = greedy agreement with it\n",
+            reference->first + 1, o.stream, reference_ppl, o.context - 1, reference->seconds);
         for (const Summary &r : rows) {
             std::printf("  %-22s ppl %.4f  %+6.2f%%  agree %.4f\n", config_label(r.config).c_str(), r.tail_ppl,
                         100 * (r.tail_ppl / reference_ppl - 1), r.tail_agreement);
@@ -620,8 +622,7 @@ void print_table(const Options &o, const std::vector<Summary> &rows, const Summa
     }
 }
 
-h2o_tools::Plot make_plot(const Options &o, const std::vector<Summary> &rows, const Summary *full,
-                          const std::string &model_name) {
+h2o_tools::Plot make_plot(const Options &o, const std::vector<Summary> &rows, const Summary *full, const std::string &model_name) {
     h2o_tools::Plot plot;
     plot.y_label = "perplexity";
     if (o.stream) {
@@ -675,19 +676,22 @@ std::string base_name(const std::string &path) {
 std::string setup_text(const Options &o, size_t scored, double seconds) {
     char line[512];
     if (o.stream) {
-        std::snprintf(line, sizeof(line), "# h2o-eval  %s on %s: stream of BOS + %u tokens, token by token, n_ctx %u, position rolling %s\n",
+        std::snprintf(line, sizeof(line),
+                      "# h2o-eval  %s on %s: stream of BOS + %u tokens, token by token, n_ctx %u, position rolling %s\n",
                       base_name(o.model_path).c_str(), base_name(o.text_path).c_str(), o.stream, o.n_ctx, o.rolling ? "on" : "off");
     } else {
-        std::snprintf(line, sizeof(line),
-                      "# h2o-eval  %s on %s: %u chunks of BOS + %u tokens (%zu scored, token by token), position rolling %s\n",
-                      base_name(o.model_path).c_str(), base_name(o.text_path).c_str(), o.chunks, o.chunk - 1, scored,
-                      o.rolling ? "on" : "off");
+        std::snprintf(
+            line, sizeof(line), "# h2o-eval  %s on %s: %u chunks of BOS + %u tokens (%zu scored, token by token), position rolling %s\n",
+            base_name(o.model_path).c_str(), base_name(o.text_path).c_str(), o.chunks, o.chunk - 1, scored, o.rolling ? "on" : "off");
     }
     std::string text = line;
     if (o.repeats) text += "# the text is shorter than the stream: the stream goes round it again\n";
-    const std::string horizon = o.horizon == 0 ? "by policy default" : o.horizon == H2O_KV_HORIZON_NONE ? "none" : std::to_string(o.horizon);
-    const std::string recent = o.recent ? std::to_string(o.recent) + " tokens"
-                               : o.recent_ratio < 0 ? "by policy default" : "ratio " + json_number(o.recent_ratio, "%g");
+    const std::string horizon = o.horizon == 0                     ? "by policy default"
+                                : o.horizon == H2O_KV_HORIZON_NONE ? "none"
+                                                                   : std::to_string(o.horizon);
+    const std::string recent = o.recent             ? std::to_string(o.recent) + " tokens"
+                               : o.recent_ratio < 0 ? "by policy default"
+                                                    : "ratio " + json_number(o.recent_ratio, "%g");
     const std::string slope = o.has_layer_slope ? json_number(o.layer_slope, "%g") : "by library default";
     std::snprintf(line, sizeof(line), "# KV %s, kv_sinks %u, recent window %s, horizon %s, layer slope %s; %.1f s\n",
                   h2o_tools::kv_type_name(o.kv_type), o.sinks, recent.c_str(), horizon.c_str(), slope.c_str(), seconds);
@@ -697,8 +701,8 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
                                      json_number(o.prompt_random_share, "%g") + "\n"
                                : "prompt eviction by the policy\n";
     if (o.head_share > 0.0f) {
-        text += "# budgets per kv head: head share " + json_number(o.head_share, "%g") + (o.across_layers ? ", across layers" : ", within each layer") +
-                " (policies with statistics)\n";
+        text += "# budgets per kv head: head share " + json_number(o.head_share, "%g") +
+                (o.across_layers ? ", across layers" : ", within each layer") + " (policies with statistics)\n";
     }
     return text;
 }
@@ -708,8 +712,7 @@ std::vector<int32_t> tokenize_text(h2o_model *model, const Options &o, const std
     std::vector<int32_t> tokens;
     const h2o_status st = h2o_tools::tokenize(model, text, 0, &tokens);
     if (st != H2O_OK) {
-        std::fprintf(stderr, "h2o-eval: cannot tokenize '%s': %s (%s)\n", o.text_path.c_str(), h2o_last_error(),
-                     h2o_status_string(st));
+        std::fprintf(stderr, "h2o-eval: cannot tokenize '%s': %s (%s)\n", o.text_path.c_str(), h2o_last_error(), h2o_status_string(st));
         std::exit(st == H2O_ERR_INVALID_TEXT ? 2 : 1);
     }
     return tokens;
@@ -725,8 +728,8 @@ std::vector<std::vector<int32_t>> make_sequences(Options *o, const std::vector<i
         // does not: compare repeated streams with the in-context reference only).
         o->repeats = tokens.size() < o->stream;
         if (o->repeats && !o->quiet) {
-            std::fprintf(stderr, "h2o-eval: note: the text has %zu tokens: the stream of %u goes round it %.1f times\n",
-                         tokens.size(), o->stream, static_cast<double>(o->stream) / tokens.size());
+            std::fprintf(stderr, "h2o-eval: note: the text has %zu tokens: the stream of %u goes round it %.1f times\n", tokens.size(),
+                         o->stream, static_cast<double>(o->stream) / tokens.size());
         }
         sequences.push_back({bos});
         for (size_t i = 0; i < o->stream; ++i) sequences[0].push_back(tokens[i % tokens.size()]);
@@ -739,8 +742,7 @@ std::vector<std::vector<int32_t>> make_sequences(Options *o, const std::vector<i
                     std::to_string(per_chunk));
     }
     if (available < o->chunks && !o->quiet) {
-        std::fprintf(stderr, "h2o-eval: note: the text has %zu tokens: only %zu chunks of %zu\n", tokens.size(), available,
-                     per_chunk);
+        std::fprintf(stderr, "h2o-eval: note: the text has %zu tokens: only %zu chunks of %zu\n", tokens.size(), available, per_chunk);
     }
     o->chunks = static_cast<uint32_t>(std::min<size_t>(o->chunks, available));
     for (size_t c = 0; c < o->chunks; ++c) {
@@ -786,8 +788,7 @@ int main(int argc, char **argv) {
     h2o_model *model = nullptr;
     h2o_status st = h2o_model_load(o.model_path.c_str(), nullptr, &model);
     if (st != H2O_OK) {
-        std::fprintf(stderr, "h2o-eval: cannot load model '%s': %s (%s)\n", o.model_path.c_str(), h2o_last_error(),
-                     h2o_status_string(st));
+        std::fprintf(stderr, "h2o-eval: cannot load model '%s': %s (%s)\n", o.model_path.c_str(), h2o_last_error(), h2o_status_string(st));
         return st == H2O_ERR_IO ? 2 : 1;  // a path that cannot be opened is a usage error
     }
     h2o_model_info info;

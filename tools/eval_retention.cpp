@@ -16,7 +16,11 @@ namespace {
 // One row of the report: a (policy, budget) with the first passage pinned, a retention span of a
 // minimum share, or neither; or one of the two references.
 struct Row {
-    enum Kind { Full, Unseen, Policy } kind;
+    enum Kind {
+        Full,
+        Unseen,
+        Policy
+    } kind;
     uint32_t policy = H2O_KV_FULL, budget = 0;
     bool pinned = false;
     float min_share = 0.0f;  // > 0: the passage is a retention span with this minimum share
@@ -30,9 +34,9 @@ struct Row {
 };
 
 struct Trial {
-    std::string passage_text;       // added as text, pinned or not
-    std::vector<int32_t> passage;   // its ids, fed again after the other text
-    size_t filler_offset = 0;       // where its other text starts in the text's tokens
+    std::string passage_text;      // added as text, pinned or not
+    std::vector<int32_t> passage;  // its ids, fed again after the other text
+    size_t filler_offset = 0;      // where its other text starts in the text's tokens
 };
 
 std::vector<int32_t> tokenize(h2o_model *model, const std::string &text) {
@@ -76,8 +80,9 @@ double run_trial(h2o_model *model, const h2o_model_info &info, const RetentionOp
     if (st == H2O_OK && row.kind == Row::Unseen) st = h2o_session_decode(session, &info.bos_token, 1);
     if (st == H2O_OK && row.kind != Row::Unseen) {
         const uint32_t flags = row.pinned ? H2O_TEXT_PIN : 0;
-        st = row.min_share > 0.0f ? h2o_session_add_span_text(session, 1, row.min_share, trial.passage_text.data(), trial.passage_text.size(), flags)
-                                  : h2o_session_add_text(session, trial.passage_text.data(), trial.passage_text.size(), flags);
+        st = row.min_share > 0.0f
+                 ? h2o_session_add_span_text(session, 1, row.min_share, trial.passage_text.data(), trial.passage_text.size(), flags)
+                 : h2o_session_add_text(session, trial.passage_text.data(), trial.passage_text.size(), flags);
     }
     if (st == H2O_OK) st = h2o_session_decode(session, filler.data(), filler.size());
     std::vector<float> logits(static_cast<size_t>(info.n_vocab));
@@ -88,7 +93,8 @@ double run_trial(h2o_model *model, const h2o_model_info &info, const RetentionOp
         if (st == H2O_OK) total += negative_log_prob(logits, trial.passage[i], &argmax);
         if (st == H2O_OK) st = h2o_session_decode(session, &trial.passage[i], 1);
     }
-    if (st != H2O_OK) *error = std::string(session ? h2o_session_last_error(session) : h2o_last_error()) + " (" + h2o_status_string(st) + ")";
+    if (st != H2O_OK)
+        *error = std::string(session ? h2o_session_last_error(session) : h2o_last_error()) + " (" + h2o_status_string(st) + ")";
     h2o_session_free(session);
     return st == H2O_OK ? total / static_cast<double>(trial.passage.size()) : NAN;
 }
@@ -149,18 +155,20 @@ int run_retention(h2o_model *model, const std::string &text, const RetentionOpti
         for (size_t r = 0; r < rows.size(); ++r) {
             for (size_t l = 0; l < o.lengths.size(); ++l) {
                 const double v = mean(r, l), full = mean(0, l);
-                std::printf("{\"mode\":\"retention\",\"row\":\"%s\",\"policy\":\"%s\",\"budget\":%u,\"pinned\":%s,\"min_share\":%g,"
-                            "\"other_tokens\":%u,\"trials\":%zu,\"repeat_nll\":%s,\"vs_full_pct\":%s}\n",
-                            json_escape(rows[r].label()).c_str(), rows[r].kind == Row::Policy ? policy_name(rows[r].policy) : "full",
-                            rows[r].budget, rows[r].pinned ? "true" : "false", static_cast<double>(rows[r].min_share), o.lengths[l], trials.size(),
-                            std::isfinite(v) ? std::to_string(v).c_str() : "null",
-                            std::isfinite(v) ? std::to_string(100 * (v / full - 1)).c_str() : "null");
+                std::printf(
+                    "{\"mode\":\"retention\",\"row\":\"%s\",\"policy\":\"%s\",\"budget\":%u,\"pinned\":%s,\"min_share\":%g,"
+                    "\"other_tokens\":%u,\"trials\":%zu,\"repeat_nll\":%s,\"vs_full_pct\":%s}\n",
+                    json_escape(rows[r].label()).c_str(), rows[r].kind == Row::Policy ? policy_name(rows[r].policy) : "full",
+                    rows[r].budget, rows[r].pinned ? "true" : "false", static_cast<double>(rows[r].min_share), o.lengths[l], trials.size(),
+                    std::isfinite(v) ? std::to_string(v).c_str() : "null",
+                    std::isfinite(v) ? std::to_string(100 * (v / full - 1)).c_str() : "null");
             }
         }
     } else {
-        std::printf("# h2o-eval --retention: BOS + a passage of %u tokens + N tokens of other text + the passage again;\n"
-                    "# mean NLL of the repeat over %zu passages, and against the full cache; %.1f s\n",
-                    o.passage_tokens, trials.size(), now_seconds() - start);
+        std::printf(
+            "# h2o-eval --retention: BOS + a passage of %u tokens + N tokens of other text + the passage again;\n"
+            "# mean NLL of the repeat over %zu passages, and against the full cache; %.1f s\n",
+            o.passage_tokens, trials.size(), now_seconds() - start);
         std::printf("%-30s", "configuration");
         for (uint32_t n : o.lengths) std::printf("  %20s", ("N = " + std::to_string(n)).c_str());
         std::printf("\n");

@@ -28,8 +28,10 @@ Status check_depth(std::string_view text, const char *file) {
     for (size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
         if (in_string) {
-            if (c == '\\') ++i;
-            else if (c == '"') in_string = false;
+            if (c == '\\')
+                ++i;
+            else if (c == '"')
+                in_string = false;
         } else if (c == '"') {
             in_string = true;
         } else if (c == '[' || c == '{') {
@@ -101,8 +103,8 @@ Status pre_tokenizer_name(const json &tokenizer, std::string *name) {
     auto type_of = [&](size_t i) { return string_field(*steps[i], "type"); };
     const bool byte_level = !steps.empty() && type_of(steps.size() - 1) == "ByteLevel";
     if (!byte_level) {
-        return make_error(H2O_ERR_UNSUPPORTED, "tokenizer.json: not a byte-level BPE tokenizer (its pre-tokenizer is " +
-                                                   describe(pre) + "); only byte-level vocabularies are read");
+        return make_error(H2O_ERR_UNSUPPORTED, "tokenizer.json: not a byte-level BPE tokenizer (its pre-tokenizer is " + describe(pre) +
+                                                   "); only byte-level vocabularies are read");
     }
     const bool byte_level_regex = bool_field(*steps.back(), "use_regex", true);
     if (steps.size() == 1 && byte_level_regex) {
@@ -159,8 +161,7 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     const json &model = field(tokenizer, "model");
     if (!model.is_object()) return bad("tokenizer.json: no \"model\" object");
     if (string_field(model, "type") != "BPE")
-        return make_error(H2O_ERR_UNSUPPORTED, "tokenizer.json: model type " + describe(field(model, "type")) +
-                                                   " (only BPE is read)");
+        return make_error(H2O_ERR_UNSUPPORTED, "tokenizer.json: model type " + describe(field(model, "type")) + " (only BPE is read)");
     HfVocabulary v;
     H2O_TRY(pre_tokenizer_name(tokenizer, &v.pre));
 
@@ -276,8 +277,8 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     if (field(config, "add_bos_token").is_boolean()) v.add_bos = config["add_bos_token"].get<bool>();
     if (field(config, "add_eos_token").is_boolean()) v.add_eos = config["add_eos_token"].get<bool>();
     // config.json's ids fill in what is still unknown.
-    for (auto [key, target] : {std::pair<const char *, int32_t *>{"bos_token_id", &v.bos}, {"eos_token_id", &v.eos},
-                               {"pad_token_id", &v.pad}}) {
+    for (auto [key, target] :
+         {std::pair<const char *, int32_t *>{"bos_token_id", &v.bos}, {"eos_token_id", &v.eos}, {"pad_token_id", &v.pad}}) {
         const json &id = field(model_config, key);
         if (*target >= 0 || !id.is_number_integer()) continue;
         if (id.get<int64_t>() >= 0 && id.get<int64_t>() < size) *target = static_cast<int32_t>(id.get<int64_t>());

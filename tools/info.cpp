@@ -62,8 +62,8 @@ int print_model(const std::string &path) {
     std::printf("architecture: %s\n", model_text(model, H2O_MODEL_TEXT_ARCHITECTURE).c_str());
     std::printf("name: %s\n", name.empty() ? "(none in the file)" : name.c_str());
     std::printf("context length: %u tokens (trained; sessions default to at most 4096)\n", info.n_ctx_train);
-    std::printf("parameters: %llu (%.2f M), %.2f MiB of weights\n", static_cast<unsigned long long>(info.n_params),
-                info.n_params / 1e6, info.weight_bytes / 1048576.0);
+    std::printf("parameters: %llu (%.2f M), %.2f MiB of weights\n", static_cast<unsigned long long>(info.n_params), info.n_params / 1e6,
+                info.weight_bytes / 1048576.0);
     std::printf("layers: %u, embedding %u, feed-forward %u\n", info.n_layer, info.n_embd, info.n_ff);
     std::printf("attention heads: %u, kv heads %u, head dim %u\n", info.n_head, info.n_head_kv, info.head_dim);
     std::printf("vocabulary: %u tokens, BOS %s, EOS %s\n", info.n_vocab, token_text(model, info.bos_token).c_str(),

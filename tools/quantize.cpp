@@ -30,8 +30,8 @@ double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.
 int main(int argc, char **argv) {
     std::vector<std::string> positional;
     h2o::QuantizeOptions options;
-    const std::string usage = std::string("usage: h2o-quantize [-t THREADS] IN.gguf OUT.gguf TYPE\n") +
-                              "  TYPE                   " + h2o::quant_preset_names() + "\n" +
+    const std::string usage = std::string("usage: h2o-quantize [-t THREADS] IN.gguf OUT.gguf TYPE\n") + "  TYPE                   " +
+                              h2o::quant_preset_names() + "\n" +
                               "  -t N                   threads, 1 to 1024 (default: one per hardware thread)\n"
                               "  --version              print the library's version\n";
     h2o_tools::CommandLine cl("h2o-quantize", usage);
@@ -54,13 +54,12 @@ int main(int argc, char **argv) {
         }
         std::string note;
         if (r.fell_back()) {
-            note = "  (fallback: row length " + std::to_string(r.shape[0]) + " does not fit " +
-                   h2o::type_name(r.wanted) + ")";
+            note = "  (fallback: row length " + std::to_string(r.shape[0]) + " does not fit " + h2o::type_name(r.wanted) + ")";
         } else if (r.copied) {
             note = "  (copied)";
         }
-        std::printf("%-28s %-18s %-6s -> %-6s  %-10.5f%s\n", r.name.c_str(), shape_text(r.shape).c_str(),
-                    h2o::type_name(r.type_in), h2o::type_name(r.type_out), r.rel_rms_error, note.c_str());
+        std::printf("%-28s %-18s %-6s -> %-6s  %-10.5f%s\n", r.name.c_str(), shape_text(r.shape).c_str(), h2o::type_name(r.type_in),
+                    h2o::type_name(r.type_out), r.rel_rms_error, note.c_str());
         std::fflush(stdout);
     };
     h2o::QuantizeReport report;
@@ -72,11 +71,10 @@ int main(int argc, char **argv) {
     size_t fallbacks = 0;
     for (const auto &r : report.tensors) fallbacks += r.fell_back() ? 1 : 0;
     std::printf("tensors: %zu (%zu fell back to another type)\n", report.tensors.size(), fallbacks);
-    std::printf("tensor data: %.2f MiB -> %.2f MiB (%.2fx smaller)\n", mib(report.tensor_bytes_in),
-                mib(report.tensor_bytes_out),
+    std::printf("tensor data: %.2f MiB -> %.2f MiB (%.2fx smaller)\n", mib(report.tensor_bytes_in), mib(report.tensor_bytes_out),
                 report.tensor_bytes_out ? static_cast<double>(report.tensor_bytes_in) / report.tensor_bytes_out : 0.0);
-    std::printf("file: %.2f MiB -> %.2f MiB, general.file_type = %" PRIu32 " (%s)\n", mib(report.file_bytes_in),
-                mib(report.file_bytes_out), report.file_type, h2o::quant_preset_name(options.preset));
+    std::printf("file: %.2f MiB -> %.2f MiB, general.file_type = %" PRIu32 " (%s)\n", mib(report.file_bytes_in), mib(report.file_bytes_out),
+                report.file_type, h2o::quant_preset_name(options.preset));
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -27,9 +27,9 @@ struct PresetInfo {
 };
 
 constexpr PresetInfo kPresets[] = {
-    {QuantPreset::F16, "F16", TensorType::F16, 1},     {QuantPreset::Q8_0, "Q8_0", TensorType::Q8_0, 7},
-    {QuantPreset::Q4_0, "Q4_0", TensorType::Q4_0, 2},  {QuantPreset::Q4_K, "Q4_K", TensorType::Q4_K, 14},
-    {QuantPreset::Q5_K, "Q5_K", TensorType::Q5_K, 16}, {QuantPreset::Q6_K, "Q6_K", TensorType::Q6_K, 18},
+    {QuantPreset::F16, "F16", TensorType::F16, 1},         {QuantPreset::Q8_0, "Q8_0", TensorType::Q8_0, 7},
+    {QuantPreset::Q4_0, "Q4_0", TensorType::Q4_0, 2},      {QuantPreset::Q4_K, "Q4_K", TensorType::Q4_K, 14},
+    {QuantPreset::Q5_K, "Q5_K", TensorType::Q5_K, 16},     {QuantPreset::Q6_K, "Q6_K", TensorType::Q6_K, 18},
     {QuantPreset::Q4_K_M, "Q4_K_M", TensorType::Q4_K, 15},
 };
 
@@ -58,14 +58,12 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 // llama.cpp's choice of the layers that get more bits in the _M mixes: the first and last eighth,
 // and every third layer in between.
-bool use_more_bits(int layer, int n_layer) {
-    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
-}
+bool use_more_bits(int layer, int n_layer) { return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2; }
 
 // Converts rows [r0, r1) of one tensor; sums of squared errors and of squared inputs go to *err
 // and *ref. in/out point at the first row of the tensor.
-void convert_rows(TensorType type_in, const uint8_t *in, TensorType type_out, uint8_t *out, int64_t cols, int64_t r0,
-                  int64_t r1, double *err, double *ref) {
+void convert_rows(TensorType type_in, const uint8_t *in, TensorType type_out, uint8_t *out, int64_t cols, int64_t r0, int64_t r1,
+                  double *err, double *ref) {
     const size_t in_row = row_bytes(type_in, cols), out_row = row_bytes(type_out, cols);
     std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(cols));
     double e = 0.0, s = 0.0;
@@ -107,8 +105,8 @@ Status check_output_folder(const std::string &out_path) {
         return make_error(H2O_ERR_IO, "cannot write " + out_path + ": " + folder.string() + " is not a folder");
     }
     if (access(folder.c_str(), W_OK) != 0) {
-        return make_error(H2O_ERR_IO, "cannot write " + out_path + ": the folder " + folder.string() + " is not writable (" +
-                                          std::strerror(errno) + ")");
+        return make_error(
+            H2O_ERR_IO, "cannot write " + out_path + ": the folder " + folder.string() + " is not writable (" + std::strerror(errno) + ")");
     }
     return Status::Ok();
 }
@@ -131,15 +129,14 @@ const char *quant_preset_names() { return "F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4
 
 uint32_t llama_file_type(QuantPreset preset) { return info(preset).file_type; }
 
-TensorType preset_tensor_type(QuantPreset preset, std::string_view name, uint32_t n_dims, int n_layer,
-                              bool tied_output, TensorType type_in) {
+TensorType preset_tensor_type(QuantPreset preset, std::string_view name, uint32_t n_dims, int n_layer, bool tied_output,
+                              TensorType type_in) {
     if (n_dims < 2) return type_in;  // norms (and any other vector) stay as they are
     const TensorType base = info(preset).type;
     if (preset != QuantPreset::Q4_K_M) return base;
     if (name == "output.weight" || (tied_output && name == "token_embd.weight")) return TensorType::Q6_K;
     const int layer = layer_of(name);
-    if (layer >= 0 && (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
-        use_more_bits(layer, n_layer)) {
+    if (layer >= 0 && (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) && use_more_bits(layer, n_layer)) {
         return TensorType::Q6_K;
     }
     return base;
@@ -148,13 +145,14 @@ TensorType preset_tensor_type(QuantPreset preset, std::string_view name, uint32_
 TensorType fallback_type(TensorType wanted, int64_t row_length) {
     if (row_length % traits(wanted).block_elements == 0) return wanted;
     TensorType next = TensorType::F16;
-    if (wanted == TensorType::Q4_K) next = TensorType::Q4_0;
-    else if (wanted == TensorType::Q5_K || wanted == TensorType::Q6_K) next = TensorType::Q8_0;
+    if (wanted == TensorType::Q4_K)
+        next = TensorType::Q4_0;
+    else if (wanted == TensorType::Q5_K || wanted == TensorType::Q6_K)
+        next = TensorType::Q8_0;
     return row_length % traits(next).block_elements == 0 ? next : TensorType::F16;
 }
 
-Status quantize_model(const std::string &in_path, const std::string &out_path, const QuantizeOptions &options,
-                      QuantizeReport *report) {
+Status quantize_model(const std::string &in_path, const std::string &out_path, const QuantizeOptions &options, QuantizeReport *report) {
     *report = QuantizeReport{};
     if (same_file(in_path, out_path)) {
         return make_error(H2O_ERR_INVALID_ARGUMENT, "input and output are the same file: " + out_path);
@@ -187,9 +185,7 @@ Status quantize_model(const std::string &in_path, const std::string &out_path, c
     }
     if (!wrote_file_type) writer.add_u32("general.file_type", file_type);
 
-    const int n_threads = options.n_threads > 0
-                              ? options.n_threads
-                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int n_threads = options.n_threads > 0 ? options.n_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     for (const GgufTensor &t : file->tensors()) {
         TensorQuantReport r;
         r.name = std::string(t.name);
@@ -197,12 +193,10 @@ Status quantize_model(const std::string &in_path, const std::string &out_path, c
         r.type_in = t.type;
         r.bytes_in = t.n_bytes;
         const bool convertible = quant_supported(t.type) && t.type != TensorType::I32;
-        r.wanted = convertible ? preset_tensor_type(options.preset, t.name, t.n_dims, n_layer, tied_output, t.type)
-                               : t.type;
+        r.wanted = convertible ? preset_tensor_type(options.preset, t.name, t.n_dims, n_layer, tied_output, t.type) : t.type;
         r.type_out = fallback_type(r.wanted, t.ne[0]);
         if (t.n_dims >= 2 && !convertible) {
-            return make_error(H2O_ERR_UNSUPPORTED, "tensor '" + r.name + "' has type " + type_name(t.type) +
-                                                       ", which cannot be converted");
+            return make_error(H2O_ERR_UNSUPPORTED, "tensor '" + r.name + "' has type " + type_name(t.type) + ", which cannot be converted");
         }
 
         std::vector<uint8_t> data;

@@ -34,7 +34,15 @@
 
 namespace h2o {
 
-enum class QuantPreset { F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_M };
+enum class QuantPreset {
+    F16,
+    Q8_0,
+    Q4_0,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q4_K_M
+};
 
 // "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M" (exact, upper case); false otherwise.
 bool parse_quant_preset(std::string_view name, QuantPreset *out);
@@ -75,8 +83,8 @@ struct QuantizeOptions {
 
 // The type the preset gives a tensor of this name and shape, before any fallback. n_layer is the
 // model's layer count and tied_output whether it lacks output.weight (both matter for Q4_K_M).
-TensorType preset_tensor_type(QuantPreset preset, std::string_view name, uint32_t n_dims, int n_layer,
-                              bool tied_output, TensorType type_in);
+TensorType preset_tensor_type(QuantPreset preset, std::string_view name, uint32_t n_dims, int n_layer, bool tied_output,
+                              TensorType type_in);
 // The type actually written for a row length: `wanted`, or its fallback (see above).
 TensorType fallback_type(TensorType wanted, int64_t row_length);
 
@@ -85,7 +93,6 @@ TensorType fallback_type(TensorType wanted, int64_t row_length);
 // the GGUF reader's errors for the input (H2O_ERR_IO, H2O_ERR_MODEL_FORMAT, H2O_ERR_UNSUPPORTED),
 // H2O_ERR_UNSUPPORTED for a tensor type that cannot be converted, H2O_ERR_IO when writing (a
 // missing or read-only output folder is found before any tensor is converted).
-Status quantize_model(const std::string &in_path, const std::string &out_path, const QuantizeOptions &options,
-                      QuantizeReport *report);
+Status quantize_model(const std::string &in_path, const std::string &out_path, const QuantizeOptions &options, QuantizeReport *report);
 
 }  // namespace h2o

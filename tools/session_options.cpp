@@ -16,8 +16,8 @@ constexpr uint64_t kMaxPromptProxy = 4096;
 constexpr double kMaxHeadShare = 0.9;
 
 // The options that only change how a cache evicts.
-const char *const kEvictionOptions[] = {"--kv-policy", "--kv-recent", "--kv-prompt-proxy", "--kv-head-share",
-                                        "--kv-share-across-layers", "--kv-exp"};
+const char *const kEvictionOptions[] = {"--kv-policy", "--kv-recent", "--kv-prompt-proxy", "--kv-head-share", "--kv-share-across-layers",
+                                        "--kv-exp"};
 
 // Sets a research setting (h2o_experimental.h), failing the command line with the library's reason.
 void set_experimental(CommandLine &cl, h2o_session_params *params, uint32_t key, double value, const std::string &option) {
@@ -54,7 +54,8 @@ void add_session_options(CommandLine &cl, h2o_session_params *params) {
     cl.option("--kv-head-share", [&cl, params](const std::string &v) {
         set_experimental(cl, params, H2O_EXP_KV_HEAD_SHARE, cl.to_number(v, closed(0, kMaxHeadShare)), "--kv-head-share");
     });
-    cl.flag("--kv-share-across-layers", [&cl, params]() { set_experimental(cl, params, H2O_EXP_KV_SHARE_ACROSS_LAYERS, 1, "--kv-share-across-layers"); });
+    cl.flag("--kv-share-across-layers",
+            [&cl, params]() { set_experimental(cl, params, H2O_EXP_KV_SHARE_ACROSS_LAYERS, 1, "--kv-share-across-layers"); });
     // Any research setting by its name: the library lists and checks them.
     cl.option("--kv-exp", [&cl, params](const std::string &v) {
         const size_t eq = v.find('=');

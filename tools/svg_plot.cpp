@@ -18,11 +18,20 @@ std::string xml_escape(const std::string &text) {
     std::string out;
     for (char c : text) {
         switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&quot;"; break;
-            default: out += c;
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -91,9 +100,7 @@ std::vector<double> log_ticks(double *lo, double *hi) {
 
 std::string render_svg(const Plot &plot) {
     auto fx = [&](double v) { return plot.log_x ? std::log2(v) : v; };
-    auto usable = [&](double x, double y) {
-        return std::isfinite(y) && std::isfinite(fx(x)) && (!plot.log_y || y > 0);
-    };
+    auto usable = [&](double x, double y) { return std::isfinite(y) && std::isfinite(fx(x)) && (!plot.log_y || y > 0); };
 
     // Data ranges.
     double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
@@ -146,9 +153,10 @@ std::string render_svg(const Plot &plot) {
 
     std::string svg;
     svg += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-    svg += format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-                  "font-family=\"sans-serif\" font-size=\"12\">\n",
-                  kWidth, kHeight, kWidth, kHeight);
+    svg += format(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+        "font-family=\"sans-serif\" font-size=\"12\">\n",
+        kWidth, kHeight, kWidth, kHeight);
     svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     svg += format("<text x=\"%.1f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">", kWidth / 2) +
            xml_escape(plot.title) + "</text>\n";
@@ -169,8 +177,8 @@ std::string render_svg(const Plot &plot) {
     // Axes and their labels.
     svg += format("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n", kLeft, kTop,
                   kRight - kLeft, kBottom - kTop);
-    svg += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (kLeft + kRight) / 2, kHeight - 18) +
-           xml_escape(plot.x_label) + "</text>\n";
+    svg += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (kLeft + kRight) / 2, kHeight - 18) + xml_escape(plot.x_label) +
+           "</text>\n";
     svg += format("<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">", (kTop + kBottom) / 2,
                   (kTop + kBottom) / 2) +
            xml_escape(plot.y_label) + "</text>\n";
@@ -178,8 +186,8 @@ std::string render_svg(const Plot &plot) {
     // Data, then the legend (one entry per series and per reference line).
     double legend_y = kTop + 8;
     auto legend_entry = [&](const std::string &label, const char *color, bool dashed, bool marker) {
-        svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"2\" ", kRight + 15, legend_y,
-                      kRight + 45, legend_y) +
+        svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"2\" ", kRight + 15, legend_y, kRight + 45,
+                      legend_y) +
                "stroke=\"" + color + "\"" + (dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>\n";
         if (marker) {
             svg += format("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" ", kRight + 30, legend_y) + "fill=\"" + color + "\"/>\n";
@@ -191,8 +199,8 @@ std::string render_svg(const Plot &plot) {
         const PlotLine &l = plot.lines[i];
         const char *color = i == 0 ? "black" : kColors[(plot.series.size() + i) % kColorCount];
         if (std::isfinite(l.y) && (!plot.log_y || l.y > 0)) {
-            svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\" ",
-                          kLeft, py(l.y), kRight, py(l.y)) +
+            svg += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\" ", kLeft,
+                          py(l.y), kRight, py(l.y)) +
                    "stroke=\"" + color + "\"/>\n";
         }
         legend_entry(l.label, color, true, false);

@@ -20,10 +20,10 @@ struct PlotLine {
 
 struct Plot {
     std::string title, x_label, y_label;
-    bool log_x = false;             // x on a log2 scale (e.g. cache budgets)
-    bool log_y = false;             // y on a log10 scale, ticks at 1, 2, 5 x 10^k
-    bool x_from_zero = false;       // a linear x axis starts at 0
-    std::vector<double> x_ticks;    // empty: evenly spaced round numbers
+    bool log_x = false;           // x on a log2 scale (e.g. cache budgets)
+    bool log_y = false;           // y on a log10 scale, ticks at 1, 2, 5 x 10^k
+    bool x_from_zero = false;     // a linear x axis starts at 0
+    std::vector<double> x_ticks;  // empty: evenly spaced round numbers
     std::vector<PlotSeries> series;
     std::vector<PlotLine> lines;
 };

@@ -38,9 +38,8 @@ constexpr const char *kUsage =
     "  --version              print the library's version\n";
 
 // The weight types a synthetic model's matrices may have.
-const h2o::TensorType kTypes[] = {h2o::TensorType::F32, h2o::TensorType::F16, h2o::TensorType::Q8_0,
-                                  h2o::TensorType::Q4_0, h2o::TensorType::Q5_0, h2o::TensorType::Q4_K,
-                                  h2o::TensorType::Q6_K};
+const h2o::TensorType kTypes[] = {h2o::TensorType::F32,  h2o::TensorType::F16,  h2o::TensorType::Q8_0, h2o::TensorType::Q4_0,
+                                  h2o::TensorType::Q5_0, h2o::TensorType::Q4_K, h2o::TensorType::Q6_K};
 
 std::string type_names() {
     std::string names;
@@ -71,7 +70,8 @@ int main(int argc, char **argv) {
         }
     });
     cl.option("--arch", [&](const std::string &name) {
-        if (name != "llama" && name != "qwen2" && name != "qwen3") cl.fail("unknown architecture '" + name + "' (known: llama, qwen2, qwen3)");
+        if (name != "llama" && name != "qwen2" && name != "qwen3")
+            cl.fail("unknown architecture '" + name + "' (known: llama, qwen2, qwen3)");
         spec.architecture = name;
     });
     cl.count("--head-dim", 2, 1024, &spec.head_dim);

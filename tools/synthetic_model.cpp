@@ -168,7 +168,8 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
         w.add_tensor("output.weight", spec.type, {d, spec.n_vocab}, random_matrix(rng, spec.type, d, spec.n_vocab, in_scale));
     }
     if (spec.rope_freqs) {
-        w.add_tensor("rope_freqs.weight", TensorType::F32, {head_dim / 2}, floats_bytes(llama3_frequency_factors(head_dim, spec.rope_freq_base)));
+        w.add_tensor("rope_freqs.weight", TensorType::F32, {head_dim / 2},
+                     floats_bytes(llama3_frequency_factors(head_dim, spec.rope_freq_base)));
     }
     for (int l = 0; l < spec.n_layer; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";

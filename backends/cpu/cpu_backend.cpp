@@ -77,14 +77,13 @@ public:
     }
     Status synchronize() override { return injected_fault(); }
     size_t allocated_bytes() const override {
-        return allocated_ + matmul_scratch_.size() + attention_weights_.size() * sizeof(float) +
-               attention_slots_.size() * sizeof(int32_t) + partial_stats_.size() * sizeof(SlotStats) + kv_.bytes();
+        return allocated_ + matmul_scratch_.size() + attention_weights_.size() * sizeof(float) + attention_slots_.size() * sizeof(int32_t) +
+               partial_stats_.size() * sizeof(SlotStats) + kv_.bytes();
     }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
         H2O_TRY(injected_fault());
-        cpu::dequantize_rows(table.type, host<const void>(table), table.cols, host<const int32_t>(ids), n, host<float>(out),
-                             layout(table));
+        cpu::dequantize_rows(table.type, host<const void>(table), table.cols, host<const int32_t>(ids), n, host<float>(out), layout(table));
         return Status::Ok();
     }
 
@@ -98,8 +97,8 @@ public:
 
     Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override {
         H2O_TRY(injected_fault());
-        cpu::matmul(pool_, weight.type, host<const void>(weight), weight.rows, weight.cols, host<const float>(in), n,
-                    host<float>(out), matmul_scratch_.data(), layout(weight));
+        cpu::matmul(pool_, weight.type, host<const void>(weight), weight.rows, weight.cols, host<const float>(in), n, host<float>(out),
+                    matmul_scratch_.data(), layout(weight));
         return Status::Ok();
     }
 
@@ -134,7 +133,8 @@ public:
                     float c, s;
                     rotary_cos_sin(pos[set * n + t], inv_freq[static_cast<size_t>(i)], &c, &s);
                     auto rotate = [&](float *x, int first_head, int end_head) {
-                        for (int h = first_head; h < end_head; ++h) rotate_head_pair(x + h * shape.head_dim, rope.pairing, i, n_pairs, c, s);
+                        for (int h = first_head; h < end_head; ++h)
+                            rotate_head_pair(x + h * shape.head_dim, rope.pairing, i, n_pairs, c, s);
                     };
                     rotate(host<float>(q) + t * q.cols, first_kv * group, end_kv * group);
                     rotate(host<float>(k) + t * k.cols, first_kv, end_kv);
@@ -149,11 +149,13 @@ public:
         float *g = host<float>(gate);
         const float *u = host<const float>(up);
         const int64_t count = gate.cols * n;
-        pool_.run([&](int index, int threads) {
-            int64_t begin, end;
-            ThreadPool::split(count, index, threads, &begin, &end);
-            cpu::silu_mul(g + begin, g + begin, u + begin, end - begin);
-        }, count * 8);  // an exp and a few flops per element
+        pool_.run(
+            [&](int index, int threads) {
+                int64_t begin, end;
+                ThreadPool::split(count, index, threads, &begin, &end);
+                cpu::silu_mul(g + begin, g + begin, u + begin, end - begin);
+            },
+            count * 8);  // an exp and a few flops per element
         return Status::Ok();
     }
 
@@ -261,8 +263,8 @@ public:
         return Status::Ok();
     }
 
-    Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                     const AttentionBatch &batch, const ModelShape &shape) override;
+    Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
+                     const ModelShape &shape) override;
 
     // Test hook (cpu_inject_fault): the operation `after` operations from now fails.
     void inject_fault(int after) { fault_countdown_ = after; }
@@ -317,7 +319,7 @@ private:
 
     RotarySpec rope_spec_;
     std::vector<double> rope_inv_freq_;  // rope_spec_.inv_freqs()
-    int fault_countdown_ = -1;  // no fault
+    int fault_countdown_ = -1;           // no fault
     Status fault_;
     KvCache kv_;
     std::vector<float> attention_weights_;
@@ -325,8 +327,8 @@ private:
     std::vector<SlotStats> partial_stats_;
 };
 
-Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                             const AttentionBatch &batch, const ModelShape &shape) {
+Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
+                             const ModelShape &shape) {
     H2O_TRY(injected_fault());
     const int n = batch.n_tokens, hd = shape.head_dim, n_kv = shape.n_head_kv;
     const int group = shape.n_head / n_kv;
@@ -341,8 +343,10 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     // F16 rows (the default format) are converted by the kernels' F16C conversion, which rounds
     // as kv_store_row does; the other formats by kv_store_row.
     auto store_row = [hd](KvRowFormat format, const float *src, uint8_t *dst) {
-        if (format == KvRowFormat::F16) cpu::floats_to_halves(src, reinterpret_cast<uint16_t *>(dst), hd);
-        else kv_store_row(format, src, hd, dst);
+        if (format == KvRowFormat::F16)
+            cpu::floats_to_halves(src, reinterpret_cast<uint16_t *>(dst), hd);
+        else
+            kv_store_row(format, src, hd, dst);
     };
     auto make_room_and_store = [&](int h, int thread) {
         kv_.make_room(layer, h, n, batch.first_index, thread);
@@ -359,9 +363,11 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     } else {
         // Rough size: choosing victims and (rolling) rotating the kept keys, per kv head.
         const int64_t eviction_work = static_cast<int64_t>(n_kv) * kv_.config().slots_in(layer) * (kv_.config().rolling ? 4 * hd : 8);
-        pool_.run([&](int index, int threads) {
-            for (int h = index; h < n_kv; h += threads) make_room_and_store(h, index);
-        }, eviction_work);
+        pool_.run(
+            [&](int index, int threads) {
+                for (int h = index; h < n_kv; h += threads) make_room_and_store(h, index);
+            },
+            eviction_work);
     }
 
     // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
@@ -385,108 +391,111 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     const bool fold_in_place = n == 1;
     const float old_persistence_weight = kv_power(decay, n);
     int threads_used = 1;  // small batches run on the calling thread alone
-    pool_.run([&](int index, int threads) {
-        if (index == 0) threads_used = threads;
-        AttentionScratch scratch = attention_scratch(index);
-        if (gather_statistics && !fold_in_place) {
-            std::fill(scratch.partial, scratch.partial + static_cast<size_t>(n_kv) * n_slots, kv_stats_zero());
-        }
-        // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
-        // tokens see more keys, and contiguous runs gave the last thread most of the work.
-        for (int64_t u = index; u < units; u += threads) {
-            const int t0 = static_cast<int>(u / n_kv) * tile_tokens, h = static_cast<int>(u % n_kv);
-            const int t1 = std::min(n, t0 + tile_tokens);
-            const int used = kv_.used(layer, h);
-            const KvCache::CellView view = kv_.cell(layer, h);
-            auto seen = [&](int s, int t) {
-                return view.stream_index[s] >= 0 && view.stream_index[s] <= batch.first_index + t;
-            };
-            // Per token: how many slots it sees, and `end`: slots from there on are all unseen by
-            // it (in a prompt, usually the batch's later tokens), so every loop below stops there,
-            // which changes no result. One pass over the slots finds them for the whole tile: a
-            // slot holding stream index first + d (d > 0; first is the tile's first query) is seen
-            // by the tile's tokens from d on, one holding first or less by all of them. The others,
-            // free or seen by only some tokens, are listed in slot order in scratch.unseen.
-            const int64_t first = batch.first_index + t0;
-            int seen_by_all = 0, seen_by_all_end = 0, n_unseen = 0;
-            int seen_from[kTileQueries] = {}, seen_from_end[kTileQueries] = {};
-            for (int s = 0; s < used; ++s) {
-                const int64_t stream = view.stream_index[s];
-                if (stream >= 0 && stream <= first) {
-                    ++seen_by_all;
-                    seen_by_all_end = s + 1;
-                    continue;
-                }
-                scratch.unseen[n_unseen++] = s;
-                if (stream > first && stream < first + (t1 - t0)) {
-                    ++seen_from[stream - first];
-                    seen_from_end[stream - first] = s + 1;
-                }
+    pool_.run(
+        [&](int index, int threads) {
+            if (index == 0) threads_used = threads;
+            AttentionScratch scratch = attention_scratch(index);
+            if (gather_statistics && !fold_in_place) {
+                std::fill(scratch.partial, scratch.partial + static_cast<size_t>(n_kv) * n_slots, kv_stats_zero());
             }
-            int visible[kTileQueries], end[kTileQueries];
-            for (int tt = 0; tt < t1 - t0; ++tt) {
-                visible[tt] = (tt == 0 ? seen_by_all : visible[tt - 1]) + seen_from[tt];
-                end[tt] = std::max(tt == 0 ? seen_by_all_end : end[tt - 1], seen_from_end[tt]);
-                if (!gather_statistics) continue;  // group weights feed the statistics alone
-                float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * n_slots;
-                std::fill(group_weight, group_weight + used, 0.0f);
-            }
-            // The tile's (token, query head) rows, token-major, in chunks of kTileQueries.
-            const int rows = (t1 - t0) * group;
-            for (int r0 = 0; r0 < rows; r0 += kTileQueries) {
-                const int m = std::min(kTileQueries, rows - r0);
-                const float *queries[kTileQueries];
-                float *outs[kTileQueries];
-                for (int j = 0; j < m; ++j) {
-                    const int t = t0 + (r0 + j) / group, head = h * group + (r0 + j) % group;
-                    queries[j] = host<const float>(q) + t * q.cols + head * hd;
-                    outs[j] = host<float>(out) + t * out.cols + head * hd;
-                    std::fill(outs[j], outs[j] + hd, 0.0f);
-                }
-                const int scored = end[(r0 + m - 1) / group];  // the chunk's last token sees the most
-                // Every slot before `scored` is scored for every query, then each query's unseen
-                // ones are masked. The rows are read in their stored form (kv_row_format.h).
-                cpu::dot_kv_rows(key_format, queries, m, view.keys, key_row, scored, hd, scratch.weight, n_slots);
-                for (int j = 0; j < m; ++j) {
-                    const int t = t0 + (r0 + j) / group, query_end = end[t - t0];
-                    float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
-                    for (int s = 0; s < query_end; ++s) weight[s] *= scale;
-                    for (int i = 0; i < n_unseen && scratch.unseen[i] < query_end; ++i) {
-                        if (!seen(scratch.unseen[i], t)) weight[scratch.unseen[i]] = -INFINITY;
+            // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
+            // tokens see more keys, and contiguous runs gave the last thread most of the work.
+            for (int64_t u = index; u < units; u += threads) {
+                const int t0 = static_cast<int>(u / n_kv) * tile_tokens, h = static_cast<int>(u % n_kv);
+                const int t1 = std::min(n, t0 + tile_tokens);
+                const int used = kv_.used(layer, h);
+                const KvCache::CellView view = kv_.cell(layer, h);
+                auto seen = [&](int s, int t) { return view.stream_index[s] >= 0 && view.stream_index[s] <= batch.first_index + t; };
+                // Per token: how many slots it sees, and `end`: slots from there on are all unseen by
+                // it (in a prompt, usually the batch's later tokens), so every loop below stops there,
+                // which changes no result. One pass over the slots finds them for the whole tile: a
+                // slot holding stream index first + d (d > 0; first is the tile's first query) is seen
+                // by the tile's tokens from d on, one holding first or less by all of them. The others,
+                // free or seen by only some tokens, are listed in slot order in scratch.unseen.
+                const int64_t first = batch.first_index + t0;
+                int seen_by_all = 0, seen_by_all_end = 0, n_unseen = 0;
+                int seen_from[kTileQueries] = {}, seen_from_end[kTileQueries] = {};
+                for (int s = 0; s < used; ++s) {
+                    const int64_t stream = view.stream_index[s];
+                    if (stream >= 0 && stream <= first) {
+                        ++seen_by_all;
+                        seen_by_all_end = s + 1;
+                        continue;
                     }
-                    cpu::softmax(weight, query_end);
-                    std::fill(weight + query_end, weight + scored, 0.0f);  // the weighted sum passes over them
-                }
-                cpu::weighted_kv_row_sum(value_format, outs, m, scratch.weight, n_slots, view.values, value_row, scored, hd);
-                // Each token's weights summed over its query heads, in head order (for the statistics).
-                for (int j = 0; gather_statistics && j < m; ++j) {
-                    const int t = t0 + (r0 + j) / group;
-                    const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
-                    float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
-                    for (int s = 0; s < end[t - t0]; ++s) group_weight[s] += weight[s];
-                }
-            }
-            if (!gather_statistics) continue;
-            // Bookkeeping for the eviction policies, token by token.
-            for (int t = t0; t < t1; ++t) {
-                const float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
-                const float threshold = kv_importance_threshold(group, visible[t - t0]);
-                const float persistence_weight = kv_persistence_weight(decay, n, t);
-                if (fold_in_place) {
-                    for (int s = 0; s < used; ++s) {
-                        const SlotStats query = seen(s, t) ? kv_stats_add_query(kv_stats_zero(), group_weight[s], threshold, persistence_weight, true)
-                                                           : kv_stats_zero();
-                        view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight, true);
+                    scratch.unseen[n_unseen++] = s;
+                    if (stream > first && stream < first + (t1 - t0)) {
+                        ++seen_from[stream - first];
+                        seen_from_end[stream - first] = s + 1;
                     }
-                    continue;
                 }
-                SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
-                for (int s = 0; s < end[t - t0]; ++s) {
-                    if (seen(s, t)) partial[s] = kv_stats_add_query(partial[s], group_weight[s], threshold, persistence_weight, kv_is_proxy_query(n, t, proxy));
+                int visible[kTileQueries], end[kTileQueries];
+                for (int tt = 0; tt < t1 - t0; ++tt) {
+                    visible[tt] = (tt == 0 ? seen_by_all : visible[tt - 1]) + seen_from[tt];
+                    end[tt] = std::max(tt == 0 ? seen_by_all_end : end[tt - 1], seen_from_end[tt]);
+                    if (!gather_statistics) continue;  // group weights feed the statistics alone
+                    float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * n_slots;
+                    std::fill(group_weight, group_weight + used, 0.0f);
+                }
+                // The tile's (token, query head) rows, token-major, in chunks of kTileQueries.
+                const int rows = (t1 - t0) * group;
+                for (int r0 = 0; r0 < rows; r0 += kTileQueries) {
+                    const int m = std::min(kTileQueries, rows - r0);
+                    const float *queries[kTileQueries];
+                    float *outs[kTileQueries];
+                    for (int j = 0; j < m; ++j) {
+                        const int t = t0 + (r0 + j) / group, head = h * group + (r0 + j) % group;
+                        queries[j] = host<const float>(q) + t * q.cols + head * hd;
+                        outs[j] = host<float>(out) + t * out.cols + head * hd;
+                        std::fill(outs[j], outs[j] + hd, 0.0f);
+                    }
+                    const int scored = end[(r0 + m - 1) / group];  // the chunk's last token sees the most
+                    // Every slot before `scored` is scored for every query, then each query's unseen
+                    // ones are masked. The rows are read in their stored form (kv_row_format.h).
+                    cpu::dot_kv_rows(key_format, queries, m, view.keys, key_row, scored, hd, scratch.weight, n_slots);
+                    for (int j = 0; j < m; ++j) {
+                        const int t = t0 + (r0 + j) / group, query_end = end[t - t0];
+                        float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
+                        for (int s = 0; s < query_end; ++s) weight[s] *= scale;
+                        for (int i = 0; i < n_unseen && scratch.unseen[i] < query_end; ++i) {
+                            if (!seen(scratch.unseen[i], t)) weight[scratch.unseen[i]] = -INFINITY;
+                        }
+                        cpu::softmax(weight, query_end);
+                        std::fill(weight + query_end, weight + scored, 0.0f);  // the weighted sum passes over them
+                    }
+                    cpu::weighted_kv_row_sum(value_format, outs, m, scratch.weight, n_slots, view.values, value_row, scored, hd);
+                    // Each token's weights summed over its query heads, in head order (for the statistics).
+                    for (int j = 0; gather_statistics && j < m; ++j) {
+                        const int t = t0 + (r0 + j) / group;
+                        const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
+                        float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
+                        for (int s = 0; s < end[t - t0]; ++s) group_weight[s] += weight[s];
+                    }
+                }
+                if (!gather_statistics) continue;
+                // Bookkeeping for the eviction policies, token by token.
+                for (int t = t0; t < t1; ++t) {
+                    const float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
+                    const float threshold = kv_importance_threshold(group, visible[t - t0]);
+                    const float persistence_weight = kv_persistence_weight(decay, n, t);
+                    if (fold_in_place) {
+                        for (int s = 0; s < used; ++s) {
+                            const SlotStats query =
+                                seen(s, t) ? kv_stats_add_query(kv_stats_zero(), group_weight[s], threshold, persistence_weight, true)
+                                           : kv_stats_zero();
+                            view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight, true);
+                        }
+                        continue;
+                    }
+                    SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
+                    for (int s = 0; s < end[t - t0]; ++s) {
+                        if (seen(s, t))
+                            partial[s] = kv_stats_add_query(partial[s], group_weight[s], threshold, persistence_weight,
+                                                            kv_is_proxy_query(n, t, proxy));
+                    }
                 }
             }
-        }
-    }, work);
+        },
+        work);
     if (!gather_statistics || fold_in_place) return Status::Ok();
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::CellView view = kv_.cell(layer, h);
@@ -505,9 +514,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads, int max_batch) {
-    return std::make_unique<CpuBackend>(n_threads, max_batch);
-}
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, int max_batch) { return std::make_unique<CpuBackend>(n_threads, max_batch); }
 
 bool cpu_inject_fault(Backend &backend, int after_operations) {
     auto *cpu = dynamic_cast<CpuBackend *>(&backend);

@@ -88,8 +88,7 @@ float quantize_block_q8(const float *x, int8_t *q, int32_t *sum) {
     return d;
 }
 
-void quantize_activations_scalar(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
-                                 ActBlockPair *act) {
+void quantize_activations_scalar(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1, ActBlockPair *act) {
     const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
     for (int64_t g = g0; g < g1; ++g) {
         for (int64_t p = 0; p < n_pairs; ++p) {
@@ -277,7 +276,7 @@ void unpack_super_block(const uint8_t *blk, const float *fp16_table, KSuperBlock
         const float d = fp16_table[load_u16(blk)], dmin = fp16_table[load_u16(blk + 2)];
         uint8_t sc[8], m[8];
         unpack_k_scales(blk + 4, sc, m);
-        const uint8_t *qh = blk + 16;                                            // Q5_K only
+        const uint8_t *qh = blk + 16;  // Q5_K only
         const uint8_t *qs = blk + (kType == TensorType::Q5_K ? 16 + 32 : 16);
         for (int j = 0; j < 8; ++j) {
             out->step[j] = d * static_cast<float>(sc[j]);
@@ -369,12 +368,24 @@ void matmul_range_scalar(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             const uint8_t *row = p.w + r * p.w_row_bytes;
             float out[kGroupTokens];
             switch (p.wtype) {
-                case TensorType::Q4_0: dot_quant_row<TensorType::Q4_0>(p, r, act, n_tok, out); break;
-                case TensorType::Q8_0: dot_quant_row<TensorType::Q8_0>(p, r, act, n_tok, out); break;
-                case TensorType::Q4_K: dot_kquant_row<TensorType::Q4_K>(p, r, act, n_tok, out); break;
-                case TensorType::Q5_K: dot_kquant_row<TensorType::Q5_K>(p, r, act, n_tok, out); break;
-                case TensorType::Q6_K: dot_kquant_row<TensorType::Q6_K>(p, r, act, n_tok, out); break;
-                case TensorType::F16: dot_f16_row(p, row, x, n_tok, out); break;
+                case TensorType::Q4_0:
+                    dot_quant_row<TensorType::Q4_0>(p, r, act, n_tok, out);
+                    break;
+                case TensorType::Q8_0:
+                    dot_quant_row<TensorType::Q8_0>(p, r, act, n_tok, out);
+                    break;
+                case TensorType::Q4_K:
+                    dot_kquant_row<TensorType::Q4_K>(p, r, act, n_tok, out);
+                    break;
+                case TensorType::Q5_K:
+                    dot_kquant_row<TensorType::Q5_K>(p, r, act, n_tok, out);
+                    break;
+                case TensorType::Q6_K:
+                    dot_kquant_row<TensorType::Q6_K>(p, r, act, n_tok, out);
+                    break;
+                case TensorType::F16:
+                    dot_f16_row(p, row, x, n_tok, out);
+                    break;
                 default:
                     for (int t = 0; t < n_tok; ++t) {
                         out[t] = dot_f32_scalar(reinterpret_cast<const float *>(row), x + t * p.cols, p.cols);
@@ -423,7 +434,7 @@ static bool x86_has_avx2_fma_f16c() {
     if (!(fma && osxsave && avx && f16c)) return false;
     unsigned xcr0_lo, xcr0_hi;
     __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));  // _xgetbv would need -mxsave here
-    if ((xcr0_lo & 0x6) != 0x6) return false;                  // bit 1: SSE state, bit 2: AVX state
+    if ((xcr0_lo & 0x6) != 0x6) return false;                   // bit 1: SSE state, bit 2: AVX state
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     return ebx & bit_AVX2;
 }
@@ -457,7 +468,7 @@ static bool x86_has_avx512_vnni() {
 std::atomic<int> g_isa{-1};  // a KernelIsa, or -1 before the first use
 
 constexpr KernelIsa kAllIsas[] = {KernelIsa::Scalar, KernelIsa::Avx2,        KernelIsa::Avx2Vnni, KernelIsa::Avx512,
-                                   KernelIsa::Neon,   KernelIsa::NeonDotprod, KernelIsa::NeonI8mm};
+                                  KernelIsa::Neon,   KernelIsa::NeonDotprod, KernelIsa::NeonI8mm};
 
 // The best level this CPU runs, or the one H2O_CPU_KERNELS names; a name that is unknown or a level
 // the CPU lacks is fatal, so a test or benchmark never measures other kernels than it asked for.
@@ -484,7 +495,8 @@ KernelIsa choose_isa() {
 const KernelTable &level_table(KernelIsa isa) {
     switch (isa) {
 #if defined(H2O_KERNELS_X86)
-        case KernelIsa::Avx2: return detail::kAvx2Kernels;
+        case KernelIsa::Avx2:
+            return detail::kAvx2Kernels;
         case KernelIsa::Avx2Vnni: {
             // The AVX2 level with vpdpbusd in the quantized matmuls, in the encoding this CPU runs
             // (the level needs one or the other).
@@ -495,13 +507,18 @@ const KernelTable &level_table(KernelIsa isa) {
             }();
             return vnni;
         }
-        case KernelIsa::Avx512: return detail::kAvx512Kernels;
+        case KernelIsa::Avx512:
+            return detail::kAvx512Kernels;
 #elif defined(H2O_KERNELS_ARM64)
-        case KernelIsa::Neon: return detail::kNeonKernels;
-        case KernelIsa::NeonDotprod: return detail::kNeonDotprodKernels;
-        case KernelIsa::NeonI8mm: return detail::kNeonI8mmKernels;
+        case KernelIsa::Neon:
+            return detail::kNeonKernels;
+        case KernelIsa::NeonDotprod:
+            return detail::kNeonDotprodKernels;
+        case KernelIsa::NeonI8mm:
+            return detail::kNeonI8mmKernels;
 #endif
-        default: return detail::kScalarKernels;
+        default:
+            return detail::kScalarKernels;
     }
 }
 
@@ -518,9 +535,7 @@ KernelIsa current_isa() {
 const KernelTable &kernels() { return level_table(current_isa()); }
 
 // Weight types multiplied on integers, against activations quantized to 8 bits per 32 values.
-bool is_quantized(TensorType t) {
-    return t == TensorType::Q4_0 || t == TensorType::Q8_0 || is_kquant(t);
-}
+bool is_quantized(TensorType t) { return t == TensorType::Q4_0 || t == TensorType::Q8_0 || is_kquant(t); }
 
 constexpr size_t kScratchAlign = 64;
 
@@ -541,14 +556,21 @@ void cpu_relax() {
 
 namespace detail {
 const KernelTable kScalarKernels = {
-    quantize_activations_scalar, matmul_range_scalar, dequantize_scalar, dot_f32_scalar,
-    axpy_scalar,                 exp_sub_sum_scalar,  silu_mul_scalar,
-    {},                // dot_kv_rows: the loops in kernels.cpp
-    {},                // weighted_kv_row_sum: the same
-    nullptr, nullptr,  // half conversions: the loops in kernels.cpp
-    nullptr,           // max_value: the loop in kernels.cpp
-    nullptr, nullptr,  // rotate_pairs, rotate_half_pairs: rotary.h's rotate_pair in a loop
-    1,                 // interleaved weights: runs them, the reference the SIMD levels are tested against
+    quantize_activations_scalar,
+    matmul_range_scalar,
+    dequantize_scalar,
+    dot_f32_scalar,
+    axpy_scalar,
+    exp_sub_sum_scalar,
+    silu_mul_scalar,
+    {},  // dot_kv_rows: the loops in kernels.cpp
+    {},  // weighted_kv_row_sum: the same
+    nullptr,
+    nullptr,  // half conversions: the loops in kernels.cpp
+    nullptr,  // max_value: the loop in kernels.cpp
+    nullptr,
+    nullptr,  // rotate_pairs, rotate_half_pairs: rotary.h's rotate_pair in a loop
+    1,        // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
 
 const KernelTable &table_of(KernelIsa isa) { return level_table(isa); }
@@ -556,16 +578,22 @@ const KernelTable &table_of(KernelIsa isa) { return level_table(isa); }
 
 const char *kernel_isa_name(KernelIsa isa) {
     switch (isa) {
-        case KernelIsa::Avx2: return "avx2";
-        case KernelIsa::Avx2Vnni: return "avx2+vnni";
-        case KernelIsa::Avx512: return "avx512";
-        case KernelIsa::Neon: return "neon";
-        case KernelIsa::NeonDotprod: return "neon+dotprod";
-        case KernelIsa::NeonI8mm: return "neon+i8mm";
-        default: return "scalar";
+        case KernelIsa::Avx2:
+            return "avx2";
+        case KernelIsa::Avx2Vnni:
+            return "avx2+vnni";
+        case KernelIsa::Avx512:
+            return "avx512";
+        case KernelIsa::Neon:
+            return "neon";
+        case KernelIsa::NeonDotprod:
+            return "neon+dotprod";
+        case KernelIsa::NeonI8mm:
+            return "neon+i8mm";
+        default:
+            return "scalar";
     }
 }
-
 
 bool cpu_supports(KernelIsa isa) {
     if (isa == KernelIsa::Scalar) return true;
@@ -596,9 +624,7 @@ bool set_kernel_isa(KernelIsa isa) {
     return true;
 }
 
-bool matmul_supports(TensorType wtype) {
-    return wtype == TensorType::F32 || wtype == TensorType::F16 || is_quantized(wtype);
-}
+bool matmul_supports(TensorType wtype) { return wtype == TensorType::F32 || wtype == TensorType::F16 || is_quantized(wtype); }
 
 size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens) {
     if (!is_quantized(wtype) || cols <= 0 || n_tokens <= 0) return 0;
@@ -607,9 +633,7 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens) {
     return static_cast<size_t>(n_groups * n_pairs) * sizeof(ActBlockPair) + kScratchAlign;
 }
 
-bool interleaving_preferred(TensorType type) {
-    return is_interleavable(type) && kernels().interleaved_support == 2;
-}
+bool interleaving_preferred(TensorType type) { return is_interleavable(type) && kernels().interleaved_support == 2; }
 
 size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols) {
     const int64_t per_row = cols / static_cast<int64_t>(traits(type).block_elements);
@@ -625,8 +649,8 @@ void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, 
     auto *out = static_cast<uint8_t *>(dst);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t b = 0; b < cols / block; ++b) {
-            copy_interleaved_block(type, in + r * rb + b * traits(type).block_bytes,
-                                   out + interleaved_block_offset(type, cols, r, b), static_cast<int>(r % 8), false);
+            copy_interleaved_block(type, in + r * rb + b * traits(type).block_bytes, out + interleaved_block_offset(type, cols, r, b),
+                                   static_cast<int>(r % 8), false);
         }
     }
 }
@@ -639,8 +663,7 @@ void deinterleave_row(TensorType type, const void *src, int64_t cols, int64_t ro
     }
 }
 
-void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens,
-                  void *scratch) {
+void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens, void *scratch) {
     if (count < 1 || count > kMaxMatmulGroup) fatal("matmul_group: between 1 and kMaxMatmulGroup outputs");
     if (n_tokens <= 0) return;
     bool quantized = false;
@@ -749,8 +772,8 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
     pool.run([&job](int thread, int threads) { job.run(thread, threads); }, work);
 }
 
-void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
-            int64_t n_tokens, float *y, void *scratch, WeightLayout layout) {
+void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x, int64_t n_tokens, float *y,
+            void *scratch, WeightLayout layout) {
     if (rows <= 0) return;
     const MatmulOutput output{wtype, w, rows, y, layout};
     matmul_group(pool, &output, 1, cols, x, n_tokens, scratch);
@@ -766,8 +789,7 @@ void dequantize(TensorType type, const void *src, float *dst, int64_t n) {
     kernels().dequantize(type, src, dst, n, fp16_table());
 }
 
-void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t *ids, int64_t n_ids, float *out,
-                     WeightLayout layout) {
+void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t *ids, int64_t n_ids, float *out, WeightLayout layout) {
     if (!matmul_supports(type)) fatal("dequantize_rows: unsupported type");
     const KernelTable &k = kernels();
     const size_t rb = row_bytes(type, cols);
@@ -779,16 +801,20 @@ void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t
                 uint8_t blk[sizeof(BlockQ6_K)];
                 gather_interleaved_block(type, static_cast<const uint8_t *>(w), cols, ids[i], b, blk);
                 float *dst = out + i * cols + b * block;
-                if (is_kquant(type)) dequantize_row(type, blk, dst, block);
-                else k.dequantize(type, blk, dst, block, fp16_table());
+                if (is_kquant(type))
+                    dequantize_row(type, blk, dst, block);
+                else
+                    k.dequantize(type, blk, dst, block, fp16_table());
             }
         }
         return;
     }
     for (int64_t i = 0; i < n_ids; ++i) {
         const uint8_t *row = static_cast<const uint8_t *>(w) + static_cast<size_t>(ids[i]) * rb;
-        if (is_kquant(type)) dequantize_row(type, row, out + i * cols, cols);
-        else k.dequantize(type, row, out + i * cols, cols, fp16_table());
+        if (is_kquant(type))
+            dequantize_row(type, row, out + i * cols, cols);
+        else
+            k.dequantize(type, row, out + i * cols, cols, fp16_table());
     }
 }
 
@@ -798,8 +824,8 @@ void axpy(float *y, float a, const float *x, int64_t n) { kernels().axpy(y, a, x
 
 // The portable loops, for levels without a kernel of the row format: F32 rows by the level's own
 // dot_f32 and axpy, the others element by element as kv_load_row decodes them.
-void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n,
-                 int64_t len, float *scores, int64_t scores_stride) {
+void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
+                 float *scores, int64_t scores_stride) {
     const KernelTable &k = kernels();
     const auto f = static_cast<uint32_t>(format);
     if (f < kKvRowFormatCount && k.dot_kv_rows[f]) return k.dot_kv_rows[f](queries, m, rows, row_bytes, n, len, scores, scores_stride);
@@ -821,8 +847,8 @@ void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const u
     }
 }
 
-void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const float *weights, int64_t weights_stride,
-                         const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len) {
+void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
+                         int64_t row_bytes, int64_t n, int64_t len) {
     const KernelTable &k = kernels();
     const auto f = static_cast<uint32_t>(format);
     if (f < kKvRowFormatCount && k.weighted_kv_row_sum[f]) {

@@ -24,7 +24,15 @@ namespace h2o::cpu {
 // with AVX2, FMA and F16C), "avx2+vnni" (those and a 256-bit vpdpbusd: AVX-VNNI, or AVX-512 VNNI
 // with VL), "avx512" (AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI), "neon" (any ARM64),
 // "neon+dotprod" (ARMv8.2 dotprod: sdot) and "neon+i8mm" (dotprod and i8mm: smmla).
-enum class KernelIsa { Scalar, Avx2, Avx2Vnni, Avx512, Neon, NeonDotprod, NeonI8mm };
+enum class KernelIsa {
+    Scalar,
+    Avx2,
+    Avx2Vnni,
+    Avx512,
+    Neon,
+    NeonDotprod,
+    NeonI8mm
+};
 
 const char *kernel_isa_name(KernelIsa isa);
 
@@ -66,9 +74,12 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 //
 // layout: how W's rows lie in memory: Rows (the file's layout) for every type, or Interleaved8
 // for Q4_0, Q4_K and Q6_K weights that interleave_rows has rearranged (below).
-enum class WeightLayout { Rows, Interleaved8 };
-void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x,
-            int64_t n_tokens, float *y, void *scratch, WeightLayout layout = WeightLayout::Rows);
+enum class WeightLayout {
+    Rows,
+    Interleaved8
+};
+void matmul(ThreadPool &pool, TensorType wtype, const void *w, int64_t rows, int64_t cols, const float *x, int64_t n_tokens, float *y,
+            void *scratch, WeightLayout layout = WeightLayout::Rows);
 
 // Several products of one input, y_i = W_i · x: a layer's q, k and v, or its gate and up. They run
 // in a single ThreadPool::run: the activations are quantized once for all of them, and the threads
@@ -83,8 +94,7 @@ struct MatmulOutput {
     WeightLayout layout;
 };
 constexpr int kMaxMatmulGroup = 3;
-void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens,
-                  void *scratch);
+void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens, void *scratch);
 
 // ---- Q4_0, Q4_K and Q6_K weights, 8 rows interleaved ----------------------------------------
 //
@@ -155,14 +165,14 @@ void axpy(float *y, float a, const float *x, int64_t n);
 // widened to floats once). Every score has the bits it has with m = 1, whatever m: tiling the
 // queries changes no result. Q8 and Q4 rows are read as their elements' values (x = scale * q,
 // x = min + scale * q; the SIMD levels round the latter once, by a fused multiply-add).
-void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n,
-                 int64_t len, float *scores, int64_t scores_stride);
+void dot_kv_rows(KvRowFormat format, const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
+                 float *scores, int64_t scores_stride);
 
 // outs[j][c] += sum of w_j[i] * row i [c] over the rows whose weight w_j[i] = weights[j *
 // weights_stride + i] is not 0 (the others add nothing, whatever they hold: NaN too), for j < m and
 // c < len; the terms are added in row order, so again each output has the bits it has with m = 1.
-void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const float *weights, int64_t weights_stride,
-                         const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len);
+void weighted_kv_row_sum(KvRowFormat format, float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
+                         int64_t row_bytes, int64_t n, int64_t len);
 
 // n floats to IEEE halves (rounded to nearest even, as fp16.h's half_from_float) and back (exact):
 // the F16 KV rows, converted with the processor's instructions where it has them.

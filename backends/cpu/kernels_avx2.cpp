@@ -50,9 +50,6 @@ namespace h2o::cpu::detail {
 
 namespace {
 
-
-
-
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -137,16 +134,14 @@ inline void quantize_block(const float *x, int8_t *lo16, int8_t *hi16, float *d_
     const int32_t sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
     // Packing works per 128-bit lane; the permute puts the 32 bytes back in element order.
     const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
-                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(lo16), _mm256_castsi256_si128(p8));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(hi16), _mm256_extracti128_si256(p8, 1));
     *d_out = d;
     *offset_out = 8 * sum;
 }
 
-void quantize_activations_avx2(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
-                               ActBlockPair *act) {
+void quantize_activations_avx2(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1, ActBlockPair *act) {
     const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
     for (int64_t g = g0; g < g1; ++g) {
         for (int64_t p = 0; p < n_pairs; ++p) {
@@ -160,8 +155,8 @@ void quantize_activations_avx2(const float *x, int64_t cols, int64_t n_tokens, i
                 for (int half = 0; half < 2; ++half) {
                     const int64_t b = 2 * p + half;
                     if (b >= n_blocks) break;
-                    quantize_block(x + token * cols + b * 32, &a.lo[t][16 * half], &a.hi[t][16 * half],
-                                   &a.d[half * kGroupTokens + t], &a.offset[half * kGroupTokens + t]);
+                    quantize_block(x + token * cols + b * 32, &a.lo[t][16 * half], &a.hi[t][16 * half], &a.d[half * kGroupTokens + t],
+                                   &a.offset[half * kGroupTokens + t]);
                 }
             }
         }
@@ -206,11 +201,10 @@ inline Q8Pair load_q8_pair(const uint8_t *blk, const float *fp16_table) {
     if (kPair) {
         const uint8_t *blk1 = blk + kQ8Bytes;
         return {_mm256_inserti128_si256(_mm256_castsi128_si256(lo0), load128(blk1 + 2), 1),
-                _mm256_inserti128_si256(_mm256_castsi128_si256(hi0), load128(blk1 + 18), 1),
-                pair_scales<true>(fp16_table, blk, blk1)};
+                _mm256_inserti128_si256(_mm256_castsi128_si256(hi0), load128(blk1 + 18), 1), pair_scales<true>(fp16_table, blk, blk1)};
     }
-    return {_mm256_inserti128_si256(_mm256_setzero_si256(), lo0, 0),
-            _mm256_inserti128_si256(_mm256_setzero_si256(), hi0, 0), pair_scales<false>(fp16_table, blk, blk)};
+    return {_mm256_inserti128_si256(_mm256_setzero_si256(), lo0, 0), _mm256_inserti128_si256(_mm256_setzero_si256(), hi0, 0),
+            pair_scales<false>(fp16_table, blk, blk)};
 }
 
 // One block pair against the 4 tokens of a group; acc lanes are [b: tokens 0..3 | b+1: tokens 0..3].
@@ -219,8 +213,7 @@ inline __m256 group_step(const Q4Pair &w, const ActBlockPair &a, __m256 acc) {
 #pragma GCC unroll 4
     for (int t = 0; t < kGroupTokens; ++t) {
         // int16 lanes: 4 products of at most 15 * 127 each.
-        h[t] = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, load256(a.lo[t])),
-                                _mm256_maddubs_epi16(w.hi, load256(a.hi[t])));
+        h[t] = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, load256(a.lo[t])), _mm256_maddubs_epi16(w.hi, load256(a.hi[t])));
     }
     // Two rounds of pairwise adds: each int16 lane now sums 16 products (<= 30480, no overflow) and
     // the lanes are ordered [t0 t0 t1 t1 t2 t2 t3 t3] per block; madd finishes the block sums.
@@ -249,8 +242,7 @@ struct TokenAct {
 };
 
 inline TokenAct token_act(const ActBlockPair &a, int t) {
-    return {load256(a.lo[t]), load256(a.hi[t]),
-            _mm256_setr_epi32(a.offset[t], 0, 0, 0, a.offset[kGroupTokens + t], 0, 0, 0),
+    return {load256(a.lo[t]), load256(a.hi[t]), _mm256_setr_epi32(a.offset[t], 0, 0, 0, a.offset[kGroupTokens + t], 0, 0, 0),
             _mm256_blend_ps(_mm256_broadcast_ss(&a.d[t]), _mm256_broadcast_ss(&a.d[kGroupTokens + t]), 0xF0)};
 }
 
@@ -352,8 +344,7 @@ void q4_token_row_pairs(const MatmulProblem &p, int64_t r, int64_t g, int t) {
 #pragma GCC unroll 4
         for (int i = 0; i < kRowPairs; ++i) {
             acc[i] = token_step2(load_q4_pair<true>(row[2 * i] + q * 2 * kQ4Bytes, p.fp16_table),
-                                 load_q4_pair<true>(row[2 * i + 1] + q * 2 * kQ4Bytes, p.fp16_table), y, offset2,
-                                 acc[i]);
+                                 load_q4_pair<true>(row[2 * i + 1] + q * 2 * kQ4Bytes, p.fp16_table), y, offset2, acc[i]);
         }
     }
     if (n_blocks & 1) {
@@ -362,8 +353,7 @@ void q4_token_row_pairs(const MatmulProblem &p, int64_t r, int64_t g, int t) {
 #pragma GCC unroll 4
         for (int i = 0; i < kRowPairs; ++i) {
             acc[i] = token_step2(load_q4_pair<false>(row[2 * i] + n_full * 2 * kQ4Bytes, p.fp16_table),
-                                 load_q4_pair<false>(row[2 * i + 1] + n_full * 2 * kQ4Bytes, p.fp16_table), y,
-                                 offset2, acc[i]);
+                                 load_q4_pair<false>(row[2 * i + 1] + n_full * 2 * kQ4Bytes, p.fp16_table), y, offset2, acc[i]);
         }
     }
 #pragma GCC unroll 4
@@ -594,10 +584,10 @@ void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     const int8_t *y = (m & 1 ? a.hi[t0 + t] : a.lo[t0 + t]) + 16 * h;
-                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], broadcast4(y)),
-                                                         _mm256_maddubs_epi16(q[1], broadcast4(y + 4)));
-                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], broadcast4(y + 8)),
-                                                         _mm256_maddubs_epi16(q[3], broadcast4(y + 12)));
+                    const __m256i p01 =
+                        _mm256_add_epi16(_mm256_maddubs_epi16(q[0], broadcast4(y)), _mm256_maddubs_epi16(q[1], broadcast4(y + 4)));
+                    const __m256i p23 =
+                        _mm256_add_epi16(_mm256_maddubs_epi16(q[2], broadcast4(y + 8)), _mm256_maddubs_epi16(q[3], broadcast4(y + 12)));
                     __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc));
                     s = _mm256_add_epi32(s, _mm256_madd_epi16(sc, _mm256_set1_epi32(ys[t * kQ6Kx8SliceSums + gi])));
                     bsum[t] = _mm256_add_epi32(bsum[t], s);
@@ -712,15 +702,17 @@ inline KPair load_kpair_q6(const uint8_t *blk, int k) {
 
 template <TensorType kType>
 inline KPair load_kpair(const uint8_t *blk, int k) {
-    if constexpr (kType == TensorType::Q6_K) return load_kpair_q6(blk, k);
-    else return load_kpair_affine<kType>(blk, k);
+    if constexpr (kType == TensorType::Q6_K)
+        return load_kpair_q6(blk, k);
+    else
+        return load_kpair_affine<kType>(blk, k);
 }
 
 // Q6_K's 8-bit scales of pair k as int16 vectors matching the int16 lanes of maddubs results:
 // lo = [s(4k) x8 | s(4k+2) x8], hi = [s(4k+1) x8 | s(4k+3) x8].
 inline void q6_pair_scales(__m128i scales16, int k, __m256i *slo, __m256i *shi) {
-    const __m128i lo_idx = _mm_setr_epi8(4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 2, 4 * k + 2,
-                                         4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2);
+    const __m128i lo_idx = _mm_setr_epi8(4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2,
+                                         4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2);
     const __m128i hi_idx = _mm_add_epi8(lo_idx, _mm_set1_epi8(1));
     *slo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales16, lo_idx));
     *shi = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales16, hi_idx));
@@ -846,11 +838,10 @@ void kquant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
     for (int64_t sb = 0; sb < p.cols / 256; ++sb) {
         const ActBlockPair *a = act + 4 * sb;
         // Block 2k is half 0 of pair k (scale d[t]), block 2k+1 half 1 (scale d[4 + t]).
-        const __m256 ad = _mm256_setr_ps(a[0].d[t], a[1].d[t], a[2].d[t], a[3].d[t], a[0].d[4 + t], a[1].d[4 + t],
-                                         a[2].d[4 + t], a[3].d[4 + t]);
-        const __m256i off = _mm256_setr_epi32(a[0].offset[t], a[1].offset[t], a[2].offset[t], a[3].offset[t],
-                                              a[0].offset[4 + t], a[1].offset[4 + t], a[2].offset[4 + t],
-                                              a[3].offset[4 + t]);
+        const __m256 ad =
+            _mm256_setr_ps(a[0].d[t], a[1].d[t], a[2].d[t], a[3].d[t], a[0].d[4 + t], a[1].d[4 + t], a[2].d[4 + t], a[3].d[4 + t]);
+        const __m256i off = _mm256_setr_epi32(a[0].offset[t], a[1].offset[t], a[2].offset[t], a[3].offset[t], a[0].offset[4 + t],
+                                              a[1].offset[4 + t], a[2].offset[4 + t], a[3].offset[4 + t]);
         const __m256 ysum = _mm256_mul_ps(ad, _mm256_cvtepi32_ps(_mm256_srai_epi32(off, 3)));  // a * sum(y)
 #pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
@@ -860,8 +851,7 @@ void kquant_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
             for (int k = 0; k < 4; ++k) {
                 s[k] = ktoken_sums<kType>(load_kpair<kType>(blk, k), load256(a[k].lo[t]), load256(a[k].hi[t]), none, none);
             }
-            const __m256 sums = _mm256_cvtepi32_ps(
-                _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
+            const __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
             __m256 wd, wm;
             k_affine_scales(blk, p.fp16_table, order, &wd, &wm);
             acc[i] = _mm256_fmadd_ps(sums, _mm256_mul_ps(wd, ad), acc[i]);
@@ -907,14 +897,14 @@ void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
             const int h = j / 2, c = j % 2;
-            ylo[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(&a[2 * h].lo[t][16 * c])),
-                                             load128(&a[2 * h + 1].lo[t][16 * c]), 1);
-            yhi[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(&a[2 * h].hi[t][16 * c])),
-                                             load128(&a[2 * h + 1].hi[t][16 * c]), 1);
+            ylo[j] =
+                _mm256_inserti128_si256(_mm256_castsi128_si256(load128(&a[2 * h].lo[t][16 * c])), load128(&a[2 * h + 1].lo[t][16 * c]), 1);
+            yhi[j] =
+                _mm256_inserti128_si256(_mm256_castsi128_si256(load128(&a[2 * h].hi[t][16 * c])), load128(&a[2 * h + 1].hi[t][16 * c]), 1);
         }
         // The folded block sums come out in the order [0 1 4 5 | 2 3 6 7] (see below).
-        const __m256 ad = _mm256_setr_ps(a[0].d[t], a[0].d[4 + t], a[2].d[t], a[2].d[4 + t], a[1].d[t], a[1].d[4 + t],
-                                         a[3].d[t], a[3].d[4 + t]);
+        const __m256 ad =
+            _mm256_setr_ps(a[0].d[t], a[0].d[4 + t], a[2].d[t], a[2].d[4 + t], a[1].d[t], a[1].d[4 + t], a[3].d[t], a[3].d[4 + t]);
 #pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
             const uint8_t *blk = row[i] + sb * kQ6KBytes;
@@ -939,8 +929,7 @@ void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
                 s[j] = ktoken_sums<TensorType::Q6_K>(KPair{wlo, whi}, ylo[j], yhi[j], slo, shi);
             }
             // s[j] lanes: [b partials x4 | b+2 partials x4] for b = 0, 1, 4, 5.
-            const __m256 sums = _mm256_cvtepi32_ps(
-                _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
+            const __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3])));
             const __m256 d = _mm256_broadcast_ss(p.fp16_table + load_u16(blk + 208));
             acc[i] = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, ad), acc[i]);
         }
@@ -981,13 +970,16 @@ void kquant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, in
 
 template <bool kF16>
 inline __m256 load_w8(const uint8_t *row, int64_t c) {
-    if constexpr (kF16) return _mm256_cvtph_ps(load128(row + 2 * c));
-    else return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + c);
+    if constexpr (kF16)
+        return _mm256_cvtph_ps(load128(row + 2 * c));
+    else
+        return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + c);
 }
 
 template <bool kF16>
 inline float load_w1(const uint8_t *row, int64_t c, const float *fp16_table) {
-    if constexpr (kF16) return fp16_table[load_u16(row + 2 * c)];
+    if constexpr (kF16)
+        return fp16_table[load_u16(row + 2 * c)];
     else {
         float v;
         std::memcpy(&v, row + 4 * c, sizeof v);
@@ -1054,21 +1046,35 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 void matmul_range_avx2(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
         case TensorType::Q4_0:
-            if (p.interleaved) interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
-            else quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
+            else
+                quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
-        case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
+        case TensorType::Q8_0:
+            quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1);
+            break;
         case TensorType::Q4_K:
-            if (p.interleaved) interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
-            else kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
+            else
+                kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1);
             break;
-        case TensorType::Q5_K: kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1); break;
+        case TensorType::Q5_K:
+            kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1);
+            break;
         case TensorType::Q6_K:
-            if (p.interleaved) q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);
-            else kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);
+            else
+                kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1);
             break;
-        case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
-        default: float_range<false>(p, r0, r1, g0, g1); break;
+        case TensorType::F16:
+            float_range<true>(p, r0, r1, g0, g1);
+            break;
+        default:
+            float_range<false>(p, r0, r1, g0, g1);
+            break;
     }
 }
 
@@ -1096,7 +1102,7 @@ void dequantize_avx2(TensorType type, const void *src, float *dst, int64_t n, co
             for (int64_t b = 0; b < n / 32; ++b, in += kQ4Bytes, dst += 32) {
                 const __m256 d = _mm256_broadcast_ss(fp16_table + load_u16(in));
                 const __m128i raw = load128(in + 2), mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-                const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, mask), eight);                       // elements 0..15
+                const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, mask), eight);                     // elements 0..15
                 const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), eight);  // 16..31
                 const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
                 for (int k = 0; k < 4; ++k) {
@@ -1104,7 +1110,9 @@ void dequantize_avx2(TensorType type, const void *src, float *dst, int64_t n, co
                 }
             }
             break;
-        default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); break;
+        default:
+            std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            break;
     }
 }
 
@@ -1137,8 +1145,8 @@ void axpy_avx2(float *y, float a, const float *x, int64_t n) {
 // at exp(88), so 2^n stays a normal float. NaN stays NaN.
 inline __m256 exp_ps(__m256 x) {
     const __m256 xc = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 n =
+        _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 poly = _mm256_set1_ps(1.9875691500e-4f);
@@ -1314,8 +1322,8 @@ inline void hsum8_rows(const __m256 v[8], float *out) {
                              _mm256_shuffle_ps(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     }
     // Element 4k + j holds row 2j + k; the permutation puts row r at element r.
-    const __m256 sums = _mm256_add_ps(_mm256_shuffle_ps(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                      _mm256_shuffle_ps(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256 sums =
+        _mm256_add_ps(_mm256_shuffle_ps(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1)));
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
@@ -1355,8 +1363,8 @@ const float *widen_block(const float *, int64_t, int, float *) { return nullptr;
 // the block in L1, the last rows one by one; every score has the bits hsum gives it alone, whatever
 // m is. Other head sizes take each row per query.
 template <typename Element>
-void dot_rows_avx2(const float *const *queries, int m, const Element *rows, int64_t stride, int64_t n, int64_t len,
-                   float *scores, int64_t scores_stride) {
+void dot_rows_avx2(const float *const *queries, int m, const Element *rows, int64_t stride, int64_t n, int64_t len, float *scores,
+                   int64_t scores_stride) {
     if (len == 8 * kRowChunks) {
         alignas(32) float wide[8 * 8 * kRowChunks];
         int64_t i = 0;
@@ -1365,8 +1373,10 @@ void dot_rows_avx2(const float *const *queries, int m, const Element *rows, int6
             const float *widened = widen_block(block, stride, m, wide);
             for (int j = 0; j < m; ++j) {
                 float *out = scores + j * scores_stride + i;
-                if (widened) score8(queries[j], widened, 8 * kRowChunks, out);
-                else score8(queries[j], block, stride, out);
+                if (widened)
+                    score8(queries[j], widened, 8 * kRowChunks, out);
+                else
+                    score8(queries[j], block, stride, out);
             }
         }
         for (; i < n; ++i) {
@@ -1392,8 +1402,8 @@ void dot_rows_avx2(const float *const *queries, int m, const Element *rows, int6
 // registers over all rows, each row's chunks loaded once for them; every output still adds its
 // terms in row order, one fused multiply-add each, as with one query.
 template <int kChunks, int kQueries, typename Element>
-void weighted_rows_pass(float *const *outs, const float *weights, int64_t weights_stride, const Element *rows, int64_t stride,
-                        int64_t n, int c0) {
+void weighted_rows_pass(float *const *outs, const float *weights, int64_t weights_stride, const Element *rows, int64_t stride, int64_t n,
+                        int c0) {
     __m256 acc[kQueries][kChunks];
 #pragma GCC unroll 8
     for (int j = 0; j < kQueries; ++j) {
@@ -1422,8 +1432,8 @@ void weighted_rows_pass(float *const *outs, const float *weights, int64_t weight
 }
 
 template <typename Element>
-void weighted_row_sum_avx2(float *const *outs, int m, const float *weights, int64_t weights_stride, const Element *rows,
-                           int64_t stride, int64_t n, int64_t len) {
+void weighted_row_sum_avx2(float *const *outs, int m, const float *weights, int64_t weights_stride, const Element *rows, int64_t stride,
+                           int64_t n, int64_t len) {
     if (len == 8 * kRowChunks) {
         // One query: its whole output in 8 registers. Several: 4 queries x 2 chunks a pass (8
         // accumulators, 2 row registers), four passes over the rows' columns.
@@ -1453,10 +1463,10 @@ void weighted_row_sum_avx2(float *const *outs, int m, const float *weights, int6
 
 // The table's entries: rows row_bytes apart, in units of the format's Element.
 template <typename Element>
-void dot_kv_rows_avx2(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
-                      float *scores, int64_t scores_stride) {
-    dot_rows_avx2(queries, m, reinterpret_cast<const Element *>(rows), row_bytes / static_cast<int64_t>(sizeof(Element)), n, len,
-                  scores, scores_stride);
+void dot_kv_rows_avx2(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len, float *scores,
+                      int64_t scores_stride) {
+    dot_rows_avx2(queries, m, reinterpret_cast<const Element *>(rows), row_bytes / static_cast<int64_t>(sizeof(Element)), n, len, scores,
+                  scores_stride);
 }
 template <typename Element>
 void weighted_kv_row_sum_avx2(float *const *outs, int m, const float *weights, int64_t weights_stride, const uint8_t *rows,
@@ -1481,14 +1491,21 @@ void matmul_range_avx2_vnni_evex(const MatmulProblem &p, int64_t r0, int64_t r1,
 }
 #else
 const KernelTable kAvx2Kernels = {
-    quantize_activations_avx2, matmul_range_avx2, dequantize_avx2, dot_f32_avx2,
-    axpy_avx2,                 exp_sub_sum_avx2,  silu_mul_avx2,
+    quantize_activations_avx2,
+    matmul_range_avx2,
+    dequantize_avx2,
+    dot_f32_avx2,
+    axpy_avx2,
+    exp_sub_sum_avx2,
+    silu_mul_avx2,
     {dot_kv_rows_avx2<float>, dot_kv_rows_avx2<uint16_t>, dot_kv_rows_avx2<KvQ8Byte>, dot_kv_rows_avx2<KvQ4Byte>},
     {weighted_kv_row_sum_avx2<float>, weighted_kv_row_sum_avx2<uint16_t>, weighted_kv_row_sum_avx2<KvQ8Byte>,
      weighted_kv_row_sum_avx2<KvQ4Byte>},
-    floats_to_halves_f16c,     halves_to_floats_f16c,
+    floats_to_halves_f16c,
+    halves_to_floats_f16c,
     max_value_avx2,
-    rotate_pairs_avx2,         rotate_half_pairs_avx2,
+    rotate_pairs_avx2,
+    rotate_half_pairs_avx2,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 #endif

@@ -38,13 +38,11 @@ namespace h2o::cpu::detail {
 
 namespace {
 
-
 inline __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
 
 // Sum of the lower (half 0) or upper (half 1) 8 floats of v.
 inline float hsum_half(__m512 v, int half) {
-    const __m256 h = half == 0 ? _mm512_castps512_ps256(v)
-                               : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    const __m256 h = half == 0 ? _mm512_castps512_ps256(v) : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -107,12 +105,8 @@ struct Blocks8 {
 
 void quantize_blocks8(const Blocks8 &blk) {
     const __m512i abs_bits = _mm512_set1_epi32(0x7FFFFFFF);
-    auto max_i32 = [](__m512 a, __m512 b) {
-        return _mm512_castsi512_ps(_mm512_max_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-    };
-    auto add_i32 = [](__m512 a, __m512 b) {
-        return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-    };
+    auto max_i32 = [](__m512 a, __m512 b) { return _mm512_castsi512_ps(_mm512_max_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b))); };
+    auto add_i32 = [](__m512 a, __m512 b) { return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b))); };
     __m512 v[8][2], amax[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
@@ -155,8 +149,7 @@ void quantize_blocks8(const Blocks8 &blk) {
     }
 }
 
-void quantize_activations_avx512(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
-                                 ActBlockPair *act) {
+void quantize_activations_avx512(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1, ActBlockPair *act) {
     const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
     for (int64_t g = g0; g < g1; ++g) {
         ActBlockPair *pairs = act + g * n_pairs;
@@ -241,8 +234,8 @@ inline GroupAct group_act(const ActBlockPair &a) {
         g.lo[k] = load512(a.lo[t0]);
         g.hi[k] = load512(a.hi[t0]);
         // a.d and a.offset are ordered [b: tokens 0..3 | b+1: tokens 0..3].
-        const __m512i idx = _mm512_setr_epi32(t0, t0, t0, t0, 4 + t0, 4 + t0, 4 + t0, 4 + t0, t1, t1, t1, t1, 4 + t1,
-                                              4 + t1, 4 + t1, 4 + t1);
+        const __m512i idx =
+            _mm512_setr_epi32(t0, t0, t0, t0, 4 + t0, 4 + t0, 4 + t0, 4 + t0, t1, t1, t1, t1, 4 + t1, 4 + t1, 4 + t1, 4 + t1);
         g.d[k] = _mm512_permutexvar_ps(idx, d8);
         const __m512i offset = _mm512_maskz_permutexvar_epi32(0x1111, idx, offset8);
         const __m512i correction = kType == TensorType::Q8_0 ? _mm512_slli_epi32(offset, 4) : offset;
@@ -271,8 +264,7 @@ inline WeightPair weight_pair(const uint8_t *blk, const float *fp16_table) {
     };
     WeightPair w;
     const __m512 d0 = _mm512_set1_ps(fp16_table[load_u16(blk)]);
-    w.d = kPair ? _mm512_mask_blend_ps(kSecond, d0, _mm512_set1_ps(fp16_table[load_u16(blk1)]))
-                : _mm512_maskz_mov_ps(kFirst, d0);
+    w.d = kPair ? _mm512_mask_blend_ps(kSecond, d0, _mm512_set1_ps(fp16_table[load_u16(blk1)])) : _mm512_maskz_mov_ps(kFirst, d0);
     if constexpr (kType == TensorType::Q4_0) {
         const __m512i raw = spread(2), mask = _mm512_set1_epi8(0x0F);
         w.lo = _mm512_and_si512(raw, mask);
@@ -690,8 +682,7 @@ void q6_token_rows(const MatmulProblem &p, int64_t r, int64_t g, int t) {
                 const __m512i q = q6_pair_quants(blk, k);
                 const __m512i y_signed = _mm512_mask_sub_epi8(y[k], _mm512_movepi8_mask(q), _mm512_setzero_si512(), y[k]);
                 const __m512i prod = _mm512_maddubs_epi16(_mm512_abs_epi8(q), y_signed);
-                const __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), prod,
-                                                      _mm512_permutexvar_epi16(scale_idx[k], scales));
+                const __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), prod, _mm512_permutexvar_epi16(scale_idx[k], scales));
                 sums = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), ad[k], sums);
             }
             acc[i] = _mm512_fmadd_ps(sums, _mm512_set1_ps(p.fp16_table[load_u16(blk + 208)]), acc[i]);
@@ -741,10 +732,9 @@ constexpr int64_t kQ5KBytes = 176;
 inline void q5k_quant_pair(__m512i v, __m512i h, __m512i *q) {
     const __m512i mask = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(16);
     // Each byte's qh bit: bit 2k + (m & 1) in every byte of lane m of quarter k.
-    const __m512i which = _mm512_setr_epi32(0x01010101, 0x02020202, 0x01010101, 0x02020202, 0x04040404, 0x08080808,
-                                            0x04040404, 0x08080808, 0x10101010, 0x20202020, 0x10101010, 0x20202020,
-                                            0x40404040, static_cast<int>(0x80808080u), 0x40404040,
-                                            static_cast<int>(0x80808080u));
+    const __m512i which = _mm512_setr_epi32(0x01010101, 0x02020202, 0x01010101, 0x02020202, 0x04040404, 0x08080808, 0x04040404, 0x08080808,
+                                            0x10101010, 0x20202020, 0x10101010, 0x20202020, 0x40404040, static_cast<int>(0x80808080u),
+                                            0x40404040, static_cast<int>(0x80808080u));
 #pragma GCC unroll 2
     for (int s = 0; s < 2; ++s) {
         const __m512i vs = s == 0 ? v : _mm512_shuffle_epi32(v, _MM_PERM_CDAB);
@@ -792,7 +782,9 @@ void q5k_act(const MatmulProblem &p, int64_t g, int t0, int64_t s0, int64_t s1, 
             const int tt = t0 + t;
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {
-                auto bytes = [&](int k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(half == 0 ? a[k].lo[tt] : a[k].hi[tt])); };
+                auto bytes = [&](int k) {
+                    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(half == 0 ? a[k].lo[tt] : a[k].hi[tt]));
+                };
                 const __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(0)), bytes(1), 1);
                 const __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(bytes(2)), bytes(3), 1);
 #pragma GCC unroll 2
@@ -853,8 +845,7 @@ void q5k_rows(const MatmulProblem &p, int64_t r, int64_t g, int t0, int64_t s0, 
             } else {
 #pragma GCC unroll 2
                 for (int j = 0; j < 2; ++j) {
-                    f[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * j], s[2 * j + 1]),
-                                            _mm512_unpackhi_epi64(s[2 * j], s[2 * j + 1]));
+                    f[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * j], s[2 * j + 1]), _mm512_unpackhi_epi64(s[2 * j], s[2 * j + 1]));
                 }
             }
             __m256 d8, m8;
@@ -918,8 +909,10 @@ void q5k_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64
 // 16 weights from column c on; with a mask, only the lanes it selects (the others read as 0).
 template <bool kF16>
 inline __m512 load_w16(const uint8_t *row, int64_t c, __mmask16 mask) {
-    if constexpr (kF16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + 2 * c));
-    else return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float *>(row) + c);
+    if constexpr (kF16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + 2 * c));
+    else
+        return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float *>(row) + c);
 }
 
 // kRows rows x kTokens tokens starting at token tok, as kernels_avx2.cpp's float_tile does, 16
@@ -1020,22 +1013,38 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
         case TensorType::Q4_0:
-            if (p.interleaved) interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
-            else quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
+            else
+                quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
-        case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
-        case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
-        case TensorType::F32: float_range<false>(p, r0, r1, g0, g1); break;
+        case TensorType::Q8_0:
+            quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1);
+            break;
+        case TensorType::F16:
+            float_range<true>(p, r0, r1, g0, g1);
+            break;
+        case TensorType::F32:
+            float_range<false>(p, r0, r1, g0, g1);
+            break;
         case TensorType::Q6_K:
-            if (p.interleaved) q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);
-            else q6_range(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);
+            else
+                q6_range(p, r0, r1, g0, g1);
             break;
         case TensorType::Q4_K:
-            if (p.interleaved) interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
-            else kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
+            else
+                kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
             break;
-        case TensorType::Q5_K: q5k_range(p, r0, r1, g0, g1); break;
-        default: kAvx2Kernels.matmul_range(p, r0, r1, g0, g1); break;
+        case TensorType::Q5_K:
+            q5k_range(p, r0, r1, g0, g1);
+            break;
+        default:
+            kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
+            break;
     }
 }
 
@@ -1093,8 +1102,8 @@ inline void sum16_rows(const __m512 v[16], float *out) {
                              _mm512_shuffle_ps(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     }
     // 0 and 1: element 4k + j holds row 4j + k; the permutation puts row r at element r.
-    const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                      _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 sums =
+        _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, sums));
 }
@@ -1150,8 +1159,10 @@ void dot_rows_fixed(const float *const *queries, int m, const Element *rows, int
         const float *widened = widen_block<kChunks>(block, stride, m, wide);
         for (int j = 0; j < m; ++j) {
             float *out = scores + j * scores_stride + i;
-            if (widened) score16<kChunks>(queries[j], widened, 16 * kChunks, out);
-            else score16<kChunks>(queries[j], block, stride, out);
+            if (widened)
+                score16<kChunks>(queries[j], widened, 16 * kChunks, out);
+            else
+                score16<kChunks>(queries[j], block, stride, out);
         }
     }
     for (; i < n; ++i) {
@@ -1168,8 +1179,7 @@ void dot_rows_fixed(const float *const *queries, int m, const Element *rows, int
 // loaded once for them; every output still adds its terms in row order, one fused multiply-add
 // each, as with one query. Queries left over take passes of one.
 template <int kChunks, int kQueries, typename Element>
-void weighted_rows_pass(float *const *outs, const float *weights, int64_t weights_stride, const Element *rows, int64_t stride,
-                        int64_t n) {
+void weighted_rows_pass(float *const *outs, const float *weights, int64_t weights_stride, const Element *rows, int64_t stride, int64_t n) {
     __m512 acc[kQueries][kChunks];
 #pragma GCC unroll 8
     for (int j = 0; j < kQueries; ++j) {
@@ -1198,8 +1208,8 @@ void weighted_rows_pass(float *const *outs, const float *weights, int64_t weight
 }
 
 template <int kChunks, typename Element>
-void weighted_row_sum_fixed(float *const *outs, int m, const float *weights, int64_t weights_stride, const Element *rows,
-                            int64_t stride, int64_t n) {
+void weighted_row_sum_fixed(float *const *outs, int m, const float *weights, int64_t weights_stride, const Element *rows, int64_t stride,
+                            int64_t n) {
     constexpr int kQueries = 16 / kChunks;  // 16 of the 32 registers hold outputs
     int j = 0;
     for (; j + kQueries <= m; j += kQueries) {
@@ -1211,13 +1221,15 @@ void weighted_row_sum_fixed(float *const *outs, int m, const float *weights, int
 // The table's entries: rows row_bytes apart, in units of the format's Element. Other head sizes go
 // to the AVX2 level's kernels of the same format.
 template <KvRowFormat kFormat, typename Element>
-void dot_kv_rows_avx512(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
-                        float *scores, int64_t scores_stride) {
+void dot_kv_rows_avx512(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len, float *scores,
+                        int64_t scores_stride) {
     const auto *first = reinterpret_cast<const Element *>(rows);
     const int64_t stride = row_bytes / static_cast<int64_t>(sizeof(Element));
     switch (len) {
-        case 64: return dot_rows_fixed<4>(queries, m, first, stride, n, scores, scores_stride);
-        case 128: return dot_rows_fixed<8>(queries, m, first, stride, n, scores, scores_stride);
+        case 64:
+            return dot_rows_fixed<4>(queries, m, first, stride, n, scores, scores_stride);
+        case 128:
+            return dot_rows_fixed<8>(queries, m, first, stride, n, scores, scores_stride);
         default:
             return kAvx2Kernels.dot_kv_rows[static_cast<uint32_t>(kFormat)](queries, m, rows, row_bytes, n, len, scores, scores_stride);
     }
@@ -1229,11 +1241,13 @@ void weighted_kv_row_sum_avx512(float *const *outs, int m, const float *weights,
     const auto *first = reinterpret_cast<const Element *>(rows);
     const int64_t stride = row_bytes / static_cast<int64_t>(sizeof(Element));
     switch (len) {
-        case 64: return weighted_row_sum_fixed<4>(outs, m, weights, weights_stride, first, stride, n);
-        case 128: return weighted_row_sum_fixed<8>(outs, m, weights, weights_stride, first, stride, n);
+        case 64:
+            return weighted_row_sum_fixed<4>(outs, m, weights, weights_stride, first, stride, n);
+        case 128:
+            return weighted_row_sum_fixed<8>(outs, m, weights, weights_stride, first, stride, n);
         default:
-            return kAvx2Kernels.weighted_kv_row_sum[static_cast<uint32_t>(kFormat)](outs, m, weights, weights_stride, rows, row_bytes,
-                                                                                   n, len);
+            return kAvx2Kernels.weighted_kv_row_sum[static_cast<uint32_t>(kFormat)](outs, m, weights, weights_stride, rows, row_bytes, n,
+                                                                                    len);
     }
 }
 
@@ -1249,22 +1263,27 @@ void rotate_pairs_avx512(float *x, const float *cos_sin, int64_t n_pairs) { kAvx
 void rotate_half_pairs_avx512(uint16_t *row, const float *cos_sin, int64_t n_pairs) {
     kAvx2Kernels.rotate_half_pairs(row, cos_sin, n_pairs);
 }
-void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) {
-    kAvx2Kernels.silu_mul(out, gate, up, n);
-}
+void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) { kAvx2Kernels.silu_mul(out, gate, up, n); }
 
 }  // namespace
 
 const KernelTable kAvx512Kernels = {
-    quantize_activations_avx512, matmul_range_avx512, dequantize_avx512, dot_f32_avx512,
-    axpy_avx512,                 exp_sub_sum_avx512,  silu_mul_avx512,
+    quantize_activations_avx512,
+    matmul_range_avx512,
+    dequantize_avx512,
+    dot_f32_avx512,
+    axpy_avx512,
+    exp_sub_sum_avx512,
+    silu_mul_avx512,
     {dot_kv_rows_avx512<KvRowFormat::F32, float>, dot_kv_rows_avx512<KvRowFormat::F16, uint16_t>,
      dot_kv_rows_avx512<KvRowFormat::Q8, KvQ8Byte>, dot_kv_rows_avx512<KvRowFormat::Q4, KvQ4Byte>},
     {weighted_kv_row_sum_avx512<KvRowFormat::F32, float>, weighted_kv_row_sum_avx512<KvRowFormat::F16, uint16_t>,
      weighted_kv_row_sum_avx512<KvRowFormat::Q8, KvQ8Byte>, weighted_kv_row_sum_avx512<KvRowFormat::Q4, KvQ4Byte>},
-    floats_to_halves_f16c,       halves_to_floats_f16c,
+    floats_to_halves_f16c,
+    halves_to_floats_f16c,
     max_value_avx512,
-    rotate_pairs_avx512,         rotate_half_pairs_avx512,
+    rotate_pairs_avx512,
+    rotate_half_pairs_avx512,
     2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
 };
 

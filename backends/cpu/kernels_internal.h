@@ -57,8 +57,8 @@ struct MatmulProblem {
     float *y;        // [n_tokens][rows]
     // For quantized weights: the quantized activations, [n_groups][n_pairs].
     const ActBlockPair *act;
-    int64_t n_pairs;            // (cols + 63) / 64
-    const float *fp16_table;    // fp16 bits -> float, 65536 entries
+    int64_t n_pairs;          // (cols + 63) / 64
+    const float *fp16_table;  // fp16 bits -> float, 65536 entries
 };
 
 // Element types that name the quantized KV row formats (kv_row_format.h) to the SIMD attention
@@ -80,8 +80,7 @@ using WeightedKvRowSum = void (*)(float *const *outs, int m, const float *weight
 // layout and dispatch live in kernels.cpp.
 struct KernelTable {
     // Quantizes token groups [g0, g1) of x into act (group g starts at act + g * n_pairs).
-    void (*quantize_activations)(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
-                                 ActBlockPair *act);
+    void (*quantize_activations)(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1, ActBlockPair *act);
     // y for rows [r0, r1) and token groups [g0, g1).
     void (*matmul_range)(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1);
     // n elements of type (F32, F16, Q8_0 or Q4_0) to floats. (K-quants go to dequantize_row.)
@@ -121,7 +120,7 @@ extern const KernelTable kScalarKernels;  // kernels.cpp
 const KernelTable &table_of(KernelIsa isa);
 #if defined(__x86_64__) || defined(__i386__)
 #define H2O_KERNELS_X86 1
-extern const KernelTable kAvx2Kernels;    // kernels_avx2.cpp; only for CPUs with AVX2, FMA and F16C
+extern const KernelTable kAvx2Kernels;  // kernels_avx2.cpp; only for CPUs with AVX2, FMA and F16C
 // The avx2+vnni level's matmul (kernels_avx2.cpp; the rest is the AVX2 level's): for CPUs with
 // AVX-VNNI (kernels_avx2_vnni.cpp), and with AVX-512 VNNI and VL (kernels_avx2_vnni_evex.cpp).
 void matmul_range_avx2_vnni(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1);

@@ -59,9 +59,7 @@ int32x4_t dot32(int8x16_t wlo, int8x16_t whi, const int8_t *ylo, const int8_t *y
 }
 
 // [total(s0) total(s1) total(s2) total(s3)]
-int32x4_t reduce4(int32x4_t s0, int32x4_t s1, int32x4_t s2, int32x4_t s3) {
-    return vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));
-}
+int32x4_t reduce4(int32x4_t s0, int32x4_t s1, int32x4_t s2, int32x4_t s3) { return vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3)); }
 
 // ---- activation quantization ----------------------------------------------------------------
 
@@ -95,8 +93,7 @@ void quantize_block(const float *x, int8_t *lo16, int8_t *hi16, float *d_out, in
     *offset_out = 8 * vaddvq_s32(sum);
 }
 
-void quantize_activations_neon(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1,
-                               ActBlockPair *act) {
+void quantize_activations_neon(const float *x, int64_t cols, int64_t n_tokens, int64_t g0, int64_t g1, ActBlockPair *act) {
     const int64_t n_blocks = cols / 32, n_pairs = (n_blocks + 1) / 2;
     for (int64_t g = g0; g < g1; ++g) {
         for (int64_t p = 0; p < n_pairs; ++p) {
@@ -108,8 +105,8 @@ void quantize_activations_neon(const float *x, int64_t cols, int64_t n_tokens, i
                 for (int half = 0; half < 2; ++half) {
                     const int64_t b = 2 * p + half;
                     if (b >= n_blocks) break;
-                    quantize_block(x + token * cols + b * 32, &a.lo[t][16 * half], &a.hi[t][16 * half],
-                                   &a.d[half * kGroupTokens + t], &a.offset[half * kGroupTokens + t]);
+                    quantize_block(x + token * cols + b * 32, &a.lo[t][16 * half], &a.hi[t][16 * half], &a.d[half * kGroupTokens + t],
+                                   &a.offset[half * kGroupTokens + t]);
                 }
             }
         }
@@ -134,8 +131,8 @@ WeightBlock load_block(const uint8_t *row, int64_t b, const float *fp16_table) {
                 vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), eight), fp16_table[load_u16(blk)]};
     } else {
         const uint8_t *blk = row + b * kQ8Bytes;
-        return {vld1q_s8(reinterpret_cast<const int8_t *>(blk + 2)),
-                vld1q_s8(reinterpret_cast<const int8_t *>(blk + 18)), fp16_table[load_u16(blk)]};
+        return {vld1q_s8(reinterpret_cast<const int8_t *>(blk + 2)), vld1q_s8(reinterpret_cast<const int8_t *>(blk + 18)),
+                fp16_table[load_u16(blk)]};
     }
 }
 
@@ -182,18 +179,14 @@ template <TensorType kType>
 #if defined(__ARM_FEATURE_MATMUL_INT8)
 // The 8-byte halves of two 16-byte vectors side by side: [a 0..7 | b 0..7] or [a 8..15 | b 8..15],
 // the 2x8 operand layout of smmla.
-int8x16_t zip_lo64(int8x16_t a, int8x16_t b) {
-    return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
-}
-int8x16_t zip_hi64(int8x16_t a, int8x16_t b) {
-    return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
-}
+int8x16_t zip_lo64(int8x16_t a, int8x16_t b) { return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b))); }
+int8x16_t zip_hi64(int8x16_t a, int8x16_t b) { return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b))); }
 
 // Rows r0, r1 x the 4 tokens of the group: out[0] = [r0 t0, r0 t1, r1 t0, r1 t1], out[1] the
 // same for tokens 2 and 3. Per block, 8 smmla do what takes 16 sdot.
 template <TensorType kType>
 [[gnu::noinline]] void quant_group_row_pair(const MatmulProblem &p, const uint8_t *r0, const uint8_t *r1, const ActBlockPair *act,
-                          float32x4_t out[2]) {
+                                            float32x4_t out[2]) {
     out[0] = out[1] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < p.cols / 32; ++b) {
         const ActBlockPair &a = act[b / 2];
@@ -291,8 +284,7 @@ void unpack_super_block(const uint8_t *blk, const float *fp16_table, KSuperBlock
                     const uint8x16_t l = vld1q_u8(ql + 64 * h + 32 * (i & 1) + 16 * c);
                     const uint8x16_t nib = i < 2 ? vandq_u8(l, low4) : vshrq_n_u8(l, 4);
                     const uint8x16_t top =
-                        vandq_u8(vshlq_u8(vld1q_u8(qh + 32 * h + 16 * c), vdupq_n_s8(static_cast<int8_t>(-2 * i))),
-                                 vdupq_n_u8(3));
+                        vandq_u8(vshlq_u8(vld1q_u8(qh + 32 * h + 16 * c), vdupq_n_s8(static_cast<int8_t>(-2 * i))), vdupq_n_u8(3));
                     vst1q_s8(out->q + 128 * h + 32 * i + 16 * c,
                              vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib, vshlq_n_u8(top, 4))), vdupq_n_s8(32)));
                 }
@@ -314,8 +306,7 @@ void unpack_super_block(const uint8_t *blk, const float *fp16_table, KSuperBlock
                 const uint8x16_t raw = vld1q_u8(qs + 32 * (j / 2) + 16 * c);
                 uint8x16_t v = (j & 1) ? vshrq_n_u8(raw, 4) : vandq_u8(raw, low4);
                 if constexpr (kType == TensorType::Q5_K) {
-                    const uint8x16_t bit = vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * c), vdupq_n_s8(static_cast<int8_t>(-j))),
-                                                    vdupq_n_u8(1));
+                    const uint8x16_t bit = vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * c), vdupq_n_s8(static_cast<int8_t>(-j))), vdupq_n_u8(1));
                     v = vorrq_u8(v, vshlq_n_u8(bit, 4));
                 }
                 vst1q_s8(out->q + 32 * j + 16 * c, vreinterpretq_s8_u8(v));
@@ -349,8 +340,8 @@ void kquant_token_step(const KSuperBlock &sb, const ActBlockPair *a, int t, floa
             const int32x4_t blocks = vpaddq_s32(w_lo, w_hi);
             acc[k] = vfmaq_f32(acc[k], vcvtq_f32_s32(blocks), vmulq_n_f32(ad, sb.d));
         } else {
-            const int32x4_t blocks = reduce4(vaddq_s32(lo[0], hi[0]), vaddq_s32(lo[1], hi[1]), vaddq_s32(lo[2], hi[2]),
-                                             vaddq_s32(lo[3], hi[3]));
+            const int32x4_t blocks =
+                reduce4(vaddq_s32(lo[0], hi[0]), vaddq_s32(lo[1], hi[1]), vaddq_s32(lo[2], hi[2]), vaddq_s32(lo[3], hi[3]));
             // sum(y) of each block: its offset / 8 (see ActBlockPair).
             const int32_t ysum_v[4] = {p0.offset[t] / 8, p0.offset[kGroupTokens + t] / 8, p1.offset[t] / 8,
                                        p1.offset[kGroupTokens + t] / 8};
@@ -388,8 +379,10 @@ void kquant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, in
 
 template <bool kF16>
 float32x4_t load_w4(const uint8_t *row, int64_t c) {
-    if constexpr (kF16) return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(row + 2 * c)));  // fcvtl: ARMv8.0
-    else return vld1q_f32(reinterpret_cast<const float *>(row) + c);
+    if constexpr (kF16)
+        return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(row + 2 * c)));  // fcvtl: ARMv8.0
+    else
+        return vld1q_f32(reinterpret_cast<const float *>(row) + c);
 }
 
 template <bool kF16>
@@ -433,13 +426,27 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 
 void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     switch (p.wtype) {
-        case TensorType::Q4_0: quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1); break;
-        case TensorType::Q8_0: quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1); break;
-        case TensorType::Q4_K: kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1); break;
-        case TensorType::Q5_K: kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1); break;
-        case TensorType::Q6_K: kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1); break;
-        case TensorType::F16: float_range<true>(p, r0, r1, g0, g1); break;
-        default: float_range<false>(p, r0, r1, g0, g1); break;
+        case TensorType::Q4_0:
+            quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
+            break;
+        case TensorType::Q8_0:
+            quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1);
+            break;
+        case TensorType::Q4_K:
+            kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1);
+            break;
+        case TensorType::Q5_K:
+            kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1);
+            break;
+        case TensorType::Q6_K:
+            kquant_range<TensorType::Q6_K>(p, r0, r1, g0, g1);
+            break;
+        case TensorType::F16:
+            float_range<true>(p, r0, r1, g0, g1);
+            break;
+        default:
+            float_range<false>(p, r0, r1, g0, g1);
+            break;
     }
 }
 
@@ -448,8 +455,7 @@ void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
 // d * q for 16 quants, as dequantize_row computes it (the products are exact in either order).
 void store_scaled16(int8x16_t q, float d, float *dst) {
     const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
-    const int32x4_t v[4] = {vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)),
-                            vmovl_high_s16(hi)};
+    const int32x4_t v[4] = {vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)), vmovl_high_s16(hi)};
     for (int k = 0; k < 4; ++k) vst1q_f32(dst + 4 * k, vmulq_n_f32(vcvtq_f32_s32(v[k]), d));
 }
 
@@ -471,7 +477,9 @@ void dequantize_neon(TensorType type, const void *src, float *dst, int64_t n, co
                 store_scaled16(w.hi, w.d, dst + 16);
             }
             break;
-        default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); break;
+        default:
+            std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            break;
     }
 }
 
@@ -532,8 +540,8 @@ float element(const KvQ4Byte *row, int64_t j) {
 // ARM64 target was measured for a tiled form. Rows of halves, Q8 or Q4 (F32 rows take the loops
 // over dot_f32 and axpy in kernels.cpp).
 template <typename Element>
-void dot_kv_rows_neon(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len,
-                      float *scores, int64_t scores_stride) {
+void dot_kv_rows_neon(const float *const *queries, int m, const uint8_t *rows, int64_t row_bytes, int64_t n, int64_t len, float *scores,
+                      int64_t scores_stride) {
     for (int q_index = 0; q_index < m; ++q_index) {
         const float *q = queries[q_index];
         for (int64_t i = 0; i < n; ++i) {
@@ -626,15 +634,22 @@ void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
 
 // The table each level's file exports under its own name.
 constexpr KernelTable kThisLevelKernels = {
-    quantize_activations_neon, matmul_range_neon, dequantize_neon, dot_f32_neon,
-    axpy_neon,                 exp_sub_sum_neon,  silu_mul_neon,
+    quantize_activations_neon,
+    matmul_range_neon,
+    dequantize_neon,
+    dot_f32_neon,
+    axpy_neon,
+    exp_sub_sum_neon,
+    silu_mul_neon,
     // KV rows of halves, Q8 and Q4; F32 rows take the loops in kernels.cpp.
     {nullptr, dot_kv_rows_neon<uint16_t>, dot_kv_rows_neon<KvQ8Byte>, dot_kv_rows_neon<KvQ4Byte>},
     {nullptr, weighted_kv_row_sum_neon<uint16_t>, weighted_kv_row_sum_neon<KvQ8Byte>, weighted_kv_row_sum_neon<KvQ4Byte>},
-    nullptr, nullptr,  // half conversions: the loops in kernels.cpp
-    nullptr,           // max_value: the loop in kernels.cpp
-    nullptr, nullptr,  // rotate_pairs, rotate_half_pairs: the loops in kernels.cpp
-    0,                 // interleaved weights: NEON runs the file's layout
+    nullptr,
+    nullptr,  // half conversions: the loops in kernels.cpp
+    nullptr,  // max_value: the loop in kernels.cpp
+    nullptr,
+    nullptr,  // rotate_pairs, rotate_half_pairs: the loops in kernels.cpp
+    0,        // interleaved weights: NEON runs the file's layout
 };
 
 }  // namespace

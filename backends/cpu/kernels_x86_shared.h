@@ -30,9 +30,7 @@ inline uint16_t load_u16(const uint8_t *p) {
 // at 2 threads and two at 1; Q5_K unchanged).
 constexpr int64_t kPrefetchBytes = 2048;
 
-inline void prefetch_ahead(const uint8_t *p) {
-    _mm_prefetch(reinterpret_cast<const char *>(p + kPrefetchBytes), _MM_HINT_T0);
-}
+inline void prefetch_ahead(const uint8_t *p) { _mm_prefetch(reinterpret_cast<const char *>(p + kPrefetchBytes), _MM_HINT_T0); }
 
 inline float load_f32(const uint8_t *p) {
     float v;
@@ -81,8 +79,7 @@ inline void k_affine_scales(const uint8_t *blk, const float *fp16_table, __m128i
     const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
     const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
     const __m128i codes = _mm_shuffle_epi8(
-        _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi)),
-        order);
+        _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi)), order);
     *d8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), _mm256_broadcast_ss(fp16_table + load_u16(blk)));
     *m8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))),
                         _mm256_broadcast_ss(fp16_table + load_u16(blk + 2)));

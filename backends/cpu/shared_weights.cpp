@@ -28,8 +28,7 @@ Registry &registry() {
 
 }  // namespace
 
-Status shared_interleaved(TensorType type, const void *file_data, int64_t rows, int64_t cols,
-                          std::shared_ptr<const uint8_t> *out) {
+Status shared_interleaved(TensorType type, const void *file_data, int64_t rows, int64_t cols, std::shared_ptr<const uint8_t> *out) {
     Registry &r = registry();
     // Held while copying, so that two sessions created at once make one copy between them.
     std::lock_guard<std::mutex> lock(r.mutex);

@@ -17,7 +17,6 @@ namespace h2o::cpu {
 // The interleaved copy of the Q4_0, Q4_K or Q6_K matrix at `file_data` (rows a multiple of 8), made on
 // the first request and shared with every later one while any holder lives.
 // Errors: H2O_ERR_OUT_OF_MEMORY.
-Status shared_interleaved(TensorType type, const void *file_data, int64_t rows, int64_t cols,
-                          std::shared_ptr<const uint8_t> *out);
+Status shared_interleaved(TensorType type, const void *file_data, int64_t rows, int64_t cols, std::shared_ptr<const uint8_t> *out);
 
 }  // namespace h2o::cpu

@@ -27,8 +27,8 @@ namespace {
 constexpr TensorType kCudaWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::Q8_0, TensorType::Q4_0,
                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 
-constexpr int kBlock = 256;      // threads of the reduction and eviction kernels
-constexpr int kMatmulTokens = 8; // matmul: the most tokens the matrix-vector kernel takes
+constexpr int kBlock = 256;       // threads of the reduction and eviction kernels
+constexpr int kMatmulTokens = 8;  // matmul: the most tokens the matrix-vector kernel takes
 // Attention scores of one chunk of queries: as many tokens as fit in this.
 constexpr size_t kAttentionScratchBudget = size_t{64} << 20;
 
@@ -97,9 +97,9 @@ constexpr int kMatvecChunk = 1024;  // columns: 32 groups, one per lane
 constexpr int kMatvecPadded = kMatvecChunk + kMatvecChunk / 32;
 
 template <TensorType T>
-__global__ void __launch_bounds__(32 * kMatvecWarps) matvec_kernel(float *out, int64_t out_cols, const uint8_t *weight,
-                                                                  size_t weight_row_bytes, int64_t rows, int64_t cols,
-                                                                  const float *in, int64_t in_cols, int n) {
+__global__ void __launch_bounds__(32 * kMatvecWarps)
+    matvec_kernel(float *out, int64_t out_cols, const uint8_t *weight, size_t weight_row_bytes, int64_t rows, int64_t cols, const float *in,
+                  int64_t in_cols, int n) {
     __shared__ float staged[kMatmulTokens][kMatvecPadded];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kMatvecWarps + warp;
@@ -141,16 +141,15 @@ constexpr int kTile = 64;
 constexpr int kTilePadded = kTile + 1;  // rows of the step's arrays: column-indexed writes land in distinct banks
 
 template <TensorType T>
-__global__ void __launch_bounds__(256) matmul_tiled_kernel(float *out, int64_t out_cols, const uint8_t *weight,
-                                                            size_t weight_row_bytes, int64_t rows, int64_t cols,
-                                                            const float *in, int64_t in_cols, int n) {
+__global__ void __launch_bounds__(256) matmul_tiled_kernel(float *out, int64_t out_cols, const uint8_t *weight, size_t weight_row_bytes,
+                                                           int64_t rows, int64_t cols, const float *in, int64_t in_cols, int n) {
     __shared__ float w_step[32][kTilePadded];  // [column in the group][row of the tile]
     __shared__ float x_step[32][kTilePadded];  // [column in the group][token of the tile]
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile;
     const int t0 = blockIdx.y * kTile;
     const int tid = threadIdx.x;
-    const int my_row = tid % 16, my_token = tid / 16;  // this thread's rows my_row + 16 i, tokens my_token + 16 j
-    const int load_row = tid / 4, load_part = tid % 4; // the weights this thread dequantizes: 8 of a row's group
+    const int my_row = tid % 16, my_token = tid / 16;   // this thread's rows my_row + 16 i, tokens my_token + 16 j
+    const int load_row = tid / 4, load_part = tid % 4;  // the weights this thread dequantizes: 8 of a row's group
     const int64_t r_load = r0 + load_row;
     const uint8_t *row = weight + static_cast<size_t>(r_load < rows ? r_load : 0) * weight_row_bytes;
     float acc[4][4] = {};
@@ -200,26 +199,40 @@ template <TensorType T>
 void launch_matmul(const MatmulArgs &a, cudaStream_t stream) {
     if (a.n <= kMatmulTokens) {
         const unsigned blocks = static_cast<unsigned>((a.rows + kMatvecWarps - 1) / kMatvecWarps);
-        matvec_kernel<T><<<blocks, 32 * kMatvecWarps, 0, stream>>>(a.out, a.out_cols, a.weight, a.weight_row_bytes, a.rows, a.cols,
-                                                                     a.in, a.in_cols, a.n);
+        matvec_kernel<T><<<blocks, 32 * kMatvecWarps, 0, stream>>>(a.out, a.out_cols, a.weight, a.weight_row_bytes, a.rows, a.cols, a.in,
+                                                                   a.in_cols, a.n);
         return;
     }
     const dim3 grid(static_cast<unsigned>((a.rows + kTile - 1) / kTile), static_cast<unsigned>((a.n + kTile - 1) / kTile));
-    matmul_tiled_kernel<T><<<grid, 256, 0, stream>>>(a.out, a.out_cols, a.weight, a.weight_row_bytes, a.rows, a.cols, a.in,
-                                                     a.in_cols, a.n);
+    matmul_tiled_kernel<T><<<grid, 256, 0, stream>>>(a.out, a.out_cols, a.weight, a.weight_row_bytes, a.rows, a.cols, a.in, a.in_cols, a.n);
 }
 
 // The kernels' instance for a weight type (one of kCudaWeightTypes; false for any other).
 bool launch_matmul(TensorType type, const MatmulArgs &a, cudaStream_t stream) {
     switch (type) {
-        case TensorType::F32: launch_matmul<TensorType::F32>(a, stream); return true;
-        case TensorType::F16: launch_matmul<TensorType::F16>(a, stream); return true;
-        case TensorType::Q8_0: launch_matmul<TensorType::Q8_0>(a, stream); return true;
-        case TensorType::Q4_0: launch_matmul<TensorType::Q4_0>(a, stream); return true;
-        case TensorType::Q4_K: launch_matmul<TensorType::Q4_K>(a, stream); return true;
-        case TensorType::Q5_K: launch_matmul<TensorType::Q5_K>(a, stream); return true;
-        case TensorType::Q6_K: launch_matmul<TensorType::Q6_K>(a, stream); return true;
-        default: return false;
+        case TensorType::F32:
+            launch_matmul<TensorType::F32>(a, stream);
+            return true;
+        case TensorType::F16:
+            launch_matmul<TensorType::F16>(a, stream);
+            return true;
+        case TensorType::Q8_0:
+            launch_matmul<TensorType::Q8_0>(a, stream);
+            return true;
+        case TensorType::Q4_0:
+            launch_matmul<TensorType::Q4_0>(a, stream);
+            return true;
+        case TensorType::Q4_K:
+            launch_matmul<TensorType::Q4_K>(a, stream);
+            return true;
+        case TensorType::Q5_K:
+            launch_matmul<TensorType::Q5_K>(a, stream);
+            return true;
+        case TensorType::Q6_K:
+            launch_matmul<TensorType::Q6_K>(a, stream);
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -239,21 +252,24 @@ __global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, 
 }
 
 __global__ void swiglu_kernel(float *gate, const float *up, int64_t count) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
 }
 
 __global__ void add_kernel(float *acc, const float *x, int64_t count) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         acc[i] = acc[i] + x[i];
     }
 }
 
 // acc[i] += bias[i % cols]: one row added to every row.
 __global__ void add_bias_kernel(float *acc, const float *bias, int64_t cols, int64_t count) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         acc[i] = acc[i] + bias[i % cols];
     }
 }
@@ -301,19 +317,19 @@ struct KvDevice {
     uint8_t *keys = nullptr, *values = nullptr;  // rows of key_row / value_row bytes
     int64_t *stream = nullptr;                   // stream index, -1: free
     int32_t *position = nullptr;
-    uint8_t *tag = nullptr;        // kv_make_tag: pinned, retention span
-    SlotStats *stats = nullptr;    // null when the policy reads none
-    SlotStats *partial = nullptr;  // [n_kv][the layer's n_slots]: the current batch's statistics
-    int32_t *free_list = nullptr;  // per cell, a stack of slots freed by eviction
-    int32_t *used = nullptr;       // [cell]: slots [0, used) have held a token
-    int32_t *free_count = nullptr; // [cell]
-    uint64_t *rng = nullptr;       // the random policy's xorshift64* state
-    int32_t *batch_slot = nullptr; // [n_kv][the layer's n_slots]: the slot of each token of the batch
-    int64_t *victims = nullptr;    // [n_kv][the layer's n_slots]: stream indices evicted for the batch
-    int32_t *candidates = nullptr; // [max_slots]: the random policy's shuffle
-    double *inv_freq = nullptr;    // rotary inverse frequencies (rolling)
-    float *scores = nullptr;       // [chunk][n_head][the layer's n_slots]: a chunk's attention weights
-    int32_t *visible = nullptr;    // [chunk][n_kv]: slots each query of the chunk sees
+    uint8_t *tag = nullptr;         // kv_make_tag: pinned, retention span
+    SlotStats *stats = nullptr;     // null when the policy reads none
+    SlotStats *partial = nullptr;   // [n_kv][the layer's n_slots]: the current batch's statistics
+    int32_t *free_list = nullptr;   // per cell, a stack of slots freed by eviction
+    int32_t *used = nullptr;        // [cell]: slots [0, used) have held a token
+    int32_t *free_count = nullptr;  // [cell]
+    uint64_t *rng = nullptr;        // the random policy's xorshift64* state
+    int32_t *batch_slot = nullptr;  // [n_kv][the layer's n_slots]: the slot of each token of the batch
+    int64_t *victims = nullptr;     // [n_kv][the layer's n_slots]: stream indices evicted for the batch
+    int32_t *candidates = nullptr;  // [max_slots]: the random policy's shuffle
+    double *inv_freq = nullptr;     // rotary inverse frequencies (rolling)
+    float *scores = nullptr;        // [chunk][n_head][the layer's n_slots]: a chunk's attention weights
+    int32_t *visible = nullptr;     // [chunk][n_kv]: slots each query of the chunk sees
 };
 
 // What one layer's eviction and storing needs.
@@ -321,7 +337,7 @@ struct ClaimArgs {
     KvDevice kv;
     int layer, n_kv, n_slots, head_dim, n, pairs;  // n_slots: the layer's
     RotaryPairing pairing;
-    size_t first_slot;                             // the layer's first cell's first slot
+    size_t first_slot;  // the layer's first cell's first slot
     KvRowFormat key_format, value_format;
     size_t key_row, value_row;
     uint32_t policy;
@@ -379,7 +395,8 @@ __device__ void leave_span(const ClaimArgs &a, SpanCounts *c, size_t at) {
 __device__ int takeable(const ClaimArgs &a, const SpanCounts &c, int plain_candidates) {
     int total = plain_candidates;
     for (uint32_t i = 0; i < KV_MAX_SPANS; ++i) {
-        total += static_cast<int>(kv_span_takeable(static_cast<KV_UINT>(c.held[i]), static_cast<KV_UINT>(c.eligible[i]), static_cast<KV_UINT>(a.span_min[i])));
+        total += static_cast<int>(
+            kv_span_takeable(static_cast<KV_UINT>(c.held[i]), static_cast<KV_UINT>(c.eligible[i]), static_cast<KV_UINT>(a.span_min[i])));
     }
     return total;
 }
@@ -679,9 +696,9 @@ __global__ void attention_stats_kernel(StatsArgs a) {
             for (int g = 0; g < group; ++g) w += a.kv.scores[(static_cast<size_t>(c) * a.n_head + h * group + g) * a.n_slots + s];
             const float threshold = kv_importance_threshold(static_cast<KV_UINT>(group),
                                                             static_cast<KV_UINT>(a.kv.visible[static_cast<size_t>(c) * a.n_kv + h]));
-            partial = kv_stats_add_query(partial, w, threshold,
-                                         kv_persistence_weight(a.decay, static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t)),
-                                         kv_is_proxy_query(static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t), static_cast<KV_UINT>(a.proxy)));
+            partial = kv_stats_add_query(
+                partial, w, threshold, kv_persistence_weight(a.decay, static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t)),
+                kv_is_proxy_query(static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t), static_cast<KV_UINT>(a.proxy)));
         }
         a.kv.partial[static_cast<size_t>(h) * a.n_slots + s] = partial;
     }
@@ -692,7 +709,8 @@ __global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_sl
     const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = first_slot + static_cast<size_t>(h) * n_slots;
     const int used = kv.used[cell];
     for (int s = threadIdx.x; s < used; s += blockDim.x) {
-        kv.stats[base + s] = kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight, true);
+        kv.stats[base + s] =
+            kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight, true);
     }
 }
 
@@ -748,7 +766,8 @@ public:
 
     Status download(const Tensor &src, void *dst, size_t bytes) override {
         H2O_TRY(failed_);
-        H2O_TRY(check(cudaMemcpyAsync(dst, device_ptr<uint8_t>(src), bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)"));
+        H2O_TRY(
+            check(cudaMemcpyAsync(dst, device_ptr<uint8_t>(src), bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)"));
         traffic_.bytes_to_host += bytes;
         return synchronize();
     }
@@ -772,7 +791,8 @@ public:
         if (n <= 0) return Status::Ok();
         // Rows of table.cols values, one after the other, as the CPU backend writes them.
         get_rows_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(out), table.cols, device_ptr<const uint8_t>(table),
-                                                   row_bytes(table.type, table.cols), table.type, device_ptr<const int32_t>(ids), table.cols);
+                                                   row_bytes(table.type, table.cols), table.type, device_ptr<const int32_t>(ids),
+                                                   table.cols);
         return launched("get_rows");
     }
 
@@ -788,9 +808,17 @@ public:
         H2O_TRY(failed_);
         if (n <= 0) return Status::Ok();
         // Input rows of weight.cols values, as the CPU backend reads them; output rows of out.cols.
-        const MatmulArgs a{device_ptr<float>(out), out.cols, device_ptr<const uint8_t>(weight), row_bytes(weight.type, weight.cols),
-                           weight.rows, weight.cols, device_ptr<const float>(in), weight.cols, n};
-        if (!launch_matmul(weight.type, a, stream_)) return make_error(H2O_ERR_UNSUPPORTED, std::string("CUDA matmul: weight type ") + type_name(weight.type));
+        const MatmulArgs a{device_ptr<float>(out),
+                           out.cols,
+                           device_ptr<const uint8_t>(weight),
+                           row_bytes(weight.type, weight.cols),
+                           weight.rows,
+                           weight.cols,
+                           device_ptr<const float>(in),
+                           weight.cols,
+                           n};
+        if (!launch_matmul(weight.type, a, stream_))
+            return make_error(H2O_ERR_UNSUPPORTED, std::string("CUDA matmul: weight type ") + type_name(weight.type));
         return launched("matmul");
     }
 
@@ -885,8 +913,9 @@ public:
 
 private:
     static Status snapshot_unsupported() {
-        return make_error(H2O_ERR_UNSUPPORTED, "session snapshots (save, load, fork) are not implemented on the CUDA backend "
-                                               "yet; create the session with the CPU backend");
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          "session snapshots (save, load, fork) are not implemented on the CUDA backend "
+                          "yet; create the session with the CPU backend");
     }
 
     template <typename T>
@@ -894,13 +923,9 @@ private:
         return reinterpret_cast<T *>(t.buffer + t.offset);
     }
 
-    static unsigned grid_for(int64_t count) {
-        return static_cast<unsigned>(std::min<int64_t>((count + kBlock - 1) / kBlock, 65535));
-    }
+    static unsigned grid_for(int64_t count) { return static_cast<unsigned>(std::min<int64_t>((count + kBlock - 1) / kBlock, 65535)); }
 
-    size_t slot_count() const {
-        return static_cast<size_t>(kv_config_.total_slots());
-    }
+    size_t slot_count() const { return static_cast<size_t>(kv_config_.total_slots()); }
 
     // A device error: the backend stays failed, and says which call failed and how.
     Status check(cudaError_t e, const char *what) {
@@ -913,9 +938,7 @@ private:
         return failed_;
     }
 
-    Status launched(const char *kernel) {
-        return check(cudaGetLastError(), (std::string(kernel) + " kernel launch").c_str());
-    }
+    Status launched(const char *kernel) { return check(cudaGetLastError(), (std::string(kernel) + " kernel launch").c_str()); }
 
     // Device memory. Running out is H2O_ERR_OUT_OF_MEMORY and leaves the backend usable.
     Status device_alloc(size_t bytes, void **out) {
@@ -1036,8 +1059,8 @@ Status CudaBackend::clear_kv() {
     return copy_to_device_now(kv_.rng, &rng, sizeof rng);
 }
 
-Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                              const AttentionBatch &batch, const ModelShape &shape) {
+Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
+                              const ModelShape &shape) {
     H2O_TRY(failed_);
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: attention without a KV cache");
     const int n = batch.n_tokens;
@@ -1163,7 +1186,8 @@ Status cuda_runs_weight_type(TensorType type) {
 Status cuda_runs_kv(const KvConfig &config) {
     H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
     if (config.head_share > 0.0f) {
-        return make_error(H2O_ERR_UNSUPPORTED, "the CUDA backend keeps every kv head's budget fixed: kv_head_share is not implemented there");
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          "the CUDA backend keeps every kv head's budget fixed: kv_head_share is not implemented there");
     }
     if (config.head_dim > kCudaMaxHeadDim) {
         return make_error(H2O_ERR_UNSUPPORTED, "the CUDA attention kernels run heads of up to " + std::to_string(kCudaMaxHeadDim) +
@@ -1186,17 +1210,17 @@ Status list_cuda_devices(std::vector<CudaDeviceInfo> *out) {
         if (e != cudaSuccess) {
             // No driver (cudaErrorInsufficientDriver), or a driver without devices (cudaErrorNoDevice).
             (void)cudaGetLastError();
-            return std::make_pair(make_error(H2O_ERR_BACKEND_UNAVAILABLE, "no usable CUDA device: cudaGetDeviceCount: " + cuda_error_text(e)),
-                                  devices);
+            return std::make_pair(
+                make_error(H2O_ERR_BACKEND_UNAVAILABLE, "no usable CUDA device: cudaGetDeviceCount: " + cuda_error_text(e)), devices);
         }
         for (int i = 0; i < count; ++i) {
             cudaDeviceProp props;
             const cudaError_t pe = cudaGetDeviceProperties(&props, i);
             if (pe != cudaSuccess) {
                 (void)cudaGetLastError();
-                return std::make_pair(make_error(H2O_ERR_BACKEND_UNAVAILABLE, "cudaGetDeviceProperties(" + std::to_string(i) +
-                                                                                  "): " + cuda_error_text(pe)),
-                                      std::vector<CudaDeviceInfo>());
+                return std::make_pair(
+                    make_error(H2O_ERR_BACKEND_UNAVAILABLE, "cudaGetDeviceProperties(" + std::to_string(i) + "): " + cuda_error_text(pe)),
+                    std::vector<CudaDeviceInfo>());
             }
             CudaDeviceInfo d;
             d.index = i;

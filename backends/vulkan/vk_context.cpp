@@ -11,11 +11,16 @@ namespace h2o {
 
 const char *vulkan_device_type_name(VulkanDeviceType type) {
     switch (type) {
-        case VulkanDeviceType::Discrete: return "discrete";
-        case VulkanDeviceType::Integrated: return "integrated";
-        case VulkanDeviceType::Virtual: return "virtual";
-        case VulkanDeviceType::Cpu: return "cpu";
-        default: return "other";
+        case VulkanDeviceType::Discrete:
+            return "discrete";
+        case VulkanDeviceType::Integrated:
+            return "integrated";
+        case VulkanDeviceType::Virtual:
+            return "virtual";
+        case VulkanDeviceType::Cpu:
+            return "cpu";
+        default:
+            return "other";
     }
 }
 
@@ -28,28 +33,36 @@ bool env_is(const char *name, const char *value) {
 
 namespace {
 
-Status unavailable(const std::string &why) {
-    return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "Vulkan backend unavailable: " + why);
-}
+Status unavailable(const std::string &why) { return make_error(H2O_ERR_BACKEND_UNAVAILABLE, "Vulkan backend unavailable: " + why); }
 
 VulkanDeviceType device_type(VkPhysicalDeviceType type) {
     switch (type) {
-        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return VulkanDeviceType::Discrete;
-        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return VulkanDeviceType::Integrated;
-        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return VulkanDeviceType::Virtual;
-        case VK_PHYSICAL_DEVICE_TYPE_CPU: return VulkanDeviceType::Cpu;
-        default: return VulkanDeviceType::Other;
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+            return VulkanDeviceType::Discrete;
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+            return VulkanDeviceType::Integrated;
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+            return VulkanDeviceType::Virtual;
+        case VK_PHYSICAL_DEVICE_TYPE_CPU:
+            return VulkanDeviceType::Cpu;
+        default:
+            return VulkanDeviceType::Other;
     }
 }
 
 // Preference when no device is named: discrete, integrated, virtual, CPU, anything else.
 int preference(VulkanDeviceType type) {
     switch (type) {
-        case VulkanDeviceType::Discrete: return 4;
-        case VulkanDeviceType::Integrated: return 3;
-        case VulkanDeviceType::Virtual: return 2;
-        case VulkanDeviceType::Cpu: return 1;
-        default: return 0;
+        case VulkanDeviceType::Discrete:
+            return 4;
+        case VulkanDeviceType::Integrated:
+            return 3;
+        case VulkanDeviceType::Virtual:
+            return 2;
+        case VulkanDeviceType::Cpu:
+            return 1;
+        default:
+            return 0;
     }
 }
 
@@ -133,9 +146,8 @@ Context::~Context() {
     if (instance_) vki_.vkDestroyInstance(instance_, nullptr);
 }
 
-VKAPI_ATTR VkBool32 VKAPI_CALL Context::debug_callback(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
-                                                        VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT *data,
-                                                        void *user) {
+VKAPI_ATTR VkBool32 VKAPI_CALL Context::debug_callback(VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
+                                                       const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
     if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) {
         static_cast<Context *>(user)->validation_messages_.fetch_add(1);
         log(severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? H2O_LOG_ERROR : H2O_LOG_WARN,
@@ -228,8 +240,8 @@ Status Context::create_device(int device_index) {
     const std::vector<VkPhysicalDevice> devices = physical_devices(vki_, instance_);
     if (devices.empty()) return unavailable("no Vulkan device is present");
     if (device_index < 0 || device_index >= static_cast<int>(devices.size())) {
-        return unavailable("device index " + std::to_string(device_index) + " is out of range (" +
-                           std::to_string(devices.size()) + " devices)");
+        return unavailable("device index " + std::to_string(device_index) + " is out of range (" + std::to_string(devices.size()) +
+                           " devices)");
     }
     physical_ = devices[device_index];
     vki_.vkGetPhysicalDeviceProperties(physical_, &properties_);
@@ -249,8 +261,8 @@ Status Context::create_device(int device_index) {
     }
     if (!found) return unavailable("device '" + name + "' has no compute queue");
     const VkPhysicalDeviceLimits &l = properties_.limits;
-    if (l.maxPerStageDescriptorStorageBuffers < kBindings || l.maxBoundDescriptorSets < 1 ||
-        l.maxPushConstantsSize < kPushConstantBytes || l.maxComputeSharedMemorySize < 16384) {
+    if (l.maxPerStageDescriptorStorageBuffers < kBindings || l.maxBoundDescriptorSets < 1 || l.maxPushConstantsSize < kPushConstantBytes ||
+        l.maxComputeSharedMemorySize < 16384) {
         return unavailable("device '" + name + "' has too few storage buffer bindings or too little shared memory");
     }
 

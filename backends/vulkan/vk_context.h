@@ -65,8 +65,8 @@ private:
     Status create_device(int device_index);
 
     static VKAPI_ATTR VkBool32 VKAPI_CALL debug_callback(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
-                                                          VkDebugUtilsMessageTypeFlagsEXT types,
-                                                          const VkDebugUtilsMessengerCallbackDataEXT *data, void *user);
+                                                         VkDebugUtilsMessageTypeFlagsEXT types,
+                                                         const VkDebugUtilsMessengerCallbackDataEXT *data, void *user);
 
     InstanceFunctions vki_;
     DeviceFunctions vk_;

@@ -78,8 +78,7 @@ std::string join(const std::vector<std::string> &names) {
 
 InstalledDrivers find_installed_drivers() {
     InstalledDrivers found;
-    found.named_by_environment =
-        !env("VK_DRIVER_FILES").empty() || !env("VK_ICD_FILENAMES").empty() || !env("VK_ADD_DRIVER_FILES").empty();
+    found.named_by_environment = !env("VK_DRIVER_FILES").empty() || !env("VK_ICD_FILENAMES").empty() || !env("VK_ADD_DRIVER_FILES").empty();
     for (const std::string &folder : manifest_folders()) {
         for (std::string &name : entries(folder)) {
             if (name.size() > 5 && name.ends_with(".json")) found.manifests.push_back(std::move(name));
@@ -104,8 +103,8 @@ Status drivers_may_offer_gpu(const InstalledDrivers &drivers) {
         const std::string_view name = driver_name(manifest);
         if (is_one_of(name, {"lvp", "vk_swiftshader"})) {
             cpu_implementations.emplace_back(name);
-        } else if (is_one_of(name, {"radeon", "intel", "intel_hasvk", "nouveau", "freedreno", "panfrost", "broadcom", "asahi",
-                                    "virtio", "powervr_mesa"})) {
+        } else if (is_one_of(name, {"radeon", "intel", "intel_hasvk", "nouveau", "freedreno", "panfrost", "broadcom", "asahi", "virtio",
+                                    "powervr_mesa"})) {
             // Mesa's GPU drivers, which find their GPUs through the DRM render nodes.
             needing_drm.emplace_back(name);
         } else {

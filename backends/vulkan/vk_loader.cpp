@@ -32,11 +32,11 @@ LoaderState open_loader() {
     }
     f.vkEnumerateInstanceVersion =
         reinterpret_cast<PFN_vkEnumerateInstanceVersion>(f.vkGetInstanceProcAddr(VK_NULL_HANDLE, "vkEnumerateInstanceVersion"));
-#define H2O_VK_LOAD(name)                                                                              \
-    f.name = reinterpret_cast<PFN_##name>(f.vkGetInstanceProcAddr(VK_NULL_HANDLE, #name));             \
-    if (!f.name) {                                                                                     \
-        state.error = "the Vulkan loader lacks " #name;                                                \
-        return state;                                                                                  \
+#define H2O_VK_LOAD(name)                                                                  \
+    f.name = reinterpret_cast<PFN_##name>(f.vkGetInstanceProcAddr(VK_NULL_HANDLE, #name)); \
+    if (!f.name) {                                                                         \
+        state.error = "the Vulkan loader lacks " #name;                                    \
+        return state;                                                                      \
     }
     H2O_VK_GLOBAL_FUNCTIONS(H2O_VK_LOAD)
 #undef H2O_VK_LOAD
@@ -57,11 +57,11 @@ const GlobalFunctions *vulkan_loader(std::string *error) {
 }
 
 bool InstanceFunctions::load(const GlobalFunctions &global, VkInstance instance, std::string *missing) {
-#define H2O_VK_LOAD(name)                                                                       \
-    name = reinterpret_cast<PFN_##name>(global.vkGetInstanceProcAddr(instance, #name));         \
-    if (!name) {                                                                                \
-        *missing = #name;                                                                       \
-        return false;                                                                           \
+#define H2O_VK_LOAD(name)                                                               \
+    name = reinterpret_cast<PFN_##name>(global.vkGetInstanceProcAddr(instance, #name)); \
+    if (!name) {                                                                        \
+        *missing = #name;                                                               \
+        return false;                                                                   \
     }
     H2O_VK_INSTANCE_FUNCTIONS(H2O_VK_LOAD)
 #undef H2O_VK_LOAD
@@ -72,11 +72,11 @@ bool InstanceFunctions::load(const GlobalFunctions &global, VkInstance instance,
 }
 
 bool DeviceFunctions::load(const InstanceFunctions &instance, VkDevice device, std::string *missing) {
-#define H2O_VK_LOAD(name)                                                              \
-    name = reinterpret_cast<PFN_##name>(instance.vkGetDeviceProcAddr(device, #name));  \
-    if (!name) {                                                                       \
-        *missing = #name;                                                              \
-        return false;                                                                  \
+#define H2O_VK_LOAD(name)                                                             \
+    name = reinterpret_cast<PFN_##name>(instance.vkGetDeviceProcAddr(device, #name)); \
+    if (!name) {                                                                      \
+        *missing = #name;                                                             \
+        return false;                                                                 \
     }
     H2O_VK_DEVICE_FUNCTIONS(H2O_VK_LOAD)
 #undef H2O_VK_LOAD
@@ -85,22 +85,38 @@ bool DeviceFunctions::load(const InstanceFunctions &instance, VkDevice device, s
 
 const char *result_name(VkResult result) {
     switch (result) {
-        case VK_SUCCESS: return "VK_SUCCESS";
-        case VK_NOT_READY: return "VK_NOT_READY";
-        case VK_TIMEOUT: return "VK_TIMEOUT";
-        case VK_INCOMPLETE: return "VK_INCOMPLETE";
-        case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
-        case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
-        case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
-        case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
-        case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
-        case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
-        case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
-        case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
-        case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
-        case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
-        case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
-        default: return "VkResult error";
+        case VK_SUCCESS:
+            return "VK_SUCCESS";
+        case VK_NOT_READY:
+            return "VK_NOT_READY";
+        case VK_TIMEOUT:
+            return "VK_TIMEOUT";
+        case VK_INCOMPLETE:
+            return "VK_INCOMPLETE";
+        case VK_ERROR_OUT_OF_HOST_MEMORY:
+            return "VK_ERROR_OUT_OF_HOST_MEMORY";
+        case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+            return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+        case VK_ERROR_INITIALIZATION_FAILED:
+            return "VK_ERROR_INITIALIZATION_FAILED";
+        case VK_ERROR_DEVICE_LOST:
+            return "VK_ERROR_DEVICE_LOST";
+        case VK_ERROR_MEMORY_MAP_FAILED:
+            return "VK_ERROR_MEMORY_MAP_FAILED";
+        case VK_ERROR_LAYER_NOT_PRESENT:
+            return "VK_ERROR_LAYER_NOT_PRESENT";
+        case VK_ERROR_EXTENSION_NOT_PRESENT:
+            return "VK_ERROR_EXTENSION_NOT_PRESENT";
+        case VK_ERROR_FEATURE_NOT_PRESENT:
+            return "VK_ERROR_FEATURE_NOT_PRESENT";
+        case VK_ERROR_INCOMPATIBLE_DRIVER:
+            return "VK_ERROR_INCOMPATIBLE_DRIVER";
+        case VK_ERROR_TOO_MANY_OBJECTS:
+            return "VK_ERROR_TOO_MANY_OBJECTS";
+        case VK_ERROR_OUT_OF_POOL_MEMORY:
+            return "VK_ERROR_OUT_OF_POOL_MEMORY";
+        default:
+            return "VkResult error";
     }
 }
 

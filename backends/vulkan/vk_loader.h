@@ -14,19 +14,19 @@
 namespace h2o::vk {
 
 // Functions callable without an instance.
-#define H2O_VK_GLOBAL_FUNCTIONS(X)           \
-    X(vkCreateInstance)                      \
+#define H2O_VK_GLOBAL_FUNCTIONS(X)            \
+    X(vkCreateInstance)                       \
     X(vkEnumerateInstanceExtensionProperties) \
     X(vkEnumerateInstanceLayerProperties)
 
-#define H2O_VK_INSTANCE_FUNCTIONS(X)             \
-    X(vkDestroyInstance)                         \
-    X(vkEnumeratePhysicalDevices)                \
-    X(vkGetPhysicalDeviceProperties)             \
-    X(vkGetPhysicalDeviceFeatures)               \
-    X(vkGetPhysicalDeviceMemoryProperties)       \
-    X(vkGetPhysicalDeviceQueueFamilyProperties)  \
-    X(vkCreateDevice)                            \
+#define H2O_VK_INSTANCE_FUNCTIONS(X)            \
+    X(vkDestroyInstance)                        \
+    X(vkEnumeratePhysicalDevices)               \
+    X(vkGetPhysicalDeviceProperties)            \
+    X(vkGetPhysicalDeviceFeatures)              \
+    X(vkGetPhysicalDeviceMemoryProperties)      \
+    X(vkGetPhysicalDeviceQueueFamilyProperties) \
+    X(vkCreateDevice)                           \
     X(vkGetDeviceProcAddr)
 
 // Optional instance functions (Vulkan 1.1 / extensions): null when absent.
@@ -35,49 +35,49 @@ namespace h2o::vk {
     X(vkCreateDebugUtilsMessengerEXT)         \
     X(vkDestroyDebugUtilsMessengerEXT)
 
-#define H2O_VK_DEVICE_FUNCTIONS(X)      \
-    X(vkDestroyDevice)                  \
-    X(vkGetDeviceQueue)                 \
-    X(vkDeviceWaitIdle)                 \
-    X(vkAllocateMemory)                 \
-    X(vkFreeMemory)                     \
-    X(vkMapMemory)                      \
-    X(vkUnmapMemory)                    \
-    X(vkInvalidateMappedMemoryRanges)   \
-    X(vkFlushMappedMemoryRanges)        \
-    X(vkCreateBuffer)                   \
-    X(vkDestroyBuffer)                  \
-    X(vkGetBufferMemoryRequirements)    \
-    X(vkBindBufferMemory)               \
-    X(vkCreateShaderModule)             \
-    X(vkDestroyShaderModule)            \
-    X(vkCreateDescriptorSetLayout)      \
-    X(vkDestroyDescriptorSetLayout)     \
-    X(vkCreatePipelineLayout)           \
-    X(vkDestroyPipelineLayout)          \
-    X(vkCreateComputePipelines)         \
-    X(vkDestroyPipeline)                \
-    X(vkCreateDescriptorPool)           \
-    X(vkDestroyDescriptorPool)          \
-    X(vkAllocateDescriptorSets)         \
-    X(vkUpdateDescriptorSets)           \
-    X(vkCreateCommandPool)              \
-    X(vkDestroyCommandPool)             \
-    X(vkResetCommandPool)               \
-    X(vkAllocateCommandBuffers)         \
-    X(vkBeginCommandBuffer)             \
-    X(vkEndCommandBuffer)               \
-    X(vkCreateFence)                    \
-    X(vkDestroyFence)                   \
-    X(vkResetFences)                    \
-    X(vkWaitForFences)                  \
-    X(vkQueueSubmit)                    \
-    X(vkCmdBindPipeline)                \
-    X(vkCmdBindDescriptorSets)          \
-    X(vkCmdPushConstants)               \
-    X(vkCmdDispatch)                    \
-    X(vkCmdPipelineBarrier)             \
-    X(vkCmdCopyBuffer)                  \
+#define H2O_VK_DEVICE_FUNCTIONS(X)    \
+    X(vkDestroyDevice)                \
+    X(vkGetDeviceQueue)               \
+    X(vkDeviceWaitIdle)               \
+    X(vkAllocateMemory)               \
+    X(vkFreeMemory)                   \
+    X(vkMapMemory)                    \
+    X(vkUnmapMemory)                  \
+    X(vkInvalidateMappedMemoryRanges) \
+    X(vkFlushMappedMemoryRanges)      \
+    X(vkCreateBuffer)                 \
+    X(vkDestroyBuffer)                \
+    X(vkGetBufferMemoryRequirements)  \
+    X(vkBindBufferMemory)             \
+    X(vkCreateShaderModule)           \
+    X(vkDestroyShaderModule)          \
+    X(vkCreateDescriptorSetLayout)    \
+    X(vkDestroyDescriptorSetLayout)   \
+    X(vkCreatePipelineLayout)         \
+    X(vkDestroyPipelineLayout)        \
+    X(vkCreateComputePipelines)       \
+    X(vkDestroyPipeline)              \
+    X(vkCreateDescriptorPool)         \
+    X(vkDestroyDescriptorPool)        \
+    X(vkAllocateDescriptorSets)       \
+    X(vkUpdateDescriptorSets)         \
+    X(vkCreateCommandPool)            \
+    X(vkDestroyCommandPool)           \
+    X(vkResetCommandPool)             \
+    X(vkAllocateCommandBuffers)       \
+    X(vkBeginCommandBuffer)           \
+    X(vkEndCommandBuffer)             \
+    X(vkCreateFence)                  \
+    X(vkDestroyFence)                 \
+    X(vkResetFences)                  \
+    X(vkWaitForFences)                \
+    X(vkQueueSubmit)                  \
+    X(vkCmdBindPipeline)              \
+    X(vkCmdBindDescriptorSets)        \
+    X(vkCmdPushConstants)             \
+    X(vkCmdDispatch)                  \
+    X(vkCmdPipelineBarrier)           \
+    X(vkCmdCopyBuffer)                \
     X(vkCmdFillBuffer)
 
 #define H2O_VK_DECLARE(name) PFN_##name name = nullptr;

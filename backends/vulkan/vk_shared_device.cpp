@@ -123,8 +123,8 @@ Status SharedDevice::create_buffer(VkDeviceSize bytes, bool host_visible, Buffer
     info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     VkResult r = vk.vkCreateBuffer(device, &info, nullptr, &b.buffer);
     if (r != VK_SUCCESS) {
-        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot create a buffer of " +
-                                                     std::to_string(bytes) + " bytes (" + result_name(r) + ")");
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot create a buffer of " + std::to_string(bytes) +
+                                                     " bytes (" + result_name(r) + ")");
     }
     VkMemoryRequirements req;
     vk.vkGetBufferMemoryRequirements(device, b.buffer, &req);
@@ -149,10 +149,9 @@ Status SharedDevice::create_buffer(VkDeviceSize bytes, bool host_visible, Buffer
     if (r == VK_SUCCESS) r = vk.vkBindBufferMemory(device, b.buffer, b.memory, 0);
     if (r != VK_SUCCESS) {
         destroy_buffer(b);
-        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot allocate " +
-                                                     std::to_string(req.size >> 20) + " MiB of " +
-                                                     (host_visible ? "host-visible" : "device") + " memory (" + result_name(r) +
-                                                     "; " + std::to_string(before >> 20) + " MiB already allocated)");
+        return make_error(H2O_ERR_OUT_OF_MEMORY, "Vulkan device '" + device_name + "': cannot allocate " + std::to_string(req.size >> 20) +
+                                                     " MiB of " + (host_visible ? "host-visible" : "device") + " memory (" +
+                                                     result_name(r) + "; " + std::to_string(before >> 20) + " MiB already allocated)");
     }
     *out = b;
     return Status::Ok();

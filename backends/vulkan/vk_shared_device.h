@@ -107,8 +107,7 @@ public:
     // The weight `key`: the one a backend on this device already holds, or else a new buffer of
     // `bytes` filled by `upload`. Errors: those of create_buffer and upload; a failed upload
     // leaves nothing behind.
-    Status shared_weight(const WeightKey &key, VkDeviceSize bytes, const UploadWeight &upload,
-                         std::shared_ptr<const SharedWeight> *out);
+    Status shared_weight(const WeightKey &key, VkDeviceSize bytes, const UploadWeight &upload, std::shared_ptr<const SharedWeight> *out);
 
 private:
     SharedDevice() = default;

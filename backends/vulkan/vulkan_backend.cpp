@@ -47,17 +47,17 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "the weight repacking and stream index copies assume little-endian");
 static_assert(sizeof(SlotStats) == 5 * sizeof(float), "download_kv_statistics copies 5 floats per slot");
 
-constexpr VkDeviceSize kHostBufferBytes = VkDeviceSize{4} << 20;   // staging for uploads and downloads
-constexpr VkDeviceSize kMinBlockBytes = VkDeviceSize{4} << 20;     // first device block
+constexpr VkDeviceSize kHostBufferBytes = VkDeviceSize{4} << 20;  // staging for uploads and downloads
+constexpr VkDeviceSize kMinBlockBytes = VkDeviceSize{4} << 20;    // first device block
 constexpr VkDeviceSize kMaxPoolBlockBytes = VkDeviceSize{256} << 20;
-constexpr int kMatvecMaxTokens = 8;           // fewer tokens: matvec.comp; more: the tiled matmul.comp
-constexpr uint32_t kMatvecMaxRows = 65535;    // workgroup count limit of one dimension
+constexpr int kMatvecMaxTokens = 8;         // fewer tokens: matvec.comp; more: the tiled matmul.comp
+constexpr uint32_t kMatvecMaxRows = 65535;  // workgroup count limit of one dimension
 constexpr uint32_t kMatmulTileRows = 64, kMatmulTileTokens = 32;
-constexpr uint32_t kElementwiseGroup = 128;   // WG of get_rows / elementwise
+constexpr uint32_t kElementwiseGroup = 128;  // WG of get_rows / elementwise
 constexpr uint32_t kRopeGroup = 64;
 constexpr uint32_t kStatsGroup = 64;
-constexpr uint32_t kRopeTablePairs = 512;     // rotary dimensions up to 1024
-constexpr int kMaxHeadDim = 256;              // MAX_HEAD_DIM in attention.comp
+constexpr uint32_t kRopeTablePairs = 512;  // rotary dimensions up to 1024
+constexpr int kMaxHeadDim = 256;           // MAX_HEAD_DIM in attention.comp
 constexpr VkDeviceSize kAttentionScratchBudget = VkDeviceSize{32} << 20;
 constexpr uint32_t kSetsPerPool = 64;
 
@@ -77,13 +77,18 @@ uint32_t k_block_words(TensorType type) { return (traits(type).block_bytes + 3) 
 uint32_t weight_row_words(TensorType type, int64_t cols) {
     const auto c = static_cast<uint32_t>(cols);
     switch (type) {
-        case TensorType::F16: return (c + 1) / 2;
-        case TensorType::Q8_0: return (c / 32) * 8 + (c / 32 + 1) / 2;
-        case TensorType::Q4_0: return (c / 32) * 4 + (c / 32 + 1) / 2;
+        case TensorType::F16:
+            return (c + 1) / 2;
+        case TensorType::Q8_0:
+            return (c / 32) * 8 + (c / 32 + 1) / 2;
+        case TensorType::Q4_0:
+            return (c / 32) * 4 + (c / 32 + 1) / 2;
         case TensorType::Q4_K:
         case TensorType::Q5_K:
-        case TensorType::Q6_K: return (c / 256) * k_block_words(type);
-        default: return c;  // F32
+        case TensorType::Q6_K:
+            return (c / 256) * k_block_words(type);
+        default:
+            return c;  // F32
     }
 }
 
@@ -91,8 +96,12 @@ uint32_t weight_row_words(TensorType type, int64_t cols) {
 void repack_row(TensorType type, const uint8_t *src, int64_t cols, uint8_t *dst) {
     const int64_t nb = cols / 32;
     switch (type) {
-        case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(cols) * 4); break;
-        case TensorType::F16: std::memcpy(dst, src, static_cast<size_t>(cols) * 2); break;
+        case TensorType::F32:
+            std::memcpy(dst, src, static_cast<size_t>(cols) * 4);
+            break;
+        case TensorType::F16:
+            std::memcpy(dst, src, static_cast<size_t>(cols) * 2);
+            break;
         case TensorType::Q8_0:
         case TensorType::Q4_0: {
             const size_t block = type == TensorType::Q8_0 ? 34 : 18, quants = block - 2;
@@ -110,7 +119,8 @@ void repack_row(TensorType type, const uint8_t *src, int64_t cols, uint8_t *dst)
             for (int64_t b = 0; b < cols / 256; ++b) std::memcpy(dst + b * padded, src + b * block, block);
             break;
         }
-        default: break;
+        default:
+            break;
     }
 }
 
@@ -122,23 +132,34 @@ static_assert(static_cast<uint32_t>(KvRowFormat::F32) == 0 && static_cast<uint32
 uint32_t kv_row_words(KvRowFormat format, int head_dim) {
     const auto n = static_cast<uint32_t>(head_dim);
     switch (format) {
-        case KvRowFormat::F16: return (n + 1) / 2;
-        case KvRowFormat::Q8: return 1 + (n + 3) / 4;
-        case KvRowFormat::Q4: return 1 + (n + 7) / 8;
-        case KvRowFormat::F32: break;
+        case KvRowFormat::F16:
+            return (n + 1) / 2;
+        case KvRowFormat::Q8:
+            return 1 + (n + 3) / 4;
+        case KvRowFormat::Q4:
+            return 1 + (n + 7) / 8;
+        case KvRowFormat::F32:
+            break;
     }
     return n;
 }
 
 const char *type_suffix(TensorType type) {
     switch (type) {
-        case TensorType::F16: return "f16";
-        case TensorType::Q8_0: return "q8_0";
-        case TensorType::Q4_0: return "q4_0";
-        case TensorType::Q4_K: return "q4_k";
-        case TensorType::Q5_K: return "q5_k";
-        case TensorType::Q6_K: return "q6_k";
-        default: return "f32";
+        case TensorType::F16:
+            return "f16";
+        case TensorType::Q8_0:
+            return "q8_0";
+        case TensorType::Q4_0:
+            return "q4_0";
+        case TensorType::Q4_K:
+            return "q4_k";
+        case TensorType::Q5_K:
+            return "q5_k";
+        case TensorType::Q6_K:
+            return "q6_k";
+        default:
+            return "f32";
     }
 }
 
@@ -275,8 +296,8 @@ public:
     // Snapshots go through a host KvCache, whose save/load define the format and check it.
     Status save_kv(ByteWriter &out) override;
     Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) override;
-    Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                     const AttentionBatch &batch, const ModelShape &shape) override;
+    Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
+                     const ModelShape &shape) override;
 
     // Test hook (vulkan_fail_next_submission): the next submission fails as a lost device would.
     void fail_next_submission() { fail_next_submission_ = true; }
@@ -294,7 +315,7 @@ private:
     struct Block {
         VkBuffer buffer = VK_NULL_HANDLE;
         VkDeviceSize size = 0, used = 0;  // of the buffer
-        bool pooled = false;  // shared by many tensors (else: one large tensor)
+        bool pooled = false;              // shared by many tensors (else: one large tensor)
         vk::Buffer owned;
         std::shared_ptr<const vk::SharedWeight> weight;
     };
@@ -344,8 +365,8 @@ private:
     }
     Bound bind_range(VkBuffer buffer, VkDeviceSize offset, VkDeviceSize bytes, bool write);
     VkDescriptorSet descriptor_set(const Bound *bound, size_t count);
-    void dispatch(const std::string &kernel, std::initializer_list<Bound> bound, const void *push, size_t push_bytes,
-                  uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
+    void dispatch(const std::string &kernel, std::initializer_list<Bound> bound, const void *push, size_t push_bytes, uint32_t gx,
+                  uint32_t gy = 1, uint32_t gz = 1);
     // A 1-D problem of `count` invocations as a grid of at most 65535 x N workgroups.
     void grid_1d(uint64_t count, uint32_t group, uint32_t *gx, uint32_t *gy) const;
     std::string reduction_kernel(const std::string &name) const { return subgroups_ ? name : name + "_shared"; }
@@ -362,13 +383,13 @@ private:
     const vk::DeviceFunctions &vk_;
     int max_batch_;
     bool subgroups_ = false;  // subgroup-arithmetic kernels in use
-    Status error_;  // the first error (see fail)
+    Status error_;            // the first error (see fail)
     bool fail_next_submission_ = false;
 
     std::vector<Block> blocks_;
-    size_t pool_block_ = 0;           // the pooled block new tensors go to (block number + 1), 0: none
-    VkDeviceSize device_bytes_ = 0;   // VkDeviceMemory of the backend's own blocks
-    VkDeviceSize tensor_bytes_ = 0;   // sub-allocated from them
+    size_t pool_block_ = 0;                 // the pooled block new tensors go to (block number + 1), 0: none
+    VkDeviceSize device_bytes_ = 0;         // VkDeviceMemory of the backend's own blocks
+    VkDeviceSize tensor_bytes_ = 0;         // sub-allocated from them
     VkDeviceSize shared_weight_bytes_ = 0;  // device memory of the shared weights held
     VkDeviceSize alignment_ = 256;
     VkDeviceSize binding_limit_ = 0;  // bytes one storage buffer binding may cover
@@ -404,7 +425,7 @@ private:
     // KV cache.
     bool has_kv_ = false;
     KvConfig kv_;
-    KvLayout layout_{};  // kv_meta_layout.h
+    KvLayout layout_{};                  // kv_meta_layout.h
     std::vector<Tensor> keys_, values_;  // per pool of layers, at its first layer: its cells' regions of rows (kv_row.glsl)
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
@@ -535,8 +556,8 @@ Status VulkanBackend::adopt_weight(TensorType type, int64_t cols, int64_t rows, 
     // The kernels read whole blocks (K-quants: 256-element super-blocks).
     const int64_t block = traits(type).block_elements;
     if (cols % block != 0) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string(type_name(type)) + " weight rows must be a multiple of " + std::to_string(block) +
-                                                   " long on the Vulkan backend, not " + std::to_string(cols));
+        return make_error(H2O_ERR_UNSUPPORTED, std::string(type_name(type)) + " weight rows must be a multiple of " +
+                                                   std::to_string(block) + " long on the Vulkan backend, not " + std::to_string(cols));
     }
     const Tensor shape{0, 0, type, cols, rows};
     const VkDeviceSize row_out = 4 * VkDeviceSize{weight_row_words(type, cols)};
@@ -661,8 +682,8 @@ void VulkanBackend::track(const Access *accesses, size_t count, VkPipelineStageF
         // just the one at hand), so what it covered can be forgotten.
         auto barrier = vk::make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
         barrier.srcAccessMask = pending_writes_;
-        barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                                VK_ACCESS_TRANSFER_WRITE_BIT;
+        barrier.dstAccessMask =
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
         vk_.vkCmdPipelineBarrier(cmd_, pending_stages_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
                                  &barrier, 0, nullptr, 0, nullptr);
         ++barriers_;
@@ -826,8 +847,7 @@ Status VulkanBackend::download_range(VkBuffer src, VkDeviceSize offset, void *ds
         auto barrier = vk::make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
         barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
         barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-        vk_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0,
-                                 nullptr);
+        vk_.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
         flush();
         H2O_TRY(error_);
         if (!device_->host_coherent()) {
@@ -867,8 +887,13 @@ Status VulkanBackend::get_rows(const Tensor &out, const Tensor &table, const Ten
         const Bound t = bind_rows(table, r0, count);
         const Bound i = bind(ids, false);
         const Bound o = bind(out, true);
-        const GetRowsPush push{t.word, i.word, o.word, static_cast<uint32_t>(table.cols), static_cast<uint32_t>(n),
-                               static_cast<uint32_t>(r0), static_cast<uint32_t>(count)};
+        const GetRowsPush push{t.word,
+                               i.word,
+                               o.word,
+                               static_cast<uint32_t>(table.cols),
+                               static_cast<uint32_t>(n),
+                               static_cast<uint32_t>(r0),
+                               static_cast<uint32_t>(count)};
         // One invocation per element, or per 32-element run of a K-quant row (get_rows.comp).
         const int64_t per_invocation = is_k_quant(table.type) ? 32 : 1;
         uint32_t gx, gy;
@@ -905,8 +930,14 @@ Status VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tens
     for (int64_t r0 = 0; r0 < weight.rows; r0 += window) {
         const int64_t count = std::min(window, weight.rows - r0);
         const Bound w = bind_rows(weight, r0, count);
-        const MatmulPush push{w.word, x.word, y.word, static_cast<uint32_t>(weight.cols), static_cast<uint32_t>(count),
-                              static_cast<uint32_t>(out.cols), static_cast<uint32_t>(r0), static_cast<uint32_t>(n)};
+        const MatmulPush push{w.word,
+                              x.word,
+                              y.word,
+                              static_cast<uint32_t>(weight.cols),
+                              static_cast<uint32_t>(count),
+                              static_cast<uint32_t>(out.cols),
+                              static_cast<uint32_t>(r0),
+                              static_cast<uint32_t>(n)};
         const std::string type = type_suffix(weight.type);
         if (few_tokens) {
             dispatch(reduction_kernel("matvec_" + type), {w, x, y}, &push, sizeof push, static_cast<uint32_t>(count),
@@ -932,7 +963,8 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
     const int pairs = shape.rope.pairs();
     if (failed() || n <= 0 || pairs <= 0) return error_;
     if (pairs > static_cast<int>(kRopeTablePairs)) {
-        fail("rotary dimensions " + std::to_string(shape.rope.dims) + " are more than supported (" + std::to_string(2 * kRopeTablePairs) + ")",
+        fail("rotary dimensions " + std::to_string(shape.rope.dims) + " are more than supported (" + std::to_string(2 * kRopeTablePairs) +
+                 ")",
              H2O_ERR_INTERNAL);
         return error_;
     }
@@ -941,10 +973,19 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
     const Bound bk = bind(k, true);
     const Bound bp = bind(positions, false);
     const Bound bt = bind(rope_table_, false);
-    const RopePush push{bq.word, bk.word, bp.word, bt.word / 2, static_cast<uint32_t>(shape.n_head),
-                        static_cast<uint32_t>(shape.n_head_kv), static_cast<uint32_t>(shape.head_dim), static_cast<uint32_t>(pairs),
-                        static_cast<uint32_t>(n), static_cast<uint32_t>(q.cols), static_cast<uint32_t>(k.cols),
-                        per_kv_head ? static_cast<uint32_t>(n) : 0u, static_cast<uint32_t>(shape.rope.pairing)};
+    const RopePush push{bq.word,
+                        bk.word,
+                        bp.word,
+                        bt.word / 2,
+                        static_cast<uint32_t>(shape.n_head),
+                        static_cast<uint32_t>(shape.n_head_kv),
+                        static_cast<uint32_t>(shape.head_dim),
+                        static_cast<uint32_t>(pairs),
+                        static_cast<uint32_t>(n),
+                        static_cast<uint32_t>(q.cols),
+                        static_cast<uint32_t>(k.cols),
+                        per_kv_head ? static_cast<uint32_t>(n) : 0u,
+                        static_cast<uint32_t>(shape.rope.pairing)};
     uint32_t gx, gy;
     grid_1d(static_cast<uint64_t>(n) * (shape.n_head + shape.n_head_kv) * pairs, kRopeGroup, &gx, &gy);
     dispatch("rope", {bq, bk, bp, bt}, &push, sizeof push, gx, gy);
@@ -1001,7 +1042,8 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * max_slots + n_kv);
     const auto capacity = static_cast<uint32_t>(std::clamp<VkDeviceSize>(kAttentionScratchBudget / per_token, 1, max_batch_));
     const VkDeviceSize scratch_bytes = per_token * capacity;
-    for (VkDeviceSize bytes : {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format), meta_bytes, scratch_bytes}) {
+    for (VkDeviceSize bytes :
+         {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format), meta_bytes, scratch_bytes}) {
         if (bytes + alignment_ > range) {
             return make_error(H2O_ERR_UNSUPPORTED, "the KV cache needs a " + std::to_string(bytes >> 20) +
                                                        " MiB region, more than the device's storage buffer range (" +
@@ -1012,7 +1054,8 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     values_.resize(config.n_layer);
     kv_bytes_ = meta_bytes;
     for (int l = 0; l < config.n_layer; l = config.pool_end_layer(l)) {
-        const VkDeviceSize key_bytes = rows_bytes(config.pool_slots(l), key_format), value_bytes = rows_bytes(config.pool_slots(l), value_format);
+        const VkDeviceSize key_bytes = rows_bytes(config.pool_slots(l), key_format),
+                           value_bytes = rows_bytes(config.pool_slots(l), value_format);
         H2O_TRY(allocate(key_bytes, &keys_[l]));
         H2O_TRY(allocate(value_bytes, &values_[l]));
         kv_bytes_ += key_bytes + value_bytes;
@@ -1033,7 +1076,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
 Status VulkanBackend::clear_kv() {
     if (!has_kv_ || failed()) return error_;
     const VkBuffer meta = block(meta_).buffer;
-    const uint32_t slots = layout_.position - layout_.stream;  // 2 words per slot
+    const uint32_t slots = layout_.position - layout_.stream;               // 2 words per slot
     record_fill(meta, meta_.offset, VkDeviceSize{4} * slots, 0xFFFFFFFFu);  // every slot free (-1)
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.position, VkDeviceSize{4} * (layout_.rng - layout_.position), 0);
     const uint64_t rng = kv_.policy.seed ^ 0x9E3779B97F4A7C15ull;  // KvCache::clear
@@ -1122,14 +1165,15 @@ Status VulkanBackend::cache_to_host(KvCache *host) {
                     const uint32_t at = cell_first + s, row = at - first_slot;
                     std::memcpy(view.keys + s * host->key_row_bytes(), &keys[row * key_words], host->key_row_bytes());
                     std::memcpy(view.values + s * host->value_row_bytes(), &values[row * value_words], host->value_row_bytes());
-                    view.stream_index[s] = static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} |
-                                                                uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
+                    view.stream_index[s] =
+                        static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} | uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
                     view.position[s] = static_cast<int32_t>(meta[layout_.position + at]);
                     view.tag[s] = static_cast<uint8_t>(meta[layout_.tag + at]);
                     if (view.stats) std::memcpy(&view.stats[s], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
                     host->free_list(l, static_cast<int>(h))[s] = static_cast<int32_t>(meta[layout_.free_list + at]);
                 }
-                host->set_counts(l, static_cast<int>(h), {static_cast<int>(meta[layout_.used + cell]), static_cast<int>(meta[layout_.free_count + cell])});
+                host->set_counts(l, static_cast<int>(h),
+                                 {static_cast<int>(meta[layout_.used + cell]), static_cast<int>(meta[layout_.free_count + cell])});
             }
         }
     }
@@ -1374,13 +1418,13 @@ Status vulkan_runs_kv(const KvConfig &config) {
         return make_error(H2O_ERR_INVALID_ARGUMENT, "empty KV cache configuration");
     }
     if (config.head_dim > kMaxHeadDim) {
-        return make_error(H2O_ERR_UNSUPPORTED, "head_dim " + std::to_string(config.head_dim) + " is larger than the Vulkan backend supports (" +
-                                                   std::to_string(kMaxHeadDim) + ")");
+        return make_error(H2O_ERR_UNSUPPORTED, "head_dim " + std::to_string(config.head_dim) +
+                                                   " is larger than the Vulkan backend supports (" + std::to_string(kMaxHeadDim) + ")");
     }
     H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
     if (config.rolling && config.rope.pairs() > static_cast<int>(kRopeTablePairs)) {
-        return make_error(H2O_ERR_UNSUPPORTED, "rotary dimensions " + std::to_string(config.rope.dims) + " are more than the Vulkan backend rolls (" +
-                                                   std::to_string(2 * kRopeTablePairs) + ")");
+        return make_error(H2O_ERR_UNSUPPORTED, "rotary dimensions " + std::to_string(config.rope.dims) +
+                                                   " are more than the Vulkan backend rolls (" + std::to_string(2 * kRopeTablePairs) + ")");
     }
     return Status::Ok();
 }

@@ -28,7 +28,13 @@ struct BackendEntry;
 // The Vulkan backend's entry in the backend table (backend_registry.h).
 extern const BackendEntry kVulkanBackendEntry;
 
-enum class VulkanDeviceType { Other, Discrete, Integrated, Virtual, Cpu };
+enum class VulkanDeviceType {
+    Other,
+    Discrete,
+    Integrated,
+    Virtual,
+    Cpu
+};
 
 const char *vulkan_device_type_name(VulkanDeviceType type);
 
@@ -74,19 +80,19 @@ Status vulkan_runs_kv(const KvConfig &config);
 // device_total_bytes counts once.
 struct VulkanCounters {
     std::string device_name;
-    bool subgroups = false;           // subgroup-arithmetic kernels in use
-    bool validation = false;          // the validation layer is active
-    uint64_t bytes_to_device = 0;     // host -> device copies (weights this backend uploaded, uploads)
+    bool subgroups = false;               // subgroup-arithmetic kernels in use
+    bool validation = false;              // the validation layer is active
+    uint64_t bytes_to_device = 0;         // host -> device copies (weights this backend uploaded, uploads)
     uint64_t weight_bytes_to_device = 0;  // the part of bytes_to_device that uploaded weights
-    uint64_t bytes_to_host = 0;       // device -> host copies (downloads)
-    uint64_t submissions = 0;         // vkQueueSubmit calls
+    uint64_t bytes_to_host = 0;           // device -> host copies (downloads)
+    uint64_t submissions = 0;             // vkQueueSubmit calls
     uint64_t dispatches = 0;
-    uint64_t barriers = 0;            // pipeline barriers recorded
-    uint64_t device_memory_bytes = 0; // VkDeviceMemory of the backend's own: activations, scratch, the KV cache
-    uint64_t shared_weight_bytes = 0; // VkDeviceMemory of the weights it uses, shared with the model's other backends
-    uint64_t device_total_bytes = 0;  // VkDeviceMemory on the device now: every backend's own and the weights, once
-    uint64_t host_memory_bytes = 0;   // host-visible staging and upload memory
-    uint64_t validation_messages = 0; // validation warnings and errors on the device (H2O_VULKAN_VALIDATION=1)
+    uint64_t barriers = 0;             // pipeline barriers recorded
+    uint64_t device_memory_bytes = 0;  // VkDeviceMemory of the backend's own: activations, scratch, the KV cache
+    uint64_t shared_weight_bytes = 0;  // VkDeviceMemory of the weights it uses, shared with the model's other backends
+    uint64_t device_total_bytes = 0;   // VkDeviceMemory on the device now: every backend's own and the weights, once
+    uint64_t host_memory_bytes = 0;    // host-visible staging and upload memory
+    uint64_t validation_messages = 0;  // validation warnings and errors on the device (H2O_VULKAN_VALIDATION=1)
 };
 
 // For tests of error handling: the backend's next submission fails as if the device were lost

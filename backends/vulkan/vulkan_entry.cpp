@@ -45,8 +45,7 @@ Status vulkan_supports(const BackendRequirements &needs, const BackendDevice &de
     return check_device_memory(needs, device);
 }
 
-Status vulkan_create(const BackendDevice &device, const BackendOptions &options, std::unique_ptr<Backend> *out,
-                     BackendDevice *running) {
+Status vulkan_create(const BackendDevice &device, const BackendOptions &options, std::unique_ptr<Backend> *out, BackendDevice *running) {
     H2O_TRY(make_vulkan_backend(device.device_index, options.max_batch, out));
     *running = device;
     return Status::Ok();
@@ -54,7 +53,6 @@ Status vulkan_create(const BackendDevice &device, const BackendOptions &options,
 
 }  // namespace
 
-const BackendEntry kVulkanBackendEntry = {H2O_BACKEND_VULKAN, vulkan_devices, vulkan_supports, vulkan_create,
-                                         vulkan_auto_screen};
+const BackendEntry kVulkanBackendEntry = {H2O_BACKEND_VULKAN, vulkan_devices, vulkan_supports, vulkan_create, vulkan_auto_screen};
 
 }  // namespace h2o

@@ -188,26 +188,26 @@ H2O_API void h2o_model_free(h2o_model *model);
 typedef struct h2o_model_info {
     uint32_t struct_size;
     uint32_t n_vocab;
-    uint32_t n_ctx_train;   /* context length from the metadata (validated: 1 .. 2^24) */
+    uint32_t n_ctx_train; /* context length from the metadata (validated: 1 .. 2^24) */
     uint32_t n_embd;
     uint32_t n_layer;
     uint32_t n_head;
     uint32_t n_head_kv;
     uint32_t n_ff;
     uint32_t head_dim;
-    int32_t bos_token;      /* -1 when the model has none */
-    int32_t eos_token;      /* -1 when the model has none */
-    uint64_t n_params;      /* number of weight elements */
-    uint64_t weight_bytes;  /* bytes of all weight tensors as stored */
+    int32_t bos_token;     /* -1 when the model has none */
+    int32_t eos_token;     /* -1 when the model has none */
+    uint64_t n_params;     /* number of weight elements */
+    uint64_t weight_bytes; /* bytes of all weight tensors as stored */
 } h2o_model_info;
 
 /* What the model's prefix cache holds and has done (set stats->struct_size first). */
 typedef struct h2o_prefix_cache_stats {
     uint32_t struct_size;
     uint32_t entries;
-    uint64_t bytes;    /* bytes held, at most h2o_model_params.prefix_cache_bytes */
-    uint64_t hits;     /* fresh sessions that started from a cached prefix */
-    uint64_t misses;   /* fresh sessions that found none */
+    uint64_t bytes;  /* bytes held, at most h2o_model_params.prefix_cache_bytes */
+    uint64_t hits;   /* fresh sessions that started from a cached prefix */
+    uint64_t misses; /* fresh sessions that found none */
 } h2o_prefix_cache_stats;
 
 H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_prefix_cache_stats *stats);
@@ -232,8 +232,8 @@ typedef enum h2o_model_text {
 H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, char *text, size_t capacity, size_t *n_bytes);
 
 /* Flags for h2o_tokenize. */
-#define H2O_TOKENIZE_ADD_BOS 1u  /* prepend the BOS token (not doubled if the text begins with "<s>" parsed as special) */
-#define H2O_TOKENIZE_SPECIAL 2u  /* the text of control tokens ("<s>", "</s>", "<|im_end|>", ...) becomes those tokens */
+#define H2O_TOKENIZE_ADD_BOS 1u /* prepend the BOS token (not doubled if the text begins with "<s>" parsed as special) */
+#define H2O_TOKENIZE_SPECIAL 2u /* the text of control tokens ("<s>", "</s>", "<|im_end|>", ...) becomes those tokens */
 
 /* Tokenizes UTF-8 text (text_len bytes; text need not be NUL-terminated). A leading space is
  * added as sentencepiece does (with H2O_TOKENIZE_SPECIAL, to each stretch of text between special
@@ -241,15 +241,15 @@ H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, cha
  * *n_tokens always receives the number of ids the text needs. Errors: H2O_ERR_BUFFER_TOO_SMALL
  * (nothing useful written beyond capacity), H2O_ERR_INVALID_TEXT. tokens may be NULL when
  * capacity is 0, to ask for the size. */
-H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, uint32_t flags,
-                                int32_t *tokens, size_t capacity, size_t *n_tokens);
+H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, uint32_t flags, int32_t *tokens, size_t capacity,
+                                size_t *n_tokens);
 
 /* Converts ids back to UTF-8 text (the leading space of the first piece is removed, special
  * tokens render as nothing). *n_bytes receives the needed size, excluding the NUL terminator that
  * is written when it fits. text may be NULL when capacity is 0, to ask for the size. Errors:
  * H2O_ERR_BUFFER_TOO_SMALL, H2O_ERR_INVALID_ARGUMENT (an id outside the vocabulary). */
-H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text,
-                                  size_t capacity, size_t *n_bytes);
+H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text, size_t capacity,
+                                  size_t *n_bytes);
 
 /* The vocabulary string of one token, with special tokens spelled out ("</s>", "<|im_end|>"),
  * U+2581 shown as a space and byte tokens as their byte: what h2o_detokenize leaves out for
@@ -267,7 +267,7 @@ H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct h2o_chat_message {
-    const char *role;       /* "system", "user" or "assistant" */
+    const char *role; /* "system", "user" or "assistant" */
     size_t role_len;
     const char *content;
     size_t content_len;
@@ -287,9 +287,8 @@ typedef struct h2o_chat_message {
  * H2O_ERR_INVALID_ARGUMENT (unknown format name or role, turns out of order for llama2),
  * H2O_ERR_UNSUPPORTED (NULL format and the model has no known template),
  * H2O_ERR_BUFFER_TOO_SMALL. */
-H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages,
-                                   size_t n_messages, int add_assistant_prefix, char *text, size_t capacity,
-                                   size_t *n_bytes);
+H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages, size_t n_messages,
+                                   int add_assistant_prefix, char *text, size_t capacity, size_t *n_bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * Sessions
@@ -311,11 +310,11 @@ typedef enum h2o_backend_kind {
 /* One backend device. */
 typedef struct h2o_backend_info {
     uint32_t struct_size;
-    uint32_t kind;          /* h2o_backend_kind */
-    int32_t device_index;   /* the device_index to pass in h2o_session_params */
-    char name[128];         /* e.g. "cpu (avx2)" or the Vulkan device name */
-    char device_type[16];   /* "cpu", "discrete", "integrated", "virtual", "other" */
-    uint64_t memory_bytes;  /* device-local memory (0 for the CPU: host memory) */
+    uint32_t kind;         /* h2o_backend_kind */
+    int32_t device_index;  /* the device_index to pass in h2o_session_params */
+    char name[128];        /* e.g. "cpu (avx2)" or the Vulkan device name */
+    char device_type[16];  /* "cpu", "discrete", "integrated", "virtual", "other" */
+    uint64_t memory_bytes; /* device-local memory (0 for the CPU: host memory) */
 } h2o_backend_info;
 
 /* Number of usable backend devices: the CPU first, then each Vulkan device. A missing Vulkan
@@ -369,14 +368,14 @@ H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy);
 /* What a policy keeps, and so which session settings apply to it (since 0.7). */
 typedef struct h2o_kv_policy_info {
     uint32_t struct_size;
-    uint32_t policy;             /* h2o_kv_policy */
-    const char *name;            /* h2o_kv_policy_name's */
-    int32_t gathers_statistics;  /* ranks tokens by attention: kv_horizon and the research settings of
+    uint32_t policy;            /* h2o_kv_policy */
+    const char *name;           /* h2o_kv_policy_name's */
+    int32_t gathers_statistics; /* ranks tokens by attention: kv_horizon and the research settings of
                                     h2o_experimental.h that move budgets by attention apply */
-    int32_t has_recent_window;   /* protects a recent window: kv_recent and kv_recent_ratio apply */
-    int32_t keeps_sinks;         /* always protects the first kv_sinks tokens of the stream */
-    float default_recent_ratio;  /* the window's share of the budget when kv_recent_ratio is negative */
-    float default_horizon;       /* kv_horizon's default, in budgets; 0: none */
+    int32_t has_recent_window;  /* protects a recent window: kv_recent and kv_recent_ratio apply */
+    int32_t keeps_sinks;        /* always protects the first kv_sinks tokens of the stream */
+    float default_recent_ratio; /* the window's share of the budget when kv_recent_ratio is negative */
+    float default_horizon;      /* kv_horizon's default, in budgets; 0: none */
 } h2o_kv_policy_info;
 
 /* Fills *info for a policy (set info->struct_size first). Errors: H2O_ERR_INVALID_ARGUMENT (NULL
@@ -423,7 +422,7 @@ typedef struct h2o_session_params {
     /* Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
      * on our evaluation beats H2O, a window and StreamingLLM on short texts at every budget
      * measured, and H2O and a window on long streams (see docs/EVALUATION.md). */
-    uint32_t kv_policy;  /* h2o_kv_policy */
+    uint32_t kv_policy; /* h2o_kv_policy */
     /* Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
     uint32_t kv_recent;
     /* Recent window as a fraction of the budget, when kv_recent is 0. Negative (the default): the
@@ -480,24 +479,23 @@ H2O_API h2o_status h2o_session_params_init(h2o_session_params *params, size_t st
 
 /* Creates a session; params may be NULL (defaults). All memory of the session is allocated here.
  * The session keeps the model alive (see the threading contract). */
-H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params,
-                                      h2o_session **out_session);
+H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params, h2o_session **out_session);
 H2O_API void h2o_session_free(h2o_session *session);
 
 /* The KV cache layout a session runs with, after defaults are resolved. */
 typedef struct h2o_kv_layout {
     uint32_t struct_size;
-    uint32_t budget;         /* slots per (layer, kv head); with a layer slope, their mean over layers */
-    uint32_t policy;         /* h2o_kv_policy; H2O_KV_FULL when the cache never needs to evict */
-    uint32_t recent;         /* protected recent window (tokens) */
-    uint32_t sinks;          /* protected first tokens of the stream */
-    uint32_t heavy;          /* slots left to the policy's choice: budget - recent - sinks */
+    uint32_t budget; /* slots per (layer, kv head); with a layer slope, their mean over layers */
+    uint32_t policy; /* h2o_kv_policy; H2O_KV_FULL when the cache never needs to evict */
+    uint32_t recent; /* protected recent window (tokens) */
+    uint32_t sinks;  /* protected first tokens of the stream */
+    uint32_t heavy;  /* slots left to the policy's choice: budget - recent - sinks */
     int32_t position_rolling;
-    uint32_t type;           /* h2o_kv_type */
-    uint32_t n_ctx;          /* longest stream without rolling, after defaults */
-    uint32_t horizon;        /* stale distance (see kv_horizon); 0: none */
-    uint32_t min_layer_budget, max_layer_budget;  /* slots per kv head of the smallest and largest layer */
-    uint32_t min_head_budget;    /* the fewest slots a kv head of the smallest layer keeps */
+    uint32_t type;                               /* h2o_kv_type */
+    uint32_t n_ctx;                              /* longest stream without rolling, after defaults */
+    uint32_t horizon;                            /* stale distance (see kv_horizon); 0: none */
+    uint32_t min_layer_budget, max_layer_budget; /* slots per kv head of the smallest and largest layer */
+    uint32_t min_head_budget;                    /* the fewest slots a kv head of the smallest layer keeps */
 } h2o_kv_layout;
 
 /* The backend device the session runs on (set info->struct_size first). */
@@ -551,9 +549,9 @@ H2O_API const char *h2o_session_last_error(const h2o_session *session);
  * numbers do not change afterwards. */
 typedef struct h2o_memory_report {
     uint32_t struct_size;
-    uint64_t weight_bytes;   /* model weights (shared by all sessions of the model) */
-    uint64_t kv_bytes;       /* keys, values and per-slot eviction statistics */
-    uint64_t scratch_bytes;  /* activations and kernel scratch of this session */
+    uint64_t weight_bytes;  /* model weights (shared by all sessions of the model) */
+    uint64_t kv_bytes;      /* keys, values and per-slot eviction statistics */
+    uint64_t scratch_bytes; /* activations and kernel scratch of this session */
 } h2o_memory_report;
 
 /* Fills *report (set report->struct_size first). */
@@ -589,20 +587,20 @@ H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, 
  * its tokens to the policy alone). Spans and their minimums are part of snapshots and forks, and
  * end with h2o_session_reset. Flags as for h2o_session_add_text. */
 #define H2O_MAX_SPANS 32
-H2O_API h2o_status h2o_session_add_span_text(h2o_session *session, uint32_t span_id, float min_share, const char *text,
-                                             size_t text_len, uint32_t flags);
+H2O_API h2o_status h2o_session_add_span_text(h2o_session *session, uint32_t span_id, float min_share, const char *text, size_t text_len,
+                                             uint32_t flags);
 
 /* A retention span's definition and where its tokens stand in the cache. */
 typedef struct h2o_span_info {
     uint32_t struct_size;
     uint32_t span_id;
     float min_share;
-    int32_t min_tokens;      /* per (layer, kv head): floor(min_share * the smallest layer budget) */
-    int64_t n_tokens;        /* tokens added to the span */
-    int32_t kept_min;        /* the span's tokens held by the (layer, kv head) holding fewest, */
-    int32_t kept_max;        /* by the one holding most, */
-    double kept_mean;        /* and on average */
-    double attention_share;  /* of the attention accumulated by the cached tokens, the share on
+    int32_t min_tokens;     /* per (layer, kv head): floor(min_share * the smallest layer budget) */
+    int64_t n_tokens;       /* tokens added to the span */
+    int32_t kept_min;       /* the span's tokens held by the (layer, kv head) holding fewest, */
+    int32_t kept_max;       /* by the one holding most, */
+    double kept_mean;       /* and on average */
+    double attention_share; /* of the attention accumulated by the cached tokens, the share on
                                 the span's (-1 when the policy gathers no statistics) */
 } h2o_span_info;
 
@@ -634,8 +632,7 @@ H2O_API h2o_status h2o_session_save(h2o_session *session, const char *path);
  * policy and its windows, kv_type, position_rolling, n_batch, seed) come from the snapshot;
  * params (NULL: defaults) gives the rest: n_threads, backend, device_index, max_memory_bytes.
  * Errors: H2O_ERR_IO, H2O_ERR_STATE_FORMAT, H2O_ERR_UNSUPPORTED, and those of h2o_session_create. */
-H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2o_session_params *params,
-                                    h2o_session **out_session);
+H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2o_session_params *params, h2o_session **out_session);
 
 /* An upper bound of the bytes h2o_session_save_to_buffer needs for the session as it is now. */
 H2O_API h2o_status h2o_session_state_size(h2o_session *session, size_t *size);
@@ -643,8 +640,8 @@ H2O_API h2o_status h2o_session_state_size(h2o_session *session, size_t *size);
  * small: H2O_ERR_BUFFER_TOO_SMALL, nothing useful written). */
 H2O_API h2o_status h2o_session_save_to_buffer(h2o_session *session, void *buffer, size_t capacity, size_t *size);
 /* h2o_session_load from memory. */
-H2O_API h2o_status h2o_session_load_from_buffer(h2o_model *model, const void *buffer, size_t size,
-                                                const h2o_session_params *params, h2o_session **out_session);
+H2O_API h2o_status h2o_session_load_from_buffer(h2o_model *model, const void *buffer, size_t size, const h2o_session_params *params,
+                                                h2o_session **out_session);
 
 /* Creates a new session in the state of source, without processing anything again: a processed
  * (pinned) system prompt can start any number of conversations. The copy has source's settings,
@@ -662,13 +659,13 @@ typedef int (*h2o_token_callback)(const char *text, size_t length, void *user_da
 
 typedef struct h2o_generate_params {
     uint32_t struct_size;
-    uint32_t max_tokens;      /* tokens to generate at most; must be > 0. Default 256. */
-    float temperature;        /* 0: greedy (argmax). Default 0.8. */
-    uint32_t top_k;           /* 0: disabled. Default 40. */
-    float top_p;              /* 1: disabled. Default 0.95. */
-    float min_p;              /* 0: disabled. Default 0.05. */
-    float repeat_penalty;     /* 1: disabled. Default 1.0. */
-    uint32_t repeat_last_n;   /* window of recent tokens the penalty looks at. Default 64. */
+    uint32_t max_tokens;    /* tokens to generate at most; must be > 0. Default 256. */
+    float temperature;      /* 0: greedy (argmax). Default 0.8. */
+    uint32_t top_k;         /* 0: disabled. Default 40. */
+    float top_p;            /* 1: disabled. Default 0.95. */
+    float min_p;            /* 0: disabled. Default 0.05. */
+    float repeat_penalty;   /* 1: disabled. Default 1.0. */
+    uint32_t repeat_last_n; /* window of recent tokens the penalty looks at. Default 64. */
     /* Generation stops when the generated text contains one of these strings; the stop string
      * itself is not delivered to the callback. NULL/0: none. */
     const char *const *stop_strings;
@@ -695,8 +692,8 @@ typedef enum h2o_stop_reason {
  * H2O_ERR_INVALID_TEXT (prompt is not UTF-8; nothing is added), H2O_ERR_CONTEXT_FULL (the cache
  * is full; tokens processed before are kept), H2O_ERR_CANCELLED (see h2o_session_cancel; the
  * text delivered so far stays in the session). */
-H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t prompt_len,
-                                const h2o_generate_params *params, h2o_token_callback callback, void *user_data);
+H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t prompt_len, const h2o_generate_params *params,
+                                h2o_token_callback callback, void *user_data);
 
 /* Pull-style generation, for iterators: h2o_generate_begin appends the prompt exactly as
  * h2o_generate does, then each h2o_generate_next produces the next piece of text. A piece is
@@ -705,19 +702,17 @@ H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t
  * that ends it sets the reason (the piece it returns may be empty), and a later _next is
  * H2O_ERR_INVALID_ARGUMENT until the next _begin. h2o_generate is _begin plus _next until the
  * end, so both produce the same text. Errors of _next: those of h2o_generate. */
-H2O_API h2o_status h2o_generate_begin(h2o_session *session, const char *prompt, size_t prompt_len,
-                                      const h2o_generate_params *params);
-H2O_API h2o_status h2o_generate_next(h2o_session *session, const char **text, size_t *length,
-                                     uint32_t *stop_reason);
+H2O_API h2o_status h2o_generate_begin(h2o_session *session, const char *prompt, size_t prompt_len, const h2o_generate_params *params);
+H2O_API h2o_status h2o_generate_next(h2o_session *session, const char **text, size_t *length, uint32_t *stop_reason);
 
 typedef struct h2o_generate_stats {
     uint32_t struct_size;
-    uint32_t n_prompt_tokens;     /* tokens of the last generation's prompt (with BOS) */
-    uint32_t n_generated_tokens;  /* tokens sampled by the last generation */
-    uint32_t stop_reason;         /* h2o_stop_reason */
-    uint64_t n_past;              /* tokens the session has processed in total */
-    double prompt_seconds;        /* wall time of prompt processing */
-    double generate_seconds;      /* wall time of generation (sampling included) */
+    uint32_t n_prompt_tokens;    /* tokens of the last generation's prompt (with BOS) */
+    uint32_t n_generated_tokens; /* tokens sampled by the last generation */
+    uint32_t stop_reason;        /* h2o_stop_reason */
+    uint64_t n_past;             /* tokens the session has processed in total */
+    double prompt_seconds;       /* wall time of prompt processing */
+    double generate_seconds;     /* wall time of generation (sampling included) */
 } h2o_generate_stats;
 
 /* Statistics of the session's last generation (set stats->struct_size first). */

@@ -78,18 +78,29 @@ h2o_status guarded(const h2o_session *session, Body &&body) {
 // The size of a public struct's first published version: its bytes up to the end of `field`.
 // Later versions only append fields, so every struct_size from this one up is accepted.
 #define H2O_SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)nullptr)->field))
-template <typename T> constexpr size_t kFirstVersion = sizeof(T);
-template <> constexpr size_t kFirstVersion<h2o_model_params> = H2O_SIZE_THROUGH(h2o_model_params, prefix_cache_bytes);
-template <> constexpr size_t kFirstVersion<h2o_prefix_cache_stats> = H2O_SIZE_THROUGH(h2o_prefix_cache_stats, misses);
+template <typename T>
+constexpr size_t kFirstVersion = sizeof(T);
+template <>
+constexpr size_t kFirstVersion<h2o_model_params> = H2O_SIZE_THROUGH(h2o_model_params, prefix_cache_bytes);
+template <>
+constexpr size_t kFirstVersion<h2o_prefix_cache_stats> = H2O_SIZE_THROUGH(h2o_prefix_cache_stats, misses);
 // ABI 1 began with the research settings in an array: its first h2o_session_params is the whole struct.
-template <> constexpr size_t kFirstVersion<h2o_session_params> = H2O_SIZE_THROUGH(h2o_session_params, experimental);
-template <> constexpr size_t kFirstVersion<h2o_generate_params> = H2O_SIZE_THROUGH(h2o_generate_params, stop_at_eos);
-template <> constexpr size_t kFirstVersion<h2o_model_info> = H2O_SIZE_THROUGH(h2o_model_info, weight_bytes);
-template <> constexpr size_t kFirstVersion<h2o_backend_info> = H2O_SIZE_THROUGH(h2o_backend_info, memory_bytes);
-template <> constexpr size_t kFirstVersion<h2o_kv_layout> = H2O_SIZE_THROUGH(h2o_kv_layout, n_ctx);
-template <> constexpr size_t kFirstVersion<h2o_device_traffic> = H2O_SIZE_THROUGH(h2o_device_traffic, device_memory_bytes);
-template <> constexpr size_t kFirstVersion<h2o_memory_report> = H2O_SIZE_THROUGH(h2o_memory_report, scratch_bytes);
-template <> constexpr size_t kFirstVersion<h2o_generate_stats> = H2O_SIZE_THROUGH(h2o_generate_stats, generate_seconds);
+template <>
+constexpr size_t kFirstVersion<h2o_session_params> = H2O_SIZE_THROUGH(h2o_session_params, experimental);
+template <>
+constexpr size_t kFirstVersion<h2o_generate_params> = H2O_SIZE_THROUGH(h2o_generate_params, stop_at_eos);
+template <>
+constexpr size_t kFirstVersion<h2o_model_info> = H2O_SIZE_THROUGH(h2o_model_info, weight_bytes);
+template <>
+constexpr size_t kFirstVersion<h2o_backend_info> = H2O_SIZE_THROUGH(h2o_backend_info, memory_bytes);
+template <>
+constexpr size_t kFirstVersion<h2o_kv_layout> = H2O_SIZE_THROUGH(h2o_kv_layout, n_ctx);
+template <>
+constexpr size_t kFirstVersion<h2o_device_traffic> = H2O_SIZE_THROUGH(h2o_device_traffic, device_memory_bytes);
+template <>
+constexpr size_t kFirstVersion<h2o_memory_report> = H2O_SIZE_THROUGH(h2o_memory_report, scratch_bytes);
+template <>
+constexpr size_t kFirstVersion<h2o_generate_stats> = H2O_SIZE_THROUGH(h2o_generate_stats, generate_seconds);
 
 Status check_struct_size(size_t size, size_t first, const char *what) {
     if (size >= first) return Status::Ok();
@@ -149,8 +160,8 @@ Status write_result(const T &value, T *dst, const char *what) {
 Status write_text(const std::string &value, char *text, size_t capacity, size_t *n_bytes, bool terminate = true) {
     *n_bytes = value.size();
     if (value.size() > capacity) {
-        return make_error(H2O_ERR_BUFFER_TOO_SMALL, "the text needs " + std::to_string(value.size()) + " bytes; capacity is " +
-                                                        std::to_string(capacity));
+        return make_error(H2O_ERR_BUFFER_TOO_SMALL,
+                          "the text needs " + std::to_string(value.size()) + " bytes; capacity is " + std::to_string(capacity));
     }
     if (!value.empty()) std::memcpy(text, value.data(), value.size());  // text may be NULL when nothing is copied
     if (terminate && value.size() < capacity) text[value.size()] = '\0';
@@ -232,27 +243,41 @@ H2O_API uint32_t h2o_version_number(void) { return H2O_VERSION_NUMBER; }
 
 H2O_API const char *h2o_status_string(int32_t status) {
     switch (status) {
-        case H2O_OK: return "ok";
-        case H2O_ERR_INVALID_ARGUMENT: return "invalid argument";
-        case H2O_ERR_OUT_OF_MEMORY: return "out of memory";
-        case H2O_ERR_IO: return "i/o error";
-        case H2O_ERR_MODEL_FORMAT: return "malformed model file";
-        case H2O_ERR_UNSUPPORTED: return "unsupported";
-        case H2O_ERR_CONTEXT_FULL: return "context full";
-        case H2O_ERR_BACKEND_UNAVAILABLE: return "backend unavailable";
-        case H2O_ERR_INVALID_TEXT: return "invalid UTF-8 text";
-        case H2O_ERR_BUFFER_TOO_SMALL: return "buffer too small";
-        case H2O_ERR_TOKENIZER: return "tokenizer error";
-        case H2O_ERR_INTERNAL: return "internal error";
-        case H2O_ERR_CANCELLED: return "cancelled";
-        case H2O_ERR_STATE_FORMAT: return "malformed session state";
-        case H2O_ERR_BACKEND_FAILED: return "compute backend failed";
+        case H2O_OK:
+            return "ok";
+        case H2O_ERR_INVALID_ARGUMENT:
+            return "invalid argument";
+        case H2O_ERR_OUT_OF_MEMORY:
+            return "out of memory";
+        case H2O_ERR_IO:
+            return "i/o error";
+        case H2O_ERR_MODEL_FORMAT:
+            return "malformed model file";
+        case H2O_ERR_UNSUPPORTED:
+            return "unsupported";
+        case H2O_ERR_CONTEXT_FULL:
+            return "context full";
+        case H2O_ERR_BACKEND_UNAVAILABLE:
+            return "backend unavailable";
+        case H2O_ERR_INVALID_TEXT:
+            return "invalid UTF-8 text";
+        case H2O_ERR_BUFFER_TOO_SMALL:
+            return "buffer too small";
+        case H2O_ERR_TOKENIZER:
+            return "tokenizer error";
+        case H2O_ERR_INTERNAL:
+            return "internal error";
+        case H2O_ERR_CANCELLED:
+            return "cancelled";
+        case H2O_ERR_STATE_FORMAT:
+            return "malformed session state";
+        case H2O_ERR_BACKEND_FAILED:
+            return "compute backend failed";
     }
     return "unknown status";
 }
 
 H2O_API const char *h2o_last_error(void) { return t_last_error.c_str(); }
-
 
 // ---- models ----------------------------------------------------------------------------------
 
@@ -316,15 +341,20 @@ H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, cha
         const h2o::Model &m = *model->impl;
         std::string value;
         switch (what) {
-            case H2O_MODEL_TEXT_ARCHITECTURE: value = m.architecture().name; break;
-            case H2O_MODEL_TEXT_NAME: value = m.name(); break;
+            case H2O_MODEL_TEXT_ARCHITECTURE:
+                value = m.architecture().name;
+                break;
+            case H2O_MODEL_TEXT_NAME:
+                value = m.name();
+                break;
             case H2O_MODEL_TEXT_CHAT_FORMAT: {
                 h2o::ChatFormat format;
                 if (Status s = h2o::chat_format_from_template(m.chat_template(), &format); !s.ok()) return fail(s);
                 value = h2o::chat_format_name(format);
                 break;
             }
-            default: return invalid("h2o_model_get_text: " + std::to_string(what) + " is not an h2o_model_text");
+            default:
+                return invalid("h2o_model_get_text: " + std::to_string(what) + " is not an h2o_model_text");
         }
         if (Status s = write_text(value, text, capacity, n_bytes); !s.ok()) return fail(s);
         return succeed();
@@ -345,8 +375,8 @@ H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_
     });
 }
 
-H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, uint32_t flags, int32_t *tokens,
-                                size_t capacity, size_t *n_tokens) {
+H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, uint32_t flags, int32_t *tokens, size_t capacity,
+                                size_t *n_tokens) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_tokenize: model is NULL");
         if (!text && text_len > 0) return invalid("h2o_tokenize: text is NULL");
@@ -362,16 +392,16 @@ H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t
         }
         *n_tokens = ids.size();
         if (ids.size() > capacity) {
-            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "the text needs " + std::to_string(ids.size()) +
-                                                                 " tokens; capacity is " + std::to_string(capacity)));
+            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL,
+                                   "the text needs " + std::to_string(ids.size()) + " tokens; capacity is " + std::to_string(capacity)));
         }
         if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
         return succeed();
     });
 }
 
-H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text,
-                                  size_t capacity, size_t *n_bytes) {
+H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text, size_t capacity,
+                                  size_t *n_bytes) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_detokenize: model is NULL");
         if (!tokens && n_tokens > 0) return invalid("h2o_detokenize: tokens is NULL");
@@ -391,7 +421,8 @@ H2O_API h2o_status h2o_token_to_piece(const h2o_model *model, int32_t token, cha
         if (!n_bytes) return invalid("h2o_token_to_piece: n_bytes is NULL");
         const h2o::Tokenizer &tok = model->impl->tokenizer();
         if (token < 0 || token >= tok.n_vocab()) {
-            return invalid("token id " + std::to_string(token) + " is outside the vocabulary of " + std::to_string(tok.n_vocab()) + " tokens");
+            return invalid("token id " + std::to_string(token) + " is outside the vocabulary of " + std::to_string(tok.n_vocab()) +
+                           " tokens");
         }
         std::string piece;
         if (tok.type(token) == h2o::TOKEN_CONTROL) {
@@ -408,8 +439,8 @@ H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token
     return model && model->impl->tokenizer().is_end_of_generation(token) ? 1 : 0;
 }
 
-H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages,
-                                   size_t n_messages, int add_assistant_prefix, char *text, size_t capacity, size_t *n_bytes) {
+H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages, size_t n_messages,
+                                   int add_assistant_prefix, char *text, size_t capacity, size_t *n_bytes) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_chat_format: model is NULL");
         if (!messages && n_messages > 0) return invalid("h2o_chat_format: messages is NULL");
@@ -422,7 +453,8 @@ H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_na
         std::vector<h2o::ChatMessage> list;
         for (size_t i = 0; i < n_messages; ++i) {
             const h2o_chat_message &m = messages[i];
-            if ((!m.role && m.role_len) || (!m.content && m.content_len)) return invalid("message " + std::to_string(i) + " has a NULL role or content");
+            if ((!m.role && m.role_len) || (!m.content && m.content_len))
+                return invalid("message " + std::to_string(i) + " has a NULL role or content");
             const std::string_view role(m.role ? m.role : "", m.role_len), content(m.content ? m.content : "", m.content_len);
             if (!h2o::is_valid_utf8(role) || !h2o::is_valid_utf8(content)) {
                 return fail(make_error(H2O_ERR_INVALID_TEXT, "message " + std::to_string(i) + " is not valid UTF-8"));
@@ -431,7 +463,8 @@ H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_na
         }
         const h2o::Tokenizer &tok = model->impl->tokenizer();
         std::string out;
-        if (s = h2o::format_chat(format, list, add_assistant_prefix != 0, tok.piece(tok.bos()), tok.piece(tok.eos()), &out); !s.ok()) return fail(s);
+        if (s = h2o::format_chat(format, list, add_assistant_prefix != 0, tok.piece(tok.bos()), tok.piece(tok.eos()), &out); !s.ok())
+            return fail(s);
         if (s = write_text(out, text, capacity, n_bytes); !s.ok()) return fail(s);
         return succeed();
     });
@@ -466,17 +499,14 @@ H2O_API h2o_status h2o_backend_get_info(size_t index, h2o_backend_info *info) {
         if (!info) return invalid("h2o_backend_get_info: info is NULL");
         const std::vector<h2o::BackendDevice> devices = h2o::list_backend_devices();
         if (index >= devices.size()) {
-            return invalid("backend index " + std::to_string(index) + " is out of range (" + std::to_string(devices.size()) +
-                           " devices)");
+            return invalid("backend index " + std::to_string(index) + " is out of range (" + std::to_string(devices.size()) + " devices)");
         }
         if (Status s = write_backend_info(devices[index], info, "h2o_backend_get_info: info"); !s.ok()) return fail(s);
         return succeed();
     });
 }
 
-H2O_API const char *h2o_backend_kind_name(uint32_t kind) {
-    return kind < std::size(kBackendKindNames) ? kBackendKindNames[kind] : nullptr;
-}
+H2O_API const char *h2o_backend_kind_name(uint32_t kind) { return kind < std::size(kBackendKindNames) ? kBackendKindNames[kind] : nullptr; }
 
 H2O_API h2o_status h2o_backend_kind_from_name(const char *name, uint32_t *kind) {
     if (Status s = value_from_name(kBackendKindNames, name, kind, "h2o_backend_kind_from_name"); !s.ok()) return fail(s);
@@ -501,7 +531,8 @@ H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy) {
 
 H2O_API h2o_status h2o_kv_policy_get_info(uint32_t policy, h2o_kv_policy_info *info) {
     return guarded(nullptr, [&]() -> h2o_status {
-        if (policy >= h2o::kKvPolicyCount) return invalid("h2o_kv_policy_get_info: policy " + std::to_string(policy) + " is not a known policy");
+        if (policy >= h2o::kKvPolicyCount)
+            return invalid("h2o_kv_policy_get_info: policy " + std::to_string(policy) + " is not a known policy");
         const h2o::KvPolicyTraits &t = h2o::kKvPolicyTraits[policy];
         h2o_kv_policy_info out{};
         out.policy = policy;
@@ -648,7 +679,9 @@ Status experimental_row(const h2o_session_params *params, uint32_t key, const ch
     if (!params) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(function) + ": params is NULL");
     H2O_TRY(check_struct_size(params->struct_size, kFirstVersion<h2o_session_params>, (std::string(function) + ": params").c_str()));
     *row = h2o::experimental_setting(key);
-    if (!*row) return make_error(H2O_ERR_UNSUPPORTED, std::string(function) + ": key " + std::to_string(key) + " is not a research setting of this library");
+    if (!*row)
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          std::string(function) + ": key " + std::to_string(key) + " is not a research setting of this library");
     return Status::Ok();
 }
 
@@ -681,7 +714,8 @@ H2O_API h2o_status h2o_session_get_experimental(const h2o_session *session, uint
         const h2o::CacheSetting *row = h2o::experimental_setting(key);
         if (!row) {
             return fail(make_error(H2O_ERR_UNSUPPORTED, "h2o_session_get_experimental: key " + std::to_string(key) +
-                                                            " is not a research setting of this library"), session);
+                                                            " is not a research setting of this library"),
+                        session);
         }
         *value = h2o::cache_setting_value(*row, session->settings);
         return succeed(session);
@@ -775,8 +809,7 @@ H2O_API h2o_status h2o_session_save(h2o_session *session, const char *path) {
     });
 }
 
-H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2o_session_params *params,
-                                    h2o_session **out_session) {
+H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2o_session_params *params, h2o_session **out_session) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_session_load: model is NULL");
         if (!path) return invalid("h2o_session_load: path is NULL");
@@ -788,8 +821,9 @@ H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2
         uint64_t file_size = 0;
         h2o::SnapshotHeader header;
         Status s = h2o::read_file(path, h2o::kSnapshotHeaderSize, &bytes, &file_size);
-        if (s.ok()) s = h2o::read_snapshot_header(bytes.data(), bytes.size() < h2o::kSnapshotHeaderSize ? bytes.size() : file_size,
-                                                  model->impl->fingerprint(), &header);
+        if (s.ok())
+            s = h2o::read_snapshot_header(bytes.data(), bytes.size() < h2o::kSnapshotHeaderSize ? bytes.size() : file_size,
+                                          model->impl->fingerprint(), &header);
         if (s.ok() && header.compressed_size > ZSTD_compressBound(snapshot_payload_limit(*model->impl, header.settings))) {
             s = make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: " + std::to_string(file_size) +
                                                      " bytes is more than a session of its settings can need");
@@ -825,16 +859,17 @@ H2O_API h2o_status h2o_session_save_to_buffer(h2o_session *session, void *buffer
         if (Status s = snapshot_bytes(session, &bytes); !s.ok()) return fail(s, session);
         *size = bytes.size();
         if (bytes.size() > capacity) {
-            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "the snapshot needs " + std::to_string(bytes.size()) +
-                                                                 " bytes; capacity is " + std::to_string(capacity)), session);
+            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "the snapshot needs " + std::to_string(bytes.size()) + " bytes; capacity is " +
+                                                                 std::to_string(capacity)),
+                        session);
         }
         std::memcpy(buffer, bytes.data(), bytes.size());
         return succeed(session);
     });
 }
 
-H2O_API h2o_status h2o_session_load_from_buffer(h2o_model *model, const void *buffer, size_t size,
-                                                const h2o_session_params *params, h2o_session **out_session) {
+H2O_API h2o_status h2o_session_load_from_buffer(h2o_model *model, const void *buffer, size_t size, const h2o_session_params *params,
+                                                h2o_session **out_session) {
     return guarded(nullptr, [&]() -> h2o_status {
         if (!model) return invalid("h2o_session_load_from_buffer: model is NULL");
         if (!buffer && size > 0) return invalid("h2o_session_load_from_buffer: buffer is NULL");
@@ -867,9 +902,7 @@ H2O_API h2o_status h2o_session_fork(h2o_session *source, h2o_session **out_sessi
     });
 }
 
-H2O_API const char *h2o_session_last_error(const h2o_session *session) {
-    return session ? session->last_error.c_str() : "";
-}
+H2O_API const char *h2o_session_last_error(const h2o_session *session) { return session ? session->last_error.c_str() : ""; }
 
 // ---- generation ------------------------------------------------------------------------------
 
@@ -898,7 +931,8 @@ Status to_generate_settings(const h2o_generate_params &p, h2o::GenerateSettings 
     for (size_t i = 0; i < p.n_stop_strings; ++i) {
         const char *stop = p.stop_strings[i];
         if (!stop || !*stop) return bad("stop_strings[" + std::to_string(i) + "] is NULL or empty");
-        if (!h2o::is_valid_utf8(stop)) return make_error(H2O_ERR_INVALID_TEXT, "stop_strings[" + std::to_string(i) + "] is not valid UTF-8");
+        if (!h2o::is_valid_utf8(stop))
+            return make_error(H2O_ERR_INVALID_TEXT, "stop_strings[" + std::to_string(i) + "] is not valid UTF-8");
         out->stop_strings.emplace_back(stop);
     }
     out->max_tokens = p.max_tokens;
@@ -941,8 +975,8 @@ std::string_view text_view(const char *text, size_t length) { return length ? st
 
 }  // namespace
 
-H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t prompt_len,
-                                const h2o_generate_params *params, h2o_token_callback callback, void *user_data) {
+H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t prompt_len, const h2o_generate_params *params,
+                                h2o_token_callback callback, void *user_data) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_generate: session is NULL");
         session->impl->begin_call();
@@ -956,13 +990,13 @@ H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t
     });
 }
 
-H2O_API h2o_status h2o_generate_begin(h2o_session *session, const char *prompt, size_t prompt_len,
-                                      const h2o_generate_params *params) {
+H2O_API h2o_status h2o_generate_begin(h2o_session *session, const char *prompt, size_t prompt_len, const h2o_generate_params *params) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_generate_begin: session is NULL");
         session->impl->begin_call();
         h2o::GenerateSettings settings;
-        if (Status s = read_generate_call(session, prompt, prompt_len, params, "h2o_generate_begin", &settings); !s.ok()) return fail(s, session);
+        if (Status s = read_generate_call(session, prompt, prompt_len, params, "h2o_generate_begin", &settings); !s.ok())
+            return fail(s, session);
         if (Status s = session->impl->begin_generation(text_view(prompt, prompt_len), settings); !s.ok()) return fail(s, session);
         return succeed(session);
     });
@@ -1005,22 +1039,26 @@ H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, 
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_add_text: session is NULL");
         if (!text && text_len > 0) return invalid("h2o_session_add_text: text is NULL but text_len is not 0", session);
-        if (flags & ~(H2O_TEXT_PIN | H2O_TEXT_SPECIAL)) return invalid("h2o_session_add_text: unknown flags " + std::to_string(flags), session);
+        if (flags & ~(H2O_TEXT_PIN | H2O_TEXT_SPECIAL))
+            return invalid("h2o_session_add_text: unknown flags " + std::to_string(flags), session);
         session->impl->begin_call();
         session->impl->abandon_generation();
-        if (Status s = session->impl->add_text(text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0, (flags & H2O_TEXT_SPECIAL) != 0); !s.ok()) return fail(s, session);
+        if (Status s = session->impl->add_text(text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0, (flags & H2O_TEXT_SPECIAL) != 0);
+            !s.ok())
+            return fail(s, session);
         return succeed(session);
     });
 }
 
 static_assert(H2O_MAX_SPANS == h2o::KV_MAX_SPANS, "the public span limit is the cache's");
 
-H2O_API h2o_status h2o_session_add_span_text(h2o_session *session, uint32_t span_id, float min_share, const char *text,
-                                             size_t text_len, uint32_t flags) {
+H2O_API h2o_status h2o_session_add_span_text(h2o_session *session, uint32_t span_id, float min_share, const char *text, size_t text_len,
+                                             uint32_t flags) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_add_span_text: session is NULL");
         if (!text && text_len > 0) return invalid("h2o_session_add_span_text: text is NULL but text_len is not 0", session);
-        if (flags & ~(H2O_TEXT_PIN | H2O_TEXT_SPECIAL)) return invalid("h2o_session_add_span_text: unknown flags " + std::to_string(flags), session);
+        if (flags & ~(H2O_TEXT_PIN | H2O_TEXT_SPECIAL))
+            return invalid("h2o_session_add_span_text: unknown flags " + std::to_string(flags), session);
         session->impl->begin_call();
         session->impl->abandon_generation();
         if (Status s = session->impl->add_span_text(span_id, min_share, text_view(text, text_len), (flags & H2O_TEXT_PIN) != 0,
@@ -1070,12 +1108,12 @@ H2O_API h2o_status h2o_session_get_logits(const h2o_session *session, float *log
         if (Status st = session->impl->fetch_logits(); !st.ok()) return fail(st, session);
         const std::vector<float> &src = session->impl->logits();
         if (capacity < src.size()) {
-            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL, "logits need " + std::to_string(src.size()) +
-                                                                 " floats; capacity is " + std::to_string(capacity)), session);
+            return fail(make_error(H2O_ERR_BUFFER_TOO_SMALL,
+                                   "logits need " + std::to_string(src.size()) + " floats; capacity is " + std::to_string(capacity)),
+                        session);
         }
         if (!session->impl->has_logits()) return invalid("no token has been processed yet", session);
         std::memcpy(logits, src.data(), src.size() * sizeof(float));
         return succeed(session);
     });
 }
-

@@ -82,7 +82,7 @@ struct AttentionBatch {
     int n_tokens = 0;
     int64_t first_index = 0;
     Tensor positions;  // I32, one per token, or n_tokens per kv head
-    uint8_t tag = 0;  // the batch's tokens' retention tag (kv_make_tag): pinned, retention span
+    uint8_t tag = 0;   // the batch's tokens' retention tag (kv_make_tag): pinned, retention span
     bool positions_per_kv_head = false;
 };
 
@@ -97,8 +97,7 @@ public:
     // Makes a weight tensor available to the backend. `host_data` stays valid and unchanged for
     // the backend's lifetime (it points into the mapped model file), so a host backend may use it
     // in place, and copies made from it may be shared by every backend adopting the same bytes.
-    virtual Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data,
-                                Tensor *out) = 0;
+    virtual Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) = 0;
     // Whether the backend keeps its own copy of an adopted weight and never reads its host_data
     // again, so the model may let the OS drop those pages of the mapped file.
     virtual bool weight_is_copy(const Tensor &weight) const { return false; }
@@ -183,8 +182,8 @@ public:
     // is not after the query's), writing out [n × n_head*head_dim], and updates the visible
     // slots' statistics. The caller guarantees that n slots can be freed (pinned tokens and span
     // minimums excepted).
-    virtual Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer,
-                           const AttentionBatch &batch, const ModelShape &shape) = 0;
+    virtual Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
+                             const ModelShape &shape) = 0;
 };
 
 }  // namespace h2o

@@ -25,8 +25,7 @@ Status backend_devices(const BackendEntry &backend, std::vector<BackendDevice> *
     return Status::Ok();
 }
 
-Status plan_explicit(const BackendEntry &backend, int device_index, const BackendRequirements &needs,
-                     std::vector<BackendCandidate> *out) {
+Status plan_explicit(const BackendEntry &backend, int device_index, const BackendRequirements &needs, std::vector<BackendCandidate> *out) {
     std::vector<BackendDevice> devices;
     H2O_TRY(backend_devices(backend, &devices));
     const BackendDevice *device = nullptr;
@@ -98,10 +97,14 @@ const BackendEntry *find_backend(h2o_backend_kind kind) {
 
 const char *backend_kind_title(h2o_backend_kind kind) {
     switch (kind) {
-        case H2O_BACKEND_AUTO: return "auto";
-        case H2O_BACKEND_CPU: return "CPU";
-        case H2O_BACKEND_VULKAN: return "Vulkan";
-        case H2O_BACKEND_CUDA: return "CUDA";
+        case H2O_BACKEND_AUTO:
+            return "auto";
+        case H2O_BACKEND_CPU:
+            return "CPU";
+        case H2O_BACKEND_VULKAN:
+            return "Vulkan";
+        case H2O_BACKEND_CUDA:
+            return "CUDA";
     }
     return nullptr;
 }
@@ -115,12 +118,12 @@ std::vector<BackendDevice> list_backend_devices() {
     return all;
 }
 
-Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs,
-                     std::vector<BackendCandidate> *out) {
+Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs, std::vector<BackendCandidate> *out) {
     out->clear();
     if (kind == H2O_BACKEND_AUTO) {
         if (device_index >= 0) {
-            return make_error(H2O_ERR_INVALID_ARGUMENT, "device_index " + std::to_string(device_index) + " needs an explicit backend, not auto");
+            return make_error(H2O_ERR_INVALID_ARGUMENT,
+                              "device_index " + std::to_string(device_index) + " needs an explicit backend, not auto");
         }
         plan_auto(needs, out);
         return Status::Ok();

@@ -50,8 +50,7 @@ struct BackendEntry {
     Status (*supports)(const BackendRequirements &needs, const BackendDevice &device);
     // Makes the backend on `device`, one of its devices. *running: the device as the session
     // reports it (the CPU backend adds its thread count to the name).
-    Status (*create)(const BackendDevice &device, const BackendOptions &options, std::unique_ptr<Backend> *out,
-                     BackendDevice *running);
+    Status (*create)(const BackendDevice &device, const BackendOptions &options, std::unique_ptr<Backend> *out, BackendDevice *running);
     // Asked by AUTO before `devices`, when not null: whether the backend may have a device AUTO
     // would use, told without loading a driver (listing devices may load drivers that cost far
     // more memory than the model). An error passes the backend over, with that reason.
@@ -91,8 +90,7 @@ struct BackendCandidate {
 // refused, being slower than the CPU backend. A backend whose devices cannot be listed (no
 // driver, no device), or that its auto_screen rules out, is in AUTO's plan once, refused with
 // that error, its device_index -1.
-Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs,
-                     std::vector<BackendCandidate> *out);
+Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs, std::vector<BackendCandidate> *out);
 
 // Names a candidate in messages: "the CPU backend", "Vulkan <device name> (<type>)", or for a
 // backend without devices "the CUDA backend".

@@ -64,12 +64,14 @@ std::vector<LlamaGraph::ActivationSpec> LlamaGraph::activation_specs(const Model
 
 size_t LlamaGraph::activation_bytes(const ModelShape &shape, int max_batch, int position_sets) {
     size_t total = 0;
-    for (const ActivationSpec &a : activation_specs(shape, max_batch, position_sets)) total += row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
+    for (const ActivationSpec &a : activation_specs(shape, max_batch, position_sets))
+        total += row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
     return total;
 }
 
 Status LlamaGraph::alloc_activations() {
-    for (const ActivationSpec &a : activation_specs(model_.shape(), max_batch_, position_sets_)) H2O_TRY(backend_.alloc(a.type, a.cols, a.rows, &(this->*a.member)));
+    for (const ActivationSpec &a : activation_specs(model_.shape(), max_batch_, position_sets_))
+        H2O_TRY(backend_.alloc(a.type, a.cols, a.rows, &(this->*a.member)));
     return Status::Ok();
 }
 
@@ -123,9 +125,7 @@ Status LlamaGraph::add_bias(const Tensor &out, const Tensor &bias, int n) {
     return bias.rows == 0 ? Status::Ok() : backend_.add_bias(out, bias, n);
 }
 
-Status LlamaGraph::download_logits(float *host_logits) {
-    return backend_.download(logits_, host_logits, logits_.bytes());
-}
+Status LlamaGraph::download_logits(float *host_logits) { return backend_.download(logits_, host_logits, logits_.bytes()); }
 
 Status LlamaGraph::greedy_token(int32_t *token) {
     H2O_TRY(backend_.argmax(greedy_token_, logits_, 1));

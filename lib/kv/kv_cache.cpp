@@ -116,22 +116,27 @@ void KvCache::set_cell_slots(const int32_t *slots) { place_cells(0, cell_slots_.
 
 size_t KvCache::planned_bytes(const KvConfig &config) {
     const auto slots = static_cast<size_t>(config.total_slots());
-    const size_t row_bytes = kv_row_bytes(kv_key_format(config.type), config.head_dim) +
-                             kv_row_bytes(kv_value_format(config.type), config.head_dim);
+    const size_t row_bytes =
+        kv_row_bytes(kv_key_format(config.type), config.head_dim) + kv_row_bytes(kv_value_format(config.type), config.head_dim);
     const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? sizeof(SlotStats) : 0;
     // Per slot: key and value rows, stream index, position, tag, free-list entry, statistics;
     // when the heads' budgets move, rebalancing's candidates, destinations and priorities of a
     // pool, and each cell's new size.
-    const size_t rebalancing = config.head_share > 0.0f ? static_cast<size_t>(config.max_pool_slots()) * (2 * sizeof(int64_t) + sizeof(float)) +
-                                                              static_cast<size_t>(config.n_layer) * config.n_head_kv * sizeof(int32_t)
-                                                        : 0;
+    const size_t rebalancing = config.head_share > 0.0f
+                                   ? static_cast<size_t>(config.max_pool_slots()) * (2 * sizeof(int64_t) + sizeof(float)) +
+                                         static_cast<size_t>(config.n_layer) * config.n_head_kv * sizeof(int32_t)
+                                   : 0;
     return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats) + rebalancing;
 }
 
 KvCache::CellView KvCache::cell(int layer, int kv_head) {
     const size_t base = slot_base(layer, kv_head);
-    return CellView{keys_.data() + base * key_row_bytes_, values_.data() + base * value_row_bytes_, stream_index_.data() + base,
-                    position_.data() + base, tags_.data() + base, stats_.empty() ? nullptr : stats_.data() + base};
+    return CellView{keys_.data() + base * key_row_bytes_,
+                    values_.data() + base * value_row_bytes_,
+                    stream_index_.data() + base,
+                    position_.data() + base,
+                    tags_.data() + base,
+                    stats_.empty() ? nullptr : stats_.data() + base};
 }
 
 int KvCache::free_slots(int layer, int kv_head) const {
@@ -351,13 +356,15 @@ Status KvCache::load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n
                 for (int kv_head = 0; kv_head < config_.n_head_kv; ++kv_head) {
                     H2O_TRY(in.get("KV cell size", &slots[kv_head]));
                     if (slots[kv_head] < config_.min_cell_slots(layer) || slots[kv_head] > config_.max_cell_slots(layer)) {
-                        return bad("cell size " + std::to_string(slots[kv_head]) + " in (layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head) + ")");
+                        return bad("cell size " + std::to_string(slots[kv_head]) + " in (layer " + std::to_string(layer) + ", kv head " +
+                                   std::to_string(kv_head) + ")");
                     }
                     pool_given += slots[kv_head];
                 }
                 const int64_t pool_slots = config_.pool_slots(layer);
                 if (pool_given > pool_slots || (layer + 1 == config_.pool_end_layer(layer) && pool_given != pool_slots)) {
-                    return bad("cell sizes of layer " + std::to_string(layer) + " (" + std::to_string(pool_given) + " slots of " + std::to_string(pool_slots) + ")");
+                    return bad("cell sizes of layer " + std::to_string(layer) + " (" + std::to_string(pool_given) + " slots of " +
+                               std::to_string(pool_slots) + ")");
                 }
                 place_cells(first_cell, first_cell + static_cast<size_t>(config_.n_head_kv), slots);
             }

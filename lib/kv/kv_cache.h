@@ -39,7 +39,7 @@ public:
         uint8_t *values;
         int64_t *stream_index;
         int32_t *position;
-        uint8_t *tag;  // kv_make_tag: pinned flag and retention span
+        uint8_t *tag;      // kv_make_tag: pinned flag and retention span
         SlotStats *stats;  // null when the policy reads none
     };
     // A slot's statistics (zeros when the policy keeps none).
@@ -114,9 +114,7 @@ public:
         int used = 0;        // slots written at least once
         int free_count = 0;  // entries of the free list
     };
-    HeadCounts counts(int layer, int kv_head) const {
-        return {used_[cell_index(layer, kv_head)], free_count_[cell_index(layer, kv_head)]};
-    }
+    HeadCounts counts(int layer, int kv_head) const { return {used_[cell_index(layer, kv_head)], free_count_[cell_index(layer, kv_head)]}; }
     // Sets every cell's region (n_layer * n_head_kv sizes in (layer, kv head) order, each within
     // its layer's min_cell_slots and max_cell_slots, each pool's summing to its slots), as a
     // device backend's cache has them.
@@ -174,7 +172,7 @@ private:
     uint64_t next_random();
 
     KvConfig config_;
-    std::vector<int64_t> layer_first_slot_;    // config_.first_slot_of, per layer
+    std::vector<int64_t> layer_first_slot_;     // config_.first_slot_of, per layer
     std::vector<KvPolicyConfig> layer_policy_;  // config_.policy_in, per layer
     KvRowFormat key_format_ = KvRowFormat::F32, value_format_ = KvRowFormat::F32;
     size_t key_row_bytes_ = 0, value_row_bytes_ = 0;

@@ -5,13 +5,9 @@
 
 namespace h2o {
 
-int KvConfig::max_slots() const {
-    return layer_slots.empty() ? n_slots : *std::max_element(layer_slots.begin(), layer_slots.end());
-}
+int KvConfig::max_slots() const { return layer_slots.empty() ? n_slots : *std::max_element(layer_slots.begin(), layer_slots.end()); }
 
-int KvConfig::min_slots() const {
-    return layer_slots.empty() ? n_slots : *std::min_element(layer_slots.begin(), layer_slots.end());
-}
+int KvConfig::min_slots() const { return layer_slots.empty() ? n_slots : *std::min_element(layer_slots.begin(), layer_slots.end()); }
 
 int KvConfig::min_cell_slots(int layer) const {
     const int slots = slots_in(layer);
@@ -20,7 +16,8 @@ int KvConfig::min_cell_slots(int layer) const {
 
 int KvConfig::max_cell_slots(int layer) const {
     int64_t others_fewest = 0;  // every other cell of the pool at its fewest
-    for (int l = pool_first_layer(layer); l < pool_end_layer(layer); ++l) others_fewest += static_cast<int64_t>(n_head_kv) * min_cell_slots(l);
+    for (int l = pool_first_layer(layer); l < pool_end_layer(layer); ++l)
+        others_fewest += static_cast<int64_t>(n_head_kv) * min_cell_slots(l);
     others_fewest -= min_cell_slots(layer);
     return static_cast<int>(pool_slots(layer) - others_fewest);
 }

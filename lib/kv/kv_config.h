@@ -25,7 +25,7 @@ struct KvConfig {
     // layer by layer, n_head_kv cells of slots_in(layer) slots each.
     std::vector<int> layer_slots;
     KvType type = KvType::F32;  // element format of stored keys and values
-    KvPolicyConfig policy;  // as the session set it, for a layer of n_slots slots (policy_in)
+    KvPolicyConfig policy;      // as the session set it, for a layer of n_slots slots (policy_in)
     // Position rolling: rotary positions are ranks in the cache (0 = the oldest kept token), not
     // stream indices. Keys are stored rotated by their rank; when eviction removes a token, the
     // keys of the tokens after it are rotated back by one position per removed predecessor.
@@ -62,7 +62,9 @@ struct KvConfig {
     int64_t total_slots() const { return first_slot_of(n_layer); }
     // A cell's first slot while every cell has its layer's budget (after clearing; always when
     // the heads' budgets stay put): the cells in (layer, kv head) order.
-    int64_t uniform_cell_first(int layer, int kv_head) const { return first_slot_of(layer) + static_cast<int64_t>(kv_head) * slots_in(layer); }
+    int64_t uniform_cell_first(int layer, int kv_head) const {
+        return first_slot_of(layer) + static_cast<int64_t>(kv_head) * slots_in(layer);
+    }
     // The policy of one layer's cells: the recent window is the same share of the layer's slots
     // as of n_slots; sinks and horizon are counted in stream tokens and stay as they are.
     KvPolicyConfig policy_in(int layer) const;

@@ -11,10 +11,14 @@ namespace h2o {
 
 const char *kv_row_format_name(KvRowFormat type) {
     switch (type) {
-        case KvRowFormat::F32: return "f32";
-        case KvRowFormat::F16: return "f16";
-        case KvRowFormat::Q8: return "q8";
-        case KvRowFormat::Q4: return "q4";
+        case KvRowFormat::F32:
+            return "f32";
+        case KvRowFormat::F16:
+            return "f16";
+        case KvRowFormat::Q8:
+            return "q8";
+        case KvRowFormat::Q4:
+            return "q4";
     }
     return "unknown";
 }
@@ -28,22 +32,30 @@ const char *kv_type_name(KvType type) {
 
 KvRowFormat kv_key_format(KvType type) {
     switch (type) {
-        case KvType::F16: return KvRowFormat::F16;
+        case KvType::F16:
+            return KvRowFormat::F16;
         case KvType::Q8:
-        case KvType::K8V4: return KvRowFormat::Q8;
-        case KvType::Q4: return KvRowFormat::Q4;
-        case KvType::F32: break;
+        case KvType::K8V4:
+            return KvRowFormat::Q8;
+        case KvType::Q4:
+            return KvRowFormat::Q4;
+        case KvType::F32:
+            break;
     }
     return KvRowFormat::F32;
 }
 
 KvRowFormat kv_value_format(KvType type) {
     switch (type) {
-        case KvType::F16: return KvRowFormat::F16;
-        case KvType::Q8: return KvRowFormat::Q8;
+        case KvType::F16:
+            return KvRowFormat::F16;
+        case KvType::Q8:
+            return KvRowFormat::Q8;
         case KvType::Q4:
-        case KvType::K8V4: return KvRowFormat::Q4;
-        case KvType::F32: break;
+        case KvType::K8V4:
+            return KvRowFormat::Q4;
+        case KvType::F32:
+            break;
     }
     return KvRowFormat::F32;
 }
@@ -59,10 +71,14 @@ Status kv_type_fits_head_dim(KvType type, int head_dim) {
 size_t kv_row_bytes(KvRowFormat type, int head_dim) {
     const size_t n = static_cast<size_t>(head_dim);
     switch (type) {
-        case KvRowFormat::F32: return 4 * n;
-        case KvRowFormat::F16: return 2 * n;
-        case KvRowFormat::Q8: return 4 + n;
-        case KvRowFormat::Q4: return 4 + n / 2;
+        case KvRowFormat::F32:
+            return 4 * n;
+        case KvRowFormat::F16:
+            return 2 * n;
+        case KvRowFormat::Q8:
+            return 4 + n;
+        case KvRowFormat::Q4:
+            return 4 + n / 2;
     }
     return 0;
 }

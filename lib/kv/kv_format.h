@@ -15,7 +15,13 @@ const char *kv_row_format_name(KvRowFormat type);
 // The cache's format. K8V4 keeps keys at 8 bits and values at 4: keys carry outlier channels that
 // a 4-bit grid with one scale per head row destroys (stories260K: +32% perplexity with 4-bit
 // keys, +0.04% with 4-bit values), while values average out in the attention-weighted sum.
-enum class KvType : uint32_t { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, K8V4 = 4 };
+enum class KvType : uint32_t {
+    F32 = 0,
+    F16 = 1,
+    Q8 = 2,
+    Q4 = 3,
+    K8V4 = 4
+};
 
 constexpr uint32_t kKvTypeCount = 5;
 // Names by type value, as tools and the C API print and parse them.

@@ -62,8 +62,10 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
     };
     // Span minimums may pass over any number of candidates; without them the first `needed` in
     // order are the victims.
-    const auto ranked = static_cast<std::ptrdiff_t>(any_span_minimum_ ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(needed)));
-    std::partial_sort(candidates.begin(), candidates.begin() + ranked, candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates), before);
+    const auto ranked =
+        static_cast<std::ptrdiff_t>(any_span_minimum_ ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(needed)));
+    std::partial_sort(candidates.begin(), candidates.begin() + ranked, candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates),
+                      before);
     std::vector<int64_t> &victims = rebalance_.destinations;  // pool offsets (move_to_regions reuses it)
     int64_t evicted = 0;
     for (size_t i = 0; i < static_cast<size_t>(ranked) && evicted < needed; ++i) {
@@ -93,7 +95,8 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
             tags_[at] = 0;
         }
         const int layer = first_layer + i / n_kv;
-        if (config_.rolling && n_cell_victims > 0) roll_back_kept(cell(layer, i % n_kv), used_[c], cell_victims, n_cell_victims, scratch_[0].key.data());
+        if (config_.rolling && n_cell_victims > 0)
+            roll_back_kept(cell(layer, i % n_kv), used_[c], cell_victims, n_cell_victims, scratch_[0].key.data());
         // The cell's new region: what it kept, at least its minimum, then the rest shared evenly.
         kept[i] = 0;
         for (int s = 0; s < used_[c]; ++s) kept[i] += stream_index_[static_cast<size_t>(cell_first_slot_[c] + s)] >= 0 ? 1 : 0;
@@ -114,7 +117,8 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
     for (int64_t i = 0; i < evicted; ++i) {
         const int64_t at = pool_first + victims[static_cast<size_t>(i)];
         const size_t c = first_cell + static_cast<size_t>(cell_of(victims[static_cast<size_t>(i)]));
-        free_list_[static_cast<size_t>(cell_first_slot_[c]) + static_cast<size_t>(free_count_[c]++)] = static_cast<int32_t>(at - cell_first_slot_[c]);
+        free_list_[static_cast<size_t>(cell_first_slot_[c]) + static_cast<size_t>(free_count_[c]++)] =
+            static_cast<int32_t>(at - cell_first_slot_[c]);
     }
 }
 

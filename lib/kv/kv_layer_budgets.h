@@ -31,7 +31,7 @@ std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_
 // fewer holds min(n_cached, its slots)). Once the heads' budgets have moved, cell_held and
 // cell_slots ([layer][kv head], from Backend::rebalance_kv) say what each cell holds instead;
 // null: every cell of a layer holds the same.
-void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out,
-                        const int32_t *cell_held = nullptr, const int32_t *cell_slots = nullptr);
+void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out, const int32_t *cell_held = nullptr,
+                        const int32_t *cell_slots = nullptr);
 
 }  // namespace h2o

@@ -18,6 +18,7 @@ static_assert(H2O_KV_FULL == KV_POLICY_FULL && H2O_KV_H2O == KV_POLICY_H2O && H2
 // budgets: on the stream evaluation the default then beats a plain window at budgets 32 to 128,
 // while the chunk evaluation, whose chunks are 512 tokens, moves by less than 0.4%. A full cache
 // never evicts; its window is what its layout reports.
+// clang-format off
 const KvPolicyTraits kKvPolicyTraits[kKvPolicyCount] = {
     //  name            recent window  sinks  recent ratio  horizon
     {"full",           true,          false, 0.5f,         0.0f},
@@ -30,6 +31,7 @@ const KvPolicyTraits kKvPolicyTraits[kKvPolicyCount] = {
     {"random",         true,          false, 0.5f,         0.0f},
     {"mean_h2o",       true,          true,  0.5f,         0.0f},
 };
+// clang-format on
 
 const char *kv_policy_name(KvPolicy policy) {
     const auto i = static_cast<uint32_t>(policy);

@@ -65,8 +65,8 @@ bool parse_kv_policy(const char *name, KvPolicy *out);
 
 struct KvPolicyConfig {
     KvPolicy policy = KvPolicy::Full;
-    int recent = 0;             // protected recent window (tokens)
-    int sinks = 0;              // protected first tokens of the stream
+    int recent = 0;                  // protected recent window (tokens)
+    int sinks = 0;                   // protected first tokens of the stream
     float persistence_decay = 0.9f;  // Scissorhands
     // How far back (in stream tokens, the newest included) a heavy hitter may be kept; 0: no
     // limit. Over a long stream, attention statistics keep tokens of text the stream has long
@@ -83,7 +83,7 @@ struct KvPolicyConfig {
     // statistics.
     int prompt_proxy = 0;
     float prompt_random_share = 0.0f;
-    uint64_t seed = 0;          // Random, and the random share's hash
+    uint64_t seed = 0;  // Random, and the random share's hash
 };
 
 // kv_prompt_proxy's most queries: a batch is at most 4096 tokens (the session's n_batch), so more
@@ -101,9 +101,7 @@ inline uint32_t kv_prompt_seed(const KvPolicyConfig &config) {
     return static_cast<uint32_t>(config.seed) ^ static_cast<uint32_t>(config.seed >> 32);
 }
 
-inline bool kv_policy_uses_statistics(KvPolicy policy) {
-    return kv_policy_uses_statistics(static_cast<uint32_t>(policy));
-}
+inline bool kv_policy_uses_statistics(KvPolicy policy) { return kv_policy_uses_statistics(static_cast<uint32_t>(policy)); }
 
 // Stream indices at or after this are in the protected recent window when n tokens starting at
 // next_index come in.
@@ -114,8 +112,7 @@ int64_t kv_recent_from(const KvPolicyConfig &config, int64_t next_index, int n);
 int64_t kv_stale_before(const KvPolicyConfig &config, int64_t next_index, int n);
 
 // kv_victim_priority of kv_policy_spec.h for a slot holding the token at stream_index.
-inline float kv_victim_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index,
-                                int64_t stale_before) {
+inline float kv_victim_priority(const KvPolicyConfig &config, const SlotStats &stats, int64_t stream_index, int64_t stale_before) {
     return kv_victim_priority(static_cast<uint32_t>(config.policy), stats, stream_index < stale_before);
 }
 

@@ -57,8 +57,8 @@ struct SlotStats {
 // Whether the policy reads attention statistics; the others (full, window, sink_window, random)
 // let attention skip gathering them.
 KV_FN bool kv_policy_uses_statistics(KV_UINT policy) {
-    return policy == KV_POLICY_H2O || policy == KV_POLICY_SCISSORHANDS || policy == KV_POLICY_TOVA ||
-           policy == KV_POLICY_ROCO || policy == KV_POLICY_MEAN_H2O;
+    return policy == KV_POLICY_H2O || policy == KV_POLICY_SCISSORHANDS || policy == KV_POLICY_TOVA || policy == KV_POLICY_ROCO ||
+           policy == KV_POLICY_MEAN_H2O;
 }
 
 KV_FN SlotStats kv_stats_zero() {

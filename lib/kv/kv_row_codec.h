@@ -57,9 +57,12 @@ H2O_HD void kv_encode_row(KvRowFormat type, const float *src, int n, uint8_t *ds
 // Element i of a stored row.
 H2O_HD float kv_row_element(KvRowFormat type, const uint8_t *row, int i) {
     switch (type) {
-        case KvRowFormat::F32: return bits_to_float(load_le32(row + 4 * i));
-        case KvRowFormat::F16: return half_to_float(load_le16(row + 2 * i));
-        case KvRowFormat::Q8: return H2O_FMUL(bits_to_float(load_le32(row)), static_cast<float>(static_cast<int8_t>(row[4 + i])));
+        case KvRowFormat::F32:
+            return bits_to_float(load_le32(row + 4 * i));
+        case KvRowFormat::F16:
+            return half_to_float(load_le16(row + 2 * i));
+        case KvRowFormat::Q8:
+            return H2O_FMUL(bits_to_float(load_le32(row)), static_cast<float>(static_cast<int8_t>(row[4 + i])));
         case KvRowFormat::Q4: {
             const float scale = half_to_float(load_le16(row)), min = half_to_float(load_le16(row + 2));
             const int code = (row[4 + i / 2] >> (4 * (i & 1))) & 15;

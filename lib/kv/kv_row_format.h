@@ -16,7 +16,12 @@
 
 namespace h2o {
 
-enum class KvRowFormat : uint32_t { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3 };
+enum class KvRowFormat : uint32_t {
+    F32 = 0,
+    F16 = 1,
+    Q8 = 2,
+    Q4 = 3
+};
 
 constexpr uint32_t kKvRowFormatCount = 4;
 

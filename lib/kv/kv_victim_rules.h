@@ -22,7 +22,8 @@
 #else
 #define KV_INDEX int64_t
 #define KV_WORDS KvWords
-#define KV_WORDS_OF(low, high) KvWords{low, high}
+#define KV_WORDS_OF(low, high) \
+    KvWords { low, high }
 #endif
 
 #ifdef __cplusplus

@@ -142,7 +142,7 @@ void dequantize_q4_0(const BlockQ4_0 *in, float *y, int64_t n_blocks) {
 inline int nearest_clamped(float v, int lo, int hi) {
     const float lo_f = static_cast<float>(lo);
     v = std::min(std::max(lo_f, v), static_cast<float>(hi));  // max(lo, NaN) is lo
-    return static_cast<int>(v - lo_f + 0.5f) + lo;                 // truncation of a value >= 0.5
+    return static_cast<int>(v - lo_f + 0.5f) + lo;            // truncation of a value >= 0.5
 }
 
 bool all_finite(const float *x, int n) {
@@ -239,8 +239,7 @@ AffineFit search_affine(const float *x, int nmax) {
 
 // Q4_K and Q5_K share everything but the quant width and the bit packing.
 template <int kBits>
-void quantize_k_affine(const float *x, uint16_t *d_out, uint16_t *dmin_out, uint8_t scales_out[12],
-                       uint8_t L[kQK_K]) {
+void quantize_k_affine(const float *x, uint16_t *d_out, uint16_t *dmin_out, uint8_t scales_out[12], uint8_t L[kQK_K]) {
     constexpr int nmax = (1 << kBits) - 1;
     std::memset(L, 0, kQK_K);
     std::memset(scales_out, 0, 12);
@@ -384,8 +383,8 @@ void quantize_q6_k(const float *x, BlockQ6_K *out, int64_t n_blocks) {
             for (int l = 0; l < 32; ++l) {
                 blk.ql[64 * h + l] = static_cast<uint8_t>((Lh[l] & 0x0F) | ((Lh[l + 64] & 0x0F) << 4));
                 blk.ql[64 * h + l + 32] = static_cast<uint8_t>((Lh[l + 32] & 0x0F) | ((Lh[l + 96] & 0x0F) << 4));
-                blk.qh[32 * h + l] = static_cast<uint8_t>((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) |
-                                                          ((Lh[l + 64] >> 4) << 4) | ((Lh[l + 96] >> 4) << 6));
+                blk.qh[32 * h + l] =
+                    static_cast<uint8_t>((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) | ((Lh[l + 96] >> 4) << 6));
             }
         }
     }
@@ -496,44 +495,76 @@ bool quant_supported(TensorType type) {
         case TensorType::Q5_0:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
-        case TensorType::Q6_K: return true;
-        default: return false;
+        case TensorType::Q6_K:
+            return true;
+        default:
+            return false;
     }
 }
 
 bool quantize_row(TensorType type, const float *src, void *dst, int64_t n) {
     switch (type) {
-        case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return true;
+        case TensorType::F32:
+            std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return true;
         case TensorType::F16: {
             auto *out = static_cast<uint16_t *>(dst);
             for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(src[i]);
             return true;
         }
-        case TensorType::Q8_0: quantize_q8_0(src, static_cast<BlockQ8_0 *>(dst), n / kQK); return true;
-        case TensorType::Q4_0: quantize_q4_0(src, static_cast<BlockQ4_0 *>(dst), n / kQK); return true;
-        case TensorType::Q5_0: quantize_q5_0(src, static_cast<BlockQ5_0 *>(dst), n / kQK); return true;
-        case TensorType::Q4_K: quantize_q4_k(src, static_cast<BlockQ4_K *>(dst), n / kQK_K); return true;
-        case TensorType::Q5_K: quantize_q5_k(src, static_cast<BlockQ5_K *>(dst), n / kQK_K); return true;
-        case TensorType::Q6_K: quantize_q6_k(src, static_cast<BlockQ6_K *>(dst), n / kQK_K); return true;
-        default: return false;
+        case TensorType::Q8_0:
+            quantize_q8_0(src, static_cast<BlockQ8_0 *>(dst), n / kQK);
+            return true;
+        case TensorType::Q4_0:
+            quantize_q4_0(src, static_cast<BlockQ4_0 *>(dst), n / kQK);
+            return true;
+        case TensorType::Q5_0:
+            quantize_q5_0(src, static_cast<BlockQ5_0 *>(dst), n / kQK);
+            return true;
+        case TensorType::Q4_K:
+            quantize_q4_k(src, static_cast<BlockQ4_K *>(dst), n / kQK_K);
+            return true;
+        case TensorType::Q5_K:
+            quantize_q5_k(src, static_cast<BlockQ5_K *>(dst), n / kQK_K);
+            return true;
+        case TensorType::Q6_K:
+            quantize_q6_k(src, static_cast<BlockQ6_K *>(dst), n / kQK_K);
+            return true;
+        default:
+            return false;
     }
 }
 
 bool dequantize_row(TensorType type, const void *src, float *dst, int64_t n) {
     switch (type) {
-        case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return true;
+        case TensorType::F32:
+            std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return true;
         case TensorType::F16: {
             const auto *in = static_cast<const uint16_t *>(src);
             for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(in[i]);
             return true;
         }
-        case TensorType::Q8_0: dequantize_q8_0(static_cast<const BlockQ8_0 *>(src), dst, n / kQK); return true;
-        case TensorType::Q4_0: dequantize_q4_0(static_cast<const BlockQ4_0 *>(src), dst, n / kQK); return true;
-        case TensorType::Q5_0: dequantize_q5_0(static_cast<const BlockQ5_0 *>(src), dst, n / kQK); return true;
-        case TensorType::Q4_K: dequantize_q4_k(static_cast<const BlockQ4_K *>(src), dst, n / kQK_K); return true;
-        case TensorType::Q5_K: dequantize_q5_k(static_cast<const BlockQ5_K *>(src), dst, n / kQK_K); return true;
-        case TensorType::Q6_K: dequantize_q6_k(static_cast<const BlockQ6_K *>(src), dst, n / kQK_K); return true;
-        default: return false;
+        case TensorType::Q8_0:
+            dequantize_q8_0(static_cast<const BlockQ8_0 *>(src), dst, n / kQK);
+            return true;
+        case TensorType::Q4_0:
+            dequantize_q4_0(static_cast<const BlockQ4_0 *>(src), dst, n / kQK);
+            return true;
+        case TensorType::Q5_0:
+            dequantize_q5_0(static_cast<const BlockQ5_0 *>(src), dst, n / kQK);
+            return true;
+        case TensorType::Q4_K:
+            dequantize_q4_k(static_cast<const BlockQ4_K *>(src), dst, n / kQK_K);
+            return true;
+        case TensorType::Q5_K:
+            dequantize_q5_k(static_cast<const BlockQ5_K *>(src), dst, n / kQK_K);
+            return true;
+        case TensorType::Q6_K:
+            dequantize_q6_k(static_cast<const BlockQ6_K *>(src), dst, n / kQK_K);
+            return true;
+        default:
+            return false;
     }
 }
 

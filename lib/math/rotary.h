@@ -17,16 +17,17 @@ namespace h2o {
 // Which two elements of a head form rotary pair i (of n_pairs = rope dims / 2): the GGUF Llama
 // convention pairs neighbours (x[2i], x[2i+1]); the GPT-NeoX convention (Qwen 2 and 3) pairs the
 // two halves of the rotated dimensions (x[i], x[i + n_pairs]).
-enum class RotaryPairing : int { Adjacent = 0, Halves = 1 };
+enum class RotaryPairing : int {
+    Adjacent = 0,
+    Halves = 1
+};
 
 H2O_HD int rotary_pair_first(RotaryPairing pairing, int i) { return pairing == RotaryPairing::Halves ? i : 2 * i; }
 // The distance from a pair's first element to its second.
 H2O_HD int rotary_pair_offset(RotaryPairing pairing, int n_pairs) { return pairing == RotaryPairing::Halves ? n_pairs : 1; }
 
 // base^(-2i/dims), computed on the host.
-inline double rotary_inv_freq(float base, int i, int dims) {
-    return pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / dims);
-}
+inline double rotary_inv_freq(float base, int i, int dims) { return pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / dims); }
 
 // cos and sin of the angle of position `pos` (negative: a rotation back) for the pair whose
 // inverse frequency is inv_freq.

@@ -36,7 +36,8 @@ struct RotarySpec {
         return table;
     }
     bool operator==(const RotarySpec &o) const {
-        return dims == o.dims && freq_base == o.freq_base && pairing == o.pairing && freq_factors == o.freq_factors && freq_scale == o.freq_scale;
+        return dims == o.dims && freq_base == o.freq_base && pairing == o.pairing && freq_factors == o.freq_factors &&
+               freq_scale == o.freq_scale;
     }
 };
 

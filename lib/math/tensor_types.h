@@ -27,19 +27,29 @@ struct TensorTypeTraits {
 
 // Geometry of a type this runtime knows, or nullptr for any other ggml type id.
 inline const TensorTypeTraits *tensor_type_traits(uint32_t ggml_type) {
-    static const TensorTypeTraits f32{"F32", 1, 4}, f16{"F16", 1, 2}, q4_0{"Q4_0", 32, 18}, q5_0{"Q5_0", 32, 22},
-        q8_0{"Q8_0", 32, 34}, q4_k{"Q4_K", 256, 144}, q5_k{"Q5_K", 256, 176}, q6_k{"Q6_K", 256, 210}, i32{"I32", 1, 4};
+    static const TensorTypeTraits f32{"F32", 1, 4}, f16{"F16", 1, 2}, q4_0{"Q4_0", 32, 18}, q5_0{"Q5_0", 32, 22}, q8_0{"Q8_0", 32, 34},
+        q4_k{"Q4_K", 256, 144}, q5_k{"Q5_K", 256, 176}, q6_k{"Q6_K", 256, 210}, i32{"I32", 1, 4};
     switch (ggml_type) {
-        case 0: return &f32;
-        case 1: return &f16;
-        case 2: return &q4_0;
-        case 6: return &q5_0;
-        case 8: return &q8_0;
-        case 12: return &q4_k;
-        case 13: return &q5_k;
-        case 14: return &q6_k;
-        case 26: return &i32;
-        default: return nullptr;
+        case 0:
+            return &f32;
+        case 1:
+            return &f16;
+        case 2:
+            return &q4_0;
+        case 6:
+            return &q5_0;
+        case 8:
+            return &q8_0;
+        case 12:
+            return &q4_k;
+        case 13:
+            return &q5_k;
+        case 14:
+            return &q6_k;
+        case 26:
+            return &i32;
+        default:
+            return nullptr;
     }
 }
 

@@ -45,8 +45,10 @@ H2O_HD int q6k_quant(const uint8_t *ql, const uint8_t *qh, int e) {
 // Element i of a row of `type` starting at `row` (a weight type: kWeightTypes).
 H2O_HD float weight_element(TensorType type, const uint8_t *row, int64_t i) {
     switch (type) {
-        case TensorType::F32: return bits_to_float(load_le32(row + 4 * i));
-        case TensorType::F16: return half_to_float(load_le16(row + 2 * i));
+        case TensorType::F32:
+            return bits_to_float(load_le32(row + 4 * i));
+        case TensorType::F16:
+            return half_to_float(load_le16(row + 2 * i));
         case TensorType::Q8_0: {
             const uint8_t *blk = row + 34 * (i / 32);
             const int j = static_cast<int>(i % 32);
@@ -78,7 +80,8 @@ H2O_HD float weight_element(TensorType type, const uint8_t *row, int64_t i) {
             const float sc = static_cast<float>(static_cast<int8_t>(blk[192 + e / 16]));
             return H2O_FMUL(H2O_FMUL(d, sc), static_cast<float>(q));
         }
-        default: return 0.0f;
+        default:
+            return 0.0f;
     }
 }
 

@@ -14,7 +14,7 @@ namespace {
 // themselves; the other 68 (controls, space, DEL, U+0080..U+00A0, the soft hyphen) take the code
 // points from U+0100 on, in byte order.
 struct ByteAlphabet {
-    std::array<std::string, 256> utf8;       // byte -> its character
+    std::array<std::string, 256> utf8;     // byte -> its character
     std::array<int16_t, 0x144> byte_of{};  // code point -> byte, or -1 (the alphabet ends at U+0143)
 
     ByteAlphabet() {
@@ -149,8 +149,8 @@ struct BytePairEncoder::Scratch {
         int32_t prev, next;
     };
     struct Candidate {
-        int32_t rank, left;            // order: rank, then position
-        int32_t left_id, right_id;     // the pair as it was when queued (stale if either changed)
+        int32_t rank, left;         // order: rank, then position
+        int32_t left_id, right_id;  // the pair as it was when queued (stale if either changed)
         int32_t result;
         bool operator>(const Candidate &o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
     };
@@ -179,8 +179,7 @@ Status BytePairEncoder::create(const std::vector<std::string> &pieces, const std
         const auto id = static_cast<int32_t>(i);
         if (pieces[i].empty()) return bad("token " + std::to_string(id) + " is empty");
         const auto [it, inserted] = by_text.emplace(pieces[i], id);
-        if (!inserted)
-            return bad("tokens " + std::to_string(it->second) + " and " + std::to_string(id) + " are both " + quoted(pieces[i]));
+        if (!inserted) return bad("tokens " + std::to_string(it->second) + " and " + std::to_string(id) + " are both " + quoted(pieces[i]));
     }
     auto normal = [&](int32_t id) { return types[static_cast<size_t>(id)] == TOKEN_NORMAL; };
 
@@ -196,8 +195,7 @@ Status BytePairEncoder::create(const std::vector<std::string> &pieces, const std
         const std::string where = "merge " + std::to_string(rank) + " (" + quoted(merge) + ")";
         // As llama.cpp reads them: the left part ends at the first space after the first byte.
         const size_t space = merge.size() > 1 ? merge.find(' ', 1) : std::string::npos;
-        if (space == std::string::npos || space + 1 >= merge.size())
-            return bad(where + " is not two tokens separated by a space");
+        if (space == std::string::npos || space + 1 >= merge.size()) return bad(where + " is not two tokens separated by a space");
         const std::string_view left = std::string_view(merge).substr(0, space), right = std::string_view(merge).substr(space + 1);
         joined.assign(left).append(right);
         int32_t ids[3];
@@ -252,8 +250,7 @@ Status BytePairEncoder::encode_word(std::string_view word, Scratch &s, std::vect
         } else {
             char hex[8];
             std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(word[at]));
-            return make_error(H2O_ERR_TOKENIZER, std::string("the vocabulary has no token for the byte ") + hex +
-                                                     " and no unknown token");
+            return make_error(H2O_ERR_TOKENIZER, std::string("the vocabulary has no token for the byte ") + hex + " and no unknown token");
         }
         return Status::Ok();
     };
@@ -304,7 +301,8 @@ Status BytePairEncoder::encode_word(std::string_view word, Scratch &s, std::vect
         consider(c.left);
     }
     // The first symbol is never joined into a left neighbour: the chain starts at 0.
-    for (int32_t i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) H2O_TRY(emit(symbols[static_cast<size_t>(i)].id, static_cast<size_t>(i)));
+    for (int32_t i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next)
+        H2O_TRY(emit(symbols[static_cast<size_t>(i)].id, static_cast<size_t>(i)));
     return Status::Ok();
 }
 

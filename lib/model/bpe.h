@@ -43,9 +43,8 @@ public:
     // token; a duplicate pair keeps its first (lowest) rank, as llama.cpp does. unk (or -1) is
     // the token for a byte the vocabulary has no token for. Errors: H2O_ERR_MODEL_FORMAT naming
     // the merge or token at fault.
-    static Status create(const std::vector<std::string> &pieces, const std::vector<int32_t> &types,
-                         const std::vector<std::string> &merges, std::unique_ptr<Pretokenizer> pretokenizer, int32_t unk,
-                         std::unique_ptr<BytePairEncoder> *out);
+    static Status create(const std::vector<std::string> &pieces, const std::vector<int32_t> &types, const std::vector<std::string> &merges,
+                         std::unique_ptr<Pretokenizer> pretokenizer, int32_t unk, std::unique_ptr<BytePairEncoder> *out);
 
     const Pretokenizer &pretokenizer() const { return *pretokenizer_; }
     size_t n_merges() const { return n_merges_; }

@@ -7,8 +7,8 @@ namespace {
 constexpr const char *kFormatNames = "llama2, zephyr, chatml, llama3";
 
 Status bad_role(std::string_view role, size_t index) {
-    return make_error(H2O_ERR_INVALID_ARGUMENT, "message " + std::to_string(index) + " has role '" + std::string(role) +
-                                                    "' (known: system, user, assistant)");
+    return make_error(H2O_ERR_INVALID_ARGUMENT,
+                      "message " + std::to_string(index) + " has role '" + std::string(role) + "' (known: system, user, assistant)");
 }
 
 bool known_role(std::string_view role) { return role == "system" || role == "user" || role == "assistant"; }
@@ -51,39 +51,55 @@ Status format_llama2(const std::vector<ChatMessage> &messages, std::string_view 
 }  // namespace
 
 Status chat_format_from_name(std::string_view name, ChatFormat *out) {
-    if (name == "llama2") *out = ChatFormat::Llama2;
-    else if (name == "zephyr") *out = ChatFormat::Zephyr;
-    else if (name == "chatml") *out = ChatFormat::ChatML;
-    else if (name == "llama3") *out = ChatFormat::Llama3;
-    else return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown chat format '" + std::string(name) + "' (known: " + kFormatNames + ")");
+    if (name == "llama2")
+        *out = ChatFormat::Llama2;
+    else if (name == "zephyr")
+        *out = ChatFormat::Zephyr;
+    else if (name == "chatml")
+        *out = ChatFormat::ChatML;
+    else if (name == "llama3")
+        *out = ChatFormat::Llama3;
+    else
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown chat format '" + std::string(name) + "' (known: " + kFormatNames + ")");
     return Status::Ok();
 }
 
 const char *chat_format_name(ChatFormat format) {
     switch (format) {
-        case ChatFormat::Llama2: return "llama2";
-        case ChatFormat::Zephyr: return "zephyr";
-        case ChatFormat::ChatML: return "chatml";
-        case ChatFormat::Llama3: return "llama3";
+        case ChatFormat::Llama2:
+            return "llama2";
+        case ChatFormat::Zephyr:
+            return "zephyr";
+        case ChatFormat::ChatML:
+            return "chatml";
+        case ChatFormat::Llama3:
+            return "llama3";
     }
     return "unknown";  // unreachable: every enumerator has its case
 }
 
 Status chat_format_from_template(std::string_view chat_template, ChatFormat *out) {
     if (chat_template.empty()) {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("the model has no chat template (tokenizer.chat_template): name a format (") + kFormatNames + ")");
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          std::string("the model has no chat template (tokenizer.chat_template): name a format (") + kFormatNames + ")");
     }
     // Each format's template spells out its own markers.
-    if (chat_template.find("<|start_header_id|>") != std::string_view::npos) *out = ChatFormat::Llama3;
-    else if (chat_template.find("<|im_start|>") != std::string_view::npos) *out = ChatFormat::ChatML;
-    else if (chat_template.find("<|user|>") != std::string_view::npos) *out = ChatFormat::Zephyr;
-    else if (chat_template.find("[INST]") != std::string_view::npos) *out = ChatFormat::Llama2;
-    else return make_error(H2O_ERR_UNSUPPORTED, std::string("the model's chat template is not one of the known formats (") + kFormatNames + "): name one");
+    if (chat_template.find("<|start_header_id|>") != std::string_view::npos)
+        *out = ChatFormat::Llama3;
+    else if (chat_template.find("<|im_start|>") != std::string_view::npos)
+        *out = ChatFormat::ChatML;
+    else if (chat_template.find("<|user|>") != std::string_view::npos)
+        *out = ChatFormat::Zephyr;
+    else if (chat_template.find("[INST]") != std::string_view::npos)
+        *out = ChatFormat::Llama2;
+    else
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          std::string("the model's chat template is not one of the known formats (") + kFormatNames + "): name one");
     return Status::Ok();
 }
 
-Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, bool add_assistant_prefix,
-                   std::string_view bos, std::string_view eos, std::string *out) {
+Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, bool add_assistant_prefix, std::string_view bos,
+                   std::string_view eos, std::string *out) {
     out->clear();
     for (size_t i = 0; i < messages.size(); ++i) {
         if (!known_role(messages[i].role)) return bad_role(messages[i].role, i);
@@ -93,13 +109,15 @@ Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, 
             return format_llama2(messages, bos, eos, out);
         case ChatFormat::Zephyr:
             // "<|{role}|>\n{content}</s>\n" per message; the reply opens with "<|assistant|>\n".
-            for (const ChatMessage &m : messages) out->append("<|").append(m.role).append("|>\n").append(m.content).append(eos).append("\n");
+            for (const ChatMessage &m : messages)
+                out->append("<|").append(m.role).append("|>\n").append(m.content).append(eos).append("\n");
             if (add_assistant_prefix) out->append("<|assistant|>\n");
             return Status::Ok();
         case ChatFormat::ChatML:
             // "<|im_start|>{role}\n{content}<|im_end|>\n" per message; the reply opens with
             // "<|im_start|>assistant\n".
-            for (const ChatMessage &m : messages) out->append("<|im_start|>").append(m.role).append("\n").append(m.content).append("<|im_end|>\n");
+            for (const ChatMessage &m : messages)
+                out->append("<|im_start|>").append(m.role).append("\n").append(m.content).append("<|im_end|>\n");
             if (add_assistant_prefix) out->append("<|im_start|>assistant\n");
             return Status::Ok();
         case ChatFormat::Llama3:
@@ -108,7 +126,11 @@ Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, 
             // The template's leading <|begin_of_text|> is left to the tokenizer, which adds the
             // model's BOS at the start of a session (once, not per message).
             for (const ChatMessage &m : messages) {
-                out->append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n").append(strip(m.content)).append("<|eot_id|>");
+                out->append("<|start_header_id|>")
+                    .append(m.role)
+                    .append("<|end_header_id|>\n\n")
+                    .append(strip(m.content))
+                    .append("<|eot_id|>");
             }
             if (add_assistant_prefix) out->append("<|start_header_id|>assistant<|end_header_id|>\n\n");
             return Status::Ok();

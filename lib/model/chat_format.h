@@ -11,7 +11,12 @@
 
 namespace h2o {
 
-enum class ChatFormat { Llama2, Zephyr, ChatML, Llama3 };
+enum class ChatFormat {
+    Llama2,
+    Zephyr,
+    ChatML,
+    Llama3
+};
 
 struct ChatMessage {
     std::string_view role;  // "system", "user" or "assistant"
@@ -31,7 +36,7 @@ Status chat_format_from_template(std::string_view chat_template, ChatFormat *out
 // add_assistant_prefix: end with what opens the assistant's reply. Errors: an unknown role, or
 // a Llama-2 conversation whose turns do not alternate user/assistant after an optional system
 // message (H2O_ERR_INVALID_ARGUMENT).
-Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, bool add_assistant_prefix,
-                   std::string_view bos, std::string_view eos, std::string *out);
+Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, bool add_assistant_prefix, std::string_view bos,
+                   std::string_view eos, std::string *out);
 
 }  // namespace h2o

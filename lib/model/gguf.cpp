@@ -47,19 +47,38 @@ constexpr uint32_t kLastValueType = static_cast<uint32_t>(GgufType::FLOAT64);
 // Bytes of one element of a fixed-size type, or 0 for STRING and ARRAY.
 size_t fixed_size(GgufType type) {
     switch (type) {
-        case GgufType::UINT8: case GgufType::INT8: case GgufType::BOOL: return 1;
-        case GgufType::UINT16: case GgufType::INT16: return 2;
-        case GgufType::UINT32: case GgufType::INT32: case GgufType::FLOAT32: return 4;
-        case GgufType::UINT64: case GgufType::INT64: case GgufType::FLOAT64: return 8;
-        case GgufType::STRING: case GgufType::ARRAY: return 0;
+        case GgufType::UINT8:
+        case GgufType::INT8:
+        case GgufType::BOOL:
+            return 1;
+        case GgufType::UINT16:
+        case GgufType::INT16:
+            return 2;
+        case GgufType::UINT32:
+        case GgufType::INT32:
+        case GgufType::FLOAT32:
+            return 4;
+        case GgufType::UINT64:
+        case GgufType::INT64:
+        case GgufType::FLOAT64:
+            return 8;
+        case GgufType::STRING:
+        case GgufType::ARRAY:
+            return 0;
     }
     return 0;
 }
 
 bool is_integer(GgufType type) {
     switch (type) {
-        case GgufType::UINT8: case GgufType::INT8: case GgufType::UINT16: case GgufType::INT16:
-        case GgufType::UINT32: case GgufType::INT32: case GgufType::UINT64: case GgufType::INT64:
+        case GgufType::UINT8:
+        case GgufType::INT8:
+        case GgufType::UINT16:
+        case GgufType::INT16:
+        case GgufType::UINT32:
+        case GgufType::INT32:
+        case GgufType::UINT64:
+        case GgufType::INT64:
             return true;
         default:
             return false;
@@ -70,10 +89,9 @@ bool is_integer(GgufType type) {
 // error tells the user what the file holds (and that re-quantizing would help).
 const char *ggml_type_name(uint32_t id) {
     static const char *const names[] = {
-        "F32", "F16", "Q4_0", "Q4_1", nullptr, nullptr, "Q5_0", "Q5_1", "Q8_0", "Q8_1",
-        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-        "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16",
-        nullptr, nullptr, nullptr, "TQ1_0", "TQ2_0", nullptr, nullptr, nullptr, "MXFP4",
+        "F32",  "F16",   "Q4_0",    "Q4_1",   nullptr,   nullptr, "Q5_0",   "Q5_1",  "Q8_0",  "Q8_1",   "Q2_K",  "Q3_K",  "Q4_K", "Q5_K",
+        "Q6_K", "Q8_K",  "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",    "I16",   "I32",  "I64",
+        "F64",  "IQ1_M", "BF16",    nullptr,  nullptr,   nullptr, "TQ1_0",  "TQ2_0", nullptr, nullptr,  nullptr, "MXFP4",
     };
     return id < std::size(names) ? names[id] : nullptr;
 }
@@ -90,9 +108,7 @@ bool align_up(uint64_t x, uint64_t alignment, uint64_t *out) {
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-std::string range_text(uint64_t begin, uint64_t end) {
-    return "[" + std::to_string(begin) + ".." + std::to_string(end) + ")";
-}
+std::string range_text(uint64_t begin, uint64_t end) { return "[" + std::to_string(begin) + ".." + std::to_string(end) + ")"; }
 
 std::string os_error(const std::string &what, const std::string &path, int error_number) {
     return what + " '" + path + "': " + std::strerror(error_number);
@@ -102,19 +118,32 @@ std::string os_error(const std::string &what, const std::string &path, int error
 
 const char *gguf_type_name(GgufType type) {
     switch (type) {
-        case GgufType::UINT8: return "UINT8";
-        case GgufType::INT8: return "INT8";
-        case GgufType::UINT16: return "UINT16";
-        case GgufType::INT16: return "INT16";
-        case GgufType::UINT32: return "UINT32";
-        case GgufType::INT32: return "INT32";
-        case GgufType::FLOAT32: return "FLOAT32";
-        case GgufType::BOOL: return "BOOL";
-        case GgufType::STRING: return "STRING";
-        case GgufType::ARRAY: return "ARRAY";
-        case GgufType::UINT64: return "UINT64";
-        case GgufType::INT64: return "INT64";
-        case GgufType::FLOAT64: return "FLOAT64";
+        case GgufType::UINT8:
+            return "UINT8";
+        case GgufType::INT8:
+            return "INT8";
+        case GgufType::UINT16:
+            return "UINT16";
+        case GgufType::INT16:
+            return "INT16";
+        case GgufType::UINT32:
+            return "UINT32";
+        case GgufType::INT32:
+            return "INT32";
+        case GgufType::FLOAT32:
+            return "FLOAT32";
+        case GgufType::BOOL:
+            return "BOOL";
+        case GgufType::STRING:
+            return "STRING";
+        case GgufType::ARRAY:
+            return "ARRAY";
+        case GgufType::UINT64:
+            return "UINT64";
+        case GgufType::INT64:
+            return "INT64";
+        case GgufType::FLOAT64:
+            return "FLOAT64";
     }
     return "unknown";
 }
@@ -137,10 +166,9 @@ public:
 
     Status bytes(uint64_t n, const char *what, const uint8_t **out) {
         if (n > remaining()) {
-            return make_error(H2O_ERR_MODEL_FORMAT,
-                              "truncated at offset " + std::to_string(pos_) + " while reading " + context_ + ": " +
-                                  what + " (needs " + std::to_string(n) + " bytes, " +
-                                  std::to_string(remaining()) + " remain)");
+            return make_error(H2O_ERR_MODEL_FORMAT, "truncated at offset " + std::to_string(pos_) + " while reading " + context_ + ": " +
+                                                        what + " (needs " + std::to_string(n) + " bytes, " + std::to_string(remaining()) +
+                                                        " remain)");
         }
         *out = data_ + pos_;
         pos_ += static_cast<size_t>(n);
@@ -160,8 +188,7 @@ public:
         uint64_t length = 0;
         H2O_TRY(scalar(what, &length));
         if (length > max_length) {
-            return fail(H2O_ERR_MODEL_FORMAT, std::string(what) + " is " + std::to_string(length) +
-                                                  " bytes long, more than the limit of " +
+            return fail(H2O_ERR_MODEL_FORMAT, std::string(what) + " is " + std::to_string(length) + " bytes long, more than the limit of " +
                                                   std::to_string(max_length));
         }
         const uint8_t *p = nullptr;
@@ -227,9 +254,8 @@ Status read_array(GgufCursor &in, GgufValue *out) {
     // Each string takes at least its 8-byte length, so this also bounds the reserve below.
     const size_t element_min_bytes = out->array_type == GgufType::STRING ? 8 : fixed_size(out->array_type);
     if (count > in.remaining() / element_min_bytes) {
-        return in.fail(H2O_ERR_MODEL_FORMAT, "array of " + std::to_string(count) + " " +
-                                                 gguf_type_name(out->array_type) + " elements at offset " +
-                                                 std::to_string(in.offset()) + " cannot fit in the " +
+        return in.fail(H2O_ERR_MODEL_FORMAT, "array of " + std::to_string(count) + " " + gguf_type_name(out->array_type) +
+                                                 " elements at offset " + std::to_string(in.offset()) + " cannot fit in the " +
                                                  std::to_string(in.remaining()) + " bytes that remain");
     }
     if (out->array_type == GgufType::STRING) {
@@ -256,19 +282,32 @@ Status read_array(GgufCursor &in, GgufValue *out) {
 Status read_value(GgufCursor &in, GgufType type, GgufValue *out) {
     out->type = type;
     switch (type) {
-        case GgufType::UINT8: return read_integer<uint8_t>(in, out);
-        case GgufType::INT8: return read_integer<int8_t>(in, out);
-        case GgufType::UINT16: return read_integer<uint16_t>(in, out);
-        case GgufType::INT16: return read_integer<int16_t>(in, out);
-        case GgufType::UINT32: return read_integer<uint32_t>(in, out);
-        case GgufType::INT32: return read_integer<int32_t>(in, out);
-        case GgufType::UINT64: return read_integer<uint64_t>(in, out);
-        case GgufType::INT64: return read_integer<int64_t>(in, out);
-        case GgufType::FLOAT32: return read_float<float>(in, out);
-        case GgufType::FLOAT64: return read_float<double>(in, out);
-        case GgufType::BOOL: return read_bool(in, out);
-        case GgufType::STRING: return in.string("string value", std::numeric_limits<uint64_t>::max(), &out->str);
-        case GgufType::ARRAY: return read_array(in, out);
+        case GgufType::UINT8:
+            return read_integer<uint8_t>(in, out);
+        case GgufType::INT8:
+            return read_integer<int8_t>(in, out);
+        case GgufType::UINT16:
+            return read_integer<uint16_t>(in, out);
+        case GgufType::INT16:
+            return read_integer<int16_t>(in, out);
+        case GgufType::UINT32:
+            return read_integer<uint32_t>(in, out);
+        case GgufType::INT32:
+            return read_integer<int32_t>(in, out);
+        case GgufType::UINT64:
+            return read_integer<uint64_t>(in, out);
+        case GgufType::INT64:
+            return read_integer<int64_t>(in, out);
+        case GgufType::FLOAT32:
+            return read_float<float>(in, out);
+        case GgufType::FLOAT64:
+            return read_float<double>(in, out);
+        case GgufType::BOOL:
+            return read_bool(in, out);
+        case GgufType::STRING:
+            return in.string("string value", std::numeric_limits<uint64_t>::max(), &out->str);
+        case GgufType::ARRAY:
+            return read_array(in, out);
     }
     return in.fail(H2O_ERR_INTERNAL, "unhandled value type");  // read_value_type admits only the above
 }
@@ -357,34 +396,31 @@ Status GgufFile::parse_header(GgufCursor &in, uint64_t *n_tensors, uint64_t *n_k
     if (std::memcmp(magic, kMagic, 4) != 0) {
         char text[64];
         std::snprintf(text, sizeof(text), "%02x %02x %02x %02x", magic[0], magic[1], magic[2], magic[3]);
-        return make_error(H2O_ERR_MODEL_FORMAT,
-                          std::string("not a GGUF file: bad magic (first bytes ") + text + ", expected 'GGUF')");
+        return make_error(H2O_ERR_MODEL_FORMAT, std::string("not a GGUF file: bad magic (first bytes ") + text + ", expected 'GGUF')");
     }
     H2O_TRY(in.scalar("version", &version_));
     if (version_ == 1) {
-        return make_error(H2O_ERR_UNSUPPORTED, "GGUF version 1 is not supported (only versions 2 and 3); "
-                                               "convert the model again with a current llama.cpp");
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          "GGUF version 1 is not supported (only versions 2 and 3); "
+                          "convert the model again with a current llama.cpp");
     }
     const uint32_t swapped = __builtin_bswap32(version_);
     if (swapped == 2 || swapped == 3) {
         return make_error(H2O_ERR_UNSUPPORTED, "big-endian GGUF files are not supported");
     }
     if (version_ != 2 && version_ != 3) {
-        return make_error(H2O_ERR_UNSUPPORTED,
-                          "GGUF version " + std::to_string(version_) + " is not supported (only versions 2 and 3)");
+        return make_error(H2O_ERR_UNSUPPORTED, "GGUF version " + std::to_string(version_) + " is not supported (only versions 2 and 3)");
     }
     H2O_TRY(in.scalar("tensor count", n_tensors));
     H2O_TRY(in.scalar("metadata key count", n_kv));
     const uint64_t remaining = in.remaining();
     if (*n_kv > remaining / kMinKeyValueBytes) {
-        return make_error(H2O_ERR_MODEL_FORMAT, "metadata key count " + std::to_string(*n_kv) +
-                                                    " cannot fit in the " + std::to_string(remaining) +
-                                                    " bytes after the header");
+        return make_error(H2O_ERR_MODEL_FORMAT, "metadata key count " + std::to_string(*n_kv) + " cannot fit in the " +
+                                                    std::to_string(remaining) + " bytes after the header");
     }
     if (*n_tensors > remaining / kMinTensorInfoBytes) {
-        return make_error(H2O_ERR_MODEL_FORMAT, "tensor count " + std::to_string(*n_tensors) +
-                                                    " cannot fit in the " + std::to_string(remaining) +
-                                                    " bytes after the header");
+        return make_error(H2O_ERR_MODEL_FORMAT, "tensor count " + std::to_string(*n_tensors) + " cannot fit in the " +
+                                                    std::to_string(remaining) + " bytes after the header");
     }
     return Status::Ok();
 }
@@ -412,12 +448,10 @@ Status GgufFile::parse_alignment() {
     if (value == nullptr) return Status::Ok();
     const std::string prefix = "metadata key 'general.alignment': ";
     if (value->type != GgufType::UINT32) {
-        return make_error(H2O_ERR_MODEL_FORMAT,
-                          prefix + "expected type UINT32, got " + gguf_type_name(value->type));
+        return make_error(H2O_ERR_MODEL_FORMAT, prefix + "expected type UINT32, got " + gguf_type_name(value->type));
     }
     if (!is_power_of_two(value->u64)) {
-        return make_error(H2O_ERR_MODEL_FORMAT,
-                          prefix + "must be a nonzero power of two, got " + std::to_string(value->u64));
+        return make_error(H2O_ERR_MODEL_FORMAT, prefix + "must be a nonzero power of two, got " + std::to_string(value->u64));
     }
     alignment_ = static_cast<uint32_t>(value->u64);
     return Status::Ok();
@@ -443,8 +477,7 @@ Status GgufFile::parse_tensor_infos(GgufCursor &in, uint64_t n_tensors) {
             H2O_TRY(in.scalar("dimension", &dim));
             if (dim == 0) return in.fail(H2O_ERR_MODEL_FORMAT, "dimension " + std::to_string(d) + " is 0");
             if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-                return in.fail(H2O_ERR_MODEL_FORMAT,
-                               "dimension " + std::to_string(d) + " is " + std::to_string(dim) + ", too large");
+                return in.fail(H2O_ERR_MODEL_FORMAT, "dimension " + std::to_string(d) + " is " + std::to_string(dim) + ", too large");
             }
             t.ne[d] = static_cast<int64_t>(dim);
             if (__builtin_mul_overflow(n_elements, t.ne[d], &n_elements)) {
@@ -458,14 +491,12 @@ Status GgufFile::parse_tensor_infos(GgufCursor &in, uint64_t n_tensors) {
         if (traits == nullptr) {
             const char *ggml_name = ggml_type_name(type_id);
             return in.fail(H2O_ERR_UNSUPPORTED, "tensor type id " + std::to_string(type_id) +
-                                                    (ggml_name ? std::string(" (") + ggml_name + ")" : "") +
-                                                    " is not supported");
+                                                    (ggml_name ? std::string(" (") + ggml_name + ")" : "") + " is not supported");
         }
         t.type = static_cast<TensorType>(type_id);
         if (t.ne[0] % traits->block_elements != 0) {
-            return in.fail(H2O_ERR_MODEL_FORMAT, "row length ne[0] = " + std::to_string(t.ne[0]) +
-                                                     " is not a multiple of the " + traits->name + " block size " +
-                                                     std::to_string(traits->block_elements));
+            return in.fail(H2O_ERR_MODEL_FORMAT, "row length ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+                                                     traits->name + " block size " + std::to_string(traits->block_elements));
         }
         const uint64_t blocks_per_row = static_cast<uint64_t>(t.ne[0]) / traits->block_elements;
         uint64_t bytes_per_row = 0;
@@ -476,9 +507,8 @@ Status GgufFile::parse_tensor_infos(GgufCursor &in, uint64_t n_tensors) {
 
         H2O_TRY(in.scalar("data offset", &t.offset));
         if (t.offset % alignment_ != 0) {
-            return in.fail(H2O_ERR_MODEL_FORMAT, "data offset " + std::to_string(t.offset) +
-                                                     " is not a multiple of the alignment " +
-                                                     std::to_string(alignment_));
+            return in.fail(H2O_ERR_MODEL_FORMAT,
+                           "data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " + std::to_string(alignment_));
         }
         tensor_index_.emplace(t.name, tensors_.size());
         tensors_.push_back(t);
@@ -494,13 +524,12 @@ Status GgufFile::place_tensor_data(uint64_t header_end) {
     for (GgufTensor &t : tensors_) {
         uint64_t begin = 0, end = 0;
         if (__builtin_add_overflow(data_start, t.offset, &begin) || __builtin_add_overflow(begin, t.n_bytes, &end)) {
-            return make_error(H2O_ERR_MODEL_FORMAT, "tensor " + quoted(t.name) + ": data offset " +
-                                                        std::to_string(t.offset) + " overflows 64 bits");
+            return make_error(H2O_ERR_MODEL_FORMAT,
+                              "tensor " + quoted(t.name) + ": data offset " + std::to_string(t.offset) + " overflows 64 bits");
         }
         if (end > size_) {
             return make_error(H2O_ERR_MODEL_FORMAT, "tensor " + quoted(t.name) + ": data " + range_text(begin, end) +
-                                                        " extends past end of file (size " +
-                                                        std::to_string(size_) + ")");
+                                                        " extends past end of file (size " + std::to_string(size_) + ")");
         }
         t.data = data_ + begin;
     }
@@ -508,18 +537,16 @@ Status GgufFile::place_tensor_data(uint64_t header_end) {
     std::vector<const GgufTensor *> by_offset;
     by_offset.reserve(tensors_.size());
     for (const GgufTensor &t : tensors_) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(),
-              [](const GgufTensor *a, const GgufTensor *b) { return a->offset < b->offset; });
+    std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensor *a, const GgufTensor *b) { return a->offset < b->offset; });
     for (size_t i = 1; i < by_offset.size(); ++i) {
         const GgufTensor &prev = *by_offset[i - 1];
         const GgufTensor &next = *by_offset[i];
         if (next.offset < prev.offset + prev.n_bytes) {  // no overflow: both ends were checked above
-            return make_error(H2O_ERR_MODEL_FORMAT,
-                              "tensors " + quoted(prev.name) + " (data " +
-                                  range_text(data_start + prev.offset, data_start + prev.offset + prev.n_bytes) +
-                                  ") and " + quoted(next.name) + " (data " +
-                                  range_text(data_start + next.offset, data_start + next.offset + next.n_bytes) +
-                                  ") overlap");
+            return make_error(H2O_ERR_MODEL_FORMAT, "tensors " + quoted(prev.name) + " (data " +
+                                                        range_text(data_start + prev.offset, data_start + prev.offset + prev.n_bytes) +
+                                                        ") and " + quoted(next.name) + " (data " +
+                                                        range_text(data_start + next.offset, data_start + next.offset + next.n_bytes) +
+                                                        ") overlap");
         }
     }
     return Status::Ok();
@@ -539,9 +566,7 @@ const GgufTensor *GgufFile::find_tensor(std::string_view name) const {
 
 namespace {
 
-Status missing_key(std::string_view key) {
-    return make_error(H2O_ERR_MODEL_FORMAT, "missing metadata key " + quoted(key));
-}
+Status missing_key(std::string_view key) { return make_error(H2O_ERR_MODEL_FORMAT, "missing metadata key " + quoted(key)); }
 
 std::string describe_type(const GgufValue &value) {
     if (value.type != GgufType::ARRAY) return gguf_type_name(value.type);
@@ -549,8 +574,7 @@ std::string describe_type(const GgufValue &value) {
 }
 
 Status wrong_type(std::string_view key, const char *expected, const GgufValue &actual) {
-    return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": expected " + expected + ", got " +
-                                                describe_type(actual));
+    return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": expected " + expected + ", got " + describe_type(actual));
 }
 
 // Unaligned element i of a fixed-size array.
@@ -568,13 +592,13 @@ Status GgufFile::get_u32(std::string_view key, uint32_t *out) const {
     if (value == nullptr) return missing_key(key);
     if (!is_integer(value->type)) return wrong_type(key, "an integer", *value);
     constexpr uint32_t max = std::numeric_limits<uint32_t>::max();
-    const bool is_signed = value->type == GgufType::INT8 || value->type == GgufType::INT16 ||
-                           value->type == GgufType::INT32 || value->type == GgufType::INT64;
+    const bool is_signed =
+        value->type == GgufType::INT8 || value->type == GgufType::INT16 || value->type == GgufType::INT32 || value->type == GgufType::INT64;
     const bool in_range = is_signed ? value->i64 >= 0 && value->i64 <= max : value->u64 <= max;
     if (!in_range) {
         const std::string text = is_signed ? std::to_string(value->i64) : std::to_string(value->u64);
-        return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": value " + text + " (" +
-                                                    gguf_type_name(value->type) + ") is out of range for uint32");
+        return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": value " + text + " (" + gguf_type_name(value->type) +
+                                                    ") is out of range for uint32");
     }
     *out = static_cast<uint32_t>(is_signed ? static_cast<uint64_t>(value->i64) : value->u64);
     return Status::Ok();
@@ -596,8 +620,8 @@ Status GgufFile::get_f32(std::string_view key, float *out) const {
     }
     // Converting a finite double beyond float's range is undefined behaviour.
     if (std::isfinite(value->f64) && std::fabs(value->f64) > std::numeric_limits<float>::max()) {
-        return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": value " +
-                                                    std::to_string(value->f64) + " is out of range for float32");
+        return make_error(H2O_ERR_MODEL_FORMAT,
+                          "metadata key " + quoted(key) + ": value " + std::to_string(value->f64) + " is out of range for float32");
     }
     *out = static_cast<float>(value->f64);
     return Status::Ok();
@@ -643,8 +667,8 @@ Status GgufFile::get_string_array(std::string_view key, std::vector<std::string_
 Status GgufFile::get_f32_array(std::string_view key, std::vector<float> *out) const {
     const GgufValue *value = find(key);
     if (value == nullptr) return missing_key(key);
-    const bool is_float_array = value->type == GgufType::ARRAY &&
-                                (value->array_type == GgufType::FLOAT32 || value->array_type == GgufType::FLOAT64);
+    const bool is_float_array =
+        value->type == GgufType::ARRAY && (value->array_type == GgufType::FLOAT32 || value->array_type == GgufType::FLOAT64);
     if (!is_float_array) return wrong_type(key, "ARRAY of FLOAT32 or FLOAT64", *value);
     std::vector<float> result(static_cast<size_t>(value->array_size));
     for (uint64_t i = 0; i < value->array_size; ++i) {
@@ -654,9 +678,8 @@ Status GgufFile::get_f32_array(std::string_view key, std::vector<float> *out) co
         }
         const double v = array_element<double>(*value, i);
         if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
-            return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": element " +
-                                                        std::to_string(i) + " value " + std::to_string(v) +
-                                                        " is out of range for float32");
+            return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": element " + std::to_string(i) + " value " +
+                                                        std::to_string(v) + " is out of range for float32");
         }
         result[i] = static_cast<float>(v);
     }
@@ -667,8 +690,8 @@ Status GgufFile::get_f32_array(std::string_view key, std::vector<float> *out) co
 Status GgufFile::get_i32_array(std::string_view key, std::vector<int32_t> *out) const {
     const GgufValue *value = find(key);
     if (value == nullptr) return missing_key(key);
-    const bool is_int32_array = value->type == GgufType::ARRAY &&
-                                (value->array_type == GgufType::INT32 || value->array_type == GgufType::UINT32);
+    const bool is_int32_array =
+        value->type == GgufType::ARRAY && (value->array_type == GgufType::INT32 || value->array_type == GgufType::UINT32);
     if (!is_int32_array) return wrong_type(key, "ARRAY of INT32 or UINT32", *value);
     std::vector<int32_t> result(static_cast<size_t>(value->array_size));
     for (uint64_t i = 0; i < value->array_size; ++i) {
@@ -678,9 +701,8 @@ Status GgufFile::get_i32_array(std::string_view key, std::vector<int32_t> *out) 
         }
         const uint32_t v = array_element<uint32_t>(*value, i);
         if (v > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-            return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": element " +
-                                                        std::to_string(i) + " value " + std::to_string(v) +
-                                                        " (UINT32) is out of range for int32");
+            return make_error(H2O_ERR_MODEL_FORMAT, "metadata key " + quoted(key) + ": element " + std::to_string(i) + " value " +
+                                                        std::to_string(v) + " (UINT32) is out of range for int32");
         }
         result[i] = static_cast<int32_t>(v);
     }
@@ -763,13 +785,9 @@ void GgufWriter::add_u32(std::string key, uint32_t value) {
     add_entry(std::move(key), encode_scalar(GgufType::UINT32, value));
 }
 
-void GgufWriter::add_i32(std::string key, int32_t value) {
-    add_entry(std::move(key), encode_scalar(GgufType::INT32, value));
-}
+void GgufWriter::add_i32(std::string key, int32_t value) { add_entry(std::move(key), encode_scalar(GgufType::INT32, value)); }
 
-void GgufWriter::add_f32(std::string key, float value) {
-    add_entry(std::move(key), encode_scalar(GgufType::FLOAT32, value));
-}
+void GgufWriter::add_f32(std::string key, float value) { add_entry(std::move(key), encode_scalar(GgufType::FLOAT32, value)); }
 
 void GgufWriter::add_bool(std::string key, bool value) {
     add_entry(std::move(key), encode_scalar(GgufType::BOOL, static_cast<uint8_t>(value ? 1 : 0)));
@@ -803,26 +821,49 @@ void GgufWriter::add_copy(const GgufKeyValue &kv) {
     const GgufValue &value = kv.value;
     if (kv.key == "general.alignment") {
         if (value.type != GgufType::UINT32) {
-            return record_error("metadata key 'general.alignment': expected UINT32, got " +
-                                std::string(gguf_type_name(value.type)));
+            return record_error("metadata key 'general.alignment': expected UINT32, got " + std::string(gguf_type_name(value.type)));
         }
         return set_alignment(static_cast<uint32_t>(value.u64));
     }
     std::vector<uint8_t> encoded;
     put_type(&encoded, value.type);
     switch (value.type) {
-        case GgufType::UINT8: put(&encoded, static_cast<uint8_t>(value.u64)); break;
-        case GgufType::INT8: put(&encoded, static_cast<int8_t>(value.i64)); break;
-        case GgufType::UINT16: put(&encoded, static_cast<uint16_t>(value.u64)); break;
-        case GgufType::INT16: put(&encoded, static_cast<int16_t>(value.i64)); break;
-        case GgufType::UINT32: put(&encoded, static_cast<uint32_t>(value.u64)); break;
-        case GgufType::INT32: put(&encoded, static_cast<int32_t>(value.i64)); break;
-        case GgufType::UINT64: put(&encoded, value.u64); break;
-        case GgufType::INT64: put(&encoded, value.i64); break;
-        case GgufType::FLOAT32: put(&encoded, static_cast<float>(value.f64)); break;  // exact: it came from a float
-        case GgufType::FLOAT64: put(&encoded, value.f64); break;
-        case GgufType::BOOL: put(&encoded, static_cast<uint8_t>(value.u64 != 0)); break;
-        case GgufType::STRING: put_string(&encoded, value.str); break;
+        case GgufType::UINT8:
+            put(&encoded, static_cast<uint8_t>(value.u64));
+            break;
+        case GgufType::INT8:
+            put(&encoded, static_cast<int8_t>(value.i64));
+            break;
+        case GgufType::UINT16:
+            put(&encoded, static_cast<uint16_t>(value.u64));
+            break;
+        case GgufType::INT16:
+            put(&encoded, static_cast<int16_t>(value.i64));
+            break;
+        case GgufType::UINT32:
+            put(&encoded, static_cast<uint32_t>(value.u64));
+            break;
+        case GgufType::INT32:
+            put(&encoded, static_cast<int32_t>(value.i64));
+            break;
+        case GgufType::UINT64:
+            put(&encoded, value.u64);
+            break;
+        case GgufType::INT64:
+            put(&encoded, value.i64);
+            break;
+        case GgufType::FLOAT32:
+            put(&encoded, static_cast<float>(value.f64));
+            break;  // exact: it came from a float
+        case GgufType::FLOAT64:
+            put(&encoded, value.f64);
+            break;
+        case GgufType::BOOL:
+            put(&encoded, static_cast<uint8_t>(value.u64 != 0));
+            break;
+        case GgufType::STRING:
+            put_string(&encoded, value.str);
+            break;
         case GgufType::ARRAY: {
             put_type(&encoded, value.array_type);
             put(&encoded, value.array_size);
@@ -835,8 +876,7 @@ void GgufWriter::add_copy(const GgufKeyValue &kv) {
             }
             const size_t element_size = fixed_size(value.array_type);
             if (element_size == 0 || (value.array_size > 0 && value.array_data == nullptr)) {
-                return record_error("metadata key " + quoted(kv.key) + ": cannot copy an ARRAY of " +
-                                    gguf_type_name(value.array_type));
+                return record_error("metadata key " + quoted(kv.key) + ": cannot copy an ARRAY of " + gguf_type_name(value.array_type));
             }
             encoded.insert(encoded.end(), value.array_data, value.array_data + value.array_size * element_size);
             break;
@@ -867,13 +907,12 @@ void GgufWriter::add_tensor(std::string name, TensorType type, std::vector<int64
         }
     }
     if (ne[0] % traits->block_elements != 0) {
-        return record_error(label + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " +
-                            traits->name + " block size " + std::to_string(traits->block_elements));
+        return record_error(label + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " + traits->name + " block size " +
+                            std::to_string(traits->block_elements));
     }
     const uint64_t expected = static_cast<uint64_t>(row_bytes(type, ne[0])) * static_cast<uint64_t>(n_elements / ne[0]);
     if (data.size() != expected) {
-        return record_error(label + ": data has " + std::to_string(data.size()) + " bytes, its shape needs " +
-                            std::to_string(expected));
+        return record_error(label + ": data has " + std::to_string(data.size()) + " bytes, its shape needs " + std::to_string(expected));
     }
     tensors_.push_back({std::move(name), type, std::move(ne), std::move(data)});
 }

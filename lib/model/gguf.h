@@ -17,8 +17,19 @@
 namespace h2o {
 
 enum class GgufType : uint32_t {
-    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-    STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+    UINT8 = 0,
+    INT8 = 1,
+    UINT16 = 2,
+    INT16 = 3,
+    UINT32 = 4,
+    INT32 = 5,
+    FLOAT32 = 6,
+    BOOL = 7,
+    STRING = 8,
+    ARRAY = 9,
+    UINT64 = 10,
+    INT64 = 11,
+    FLOAT64 = 12,
 };
 
 const char *gguf_type_name(GgufType type);
@@ -32,10 +43,10 @@ struct GgufValue {
     int64_t i64 = 0;
     uint64_t u64 = 0;
     double f64 = 0.0;
-    std::string_view str;                // STRING
-    GgufType array_type = GgufType::UINT8;  // ARRAY: element type (arrays of arrays are rejected)
-    uint64_t array_size = 0;                // ARRAY: element count
-    const uint8_t *array_data = nullptr;    // ARRAY of fixed-size elements: first element
+    std::string_view str;                         // STRING
+    GgufType array_type = GgufType::UINT8;        // ARRAY: element type (arrays of arrays are rejected)
+    uint64_t array_size = 0;                      // ARRAY: element count
+    const uint8_t *array_data = nullptr;          // ARRAY of fixed-size elements: first element
     std::vector<std::string_view> array_strings;  // ARRAY of STRING: the elements
 };
 
@@ -91,12 +102,12 @@ public:
     // H2O_ERR_MODEL_FORMAT naming the key, the expected and the actual type.
     Status get_u32(std::string_view key, uint32_t *out) const;  // any integer type in range
     Status get_u32_or(std::string_view key, uint32_t fallback, uint32_t *out) const;
-    Status get_f32(std::string_view key, float *out) const;     // FLOAT32 or FLOAT64
+    Status get_f32(std::string_view key, float *out) const;  // FLOAT32 or FLOAT64
     Status get_f32_or(std::string_view key, float fallback, float *out) const;
     Status get_string(std::string_view key, std::string_view *out) const;
     Status get_bool_or(std::string_view key, bool fallback, bool *out) const;
     Status get_string_array(std::string_view key, std::vector<std::string_view> *out) const;
-    Status get_f32_array(std::string_view key, std::vector<float> *out) const;  // FLOAT32 or FLOAT64
+    Status get_f32_array(std::string_view key, std::vector<float> *out) const;    // FLOAT32 or FLOAT64
     Status get_i32_array(std::string_view key, std::vector<int32_t> *out) const;  // INT32 or UINT32 in range
 
 private:

@@ -34,8 +34,8 @@ Status unsupported(const std::string &what) { return make_error(H2O_ERR_UNSUPPOR
 
 }  // namespace
 
-Status Model::load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out,
-                   const LoadProgress &progress, uint64_t prefix_cache_bytes) {
+Status Model::load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out, const LoadProgress &progress,
+                   uint64_t prefix_cache_bytes) {
     std::unique_ptr<Model> model(new Model());
     model->prefix_cache_ = std::make_unique<PrefixCache>(prefix_cache_bytes);
     if (!progress.report(0.0f)) return load_cancelled();
@@ -49,8 +49,7 @@ Status Model::load(const std::string &path, const std::string &tokenizer_path, s
     }
     if (st.ok() && model->tokenizer_->n_vocab() != model->shape_.n_vocab) {
         st = make_error(H2O_ERR_TOKENIZER, "tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
-                                               " tokens but the model's embedding has " + std::to_string(model->shape_.n_vocab) +
-                                               " rows");
+                                               " tokens but the model's embedding has " + std::to_string(model->shape_.n_vocab) + " rows");
     }
     if (st.ok()) model->fingerprint_ = model->compute_fingerprint();
     if (st.ok() && !progress.report(1.0f)) st = load_cancelled();
@@ -152,12 +151,15 @@ Status Model::read_hyper_parameters() {
     if (n_layer == 0 || n_layer > kMaxLayers) return bad(range(key("block_count"), n_layer));
     if (n_head == 0 || n_head > kMaxHeads) return bad(range(key("attention.head_count"), n_head));
     if (n_head_kv == 0 || n_head % n_head_kv != 0)
-        return bad(key("attention.head_count_kv") + " " + std::to_string(n_head_kv) + " does not divide head_count " + std::to_string(n_head));
+        return bad(key("attention.head_count_kv") + " " + std::to_string(n_head_kv) + " does not divide head_count " +
+                   std::to_string(n_head));
     if (n_ff == 0 || n_ff > kMaxFeedForward) return bad(range(key("feed_forward_length"), n_ff));
     if (n_ctx == 0 || n_ctx > kMaxContextLength) {
-        return bad(key("context_length") + " " + std::to_string(n_ctx) + " is out of range (1 to " + std::to_string(kMaxContextLength) + ")");
+        return bad(key("context_length") + " " + std::to_string(n_ctx) + " is out of range (1 to " + std::to_string(kMaxContextLength) +
+                   ")");
     }
-    if (experts != 0) return unsupported(key("expert_count") + " is " + std::to_string(experts) + ": mixtures of experts are not supported");
+    if (experts != 0)
+        return unsupported(key("expert_count") + " is " + std::to_string(experts) + ": mixtures of experts are not supported");
     if (!(eps > 0.0f) || !std::isfinite(eps)) return bad(key("attention.layer_norm_rms_epsilon") + " must be a positive number");
 
     // The head size: attention.key_length when given (Qwen3: q is wider than the embedding),
@@ -168,8 +170,8 @@ Status Model::read_hyper_parameters() {
         if (head_dim == 0 || head_dim > kMaxHeadDim) return bad(range(key("attention.key_length"), head_dim));
     } else {
         if (n_embd % n_head != 0)
-            return bad(key("attention.head_count") + " " + std::to_string(n_head) + " does not divide embedding_length " + std::to_string(n_embd) +
-                       " (and " + key("attention.key_length") + " does not give the head size)");
+            return bad(key("attention.head_count") + " " + std::to_string(n_head) + " does not divide embedding_length " +
+                       std::to_string(n_embd) + " (and " + key("attention.key_length") + " does not give the head size)");
         head_dim = n_embd / n_head;
     }
     H2O_TRY(file_->get_u32_or(key("attention.value_length"), head_dim, &value_dim));
@@ -209,7 +211,8 @@ Status Model::read_rotary(uint32_t head_dim) {
     uint32_t dims = 0;
     H2O_TRY(file_->get_u32_or(key("rope.dimension_count"), head_dim, &dims));
     if (dims == 0 || dims > head_dim || dims % 2 != 0)
-        return bad(key("rope.dimension_count") + " " + std::to_string(dims) + " must be even and at most the head size " + std::to_string(head_dim));
+        return bad(key("rope.dimension_count") + " " + std::to_string(dims) + " must be even and at most the head size " +
+                   std::to_string(head_dim));
     H2O_TRY(file_->get_f32_or(key("rope.freq_base"), 10000.0f, &rope.freq_base));
     if (!(rope.freq_base > 0.0f) || !std::isfinite(rope.freq_base)) return bad(key("rope.freq_base") + " must be a positive number");
     rope.dims = static_cast<int>(dims);
@@ -234,8 +237,7 @@ Status Model::bind(const std::string &name, int64_t cols, int64_t rows, WeightVi
     const GgufTensor *t = file_->find_tensor(name);
     if (!t) return bad("missing tensor '" + name + "'");
     const bool is_vector = rows == 1;
-    const bool shape_ok = is_vector ? (t->n_dims == 1 && t->ne[0] == cols)
-                                    : (t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows);
+    const bool shape_ok = is_vector ? (t->n_dims == 1 && t->ne[0] == cols) : (t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows);
     if (!shape_ok) {
         std::string got;
         for (uint32_t d = 0; d < t->n_dims; ++d) got += (d ? " x " : "") + std::to_string(t->ne[d]);
@@ -285,7 +287,8 @@ Status Model::bind_weights() {
     for (int l = 0; l < shape_.n_layer; ++l) H2O_TRY(bind_layer(l));
     if (!widened_weights_.empty()) {
         char text[200];
-        std::snprintf(text, sizeof text, "%zu Q5_0 tensors run as Q8_0, the same values (no backend has Q5_0 kernels): %.1f MiB instead of %.1f",
+        std::snprintf(text, sizeof text,
+                      "%zu Q5_0 tensors run as Q8_0, the same values (no backend has Q5_0 kernels): %.1f MiB instead of %.1f",
                       widened_weights_.size(), static_cast<double>(widened_file_bytes_ / sizeof(BlockQ5_0) * sizeof(BlockQ8_0)) / (1 << 20),
                       static_cast<double>(widened_file_bytes_) / (1 << 20));
         log(H2O_LOG_INFO, text);
@@ -325,7 +328,8 @@ Status Model::bind_rope_freqs() {
     out.resize(static_cast<size_t>(shape_.rope.pairs()));
     std::memcpy(out.data(), factors.data, out.size() * sizeof(float));
     for (float f : out) {
-        if (!(f > 0.0f) || !std::isfinite(f)) return bad("tensor 'rope_freqs.weight' holds " + std::to_string(f) + ": frequency factors must be positive numbers");
+        if (!(f > 0.0f) || !std::isfinite(f))
+            return bad("tensor 'rope_freqs.weight' holds " + std::to_string(f) + ": frequency factors must be positive numbers");
     }
     return Status::Ok();
 }

@@ -4,8 +4,8 @@
 
 namespace h2o {
 
-std::shared_ptr<const std::vector<uint8_t>> PrefixCache::find(uint64_t settings_key, bool pinned, const int32_t *tokens,
-                                                              size_t n, size_t *matched) {
+std::shared_ptr<const std::vector<uint8_t>> PrefixCache::find(uint64_t settings_key, bool pinned, const int32_t *tokens, size_t n,
+                                                              size_t *matched) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto best = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {

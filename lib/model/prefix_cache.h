@@ -23,8 +23,7 @@ public:
 
     // The state saved after the longest cached token sequence that `tokens` begins with, under
     // the same settings key and pin flag; null when none. *matched receives its length.
-    std::shared_ptr<const std::vector<uint8_t>> find(uint64_t settings_key, bool pinned, const int32_t *tokens, size_t n,
-                                                     size_t *matched);
+    std::shared_ptr<const std::vector<uint8_t>> find(uint64_t settings_key, bool pinned, const int32_t *tokens, size_t n, size_t *matched);
     // Remembers the state after processing `tokens` from a fresh session (evicting old entries to
     // stay within the capacity; a state larger than the capacity is not kept).
     void insert(uint64_t settings_key, bool pinned, const int32_t *tokens, size_t n, std::vector<uint8_t> state);

@@ -20,17 +20,16 @@ namespace {
 #define CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 
 // GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-constexpr const char *kGpt2 =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+constexpr const char *kGpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 
 // Llama 3 (tokenizer.json): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-constexpr const char *kLlama3 = CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS
-                                             "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+constexpr const char *kLlama3 = CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS
+                                             "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 
 // Qwen 2, 2.5 and 3: as Llama 3, with digits one at a time.
-constexpr const char *kQwen2 = CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS
-                                            "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+constexpr const char *kQwen2 = CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS
+                                            "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 
 // GPT-4o / o200k (Phi-4-mini). tokenizer.json's pattern tells upper- from lower-case letters by
 // Unicode category ([\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ ...). llama.cpp
@@ -39,10 +38,9 @@ constexpr const char *kQwen2 = CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{
 // This is that adaptation ([^\P{L}a-z]: a letter other than a-z), so that the ids are llama.cpp's;
 // they differ from the Hugging Face tokenizer's only where non-ASCII text changes case inside a
 // word or carries combining marks.
-constexpr const char *kGpt4o = "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]*[^\\P{L}A-Z]+" CONTRACTIONS
-                               "?|[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]+[^\\P{L}A-Z]*" CONTRACTIONS
-                               "?|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS
-                               "])|[" WS "]+";
+constexpr const char *kGpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]*[^\\P{L}A-Z]+" CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]+[^\\P{L}A-Z]*" CONTRACTIONS
+    "?|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 
 struct Definition {
     std::vector<std::string_view> names;  // tokenizer.ggml.pre values (llama.cpp's aliases)
@@ -89,8 +87,9 @@ Status Pretokenizer::create(std::string_view name, std::unique_ptr<Pretokenizer>
     std::string_view effective = name;
     if (name.empty()) {
         // llama.cpp's choice for files converted before the key existed.
-        log(H2O_LOG_WARN, "tokenizer.ggml.pre is absent: using llama.cpp's 'default' pre-tokenizer; the tokens may "
-                          "not be the model's own (convert the model again with a current converter)");
+        log(H2O_LOG_WARN,
+            "tokenizer.ggml.pre is absent: using llama.cpp's 'default' pre-tokenizer; the tokens may "
+            "not be the model's own (convert the model again with a current converter)");
         effective = "default";
     }
     const Definition *found = nullptr;
@@ -103,8 +102,8 @@ Status Pretokenizer::create(std::string_view name, std::unique_ptr<Pretokenizer>
     if (!found) {
         std::string known;
         for (const std::string &n : known_names()) known += (known.empty() ? "" : ", ") + n;
-        return make_error(H2O_ERR_UNSUPPORTED, "tokenizer.ggml.pre '" + std::string(name) +
-                                                   "' is not a supported pre-tokenizer (supported: " + known + ")");
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          "tokenizer.ggml.pre '" + std::string(name) + "' is not a supported pre-tokenizer (supported: " + known + ")");
     }
 
     std::unique_ptr<Pretokenizer> pre(new Pretokenizer());
@@ -115,8 +114,8 @@ Status Pretokenizer::create(std::string_view name, std::unique_ptr<Pretokenizer>
         auto pattern = std::make_unique<Pattern>();
         int error = 0;
         PCRE2_SIZE error_offset = 0;
-        pattern->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                                      &error, &error_offset, nullptr);
+        pattern->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &error,
+                                      &error_offset, nullptr);
         if (!pattern->code) {
             PCRE2_UCHAR buffer[256];
             pcre2_get_error_message(error, buffer, sizeof buffer);
@@ -166,8 +165,8 @@ Status Pretokenizer::split(std::string_view text, std::vector<std::string_view> 
                     PCRE2_UCHAR buffer[256];
                     pcre2_get_error_message(rc, buffer, sizeof buffer);
                     return make_error(H2O_ERR_TOKENIZER, "pre-tokenizer '" + name_ + "' failed on a piece of " +
-                                                             std::to_string(piece.size()) + " bytes: " +
-                                                             reinterpret_cast<const char *>(buffer));
+                                                             std::to_string(piece.size()) +
+                                                             " bytes: " + reinterpret_cast<const char *>(buffer));
                 }
                 const PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(match.data);
                 const size_t begin = ovector[0], end = ovector[1];

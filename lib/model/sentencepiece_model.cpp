@@ -14,9 +14,7 @@ public:
         put_varint(value);
     }
     // int32 fields encode negative values as 10-byte two's-complement varints.
-    void add_int32(uint32_t field, int32_t value) {
-        add_varint(field, static_cast<uint64_t>(static_cast<int64_t>(value)));
-    }
+    void add_int32(uint32_t field, int32_t value) { add_varint(field, static_cast<uint64_t>(static_cast<int64_t>(value))); }
     void add_bool(uint32_t field, bool value) { add_varint(field, value ? 1 : 0); }
     void add_float(uint32_t field, float value) {
         put_tag(field, 5);
@@ -95,11 +93,16 @@ public:
         uint64_t ignored;
         std::string_view ignored_bytes;
         switch (wire_type) {
-        case 0: return read_varint(&ignored);
-        case 1: return skip_bytes(8);
-        case 2: return read_bytes(&ignored_bytes);
-        case 5: return skip_bytes(4);
-        default: return fail("unsupported wire type " + std::to_string(wire_type));
+            case 0:
+                return read_varint(&ignored);
+            case 1:
+                return skip_bytes(8);
+            case 2:
+                return read_bytes(&ignored_bytes);
+            case 5:
+                return skip_bytes(4);
+            default:
+                return fail("unsupported wire type " + std::to_string(wire_type));
         }
     }
     bool fail(std::string message) {
@@ -123,11 +126,9 @@ private:
 namespace pb {
 constexpr uint32_t kModelPieces = 1, kModelTrainerSpec = 2, kModelNormalizerSpec = 3;
 constexpr uint32_t kPiecePiece = 1, kPieceScore = 2, kPieceType = 3;
-constexpr uint32_t kTrainerModelType = 3, kTrainerVocabSize = 4, kTrainerByteFallback = 35,
-                   kTrainerUnkId = 40, kTrainerBosId = 41, kTrainerEosId = 42, kTrainerPadId = 43,
-                   kTrainerUnkPiece = 45, kTrainerBosPiece = 46, kTrainerEosPiece = 47;
-constexpr uint32_t kNormName = 1, kNormAddDummyPrefix = 3, kNormRemoveExtraWhitespaces = 4,
-                   kNormEscapeWhitespaces = 5;
+constexpr uint32_t kTrainerModelType = 3, kTrainerVocabSize = 4, kTrainerByteFallback = 35, kTrainerUnkId = 40, kTrainerBosId = 41,
+                   kTrainerEosId = 42, kTrainerPadId = 43, kTrainerUnkPiece = 45, kTrainerBosPiece = 46, kTrainerEosPiece = 47;
+constexpr uint32_t kNormName = 1, kNormAddDummyPrefix = 3, kNormRemoveExtraWhitespaces = 4, kNormEscapeWhitespaces = 5;
 constexpr uint64_t kModelTypeUnigram = 1, kModelTypeBpe = kSentencepieceModelTypeBpe;
 }  // namespace pb
 
@@ -157,10 +158,14 @@ Status parse_sentencepiece_model(std::string_view bytes, VocabSpec *spec, uint64
             uint64_t type = TOKEN_NORMAL;
             while (sub.next(&field, &wire)) {
                 bool ok;
-                if (field == pb::kPiecePiece && wire == 2) ok = sub.read_bytes(&piece);
-                else if (field == pb::kPieceScore && wire == 5) ok = sub.read_float(&score);
-                else if (field == pb::kPieceType && wire == 0) ok = sub.read_varint(&type);
-                else ok = sub.skip(wire);
+                if (field == pb::kPiecePiece && wire == 2)
+                    ok = sub.read_bytes(&piece);
+                else if (field == pb::kPieceScore && wire == 5)
+                    ok = sub.read_float(&score);
+                else if (field == pb::kPieceType && wire == 0)
+                    ok = sub.read_varint(&type);
+                else
+                    ok = sub.skip(wire);
                 if (!ok) return malformed(sub);
             }
             spec->pieces.emplace_back(piece);
@@ -177,11 +182,16 @@ Status parse_sentencepiece_model(std::string_view bytes, VocabSpec *spec, uint64
                 if (!sub.read_varint(&value)) return malformed(sub);
                 // int32 fields arrive sign-extended to 64 bits; truncation restores them.
                 const auto as_int32 = static_cast<int32_t>(static_cast<uint32_t>(value));
-                if (trainer && field == pb::kTrainerModelType) *model_type = value;
-                else if (trainer && field == pb::kTrainerUnkId) spec->unk = as_int32;
-                else if (trainer && field == pb::kTrainerBosId) spec->bos = as_int32;
-                else if (trainer && field == pb::kTrainerEosId) spec->eos = as_int32;
-                else if (!trainer && field == pb::kNormAddDummyPrefix) spec->add_space_prefix = value != 0;
+                if (trainer && field == pb::kTrainerModelType)
+                    *model_type = value;
+                else if (trainer && field == pb::kTrainerUnkId)
+                    spec->unk = as_int32;
+                else if (trainer && field == pb::kTrainerBosId)
+                    spec->bos = as_int32;
+                else if (trainer && field == pb::kTrainerEosId)
+                    spec->eos = as_int32;
+                else if (!trainer && field == pb::kNormAddDummyPrefix)
+                    spec->add_space_prefix = value != 0;
             }
         }
         if (!sub.error().empty()) return malformed(sub);
@@ -199,8 +209,10 @@ std::string serialize_sentencepiece_model(const VocabSpec &spec, bool byte_fallb
         // Sentencepiece wants exactly one unknown piece: unk, whatever type the file gives it
         // (Phi-3's <unk> is a control token, and its padding tokens have the unknown type).
         int32_t type = spec.types[i];
-        if (static_cast<int32_t>(i) == spec.unk) type = TOKEN_UNKNOWN;
-        else if (type == TOKEN_UNKNOWN) type = TOKEN_UNUSED;
+        if (static_cast<int32_t>(i) == spec.unk)
+            type = TOKEN_UNKNOWN;
+        else if (type == TOKEN_UNKNOWN)
+            type = TOKEN_UNUSED;
         piece.add_varint(pb::kPieceType, static_cast<uint64_t>(type));
         model.add_message(pb::kModelPieces, piece);
     }

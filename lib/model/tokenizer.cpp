@@ -41,10 +41,14 @@ int parse_byte_piece(std::string_view piece) {
     int value = 0;
     for (char c : piece.substr(3, 2)) {
         int digit;
-        if (c >= '0' && c <= '9') digit = c - '0';
-        else if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
-        else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-        else return -1;
+        if (c >= '0' && c <= '9')
+            digit = c - '0';
+        else if (c >= 'A' && c <= 'F')
+            digit = c - 'A' + 10;
+        else if (c >= 'a' && c <= 'f')
+            digit = c - 'a' + 10;
+        else
+            return -1;
         value = value * 16 + digit;
     }
     return value;
@@ -56,9 +60,8 @@ int parse_byte_piece(std::string_view piece) {
 // fill-in-the-middle padding, repository and file separators are among them too: llama.cpp stops
 // there as well, since a model emitting them has left the answer.
 constexpr std::string_view kEndOfGenerationTexts[] = {
-    "</s>",          "<|eot_id|>",    "<|eom_id|>",  "<|im_end|>", "<|end|>",      "<|endoftext|>", "<|end_of_text|>",
-    "<end_of_turn>", "<EOT>",         "<|return|>",  "<|call|>",   "<|fim_pad|>",  "<|fim_repo|>",  "<|repo_name|>",
-    "<|file_sep|>",
+    "</s>",  "<|eot_id|>", "<|eom_id|>", "<|im_end|>",  "<|end|>",      "<|endoftext|>", "<|end_of_text|>", "<end_of_turn>",
+    "<EOT>", "<|return|>", "<|call|>",   "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>", "<|file_sep|>",
 };
 
 bool is_end_of_generation_text(std::string_view piece) {
@@ -74,15 +77,14 @@ Status validate_spec(const VocabSpec &spec) {
     // Byte-level BPE does not use scores; when a file has them they must still fit.
     if (spec.scores.size() != n && (sentencepiece || !spec.scores.empty()))
         return bad(std::to_string(n) + " tokens but " + std::to_string(spec.scores.size()) + " scores");
-    if (spec.types.size() != n)
-        return bad(std::to_string(n) + " tokens but " + std::to_string(spec.types.size()) + " token types");
+    if (spec.types.size() != n) return bad(std::to_string(n) + " tokens but " + std::to_string(spec.types.size()) + " token types");
     if (sentencepiece && !spec.merges.empty()) return bad("merges are given for a sentencepiece vocabulary");
     const int64_t n_vocab = static_cast<int64_t>(n);
     auto check_id = [&](const char *name, int32_t id, bool required) -> Status {
         if (id == -1 && !required) return Status::Ok();
         if (id < 0 || id >= n_vocab)
-            return bad(std::string(name) + " token id " + std::to_string(id) + " is outside the vocabulary of " +
-                       std::to_string(n) + " tokens");
+            return bad(std::string(name) + " token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(n) +
+                       " tokens");
         return Status::Ok();
     };
     H2O_TRY(check_id("BOS", spec.bos, false));
@@ -118,8 +120,8 @@ Status read_token_id(const GgufFile &file, const char *key, int32_t fallback, in
     if (value == UINT32_MAX) {
         *out = -1;
     } else if (value > static_cast<uint32_t>(INT32_MAX)) {
-        return make_error(H2O_ERR_MODEL_FORMAT, std::string("metadata '") + key + "' = " + std::to_string(value) +
-                                                    " is not a valid token id");
+        return make_error(H2O_ERR_MODEL_FORMAT,
+                          std::string("metadata '") + key + "' = " + std::to_string(value) + " is not a valid token id");
     } else {
         *out = static_cast<int32_t>(value);
     }
@@ -163,12 +165,23 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
         // ordinary word that merges build, and it must stay one (it still ends generation).
         if (is_end_of_generation_text(e.piece) && e.type != TOKEN_NORMAL) e.type = TOKEN_CONTROL;
         switch (e.type) {
-        case TOKEN_CONTROL: break;  // renders as nothing
-        case TOKEN_UNKNOWN: if (sentencepiece) e.surface = kUnknownSurface; break;
-        case TOKEN_BYTE: e.surface.assign(1, static_cast<char>(parse_byte_piece(e.piece))); break;
-        case TOKEN_UNUSED: if (sentencepiece) e.surface = replace_space_symbol(e.piece); break;
-        case TOKEN_USER_DEFINED: e.surface = sentencepiece ? replace_space_symbol(e.piece) : e.piece; break;
-        case TOKEN_NORMAL: e.surface = sentencepiece ? replace_space_symbol(e.piece) : byte_level_decode(e.piece); break;
+            case TOKEN_CONTROL:
+                break;  // renders as nothing
+            case TOKEN_UNKNOWN:
+                if (sentencepiece) e.surface = kUnknownSurface;
+                break;
+            case TOKEN_BYTE:
+                e.surface.assign(1, static_cast<char>(parse_byte_piece(e.piece)));
+                break;
+            case TOKEN_UNUSED:
+                if (sentencepiece) e.surface = replace_space_symbol(e.piece);
+                break;
+            case TOKEN_USER_DEFINED:
+                e.surface = sentencepiece ? replace_space_symbol(e.piece) : e.piece;
+                break;
+            case TOKEN_NORMAL:
+                e.surface = sentencepiece ? replace_space_symbol(e.piece) : byte_level_decode(e.piece);
+                break;
         }
     }
     tok->bos_ = spec.bos;
@@ -180,8 +193,7 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
         const Entry &e = tok->entries_[static_cast<size_t>(id)];
         const bool special = e.type == TOKEN_CONTROL || e.type == TOKEN_USER_DEFINED || e.type == TOKEN_UNKNOWN;
         if (special && !e.piece.empty()) tok->special_by_length_.push_back(id);
-        if (id == spec.eos || id == spec.eot || id == spec.eom || is_end_of_generation_text(e.piece))
-            tok->end_of_generation_.push_back(id);
+        if (id == spec.eos || id == spec.eot || id == spec.eom || is_end_of_generation_text(e.piece)) tok->end_of_generation_.push_back(id);
     }
     std::stable_sort(tok->special_by_length_.begin(), tok->special_by_length_.end(), [&](int32_t a, int32_t b) {
         return tok->entries_[static_cast<size_t>(a)].piece.size() > tok->entries_[static_cast<size_t>(b)].piece.size();
@@ -273,8 +285,8 @@ Status Tokenizer::from_model_file(const std::string &path, std::unique_ptr<Token
     uint64_t model_type = 0;
     Status st = parse_sentencepiece_model(bytes, &spec, &model_type);
     if (st.ok() && model_type != kSentencepieceModelTypeBpe)
-        st = make_error(H2O_ERR_UNSUPPORTED, "model type " + std::to_string(model_type) +
-                                                 " is not supported (only BPE, the Llama tokenizer)");
+        st = make_error(H2O_ERR_UNSUPPORTED,
+                        "model type " + std::to_string(model_type) + " is not supported (only BPE, the Llama tokenizer)");
     if (st.ok()) st = from_vocab(spec, out);
     if (!st.ok()) st.message = "tokenizer model '" + path + "': " + st.message;
     return st;
@@ -284,9 +296,7 @@ bool Tokenizer::is_control(int32_t id) const {
     return id >= 0 && id < n_vocab() && entries_[static_cast<size_t>(id)].type == TOKEN_CONTROL;
 }
 
-TokenType Tokenizer::type(int32_t id) const {
-    return id >= 0 && id < n_vocab() ? entries_[static_cast<size_t>(id)].type : TOKEN_UNUSED;
-}
+TokenType Tokenizer::type(int32_t id) const { return id >= 0 && id < n_vocab() ? entries_[static_cast<size_t>(id)].type : TOKEN_UNUSED; }
 
 const std::string &Tokenizer::piece(int32_t id) const {
     static const std::string kNone;
@@ -335,8 +345,10 @@ Status Tokenizer::encode(std::string_view text, bool add_bos, std::vector<int32_
     if (bpe_) {
         // User-defined tokens are found before the pre-tokenizer sees the text.
         for (const Fragment &f : split_special(text, /*with_control=*/false)) {
-            if (f.token >= 0) ids.push_back(f.token);
-            else H2O_TRY(encode_text(f.text, &ids));
+            if (f.token >= 0)
+                ids.push_back(f.token);
+            else
+                H2O_TRY(encode_text(f.text, &ids));
         }
     } else {
         // Sentencepiece finds user-defined pieces itself.
@@ -351,8 +363,10 @@ Status Tokenizer::encode_special(std::string_view text, bool add_bos, std::vecto
     if (add_bos && bos_ < 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "the vocabulary has no BOS token");
     std::vector<int32_t> ids;
     for (const Fragment &f : split_special(text, /*with_control=*/true)) {
-        if (f.token >= 0) ids.push_back(f.token);
-        else H2O_TRY(encode_text(f.text, &ids));
+        if (f.token >= 0)
+            ids.push_back(f.token);
+        else
+            H2O_TRY(encode_text(f.text, &ids));
     }
     if (add_bos && (ids.empty() || ids.front() != bos_)) ids.insert(ids.begin(), bos_);
     *out = std::move(ids);
@@ -377,9 +391,8 @@ void Tokenizer::append_piece(int32_t id, bool after_bos, std::string *out) const
 Status Tokenizer::decode(const int32_t *ids, size_t n, std::string *out) const {
     for (size_t i = 0; i < n; ++i) {
         if (ids[i] < 0 || ids[i] >= n_vocab())
-            return make_error(H2O_ERR_INVALID_ARGUMENT, "token id " + std::to_string(ids[i]) + " at position " +
-                                                            std::to_string(i) + " is outside the vocabulary of " +
-                                                            std::to_string(n_vocab()) + " tokens");
+            return make_error(H2O_ERR_INVALID_ARGUMENT, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                                                            " is outside the vocabulary of " + std::to_string(n_vocab()) + " tokens");
     }
     std::string text;
     if (bpe_) {

@@ -42,7 +42,10 @@ enum TokenType : int32_t {
 };
 
 // tokenizer.ggml.model: "llama" and "gpt2".
-enum class TokenizerModel { kSentencePiece, kByteLevelBpe };
+enum class TokenizerModel {
+    kSentencePiece,
+    kByteLevelBpe
+};
 
 // A vocabulary as GGUF stores it: pieces and types have one entry per token; bos/eos/unk are -1
 // when absent.
@@ -56,7 +59,7 @@ struct VocabSpec {
     TokenizerModel model = TokenizerModel::kSentencePiece;
     std::vector<std::string> pieces;
     std::vector<float> scores;
-    std::vector<int32_t> types;  // TokenType values
+    std::vector<int32_t> types;       // TokenType values
     std::vector<std::string> merges;  // byte-level BPE: "left right", by rank
     std::string pre;                  // byte-level BPE: tokenizer.ggml.pre
     int32_t bos = -1, eos = -1, unk = -1;
@@ -183,6 +186,5 @@ private:
     bool add_space_prefix_ = true;
     bool add_bos_ = false, add_eos_ = false;
 };
-
 
 }  // namespace h2o

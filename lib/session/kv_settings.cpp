@@ -37,6 +37,8 @@ float bits_float(uint64_t bits) {
     return f;
 }
 
+// The row helpers and the table are laid out by hand, a row to a setting.
+// clang-format off
 // Row helpers: a stable field (to_params given) or a research key (to_params null).
 constexpr CacheSetting field(const char *name, SettingWord word, uint32_t since, uint32_t word_since, uint32_t max_word,
                              uint64_t (*get)(const SessionSettings &), void (*set)(SessionSettings &, uint64_t),
@@ -102,6 +104,7 @@ const CacheSetting kCacheSettings[] = {
     research("kv_sinks_every_policy", H2O_EXP_KV_SINKS_EVERY_POLICY, 0, 1, true, SettingWord::U32, 8, 8,
              [](const S &s) -> uint64_t { return s.kv_sinks_every_policy ? 1 : 0; }, [](S &s, uint64_t v) { s.kv_sinks_every_policy = v != 0; }),
 };
+// clang-format on
 const size_t kCacheSettingCount = sizeof(kCacheSettings) / sizeof(kCacheSettings[0]);
 
 const CacheSetting *experimental_setting(uint32_t key) {
@@ -131,7 +134,8 @@ Status check_research_value(const CacheSetting &row, double value) {
 }
 
 bool same_cache_settings(const SessionSettings &a, const SessionSettings &b) {
-    return std::all_of(std::begin(kCacheSettings), std::end(kCacheSettings), [&](const CacheSetting &row) { return row.get(a) == row.get(b); });
+    return std::all_of(std::begin(kCacheSettings), std::end(kCacheSettings),
+                       [&](const CacheSetting &row) { return row.get(a) == row.get(b); });
 }
 
 uint64_t cache_settings_hash(const SessionSettings &settings) {
@@ -174,12 +178,14 @@ Status read_cache_settings(ByteReader *in, uint32_t version, SessionSettings *se
             bits = word;
         }
         if (version < row.snapshot_version && bits != 0) {
-            return make_error(H2O_ERR_STATE_FORMAT, std::string("not a valid session snapshot: its settings are out of range (the word that "
-                                                                "format version ") + std::to_string(version) + " reserves for " + row.name + " is not zero)");
+            return make_error(H2O_ERR_STATE_FORMAT,
+                              std::string("not a valid session snapshot: its settings are out of range (the word that "
+                                          "format version ") +
+                                  std::to_string(version) + " reserves for " + row.name + " is not zero)");
         }
         if (row.word == SettingWord::U32 && bits > row.max_word) {
-            return make_error(H2O_ERR_STATE_FORMAT, std::string("not a valid session snapshot: its settings are out of range (") + row.name +
-                                                        " " + std::to_string(bits) + ")");
+            return make_error(H2O_ERR_STATE_FORMAT, std::string("not a valid session snapshot: its settings are out of range (") +
+                                                        row.name + " " + std::to_string(bits) + ")");
         }
         row.set(*settings, bits);
     }
@@ -197,7 +203,7 @@ h2o_session_params default_session_params() {
     p.backend = H2O_BACKEND_AUTO;
     p.device_index = -1;
     p.kv_type = H2O_KV_TYPE_F16;  // h2o.h says why
-    return p;  // every research setting 0: off
+    return p;                     // every research setting 0: off
 }
 
 h2o_session_params params_for(const SessionSettings &settings, const h2o_session_params &host) {
@@ -237,9 +243,11 @@ std::string statistics_policies() {
 }  // namespace
 
 Status resolve_session_settings(const h2o_session_params &p, const ResolveContext &context, SessionSettings *out) {
-    if (p.n_ctx == 1) return bad("n_ctx must be at least 2 (0: the model's context length, at most " + std::to_string(kDefaultMaxContext) + ")");
+    if (p.n_ctx == 1)
+        return bad("n_ctx must be at least 2 (0: the model's context length, at most " + std::to_string(kDefaultMaxContext) + ")");
     if (p.n_ctx > kMaxContext) return bad("n_ctx " + std::to_string(p.n_ctx) + " exceeds the maximum " + std::to_string(kMaxContext));
-    if (p.n_threads > kMaxThreads) return bad("n_threads " + std::to_string(p.n_threads) + " exceeds the maximum " + std::to_string(kMaxThreads));
+    if (p.n_threads > kMaxThreads)
+        return bad("n_threads " + std::to_string(p.n_threads) + " exceeds the maximum " + std::to_string(kMaxThreads));
     if (p.n_batch > kMaxBatch) return bad("n_batch " + std::to_string(p.n_batch) + " exceeds the maximum " + std::to_string(kMaxBatch));
     if (p.kv_policy >= kKvPolicyCount) return bad("kv_policy " + std::to_string(p.kv_policy) + " is not a known policy");
     if (!(p.kv_recent_ratio <= 1.0f)) return bad("kv_recent_ratio must be at most 1 (negative: the policy's default)");
@@ -271,7 +279,8 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
 
     const float ratio = p.kv_recent_ratio >= 0.0f ? p.kv_recent_ratio : traits.default_recent_ratio;
     const uint32_t recent = p.kv_recent ? p.kv_recent : static_cast<uint32_t>(ratio * s.kv_budget);
-    if (recent > static_cast<uint32_t>(s.kv_budget)) return bad("kv_recent " + std::to_string(recent) + " exceeds kv_budget " + std::to_string(s.kv_budget));
+    if (recent > static_cast<uint32_t>(s.kv_budget))
+        return bad("kv_recent " + std::to_string(recent) + " exceeds kv_budget " + std::to_string(s.kv_budget));
     s.policy.recent = traits.has_recent_window ? static_cast<int>(recent) : 0;
 
     s.kv_layer_slope = evicting ? static_cast<float>(layer_slope) : 0.0f;
@@ -288,9 +297,9 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
 
     // The horizon ranks tokens by age, so only the policies that rank by attention have one.
     const uint64_t horizon = p.kv_horizon == H2O_KV_HORIZON_NONE ? 0
-                             : p.kv_horizon != 0                ? p.kv_horizon
-                                                                // in half budgets: 1.5 budgets is 3 * budget / 2, exactly
-                                                                : static_cast<uint64_t>(traits.default_horizon * 2.0f) * s.kv_budget / 2;
+                             : p.kv_horizon != 0                 ? p.kv_horizon
+                                                 // in half budgets: 1.5 budgets is 3 * budget / 2, exactly
+                                                 : static_cast<uint64_t>(traits.default_horizon * 2.0f) * s.kv_budget / 2;
     if (ranks_by_attention && horizon != 0 && horizon < static_cast<uint64_t>(s.kv_budget)) {
         return bad("kv_horizon " + std::to_string(horizon) + " is smaller than kv_budget " + std::to_string(s.kv_budget) +
                    " (it would evict tokens the budget has room for; H2O_KV_HORIZON_NONE: no horizon)");

@@ -29,10 +29,10 @@ namespace h2o {
 struct SessionSettings {
     uint32_t backend = H2O_BACKEND_AUTO;  // h2o_backend_kind
     int device_index = -1;
-    int n_ctx = 0;      // longest stream without rolling (rotary positions stay below it)
-    int kv_budget = 0;  // KV slots per (layer, kv head), the mean over layers; n_ctx for a full cache
-    float kv_layer_slope = 0.0f;  // how the budget spreads across layers (kv_layer_budgets.h)
-    float kv_head_share = 0.0f;   // how much of each layer's slots moves between its kv heads (kv_head_budgets.h)
+    int n_ctx = 0;                        // longest stream without rolling (rotary positions stay below it)
+    int kv_budget = 0;                    // KV slots per (layer, kv head), the mean over layers; n_ctx for a full cache
+    float kv_layer_slope = 0.0f;          // how the budget spreads across layers (kv_layer_budgets.h)
+    float kv_head_share = 0.0f;           // how much of each layer's slots moves between its kv heads (kv_head_budgets.h)
     bool kv_share_across_layers = false;  // they move between the kv heads of every layer
     bool kv_sinks_every_policy = false;   // every policy keeps policy.sinks (resolved into policy.sinks)
     KvPolicyConfig policy;
@@ -45,7 +45,11 @@ struct SessionSettings {
 };
 
 // A snapshot header's settings word.
-enum class SettingWord : uint8_t { U32, F32, U64 };
+enum class SettingWord : uint8_t {
+    U32,
+    F32,
+    U64
+};
 
 struct CacheSetting {
     const char *name;      // the h2o_session_params field, or the research key's name
@@ -55,9 +59,9 @@ struct CacheSetting {
     double min, max;
     bool integral;
     SettingWord word;
-    uint32_t snapshot_version;  // the first snapshot format that records it; older ones hold 0
-    uint32_t word_version;      // the first format with its word (a reserved zero before snapshot_version)
-    uint32_t max_word;          // the largest U32 word a snapshot may hold (the range is checked again on load)
+    uint32_t snapshot_version;                 // the first snapshot format that records it; older ones hold 0
+    uint32_t word_version;                     // the first format with its word (a reserved zero before snapshot_version)
+    uint32_t max_word;                         // the largest U32 word a snapshot may hold (the range is checked again on load)
     uint64_t (*get)(const SessionSettings &);  // the resolved value's bits (a float's 32)
     void (*set)(SessionSettings &, uint64_t bits);
     // Writes the public value that resolves to the same setting; null for a research key (its

@@ -129,7 +129,8 @@ Status Session::build() {
         if (kind != H2O_BACKEND_AUTO) return candidate.verdict;
         // The device said it runs the session, yet making it failed (a driver out of memory):
         // auto does not fail for want of a GPU, so it goes on to the next device.
-        log(H2O_LOG_WARN, "auto backend: " + candidate_label(candidate) + " failed (" + candidate.verdict.message + "); trying the next device");
+        log(H2O_LOG_WARN,
+            "auto backend: " + candidate_label(candidate) + " failed (" + candidate.verdict.message + "); trying the next device");
     }
     // Only when the CPU backend, always planned last, cannot run the session either.
     return plan.empty() ? make_error(H2O_ERR_INTERNAL, "no backend was planned") : plan.back().verdict;
@@ -176,8 +177,8 @@ Status Session::reset() {
 
 Status Session::check_usable() const {
     if (failure_.ok()) return Status::Ok();
-    return make_error(H2O_ERR_BACKEND_FAILED, "the session's backend failed (" + failure_.message +
-                                                  "); h2o_session_reset() gives the session a new one");
+    return make_error(H2O_ERR_BACKEND_FAILED,
+                      "the session's backend failed (" + failure_.message + "); h2o_session_reset() gives the session a new one");
 }
 
 Status Session::backend_failed(Status error) {
@@ -242,8 +243,7 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
             H2O_TRY(r.get("retention span minimum", &span.min_tokens));
             H2O_TRY(r.get("retention span length", &span.n_tokens));
             const bool share_ok = span.min_share >= 0.0f && span.min_share <= 1.0f;  // false for NaN
-            if (span.id == 0 || !share_ok || span.min_tokens != span_minimum_tokens(span.min_share, kv_) ||
-                span.n_tokens < 0) {
+            if (span.id == 0 || !share_ok || span.min_tokens != span_minimum_tokens(span.min_share, kv_) || span.n_tokens < 0) {
                 return bad("retention span " + std::to_string(i));
             }
             if (span_index(span.id) >= 0) return bad("retention span id " + std::to_string(span.id) + " appears twice");
@@ -315,15 +315,15 @@ Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
                                                     " (turn on position_rolling to continue past it)");
     }
     if (settings_.policy.policy == KvPolicy::Full && n_cached_ + static_cast<int64_t>(n) > budget) {
-        return make_error(H2O_ERR_CONTEXT_FULL, "the KV cache is full: " + std::to_string(n_cached_) + " of " +
-                                                    std::to_string(budget) + " slots used, " + std::to_string(n) +
+        return make_error(H2O_ERR_CONTEXT_FULL, "the KV cache is full: " + std::to_string(n_cached_) + " of " + std::to_string(budget) +
+                                                    " slots used, " + std::to_string(n) +
                                                     " more tokens do not fit and the policy is 'full' (no eviction)");
     }
     const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
     const int64_t holdable = kv_.min_cell_slots() - 1;  // every cell keeps one slot to evict into
     if (n_pinned_ + pinning + reserved > holdable) {
         const std::string what = pinned ? "pin " + std::to_string(n) + " more tokens" : "hold these retention span minimums";
-        const char *limit = kv_.head_share > 0.0f      ? " (the smallest cell's slots with this kv_head_share - 1)"
+        const char *limit = kv_.head_share > 0.0f     ? " (the smallest cell's slots with this kv_head_share - 1)"
                             : kv_.layer_slots.empty() ? " (kv_budget - 1)"
                                                       : " (the smallest layer budget - 1)";
         return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot " + what + ": " + std::to_string(n_pinned_ + pinning) + " pinned tokens and " +
@@ -363,7 +363,8 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
             if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok()) return backend_failed(st);
         }
         kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), held, slots);
-        if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag()); !st.ok()) {
+        if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag());
+            !st.ok()) {
             return backend_failed(st);
         }
         n_past_ += chunk;

@@ -173,17 +173,17 @@ private:
     Sampler sampler_;
     TokenHistory history_;
 
-    int64_t n_past_ = 0;           // tokens in the stream so far
+    int64_t n_past_ = 0;  // tokens in the stream so far
     // Tokens in the cache of every (layer, kv head) of the layers with the most slots; a layer
     // with fewer holds min(n_cached_, its slots).
     int64_t n_cached_ = 0;
-    int64_t n_pinned_ = 0;         // pinned tokens among them
+    int64_t n_pinned_ = 0;              // pinned tokens among them
     std::vector<RetentionSpan> spans_;  // capacity KV_MAX_SPANS, reserved at creation
-    int32_t last_token_ = -1;      // the most recent token fed to the model
-    int32_t pending_token_ = -1;   // sampled and delivered but not yet fed to the model
+    int32_t last_token_ = -1;           // the most recent token fed to the model
+    int32_t pending_token_ = -1;        // sampled and delivered but not yet fed to the model
     bool has_logits_ = false;
     bool logits_on_host_ = false;  // logits_ holds the last token's logits (else only the backend does)
-    Status failure_;  // the backend's error (see backend_failed)
+    Status failure_;               // the backend's error (see backend_failed)
     std::vector<float> logits_;
     std::vector<int32_t> positions_;  // scratch for one batch: n_batch per position set (KvConfig::position_sets)
     // With rolling and budgets per kv head: each cell's tokens held and slots (Backend::rebalance_kv).

@@ -53,7 +53,8 @@ Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
     const size_t compressed = ZSTD_compress2(cctx, out->data() + kSnapshotHeaderSize, bound, state.data(), state.size());
     ZSTD_freeCCtx(cctx);
-    if (ZSTD_isError(compressed)) return make_error(H2O_ERR_INTERNAL, std::string("zstd compression failed: ") + ZSTD_getErrorName(compressed));
+    if (ZSTD_isError(compressed))
+        return make_error(H2O_ERR_INTERNAL, std::string("zstd compression failed: ") + ZSTD_getErrorName(compressed));
     out->resize(kSnapshotHeaderSize + compressed);
     const uint64_t compressed_size = compressed;
     // The header ends with the compressed size and the hash of the bytes before the hash.
@@ -72,10 +73,13 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     std::memcpy(&header_size, data + 12, sizeof(header_size));
     if (version < 1 || version > kSnapshotFormatVersion) {
         return make_error(H2O_ERR_UNSUPPORTED, "session snapshot format version " + std::to_string(version) +
-                                                   " is not supported (this library reads versions 1 to " + std::to_string(kSnapshotFormatVersion) + ")");
+                                                   " is not supported (this library reads versions 1 to " +
+                                                   std::to_string(kSnapshotFormatVersion) + ")");
     }
     const size_t expected_size = header_size_of(version);
-    if (header_size != expected_size) return bad("header size " + std::to_string(header_size) + " (version " + std::to_string(version) + ": " + std::to_string(expected_size) + ")");
+    if (header_size != expected_size)
+        return bad("header size " + std::to_string(header_size) + " (version " + std::to_string(version) + ": " +
+                   std::to_string(expected_size) + ")");
     if (size < header_size) {
         return bad(std::to_string(size) + " bytes is shorter than the " + std::to_string(header_size) + "-byte header");
     }
@@ -103,11 +107,10 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
     return Status::Ok();
 }
 
-Status read_snapshot_payload(const uint8_t *data, const SnapshotHeader &header, uint64_t payload_limit,
-                             std::vector<uint8_t> *state) {
+Status read_snapshot_payload(const uint8_t *data, const SnapshotHeader &header, uint64_t payload_limit, std::vector<uint8_t> *state) {
     if (header.payload_size > payload_limit) {
-        return bad("the payload is said to be " + std::to_string(header.payload_size) + " bytes; a session with these settings saves at most " +
-                   std::to_string(payload_limit));
+        return bad("the payload is said to be " + std::to_string(header.payload_size) +
+                   " bytes; a session with these settings saves at most " + std::to_string(payload_limit));
     }
     const uint8_t *frame = data + header.header_size;
     const unsigned long long content = ZSTD_getFrameContentSize(frame, header.compressed_size);

@@ -51,7 +51,6 @@ size_t snapshot_size_bound(size_t state_size);
 Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fingerprint, SnapshotHeader *header);
 // Decompresses and verifies the payload of a snapshot whose header was read; payload_limit bounds
 // the declared payload size (the most a session with those settings can save).
-Status read_snapshot_payload(const uint8_t *data, const SnapshotHeader &header, uint64_t payload_limit,
-                             std::vector<uint8_t> *state);
+Status read_snapshot_payload(const uint8_t *data, const SnapshotHeader &header, uint64_t payload_limit, std::vector<uint8_t> *state);
 
 }  // namespace h2o

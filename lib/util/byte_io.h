@@ -51,8 +51,8 @@ public:
         uint64_t count = 0;
         H2O_TRY(get(field, &count));
         if (count != expected) {
-            return make_error(H2O_ERR_STATE_FORMAT, std::string(field) + " has " + std::to_string(count) + " entries, expected " +
-                                                        std::to_string(expected));
+            return make_error(H2O_ERR_STATE_FORMAT,
+                              std::string(field) + " has " + std::to_string(count) + " entries, expected " + std::to_string(expected));
         }
         values->resize(expected);
         return get_raw(field, values->data(), expected * sizeof(T));

@@ -93,7 +93,7 @@ Status read_file(const std::string &path, uint64_t max_bytes, std::vector<uint8_
         const int error_number = errno;
         ::close(fd);
         return make_error(H2O_ERR_IO, S_ISDIR(st.st_mode) ? "cannot read '" + path + "': is a directory"
-                                                         : os_error("cannot read", path, error_number ? error_number : EINVAL));
+                                                          : os_error("cannot read", path, error_number ? error_number : EINVAL));
     }
     *file_size = static_cast<uint64_t>(st.st_size);
     out->resize(static_cast<size_t>(std::min<uint64_t>(max_bytes, *file_size)));
@@ -104,7 +104,8 @@ Status read_file(const std::string &path, uint64_t max_bytes, std::vector<uint8_
         if (got <= 0) {
             const int error_number = got < 0 ? errno : EIO;
             ::close(fd);
-            return make_error(H2O_ERR_IO, os_error("cannot read", path, error_number) + (got == 0 ? " (the file shrank while it was read)" : ""));
+            return make_error(H2O_ERR_IO,
+                              os_error("cannot read", path, error_number) + (got == 0 ? " (the file shrank while it was read)" : ""));
         }
         done += static_cast<size_t>(got);
     }

@@ -30,8 +30,9 @@ LogSink &sink() {
 
 extern "C" H2O_API h2o_status h2o_set_log_callback(h2o_log_callback callback, void *user_data, int32_t min_level) {
     if (min_level < H2O_LOG_DEBUG || min_level > H2O_LOG_NONE) {
-        return h2o::record_failure(h2o::make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_set_log_callback: min_level " + std::to_string(min_level) +
-                                                                   " is not a log level (0 debug .. 4 none)"));
+        return h2o::record_failure(
+            h2o::make_error(H2O_ERR_INVALID_ARGUMENT,
+                            "h2o_set_log_callback: min_level " + std::to_string(min_level) + " is not a log level (0 debug .. 4 none)"));
     }
     LogSink &s = sink();
     std::lock_guard<std::mutex> lock(s.mutex);

@@ -34,8 +34,8 @@ h2o_status record_success();
 }  // namespace h2o
 
 // Propagates a failed Status to the caller.
-#define H2O_TRY(expr)                          \
-    do {                                       \
-        ::h2o::Status h2o_try_status_ = (expr); \
+#define H2O_TRY(expr)                                      \
+    do {                                                   \
+        ::h2o::Status h2o_try_status_ = (expr);            \
         if (!h2o_try_status_.ok()) return h2o_try_status_; \
     } while (0)

@@ -47,8 +47,10 @@ void ThreadPool::run(const std::function<void(int, int)> &job, int64_t work) {
     // Spin while the workers finish; yield the core now and then in case a worker was preempted
     // (an oversubscribed machine), so that it can run.
     for (int spin = 1; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-        if (spin % 256 == 0) std::this_thread::yield();
-        else H2O_CPU_RELAX();
+        if (spin % 256 == 0)
+            std::this_thread::yield();
+        else
+            H2O_CPU_RELAX();
     }
     job_ = nullptr;
 }
@@ -58,8 +60,10 @@ void ThreadPool::worker_loop(int index) {
     for (;;) {
         uint64_t current = generation_.load(std::memory_order_acquire);
         for (int spin = 1; current == seen && spin < kSpinIterations; ++spin) {
-            if (spin % 256 == 0) std::this_thread::yield();
-            else H2O_CPU_RELAX();
+            if (spin % 256 == 0)
+                std::this_thread::yield();
+            else
+                H2O_CPU_RELAX();
             current = generation_.load(std::memory_order_acquire);
         }
         if (current == seen) {

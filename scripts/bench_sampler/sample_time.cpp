@@ -60,8 +60,8 @@ int main(int argc, char **argv) {
             us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
         }
         std::sort(us.begin(), us.end());
-        std::printf("%-55s %8.1f us (%.1f-%.1f), %d calls, %d logits\n", setting.name, us[us.size() / 2], us.front(),
-                    us.back(), calls, n_vocab);
+        std::printf("%-55s %8.1f us (%.1f-%.1f), %d calls, %d logits\n", setting.name, us[us.size() / 2], us.front(), us.back(), calls,
+                    n_vocab);
     }
     return 0;
 }

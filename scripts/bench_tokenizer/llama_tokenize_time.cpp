@@ -38,8 +38,8 @@ int main(int argc, char **argv) {
         timespec cpu0, cpu1;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
         const auto t0 = std::chrono::steady_clock::now();
-        const int n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), ids.data(),
-                                     static_cast<int32_t>(ids.size()), /*add_special=*/false, /*parse_special=*/false);
+        const int n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), ids.data(), static_cast<int32_t>(ids.size()),
+                                     /*add_special=*/false, /*parse_special=*/false);
         const auto t1 = std::chrono::steady_clock::now();
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
         if (n < 0) {

@@ -54,8 +54,10 @@ inline h2o_model *the_model() {
         const std::string path = std::string(env && *env ? env : H2O_DEFAULT_SHARED_DIR) + "/models/stories260K.gguf";
         if (!std::filesystem::exists(path)) {
             // The shared data is optional for the test suite: report a skip, not a crash.
-            std::printf("H2O-SKIP: %s not found. Put the shared data folder beside the checkout or set "
-                        "H2O_SHARED_DIR to it.\n", path.c_str());
+            std::printf(
+                "H2O-SKIP: %s not found. Put the shared data folder beside the checkout or set "
+                "H2O_SHARED_DIR to it.\n",
+                path.c_str());
             std::exit(0);
         }
         h2o_model *m = nullptr;

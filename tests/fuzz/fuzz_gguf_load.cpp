@@ -47,11 +47,8 @@ struct SessionCase {
 // Tiny budgets that force eviction from the first prompt, a full cache that runs into
 // H2O_ERR_CONTEXT_FULL, and every KV format.
 constexpr SessionCase kCases[] = {
-    {64, 8, H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32},
-    {16, 0, H2O_KV_FULL, 0, H2O_KV_TYPE_F16},
-    {32, 5, H2O_KV_H2O, 0, H2O_KV_TYPE_K8V4},
-    {48, 6, H2O_KV_SINK_WINDOW, 1, H2O_KV_TYPE_Q4},
-    {64, 16, H2O_KV_TOVA, 1, H2O_KV_TYPE_Q8},
+    {64, 8, H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32}, {16, 0, H2O_KV_FULL, 0, H2O_KV_TYPE_F16}, {32, 5, H2O_KV_H2O, 0, H2O_KV_TYPE_K8V4},
+    {48, 6, H2O_KV_SINK_WINDOW, 1, H2O_KV_TYPE_Q4},   {64, 16, H2O_KV_TOVA, 1, H2O_KV_TYPE_Q8},
 };
 
 void run_session(h2o_model *model, const SessionCase &c, uint64_t seed) {

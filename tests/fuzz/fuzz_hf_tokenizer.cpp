@@ -54,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const h2o::Status loaded = h2o::Tokenizer::from_vocab(h2o::to_vocab_spec(vocab), &tok);
     h2o_fuzz::check_expected_status(loaded.code, "Tokenizer::from_vocab");
     if (!h2o_fuzz::ok_or_explained(loaded.code, loaded.message.c_str())) return 0;
-    for (std::string_view text : {std::string_view("Hello world, it's 2024!\n"), std::string_view("<|im_end|> \xC3\xA9t\xC3\xA9 \xF0\x9F\x98\x80")}) {
+    for (std::string_view text :
+         {std::string_view("Hello world, it's 2024!\n"), std::string_view("<|im_end|> \xC3\xA9t\xC3\xA9 \xF0\x9F\x98\x80")}) {
         std::vector<int32_t> ids;
         const h2o::Status st = tok->encode(text, false, &ids);
         // A read vocabulary may lack some byte's token (then no unknown token stands in).

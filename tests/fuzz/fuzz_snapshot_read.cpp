@@ -69,9 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const h2o_status st = h2o_session_load_from_buffer(h2o_fuzz::the_model(), snapshot.data(), snapshot.size(), nullptr, &session);
     if (!h2o_fuzz::ok_or_explained(st, h2o_last_error())) {
         h2o_fuzz::check(session == nullptr, "a failed load returned a session");
-        h2o_fuzz::check(st == H2O_ERR_STATE_FORMAT || st == H2O_ERR_UNSUPPORTED || st == H2O_ERR_INVALID_ARGUMENT ||
-                            st == H2O_ERR_OUT_OF_MEMORY,
-                        "an unexpected status from the snapshot reader");
+        h2o_fuzz::check(
+            st == H2O_ERR_STATE_FORMAT || st == H2O_ERR_UNSUPPORTED || st == H2O_ERR_INVALID_ARGUMENT || st == H2O_ERR_OUT_OF_MEMORY,
+            "an unexpected status from the snapshot reader");
         return 0;
     }
     h2o_generate_params gen;

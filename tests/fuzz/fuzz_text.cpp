@@ -33,7 +33,8 @@ void fuzz_tokenize(const char *text, size_t len, int add_bos, uint32_t vocab) {
     h2o_fuzz::check((st == H2O_OK) == (needed == 0), "h2o_tokenize: BUFFER_TOO_SMALL exactly when ids are needed");
     std::vector<int32_t> ids(needed);
     size_t n = 0;
-    h2o_fuzz::check(h2o_tokenize(h2o_fuzz::the_model(), text, len, add_bos, ids.data(), ids.size(), &n) == H2O_OK, "h2o_tokenize with the reported size");
+    h2o_fuzz::check(h2o_tokenize(h2o_fuzz::the_model(), text, len, add_bos, ids.data(), ids.size(), &n) == H2O_OK,
+                    "h2o_tokenize with the reported size");
     h2o_fuzz::check(n == needed, "h2o_tokenize: a different count with the reported size");
     for (int32_t id : ids) h2o_fuzz::check(id >= 0 && static_cast<uint32_t>(id) < vocab, "h2o_tokenize: id outside the vocabulary");
 }
@@ -56,12 +57,13 @@ void fuzz_detokenize(const uint8_t *bytes, size_t len, uint32_t vocab) {
     h2o_fuzz::check(st == (needed < sizeof(small) ? H2O_OK : H2O_ERR_BUFFER_TOO_SMALL), "h2o_detokenize status against its size");
     std::vector<char> text(needed + 1, '\x7f');
     size_t n = 0;
-    h2o_fuzz::check(h2o_detokenize(h2o_fuzz::the_model(), ids.data(), ids.size(), text.data(), text.size(), &n) == H2O_OK, "h2o_detokenize with the reported size");
+    h2o_fuzz::check(h2o_detokenize(h2o_fuzz::the_model(), ids.data(), ids.size(), text.data(), text.size(), &n) == H2O_OK,
+                    "h2o_detokenize with the reported size");
     h2o_fuzz::check(n == needed && text[n] == '\0', "h2o_detokenize: size or terminator");
 }
 
-constexpr uint32_t kPolicies[] = {H2O_KV_SCISSORHANDS, H2O_KV_H2O,     H2O_KV_WINDOW, H2O_KV_SINK_WINDOW, H2O_KV_TOVA,
-                                       H2O_KV_ROCO,         H2O_KV_RANDOM, H2O_KV_MEAN_H2O, H2O_KV_FULL};
+constexpr uint32_t kPolicies[] = {H2O_KV_SCISSORHANDS, H2O_KV_H2O,    H2O_KV_WINDOW,   H2O_KV_SINK_WINDOW, H2O_KV_TOVA,
+                                  H2O_KV_ROCO,         H2O_KV_RANDOM, H2O_KV_MEAN_H2O, H2O_KV_FULL};
 constexpr uint32_t kBudgets[] = {6, 9, 16, 0};  // 0: a full cache of n_ctx slots
 
 void fuzz_session(uint8_t session_byte, uint8_t generate_byte, const std::string &added, const std::string &prompt) {

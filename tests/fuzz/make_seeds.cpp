@@ -154,13 +154,14 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
     struct Setting {
         uint32_t policy, kv_type, budget, n_ctx;
         int32_t rolling;
-        float head_share;  // kv_head_share: the payload then holds every cell's size
+        float head_share;       // kv_head_share: the payload then holds every cell's size
         int32_t across_layers;  // kv_share_across_layers: cell sizes sum over the whole cache
     };
-    const Setting settings[] = {{H2O_KV_SCISSORHANDS, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0}, {H2O_KV_H2O, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0},
-                                {H2O_KV_SINK_WINDOW, H2O_KV_TYPE_Q8, 32, 256, 1, 0.0f, 0},  {H2O_KV_TOVA, H2O_KV_TYPE_K8V4, 32, 256, 0, 0.0f, 0},
-                                {H2O_KV_RANDOM, H2O_KV_TYPE_F16, 48, 256, 0, 0.0f, 0},      {H2O_KV_ROCO, H2O_KV_TYPE_F16, 32, 256, 0, 0.5f, 0},
-                                {H2O_KV_MEAN_H2O, H2O_KV_TYPE_F16, 32, 256, 1, 0.5f, 1}};
+    const Setting settings[] = {
+        {H2O_KV_SCISSORHANDS, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0}, {H2O_KV_H2O, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0},
+        {H2O_KV_SINK_WINDOW, H2O_KV_TYPE_Q8, 32, 256, 1, 0.0f, 0},   {H2O_KV_TOVA, H2O_KV_TYPE_K8V4, 32, 256, 0, 0.0f, 0},
+        {H2O_KV_RANDOM, H2O_KV_TYPE_F16, 48, 256, 0, 0.0f, 0},       {H2O_KV_ROCO, H2O_KV_TYPE_F16, 32, 256, 0, 0.5f, 0},
+        {H2O_KV_MEAN_H2O, H2O_KV_TYPE_F16, 32, 256, 1, 0.5f, 1}};
     int n = 0;
     for (const Setting &s : settings) {
         h2o_session_params sp;
@@ -256,8 +257,12 @@ void bpe_tokenizer_seeds(const fs::path &dir, const fs::path &stories_path) {
     for (std::string line; texts.size() < 4 && std::getline(stories, line);) {
         if (!line.empty()) texts.push_back(line.substr(0, 300));
     }
-    texts.push_back("Hello, y'all! How are you \xF0\x9F\x98\x81 ?\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8" "apple\xE5\xB7\xA5\xE4\xBD\x9C" "1314151\xE5\xA4\xA9~");
-    texts.push_back("  \n\n\t\t  CamelCaseWord \xC3\x89TAT \xC3\xA9t\xC3\xA9 e\xCC\x81 \xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82 12345678 3.14\r\n");
+    texts.push_back(
+        "Hello, y'all! How are you \xF0\x9F\x98\x81 ?\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8"
+        "apple\xE5\xB7\xA5\xE4\xBD\x9C"
+        "1314151\xE5\xA4\xA9~");
+    texts.push_back(
+        "  \n\n\t\t  CamelCaseWord \xC3\x89TAT \xC3\xA9t\xC3\xA9 e\xCC\x81 \xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82 12345678 3.14\r\n");
     texts.push_back("<|endoftext|> <s> I'LL they're 'S \xE3\x80\x80\xE1\xA0\x8E\xC2\x85 \xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7");
     texts.push_back("bad \xC3 end \xFF\xFE \xED\xA0\x80 \xF4\x90\x80\x80");
     int n = 0;
@@ -277,11 +282,11 @@ void bpe_tokenizer_seeds(const fs::path &dir, const fs::path &stories_path) {
         {"pre=gpt-4o\nHe\nHel\nlo\n\nH e\nHe l\nl o", "HelloWorld HELLO h\xC3\xA9llo"},
         {"pre=smollm\n12\n\n1 2", " 123 1212"},
         {"pre=default\n,,\n\n, ,", "a,,b 1234567"},
-        {"ab\n\na b\nabc", "ab"},           // a merge without a space
-        {"ab\n\na b\na zz", "ab"},          // a part that is not a token
-        {"ab\n#cd\n\na b\nc d", "abcd"},    // a merge into a control token
-        {"pre=klingon\n", "x"},              // an unknown pre-tokenizer
-        {"ab\nab\n", "ab"},                  // a token twice
+        {"ab\n\na b\nabc", "ab"},         // a merge without a space
+        {"ab\n\na b\na zz", "ab"},        // a part that is not a token
+        {"ab\n#cd\n\na b\nc d", "abcd"},  // a merge into a control token
+        {"pre=klingon\n", "x"},           // an unknown pre-tokenizer
+        {"ab\nab\n", "ab"},               // a token twice
     };
     n = 0;
     for (const auto &[description, text] : descriptions) {
@@ -311,14 +316,18 @@ void hf_tokenizer_seeds(const fs::path &dir, const fs::path &shared) {
         std::snprintf(name, sizeof(name), "tokenizer-%03d", n++);
         write_file(dir / name, b);
     };
-    const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3, "\u0120ab": 4}, "merges": ["a b", ["\u0120", "ab"]]})";
-    const std::string added = R"("added_tokens": [{"id": 5, "content": "<|im_end|>", "special": true}, {"id": 6, "content": "<think>", "special": false}])";
+    const std::string model =
+        R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3, "\u0120ab": 4}, "merges": ["a b", ["\u0120", "ab"]]})";
+    const std::string added =
+        R"("added_tokens": [{"id": 5, "content": "<|im_end|>", "special": true}, {"id": 6, "content": "<think>", "special": false}])";
     seed(0, {R"({"pre_tokenizer": {"type": "ByteLevel", "use_regex": true}, )" + model + ", " + added + "}",
              R"({"eos_token": "<|im_end|>", "add_bos_token": false, "chat_template": "{{ messages }}"})", R"({"bos_token_id": 5})"});
     seed(201, {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},
-                 {"type": "ByteLevel", "use_regex": true}]}, )" + model + "}"});
+                 {"type": "ByteLevel", "use_regex": true}]}, )" +
+               model + "}"});
     seed(0, {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "x"},
-                 "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": false}]}, )" + model + "}"});
+                 "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": false}]}, )" +
+             model + "}"});
     seed(0, {std::string(5000, '[')});
     seed(0, {R"({"model": {"type": "BPE", "vocab": {"a": 2000000}}, "pre_tokenizer": {"type": "ByteLevel"}})"});
     seed(0, {R"({"model": {"type": "WordPiece"}})", "[]", "7"});
@@ -383,8 +392,10 @@ int main(int argc, char **argv) {
     for (const fs::path &p : needed) {
         if (!fs::exists(p)) {
             text_seeds(out / "text", p);  // the hand-written texts only
-            std::printf("H2O-SKIP: %s not found: the corpus holds only synthetic seeds. Put the shared data "
-                        "folder beside the checkout or set H2O_SHARED_DIR to it.\n", p.c_str());
+            std::printf(
+                "H2O-SKIP: %s not found: the corpus holds only synthetic seeds. Put the shared data "
+                "folder beside the checkout or set H2O_SHARED_DIR to it.\n",
+                p.c_str());
             return 0;
         }
     }
