@@ -16,6 +16,7 @@
 #include "chat_format.h"
 #include "model.h"
 #include "file_io.h"
+#include "log.h"
 #include "kv_head_budgets.h"
 #include "kv_layer_budgets.h"
 #include "session.h"
@@ -46,15 +47,19 @@ using h2o::Status;
 
 thread_local std::string t_last_error;
 
-// Records a failure for h2o_last_error() (and the session's message) and returns its code.
+// Every entry point reports its outcome through these: a failure's message becomes
+// h2o_last_error() on the calling thread (and the session's message), a success clears it. Both
+// return the status code.
 h2o_status fail(const Status &status, const h2o_session *session = nullptr) {
     if (session) session->last_error = status.message;
-    return h2o::record_failure(status);
+    t_last_error = status.message;
+    return status.code;
 }
 
 h2o_status succeed(const h2o_session *session = nullptr) {
     if (session) session->last_error.clear();
-    return h2o::record_success();
+    t_last_error.clear();
+    return H2O_OK;
 }
 
 h2o_status invalid(const std::string &message, const h2o_session *session = nullptr) {
@@ -216,20 +221,6 @@ int default_thread_count() {
 
 }  // namespace
 
-namespace h2o {
-
-h2o_status record_failure(const Status &status) {
-    t_last_error = status.message;
-    return status.code;
-}
-
-h2o_status record_success() {
-    t_last_error.clear();
-    return H2O_OK;
-}
-
-}  // namespace h2o
-
 // Every H2O_API function below was declared extern "C" by h2o.h, so it keeps C linkage; the
 // helpers between them are ordinary C++.
 
@@ -278,6 +269,14 @@ H2O_API const char *h2o_status_string(int32_t status) {
 }
 
 H2O_API const char *h2o_last_error(void) { return t_last_error.c_str(); }
+
+H2O_API h2o_status h2o_set_log_callback(h2o_log_callback callback, void *user_data, int32_t min_level) {
+    if (min_level < H2O_LOG_DEBUG || min_level > H2O_LOG_NONE) {
+        return invalid("h2o_set_log_callback: min_level " + std::to_string(min_level) + " is not a log level (0 debug .. 4 none)");
+    }
+    h2o::set_log_sink(callback, user_data, static_cast<h2o_log_level>(min_level));
+    return succeed();
+}
 
 // ---- models ----------------------------------------------------------------------------------
 
@@ -733,7 +732,7 @@ H2O_API h2o_status h2o_session_reset(h2o_session *session) {
 H2O_API h2o_status h2o_session_cancel(h2o_session *session) {
     // No guarded() and no message: this runs beside the session's own thread, whose messages it
     // must not touch.
-    if (!session) return h2o::record_failure(make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_session_cancel: session is NULL"));
+    if (!session) return fail(make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_session_cancel: session is NULL"));
     session->impl->cancel();
     return H2O_OK;
 }

@@ -5,8 +5,6 @@
 #include <mutex>
 #include <string>
 
-#include "status.h"
-
 namespace {
 
 void log_to_stderr(h2o_log_level level, const char *message, void *) {
@@ -28,21 +26,15 @@ LogSink &sink() {
 
 }  // namespace
 
-extern "C" H2O_API h2o_status h2o_set_log_callback(h2o_log_callback callback, void *user_data, int32_t min_level) {
-    if (min_level < H2O_LOG_DEBUG || min_level > H2O_LOG_NONE) {
-        return h2o::record_failure(
-            h2o::make_error(H2O_ERR_INVALID_ARGUMENT,
-                            "h2o_set_log_callback: min_level " + std::to_string(min_level) + " is not a log level (0 debug .. 4 none)"));
-    }
+namespace h2o {
+
+void set_log_sink(h2o_log_callback callback, void *user_data, h2o_log_level min_level) {
     LogSink &s = sink();
     std::lock_guard<std::mutex> lock(s.mutex);
     s.callback = callback;
     s.user_data = user_data;
-    s.min_level = static_cast<h2o_log_level>(min_level);
-    return h2o::record_success();
+    s.min_level = min_level;
 }
-
-namespace h2o {
 
 void log(h2o_log_level level, const std::string &message) {
     LogSink &s = sink();

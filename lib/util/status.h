@@ -26,11 +26,6 @@ inline std::string number_text(double v) {
     return text;
 }
 
-// Entry points of the C API report their outcome through these: a failure's message becomes
-// h2o_last_error() on the calling thread, a success clears it. Both return the status code.
-h2o_status record_failure(const Status &status);
-h2o_status record_success();
-
 }  // namespace h2o
 
 // Propagates a failed Status to the caller.
