@@ -8,7 +8,7 @@
 // (no pointers, references, overloads or default arguments), constants rather than enums. The
 // macros below spell what differs. Every backend computes in IEEE single precision with these
 // formulas; a device compiler may still fuse a multiply and an add, so results agree to rounding,
-// not always bit for bit (tests/test_kv_policy_spec.cpp checks both).
+// not always bit for bit (tests/kv/test_kv_policy_spec.cpp checks both).
 #ifndef H2O_KV_POLICY_SPEC_H
 #define H2O_KV_POLICY_SPEC_H
 

@@ -1,7 +1,7 @@
 // The weight formats' bit layouts (quant.h's blocks), written once for the host reference and the
 // device kernels: where each quant and scale of a block lies. quant.cpp's dequantize_row walks
 // blocks with these; weight_element reads one element where it is needed (the CUDA backend's
-// kernels dequantize where they read), with the same roundings (tests/test_cuda.cpp checks that
+// kernels dequantize where they read), with the same roundings (tests/backends/test_cuda.cpp checks that
 // the two agree bit for bit on the host).
 #ifndef H2O_WEIGHT_ELEMENT_H
 #define H2O_WEIGHT_ELEMENT_H

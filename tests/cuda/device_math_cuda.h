@@ -1,5 +1,5 @@
 // The device math headers (fp16.h, weight_element.h, kv_row_codec.h, rotary.h, online_softmax.h)
-// compiled by nvcc, run on the host: tests/test_cuda.cpp compares them with the CPU reference.
+// compiled by nvcc, run on the host: tests/backends/test_cuda.cpp compares them with the CPU reference.
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,7 @@ namespace H2o.Tests
     /// <summary>Retention spans against stories260K: a span keeps its minimum in every (layer, kv
     /// head), refused calls are invalid arguments that change nothing, and spans travel with
     /// snapshots and forks and end with Reset. The eviction rule itself is the C suite's
-    /// (tests/test_retention_spans.cpp); these check that the binding passes it through.</summary>
+    /// (tests/session/test_retention_spans.cpp); these check that the binding passes it through.</summary>
     public static class SpanTests
     {
         private const string Instruction = "Always rhyme. Pip is a blue bird.";

@@ -1,7 +1,7 @@
 //! Retention spans through the safe API against stories260K: a span keeps its minimum in every
 //! (layer, kv head), refused calls are invalid arguments that change nothing, and spans travel
 //! with snapshots and forks and end with reset. The eviction rule itself is the C suite's
-//! (tests/test_retention_spans.cpp); these check that the binding passes it through.
+//! (tests/session/test_retention_spans.cpp); these check that the binding passes it through.
 mod common;
 
 use h2o::{GenerateParams, KvPolicy, Session, SessionParams, Status};

@@ -1,6 +1,6 @@
 // The installed Vulkan drivers (backends/vulkan/vk_installed_drivers.h): which installations let
 // AUTO leave them unloaded, and where their manifests are found. That an AUTO session then loads
-// no Vulkan library: tests/test_backend_registry.cpp.
+// no Vulkan library: tests/backends/test_backend_registry.cpp.
 #include <doctest/doctest.h>
 
 #ifdef H2O_HAVE_VULKAN

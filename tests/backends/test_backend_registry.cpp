@@ -230,7 +230,7 @@ TEST_CASE("backend registry: auto passes over devices that cannot run the model 
     CHECK(why.rfind("auto: chose the CPU backend", 0) == 0);
     for (size_t i = 0; i < chosen; ++i) {
         CHECK(contains(why, candidate_label(plan[i]) + ": " + plan[i].verdict.message));
-        // CUDA without a device: tests/test_cuda.cpp; Vulkan ruled out by its screen: below.
+        // CUDA without a device: tests/backends/test_cuda.cpp; Vulkan ruled out by its screen: below.
         if (plan[i].backend->kind != H2O_BACKEND_VULKAN || plan[i].device.device_index < 0) continue;
         CHECK(plan[i].verdict.code == H2O_ERR_UNSUPPORTED);
         CHECK(contains(plan[i].verdict.message, "head_dim 512"));
