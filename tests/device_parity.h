@@ -127,8 +127,8 @@ struct AttentionRun {
         shape.n_embd = n_head * config.head_dim;
         shape.n_layer = config.n_layer;
         shape.rope = config.rope;
-        REQUIRE(b.cpu->create_kv(kv).ok());
-        REQUIRE(b.gpu->create_kv(kv).ok());
+        REQUIRE(b.cpu->kv_store().create_kv(kv).ok());
+        REQUIRE(b.gpu->kv_store().create_kv(kv).ok());
         q = b.alloc(h2o::TensorType::F32, shape.n_embd, batch);
         k = b.alloc(h2o::TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
         v = b.alloc(h2o::TensorType::F32, kv.n_head_kv * kv.head_dim, batch);
@@ -143,8 +143,8 @@ struct AttentionRun {
 
     // Forgets both caches' tokens.
     void clear() {
-        REQUIRE(b.cpu->clear_kv().ok());
-        REQUIRE(b.gpu->clear_kv().ok());
+        REQUIRE(b.cpu->kv_store().clear_kv().ok());
+        REQUIRE(b.gpu->kv_store().clear_kv().ok());
         next_index = n_cached = 0;
     }
 
@@ -179,17 +179,17 @@ struct AttentionRun {
     bool compare_kv() {
         const auto slots = static_cast<size_t>(kv.total_slots());
         std::vector<int64_t> ci(slots), gi(slots);
-        REQUIRE(b.cpu->download_kv_stream_indices(ci.data()).ok());
-        REQUIRE(b.gpu->download_kv_stream_indices(gi.data()).ok());
+        REQUIRE(b.cpu->kv_store().download_kv_stream_indices(ci.data()).ok());
+        REQUIRE(b.gpu->kv_store().download_kv_stream_indices(gi.data()).ok());
         INFO("after tokens up to " << next_index - 1);
         CHECK(gi == ci);
         std::vector<uint8_t> ct(slots), gt(slots);
-        REQUIRE(b.cpu->download_kv_tags(ct.data()).ok());
-        REQUIRE(b.gpu->download_kv_tags(gt.data()).ok());
+        REQUIRE(b.cpu->kv_store().download_kv_tags(ct.data()).ok());
+        REQUIRE(b.gpu->kv_store().download_kv_tags(gt.data()).ok());
         CHECK(gt == ct);
         std::vector<h2o::SlotStats> cs(slots), gs(slots);
-        REQUIRE(b.cpu->download_kv_statistics(cs.data()).ok());
-        REQUIRE(b.gpu->download_kv_statistics(gs.data()).ok());
+        REQUIRE(b.cpu->kv_store().download_kv_statistics(cs.data()).ok());
+        REQUIRE(b.gpu->kv_store().download_kv_statistics(gs.data()).ok());
         int bad = 0;
         auto close = [](float x, float y) { return std::fabs(x - y) <= 1e-5f * std::max(1.0f, std::fabs(x)); };
         for (size_t i = 0; i < slots; ++i) {
@@ -267,7 +267,7 @@ struct ModelRun {
         kv.rolling = rolling;
         kv.rope = s.rope;
         REQUIRE(h2o::LlamaGraph::create(*model, *backend, max_batch, kv.position_sets(), &graph).ok());
-        REQUIRE(backend->create_kv(kv).ok());
+        REQUIRE(backend->kv_store().create_kv(kv).ok());
     }
 
     // Feeds tokens in batches of at most graph->max_batch() (a quarter of the smallest layer's
@@ -395,7 +395,7 @@ inline void check_attention_without_eviction(Backends &b, h2o::KvType type) {
     REQUIRE(run.step(32));
     run.clear();
     REQUIRE(run.step(5));
-    CHECK(b.gpu->kv_bytes() > 0);
+    CHECK(b.gpu->kv_store().kv_bytes() > 0);
 }
 
 // One policy evicting: two pinned tokens, a prompt that fills most of the 16 slots, single
@@ -415,8 +415,8 @@ inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::
     kv.policy.prompt_random_share = random_share;
     AttentionRun run(b, kv, 4, 8);
     const int32_t minimums[h2o::KV_MAX_SPANS] = {3, 2};
-    REQUIRE(b.cpu->set_kv_span_minimums(minimums).ok());
-    REQUIRE(b.gpu->set_kv_span_minimums(minimums).ok());
+    REQUIRE(b.cpu->kv_store().set_kv_span_minimums(minimums).ok());
+    REQUIRE(b.gpu->kv_store().set_kv_span_minimums(minimums).ok());
     auto tag = [](bool pinned, uint32_t span) { return static_cast<uint8_t>(h2o::kv_make_tag(pinned, span)); };
     bool ok = run.step(2, tag(true, 0)) && run.step(4, tag(false, 1)) && run.step(1, tag(true, 2)) && run.step(3, tag(false, 2));
     for (int i = 0; i < 20 && ok; ++i) ok = run.step(1);
@@ -459,8 +459,8 @@ inline ModelRun check_greedy_generation(const std::string &path, std::unique_ptr
     CHECK(gpu_tokens == cpu_tokens);
     const auto slots = static_cast<size_t>(gpu.kv.total_slots());
     std::vector<int64_t> gi(slots), ci(slots);
-    REQUIRE(gpu.backend->download_kv_stream_indices(gi.data()).ok());
-    REQUIRE(cpu.backend->download_kv_stream_indices(ci.data()).ok());
+    REQUIRE(gpu.backend->kv_store().download_kv_stream_indices(gi.data()).ok());
+    REQUIRE(cpu.backend->kv_store().download_kv_stream_indices(ci.data()).ok());
     size_t first_difference = 0, differences = 0;
     for (size_t i = 0; i < slots; ++i) {
         if (gi[i] != ci[i] && differences++ == 0) first_difference = i;

@@ -30,8 +30,9 @@ struct AlignedFree {
     void operator()(void *p) const { std::free(p); }
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public KvStore {
 public:
+    KvStore &kv_store() override { return *this; }
     CpuBackend(int n_threads, int max_batch) : pool_(n_threads), max_batch_(max_batch) {}
 
     const char *name() const override { return "cpu"; }

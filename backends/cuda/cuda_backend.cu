@@ -716,8 +716,9 @@ __global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_sl
 
 // ---- the backend --------------------------------------------------------------------------------
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public KvStore {
 public:
+    KvStore &kv_store() override { return *this; }
     CudaBackend(int device, int max_batch) : device_(device), max_batch_(std::max(1, max_batch)) {}
 
     ~CudaBackend() override {

@@ -252,8 +252,9 @@ std::vector<uint64_t> rope_turn_fractions(const RotarySpec &rope) {
     return table;
 }
 
-class VulkanBackend final : public Backend {
+class VulkanBackend final : public Backend, public KvStore {
 public:
+    KvStore &kv_store() override { return *this; }
     VulkanBackend(std::shared_ptr<vk::SharedDevice> device, int max_batch)
         : device_(std::move(device)), ctx_(device_->context()), vk_(ctx_.vk()), max_batch_(max_batch) {}
     ~VulkanBackend() override;

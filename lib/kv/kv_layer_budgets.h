@@ -29,7 +29,7 @@ std::vector<int> kv_layer_budgets(int n_layer, int budget, float slope, int min_
 // Without rolling they are stream positions; with it, each cell's ranks once it has evicted
 // room for the batch. n_cached: the tokens held by the layers with the most slots (a layer with
 // fewer holds min(n_cached, its slots)). Once the heads' budgets have moved, cell_held and
-// cell_slots ([layer][kv head], from Backend::rebalance_kv) say what each cell holds instead;
+// cell_slots ([layer][kv head], from KvStore::rebalance_kv) say what each cell holds instead;
 // null: every cell of a layer holds the same.
 void kv_batch_positions(const KvConfig &kv, int64_t n_past, int64_t n_cached, int64_t n, int32_t *out, const int32_t *cell_held = nullptr,
                         const int32_t *cell_slots = nullptr);

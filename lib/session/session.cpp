@@ -145,7 +145,7 @@ Status Session::start(const BackendCandidate &candidate) {
     const BackendOptions options{settings_.n_threads, settings_.n_batch};
     H2O_TRY(candidate.backend->create(candidate.device, options, &backend, &device));
     H2O_TRY(LlamaGraph::create(model_, *backend, settings_.n_batch, kv_.position_sets(), &graph));
-    H2O_TRY(backend->create_kv(kv_));
+    H2O_TRY(backend->kv_store().create_kv(kv_));
     graph_ = std::move(graph);  // the graph refers to the old backend: it goes first
     backend_ = std::move(backend);
     device_ = device;
@@ -161,7 +161,7 @@ Status Session::reset() {
             return st;
         }
         failure_ = Status::Ok();
-    } else if (Status st = backend_->clear_kv(); !st.ok()) {
+    } else if (Status st = backend_->kv_store().clear_kv(); !st.ok()) {
         return backend_failed(st);
     }
     sampler_.reseed(settings_.seed);
@@ -192,8 +192,8 @@ h2o_memory_report Session::memory() const {
     h2o_memory_report r{};
     r.struct_size = sizeof(r);
     r.weight_bytes = model_.weight_bytes();
-    r.kv_bytes = backend_->kv_bytes();
-    r.scratch_bytes = backend_->allocated_bytes() - backend_->kv_bytes() + logits_.size() * sizeof(float) +
+    r.kv_bytes = backend_->kv_store().kv_bytes();
+    r.scratch_bytes = backend_->allocated_bytes() - backend_->kv_store().kv_bytes() + logits_.size() * sizeof(float) +
                       (positions_.size() + cell_held_.size() + cell_slots_.size()) * sizeof(int32_t);
     return r;
 }
@@ -221,7 +221,7 @@ Status Session::save_state(std::vector<uint8_t> *out) {
     w.put_array(logits_);
     sampler_.save(w);
     history_.save(w);
-    return backend_->save_kv(w);
+    return backend_->kv_store().save_kv(w);
 }
 
 Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table) {
@@ -270,7 +270,7 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         }
         has_logits_ = has_logits != 0;
         logits_on_host_ = true;
-        H2O_TRY(backend_->load_kv(r, n_past_, n_cached_, n_pinned_, static_cast<int>(spans_.size())));
+        H2O_TRY(backend_->kv_store().load_kv(r, n_past_, n_cached_, n_pinned_, static_cast<int>(spans_.size())));
         H2O_TRY(apply_span_minimums());
         if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " unexpected bytes at the end");
         return Status::Ok();
@@ -303,7 +303,7 @@ int64_t Session::span_reserved() const {
 Status Session::apply_span_minimums() {
     int32_t minimums[KV_MAX_SPANS] = {};
     for (size_t i = 0; i < spans_.size(); ++i) minimums[i] = spans_[i].min_tokens;
-    if (Status st = backend_->set_kv_span_minimums(minimums); !st.ok()) return backend_failed(st);
+    if (Status st = backend_->kv_store().set_kv_span_minimums(minimums); !st.ok()) return backend_failed(st);
     return Status::Ok();
 }
 
@@ -360,7 +360,7 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         const bool cells_differ = rebalancing && evicting, by_cell = cells_differ && kv_.positions_per_kv_head();
         int32_t *held = by_cell ? cell_held_.data() : nullptr, *slots = by_cell ? cell_slots_.data() : nullptr;
         if (cells_differ) {
-            if (Status st = backend_->rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok()) return backend_failed(st);
+            if (Status st = backend_->kv_store().rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok()) return backend_failed(st);
         }
         kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), held, slots);
         if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag());
@@ -493,18 +493,18 @@ Status Session::span_report(uint32_t span_id, SpanReport *out) {
     std::vector<int64_t> stream(tags.size());
     std::vector<SlotStats> stats;
     const bool has_stats = kv_policy_uses_statistics(settings_.policy.policy);
-    if (Status st = backend_->download_kv_tags(tags.data()); !st.ok()) return backend_failed(st);
-    if (Status st = backend_->download_kv_stream_indices(stream.data()); !st.ok()) return backend_failed(st);
+    if (Status st = backend_->kv_store().download_kv_tags(tags.data()); !st.ok()) return backend_failed(st);
+    if (Status st = backend_->kv_store().download_kv_stream_indices(stream.data()); !st.ok()) return backend_failed(st);
     if (has_stats) {
         stats.resize(tags.size());
-        if (Status st = backend_->download_kv_statistics(stats.data()); !st.ok()) return backend_failed(st);
+        if (Status st = backend_->kv_store().download_kv_statistics(stats.data()); !st.ok()) return backend_failed(st);
     }
     SpanReport report;
     report.span = spans_[index];
     report.kept_min = INT32_MAX;
     double kept_total = 0.0, span_attention = 0.0, all_attention = 0.0;
     std::vector<int32_t> cell_slots(n_cells);
-    if (Status st = backend_->download_kv_cell_slots(cell_slots.data()); !st.ok()) return backend_failed(st);
+    if (Status st = backend_->kv_store().download_kv_cell_slots(cell_slots.data()); !st.ok()) return backend_failed(st);
     for (size_t cell = 0, at = 0; cell < n_cells; ++cell) {
         int32_t kept = 0;
         for (int s = 0; s < cell_slots[cell]; ++s, ++at) {

@@ -186,7 +186,7 @@ private:
     Status failure_;               // the backend's error (see backend_failed)
     std::vector<float> logits_;
     std::vector<int32_t> positions_;  // scratch for one batch: n_batch per position set (KvConfig::position_sets)
-    // With rolling and budgets per kv head: each cell's tokens held and slots (Backend::rebalance_kv).
+    // With rolling and budgets per kv head: each cell's tokens held and slots (KvStore::rebalance_kv).
     std::vector<int32_t> cell_held_, cell_slots_;
     std::vector<int32_t> prompt_tokens_;
     h2o_generate_stats stats_{};

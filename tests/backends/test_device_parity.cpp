@@ -712,11 +712,11 @@ TEST_CASE("device parity: a device backend repeats its own bits, token after tok
                 CAPTURE(step);
                 const std::vector<float> logits = first.feed(tokens);
                 REQUIRE(h2o_test::same_bits(second.feed(tokens), logits));
-                REQUIRE(first.backend->download_kv_statistics(first_stats.data()).ok());
-                REQUIRE(second.backend->download_kv_statistics(second_stats.data()).ok());
+                REQUIRE(first.backend->kv_store().download_kv_statistics(first_stats.data()).ok());
+                REQUIRE(second.backend->kv_store().download_kv_statistics(second_stats.data()).ok());
                 REQUIRE(std::memcmp(first_stats.data(), second_stats.data(), slots * sizeof(SlotStats)) == 0);
-                REQUIRE(first.backend->download_kv_stream_indices(first_kept.data()).ok());
-                REQUIRE(second.backend->download_kv_stream_indices(second_kept.data()).ok());
+                REQUIRE(first.backend->kv_store().download_kv_stream_indices(first_kept.data()).ok());
+                REQUIRE(second.backend->kv_store().download_kv_stream_indices(second_kept.data()).ok());
                 REQUIRE(first_kept == second_kept);
                 tokens = {argmax(logits)};
             }

@@ -329,8 +329,8 @@ TEST_CASE("vulkan: stored KV rows decode to exactly the CPU's values for every K
                 const float magnitude = is_special ? (h == 0 ? 1.0f : -0.37f) : std::pow(10.0f, (trial % 7) - 3.0f + 0.3f * h);
                 for (int d = 0; d < kv.head_dim; ++d) values[h * kv.head_dim + d] = r[d] * magnitude;
             }
-            REQUIRE(b.cpu->clear_kv().ok());
-            REQUIRE(b.gpu->clear_kv().ok());
+            REQUIRE(b.cpu->kv_store().clear_kv().ok());
+            REQUIRE(b.gpu->kv_store().clear_kv().ok());
             run.upload(run.v, values);
             run.upload(run.k, random_floats(row, 900 + static_cast<uint32_t>(trial)));
             run.upload(run.q, random_floats(run.shape.n_embd, 700 + static_cast<uint32_t>(trial)));
@@ -384,7 +384,7 @@ TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded to
                 << " with activations and a 512-slot KV cache; stories260K's weights (shared) " << ready.shared_weight_bytes
                 << " bytes; host staging " << after.host_memory_bytes << " bytes");
         MESSAGE("weights uploaded: " << ready.weight_bytes_to_device << " bytes; allocated_bytes() " << run.backend->allocated_bytes()
-                                     << ", kv_bytes() " << run.backend->kv_bytes());
+                                     << ", kv_bytes() " << run.backend->kv_store().kv_bytes());
         MESSAGE("per decoded token: " << per_token_up << " bytes to the device, " << per_token_down << " bytes to the host, " << submissions
                                       << " submissions, " << dispatches << " dispatches, " << barriers << " barriers, " << ms
                                       << " ms (with validation when on)");
@@ -413,8 +413,8 @@ TEST_CASE("vulkan: measurement: transfers, submissions and memory per decoded to
         const KvConfig &kv = run.kv;
         const size_t rows = static_cast<size_t>(kv.n_layer) * kv.n_head_kv * kv.n_slots;
         const size_t row_bytes = kv_row_bytes(kv_key_format(type), kv.head_dim) + kv_row_bytes(kv_value_format(type), kv.head_dim);
-        if (type == KvType::F32) f32_kv_bytes = run.backend->kv_bytes() - rows * row_bytes;
-        CHECK(run.backend->kv_bytes() == f32_kv_bytes + rows * row_bytes);
+        if (type == KvType::F32) f32_kv_bytes = run.backend->kv_store().kv_bytes() - rows * row_bytes;
+        CHECK(run.backend->kv_store().kv_bytes() == f32_kv_bytes + rows * row_bytes);
         check_validation_clean(*run.backend);
     }
 }

@@ -266,7 +266,7 @@ TEST_CASE("attention statistics are causal and sum the query heads of a kv group
     kv.head_dim = 4;
     kv.n_slots = 8;
     kv.policy = policy_of(KvPolicy::H2O, 4);
-    REQUIRE(backend->create_kv(kv).ok());
+    REQUIRE(backend->kv_store().create_kv(kv).ok());
     Tensor q, k, v, out, positions;
     REQUIRE(backend->alloc(TensorType::F32, 16, 3, &q).ok());
     REQUIRE(backend->alloc(TensorType::F32, 8, 3, &k).ok());
@@ -287,9 +287,9 @@ TEST_CASE("attention statistics are causal and sum the query heads of a kv group
 
     // Slot j of each kv head: steps = queries at or after it; accumulated = 2 heads × Σ_{t>=j} 1/(t+1).
     std::vector<int64_t> indices(2 * 8);
-    REQUIRE(backend->download_kv_stream_indices(indices.data()).ok());
+    REQUIRE(backend->kv_store().download_kv_stream_indices(indices.data()).ok());
     std::vector<SlotStats> stats(2 * 8);
-    REQUIRE(backend->download_kv_statistics(stats.data()).ok());
+    REQUIRE(backend->kv_store().download_kv_statistics(stats.data()).ok());
     const double expected_acc[3] = {2 * (1.0 + 0.5 + 1.0 / 3), 2 * (0.5 + 1.0 / 3), 2 * (1.0 / 3)};
     for (int h = 0; h < 2; ++h) {
         for (int j = 0; j < 3; ++j) {
@@ -329,7 +329,7 @@ struct RealSession {
     std::vector<std::vector<int64_t>> kept() {
         const KvConfig &kv = session->kv_config();
         std::vector<int64_t> all(static_cast<size_t>(kv.total_slots()));
-        REQUIRE(session->backend().download_kv_stream_indices(all.data()).ok());
+        REQUIRE(session->backend().kv_store().download_kv_stream_indices(all.data()).ok());
         std::vector<std::vector<int64_t>> heads(static_cast<size_t>(kv.n_layer) * kv.n_head_kv);
         size_t at = 0;
         for (size_t h = 0; h < heads.size(); ++h) {

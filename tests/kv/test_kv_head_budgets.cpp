@@ -347,8 +347,8 @@ struct CacheView {
         const KvConfig &kv = session.kv_config();
         cell_slots.resize(static_cast<size_t>(kv.n_layer) * kv.n_head_kv);
         stream.resize(static_cast<size_t>(kv.total_slots()));
-        REQUIRE(session.backend().download_kv_cell_slots(cell_slots.data()).ok());
-        REQUIRE(session.backend().download_kv_stream_indices(stream.data()).ok());
+        REQUIRE(session.backend().kv_store().download_kv_cell_slots(cell_slots.data()).ok());
+        REQUIRE(session.backend().kv_store().download_kv_stream_indices(stream.data()).ok());
     }
 };
 
@@ -356,7 +356,7 @@ struct CacheView {
 std::unique_ptr<KvCache> host_copy(Session &session, int64_t n_pinned) {
     std::vector<uint8_t> bytes;
     ByteWriter out(&bytes);
-    REQUIRE(session.backend().save_kv(out).ok());
+    REQUIRE(session.backend().kv_store().save_kv(out).ok());
     auto host = std::make_unique<KvCache>();
     REQUIRE(host->init(session.kv_config()).ok());
     ByteReader in(bytes.data(), bytes.size());
@@ -441,7 +441,7 @@ TEST_CASE("kv_head_share on the real model: regions stay within bounds in the sa
         // offsets, destinations and priorities (a layer's, or the whole cache's), and each cell's size.
         const size_t pool_slots =
             across_layers ? static_cast<size_t>(kv.total_slots()) : static_cast<size_t>(kv.n_head_kv) * kv.max_slots();
-        CHECK(session->backend().kv_bytes() - uniform->backend().kv_bytes() ==
+        CHECK(session->backend().kv_store().kv_bytes() - uniform->backend().kv_store().kv_bytes() ==
               pool_slots * (2 * sizeof(int64_t) + sizeof(float)) + static_cast<size_t>(kv.n_layer) * kv.n_head_kv * sizeof(int32_t));
     }
 }
@@ -521,7 +521,7 @@ TEST_CASE("kv_head_share: until a cell must evict, a prompt's logits and statist
         REQUIRE(session->fetch_logits().ok());
         logits.push_back(session->logits());
         stats.emplace_back(static_cast<size_t>(session->kv_config().total_slots()));
-        REQUIRE(session->backend().download_kv_statistics(stats.back().data()).ok());
+        REQUIRE(session->backend().kv_store().download_kv_statistics(stats.back().data()).ok());
     }
     for (int run = 1; run < 3; ++run) {
         CAPTURE(run);

@@ -301,7 +301,7 @@ void check_cpu_statistics(int prompt_proxy) {
     kv.policy.policy = KvPolicy::Scissorhands;
     kv.policy.persistence_decay = decay;
     kv.policy.prompt_proxy = prompt_proxy;
-    REQUIRE(backend->create_kv(kv).ok());
+    REQUIRE(backend->kv_store().create_kv(kv).ok());
     Tensor q, k, v, out, positions;
     REQUIRE(backend->alloc(TensorType::F32, 48, 5, &q).ok());
     REQUIRE(backend->alloc(TensorType::F32, 16, 5, &k).ok());
@@ -360,7 +360,7 @@ void check_cpu_statistics(int prompt_proxy) {
         next += n;
     }
     std::vector<SlotStats> got(expected.size());
-    REQUIRE(backend->download_kv_statistics(got.data()).ok());
+    REQUIRE(backend->kv_store().download_kv_statistics(got.data()).ok());
     for (size_t i = 0; i < got.size(); ++i) {
         INFO("kv head " << i / n_slots << ", slot " << i % n_slots);
         CHECK(got[i].accumulated == doctest::Approx(expected[i].accumulated).epsilon(1e-5));

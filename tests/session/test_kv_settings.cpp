@@ -291,7 +291,7 @@ TEST_CASE("kv_sinks_every_policy: a window with it keeps exactly what sink_windo
         REQUIRE(session->generate("Once upon a time", h2o_test::greedy(300), append, text_out).ok());
         const KvConfig &kv = session->kv_config();
         kept->assign(static_cast<size_t>(kv.total_slots()), -1);
-        REQUIRE(session->backend().download_kv_stream_indices(kept->data()).ok());
+        REQUIRE(session->backend().kv_store().download_kv_stream_indices(kept->data()).ok());
         std::sort(kept->begin(), kept->end());
     };
     std::vector<int64_t> window, with_sinks, sink_window;
