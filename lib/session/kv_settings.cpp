@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -120,7 +121,9 @@ double cache_setting_value(const CacheSetting &row, const SessionSettings &setti
 }
 
 double research_setting_value(const CacheSetting &row, double value) {
-    return row.word == SettingWord::F32 ? static_cast<double>(static_cast<float>(value)) : value;
+    // Beyond float's range the conversion is undefined; such a value is outside every row's range.
+    if (row.word != SettingWord::F32 || !(std::fabs(value) <= std::numeric_limits<float>::max())) return value;
+    return static_cast<double>(static_cast<float>(value));
 }
 
 Status check_research_value(const CacheSetting &row, double value) {

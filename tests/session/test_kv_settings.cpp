@@ -174,6 +174,8 @@ TEST_CASE("research settings: set, get, ranges and unknown keys") {
     CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_LAYER_SLOPE, std::nan("")) == H2O_ERR_INVALID_ARGUMENT);
     CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_LAYER_SLOPE, std::numeric_limits<double>::infinity()) ==
           H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_LAYER_SLOPE, -1e300) == H2O_ERR_INVALID_ARGUMENT);  // beyond float's range
+    CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_PROMPT_PROXY, 1e300) == H2O_ERR_INVALID_ARGUMENT);
     REQUIRE(h2o_session_params_get_experimental(&p, H2O_EXP_KV_HEAD_SHARE, &value) == H2O_OK);
     CHECK(value == static_cast<double>(0.9f));  // a refused value leaves the setting as it was
 
