@@ -1,4 +1,4 @@
-# CMake package for h2o: after find_package(h2o-llm 0.6 REQUIRED), link h2o::h2o-llm (shared) or
+# CMake package for h2o: after find_package(h2o-llm 0.7 REQUIRED), link h2o::h2o-llm (shared) or
 # h2o::h2o-llm-static.
 include(CMakeFindDependencyMacro)
 

@@ -16,10 +16,10 @@ if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
     include(\"${CMAKE_CURRENT_SOURCE_DIR}/cmake/ldconfig.cmake\")")
 endif()
 
-# ---- CMake: find_package(h2o-llm 0.6 REQUIRED) ------------------------------------------------
+# ---- CMake: find_package(h2o-llm 0.7 REQUIRED) ------------------------------------------------
 set(h2o_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/h2o-llm)
 install(EXPORT h2o-llm-targets NAMESPACE h2o:: DESTINATION ${h2o_cmake_dir})
-# Before 1.0 a minor version may break the API, so 0.6.x accepts only requests for 0.6.
+# Before 1.0 a minor version may break the API, so 0.7.x accepts only requests for 0.7.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
   COMPATIBILITY SameMinorVersion)
 # What this build's static library needs besides: the CUDA runtime when the CUDA backend is in.
