@@ -819,9 +819,9 @@ H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2
         std::vector<uint8_t> bytes;
         uint64_t file_size = 0;
         h2o::SnapshotHeader header;
-        Status s = h2o::read_file(path, h2o::kSnapshotHeaderSize, &bytes, &file_size);
+        Status s = h2o::read_file(path, h2o::snapshot_header_size(), &bytes, &file_size);
         if (s.ok())
-            s = h2o::read_snapshot_header(bytes.data(), bytes.size() < h2o::kSnapshotHeaderSize ? bytes.size() : file_size,
+            s = h2o::read_snapshot_header(bytes.data(), bytes.size() < h2o::snapshot_header_size() ? bytes.size() : file_size,
                                           model->impl->fingerprint(), &header);
         if (s.ok() && header.compressed_size > ZSTD_compressBound(snapshot_payload_limit(*model->impl, header.settings))) {
             s = make_error(H2O_ERR_STATE_FORMAT, "not a valid session snapshot: " + std::to_string(file_size) +

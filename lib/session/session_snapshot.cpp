@@ -12,10 +12,8 @@ namespace h2o {
 namespace {
 
 constexpr char kMagic[8] = {'H', '2', 'O', 'S', 'T', 'A', 'T', 'E'};
-// The header's size in a format version: magic, version, size, the model's fingerprint, the
-// settings words that version has (kv_settings.h), the payload's two sizes and the hash.
+// Magic, version, size, the model's fingerprint, the payload's two sizes and the hash.
 constexpr size_t kHeaderFixedBytes = 8 + 4 + 4 + 8 + 8 + 8 + 8;
-size_t header_size_of(uint32_t version) { return kHeaderFixedBytes + cache_settings_bytes(version); }
 // Level 1: the KV rows are mostly incompressible numbers, so higher levels buy a few percent of
 // size for several times the time (measured: see the README's session-state figures).
 constexpr int kCompressionLevel = 1;
@@ -30,38 +28,41 @@ Status bad(const std::string &what) { return make_error(H2O_ERR_STATE_FORMAT, "n
 
 }  // namespace
 
-size_t snapshot_size_bound(size_t state_size) { return kSnapshotHeaderSize + ZSTD_compressBound(state_size); }
+size_t snapshot_header_size(uint32_t version) { return kHeaderFixedBytes + cache_settings_bytes(version); }
+
+size_t snapshot_size_bound(size_t state_size) { return snapshot_header_size() + ZSTD_compressBound(state_size); }
 
 Status encode_snapshot(const Session &session, const std::vector<uint8_t> &state, std::vector<uint8_t> *out) {
     const SessionSettings &s = session.settings();
+    const size_t header_size = snapshot_header_size();
     out->clear();
     ByteWriter w(out);
     w.put_raw(kMagic, sizeof(kMagic));
     w.put<uint32_t>(kSnapshotFormatVersion);
-    w.put<uint32_t>(static_cast<uint32_t>(kSnapshotHeaderSize));
+    w.put<uint32_t>(static_cast<uint32_t>(header_size));
     w.put<uint64_t>(session.model().fingerprint());
     write_cache_settings(s, &w);
     w.put<uint64_t>(state.size());
     const size_t bound = ZSTD_compressBound(state.size());
     w.put<uint64_t>(0);  // compressed size, filled in below
     w.put<uint64_t>(0);  // header hash, filled in below
-    out->resize(kSnapshotHeaderSize + bound);
+    out->resize(header_size + bound);
 
     ZSTD_CCtx *cctx = ZSTD_createCCtx();
     if (!cctx) return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot create a zstd compression context");
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, kCompressionLevel);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-    const size_t compressed = ZSTD_compress2(cctx, out->data() + kSnapshotHeaderSize, bound, state.data(), state.size());
+    const size_t compressed = ZSTD_compress2(cctx, out->data() + header_size, bound, state.data(), state.size());
     ZSTD_freeCCtx(cctx);
     if (ZSTD_isError(compressed))
         return make_error(H2O_ERR_INTERNAL, std::string("zstd compression failed: ") + ZSTD_getErrorName(compressed));
-    out->resize(kSnapshotHeaderSize + compressed);
+    out->resize(header_size + compressed);
     const uint64_t compressed_size = compressed;
     // The header ends with the compressed size and the hash of the bytes before the hash.
-    constexpr size_t kHashAt = kSnapshotHeaderSize - 8;
-    std::memcpy(out->data() + kHashAt - 8, &compressed_size, sizeof(compressed_size));
-    const uint64_t hash = fnv1a(out->data(), kHashAt);
-    std::memcpy(out->data() + kHashAt, &hash, sizeof(hash));
+    const size_t hash_at = header_size - 8;
+    std::memcpy(out->data() + hash_at - 8, &compressed_size, sizeof(compressed_size));
+    const uint64_t hash = fnv1a(out->data(), hash_at);
+    std::memcpy(out->data() + hash_at, &hash, sizeof(hash));
     return Status::Ok();
 }
 
@@ -76,7 +77,7 @@ Status read_snapshot_header(const uint8_t *data, size_t size, uint64_t model_fin
                                                    " is not supported (this library reads versions 1 to " +
                                                    std::to_string(kSnapshotFormatVersion) + ")");
     }
-    const size_t expected_size = header_size_of(version);
+    const size_t expected_size = snapshot_header_size(version);
     if (header_size != expected_size)
         return bad("header size " + std::to_string(header_size) + " (version " + std::to_string(version) + ": " +
                    std::to_string(expected_size) + ")");

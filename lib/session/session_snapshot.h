@@ -30,8 +30,9 @@
 
 namespace h2o {
 
-// The header written; older versions' headers are shorter.
-constexpr size_t kSnapshotHeaderSize = 116;
+// The header's size in a format version: the settings words that version holds (kv_settings.h)
+// and the fixed fields. Older versions' headers are shorter.
+size_t snapshot_header_size(uint32_t version = kSnapshotFormatVersion);
 
 struct SnapshotHeader {
     uint32_t version = 0;

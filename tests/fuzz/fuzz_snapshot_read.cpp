@@ -17,11 +17,14 @@
 #include <vector>
 
 #include "fuzz_common.h"
+#include "session_snapshot.h"
 
 namespace {
 
-// The snapshot layout of lib/session/session_snapshot.h (version 8).
-constexpr size_t kHeaderSize = 116, kPayloadSizeAt = 92, kCompressedSizeAt = 100, kHashAt = 108;
+// The snapshot layout of lib/session/session_snapshot.h: the header ends with the payload's size,
+// the compressed size and the hash of the bytes before it.
+const size_t kHeaderSize = h2o::snapshot_header_size(), kPayloadSizeAt = kHeaderSize - 24, kCompressedSizeAt = kHeaderSize - 16,
+             kHashAt = kHeaderSize - 8;
 
 // The header of a snapshot of a fresh session with the seed corpus's default settings.
 const std::vector<uint8_t> &header_template() {

@@ -26,6 +26,7 @@
 
 #include "h2o/h2o.h"
 #include "h2o/h2o_experimental.h"
+#include "session_snapshot.h"
 #include "snapshot_formats.h"
 #include "synthetic_model.h"
 
@@ -211,7 +212,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
             }
         }
         if (s.budget == 32 && s.n_ctx == 256 && s.rolling && s.policy == H2O_KV_SCISSORHANDS) {
-            const size_t header = 116;  // lib/session/session_snapshot.h, version 8
+            const size_t header = h2o::snapshot_header_size();
             Bytes state(ZSTD_getFrameContentSize(snapshot.data() + header, snapshot.size() - header));
             if (ZSTD_isError(ZSTD_decompress(state.data(), state.size(), snapshot.data() + header, snapshot.size() - header))) die("zstd");
             state.insert(state.begin(), 1);

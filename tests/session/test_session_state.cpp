@@ -323,7 +323,7 @@ struct Refusal {
 };
 
 // The snapshot header of lib/session/session_snapshot.h (version 8); its last 8 bytes hash the others.
-constexpr size_t kHeaderSize = h2o::kSnapshotHeaderSize;
+const size_t kHeaderSize = h2o::snapshot_header_size();
 
 void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {
     uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
