@@ -199,17 +199,17 @@ h2o_generate_params default_generate_params() {
 
 const char *const kBackendKindNames[] = {"auto", "cpu", "vulkan", "cuda"};
 
-// Looks a name up in a table of names indexed by value.
-template <size_t N>
-Status value_from_name(const char *const (&names)[N], const char *name, uint32_t *out, const char *what) {
+// Looks a name up among the values 0, 1, ... that name_of names (a public h2o_*_name function:
+// NULL after the last).
+Status value_from_name(const char *(*name_of)(uint32_t), const char *name, uint32_t *out, const char *what) {
     if (!name || !out) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": name or out pointer is NULL");
     std::string known;
-    for (size_t i = 0; i < N; ++i) {
-        if (std::strcmp(name, names[i]) == 0) {
-            *out = static_cast<uint32_t>(i);
+    for (uint32_t i = 0; name_of(i); ++i) {
+        if (std::strcmp(name, name_of(i)) == 0) {
+            *out = i;
             return Status::Ok();
         }
-        known += (i ? ", " : "") + std::string(names[i]);
+        known += (i ? ", " : "") + std::string(name_of(i));
     }
     return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": unknown name '" + name + "' (known: " + known + ")");
 }
@@ -508,7 +508,7 @@ H2O_API h2o_status h2o_backend_get_info(size_t index, h2o_backend_info *info) {
 H2O_API const char *h2o_backend_kind_name(uint32_t kind) { return kind < std::size(kBackendKindNames) ? kBackendKindNames[kind] : nullptr; }
 
 H2O_API h2o_status h2o_backend_kind_from_name(const char *name, uint32_t *kind) {
-    if (Status s = value_from_name(kBackendKindNames, name, kind, "h2o_backend_kind_from_name"); !s.ok()) return fail(s);
+    if (Status s = value_from_name(h2o_backend_kind_name, name, kind, "h2o_backend_kind_from_name"); !s.ok()) return fail(s);
     return succeed();
 }
 
@@ -517,14 +517,7 @@ H2O_API const char *h2o_kv_policy_name(uint32_t policy) {
 }
 
 H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy) {
-    if (!name || !policy) return invalid("h2o_kv_policy_from_name: name or out pointer is NULL");
-    h2o::KvPolicy parsed;
-    if (!h2o::parse_kv_policy(name, &parsed)) {
-        std::string known;
-        for (const h2o::KvPolicyTraits &t : h2o::kKvPolicyTraits) known += (known.empty() ? "" : ", ") + std::string(t.name);
-        return invalid(std::string("h2o_kv_policy_from_name: unknown name '") + name + "' (known: " + known + ")");
-    }
-    *policy = static_cast<uint32_t>(parsed);
+    if (Status s = value_from_name(h2o_kv_policy_name, name, policy, "h2o_kv_policy_from_name"); !s.ok()) return fail(s);
     return succeed();
 }
 
@@ -551,7 +544,7 @@ H2O_API const char *h2o_kv_type_name(uint32_t type) {
 }
 
 H2O_API h2o_status h2o_kv_type_from_name(const char *name, uint32_t *type) {
-    if (Status s = value_from_name(h2o::kKvTypeNames, name, type, "h2o_kv_type_from_name"); !s.ok()) return fail(s);
+    if (Status s = value_from_name(h2o_kv_type_name, name, type, "h2o_kv_type_from_name"); !s.ok()) return fail(s);
     return succeed();
 }
 
@@ -657,18 +650,8 @@ H2O_API const char *h2o_experimental_name(uint32_t key) {
 }
 
 H2O_API h2o_status h2o_experimental_from_name(const char *name, uint32_t *key) {
-    if (!name || !key) return invalid("h2o_experimental_from_name: name or out pointer is NULL");
-    std::string known;
-    for (size_t i = 0; i < h2o::kCacheSettingCount; ++i) {
-        const h2o::CacheSetting &row = h2o::kCacheSettings[i];
-        if (row.experimental_key < 0) continue;
-        if (std::strcmp(name, row.name) == 0) {
-            *key = static_cast<uint32_t>(row.experimental_key);
-            return succeed();
-        }
-        known += (known.empty() ? "" : ", ") + std::string(row.name);
-    }
-    return invalid(std::string("h2o_experimental_from_name: unknown name '") + name + "' (known: " + known + ")");
+    if (Status s = value_from_name(h2o_experimental_name, name, key, "h2o_experimental_from_name"); !s.ok()) return fail(s);
+    return succeed();
 }
 
 namespace {
