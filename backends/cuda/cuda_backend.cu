@@ -906,19 +906,14 @@ public:
         std::copy(minimums, minimums + KV_MAX_SPANS, span_min_);
         return Status::Ok();
     }
-    // Snapshots need the device's cache in the host layout; that copy is not written yet.
-    Status save_kv(ByteWriter &) override { return snapshot_unsupported(); }
-    Status load_kv(ByteReader &, int64_t, int64_t, int64_t, int) override { return snapshot_unsupported(); }
+    // Snapshots (and forks) through a host image of the cache (kv_image.h): the device keeps the
+    // image's arrays, array for array, so each is one copy.
+    Status save_kv(ByteWriter &out) override;
+    Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) override;
     Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
                      const ModelShape &shape) override;
 
 private:
-    static Status snapshot_unsupported() {
-        return make_error(H2O_ERR_UNSUPPORTED,
-                          "session snapshots (save, load, fork) are not implemented on the CUDA backend "
-                          "yet; create the session with the CPU backend");
-    }
-
     template <typename T>
     static T *device_ptr(const Tensor &t) {
         return reinterpret_cast<T *>(t.buffer + t.offset);
@@ -1055,9 +1050,48 @@ Status CudaBackend::clear_kv() {
     H2O_TRY(check(cudaMemsetAsync(kv_.used, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
     H2O_TRY(check(cudaMemsetAsync(kv_.free_count, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
     if (kv_.stats) H2O_TRY(check(cudaMemsetAsync(kv_.stats, 0, slot_count() * sizeof(SlotStats), stream_), "cudaMemsetAsync"));
-    // KvCache::clear's generator state (the value is on this stack: the copy is waited for).
-    const uint64_t rng = kv_config_.policy.seed ^ 0x9E3779B97F4A7C15ull;
+    // KvImage::clear's generator state (the value is on this stack: the copy is waited for).
+    const uint64_t rng = kv_initial_random_state(kv_config_.policy.seed);
     return copy_to_device_now(kv_.rng, &rng, sizeof rng);
+}
+
+Status CudaBackend::save_kv(ByteWriter &out) {
+    H2O_TRY(failed_);
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
+    KvImage image;
+    H2O_TRY(image.allocate(kv_config_));  // every cell its layer's budget: budgets never move here
+    H2O_TRY(download_raw(kv_.keys, image.keys.data(), image.keys.size()));
+    H2O_TRY(download_raw(kv_.values, image.values.data(), image.values.size()));
+    H2O_TRY(download_raw(kv_.stream, image.stream_index.data(), image.stream_index.size() * sizeof(int64_t)));
+    H2O_TRY(download_raw(kv_.position, image.position.data(), image.position.size() * sizeof(int32_t)));
+    H2O_TRY(download_raw(kv_.tag, image.tags.data(), image.tags.size()));
+    if (kv_.stats) H2O_TRY(download_raw(kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)));
+    H2O_TRY(download_raw(kv_.free_list, image.free_list.data(), image.free_list.size() * sizeof(int32_t)));
+    H2O_TRY(download_raw(kv_.used, image.used.data(), image.used.size() * sizeof(int32_t)));
+    H2O_TRY(download_raw(kv_.free_count, image.free_count.data(), image.free_count.size() * sizeof(int32_t)));
+    H2O_TRY(download_raw(kv_.rng, &image.random_state, sizeof image.random_state));
+    save_kv_image(kv_config_, image, out);
+    return Status::Ok();
+}
+
+Status CudaBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) {
+    H2O_TRY(failed_);
+    if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
+    KvImage image;
+    H2O_TRY(image.allocate(kv_config_));
+    H2O_TRY(load_kv_image(kv_config_, image, in, n_past, n_cached, n_pinned, n_spans));  // checked before the device changes
+    H2O_TRY(copy_to_device_now(kv_.keys, image.keys.data(), image.keys.size()));
+    H2O_TRY(copy_to_device_now(kv_.values, image.values.data(), image.values.size()));
+    H2O_TRY(copy_to_device_now(kv_.stream, image.stream_index.data(), image.stream_index.size() * sizeof(int64_t)));
+    H2O_TRY(copy_to_device_now(kv_.position, image.position.data(), image.position.size() * sizeof(int32_t)));
+    H2O_TRY(copy_to_device_now(kv_.tag, image.tags.data(), image.tags.size()));
+    if (kv_.stats) H2O_TRY(copy_to_device_now(kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)));
+    H2O_TRY(copy_to_device_now(kv_.free_list, image.free_list.data(), image.free_list.size() * sizeof(int32_t)));
+    H2O_TRY(copy_to_device_now(kv_.used, image.used.data(), image.used.size() * sizeof(int32_t)));
+    H2O_TRY(copy_to_device_now(kv_.free_count, image.free_count.data(), image.free_count.size() * sizeof(int32_t)));
+    H2O_TRY(copy_to_device_now(kv_.rng, &image.random_state, sizeof image.random_state));
+    std::copy(image.span_minimum, image.span_minimum + KV_MAX_SPANS, span_min_);  // none: the session sets them again
+    return Status::Ok();
 }
 
 Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,

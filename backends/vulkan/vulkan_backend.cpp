@@ -294,7 +294,8 @@ public:
     Status download_kv_cell_slots(int32_t *out) override;
     Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) override;
     Status set_kv_span_minimums(const int32_t *minimums) override;
-    // Snapshots go through a host KvCache, whose save/load define the format and check it.
+    // Snapshots go through a host image of the cache (kv_image.h), whose codec defines the format
+    // and checks it.
     Status save_kv(ByteWriter &out) override;
     Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) override;
     Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
@@ -345,9 +346,9 @@ private:
     // Rows of a weight tensor that fit one storage buffer binding.
     int64_t rows_per_binding(const Tensor &w, VkDeviceSize row_bytes) const;
 
-    // The device's cache and a host KvCache of the same configuration, one into the other.
-    Status cache_to_host(KvCache *host);
-    Status cache_from_host(KvCache &host);
+    // The device's cache and a host image of it (allocated for kv_), one into the other.
+    Status cache_to_image(KvImage &image);
+    Status cache_from_image(const KvImage &image);
 
     // ---- recording
     bool begin();
@@ -1080,10 +1081,10 @@ Status VulkanBackend::clear_kv() {
     const uint32_t slots = layout_.position - layout_.stream;               // 2 words per slot
     record_fill(meta, meta_.offset, VkDeviceSize{4} * slots, 0xFFFFFFFFu);  // every slot free (-1)
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.position, VkDeviceSize{4} * (layout_.rng - layout_.position), 0);
-    const uint64_t rng = kv_.policy.seed ^ 0x9E3779B97F4A7C15ull;  // KvCache::clear
+    const uint64_t rng = kv_initial_random_state(kv_.policy.seed);
     record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.rng, &rng, sizeof rng);
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.span_min, VkDeviceSize{4} * KV_MAX_SPANS, 0);
-    // Every cell its layer's budget, as KvCache::clear.
+    // Every cell its layer's budget, as KvImage::clear.
     std::vector<uint32_t> cells(2 * static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv);
     const size_t n_cells = cells.size() / 2;
     for (int l = 0; l < kv_.n_layer; ++l) {
@@ -1107,10 +1108,10 @@ Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
 // cache's traffic before every batch; a device kernel for it is not written yet).
 Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) {
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
-    H2O_TRY(cache_to_host(&rebalance_host_));
+    H2O_TRY(cache_to_image(rebalance_host_.image()));
     rebalance_host_.rebalance_heads(next_index, incoming);
     rebalance_host_.cell_fill(held, slots);
-    return cache_from_host(rebalance_host_);
+    return cache_from_image(rebalance_host_.image());
 }
 
 Status VulkanBackend::set_kv_span_minimums(const int32_t *minimums) {
@@ -1126,107 +1127,99 @@ Status VulkanBackend::set_kv_span_minimums(const int32_t *minimums) {
 
 Status VulkanBackend::save_kv(ByteWriter &out) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
-    KvCache host;
-    H2O_TRY(host.init(kv_));
-    H2O_TRY(cache_to_host(&host));
-    host.save(out);
+    KvImage image;
+    H2O_TRY(image.allocate(kv_));
+    H2O_TRY(cache_to_image(image));
+    save_kv_image(kv_, image, out);
     return Status::Ok();
 }
 
 Status VulkanBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
     H2O_TRY(error_);
-    KvCache host;
-    H2O_TRY(host.init(kv_));
-    H2O_TRY(host.load(in, n_past, n_cached, n_pinned, n_spans));  // checks everything before the device changes
-    return cache_from_host(host);
+    KvImage image;
+    H2O_TRY(image.allocate(kv_));
+    H2O_TRY(load_kv_image(kv_, image, in, n_past, n_cached, n_pinned, n_spans));  // checks everything before the device changes
+    return cache_from_image(image);
 }
 
 // Keys and values are one region of rows per pool of layers (create_kv), its cells' rows in
 // (layer, kv head) order from the pool's first slot.
-Status VulkanBackend::cache_to_host(KvCache *host) {
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv);
+Status VulkanBackend::cache_to_image(KvImage &image) {
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. span_min
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
-    host->set_cell_slots(reinterpret_cast<const int32_t *>(&meta[layout_.cell_slots]));
+    const size_t n_cells = image.cell_slots.size();
+    for (size_t c = 0; c < n_cells; ++c) {
+        image.used[c] = static_cast<int32_t>(meta[layout_.used + c]);
+        image.free_count[c] = static_cast<int32_t>(meta[layout_.free_count + c]);
+    }
+    image.place_cells(0, n_cells, reinterpret_cast<const int32_t *>(&meta[layout_.cell_slots]));
+    // Cells are consecutive, so the host slot at is the device slot at, whatever the regions.
+    const auto slots = static_cast<size_t>(kv_.total_slots());
+    for (size_t at = 0; at < slots; ++at) {
+        image.stream_index[at] =
+            static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} | uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
+        image.position[at] = static_cast<int32_t>(meta[layout_.position + at]);
+        image.tags[at] = static_cast<uint8_t>(meta[layout_.tag + at]);
+        if (!image.stats.empty()) std::memcpy(&image.stats[at], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
+        image.free_list[at] = static_cast<int32_t>(meta[layout_.free_list + at]);
+    }
     std::vector<uint32_t> keys, values;
     for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
-        const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<uint32_t>(kv_.pool_slots(pool));
-        keys.resize(static_cast<size_t>(pool_slots) * key_words);
-        values.resize(static_cast<size_t>(pool_slots) * value_words);
+        const auto first_slot = static_cast<size_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<size_t>(kv_.pool_slots(pool));
+        keys.resize(pool_slots * key_words);
+        values.resize(pool_slots * value_words);
         H2O_TRY(download_range(block(keys_[pool]).buffer, keys_[pool].offset, keys.data(), VkDeviceSize{4} * keys.size()));
         H2O_TRY(download_range(block(values_[pool]).buffer, values_[pool].offset, values.data(), VkDeviceSize{4} * values.size()));
-        for (int l = pool; l < kv_.pool_end_layer(pool); ++l) {
-            for (uint32_t h = 0; h < n_kv; ++h) {
-                const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h, cell_first = meta[layout_.cell_first + cell];
-                const KvCache::CellView view = host->cell(l, static_cast<int>(h));
-                for (uint32_t s = 0; s < meta[layout_.cell_slots + cell]; ++s) {
-                    const uint32_t at = cell_first + s, row = at - first_slot;
-                    std::memcpy(view.keys + s * host->key_row_bytes(), &keys[row * key_words], host->key_row_bytes());
-                    std::memcpy(view.values + s * host->value_row_bytes(), &values[row * value_words], host->value_row_bytes());
-                    view.stream_index[s] =
-                        static_cast<int64_t>(uint64_t{meta[layout_.stream + 2 * at]} | uint64_t{meta[layout_.stream + 2 * at + 1]} << 32);
-                    view.position[s] = static_cast<int32_t>(meta[layout_.position + at]);
-                    view.tag[s] = static_cast<uint8_t>(meta[layout_.tag + at]);
-                    if (view.stats) std::memcpy(&view.stats[s], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
-                    host->free_list(l, static_cast<int>(h))[s] = static_cast<int32_t>(meta[layout_.free_list + at]);
-                }
-                host->set_counts(l, static_cast<int>(h),
-                                 {static_cast<int>(meta[layout_.used + cell]), static_cast<int>(meta[layout_.free_count + cell])});
-            }
+        for (size_t row = 0; row < pool_slots; ++row) {
+            std::memcpy(&image.keys[(first_slot + row) * image.key_row_bytes], &keys[row * key_words], image.key_row_bytes);
+            std::memcpy(&image.values[(first_slot + row) * image.value_row_bytes], &values[row * value_words], image.value_row_bytes);
         }
     }
-    host->set_random_state(uint64_t{meta[layout_.rng]} | uint64_t{meta[layout_.rng + 1]} << 32);
-    host->set_span_minimums(reinterpret_cast<const int32_t *>(&meta[layout_.span_min]));
+    image.random_state = uint64_t{meta[layout_.rng]} | uint64_t{meta[layout_.rng + 1]} << 32;
+    std::memcpy(image.span_minimum, &meta[layout_.span_min], sizeof(int32_t) * KV_MAX_SPANS);
     return Status::Ok();
 }
 
-Status VulkanBackend::cache_from_host(KvCache &host) {
-    const auto n_kv = static_cast<uint32_t>(kv_.n_head_kv);
+Status VulkanBackend::cache_from_image(const KvImage &image) {
     const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     // stream .. span_min; zero statistics for the policies without.
     std::vector<uint32_t> meta(layout_.batch_slot, 0);
+    const size_t n_cells = image.cell_slots.size();
+    for (size_t c = 0; c < n_cells; ++c) {
+        meta[layout_.used + c] = static_cast<uint32_t>(image.used[c]);
+        meta[layout_.free_count + c] = static_cast<uint32_t>(image.free_count[c]);
+        meta[layout_.cell_first + c] = static_cast<uint32_t>(image.cell_first_slot[c]);
+        meta[layout_.cell_slots + c] = static_cast<uint32_t>(image.cell_slots[c]);
+    }
+    const auto slots = static_cast<size_t>(kv_.total_slots());
+    for (size_t at = 0; at < slots; ++at) {
+        const auto stream = static_cast<uint64_t>(image.stream_index[at]);  // -1 (free): both words ~0
+        meta[layout_.stream + 2 * at] = static_cast<uint32_t>(stream);
+        meta[layout_.stream + 2 * at + 1] = static_cast<uint32_t>(stream >> 32);
+        meta[layout_.position + at] = static_cast<uint32_t>(image.position[at]);
+        meta[layout_.tag + at] = image.tags[at];
+        if (!image.stats.empty()) std::memcpy(&meta[layout_.stats + 5 * at], &image.stats[at], sizeof(SlotStats));
+        meta[layout_.free_list + at] = static_cast<uint32_t>(image.free_list[at]);
+    }
     std::vector<uint32_t> keys, values;
     for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
-        const auto first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<uint32_t>(kv_.pool_slots(pool));
-        keys.assign(static_cast<size_t>(pool_slots) * key_words, 0u);
-        values.assign(static_cast<size_t>(pool_slots) * value_words, 0u);
-        uint32_t cell_first = first_slot;
-        for (int l = pool; l < kv_.pool_end_layer(pool); ++l) {
-            for (uint32_t h = 0; h < n_kv; ++h) {
-                const uint32_t cell = static_cast<uint32_t>(l) * n_kv + h;
-                const auto cell_slots = static_cast<uint32_t>(host.cell_slots(l, static_cast<int>(h)));
-                const KvCache::CellView view = host.cell(l, static_cast<int>(h));
-                for (uint32_t s = 0; s < cell_slots; ++s) {
-                    const uint32_t at = cell_first + s, row = at - first_slot;
-                    std::memcpy(&keys[row * key_words], view.keys + s * host.key_row_bytes(), host.key_row_bytes());
-                    std::memcpy(&values[row * value_words], view.values + s * host.value_row_bytes(), host.value_row_bytes());
-                    const auto stream = static_cast<uint64_t>(view.stream_index[s]);  // -1 (free): both words ~0
-                    meta[layout_.stream + 2 * at] = static_cast<uint32_t>(stream);
-                    meta[layout_.stream + 2 * at + 1] = static_cast<uint32_t>(stream >> 32);
-                    meta[layout_.position + at] = static_cast<uint32_t>(view.position[s]);
-                    meta[layout_.tag + at] = view.tag[s];
-                    if (view.stats) std::memcpy(&meta[layout_.stats + 5 * at], &view.stats[s], sizeof(SlotStats));
-                    meta[layout_.free_list + at] = static_cast<uint32_t>(host.free_list(l, static_cast<int>(h))[s]);
-                }
-                const KvCache::HeadCounts counts = host.counts(l, static_cast<int>(h));
-                meta[layout_.used + cell] = static_cast<uint32_t>(counts.used);
-                meta[layout_.free_count + cell] = static_cast<uint32_t>(counts.free_count);
-                meta[layout_.cell_first + cell] = cell_first;
-                meta[layout_.cell_slots + cell] = cell_slots;
-                cell_first += cell_slots;
-            }
+        const auto first_slot = static_cast<size_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<size_t>(kv_.pool_slots(pool));
+        keys.assign(pool_slots * key_words, 0u);
+        values.assign(pool_slots * value_words, 0u);
+        for (size_t row = 0; row < pool_slots; ++row) {
+            std::memcpy(&keys[row * key_words], &image.keys[(first_slot + row) * image.key_row_bytes], image.key_row_bytes);
+            std::memcpy(&values[row * value_words], &image.values[(first_slot + row) * image.value_row_bytes], image.value_row_bytes);
         }
         record_upload(block(keys_[pool]).buffer, keys_[pool].offset, keys.data(), VkDeviceSize{4} * keys.size());  // staged: copied now
         record_upload(block(values_[pool]).buffer, values_[pool].offset, values.data(), VkDeviceSize{4} * values.size());
     }
-    const uint64_t rng = host.random_state();
-    meta[layout_.rng] = static_cast<uint32_t>(rng);
-    meta[layout_.rng + 1] = static_cast<uint32_t>(rng >> 32);
-    std::memcpy(&meta[layout_.span_min], host.span_minimums(), sizeof(int32_t) * KV_MAX_SPANS);
+    meta[layout_.rng] = static_cast<uint32_t>(image.random_state);
+    meta[layout_.rng + 1] = static_cast<uint32_t>(image.random_state >> 32);
+    std::memcpy(&meta[layout_.span_min], image.span_minimum, sizeof(int32_t) * KV_MAX_SPANS);
     record_upload(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size());  // staged: copied now
     return error_;
 }

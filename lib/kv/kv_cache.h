@@ -12,8 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kv_config.h"
 #include "byte_io.h"
+#include "kv_config.h"
+#include "kv_image.h"
 #include "kv_policy.h"
 
 namespace h2o {
@@ -29,8 +30,8 @@ public:
     // Bytes init(config) allocates: keys, values, slot bookkeeping and (for the policies that
     // read them) attention statistics.
     static size_t planned_bytes(const KvConfig &config);
-    size_t key_row_bytes() const { return key_row_bytes_; }
-    size_t value_row_bytes() const { return value_row_bytes_; }
+    size_t key_row_bytes() const { return image_.key_row_bytes; }
+    size_t value_row_bytes() const { return image_.value_row_bytes; }
 
     // A view of one cell, one (layer, kv head): cell_slots(layer, kv_head) entries; keys and values are rows of
     // key_row_bytes() and value_row_bytes() in the cache type's row formats (kv_format.h).
@@ -47,13 +48,13 @@ public:
     CellView cell(int layer, int kv_head);
 
     // The slots of a cell's region: slots_in(layer) unless rebalancing moved them.
-    int cell_slots(int layer, int kv_head) const { return cell_slots_[cell_index(layer, kv_head)]; }
+    int cell_slots(int layer, int kv_head) const { return image_.cell_slots[cell_index(layer, kv_head)]; }
     // The most slots any cell may be given (the size of per-cell scratch; computed once, as
     // attention asks for it on every call).
     int max_cell_slots() const { return max_cell_slots_; }
 
     // Slots [0, used(layer, head)) have been written at least once; later slots are untouched.
-    int used(int layer, int kv_head) const { return used_[cell_index(layer, kv_head)]; }
+    int used(int layer, int kv_head) const { return image_.used[cell_index(layer, kv_head)]; }
     int free_slots(int layer, int kv_head) const;
 
     // Frees slots for n incoming tokens (the first of which has stream index next_index) by
@@ -94,50 +95,22 @@ public:
         void (*rotate_half_pairs)(uint16_t *row, const float *cos_sin, int64_t n_pairs) = nullptr;
     };
     void set_rotation_kernels(const RotationKernels &kernels) { rotation_kernels_ = kernels; }
-    const int32_t *span_minimums() const { return span_minimum_; }
+    const int32_t *span_minimums() const { return image_.span_minimum; }
 
-    // The cache, slot by slot, as saved in a session snapshot: every used slot's rows in their
-    // stored format, bookkeeping and statistics, and the free lists, so a loaded cache evicts and
-    // sums exactly as the saved one would have.
+    // The cache as a session snapshot holds it, and back (save_kv_image, load_kv_image: a loaded
+    // cache evicts and sums exactly as the saved one would have; on error it is cleared).
     void save(ByteWriter &out) const;
-    // Replaces the cache with a saved one of the same configuration, after checking that every
-    // index in it is consistent with a stream of n_past tokens of which every (layer, kv head)
-    // holds n_cached, n_pinned of them pinned, and whose tags name none but the first n_spans
-    // retention spans. n_cached counts the tokens of the layers with the most slots; a layer with
-    // fewer holds min(n_cached, its slots); when the heads' budgets move, a cell holds at most
-    // min(n_past, its slots). On error the cache is cleared.
     Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans);
 
-    // The bookkeeping beyond the slots' own (CellView), for a device backend that keeps its cache
-    // in its own memory and saves and loads it in the snapshot format through a host KvCache.
-    struct HeadCounts {
-        int used = 0;        // slots written at least once
-        int free_count = 0;  // entries of the free list
-    };
-    HeadCounts counts(int layer, int kv_head) const { return {used_[cell_index(layer, kv_head)], free_count_[cell_index(layer, kv_head)]}; }
-    // Sets every cell's region (n_layer * n_head_kv sizes in (layer, kv head) order, each within
-    // its layer's min_cell_slots and max_cell_slots, each pool's summing to its slots), as a
-    // device backend's cache has them.
-    void set_cell_slots(const int32_t *slots);
-    // Sets what a device backend's cache holds; used and free_count must be within the cell's slots (the
-    // device's own state, not a file's: load() is what checks foreign data).
-    void set_counts(int layer, int kv_head, HeadCounts counts) {
-        used_[cell_index(layer, kv_head)] = counts.used;
-        free_count_[cell_index(layer, kv_head)] = counts.free_count;
-    }
-    // The slots freed by eviction and not yet reused: cell_slots entries, the first free_count used.
-    int32_t *free_list(int layer, int kv_head) { return free_list_.data() + slot_base(layer, kv_head); }
-    uint64_t random_state() const { return random_state_; }
-    void set_random_state(uint64_t state) { random_state_ = state; }
+    // The cache's state (kv_image.h): what a snapshot holds, and what a device backend that
+    // rebalances on a host copy of its cache copies in and out. Whoever changes it keeps the
+    // image's invariants (each cell's free list names its freed slots, the regions tile the pools).
+    const KvImage &image() const { return image_; }
+    KvImage &image() { return image_; }
 
 private:
     size_t cell_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
-    size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(cell_first_slot_[cell_index(layer, kv_head)]); }
-    // Gives every cell of every layer slots_in(layer) slots.
-    void reset_cell_slots();
-    // Gives cells [first_cell, end_cell) consecutive regions of `slots` each, from the end of the
-    // cell before them (cells before first_cell must be placed already).
-    void place_cells(size_t first_cell, size_t end_cell, const int32_t *slots);
+    size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(image_.cell_first_slot[cell_index(layer, kv_head)]); }
     // rebalance_heads for the pool of layers [first_layer, end_layer), and its last step: moving
     // each cell's kept slots, in order, to the start of its new region (`slots` per cell).
     void rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming);
@@ -158,7 +131,7 @@ private:
         std::vector<int64_t> destinations;  // as many: where move_to_regions puts each kept slot
         std::vector<float> priority;        // by pool slot offset
         std::vector<int32_t> span_held;     // the largest pool's cells * KV_MAX_SPANS
-        std::vector<int32_t> kept, slots;   // the largest pool's cells (all cells: load)
+        std::vector<int32_t> kept, slots;   // the largest pool's cells
     };
     void rotate_back(uint8_t *key, int shift, float *scratch);
     // With rolling, after a cell lost the tokens evicted[0, n_evicted) (stream indices, sorted
@@ -175,29 +148,14 @@ private:
     std::vector<int64_t> layer_first_slot_;     // config_.first_slot_of, per layer
     std::vector<KvPolicyConfig> layer_policy_;  // config_.policy_in, per layer
     KvRowFormat key_format_ = KvRowFormat::F32, value_format_ = KvRowFormat::F32;
-    size_t key_row_bytes_ = 0, value_row_bytes_ = 0;
     int max_cell_slots_ = 0;  // config_.max_cell_slots()
-    std::vector<uint8_t> keys_, values_;
-    std::vector<int64_t> stream_index_;
-    std::vector<int32_t> position_;
-    std::vector<uint8_t> tags_;
-    std::vector<SlotStats> stats_;
-    std::vector<int> used_;
-    // Per cell: its first slot and its number of slots (slot_base, cell_slots).
-    std::vector<int64_t> cell_first_slot_;
-    std::vector<int32_t> cell_slots_;
-    RebalanceScratch rebalance_;  // allocated once, when head_share > 0
-    // Per (layer, head): slots freed by eviction and not yet reused (a stack of the layer's slots).
-    std::vector<int32_t> free_list_;
-    std::vector<int> free_count_;
+    KvImage image_;
+    RebalanceScratch rebalance_;            // allocated once, when head_share > 0
     std::vector<EvictionScratch> scratch_;  // allocated once
     RotationKernels rotation_kernels_;
-    int32_t span_minimum_[KV_MAX_SPANS] = {};
-    bool any_span_minimum_ = false;
     // With rolling: for each shift 1..max_slots(), the cosine and sine of rotating back by it, for
     // each of the rope.pairs() pairs ([shift][pair][cos, sin]; row 0 unused).
     std::vector<float> rotate_back_cos_sin_;
-    uint64_t random_state_ = 0;
 };
 
 }  // namespace h2o

@@ -24,7 +24,7 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
     const int64_t pool_first = layer_first_slot_[static_cast<size_t>(first_layer)];
     const int64_t pool = layer_first_slot_[static_cast<size_t>(end_layer)] - pool_first;
     int64_t held = 0;
-    for (int i = 0; i < n_cells; ++i) held += used_[first_cell + i] - free_count_[first_cell + i];
+    for (int i = 0; i < n_cells; ++i) held += image_.used[first_cell + i] - image_.free_count[first_cell + i];
     const int64_t needed = held + static_cast<int64_t>(n_cells) * incoming - pool;
     if (needed <= 0) return;  // every cell can take the coming tokens: regions stay as they are
 
@@ -40,8 +40,8 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
         const int64_t recent_from = kv_recent_from(policy, next_index, incoming);
         const int64_t stale_before = kv_stale_before(policy, next_index, incoming);
         const CellView v = cell(layer, i % n_kv);
-        const int64_t offset = cell_first_slot_[first_cell + i] - pool_first;
-        for (int s = 0; s < used_[first_cell + i]; ++s) {
+        const int64_t offset = image_.cell_first_slot[first_cell + i] - pool_first;
+        for (int s = 0; s < image_.used[first_cell + i]; ++s) {
             const int64_t index = v.stream_index[s];
             const uint32_t span = kv_tag_span(v.tag[s]);
             if (index >= 0 && span != 0) ++span_held_by_cell[i * KV_MAX_SPANS + span - 1];
@@ -52,28 +52,29 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
     }
     // The pool's cell owning an offset (the regions are consecutive in cell order).
     auto cell_of = [&](int64_t offset) {
-        const auto cells = cell_first_slot_.begin() + static_cast<std::ptrdiff_t>(first_cell);
+        const auto cells = image_.cell_first_slot.begin() + static_cast<std::ptrdiff_t>(first_cell);
         return static_cast<int>(std::upper_bound(cells, cells + n_cells, pool_first + offset) - cells) - 1;
     };
     auto before = [&](int64_t a, int64_t b) {
-        const int64_t ia = stream_index_[static_cast<size_t>(pool_first + a)], ib = stream_index_[static_cast<size_t>(pool_first + b)];
+        const int64_t ia = image_.stream_index[static_cast<size_t>(pool_first + a)],
+                      ib = image_.stream_index[static_cast<size_t>(pool_first + b)];
         if (priority[a] != priority[b] || ia != ib) return kv_victim_before(priority[a], ia, priority[b], ib);
         return a < b;  // the same token in two cells: the earlier cell first
     };
     // Span minimums may pass over any number of candidates; without them the first `needed` in
     // order are the victims.
     const auto ranked =
-        static_cast<std::ptrdiff_t>(any_span_minimum_ ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(needed)));
+        static_cast<std::ptrdiff_t>(image_.any_span_minimum() ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(needed)));
     std::partial_sort(candidates.begin(), candidates.begin() + ranked, candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates),
                       before);
     std::vector<int64_t> &victims = rebalance_.destinations;  // pool offsets (move_to_regions reuses it)
     int64_t evicted = 0;
     for (size_t i = 0; i < static_cast<size_t>(ranked) && evicted < needed; ++i) {
         const int64_t offset = candidates[i];
-        const uint32_t span = kv_tag_span(tags_[static_cast<size_t>(pool_first + offset)]);
+        const uint32_t span = kv_tag_span(image_.tags[static_cast<size_t>(pool_first + offset)]);
         if (span != 0) {
             int32_t &held_now = span_held_by_cell[cell_of(offset) * KV_MAX_SPANS + span - 1];
-            if (!kv_span_allows_eviction(static_cast<uint32_t>(held_now), static_cast<uint32_t>(span_minimum_[span - 1]))) continue;
+            if (!kv_span_allows_eviction(static_cast<uint32_t>(held_now), static_cast<uint32_t>(image_.span_minimum[span - 1]))) continue;
             --held_now;
         }
         victims[static_cast<size_t>(evicted++)] = offset;
@@ -85,21 +86,22 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
     int64_t given = 0;
     for (int i = 0, v = 0; i < n_cells; ++i) {
         const size_t c = first_cell + static_cast<size_t>(i);
-        const int64_t cell_end = cell_first_slot_[c] + cell_slots_[c] - pool_first;
+        const int64_t cell_end = image_.cell_first_slot[c] + image_.cell_slots[c] - pool_first;
         int64_t *cell_victims = scratch_[0].evicted.data();  // a cell's victims fit: max_cell_slots
         int n_cell_victims = 0;
         for (; v < evicted && victims[static_cast<size_t>(v)] < cell_end; ++v) {
             const auto at = static_cast<size_t>(pool_first + victims[static_cast<size_t>(v)]);
-            cell_victims[n_cell_victims++] = stream_index_[at];
-            stream_index_[at] = -1;
-            tags_[at] = 0;
+            cell_victims[n_cell_victims++] = image_.stream_index[at];
+            image_.stream_index[at] = -1;
+            image_.tags[at] = 0;
         }
         const int layer = first_layer + i / n_kv;
         if (config_.rolling && n_cell_victims > 0)
-            roll_back_kept(cell(layer, i % n_kv), used_[c], cell_victims, n_cell_victims, scratch_[0].key.data());
+            roll_back_kept(cell(layer, i % n_kv), image_.used[c], cell_victims, n_cell_victims, scratch_[0].key.data());
         // The cell's new region: what it kept, at least its minimum, then the rest shared evenly.
         kept[i] = 0;
-        for (int s = 0; s < used_[c]; ++s) kept[i] += stream_index_[static_cast<size_t>(cell_first_slot_[c] + s)] >= 0 ? 1 : 0;
+        for (int s = 0; s < image_.used[c]; ++s)
+            kept[i] += image_.stream_index[static_cast<size_t>(image_.cell_first_slot[c] + s)] >= 0 ? 1 : 0;
         slots[i] = std::max(kept[i], config_.min_cell_slots(layer));
         given += slots[i];
     }
@@ -107,7 +109,7 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
     bool resized = false;
     for (int i = 0; i < n_cells; ++i) {
         slots[i] += static_cast<int32_t>(left / n_cells + (i < left % n_cells ? 1 : 0));
-        resized |= slots[i] != cell_slots_[first_cell + static_cast<size_t>(i)];
+        resized |= slots[i] != image_.cell_slots[first_cell + static_cast<size_t>(i)];
     }
     if (resized) {
         move_to_regions(first_layer, end_layer, kept, slots);
@@ -117,18 +119,19 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
     for (int64_t i = 0; i < evicted; ++i) {
         const int64_t at = pool_first + victims[static_cast<size_t>(i)];
         const size_t c = first_cell + static_cast<size_t>(cell_of(victims[static_cast<size_t>(i)]));
-        free_list_[static_cast<size_t>(cell_first_slot_[c]) + static_cast<size_t>(free_count_[c]++)] =
-            static_cast<int32_t>(at - cell_first_slot_[c]);
+        image_.free_list[static_cast<size_t>(image_.cell_first_slot[c]) + static_cast<size_t>(image_.free_count[c]++)] =
+            static_cast<int32_t>(at - image_.cell_first_slot[c]);
     }
 }
 
 void KvCache::move_slot(size_t from, size_t to) {
-    std::memcpy(keys_.data() + to * key_row_bytes_, keys_.data() + from * key_row_bytes_, key_row_bytes_);
-    std::memcpy(values_.data() + to * value_row_bytes_, values_.data() + from * value_row_bytes_, value_row_bytes_);
-    stream_index_[to] = stream_index_[from];
-    position_[to] = position_[from];
-    tags_[to] = tags_[from];
-    if (!stats_.empty()) stats_[to] = stats_[from];
+    std::memcpy(image_.keys.data() + to * image_.key_row_bytes, image_.keys.data() + from * image_.key_row_bytes, image_.key_row_bytes);
+    std::memcpy(image_.values.data() + to * image_.value_row_bytes, image_.values.data() + from * image_.value_row_bytes,
+                image_.value_row_bytes);
+    image_.stream_index[to] = image_.stream_index[from];
+    image_.position[to] = image_.position[from];
+    image_.tags[to] = image_.tags[from];
+    if (!image_.stats.empty()) image_.stats[to] = image_.stats[from];
 }
 
 void KvCache::move_to_regions(int first_layer, int end_layer, const int32_t *kept, const int32_t *slots) {
@@ -141,10 +144,10 @@ void KvCache::move_to_regions(int first_layer, int end_layer, const int32_t *kep
     size_t n_moves = 0;
     int64_t region = layer_first_slot_[static_cast<size_t>(first_layer)];
     for (size_t c = first_cell; c < end_cell; ++c) {
-        const int64_t base = cell_first_slot_[c];
+        const int64_t base = image_.cell_first_slot[c];
         int64_t next = region;
-        for (int s = 0; s < used_[c]; ++s) {
-            if (stream_index_[static_cast<size_t>(base + s)] < 0) continue;
+        for (int s = 0; s < image_.used[c]; ++s) {
+            if (image_.stream_index[static_cast<size_t>(base + s)] < 0) continue;
             from[n_moves] = base + s;
             to[n_moves++] = next++;
         }
@@ -156,15 +159,15 @@ void KvCache::move_to_regions(int first_layer, int end_layer, const int32_t *kep
     for (size_t i = n_moves; i-- > 0;) {
         if (to[i] > from[i]) move_slot(static_cast<size_t>(from[i]), static_cast<size_t>(to[i]));
     }
-    place_cells(first_cell, end_cell, slots);
+    image_.place_cells(first_cell, end_cell, slots);
     for (size_t c = first_cell; c < end_cell; ++c) {
-        const auto base = static_cast<size_t>(cell_first_slot_[c]);
-        used_[c] = kept[c - first_cell];
-        free_count_[c] = 0;
+        const auto base = static_cast<size_t>(image_.cell_first_slot[c]);
+        image_.used[c] = kept[c - first_cell];
+        image_.free_count[c] = 0;
         // The region past the kept slots holds nothing (unused slots read as free).
         for (int s = kept[c - first_cell]; s < slots[c - first_cell]; ++s) {
-            stream_index_[base + s] = -1;
-            tags_[base + s] = 0;
+            image_.stream_index[base + s] = -1;
+            image_.tags[base + s] = 0;
         }
     }
 }

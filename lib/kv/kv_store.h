@@ -45,8 +45,8 @@ public:
     // eviction keeps a cell's tokens of span s while it holds no more than minimums[s] of them.
     // clear_kv() and load_kv() set them all to zero.
     virtual Status set_kv_span_minimums(const int32_t *minimums) = 0;
-    // The whole KV cache in the host reference layout (KvCache::save), for session snapshots,
-    // and back. A backend that cannot do this says so with H2O_ERR_UNSUPPORTED.
+    // The whole KV cache as a snapshot holds it (save_kv_image, load_kv_image: kv_image.h), and
+    // back (H2O_ERR_STATE_FORMAT, naming what is inconsistent, for a refused one).
     virtual Status save_kv(ByteWriter &out) = 0;
     virtual Status load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans) = 0;
 };

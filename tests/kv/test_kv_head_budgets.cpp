@@ -438,11 +438,13 @@ TEST_CASE("kv_head_share on the real model: regions stay within bounds in the sa
         CHECK(span.kept_min == 8);
         CHECK(span.kept_max >= 8);
         // The same memory as fixed budgets, but for rebalancing's working lists: a pool's slot
-        // offsets, destinations and priorities (a layer's, or the whole cache's), and each cell's size.
+        // offsets, destinations and priorities (a layer's, or the whole cache's), and per cell of a
+        // pool its kept count, new size and span counts.
         const size_t pool_slots =
             across_layers ? static_cast<size_t>(kv.total_slots()) : static_cast<size_t>(kv.n_head_kv) * kv.max_slots();
+        const size_t pool_cells = static_cast<size_t>(across_layers ? kv.n_layer : 1) * kv.n_head_kv;
         CHECK(session->backend().kv_store().kv_bytes() - uniform->backend().kv_store().kv_bytes() ==
-              pool_slots * (2 * sizeof(int64_t) + sizeof(float)) + static_cast<size_t>(kv.n_layer) * kv.n_head_kv * sizeof(int32_t));
+              pool_slots * (2 * sizeof(int64_t) + sizeof(float)) + pool_cells * (2 + KV_MAX_SPANS) * sizeof(int32_t));
     }
 }
 

@@ -184,20 +184,10 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("session state: Vulkan sessions save and load their device cache, for every policy, and continue on the CPU") {
-    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    size_t n_devices = 0;
-    REQUIRE(h2o_backend_count(&n_devices) == H2O_OK);
-    uint32_t vulkan_devices = 0;
-    for (size_t i = 0; i < n_devices; ++i) {
-        h2o_backend_info info;
-        info.struct_size = sizeof info;
-        if (h2o_backend_get_info(i, &info) == H2O_OK && info.kind == H2O_BACKEND_VULKAN) ++vulkan_devices;
-    }
-    if (vulkan_devices == 0 && !std::getenv("H2O_REQUIRE_VULKAN")) {
-        std::printf("H2O-SKIP: no Vulkan device\n");
-        return;
-    }
+// Sessions on a device backend (Vulkan, CUDA) save their device's cache through the host image
+// (kv_image.h), load it back onto the device and continue alike; the format is the backends'
+// common one, so the cache also continues on the CPU.
+void check_device_snapshots(const std::string &path, uint32_t device) {
     // Every policy, with and without rolling and in both formats alternately (lavapipe is slow;
     // every third policy under AddressSanitizer, kAddressSanitized).
     for (uint32_t policy = 1; h2o_kv_policy_name(policy); ++policy) {
@@ -207,24 +197,24 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
         CAPTURE(h2o_kv_policy_name(policy));
         CAPTURE(rolling);
         CAPTURE(kv_type);
-        check_resumption(path, small_session(policy, rolling, kv_type), 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
+        check_resumption(path, small_session(policy, rolling, kv_type), 0.9f, device, device);
     }
-    // The snapshot format is the backends' common one: a Vulkan session's cache continues on the
-    // CPU (greedily, where the two backends' logits, equal to rounding, pick the same tokens).
+    // Greedily on the CPU, where the two backends' logits, equal to rounding, pick the same tokens.
     for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}}) {
         CAPTURE(h2o_kv_policy_name(policy));
-        check_resumption(path, small_session(policy, 1, H2O_KV_TYPE_K8V4), 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
+        check_resumption(path, small_session(policy, 1, H2O_KV_TYPE_K8V4), 0.0f, device, H2O_BACKEND_CPU);
     }
     // Layers of different budgets: the device's per-layer regions map to the host's.
     h2o_session_params sloped = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32);
     sloped.experimental[H2O_EXP_KV_LAYER_SLOPE] = 0.5f;
-    check_resumption(path, sloped, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
-    check_resumption(path, sloped, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
+    check_resumption(path, sloped, 0.9f, device, device);
+    check_resumption(path, sloped, 0.0f, device, H2O_BACKEND_CPU);
     // One-shot prompt eviction: its settings travel with the snapshot to the device's session.
     h2o_session_params one_shot = small_session(H2O_KV_H2O, 1, H2O_KV_TYPE_F16);
     one_shot.experimental[H2O_EXP_KV_PROMPT_PROXY] = 6;
     one_shot.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 0.3f;
-    check_resumption(path, one_shot, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
+    check_resumption(path, one_shot, 0.9f, device, device);
+    if (device == H2O_BACKEND_CUDA) return;  // its kv heads' budgets never move (kv_head_share is refused there)
     // Budgets per kv head: the device's cell regions travel with the snapshot, both ways; across
     // layers (one region of rows for the whole cache) with rolling.
     for (int rolling : {0, 1}) {
@@ -232,9 +222,39 @@ TEST_CASE("session state: Vulkan sessions save and load their device cache, for 
         h2o_session_params per_head = small_session(H2O_KV_SCISSORHANDS, rolling, H2O_KV_TYPE_F16);
         per_head.experimental[H2O_EXP_KV_HEAD_SHARE] = 0.5f;
         per_head.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = rolling;
-        check_resumption(path, per_head, 0.9f, H2O_BACKEND_VULKAN, H2O_BACKEND_VULKAN);
-        check_resumption(path, per_head, 0.0f, H2O_BACKEND_VULKAN, H2O_BACKEND_CPU);
+        check_resumption(path, per_head, 0.9f, device, device);
+        check_resumption(path, per_head, 0.0f, device, H2O_BACKEND_CPU);
     }
+}
+
+uint32_t devices_of_kind(uint32_t kind) {
+    size_t n_devices = 0;
+    REQUIRE(h2o_backend_count(&n_devices) == H2O_OK);
+    uint32_t found = 0;
+    for (size_t i = 0; i < n_devices; ++i) {
+        h2o_backend_info info;
+        info.struct_size = sizeof info;
+        if (h2o_backend_get_info(i, &info) == H2O_OK && info.kind == kind) ++found;
+    }
+    return found;
+}
+
+TEST_CASE("session state: Vulkan sessions save and load their device cache, for every policy, and continue on the CPU") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    if (devices_of_kind(H2O_BACKEND_VULKAN) == 0 && !std::getenv("H2O_REQUIRE_VULKAN")) {
+        std::printf("H2O-SKIP: no Vulkan device\n");
+        return;
+    }
+    check_device_snapshots(path, H2O_BACKEND_VULKAN);
+}
+
+TEST_CASE("session state: CUDA sessions save and load their device cache, for every policy, and continue on the CPU") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    if (devices_of_kind(H2O_BACKEND_CUDA) == 0 && !std::getenv("H2O_REQUIRE_CUDA")) {
+        std::printf("H2O-SKIP: no CUDA device\n");
+        return;
+    }
+    check_device_snapshots(path, H2O_BACKEND_CUDA);
 }
 
 TEST_CASE("session state: a fresh process continues a saved session exactly") {
