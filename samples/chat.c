@@ -2,7 +2,7 @@
  * rolls, /save FILE and /load FILE keep a conversation across runs, and Ctrl-C stops the current
  * reply (not the program).
  *
- *   h2o-chat MODEL.gguf [--format llama2|zephyr|chatml|llama3] [--system TEXT] [--budget 256]
+ *   h2o-chat MODEL.gguf [--format llama2|zephyr|chatml|llama3|phi3|mistral] [--system TEXT] [--budget 256]
  *
  * The chat format comes from the model's template unless --format names one. Every option is
  * checked before the model is loaded; a usage error exits with status 2. */
@@ -23,7 +23,7 @@ static void on_interrupt(int sig) {
 }
 
 static const char *const usage_text =
-    "usage: h2o-chat MODEL.gguf [--format llama2|zephyr|chatml|llama3] [--system TEXT] [--budget N]\n"
+    "usage: h2o-chat MODEL.gguf [--format llama2|zephyr|chatml|llama3|phi3|mistral] [--system TEXT] [--budget N]\n"
     "  --format NAME          chat format (default: the one the model's template describes)\n"
     "  --system TEXT          system prompt, pinned (default: \"You are a helpful assistant.\")\n"
     "  --budget N             KV slots per layer and kv head, at least 2 (default 256); the cache rolls\n"

@@ -266,7 +266,7 @@ struct ModelRun {
         kv.policy = policy;
         kv.rolling = rolling;
         kv.rope = s.rope;
-        REQUIRE(h2o::LlamaGraph::create(*model, *backend, max_batch, kv.position_sets(), &graph).ok());
+        REQUIRE(h2o::LlamaGraph::create(*model, kv.rope, *backend, max_batch, kv.position_sets(), &graph).ok());
         REQUIRE(backend->kv_store().create_kv(kv).ok());
     }
 

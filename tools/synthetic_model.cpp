@@ -104,7 +104,9 @@ void write_synthetic_vocabulary(int n_vocab, GgufWriter &w) {
 Status check_spec(const SyntheticModelSpec &spec) {
     auto invalid = [](const std::string &what) { return make_error(H2O_ERR_INVALID_ARGUMENT, what); };
     const std::string &arch = spec.architecture;
-    if (arch != "llama" && arch != "qwen2" && arch != "qwen3") return invalid("unknown architecture '" + arch + "' (llama, qwen2, qwen3)");
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3") {
+        return invalid("unknown architecture '" + arch + "' (llama, qwen2, qwen3, phi3)");
+    }
     if (spec.n_head <= 0 || spec.n_head_kv <= 0 || spec.n_head % spec.n_head_kv != 0) return invalid("kv heads must divide heads");
     if (spec.head_dim < 0 || (spec.head_dim == 0 && spec.n_embd % spec.n_head != 0)) {
         return invalid("heads must divide the embedding size unless the head size is given");
@@ -112,6 +114,12 @@ Status check_spec(const SyntheticModelSpec &spec) {
     const int head_dim = spec.head_dim != 0 ? spec.head_dim : spec.n_embd / spec.n_head;
     if (head_dim % 2 != 0) return invalid("the head size must be even (it is rotated in pairs)");
     if (spec.rope_freqs && arch != "llama") return invalid("rotary frequency factors belong to the llama architecture");
+    if (spec.rope_dims < 0 || spec.rope_dims % 2 != 0 || spec.rope_dims > head_dim) {
+        return invalid("the rotated dimensions must be even and at most the head size");
+    }
+    if (spec.long_rope_context != 0 && (arch != "phi3" || spec.long_rope_context < 2 || spec.long_rope_context >= spec.n_ctx)) {
+        return invalid("LongRoPE belongs to the phi3 architecture, with an original context of 2 to n_ctx - 1");
+    }
     if (!(spec.rope_freq_base > 0.0f)) return invalid("the rotary frequency base must be positive");
     if (!(spec.embedding_scale > 0.0f) || !std::isfinite(spec.embedding_scale)) return invalid("the embedding scale must be positive");
     if (!spec.write_vocabulary && spec.n_vocab < 300) return invalid("the synthetic vocabulary needs at least 300 tokens");
@@ -145,7 +153,15 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
         w.add_u32(key("attention.key_length"), head_dim);
         w.add_u32(key("attention.value_length"), head_dim);
     }
-    w.add_u32(key("rope.dimension_count"), head_dim);
+    const int rope_dims = spec.rope_dims != 0 ? spec.rope_dims : head_dim;
+    w.add_u32(key("rope.dimension_count"), rope_dims);
+    if (spec.long_rope_context != 0) {
+        // The attention factor Phi-3's converter writes for its LongRoPE models.
+        const double scale = static_cast<double>(spec.n_ctx) / spec.long_rope_context;
+        w.add_u32(key("rope.scaling.original_context_length"), spec.long_rope_context);
+        w.add_f32(key("rope.scaling.attn_factor"),
+                  static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(spec.long_rope_context)))));
+    }
     w.add_f32(key("rope.freq_base"), spec.rope_freq_base);
     w.add_f32(key("attention.layer_norm_rms_epsilon"), arch == "llama" ? 1e-5f : 1e-6f);
 
@@ -171,16 +187,48 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
         w.add_tensor("rope_freqs.weight", TensorType::F32, {head_dim / 2},
                      floats_bytes(llama3_frequency_factors(head_dim, spec.rope_freq_base)));
     }
+    if (spec.long_rope_context != 0) {
+        // Made-up factors of LongRoPE's kind: near 1 within the original context, growing with
+        // the pair's wavelength beyond it.
+        std::vector<float> short_factors(static_cast<size_t>(rope_dims / 2)), long_factors(short_factors.size());
+        for (size_t i = 0; i < short_factors.size(); ++i) {
+            const double x = static_cast<double>(i) / static_cast<double>(short_factors.size());
+            short_factors[i] = static_cast<float>(1.0 + 0.1 * x);
+            long_factors[i] = static_cast<float>(1.0 + 15.0 * x * x);
+        }
+        w.add_tensor("rope_factors_long.weight", TensorType::F32, {rope_dims / 2}, floats_bytes(long_factors));
+        w.add_tensor("rope_factors_short.weight", TensorType::F32, {rope_dims / 2}, floats_bytes(short_factors));
+    }
+    // Fused projections (phi3) hold the parts' rows one after the other: the same values, in the
+    // same order of drawing, as the separate matrices.
+    const bool fused = arch == "phi3";
+    auto joined = [](std::vector<uint8_t> a, const std::vector<uint8_t> &b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+    };
     for (int l = 0; l < spec.n_layer; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         w.add_tensor(p + "attn_norm.weight", TensorType::F32, {d}, ones(d));
-        w.add_tensor(p + "attn_q.weight", spec.type, {d, qd}, random_matrix(rng, spec.type, d, qd, in_scale));
-        w.add_tensor(p + "attn_k.weight", spec.type, {d, kv}, random_matrix(rng, spec.type, d, kv, in_scale));
-        w.add_tensor(p + "attn_v.weight", spec.type, {d, kv}, random_matrix(rng, spec.type, d, kv, in_scale));
+        std::vector<uint8_t> q = random_matrix(rng, spec.type, d, qd, in_scale);
+        std::vector<uint8_t> k = random_matrix(rng, spec.type, d, kv, in_scale);
+        std::vector<uint8_t> v = random_matrix(rng, spec.type, d, kv, in_scale);
+        if (fused) {
+            w.add_tensor(p + "attn_qkv.weight", spec.type, {d, qd + 2 * kv}, joined(joined(std::move(q), k), v));
+        } else {
+            w.add_tensor(p + "attn_q.weight", spec.type, {d, qd}, std::move(q));
+            w.add_tensor(p + "attn_k.weight", spec.type, {d, kv}, std::move(k));
+            w.add_tensor(p + "attn_v.weight", spec.type, {d, kv}, std::move(v));
+        }
         w.add_tensor(p + "attn_output.weight", spec.type, {qd, d}, random_matrix(rng, spec.type, qd, d, out_scale));
         w.add_tensor(p + "ffn_norm.weight", TensorType::F32, {d}, ones(d));
-        w.add_tensor(p + "ffn_gate.weight", spec.type, {d, ff}, random_matrix(rng, spec.type, d, ff, in_scale));
-        w.add_tensor(p + "ffn_up.weight", spec.type, {d, ff}, random_matrix(rng, spec.type, d, ff, in_scale));
+        std::vector<uint8_t> gate = random_matrix(rng, spec.type, d, ff, in_scale);
+        std::vector<uint8_t> up = random_matrix(rng, spec.type, d, ff, in_scale);
+        if (fused) {
+            w.add_tensor(p + "ffn_up.weight", spec.type, {d, 2 * ff}, joined(std::move(gate), up));
+        } else {
+            w.add_tensor(p + "ffn_gate.weight", spec.type, {d, ff}, std::move(gate));
+            w.add_tensor(p + "ffn_up.weight", spec.type, {d, ff}, std::move(up));
+        }
         w.add_tensor(p + "ffn_down.weight", spec.type, {ff, d}, random_matrix(rng, spec.type, ff, d, ff_scale));
         if (arch == "qwen2") {
             // Biases of the size the projections' outputs have, so they matter.

@@ -15,8 +15,9 @@ namespace h2o {
 class GgufWriter;
 
 struct SyntheticModelSpec {
-    // "llama", "qwen2" (q, k and v biases) or "qwen3" (per-head norms of q and k); each written
-    // with its tensors and its rotary convention, as the converters write real ones.
+    // "llama", "qwen2" (q, k and v biases), "qwen3" (per-head norms of q and k) or "phi3" (fused
+    // q/k/v and gate/up projections); each written with its tensors and its rotary convention, as
+    // the converters write real ones.
     std::string architecture = "llama";
     int n_embd = 768;
     int n_layer = 12;
@@ -30,6 +31,10 @@ struct SyntheticModelSpec {
     // Llama only: rope_freqs.weight with Llama 3.1's per-pair frequency factors (scale 8 over an
     // original context of 8192).
     bool rope_freqs = false;
+    int rope_dims = 0;  // rotated dimensions of each head (even); 0: all of them
+    // phi3 only: LongRoPE's short and long per-pair factors and its attention factor, with this
+    // original context (below n_ctx); 0: none.
+    int long_rope_context = 0;
     TensorType type = TensorType::Q4_0;  // matrices; norms and biases stay F32
     bool tied_output = false;
     // The range of token_embd's values, [-scale, scale). 1 makes a tied model mostly repeat its

@@ -132,7 +132,7 @@ public:
                     // would lose the low bits that distinguish neighbouring positions.
                     // (rotary.h: the one implementation, shared with the KV cache and the CUDA kernels)
                     float c, s;
-                    rotary_cos_sin(pos[set * n + t], inv_freq[static_cast<size_t>(i)], &c, &s);
+                    rotary_cos_sin_scaled(pos[set * n + t], inv_freq[static_cast<size_t>(i)], rope.magnitude, &c, &s);
                     auto rotate = [&](float *x, int first_head, int end_head) {
                         for (int h = first_head; h < end_head; ++h)
                             rotate_head_pair(x + h * shape.head_dim, rope.pairing, i, n_pairs, c, s);

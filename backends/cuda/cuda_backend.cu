@@ -238,7 +238,8 @@ bool launch_matmul(TensorType type, const MatmulArgs &a, cudaStream_t stream) {
 
 // pos_head_stride: 0, one position per token; n, n per kv head (a query head takes its kv head's).
 __global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, const int32_t *positions, int pos_head_stride,
-                            const double *inv_freq, int pairs, RotaryPairing pairing, int head_dim, int n_head, int n_head_kv) {
+                            const double *inv_freq, float magnitude, int pairs, RotaryPairing pairing, int head_dim, int n_head,
+                            int n_head_kv) {
     const int t = blockIdx.x;
     const int total = (n_head + n_head_kv) * pairs;
     for (int u = threadIdx.x; u < total; u += blockDim.x) {
@@ -246,7 +247,7 @@ __global__ void rope_kernel(float *q, int64_t q_cols, float *k, int64_t k_cols, 
         float *p = head < n_head ? q + t * q_cols + head * head_dim : k + t * k_cols + (head - n_head) * head_dim;
         const int kv_head = head < n_head ? head / (n_head / n_head_kv) : head - n_head;
         float c, s;
-        rotary_cos_sin(positions[kv_head * pos_head_stride + t], inv_freq[i], &c, &s);
+        rotary_cos_sin_scaled(positions[kv_head * pos_head_stride + t], inv_freq[i], magnitude, &c, &s);
         rotate_head_pair(p, pairing, i, pairs, c, s);
     }
 }
@@ -829,8 +830,8 @@ public:
         const double *inv_freq = nullptr;
         H2O_TRY(rope_table(shape.rope, &inv_freq));
         rope_kernel<<<n, kBlock, 0, stream_>>>(device_ptr<float>(q), q.cols, device_ptr<float>(k), k.cols,
-                                               device_ptr<const int32_t>(positions), per_kv_head ? n : 0, inv_freq, shape.rope.pairs(),
-                                               shape.rope.pairing, shape.head_dim, shape.n_head, shape.n_head_kv);
+                                               device_ptr<const int32_t>(positions), per_kv_head ? n : 0, inv_freq, shape.rope.magnitude,
+                                               shape.rope.pairs(), shape.rope.pairing, shape.head_dim, shape.n_head, shape.n_head_kv);
         return launched("rope");
     }
 

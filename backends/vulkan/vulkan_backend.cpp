@@ -183,6 +183,7 @@ struct RopePush {
     uint32_t q_off, k_off, pos_off, table_off, n_head, n_head_kv, head_dim, pairs, n, q_stride, k_stride;
     uint32_t pos_head_stride;  // 0: one position per token; n: n per kv head, kv head after kv head
     uint32_t pairing;          // RotaryPairing
+    float magnitude;           // RotarySpec::magnitude
 };
 struct ElementwisePush {
     uint32_t a_off, b_off, count;
@@ -987,7 +988,8 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
                         static_cast<uint32_t>(q.cols),
                         static_cast<uint32_t>(k.cols),
                         per_kv_head ? static_cast<uint32_t>(n) : 0u,
-                        static_cast<uint32_t>(shape.rope.pairing)};
+                        static_cast<uint32_t>(shape.rope.pairing),
+                        shape.rope.magnitude};
     uint32_t gx, gy;
     grid_1d(static_cast<uint64_t>(n) * (shape.n_head + shape.n_head_kv) * pairs, kRopeGroup, &gx, &gy);
     dispatch("rope", {bq, bk, bp, bt}, &push, sizeof push, gx, gy);

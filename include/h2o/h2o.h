@@ -277,10 +277,13 @@ typedef struct h2o_chat_message {
  * chat: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>"), "zephyr"
  * (Zephyr, TinyLlama chat: "<|{role}|>\n{content}</s>\n"), "chatml" ("<|im_start|>{role}\n
  * {content}<|im_end|>\n"; Qwen 2/2.5/3, SmolLM2), "llama3" (Llama 3.x: "<|start_header_id|>{role}
- * <|end_header_id|>\n\n{content}<|eot_id|>"; the BOS is the tokenizer's), or NULL for the format
- * the model's tokenizer.chat_template describes. add_assistant_prefix != 0 ends the text with what
- * opens the assistant's reply ("<|assistant|>\n", "<|im_start|>assistant\n",
- * "<|start_header_id|>assistant<|end_header_id|>\n\n"; Llama-2 prompts already end with " [/INST]"). Feed the text with
+ * <|end_header_id|>\n\n{content}<|eot_id|>"; the BOS is the tokenizer's), "phi3" (Phi-3, Phi-3.5,
+ * Phi-4-mini: "<|{role}|>\n{content}<|end|>\n"), "mistral" (Mistral Instruct: "[INST] {system}\n\n
+ * {user}[/INST] {assistant}</s>"; the BOS is the tokenizer's), or NULL for the format the model's
+ * tokenizer.chat_template describes. add_assistant_prefix != 0 ends the text with what opens the
+ * assistant's reply ("<|assistant|>\n", "<|im_start|>assistant\n",
+ * "<|start_header_id|>assistant<|end_header_id|>\n\n"; Llama-2 and Mistral prompts already end with
+ * "[/INST]"). Feed the text with
  * h2o_session_add_text(..., H2O_TEXT_SPECIAL) so its control tokens become tokens, then
  * h2o_generate with an empty prompt: generation stops at the end-of-turn token. The text is
  * written as h2o_detokenize writes (needed size in *n_bytes, NUL when it fits). Errors:

@@ -2,8 +2,9 @@
 
 namespace h2o {
 
-Status LlamaGraph::create(const Model &model, Backend &backend, int max_batch, int position_sets, std::unique_ptr<LlamaGraph> *out) {
-    std::unique_ptr<LlamaGraph> graph(new LlamaGraph(model, backend, max_batch, position_sets));
+Status LlamaGraph::create(const Model &model, const RotarySpec &rope, Backend &backend, int max_batch, int position_sets,
+                          std::unique_ptr<LlamaGraph> *out) {
+    std::unique_ptr<LlamaGraph> graph(new LlamaGraph(model, rope, backend, max_batch, position_sets));
     H2O_TRY(graph->adopt_weights());
     H2O_TRY(graph->alloc_activations());
     *out = std::move(graph);
@@ -70,13 +71,13 @@ size_t LlamaGraph::activation_bytes(const ModelShape &shape, int max_batch, int 
 }
 
 Status LlamaGraph::alloc_activations() {
-    for (const ActivationSpec &a : activation_specs(model_.shape(), max_batch_, position_sets_))
+    for (const ActivationSpec &a : activation_specs(shape_, max_batch_, position_sets_))
         H2O_TRY(backend_.alloc(a.type, a.cols, a.rows, &(this->*a.member)));
     return Status::Ok();
 }
 
 Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, const KvConfig &kv, int n, int64_t first_index, uint8_t tag) {
-    const ModelShape &s = model_.shape();
+    const ModelShape &s = shape_;
     Backend &be = backend_;
     const bool per_layer = kv.positions_per_layer(), per_kv_head = kv.positions_per_kv_head();
     if (kv.position_sets() > position_sets_) return make_error(H2O_ERR_INTERNAL, "graph: more position sets than it was created for");

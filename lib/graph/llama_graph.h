@@ -14,9 +14,11 @@ namespace h2o {
 class LlamaGraph {
 public:
     // Adopts the model's weights into `backend` and allocates activations for batches of up to
-    // max_batch tokens, with position_sets sets of positions each (KvConfig::position_sets). All
-    // memory is allocated here, none during evaluate().
-    static Status create(const Model &model, Backend &backend, int max_batch, int position_sets, std::unique_ptr<LlamaGraph> *out);
+    // max_batch tokens, with position_sets sets of positions each (KvConfig::position_sets). The
+    // rotation is `rope` (the session's: Model::rotary_for_context). All memory is allocated here,
+    // none during evaluate().
+    static Status create(const Model &model, const RotarySpec &rope, Backend &backend, int max_batch, int position_sets,
+                         std::unique_ptr<LlamaGraph> *out);
 
     // Runs n (1..max_batch) tokens whose stream indices start at first_index, with rotary
     // positions `positions`, retention tag `tag` in the KV cache (kv_make_tag: pinned tokens are
@@ -50,12 +52,15 @@ private:
     // out += bias, when the model has the bias.
     Status add_bias(const Tensor &out, const Tensor &bias, int n);
 
-    LlamaGraph(const Model &model, Backend &backend, int max_batch, int position_sets)
-        : model_(model), backend_(backend), max_batch_(max_batch), position_sets_(position_sets) {}
+    LlamaGraph(const Model &model, const RotarySpec &rope, Backend &backend, int max_batch, int position_sets)
+        : model_(model), shape_(model.shape()), backend_(backend), max_batch_(max_batch), position_sets_(position_sets) {
+        shape_.rope = rope;
+    }
     Status adopt_weights();
     Status alloc_activations();
 
     const Model &model_;
+    ModelShape shape_;  // the model's, with the session's rotation
     Backend &backend_;
     int max_batch_;
     int position_sets_;

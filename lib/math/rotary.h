@@ -37,6 +37,14 @@ H2O_HD void rotary_cos_sin(int pos, double inv_freq, float *c, float *s) {
     *s = static_cast<float>(sin(theta));
 }
 
+// rotary_cos_sin for the forward pass: both times the rotation's magnitude (RotarySpec::magnitude,
+// 1 but for LongRoPE), in float as llama.cpp's rope scales them.
+H2O_HD void rotary_cos_sin_scaled(int pos, double inv_freq, float magnitude, float *c, float *s) {
+    rotary_cos_sin(pos, inv_freq, c, s);
+    *c = H2O_FMUL(*c, magnitude);
+    *s = H2O_FMUL(*s, magnitude);
+}
+
 // Rotates the pair (*a, *b) by the angle with cosine c and sine s.
 H2O_HD void rotate_pair(float *a, float *b, float c, float s) {
     const float x = *a, y = *b;

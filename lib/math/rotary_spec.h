@@ -19,6 +19,10 @@ struct RotarySpec {
     std::vector<float> freq_factors;
     // Linear position scaling (rope.scaling.type "linear"): every angle times this, 1 / factor.
     float freq_scale = 1.0f;
+    // The rotated dimensions of q and k are also multiplied by this (LongRoPE's attention factor,
+    // rope.scaling.attn_factor: cosine and sine both scaled, as llama.cpp's rope scales them).
+    // Re-rotating rolled keys turns them only (rotary_cos_sin), never scales them again.
+    float magnitude = 1.0f;
 
     int pairs() const { return dims / 2; }
     // Pair i's inverse frequency base^(-2i/dims) * freq_scale / freq_factors[i], in double
@@ -37,7 +41,7 @@ struct RotarySpec {
     }
     bool operator==(const RotarySpec &o) const {
         return dims == o.dims && freq_base == o.freq_base && pairing == o.pairing && freq_factors == o.freq_factors &&
-               freq_scale == o.freq_scale;
+               freq_scale == o.freq_scale && magnitude == o.magnitude;
     }
 };
 

@@ -7,11 +7,18 @@ namespace {
 using enum TensorPresence;
 
 // Llama files carry the rotary pairs adjacent (the GGUF converter permutes the q and k rows);
-// Qwen files keep the Hugging Face layout, whose pairs are the two halves.
+// Qwen and Phi-3 files keep the Hugging Face layout, whose pairs are the two halves.
 constexpr ArchitectureSpec kArchitectures[] = {
-    {"llama", RotaryPairing::Adjacent, /*qkv_bias=*/Optional, /*output_bias=*/Optional, /*qk_norm=*/Absent, /*rope_freqs=*/Optional},
-    {"qwen2", RotaryPairing::Halves, /*qkv_bias=*/Required, /*output_bias=*/Absent, /*qk_norm=*/Absent, /*rope_freqs=*/Absent},
-    {"qwen3", RotaryPairing::Halves, /*qkv_bias=*/Absent, /*output_bias=*/Absent, /*qk_norm=*/Required, /*rope_freqs=*/Absent},
+    {"llama", RotaryPairing::Adjacent, /*qkv_bias=*/Optional, /*output_bias=*/Optional, /*qk_norm=*/Absent, /*rope_freqs=*/Optional,
+     /*fused_qkv=*/Absent, /*fused_gate_up=*/false, /*long_rope=*/Absent},
+    {"qwen2", RotaryPairing::Halves, /*qkv_bias=*/Required, /*output_bias=*/Absent, /*qk_norm=*/Absent, /*rope_freqs=*/Absent,
+     /*fused_qkv=*/Absent, /*fused_gate_up=*/false, /*long_rope=*/Absent},
+    {"qwen3", RotaryPairing::Halves, /*qkv_bias=*/Absent, /*output_bias=*/Absent, /*qk_norm=*/Required, /*rope_freqs=*/Absent,
+     /*fused_qkv=*/Absent, /*fused_gate_up=*/false, /*long_rope=*/Absent},
+    // Phi-3, Phi-3.5 and Phi-4-mini: fused projections, partial rotation (rope.dimension_count),
+    // LongRoPE in the 128k models.
+    {"phi3", RotaryPairing::Halves, /*qkv_bias=*/Absent, /*output_bias=*/Absent, /*qk_norm=*/Absent, /*rope_freqs=*/Absent,
+     /*fused_qkv=*/Optional, /*fused_gate_up=*/true, /*long_rope=*/Optional},
 };
 
 }  // namespace

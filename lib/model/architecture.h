@@ -26,12 +26,22 @@ struct ArchitectureSpec {
     TensorPresence qk_norm;      // blk.N.attn_q_norm.weight, attn_k_norm.weight [head_dim]: RMSNorm of
                                  // each head of q and k before the rotation
     TensorPresence rope_freqs;   // rope_freqs.weight [rope dims / 2]: per-pair frequency factors
+    // blk.N.attn_qkv.weight [n_embd, q + k + v]: q, k and v's projections as one matrix, whose rows
+    // are q's, then k's, then v's (Optional: separate attn_q/k/v when the file has those instead).
+    TensorPresence fused_qkv;
+    // blk.N.ffn_up.weight [n_embd, 2 * n_ff] holds the gate's rows, then the up projection's (no
+    // ffn_gate.weight).
+    bool fused_gate_up;
+    // rope_factors_long.weight and rope_factors_short.weight [rope dims / 2] (LongRoPE, Phi-3's
+    // 128k models): per-pair frequency factors for contexts beyond rope.scaling.original_context_length
+    // and within it, with the magnitude rope.scaling.attn_factor (Model::rotary_for_context).
+    TensorPresence long_rope;
 };
 
 // The description of `name`, or null when the graph does not run it.
 const ArchitectureSpec *find_architecture(std::string_view name);
 
-// The names the graph runs, quoted, for messages: "'llama', 'qwen2', 'qwen3'".
+// The names the graph runs, quoted, for messages: "'llama', 'qwen2', 'qwen3', 'phi3'".
 std::string supported_architectures();
 
 }  // namespace h2o

@@ -4,7 +4,7 @@ namespace h2o {
 
 namespace {
 
-constexpr const char *kFormatNames = "llama2, zephyr, chatml, llama3";
+constexpr const char *kFormatNames = "llama2, zephyr, chatml, llama3, phi3, mistral";
 
 Status bad_role(std::string_view role, size_t index) {
     return make_error(H2O_ERR_INVALID_ARGUMENT,
@@ -48,6 +48,28 @@ Status format_llama2(const std::vector<ChatMessage> &messages, std::string_view 
     return Status::Ok();
 }
 
+// Mistral Instruct (v0.2, v0.3): "[INST] {user}[/INST] {assistant, trimmed}</s>" per exchange;
+// a system message opens the next user turn, followed by a blank line. Consecutive user or system
+// messages share one [INST] turn, as Mistral's own templates write them; the model's BOS is the
+// tokenizer's, added once at the start of a session.
+void format_mistral(const std::vector<ChatMessage> &messages, std::string_view eos, std::string *out) {
+    bool in_turn = false;
+    for (const ChatMessage &m : messages) {
+        if (!in_turn && m.role != "assistant") {
+            out->append("[INST] ");
+            in_turn = true;
+        }
+        if (m.role == "system") {
+            out->append(m.content).append("\n\n");
+        } else if (m.role == "user") {
+            out->append(m.content).append("[/INST]");
+        } else {
+            out->append(" ").append(strip(m.content)).append(eos);
+            in_turn = false;
+        }
+    }
+}
+
 }  // namespace
 
 Status chat_format_from_name(std::string_view name, ChatFormat *out) {
@@ -59,6 +81,10 @@ Status chat_format_from_name(std::string_view name, ChatFormat *out) {
         *out = ChatFormat::ChatML;
     else if (name == "llama3")
         *out = ChatFormat::Llama3;
+    else if (name == "phi3")
+        *out = ChatFormat::Phi3;
+    else if (name == "mistral")
+        *out = ChatFormat::Mistral;
     else
         return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown chat format '" + std::string(name) + "' (known: " + kFormatNames + ")");
     return Status::Ok();
@@ -74,6 +100,10 @@ const char *chat_format_name(ChatFormat format) {
             return "chatml";
         case ChatFormat::Llama3:
             return "llama3";
+        case ChatFormat::Phi3:
+            return "phi3";
+        case ChatFormat::Mistral:
+            return "mistral";
     }
     return "unknown";  // unreachable: every enumerator has its case
 }
@@ -88,10 +118,14 @@ Status chat_format_from_template(std::string_view chat_template, ChatFormat *out
         *out = ChatFormat::Llama3;
     else if (chat_template.find("<|im_start|>") != std::string_view::npos)
         *out = ChatFormat::ChatML;
+    else if (chat_template.find("<|assistant|>") != std::string_view::npos && chat_template.find("<|end|>") != std::string_view::npos)
+        *out = ChatFormat::Phi3;  // Phi-3's turns end with <|end|>, Zephyr's with </s>
     else if (chat_template.find("<|user|>") != std::string_view::npos)
         *out = ChatFormat::Zephyr;
+    else if (chat_template.find("<<SYS>>") != std::string_view::npos)
+        *out = ChatFormat::Llama2;  // Llama-2's [INST] turns, with its system block
     else if (chat_template.find("[INST]") != std::string_view::npos)
-        *out = ChatFormat::Llama2;
+        *out = ChatFormat::Mistral;
     else
         return make_error(H2O_ERR_UNSUPPORTED,
                           std::string("the model's chat template is not one of the known formats (") + kFormatNames + "): name one");
@@ -119,6 +153,15 @@ Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, 
             for (const ChatMessage &m : messages)
                 out->append("<|im_start|>").append(m.role).append("\n").append(m.content).append("<|im_end|>\n");
             if (add_assistant_prefix) out->append("<|im_start|>assistant\n");
+            return Status::Ok();
+        case ChatFormat::Phi3:
+            // "<|{role}|>\n{content}<|end|>\n" per message; the reply opens with "<|assistant|>\n"
+            // (Phi-3, Phi-3.5, Phi-4-mini).
+            for (const ChatMessage &m : messages) out->append("<|").append(m.role).append("|>\n").append(m.content).append("<|end|>\n");
+            if (add_assistant_prefix) out->append("<|assistant|>\n");
+            return Status::Ok();
+        case ChatFormat::Mistral:
+            format_mistral(messages, eos, out);
             return Status::Ok();
         case ChatFormat::Llama3:
             // "<|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>" per

@@ -15,7 +15,9 @@ enum class ChatFormat {
     Llama2,
     Zephyr,
     ChatML,
-    Llama3
+    Llama3,
+    Phi3,
+    Mistral
 };
 
 struct ChatMessage {
@@ -23,7 +25,8 @@ struct ChatMessage {
     std::string_view content;
 };
 
-// The format named "llama2", "zephyr", "chatml" or "llama3"; H2O_ERR_INVALID_ARGUMENT otherwise.
+// The format named "llama2", "zephyr", "chatml", "llama3", "phi3" or "mistral";
+// H2O_ERR_INVALID_ARGUMENT otherwise.
 Status chat_format_from_name(std::string_view name, ChatFormat *out);
 // The name chat_format_from_name takes for a format.
 const char *chat_format_name(ChatFormat format);
@@ -32,7 +35,7 @@ const char *chat_format_name(ChatFormat format);
 Status chat_format_from_template(std::string_view chat_template, ChatFormat *out);
 
 // Writes the conversation in `format`. bos/eos: the vocabulary's pieces ("<s>", "</s>"), which
-// Llama-2 and Zephyr write as text (tokenize with special-token parsing to get the tokens).
+// Llama-2, Zephyr and Mistral write as text (tokenize with special-token parsing to get the tokens).
 // add_assistant_prefix: end with what opens the assistant's reply. Errors: an unknown role, or
 // a Llama-2 conversation whose turns do not alternate user/assistant after an optional system
 // message (H2O_ERR_INVALID_ARGUMENT).

@@ -92,6 +92,11 @@ uint64_t Model::compute_fingerprint() const {
     const float reals[] = {s.rope.freq_base, s.rope.freq_scale, s.rms_eps};
     mix(reals, sizeof(reals));
     mix(s.rope.freq_factors.data(), s.rope.freq_factors.size() * sizeof(float));
+    if (!long_rope_factors_.empty() || s.rope.magnitude != 1.0f) {  // LongRoPE (files before it keep their fingerprint)
+        mix(long_rope_factors_.data(), long_rope_factors_.size() * sizeof(float));
+        mix(&s.rope.magnitude, sizeof(s.rope.magnitude));
+        mix(&long_rope_from_, sizeof(long_rope_from_));
+    }
     return h;
 }
 
@@ -230,6 +235,13 @@ Status Model::read_rotary(uint32_t head_dim) {
     H2O_TRY(file_->get_f32_or(factor_key, 0.0f, &factor));
     if (!std::isfinite(factor) || factor < 0.0f) return bad(factor_key + " must be a positive number");
     if (scaling == "linear" && factor != 0.0f) rope.freq_scale = 1.0f / factor;
+    H2O_TRY(file_->get_f32_or(key("rope.scaling.attn_factor"), 1.0f, &rope.magnitude));
+    if (!(rope.magnitude > 0.0f) || !std::isfinite(rope.magnitude))
+        return bad(key("rope.scaling.attn_factor") + " must be a positive number");
+    // LongRoPE's factors are tensors (bind_rope_freqs); the context that chooses between them is here.
+    if (architecture_->long_rope != TensorPresence::Absent) {
+        H2O_TRY(file_->get_u32_or(key("rope.scaling.original_context_length"), 0, &long_rope_from_));
+    }
     return Status::Ok();
 }
 
@@ -271,6 +283,13 @@ Status Model::widen_to_q8_0(const GgufTensor &t, WeightView *view) {
     return Status::Ok();
 }
 
+WeightView Model::rows_of(const WeightView &matrix, int64_t first_row, int64_t rows) {
+    WeightView part = matrix;
+    part.rows = rows;
+    part.data = static_cast<const uint8_t *>(matrix.data) + row_bytes(matrix.type, matrix.cols) * static_cast<size_t>(first_row);
+    return part;
+}
+
 Status Model::bind_as(TensorPresence presence, const std::string &name, int64_t cols, int64_t rows, WeightView *out) {
     if (presence == TensorPresence::Absent || (presence == TensorPresence::Optional && !file_->find_tensor(name))) return Status::Ok();
     return bind(name, cols, rows, out);
@@ -302,9 +321,17 @@ Status Model::bind_layer(int layer) {
     const std::string p = "blk." + std::to_string(layer) + ".";
     LayerWeights &w = weights_.layers[static_cast<size_t>(layer)];
     H2O_TRY(bind(p + "attn_norm.weight", d, 1, &w.attn_norm));
-    H2O_TRY(bind(p + "attn_q.weight", d, qd, &w.wq));
-    H2O_TRY(bind(p + "attn_k.weight", d, kv, &w.wk));
-    H2O_TRY(bind(p + "attn_v.weight", d, kv, &w.wv));
+    if (a.fused_qkv != TensorPresence::Absent && file_->find_tensor(p + "attn_qkv.weight")) {
+        WeightView qkv;
+        H2O_TRY(bind(p + "attn_qkv.weight", d, qd + 2 * kv, &qkv));
+        w.wq = rows_of(qkv, 0, qd);
+        w.wk = rows_of(qkv, qd, kv);
+        w.wv = rows_of(qkv, qd + kv, kv);
+    } else {
+        H2O_TRY(bind(p + "attn_q.weight", d, qd, &w.wq));
+        H2O_TRY(bind(p + "attn_k.weight", d, kv, &w.wk));
+        H2O_TRY(bind(p + "attn_v.weight", d, kv, &w.wv));
+    }
     H2O_TRY(bind(p + "attn_output.weight", qd, d, &w.wo));
     H2O_TRY(bind_as(a.qkv_bias, p + "attn_q.bias", qd, 1, &w.bq));
     H2O_TRY(bind_as(a.qkv_bias, p + "attn_k.bias", kv, 1, &w.bk));
@@ -314,24 +341,51 @@ Status Model::bind_layer(int layer) {
     H2O_TRY(bind_as(a.qk_norm, p + "attn_k_norm.weight", hd, 1, &w.k_norm));
     if (w.q_norm.present() != w.k_norm.present()) return bad("layer " + std::to_string(layer) + " normalises only one of q and k");
     H2O_TRY(bind(p + "ffn_norm.weight", d, 1, &w.ffn_norm));
-    H2O_TRY(bind(p + "ffn_gate.weight", d, ff, &w.w_gate));
-    H2O_TRY(bind(p + "ffn_up.weight", d, ff, &w.w_up));
+    if (a.fused_gate_up) {
+        WeightView gate_up;
+        H2O_TRY(bind(p + "ffn_up.weight", d, 2 * ff, &gate_up));
+        w.w_gate = rows_of(gate_up, 0, ff);
+        w.w_up = rows_of(gate_up, ff, ff);
+    } else {
+        H2O_TRY(bind(p + "ffn_gate.weight", d, ff, &w.w_gate));
+        H2O_TRY(bind(p + "ffn_up.weight", d, ff, &w.w_up));
+    }
     H2O_TRY(bind(p + "ffn_down.weight", ff, d, &w.w_down));
     return Status::Ok();
 }
 
 Status Model::bind_rope_freqs() {
-    WeightView factors;
-    H2O_TRY(bind_as(architecture_->rope_freqs, "rope_freqs.weight", shape_.rope.pairs(), 1, &factors));
-    if (!factors.present()) return Status::Ok();
-    std::vector<float> &out = shape_.rope.freq_factors;
-    out.resize(static_cast<size_t>(shape_.rope.pairs()));
-    std::memcpy(out.data(), factors.data, out.size() * sizeof(float));
-    for (float f : out) {
-        if (!(f > 0.0f) || !std::isfinite(f))
-            return bad("tensor 'rope_freqs.weight' holds " + std::to_string(f) + ": frequency factors must be positive numbers");
+    H2O_TRY(bind_frequency_factors(architecture_->rope_freqs, "rope_freqs.weight", &shape_.rope.freq_factors));
+    // LongRoPE: the short factors are the model's own rotation (ModelShape::rope), the long ones
+    // replace them in sessions of a longer context (rotary_for_context).
+    H2O_TRY(bind_frequency_factors(architecture_->long_rope, "rope_factors_short.weight", &shape_.rope.freq_factors));
+    H2O_TRY(bind_frequency_factors(architecture_->long_rope, "rope_factors_long.weight", &long_rope_factors_));
+    if (shape_.rope.freq_factors.empty() != long_rope_factors_.empty() && architecture_->long_rope != TensorPresence::Absent) {
+        return bad("the file has only one of 'rope_factors_long.weight' and 'rope_factors_short.weight'");
+    }
+    if (!long_rope_factors_.empty() && long_rope_from_ == 0) {
+        return bad(key("rope.scaling.original_context_length") + " is missing: LongRoPE needs it to choose its factors");
     }
     return Status::Ok();
+}
+
+Status Model::bind_frequency_factors(TensorPresence presence, const std::string &name, std::vector<float> *out) {
+    WeightView factors;
+    H2O_TRY(bind_as(presence, name, shape_.rope.pairs(), 1, &factors));
+    if (!factors.present()) return Status::Ok();
+    out->resize(static_cast<size_t>(shape_.rope.pairs()));
+    std::memcpy(out->data(), factors.data, out->size() * sizeof(float));
+    for (float f : *out) {
+        if (!(f > 0.0f) || !std::isfinite(f))
+            return bad("tensor '" + name + "' holds " + std::to_string(f) + ": frequency factors must be positive numbers");
+    }
+    return Status::Ok();
+}
+
+RotarySpec Model::rotary_for_context(int64_t n_ctx) const {
+    RotarySpec rope = shape_.rope;
+    if (!long_rope_factors_.empty() && n_ctx > static_cast<int64_t>(long_rope_from_)) rope.freq_factors = long_rope_factors_;
+    return rope;
 }
 
 Status Model::check_every_tensor_bound() const {

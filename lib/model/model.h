@@ -68,6 +68,10 @@ public:
     const ModelWeights &weights() const { return weights_; }
     const Tokenizer &tokenizer() const { return *tokenizer_; }
     uint32_t n_ctx_train() const { return n_ctx_train_; }
+    // The rotation a session of n_ctx tokens uses: ModelShape::rope, but with LongRoPE's long
+    // factors when the model has them and n_ctx is beyond its original context (as llama.cpp
+    // chooses by the context size).
+    RotarySpec rotary_for_context(int64_t n_ctx) const;
     uint64_t n_params() const { return n_params_; }
     uint64_t weight_bytes() const { return weight_bytes_; }
     // The distinct types of the weight tensors, in the order first met: what a backend must run.
@@ -95,8 +99,10 @@ private:
     Status read_rotary(uint32_t head_dim);
     Status bind_weights();
     Status bind_layer(int layer);
-    // rope_freqs.weight into shape_.rope.freq_factors, as the architecture has it.
+    // rope_freqs.weight, or LongRoPE's short factors, into shape_.rope.freq_factors, and LongRoPE's
+    // long factors, as the architecture has them.
     Status bind_rope_freqs();
+    Status bind_frequency_factors(TensorPresence presence, const std::string &name, std::vector<float> *out);
     // Refuses a file with a tensor the graph would not use (computing without it would be wrong).
     Status check_every_tensor_bound() const;
     // The metadata key of the architecture's option (prefix "qwen2." and so on).
@@ -108,6 +114,9 @@ private:
     // bind() as `presence` says: an Absent tensor is left unbound (check_every_tensor_bound
     // refuses it if the file has it), an Optional one bound when the file has it.
     Status bind_as(TensorPresence presence, const std::string &name, int64_t cols, int64_t rows, WeightView *out);
+    // Rows [first_row, first_row + rows) of a bound matrix, as a matrix of their own (the parts
+    // of a fused projection: they are consecutive rows of whole blocks in the file).
+    static WeightView rows_of(const WeightView &matrix, int64_t first_row, int64_t rows);
     // Points *view at a Q8_0 copy of Q5_0 tensor t (widen_q5_0_to_q8_0: the same values), which the
     // model keeps.
     Status widen_to_q8_0(const GgufTensor &t, WeightView *view);
@@ -118,6 +127,8 @@ private:
     ModelShape shape_;
     ModelWeights weights_;
     uint32_t n_ctx_train_ = 0;
+    std::vector<float> long_rope_factors_;  // LongRoPE's factors beyond long_rope_from_ tokens of context
+    uint32_t long_rope_from_ = 0;
     uint64_t n_params_ = 0;
     uint64_t weight_bytes_ = 0;
     std::vector<TensorType> weight_types_;

@@ -56,7 +56,7 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     kv.type = settings.kv_type;
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
-    kv.rope = shape.rope;
+    kv.rope = model.rotary_for_context(settings.n_ctx);
     return kv;
 }
 
@@ -144,7 +144,7 @@ Status Session::start(const BackendCandidate &candidate) {
     BackendDevice device;
     const BackendOptions options{settings_.n_threads, settings_.n_batch};
     H2O_TRY(candidate.backend->create(candidate.device, options, &backend, &device));
-    H2O_TRY(LlamaGraph::create(model_, *backend, settings_.n_batch, kv_.position_sets(), &graph));
+    H2O_TRY(LlamaGraph::create(model_, kv_.rope, *backend, settings_.n_batch, kv_.position_sets(), &graph));
     H2O_TRY(backend->kv_store().create_kv(kv_));
     graph_ = std::move(graph);  // the graph refers to the old backend: it goes first
     backend_ = std::move(backend);
@@ -360,7 +360,8 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         const bool cells_differ = rebalancing && evicting, by_cell = cells_differ && kv_.positions_per_kv_head();
         int32_t *held = by_cell ? cell_held_.data() : nullptr, *slots = by_cell ? cell_slots_.data() : nullptr;
         if (cells_differ) {
-            if (Status st = backend_->kv_store().rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok()) return backend_failed(st);
+            if (Status st = backend_->kv_store().rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok())
+                return backend_failed(st);
         }
         kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), held, slots);
         if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag());

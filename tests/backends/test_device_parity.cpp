@@ -334,8 +334,9 @@ TEST_CASE("device parity: stories260K logits match the CPU after a prompt, batch
 TEST_CASE("device parity: each architecture's greedy generation equals the CPU's, with a full cache and evicting rolling ones") {
     // Synthetic models of each architecture (tools/synthetic_model.h), F16 weights: Llama 3 style
     // (frequency factors, tied), Qwen 2 (biases, pairs of halves), Qwen 3 (per-head norms, heads
-    // wider than the embedding).
-    for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
+    // wider than the embedding), Phi-3 (fused projections, half of each head rotated, LongRoPE's
+    // factors and attention factor).
+    for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3"}) {
         SyntheticModelSpec spec;
         spec.architecture = arch;
         spec.n_embd = 128;
@@ -349,6 +350,8 @@ TEST_CASE("device parity: each architecture's greedy generation equals the CPU's
         spec.rope_freqs = arch == "llama";
         spec.tied_output = arch != "qwen2";
         spec.head_dim = arch == "qwen3" ? 64 : 0;
+        spec.rope_dims = arch == "phi3" ? 16 : 0;
+        spec.long_rope_context = arch == "phi3" ? 256 : 0;
         const std::string path = h2o_test::temp_path("parity-" + arch + ".gguf");
         REQUIRE(write_synthetic_model(spec, path).ok());
         struct Run {

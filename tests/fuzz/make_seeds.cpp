@@ -103,14 +103,17 @@ void synthetic_seeds(const fs::path &dir) {
     const h2o::Status st = h2o::write_synthetic_model(spec, (dir / "synth-q8_0-mqa-2layers.gguf").string());
     if (!st.ok()) die(st.message);
     // The other architectures' tensors and keys: Llama 3's frequency factors (tied), Qwen 2's
-    // biases, Qwen 3's per-head norms and a head size of its own (attention.key_length).
-    for (const char *arch : {"llama", "qwen2", "qwen3"}) {
+    // biases, Qwen 3's per-head norms and a head size of its own (attention.key_length), Phi-3's
+    // fused projections, partial rotation and LongRoPE.
+    for (const char *arch : {"llama", "qwen2", "qwen3", "phi3"}) {
         h2o::SyntheticModelSpec a;
         a.architecture = arch;
         a.n_embd = 32, a.n_ff = 32, a.n_head = 2, a.n_head_kv = 1, a.n_layer = 1, a.n_vocab = 300, a.n_ctx = 32;
         a.type = h2o::TensorType::F32;
         a.rope_freqs = a.tied_output = a.architecture == "llama";
         a.head_dim = a.architecture == "qwen3" ? 24 : 0;
+        a.rope_dims = a.architecture == "phi3" ? 8 : 0;
+        a.long_rope_context = a.architecture == "phi3" ? 16 : 0;
         const fs::path out = dir / (std::string("synth-") + arch + "-architecture.gguf");
         const h2o::Status written = h2o::write_synthetic_model(a, out.string());
         if (!written.ok()) die(out.string() + ": " + written.message);

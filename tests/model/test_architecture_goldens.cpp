@@ -1,4 +1,4 @@
-// The llama (Llama 3 style), qwen2 and qwen3 graphs against llama.cpp: the goldens of
+// The llama (Llama 3 style), qwen2, qwen3 and phi3 graphs against llama.cpp: the goldens of
 // tests/data/architecture_goldens (see its README for the models and the command that made them),
 // on the CPU and, where there is a device, on Vulkan.
 #include <algorithm>
@@ -94,6 +94,23 @@ h2o::SyntheticModelSpec golden_model(const std::string &name) {
         s.n_head = 4;
         s.n_head_kv = 2;
         s.rope_freq_base = 1000000.0f;
+    } else if (name == "phi3") {
+        // Fused projections, rotation of the first 16 of 32 dimensions.
+        s.architecture = "phi3";
+        s.n_head = 8;
+        s.n_head_kv = 2;
+        s.rope_dims = 16;
+        s.n_ctx = 4096;
+    } else if (name == "phi3-longrope") {
+        // LongRoPE: short factors within 256 tokens of context, long ones beyond, the attention factor.
+        s.architecture = "phi3";
+        s.n_head = 8;
+        s.n_head_kv = 4;
+        s.tied_output = true;
+        s.embedding_scale = 0.0625f;
+        s.n_ctx = 4096;
+        s.long_rope_context = 256;
+        s.seed = 7;
     } else {
         s.architecture = "qwen3";
         s.n_head = 8;
@@ -110,12 +127,12 @@ int32_t argmax(const std::vector<float> &v) { return static_cast<int32_t>(std::m
 
 // Each golden prompt through a session on `backend`: the same prompt ids, last logits and greedy
 // tokens. False when the backend has no device here.
-bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, uint32_t backend) {
+bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, uint32_t backend, uint32_t n_ctx) {
     h2o_session_params sp;
     h2o_session_params_init(&sp, sizeof sp);
     sp.backend = backend;
     sp.n_threads = 2;
-    sp.n_ctx = 512;
+    sp.n_ctx = n_ctx;
     sp.n_batch = 512;  // the whole prompt one batch, as llama.cpp ran it
     sp.kv_type = H2O_KV_TYPE_F32;
     h2o_model *model = nullptr;
@@ -163,19 +180,31 @@ bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, 
 }
 
 TEST_CASE(
-    "architecture goldens: llama (Llama 3 style), qwen2 and qwen3 equal llama.cpp's logits and greedy tokens, on the CPU and Vulkan") {
-    for (const std::string name : {"llama3", "qwen2", "qwen3"}) {
-        INFO("model " << name);
-        const std::vector<Golden> goldens = read_goldens(std::string(H2O_TEST_DATA_DIR) + "/architecture_goldens/" + name + ".jsonl");
+    "architecture goldens: llama (Llama 3 style), qwen2, qwen3 and phi3 equal llama.cpp's logits and greedy tokens, on the CPU and "
+    "Vulkan") {
+    // Golden file, model, and the context of llama.cpp's run (which chooses LongRoPE's factors).
+    struct Case {
+        const char *golden, *model;
+        uint32_t n_ctx;
+    };
+    const Case cases[] = {{"llama3", "llama3", 512},
+                          {"qwen2", "qwen2", 512},
+                          {"qwen3", "qwen3", 512},
+                          {"phi3", "phi3", 512},
+                          {"phi3-longrope-256", "phi3-longrope", 256},
+                          {"phi3-longrope-512", "phi3-longrope", 512}};
+    for (const Case &c : cases) {
+        INFO("golden " << c.golden);
+        const std::vector<Golden> goldens = read_goldens(std::string(H2O_TEST_DATA_DIR) + "/architecture_goldens/" + c.golden + ".jsonl");
         REQUIRE(goldens.size() == 6);
-        const std::string path = h2o_test::temp_path("golden-" + name + ".gguf");
-        REQUIRE(h2o::write_synthetic_model(golden_model(name), path).ok());
+        const std::string path = h2o_test::temp_path(std::string("golden-") + c.model + ".gguf");
+        REQUIRE(h2o::write_synthetic_model(golden_model(c.model), path).ok());
         INFO("cpu");
-        CHECK(check_goldens(path, goldens, H2O_BACKEND_CPU));
-        // Under AddressSanitizer the software Vulkan device is 3-4 times slower: one model there
-        // (the host code it exercises is the same for all three).
-        if (h2o_test::kAddressSanitized && name != "qwen3") continue;
-        if (!check_goldens(path, goldens, H2O_BACKEND_VULKAN)) {
+        CHECK(check_goldens(path, goldens, H2O_BACKEND_CPU, c.n_ctx));
+        // Under AddressSanitizer the software Vulkan device is 3-4 times slower: two models there
+        // (the host code they exercise is the same for all).
+        if (h2o_test::kAddressSanitized && std::string(c.golden) != "qwen3" && std::string(c.golden) != "phi3-longrope-512") continue;
+        if (!check_goldens(path, goldens, H2O_BACKEND_VULKAN, c.n_ctx)) {
             if (std::getenv("H2O_REQUIRE_VULKAN")) FAIL("no Vulkan device");
             MESSAGE("not run on Vulkan: no device");
         }

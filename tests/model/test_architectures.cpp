@@ -1,7 +1,7 @@
 // The architectures beyond the original Llama graph (lib/model/architecture.h), on synthetic models made
 // here: Llama 3 style (rotary frequency factors, tied embeddings, a 128k vocabulary), Qwen 2 (q, k
-// and v biases, rotary pairs of halves) and Qwen 3 (per-head norms of q and k, heads wider than
-// the embedding). The CPU backend against a direct double-precision evaluation of each
+// and v biases, rotary pairs of halves), Qwen 3 (per-head norms of q and k, heads wider than the
+// embedding) and Phi-3 (fused projections, partial rotation, LongRoPE). The CPU backend against a direct double-precision evaluation of each
 // architecture's definition; every cache feature on each; the files each refuses.
 #include <algorithm>
 #include <cmath>
@@ -27,11 +27,13 @@ namespace {
 
 using namespace h2o;
 
-const char *const kArchitectures[] = {"llama", "qwen2", "qwen3"};
+const char *const kArchitectures[] = {"llama", "qwen2", "qwen3", "phi3"};
 
 // A small model of `arch` with what sets it apart: llama with Llama 3.1 frequency factors and tied
 // embeddings; qwen2 with its biases and an output matrix of its own; qwen3 with 32-wide heads
-// (q: 4 x 32 = 128 wide over a 64-wide embedding) and tied embeddings.
+// (q: 4 x 32 = 128 wide over a 64-wide embedding) and tied embeddings; phi3 with fused
+// projections, half of each head rotated and LongRoPE's long factors in sessions beyond 256 tokens
+// of context (the sessions here have 512).
 SyntheticModelSpec small_spec(const std::string &arch, TensorType type = TensorType::F32) {
     SyntheticModelSpec s;
     s.architecture = arch;
@@ -50,6 +52,9 @@ SyntheticModelSpec small_spec(const std::string &arch, TensorType type = TensorT
         s.rope_freq_base = 500000.0f;
     } else if (arch == "qwen2") {
         s.rope_freq_base = 1000000.0f;
+    } else if (arch == "phi3") {
+        s.rope_dims = 8;
+        s.long_rope_context = 256;
     } else {
         s.head_dim = 32;
         s.tied_output = true;
@@ -73,7 +78,8 @@ std::string small_model(const std::string &arch) { return write_model(small_spec
 // GGUF file itself (F32 tensors): no code of the runtime but the GGUF reader.
 class Reference {
 public:
-    explicit Reference(const std::string &path) {
+    // n_ctx: the context of the session it stands for (which chooses LongRoPE's factors).
+    explicit Reference(const std::string &path, int n_ctx = 512) {
         REQUIRE(GgufFile::open(path, &file_).ok());
         std::string_view arch;
         REQUIRE(file_->get_string("general.architecture", &arch).ok());
@@ -90,6 +96,16 @@ public:
         base_ = base;
         eps_ = eps;
         vocab_ = static_cast<int>(file_->find_tensor("token_embd.weight")->ne[1]);
+        rope_dims_ = u32("rope.dimension_count");
+        float magnitude = 1.0f;
+        if (file_->find(arch_ + ".rope.scaling.attn_factor")) REQUIRE(file_->get_f32(arch_ + ".rope.scaling.attn_factor", &magnitude).ok());
+        magnitude_ = magnitude;
+        // LongRoPE: the long factors in a context beyond the original one, as llama.cpp chooses.
+        factors_ = tensor("rope_freqs.weight");
+        if (tensor("rope_factors_long.weight")) {
+            factors_ = n_ctx > u32("rope.scaling.original_context_length") ? tensor("rope_factors_long.weight")
+                                                                           : tensor("rope_factors_short.weight");
+        }
     }
 
     // The logits after the last of `tokens`, from position 0, with every token attended.
@@ -102,8 +118,11 @@ public:
             for (int l = 0; l < layers_; ++l) {
                 const std::string b = "blk." + std::to_string(l) + ".";
                 const std::vector<double> xn = rms_norm(x, tensor(b + "attn_norm.weight"));
-                std::vector<double> q = matvec(b + "attn_q.weight", xn, qd), k = matvec(b + "attn_k.weight", xn, kvd),
-                                    v = matvec(b + "attn_v.weight", xn, kvd);
+                // Fused q/k/v (phi3): one matrix whose rows are q's, then k's, then v's.
+                const bool fused = tensor(b + "attn_qkv.weight") != nullptr;
+                std::vector<double> q = fused ? matvec(b + "attn_qkv.weight", xn, qd) : matvec(b + "attn_q.weight", xn, qd),
+                                    k = fused ? matvec(b + "attn_qkv.weight", xn, kvd, qd) : matvec(b + "attn_k.weight", xn, kvd),
+                                    v = fused ? matvec(b + "attn_qkv.weight", xn, kvd, qd + kvd) : matvec(b + "attn_v.weight", xn, kvd);
                 add(&q, b + "attn_q.bias");
                 add(&k, b + "attn_k.bias");
                 add(&v, b + "attn_v.bias");
@@ -136,7 +155,10 @@ public:
                 add(&proj, b + "attn_output.bias");
                 for (int i = 0; i < d_; ++i) x[i] += proj[i];
                 const std::vector<double> fn = rms_norm(x, tensor(b + "ffn_norm.weight"));
-                const std::vector<double> g = matvec(b + "ffn_gate.weight", fn, ff_), u = matvec(b + "ffn_up.weight", fn, ff_);
+                // Fused gate and up (phi3): ffn_up's rows are the gate's, then up's.
+                const bool fused_ffn = !tensor(b + "ffn_gate.weight");
+                const std::vector<double> g = fused_ffn ? matvec(b + "ffn_up.weight", fn, ff_) : matvec(b + "ffn_gate.weight", fn, ff_),
+                                          u = fused_ffn ? matvec(b + "ffn_up.weight", fn, ff_, ff_) : matvec(b + "ffn_up.weight", fn, ff_);
                 std::vector<double> h(ff_);
                 for (int i = 0; i < ff_; ++i) h[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
                 const std::vector<double> down = matvec(b + "ffn_down.weight", h, d_);
@@ -162,8 +184,9 @@ private:
         const float *t = tensor(name);
         return std::vector<double>(t + static_cast<size_t>(r) * cols, t + static_cast<size_t>(r + 1) * cols);
     }
-    std::vector<double> matvec(const std::string &name, const std::vector<double> &in, int rows) const {
-        const float *w = tensor(name);
+    // Rows [first_row, first_row + rows) of the matrix times `in`.
+    std::vector<double> matvec(const std::string &name, const std::vector<double> &in, int rows, int first_row = 0) const {
+        const float *w = tensor(name) + static_cast<size_t>(first_row) * in.size();
         std::vector<double> out(rows, 0.0);
         for (int r = 0; r < rows; ++r) {
             for (size_t c = 0; c < in.size(); ++c) out[r] += w[static_cast<size_t>(r) * in.size() + c] * in[c];
@@ -191,29 +214,31 @@ private:
             std::copy(normed.begin(), normed.end(), x->begin() + static_cast<std::ptrdiff_t>(h * head_dim_));
         }
     }
-    // Llama's GGUF layout pairs neighbours; Qwen's (Hugging Face's rotate_half) pairs the halves.
-    // Pair i turns by pos * base^(-2i/d), divided by rope_freqs[i] where the file has them.
+    // The first rope_dims of each head turn (the rest stay): Llama's GGUF layout pairs neighbours,
+    // Qwen's and Phi-3's (Hugging Face's rotate_half) the halves of those dimensions. Pair i turns
+    // by pos * base^(-2i/rope_dims), divided by its frequency factor where the file has them, and
+    // is scaled by LongRoPE's attention factor.
     void rotate(std::vector<double> *x, int pos) const {
-        const int half = head_dim_ / 2;
-        const float *factors = tensor("rope_freqs.weight");
+        const int half = rope_dims_ / 2;
         for (size_t h = 0; h * head_dim_ < x->size(); ++h) {
             double *head = x->data() + h * head_dim_;
             for (int i = 0; i < half; ++i) {
-                double theta = pos * std::pow(base_, -2.0 * i / head_dim_);
-                if (factors) theta /= factors[i];
+                double theta = pos * std::pow(base_, -2.0 * i / rope_dims_);
+                if (factors_) theta /= factors_[i];
                 double &a = arch_ == "llama" ? head[2 * i] : head[i];
                 double &b = arch_ == "llama" ? head[2 * i + 1] : head[i + half];
                 const double a0 = a, b0 = b;
-                a = a0 * std::cos(theta) - b0 * std::sin(theta);
-                b = a0 * std::sin(theta) + b0 * std::cos(theta);
+                a = magnitude_ * (a0 * std::cos(theta) - b0 * std::sin(theta));
+                b = magnitude_ * (a0 * std::sin(theta) + b0 * std::cos(theta));
             }
         }
     }
 
     std::unique_ptr<GgufFile> file_;
     std::string arch_;
-    int d_ = 0, layers_ = 0, heads_ = 0, kv_heads_ = 0, ff_ = 0, head_dim_ = 0, vocab_ = 0;
-    double base_ = 0, eps_ = 0;
+    int d_ = 0, layers_ = 0, heads_ = 0, kv_heads_ = 0, ff_ = 0, head_dim_ = 0, vocab_ = 0, rope_dims_ = 0;
+    double base_ = 0, eps_ = 0, magnitude_ = 1;
+    const float *factors_ = nullptr;  // per pair, or none
 };
 
 // ---- sessions through the public API -------------------------------------------------------------
@@ -298,14 +323,30 @@ TEST_CASE("architectures: each model loads with the shape and rotary description
         CHECK(s.n_embd == 64);
         CHECK(s.head_dim == (std::string(arch) == "qwen3" ? 32 : 16));
         CHECK(s.q_dim() == 4 * s.head_dim);
-        CHECK(s.rope.dims == s.head_dim);
+        const bool phi3 = std::string(arch) == "phi3";
+        CHECK(s.rope.dims == (phi3 ? s.head_dim / 2 : s.head_dim));
         CHECK(s.rope.pairing == (std::string(arch) == "llama" ? RotaryPairing::Adjacent : RotaryPairing::Halves));
-        CHECK(s.rope.freq_factors.size() == (std::string(arch) == "llama" ? static_cast<size_t>(s.head_dim / 2) : 0u));
+        // llama: Llama 3.1's factors; phi3: LongRoPE's short ones, its long ones beyond 256 tokens.
+        const bool factors = std::string(arch) == "llama" || phi3;
+        CHECK(s.rope.freq_factors.size() == (factors ? static_cast<size_t>(s.rope.pairs()) : 0u));
+        CHECK(model->rotary_for_context(256) == s.rope);
+        CHECK((model->rotary_for_context(257) == s.rope) == !phi3);
+        CHECK(s.rope.magnitude == (phi3 ? doctest::Approx(std::sqrt(1.0 + std::log(1024.0 / 256) / std::log(256.0))) : 1.0));
         const bool tied = model->weights().output.data == model->weights().token_embd.data;
-        CHECK(tied == (std::string(arch) != "qwen2"));
+        CHECK(tied == (std::string(arch) == "llama" || std::string(arch) == "qwen3"));
         const LayerWeights &l = model->weights().layers[1];
         CHECK(l.bq.present() == (std::string(arch) == "qwen2"));
         CHECK(l.q_norm.present() == (std::string(arch) == "qwen3"));
+        if (phi3) {
+            // The fused projections' parts: consecutive rows of one tensor each.
+            CHECK(l.wq.name == "blk.1.attn_qkv.weight");
+            CHECK(l.wv.name == "blk.1.attn_qkv.weight");
+            CHECK(static_cast<const uint8_t *>(l.wk.data) == static_cast<const uint8_t *>(l.wq.data) + l.wq.rows * 64 * sizeof(float));
+            CHECK(static_cast<const uint8_t *>(l.wv.data) == static_cast<const uint8_t *>(l.wk.data) + l.wk.rows * 64 * sizeof(float));
+            CHECK(l.w_gate.name == "blk.1.ffn_up.weight");
+            CHECK(static_cast<const uint8_t *>(l.w_up.data) ==
+                  static_cast<const uint8_t *>(l.w_gate.data) + l.w_gate.rows * 64 * sizeof(float));
+        }
     }
 }
 
@@ -568,7 +609,7 @@ std::vector<uint8_t> floats(size_t n, float value) {
 }
 
 TEST_CASE("architectures: files that do not match their architecture are refused, naming the key or tensor") {
-    const std::string llama = small_model("llama"), qwen2 = small_model("qwen2"), qwen3 = small_model("qwen3");
+    const std::string llama = small_model("llama"), qwen2 = small_model("qwen2"), qwen3 = small_model("qwen3"), phi3 = small_model("phi3");
     struct Case {
         const char *name;
         std::string source;
@@ -583,9 +624,48 @@ TEST_CASE("architectures: files that do not match their architecture are refused
          llama,
          {"general.architecture"},
          {},
-         [](GgufWriter &w) { w.add_string("general.architecture", "phi3"); },
+         [](GgufWriter &w) { w.add_string("general.architecture", "gemma3"); },
          H2O_ERR_UNSUPPORTED,
-         "'phi3' is not supported (general.architecture; this runtime runs 'llama', 'qwen2', 'qwen3')"},
+         "'gemma3' is not supported (general.architecture; this runtime runs 'llama', 'qwen2', 'qwen3', 'phi3')"},
+        {"a fused projection of the wrong height",
+         phi3,
+         {},
+         {"blk.1.attn_qkv.weight"},
+         [](GgufWriter &w) {
+             w.add_tensor("blk.1.attn_qkv.weight", TensorType::F32, {64, 96}, floats(64 * 96, 0.0f));
+         },
+         H2O_ERR_MODEL_FORMAT,
+         "tensor 'blk.1.attn_qkv.weight' has shape [64 x 96], expected [64 x 128]"},
+        {"a separate gate in a Phi-3 file",
+         phi3,
+         {},
+         {},
+         [](GgufWriter &w) {
+             w.add_tensor("blk.0.ffn_gate.weight", TensorType::F32, {64, 96}, floats(64 * 96, 0.0f));
+         },
+         H2O_ERR_UNSUPPORTED,
+         "tensor 'blk.0.ffn_gate.weight' is not part of the 'phi3' architecture"},
+        {"LongRoPE's long factors alone",
+         phi3,
+         {},
+         {"rope_factors_short.weight"},
+         nothing,
+         H2O_ERR_MODEL_FORMAT,
+         "only one of 'rope_factors_long.weight' and 'rope_factors_short.weight'"},
+        {"LongRoPE without its original context",
+         phi3,
+         {"phi3.rope.scaling.original_context_length"},
+         {},
+         nothing,
+         H2O_ERR_MODEL_FORMAT,
+         "phi3.rope.scaling.original_context_length is missing"},
+        {"a negative attention factor",
+         phi3,
+         {"phi3.rope.scaling.attn_factor"},
+         {},
+         [](GgufWriter &w) { w.add_f32("phi3.rope.scaling.attn_factor", -1.0f); },
+         H2O_ERR_MODEL_FORMAT,
+         "phi3.rope.scaling.attn_factor must be a positive number"},
         {"a missing bias", qwen2, {}, {"blk.1.attn_k.bias"}, nothing, H2O_ERR_MODEL_FORMAT, "missing tensor 'blk.1.attn_k.bias'"},
         {"a bias of the wrong size",
          qwen2,

@@ -59,6 +59,19 @@ TEST_CASE("chat: the formats write exactly what their templates produce") {
           "<|start_header_id|>user<|end_header_id|>\n\nTell me a story.<|eot_id|>"
           "<|start_header_id|>assistant<|end_header_id|>\n\n");
     CHECK(format(ChatFormat::Llama3, {{"user", " Hi\n"}}, false) == "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+    CHECK(format(ChatFormat::Phi3, kConversation, true) ==
+          "<|system|>\nYou are a helpful assistant.<|end|>\n"
+          "<|user|>\nHello!<|end|>\n"
+          "<|assistant|>\nHi, how can I help?<|end|>\n"
+          "<|user|>\nTell me a story.<|end|>\n"
+          "<|assistant|>\n");
+    CHECK(format(ChatFormat::Phi3, {{"user", "Hi"}}, false) == "<|user|>\nHi<|end|>\n");
+    // Mistral: the system message opens the first turn; replies are trimmed and end with EOS;
+    // the prompt ends with [/INST] (no assistant prefix of its own).
+    CHECK(format(ChatFormat::Mistral, kConversation, true) ==
+          "[INST] You are a helpful assistant.\n\nHello![/INST] Hi, how can I help?</s>"
+          "[INST] Tell me a story.[/INST]");
+    CHECK(format(ChatFormat::Mistral, {{"user", "a"}, {"user", "b"}, {"assistant", " c \n"}}, false) == "[INST] a[/INST]b[/INST] c</s>");
 }
 
 TEST_CASE("chat: bad roles and out-of-order Llama-2 turns are refused") {
@@ -82,8 +95,25 @@ TEST_CASE("chat: a model's format is recognised from its chat template") {
                 "{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}{% endif %}", &f)
                 .ok());
     CHECK(f == ChatFormat::Zephyr);
-    REQUIRE(h2o::chat_format_from_template("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}", &f).ok());
+    REQUIRE(
+        h2o::chat_format_from_template("{{ bos_token + '[INST] ' + '<<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + message['content'] }}", &f)
+            .ok());
     CHECK(f == ChatFormat::Llama2);
+    // Mistral's templates (v0.1 to v0.3) have [INST] turns without Llama-2's system block.
+    REQUIRE(h2o::chat_format_from_template("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}", &f).ok());
+    CHECK(f == ChatFormat::Mistral);
+    REQUIRE(
+        h2o::chat_format_from_template("{%- if tools %}[AVAILABLE_TOOLS]{%- endif %}{{- '[INST] ' + message['content'] + '[/INST]' }}", &f)
+            .ok());
+    CHECK(f == ChatFormat::Mistral);
+    // Phi-3's turns end with <|end|> (Zephyr's <|user|> markers, but not its </s>).
+    REQUIRE(h2o::chat_format_from_template("{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}", &f)
+                .ok());
+    CHECK(f == ChatFormat::Phi3);
+    CHECK(h2o::chat_format_from_name("phi3", &f).ok());
+    CHECK(f == ChatFormat::Phi3);
+    CHECK(h2o::chat_format_from_name("mistral", &f).ok());
+    CHECK(std::string(h2o::chat_format_name(f)) == "mistral");
     REQUIRE(h2o::chat_format_from_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}", &f).ok());
     CHECK(f == ChatFormat::Llama3);
     CHECK(h2o::chat_format_from_name("llama3", &f).ok());
@@ -113,6 +143,25 @@ TEST_CASE("chat: special tokens are parsed on request, with llama.cpp's spacing"
     CHECK(std::find(plain.begin(), plain.end(), tok->bos()) == plain.end());
     CHECK(tok->is_end_of_generation(tok->eos()));
     CHECK_FALSE(tok->is_end_of_generation(tok->bos()));
+}
+
+TEST_CASE("chat: a Phi-3 conversation's markers are Phi-3's control tokens, and <|end|> ends a reply") {
+    H2O_SHARED_FILE_OR_SKIP(path, "vocab/ggml-vocab-phi-3.gguf");
+    std::unique_ptr<h2o::GgufFile> file;
+    REQUIRE(h2o::GgufFile::open(path, &file).ok());
+    std::unique_ptr<h2o::Tokenizer> tok;
+    REQUIRE(h2o::Tokenizer::from_gguf(*file, &tok).ok());
+    std::string text;
+    REQUIRE(h2o::format_chat(ChatFormat::Phi3, {{"user", "Hi"}}, true, tok->piece(tok->bos()), tok->piece(tok->eos()), &text).ok());
+    std::vector<int32_t> ids, marker;
+    REQUIRE(tok->encode_special(text, false, &ids).ok());
+    for (const char *piece : {"<|user|>", "<|end|>", "<|assistant|>"}) {
+        CAPTURE(piece);
+        REQUIRE(tok->encode_special(piece, false, &marker).ok());
+        REQUIRE(marker.size() == 1);
+        CHECK(std::count(ids.begin(), ids.end(), marker[0]) == 1);
+        CHECK(tok->is_end_of_generation(marker[0]) == (std::string(piece) == "<|end|>"));
+    }
 }
 
 TEST_CASE("chat: the C API formats, tokenizes with special tokens and generates a reply") {

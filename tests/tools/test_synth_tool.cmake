@@ -31,12 +31,19 @@ check_model(synth-qwen2 "--arch;qwen2;--dim;128;--heads;2;--kv-heads;2;--vocab;7
             "architecture: qwen2;head dim 64;vocabulary: 700 tokens")
 check_model(synth-qwen3 "--arch;qwen3;--dim;128;--heads;4;--kv-heads;2;--head-dim;64;--vocab;500;--tied"
             "architecture: qwen3;attention heads: 4, kv heads 2, head dim 64")
+check_model(synth-phi3 "--arch;phi3;--dim;128;--heads;4;--kv-heads;4;--vocab;600;--rope-dims;16;--ctx;8192;--long-rope;1024"
+            "architecture: phi3;attention heads: 4, kv heads 4, head dim 32;context length: 8192")
 # Real vocabularies, when the shared data is here: Qwen3's (ChatML) and Llama 3's tokenizer.json.
 if(EXISTS "${SHARED}/vocab/qwen3/tokenizer.json" AND EXISTS "${SHARED}/vocab/llama3/tokenizer.json")
   check_model(synth-qwen3-vocab "--arch;qwen3;--dim;128;--heads;2;--kv-heads;1;--head-dim;128;--tied;--vocab;${SHARED}/vocab/qwen3/tokenizer.json"
               "architecture: qwen3;vocabulary: 151669 tokens;chat format: chatml")
   check_model(synth-llama3-vocab "--dim;128;--heads;2;--kv-heads;1;--tied;--rope-freqs;--vocab;${SHARED}/vocab/llama3"
               "architecture: llama;vocabulary: 128256 tokens;BOS 128000;chat format: llama3")
+  # Phi-4-mini's shape in small: GPT-4o's 200k vocabulary, tied, 48 of 64 dimensions rotated, LongRoPE.
+  if(EXISTS "${SHARED}/vocab/gpt4o/tokenizer.json")
+    check_model(synth-phi4-vocab "--arch;phi3;--dim;128;--heads;2;--kv-heads;1;--rope-dims;48;--tied;--ctx;131072;--long-rope;4096;--vocab;${SHARED}/vocab/gpt4o"
+                "architecture: phi3;vocabulary: 200019 tokens")
+  endif()
   # h2o-chat talks to each in the format of its own template: one turn, then /quit.
   foreach(case "synth-qwen3-vocab;chatml" "synth-llama3-vocab;llama3")
     list(GET case 0 name)
@@ -52,7 +59,8 @@ else()
 endif()
 
 # Usage errors: one line, exit status 2.
-foreach(case "--arch;phi3;unknown architecture 'phi3'" "--arch;qwen2;--rope-freqs;--rope-freqs belongs to --arch llama"
+foreach(case "--arch;gemma3;unknown architecture 'gemma3'" "--arch;qwen2;--rope-freqs;--rope-freqs belongs to --arch llama"
+             "--long-rope;64;--long-rope belongs to --arch phi3"
              "--vocab;vocab.txt;--vocab needs a number or a tokenizer.json" "--rope-base;0;--rope-base needs a number > 0"
              "--head-dim;1;--head-dim needs a whole number from 2" "--embd-scale;-1;--embd-scale needs a number > 0")
   list(POP_BACK case expected)

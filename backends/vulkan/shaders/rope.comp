@@ -29,6 +29,7 @@ layout(push_constant) uniform Params {
     uint k_stride;
     uint pos_head_stride;  // 0: one position per token; n: n per kv head, kv head after kv head
     uint pairing;          // PAIRING_ADJACENT or PAIRING_HALVES (rotary.glsl)
+    float magnitude;       // RotarySpec::magnitude: cosine and sine are scaled by it
 } p;
 
 #include "rotary.glsl"
@@ -40,7 +41,7 @@ void main() {
     const uint pair = i % p.pairs, head = (i / p.pairs) % heads, t = i / (p.pairs * heads);
     // A query head takes its kv head's positions.
     const uint kv_head = head < p.n_head ? head / (p.n_head / p.n_head_kv) : head - p.n_head;
-    const vec2 cs = rotary_cos_sin(positions[p.pos_off + kv_head * p.pos_head_stride + t], turn_fractions[p.table_off + pair]);
+    const vec2 cs = rotary_cos_sin(positions[p.pos_off + kv_head * p.pos_head_stride + t], turn_fractions[p.table_off + pair]) * p.magnitude;
     const uvec2 e = rotary_pair_elements(p.pairing, pair, p.pairs);
     if (head < p.n_head) {
         const uint at = p.q_off + t * p.q_stride + head * p.head_dim;
