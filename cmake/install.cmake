@@ -5,20 +5,23 @@
 # scripts/test-install.sh builds and runs programs against the result.
 include(CMakePackageConfigHelpers)
 
-install(FILES include/h2o/h2o.h include/h2o/h2o_experimental.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/h2o)
+# Each file belongs to a component, which is a package of its own (cmake/package.cmake):
+# runtime (the shared library), dev (header, static library, CMake and pkg-config files), tools
+# (the programs: tools/CMakeLists.txt).
+install(FILES include/h2o/h2o.h include/h2o/h2o_experimental.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/h2o COMPONENT dev)
 install(TARGETS h2o-llm h2o-llm-static EXPORT h2o-llm-targets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
   # Refreshes the loader's cache when that is the convention (the script says when).
   install(CODE "set(H2O_INSTALL_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")
-    include(\"${CMAKE_CURRENT_SOURCE_DIR}/cmake/ldconfig.cmake\")")
+    include(\"${CMAKE_CURRENT_SOURCE_DIR}/cmake/ldconfig.cmake\")" COMPONENT runtime)
 endif()
 
 # ---- CMake: find_package(h2o-llm 0.7 REQUIRED) ------------------------------------------------
 set(h2o_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/h2o-llm)
-install(EXPORT h2o-llm-targets NAMESPACE h2o:: DESTINATION ${h2o_cmake_dir})
+install(EXPORT h2o-llm-targets NAMESPACE h2o:: DESTINATION ${h2o_cmake_dir} COMPONENT dev)
 # Before 1.0 a minor version may break the API, so 0.7.x accepts only requests for 0.7.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
   COMPATIBILITY SameMinorVersion)
@@ -29,7 +32,7 @@ else()
   file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-dependencies.cmake "")
 endif()
 install(FILES cmake/h2o-llm-config.cmake ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-config-version.cmake
-  ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-dependencies.cmake DESTINATION ${h2o_cmake_dir})
+  ${CMAKE_CURRENT_BINARY_DIR}/h2o-llm-dependencies.cmake DESTINATION ${h2o_cmake_dir} COMPONENT dev)
 
 # ---- pkg-config ------------------------------------------------------------------------------
 # Two files, because the static archive is not named like the shared library: -lh2o-llm would
@@ -54,7 +57,7 @@ function(h2o_pkg_config name cflags)
   set(H2O_PC_NAME ${name})
   set(H2O_PC_CFLAGS "${cflags}")
   configure_file(cmake/h2o-llm.pc.in ${CMAKE_CURRENT_BINARY_DIR}/${name}.pc @ONLY)
-  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/${name}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/${name}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 endfunction()
 h2o_pkg_config(h2o-llm " -DH2O_USING_SHARED")
 h2o_pkg_config(h2o-llm-static "")
