@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Builds and tests the Rust and C# bindings against the library in BUILD_DIR (which is built
-# first when the library is missing there). Usage: scripts/test-bindings.sh [BUILD_DIR]
-# The C# side uses Debian's Mono (mcs, mono), the Rust side Debian's cargo and rustc, installed
-# here when missing; no crates come from the network. Both find stories260K as the C tests do
-# ($H2O_SHARED_DIR or ../shared) and print H2O-SKIP lines for the tests that need it when it is
-# absent.
+# Builds and tests the Rust, C# and Python bindings against the library in BUILD_DIR (which is
+# built first when the library is missing there). Usage: scripts/test-bindings.sh [BUILD_DIR]
+# The C# side uses Debian's Mono (mcs, mono), the Rust side Debian's cargo and rustc, the Python
+# side Debian's python3 with a venv (pip installs the package from bindings/python, with Debian's
+# setuptools and wheel: nothing comes from the network), all installed here when missing. They
+# find stories260K as the C tests do ($H2O_SHARED_DIR or ../shared) and print H2O-SKIP lines for
+# the tests that need it when it is absent.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
 [ -e "$build/libh2o-llm.so" ] || "$root/scripts/build.sh" "$build"
 build="$(cd "$build" && pwd)"
-"$root/scripts/install-deps.sh" mono-mcs mono-runtime cargo
+"$root/scripts/install-deps.sh" mono-mcs mono-runtime cargo python3-venv python3-wheel-whl
 # Debian 12's Rust (cargo 1.65, rustc 1.63: the crates' rust-version), named by path so that a
 # newer toolchain earlier on PATH (rustup's ~/.cargo/bin) cannot hide a need for a newer Rust.
 # Its build products stay in BUILD_DIR.
@@ -56,4 +57,19 @@ build_cs() {
 run "C# bindings: build (mcs)" "error" build_cs
 [ $failed -eq 0 ] || exit 1
 run "C# bindings" "FAILED|H2O-SKIP| passed, " mono "$out/H2o.Tests.exe"
+
+# Python: `pip install ./bindings/python` into a fresh venv, as the README says, then the tests
+# (run from their own folder, so that they import the installed package, not the checkout's).
+venv="$build/python-venv"
+install_python() {
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv" || return 1
+  "$venv/bin/pip" install --no-index --find-links /usr/share/python-wheels wheel || return 1
+  "$venv/bin/pip" install --no-build-isolation --no-index "$root/bindings/python" || return 1
+}
+run "Python bindings: pip install" "error" install_python
+[ $failed -eq 0 ] || exit 1
+shared="${H2O_SHARED_DIR:-$root/../shared}"
+run "Python bindings" "H2O-SKIP|^Ran |^OK|FAILED" \
+  bash -c "cd '$root/bindings/python/tests' && H2O_SHARED_DIR='$shared' '$venv/bin/python' -m unittest discover -s . -t ."
 exit $failed

@@ -1,0 +1,193 @@
+"""The binding on stories260K (../shared/models, or $H2O_SHARED_DIR/models): generation,
+streaming, cancelling from another thread, snapshots, forks, pinning and bad input."""
+
+import os
+import tempfile
+import threading
+import unittest
+from pathlib import Path
+
+import h2o_llm as h2o
+
+SHARED = Path(os.environ.get("H2O_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))
+MODEL = SHARED / "models" / "stories260K.gguf"
+
+if not MODEL.is_file():
+    print(f"H2O-SKIP: no model at {MODEL}: the Python tests that need it were not run")
+
+
+def session(model: h2o.Model, **params: object) -> h2o.Session:
+    settings = dict(n_threads=1, backend="cpu", kv_budget=48, kv_policy="scissorhands", position_rolling=True, seed=7)
+    settings.update(params)
+    return model.session(**settings)
+
+
+@unittest.skipUnless(MODEL.is_file(), "needs stories260K")
+class ModelTest(unittest.TestCase):
+    model: h2o.Model
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.model = h2o.Model(MODEL)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.model.close()
+
+    def test_info_and_tokens(self) -> None:
+        info = self.model.info
+        self.assertEqual(info.n_vocab, 512)
+        self.assertEqual(info.bos_token, 1)
+        self.assertEqual(self.model.architecture, "llama")
+        self.assertIsNone(self.model.chat_format)  # stories260K has no template
+        ids = self.model.tokenize("Once upon a time", add_bos=True)
+        self.assertEqual(ids[0], 1)
+        self.assertEqual(self.model.detokenize(ids[1:]), "Once upon a time")
+        self.assertEqual(self.model.tokenize(b"Once upon a time"), ids[1:])
+        self.assertTrue(self.model.is_end_of_generation(info.eos_token))
+        self.assertEqual(self.model.tokenize("a</s>", special=True)[-1], info.eos_token)
+
+    def test_chat_format(self) -> None:
+        text = self.model.format_chat([("system", "Be kind."), {"role": "user", "content": "Hi"}], format="zephyr")
+        self.assertEqual(text, "<|system|>\nBe kind.</s>\n<|user|>\nHi</s>\n<|assistant|>\n")
+        with self.assertRaises(h2o.H2oError) as e:
+            self.model.format_chat([("user", "Hi")])  # no template: a format must be named
+        self.assertEqual(e.exception.status, h2o.Status.UNSUPPORTED)
+
+    def test_generation_is_deterministic_and_streams_whole_pieces(self) -> None:
+        with session(self.model) as a, session(self.model) as b:
+            text = a.generate(" Once upon a time", max_tokens=40, temperature=0)
+            pieces = list(b.stream(" Once upon a time", max_tokens=40, temperature=0))
+            self.assertGreater(len(pieces), 10)
+            self.assertEqual("".join(pieces), text)
+            self.assertEqual(a.stats.n_generated_tokens, 40)
+            self.assertEqual(a.stats.stop_reason, "max_tokens")
+            # A stop string ends the reply before it.
+            with session(self.model) as c:
+                cut = c.generate(" Once upon a time", max_tokens=40, temperature=0, stop=["Lily"])
+            self.assertIn("Lily", text)
+            self.assertTrue(text.startswith(cut))
+            self.assertNotIn("Lily", cut)
+
+    def test_decode_and_logits(self) -> None:
+        with session(self.model) as s:
+            s.decode(self.model.tokenize("Once upon a time", add_bos=True))
+            logits = s.logits()
+            self.assertEqual(len(logits), 512)
+            self.assertEqual(max(range(512), key=logits.__getitem__), self.model.tokenize(",")[-1])
+
+    def test_cancel_from_another_thread(self) -> None:
+        with session(self.model) as s:
+            first_piece = threading.Event()
+            pieces = []
+
+            def cancel_after_first_piece() -> None:
+                first_piece.wait(30)
+                s.cancel()
+
+            canceller = threading.Thread(target=cancel_after_first_piece)
+            canceller.start()
+            with self.assertRaises(h2o.Cancelled) as e:
+                for piece in s.stream(" Once upon a time", max_tokens=100000, temperature=0.8):
+                    pieces.append(piece)
+                    first_piece.set()
+            canceller.join()
+            self.assertEqual(e.exception.status, h2o.Status.CANCELLED)
+            self.assertGreater(len(pieces), 0)
+            self.assertLess(len(pieces), 100000)
+            # The session stays usable, the conversation going on from where it stopped.
+            self.assertTrue(s.generate(" The end.", max_tokens=5, temperature=0))
+
+    def test_snapshots_and_forks_continue_exactly(self) -> None:
+        with session(self.model) as s:
+            s.add_text("Lily had a red ball.", pin=True)
+            s.generate(" Once upon a time", max_tokens=60, temperature=0.8)  # past the budget: evicting
+            state = s.save_state()
+            self.assertIsInstance(state, bytes)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "chat.h2o"
+                s.save(path)
+                with self.model.load_session(state) as loaded, self.model.load_session_file(path) as from_file, s.fork() as forked:
+                    expected = s.generate("", max_tokens=30, temperature=0.8)
+                    for copy in (loaded, from_file, forked):
+                        self.assertEqual(copy.generate("", max_tokens=30, temperature=0.8), expected)
+                    self.assertEqual(loaded.kv_layout, s.kv_layout)
+
+    def test_pinning_and_spans(self) -> None:
+        with session(self.model, kv_budget=32) as s:
+            s.add_span_text(3, "Pip is a blue bird.", min_share=0.25)
+            self.assertEqual(s.span_info(3).min_tokens, 8)
+            with self.assertRaises(h2o.H2oError) as e:
+                s.add_text("word " * 40, pin=True)  # more than kv_budget - 1 pinned tokens
+            self.assertEqual(e.exception.status, h2o.Status.INVALID_ARGUMENT)
+            s.generate(" Once upon a time", max_tokens=60, temperature=0)
+            self.assertGreaterEqual(s.span_info(3).kept_min, 8)
+
+    def test_settings_by_name_and_research_settings(self) -> None:
+        with session(self.model, kv_type="k8v4", kv_policy=h2o.kv_policies().index("h2o"), experimental={"kv_sinks_every_policy": 1}) as s:
+            layout = s.kv_layout
+            self.assertEqual((layout.type, layout.policy, layout.budget), ("k8v4", "h2o", 48))
+            self.assertEqual(s.experimental("kv_sinks_every_policy"), 1.0)
+            self.assertEqual(s.memory.weight_bytes, self.model.info.weight_bytes)
+            self.assertEqual(s.backend.kind, "cpu")
+
+    def test_bad_input_raises_and_changes_nothing(self) -> None:
+        with self.assertRaises(h2o.H2oError) as e:
+            h2o.Model(SHARED / "no-such-model.gguf")
+        self.assertEqual(e.exception.status, h2o.Status.IO)
+        self.assertIn("no-such-model.gguf", str(e.exception))
+        with self.assertRaises(h2o.H2oError) as e:
+            session(self.model, kv_policy="lru")
+        self.assertEqual(e.exception.status, h2o.Status.INVALID_ARGUMENT)
+        with self.assertRaises(h2o.H2oError) as e:
+            session(self.model, experimental={"kv_head_share": 2.0})  # beyond its range
+        self.assertEqual(e.exception.status, h2o.Status.INVALID_ARGUMENT)
+        with self.assertRaises(TypeError):
+            session(self.model, kv_budgett=64)
+        with self.assertRaises(TypeError):
+            self.model.tokenize(42)  # type: ignore[arg-type]
+        with session(self.model) as s:
+            s.add_text("Once")
+            before = s.save_state()
+            with self.assertRaises(h2o.H2oError) as e:
+                s.add_text(b"\xff\xfe not UTF-8")
+            self.assertEqual(e.exception.status, h2o.Status.INVALID_TEXT)
+            self.assertEqual(s.save_state(), before)
+            with self.assertRaises(h2o.H2oError) as e:
+                self.model.load_session(before[: len(before) // 2])
+            self.assertEqual(e.exception.status, h2o.Status.STATE_FORMAT)
+            with self.assertRaises(h2o.H2oError) as e:
+                s.decode([100000])
+            self.assertEqual(e.exception.status, h2o.Status.INVALID_ARGUMENT)
+        closed = session(self.model)
+        closed.close()
+        closed.close()
+        with self.assertRaises(ValueError):
+            closed.generate("x")
+
+    def test_progress_can_cancel_a_load(self) -> None:
+        seen = []
+        with h2o.Model(MODEL, progress=seen.append) as m:
+            self.assertEqual(m.info.n_vocab, 512)
+        self.assertEqual(seen[-1], 1.0)
+        with self.assertRaises(h2o.Cancelled):
+            h2o.Model(MODEL, progress=lambda fraction: False)
+
+        def broken(fraction: float) -> bool:
+            raise RuntimeError("the caller's own error")
+
+        with self.assertRaises(RuntimeError):
+            h2o.Model(MODEL, progress=broken)
+
+
+class LibraryTest(unittest.TestCase):
+    def test_names_and_devices(self) -> None:
+        self.assertEqual(h2o.version(), h2o.__version__)
+        self.assertIn("scissorhands", h2o.kv_policies())
+        self.assertEqual(h2o.kv_types(), ["f32", "f16", "q8", "q4", "k8v4"])
+        self.assertIn("kv_head_share", h2o.experimental_names())
+        self.assertEqual(h2o.backends()[0].kind, "cpu")
+
+
+if __name__ == "__main__":
+    unittest.main()
