@@ -11,7 +11,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
 [ -e "$build/libh2o-llm.so" ] || "$root/scripts/build.sh" "$build"
 build="$(cd "$build" && pwd)"
-"$root/scripts/install-deps.sh" mono-mcs mono-runtime cargo python3-venv python3-wheel-whl
+"$root/scripts/install-deps.sh" mono-mcs mono-runtime cargo python3-venv python3-wheel-whl mypy
 # Debian 12's Rust (cargo 1.65, rustc 1.63: the crates' rust-version), named by path so that a
 # newer toolchain earlier on PATH (rustup's ~/.cargo/bin) cannot hide a need for a newer Rust.
 # Its build products stay in BUILD_DIR.
@@ -68,6 +68,8 @@ install_python() {
   "$venv/bin/pip" install --no-build-isolation --no-index "$root/bindings/python" || return 1
 }
 run "Python bindings: pip install" "error" install_python
+# The package's type hints hold (Debian's mypy, strict).
+run "Python bindings: mypy --strict" "error" bash -c "cd '$root/bindings/python' && /usr/bin/mypy --strict --cache-dir '$build/mypy-cache' h2o_llm"
 [ $failed -eq 0 ] || exit 1
 shared="${H2O_SHARED_DIR:-$root/../shared}"
 run "Python bindings" "H2O-SKIP|^Ran |^OK|FAILED" \

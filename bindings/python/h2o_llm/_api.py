@@ -5,10 +5,10 @@ import ctypes
 import os
 from ctypes import byref, c_double, c_float, c_int32, c_size_t, c_uint32, c_void_p
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _native
-from ._errors import Cancelled, H2oError, Status, check
+from ._errors import H2oError, Status, check
 
 lib = _native.lib
 Text = Union[str, bytes]
@@ -28,7 +28,7 @@ def _path(path: PathLike) -> bytes:
     return os.fsencode(path)
 
 
-def _text_out(call: Callable[[Optional[ctypes.Array], int, ctypes.c_size_t], int], session: Optional[int] = None) -> bytes:
+def _text_out(call: Callable[..., Any], session: Optional[int] = None) -> bytes:
     """The two-call protocol of the text getters: the size first, then the text."""
     n = c_size_t(0)
     code = call(None, 0, n)
@@ -39,7 +39,7 @@ def _text_out(call: Callable[[Optional[ctypes.Array], int, ctypes.c_size_t], int
     return buffer.raw[: n.value]
 
 
-def _enum_value(value: Union[str, int], from_name: Callable, what: str) -> int:
+def _enum_value(value: object, from_name: Callable[..., Any], what: str) -> int:
     """A name ("h2o", "k8v4", "vulkan") or the number itself."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise TypeError(f"{what} must be a name or a number, not {type(value).__name__}")
@@ -47,7 +47,7 @@ def _enum_value(value: Union[str, int], from_name: Callable, what: str) -> int:
         return value
     out = c_uint32(0)
     check(from_name(value.encode("utf-8"), byref(out)))
-    return out.value
+    return int(out.value)
 
 
 def _names(name_of: Callable[[int], Optional[bytes]]) -> List[str]:
@@ -60,7 +60,7 @@ def _names(name_of: Callable[[int], Optional[bytes]]) -> List[str]:
 
 def version() -> str:
     """The library's version, e.g. "0.7.0"."""
-    return lib.h2o_version().decode()
+    return str(lib.h2o_version().decode())
 
 
 def kv_policies() -> List[str]:
@@ -174,7 +174,7 @@ class GenerateStats:
 _STOP_REASONS = ("none", "max_tokens", "eos", "string", "callback")
 
 
-def _fields(struct: ctypes.Structure) -> Dict[str, object]:
+def _fields(struct: ctypes.Structure) -> Dict[str, Any]:
     return {name: getattr(struct, name) for name, _ in struct._fields_ if name != "struct_size"}
 
 
@@ -200,10 +200,11 @@ class Model:
         params.prefix_cache_bytes = prefix_cache_bytes
         raised: List[BaseException] = []
         if progress is not None:
+            report_to = progress
 
             def report(fraction: float, _user_data: Optional[int]) -> int:
                 try:
-                    return 1 if progress(fraction) is False else 0
+                    return 1 if report_to(fraction) is False else 0
                 except BaseException as e:  # re-raised below, once the load has stopped
                     raised.append(e)
                     return 1
@@ -383,11 +384,11 @@ def _session_params(params: Mapping[str, object]) -> _native.SessionParams:
         elif key == "position_rolling":
             sp.position_rolling = int(bool(value))
         elif key == "kv_policy":
-            sp.kv_policy = _enum_value(value, lib.h2o_kv_policy_from_name, key)  # type: ignore[arg-type]
+            sp.kv_policy = _enum_value(value, lib.h2o_kv_policy_from_name, key)
         elif key == "kv_type":
-            sp.kv_type = _enum_value(value, lib.h2o_kv_type_from_name, key)  # type: ignore[arg-type]
+            sp.kv_type = _enum_value(value, lib.h2o_kv_type_from_name, key)
         elif key == "backend":
-            sp.backend = _enum_value(value, lib.h2o_backend_kind_from_name, key)  # type: ignore[arg-type]
+            sp.backend = _enum_value(value, lib.h2o_backend_kind_from_name, key)
         elif key == "experimental":
             for name, setting in dict(value).items():  # type: ignore[call-overload]
                 exp_key = c_uint32(0)
@@ -402,7 +403,7 @@ class Session:
     """A conversation with a fixed-size KV cache. A session runs one call at a time; cancel() may
     be called from any thread while another runs it. Use it as a context manager, or close()."""
 
-    def __init__(self, model: Model, handle: int):
+    def __init__(self, model: Model, handle: Optional[int]):
         self._model = model  # for tokenizing; the native session keeps the native model alive
         self._handle: Optional[int] = handle
 
@@ -502,7 +503,7 @@ class Session:
         while True:
             self._check(lib.h2o_generate_next(self.handle, byref(text), byref(length), byref(reason)))
             if length.value:
-                yield ctypes.string_at(text.value, length.value).decode("utf-8", errors="replace")
+                yield ctypes.string_at(text.value or 0, length.value).decode("utf-8", errors="replace")
             if reason.value != 0:
                 del keep_alive
                 return

@@ -1,7 +1,7 @@
 """Status codes and the exception every failed call raises."""
 
 import enum
-from typing import Optional
+from typing import Optional, Union
 
 from . import _native
 
@@ -31,6 +31,7 @@ class H2oError(Exception):
     does not know it), `message` says what, as the library wrote it."""
 
     def __init__(self, status: int, message: str):
+        self.status: Union[Status, int]
         try:
             self.status = Status(status)
         except ValueError:

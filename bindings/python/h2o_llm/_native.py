@@ -24,7 +24,7 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 ABI_VERSION = 1
 LIBRARY_NAME = f"libh2o-llm.so.{ABI_VERSION}"
@@ -267,7 +267,7 @@ sizep = POINTER(c_size_t)
 u32p = POINTER(c_uint32)
 
 
-def _declare(name: str, restype, *argtypes) -> None:
+def _declare(name: str, restype: Any, *argtypes: Any) -> None:
     f = getattr(lib, name)
     f.restype = restype
     f.argtypes = list(argtypes)
