@@ -38,9 +38,12 @@ run() {
   fi
 }
 
-# --nocapture shows the tests' H2O-SKIP notices; the tests print nothing else.
+# --nocapture shows the tests' H2O-SKIP notices; the tests print nothing else. The doc tests run
+# with them; the documentation is then built, its warnings (broken links, bad markup) errors.
 run "Rust bindings" "^test result|H2O-SKIP" \
   bash -c "cd '$root/bindings/rust' && $cargo test --offline -- --nocapture"
+run "Rust bindings: cargo doc" "^error|^warning" \
+  bash -c "cd '$root/bindings/rust' && RUSTDOCFLAGS='-D warnings' $cargo doc --offline --no-deps"
 
 cs="$root/bindings/csharp"
 out="$cs/out"

@@ -1,6 +1,7 @@
-/*
- * h2o.h — the public C API of h2o, an embeddable runtime for Llama-family language models that
- * runs in constant memory.
+/**
+ * @file h2o.h
+ * The public C API of h2o, an embeddable runtime for Llama-family language models that runs in
+ * constant memory.
  *
  * If it is not in this file, it is not API. Everything here is plain C99.
  *
@@ -70,51 +71,54 @@ extern "C" {
  * Version
  * ------------------------------------------------------------------------------------------- */
 
-#define H2O_VERSION_MAJOR 0
-#define H2O_VERSION_MINOR 7
-#define H2O_VERSION_PATCH 0
+#define H2O_VERSION_MAJOR 0 /**< The version of the library this header belongs to: major, */
+#define H2O_VERSION_MINOR 7 /**< minor, */
+#define H2O_VERSION_PATCH 0 /**< and patch. */
+/** The version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (h2o_version_number()'s). */
 #define H2O_VERSION_NUMBER (H2O_VERSION_MAJOR * 10000 + H2O_VERSION_MINOR * 100 + H2O_VERSION_PATCH)
-/* The binary interface this header declares: the shared library's soname is libh2o-llm.so.N.
+/** The binary interface this header declares: the shared library's soname is libh2o-llm.so.N.
  * It changes only when a struct declared here changes other than by appending fields, or a
  * function is removed or changes its signature. Version 1 (library 0.7) moved the research
  * settings of the KV cache into h2o_experimental.h. What h2o_experimental.h declares is outside
  * this promise. */
 #define H2O_ABI_VERSION 1
 
-/* The library's version as "MAJOR.MINOR.PATCH". Compare h2o_version_number() with
+/** The library's version as "MAJOR.MINOR.PATCH". Compare h2o_version_number() with
  * H2O_VERSION_NUMBER to detect a header/library mismatch. */
 H2O_API const char *h2o_version(void);
+/** The library's version as one number (see H2O_VERSION_NUMBER). */
 H2O_API uint32_t h2o_version_number(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes and errors
  * ------------------------------------------------------------------------------------------- */
 
+/** What a call did: H2O_OK, or why it failed. */
 typedef enum h2o_status {
-    H2O_OK = 0,
-    H2O_ERR_INVALID_ARGUMENT = 1,    /* NULL handle, bad parameter, struct_size mismatch */
-    H2O_ERR_OUT_OF_MEMORY = 2,       /* an allocation failed; nothing was changed */
-    H2O_ERR_IO = 3,                  /* a file could not be opened, mapped or read */
-    H2O_ERR_MODEL_FORMAT = 4,        /* the model file is malformed, truncated or inconsistent */
-    H2O_ERR_UNSUPPORTED = 5,         /* well-formed, but uses an architecture/type we do not run */
-    H2O_ERR_CONTEXT_FULL = 6,        /* the session's KV cache cannot take more tokens */
-    H2O_ERR_BACKEND_UNAVAILABLE = 7, /* the requested compute backend or device is not present */
-    H2O_ERR_INVALID_TEXT = 8,        /* text is not valid UTF-8 */
-    H2O_ERR_BUFFER_TOO_SMALL = 9,    /* an output buffer is too small; the needed size is reported */
-    H2O_ERR_TOKENIZER = 10,          /* the tokenizer could not be built or failed */
-    H2O_ERR_INTERNAL = 11,           /* a bug in h2o; please report it with the message */
-    H2O_ERR_CANCELLED = 12,          /* h2o_session_cancel() or a progress callback stopped the call */
-    H2O_ERR_STATE_FORMAT = 13,       /* a saved session state is malformed, truncated or foreign */
-    H2O_ERR_BACKEND_FAILED = 14      /* the compute device failed while running (a lost device, a
+    H2O_OK = 0,                      /**< success */
+    H2O_ERR_INVALID_ARGUMENT = 1,    /**< NULL handle, bad parameter, struct_size mismatch */
+    H2O_ERR_OUT_OF_MEMORY = 2,       /**< an allocation failed; nothing was changed */
+    H2O_ERR_IO = 3,                  /**< a file could not be opened, mapped or read */
+    H2O_ERR_MODEL_FORMAT = 4,        /**< the model file is malformed, truncated or inconsistent */
+    H2O_ERR_UNSUPPORTED = 5,         /**< well-formed, but uses an architecture/type we do not run */
+    H2O_ERR_CONTEXT_FULL = 6,        /**< the session's KV cache cannot take more tokens */
+    H2O_ERR_BACKEND_UNAVAILABLE = 7, /**< the requested compute backend or device is not present */
+    H2O_ERR_INVALID_TEXT = 8,        /**< text is not valid UTF-8 */
+    H2O_ERR_BUFFER_TOO_SMALL = 9,    /**< an output buffer is too small; the needed size is reported */
+    H2O_ERR_TOKENIZER = 10,          /**< the tokenizer could not be built or failed */
+    H2O_ERR_INTERNAL = 11,           /**< a bug in h2o; please report it with the message */
+    H2O_ERR_CANCELLED = 12,          /**< h2o_session_cancel() or a progress callback stopped the call */
+    H2O_ERR_STATE_FORMAT = 13,       /**< a saved session state is malformed, truncated or foreign */
+    H2O_ERR_BACKEND_FAILED = 14      /**< the compute device failed while running (a lost device, a
                                       * failed submission or kernel launch): the session refuses
                                       * further work until h2o_session_reset() */
 } h2o_status;
 
-/* A constant English name for a status code, e.g. "invalid argument"; "unknown status" for a
+/** A constant English name for a status code, e.g. "invalid argument"; "unknown status" for a
  * code this library does not know. Never NULL. */
 H2O_API const char *h2o_status_string(int32_t status);
 
-/* The message of the most recent failed call made on this thread ("" if none). Valid until the
+/** The message of the most recent failed call made on this thread ("" if none). Valid until the
  * next h2o call on this thread. */
 H2O_API const char *h2o_last_error(void);
 
@@ -122,17 +126,20 @@ H2O_API const char *h2o_last_error(void);
  * Logging
  * ------------------------------------------------------------------------------------------- */
 
+/** How much a log message matters (h2o_set_log_callback). */
 typedef enum h2o_log_level {
-    H2O_LOG_DEBUG = 0,
-    H2O_LOG_INFO = 1,
-    H2O_LOG_WARN = 2,
-    H2O_LOG_ERROR = 3,
-    H2O_LOG_NONE = 4
+    H2O_LOG_DEBUG = 0, /**< details for developers */
+    H2O_LOG_INFO = 1,  /**< what the library chose (backend, kernels, memory) */
+    H2O_LOG_WARN = 2,  /**< something the caller may want to fix */
+    H2O_LOG_ERROR = 3, /**< a failure (the failed call also returns it) */
+    H2O_LOG_NONE = 4   /**< as a minimum level: no messages */
 } h2o_log_level;
 
+/** Receives one log message (a NUL-terminated line without its newline) and the user_data given
+ * to h2o_set_log_callback. */
 typedef void (*h2o_log_callback)(h2o_log_level level, const char *message, void *user_data);
 
-/* Routes library log messages at or above min_level (an h2o_log_level) to callback (NULL
+/** Routes library log messages at or above min_level (an h2o_log_level) to callback (NULL
  * silences the library). The default writes WARN and above to stderr. A min_level outside
  * DEBUG..NONE is H2O_ERR_INVALID_ARGUMENT and changes nothing. A message being delivered on
  * another thread while this is called may still reach the previous callback. */
@@ -142,23 +149,26 @@ H2O_API h2o_status h2o_set_log_callback(h2o_log_callback callback, void *user_da
  * Models
  * ------------------------------------------------------------------------------------------- */
 
+/** A loaded model: weights and tokenizer, read-only, shared by its sessions (see the threading
+ * contract above). */
 typedef struct h2o_model h2o_model;
 
-/* Reports loading progress: fraction goes from 0 to 1. Return 0 to continue, non-zero to cancel
+/** Reports loading progress: fraction goes from 0 to 1. Return 0 to continue, non-zero to cancel
  * the load (h2o_model_load then returns H2O_ERR_CANCELLED and keeps nothing). */
 typedef int (*h2o_progress_callback)(float fraction, void *user_data);
 
+/** How h2o_model_load loads a model (h2o_model_params_init writes the defaults). */
 typedef struct h2o_model_params {
-    uint32_t struct_size;
-    /* Optional path of a sentencepiece .model file to use instead of the vocabulary embedded in
+    uint32_t struct_size; /**< sizeof(h2o_model_params) of the caller (see the conventions above) */
+    /** Optional path of a sentencepiece .model file to use instead of the vocabulary embedded in
      * the GGUF file. NULL or "" (the default): use the embedded vocabulary. */
     const char *tokenizer_path;
-    /* Optional progress callback (default NULL) and its user_data. Loading reads every weight
+    /** Optional progress callback (default NULL) and its user_data. Loading reads every weight
      * page once, so that the first generated token does not wait for the disk; progress follows
      * the bytes read. */
     h2o_progress_callback progress;
-    void *progress_user_data;
-    /* Bytes the model may keep of processed prompt prefixes (0, the default: no prefix cache).
+    void *progress_user_data; /**< passed to progress */
+    /** Bytes the model may keep of processed prompt prefixes (0, the default: no prefix cache).
      * When a fresh session's first text (h2o_session_add_text, h2o_generate or
      * h2o_session_decode; pinned or not) begins with tokens another session of this model already
      * processed as its first text, with the same cache-shaping settings (those a snapshot
@@ -169,73 +179,75 @@ typedef struct h2o_model_params {
     uint64_t prefix_cache_bytes;
 } h2o_model_params;
 
-/* Writes the defaults into the first struct_size bytes of *params (struct_size = sizeof *params
+/** Writes the defaults into the first struct_size bytes of *params (struct_size = sizeof *params
  * for callers built against this header). Errors: H2O_ERR_INVALID_ARGUMENT (NULL, or a size
  * smaller than the first version of the struct). */
 H2O_API h2o_status h2o_model_params_init(h2o_model_params *params, size_t struct_size);
 
-/* Loads a GGUF (v2 or v3) Llama model. The file is memory-mapped and validated before any field
+/** Loads a GGUF (v2 or v3) Llama model. The file is memory-mapped and validated before any field
  * is used. params may be NULL (defaults). On success *out_model receives the model. Errors:
  * H2O_ERR_INVALID_ARGUMENT (NULL path or out pointer), H2O_ERR_IO (cannot open/map, or path is a
  * directory), H2O_ERR_MODEL_FORMAT (malformed or truncated file; the message names the key,
  * tensor or offset), H2O_ERR_UNSUPPORTED (architecture or tensor type), H2O_ERR_TOKENIZER,
  * H2O_ERR_OUT_OF_MEMORY, H2O_ERR_CANCELLED (the progress callback asked to stop). */
 H2O_API h2o_status h2o_model_load(const char *path, const h2o_model_params *params, h2o_model **out_model);
-/* Releases the caller's reference. Sessions created from the model keep it alive until they are
+/** Releases the caller's reference. Sessions created from the model keep it alive until they are
  * freed; after this call the handle must not be used again. */
 H2O_API void h2o_model_free(h2o_model *model);
 
+/** A model's shape (h2o_model_get_info). */
 typedef struct h2o_model_info {
-    uint32_t struct_size;
-    uint32_t n_vocab;
-    uint32_t n_ctx_train; /* context length from the metadata (validated: 1 .. 2^24) */
-    uint32_t n_embd;
-    uint32_t n_layer;
-    uint32_t n_head;
-    uint32_t n_head_kv;
-    uint32_t n_ff;
-    uint32_t head_dim;
-    int32_t bos_token;     /* -1 when the model has none */
-    int32_t eos_token;     /* -1 when the model has none */
-    uint64_t n_params;     /* number of weight elements */
-    uint64_t weight_bytes; /* bytes of all weight tensors as stored */
+    uint32_t struct_size;  /**< sizeof(h2o_model_info) of the caller */
+    uint32_t n_vocab;      /**< tokens in the vocabulary (the logits' count) */
+    uint32_t n_ctx_train;  /**< context length from the metadata (validated: 1 .. 2^24) */
+    uint32_t n_embd;       /**< width of the residual stream */
+    uint32_t n_layer;      /**< transformer blocks */
+    uint32_t n_head;       /**< query heads */
+    uint32_t n_head_kv;    /**< key/value heads (fewer than n_head under grouped-query attention) */
+    uint32_t n_ff;         /**< width of the feed-forward network */
+    uint32_t head_dim;     /**< elements of one head of q, k and v */
+    int32_t bos_token;     /**< -1 when the model has none */
+    int32_t eos_token;     /**< -1 when the model has none */
+    uint64_t n_params;     /**< number of weight elements */
+    uint64_t weight_bytes; /**< bytes of all weight tensors as stored */
 } h2o_model_info;
 
-/* What the model's prefix cache holds and has done (set stats->struct_size first). */
+/** What the model's prefix cache holds and has done (set stats->struct_size first). */
 typedef struct h2o_prefix_cache_stats {
-    uint32_t struct_size;
-    uint32_t entries;
-    uint64_t bytes;  /* bytes held, at most h2o_model_params.prefix_cache_bytes */
-    uint64_t hits;   /* fresh sessions that started from a cached prefix */
-    uint64_t misses; /* fresh sessions that found none */
+    uint32_t struct_size; /**< sizeof(h2o_prefix_cache_stats) of the caller */
+    uint32_t entries;     /**< processed prefixes held */
+    uint64_t bytes;       /**< bytes held, at most h2o_model_params.prefix_cache_bytes */
+    uint64_t hits;        /**< fresh sessions that started from a cached prefix */
+    uint64_t misses;      /**< fresh sessions that found none */
 } h2o_prefix_cache_stats;
 
+/** Fills *stats with what the model's prefix cache holds (set stats->struct_size first). */
 H2O_API h2o_status h2o_model_get_prefix_cache_stats(const h2o_model *model, h2o_prefix_cache_stats *stats);
 
-/* Fills *info (set info->struct_size first: see the conventions above). */
+/** Fills *info (set info->struct_size first: see the conventions above). */
 H2O_API h2o_status h2o_model_get_info(const h2o_model *model, h2o_model_info *info);
 
-/* What h2o_model_get_text describes (since 0.6). */
+/** What h2o_model_get_text describes (since 0.6). */
 typedef enum h2o_model_text {
-    H2O_MODEL_TEXT_NAME = 0, /* general.name; "" when the file has none */
-    /* The h2o_chat_format name of the format the model's tokenizer.chat_template describes (what
+    H2O_MODEL_TEXT_NAME = 0, /**< general.name; "" when the file has none */
+    /** The h2o_chat_format name of the format the model's tokenizer.chat_template describes (what
      * h2o_chat_format uses for a NULL format_name). A model without a template, or with one of no
      * known format, fails with H2O_ERR_UNSUPPORTED and the reason. */
     H2O_MODEL_TEXT_CHAT_FORMAT = 1,
-    H2O_MODEL_TEXT_ARCHITECTURE = 2 /* general.architecture: the graph the model runs ("llama", ...) */
+    H2O_MODEL_TEXT_ARCHITECTURE = 2 /**< general.architecture: the graph the model runs ("llama", ...) */
 } h2o_model_text;
 
-/* Writes one text about the model (what: h2o_model_text) as h2o_detokenize writes text (needed
+/** Writes one text about the model (what: h2o_model_text) as h2o_detokenize writes text (needed
  * size in *n_bytes, the NUL when it fits; text may be NULL when capacity is 0). Errors:
  * H2O_ERR_INVALID_ARGUMENT (NULL model or n_bytes, an unknown `what`), H2O_ERR_BUFFER_TOO_SMALL,
  * H2O_ERR_UNSUPPORTED (see H2O_MODEL_TEXT_CHAT_FORMAT). */
 H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, char *text, size_t capacity, size_t *n_bytes);
 
-/* Flags for h2o_tokenize. */
-#define H2O_TOKENIZE_ADD_BOS 1u /* prepend the BOS token (not doubled if the text begins with "<s>" parsed as special) */
-#define H2O_TOKENIZE_SPECIAL 2u /* the text of control tokens ("<s>", "</s>", "<|im_end|>", ...) becomes those tokens */
+/** Flags for h2o_tokenize. */
+#define H2O_TOKENIZE_ADD_BOS 1u /**< prepend the BOS token (not doubled if the text begins with "<s>" parsed as special) */
+#define H2O_TOKENIZE_SPECIAL 2u /**< the text of control tokens ("<s>", "</s>", "<|im_end|>", ...) becomes those tokens */
 
-/* Tokenizes UTF-8 text (text_len bytes; text need not be NUL-terminated). A leading space is
+/** Tokenizes UTF-8 text (text_len bytes; text need not be NUL-terminated). A leading space is
  * added as sentencepiece does (with H2O_TOKENIZE_SPECIAL, to each stretch of text between special
  * tokens, as llama.cpp does). flags: H2O_TOKENIZE_*. Writes at most capacity ids;
  * *n_tokens always receives the number of ids the text needs. Errors: H2O_ERR_BUFFER_TOO_SMALL
@@ -244,20 +256,20 @@ H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, cha
 H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t text_len, uint32_t flags, int32_t *tokens, size_t capacity,
                                 size_t *n_tokens);
 
-/* Converts ids back to UTF-8 text (the leading space of the first piece is removed, special
+/** Converts ids back to UTF-8 text (the leading space of the first piece is removed, special
  * tokens render as nothing). *n_bytes receives the needed size, excluding the NUL terminator that
  * is written when it fits. text may be NULL when capacity is 0, to ask for the size. Errors:
  * H2O_ERR_BUFFER_TOO_SMALL, H2O_ERR_INVALID_ARGUMENT (an id outside the vocabulary). */
 H2O_API h2o_status h2o_detokenize(const h2o_model *model, const int32_t *tokens, size_t n_tokens, char *text, size_t capacity,
                                   size_t *n_bytes);
 
-/* The vocabulary string of one token, with special tokens spelled out ("</s>", "<|im_end|>"),
+/** The vocabulary string of one token, with special tokens spelled out ("</s>", "<|im_end|>"),
  * U+2581 shown as a space and byte tokens as their byte: what h2o_detokenize leaves out for
  * control tokens. *n_bytes receives the size (no NUL is written). Errors:
  * H2O_ERR_INVALID_ARGUMENT (id outside the vocabulary), H2O_ERR_BUFFER_TOO_SMALL. */
 H2O_API h2o_status h2o_token_to_piece(const h2o_model *model, int32_t token, char *text, size_t capacity, size_t *n_bytes);
 
-/* 1 when generation ends at this token: EOS, the end-of-turn tokens the vocabulary names
+/** 1 when generation ends at this token: EOS, the end-of-turn tokens the vocabulary names
  * (tokenizer.ggml.eot_token_id, eom_token_id), and control tokens that end a chat turn
  * ("</s>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>"); else 0. */
 H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token);
@@ -266,14 +278,15 @@ H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token
  * Chat formatting
  * ------------------------------------------------------------------------------------------- */
 
+/** One message of a conversation (h2o_chat_format): text as pointer and length, UTF-8. */
 typedef struct h2o_chat_message {
-    const char *role; /* "system", "user" or "assistant" */
-    size_t role_len;
-    const char *content;
-    size_t content_len;
+    const char *role;    /**< "system", "user" or "assistant" */
+    size_t role_len;     /**< bytes of role */
+    const char *content; /**< the message's text */
+    size_t content_len;  /**< bytes of content */
 } h2o_chat_message;
 
-/* Writes a conversation as the model's chat format expects it. format_name: "llama2" (Llama-2
+/** Writes a conversation as the model's chat format expects it. format_name: "llama2" (Llama-2
  * chat: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>"), "zephyr"
  * (Zephyr, TinyLlama chat: "<|{role}|>\n{content}</s>\n"), "chatml" ("<|im_start|>{role}\n
  * {content}<|im_end|>\n"; Qwen 2/2.5/3, SmolLM2), "llama3" (Llama 3.x: "<|start_header_id|>{role}
@@ -297,169 +310,171 @@ H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_na
  * Sessions
  * ------------------------------------------------------------------------------------------- */
 
+/** One conversation: a KV cache of fixed size, the sampler's state and scratch memory. */
 typedef struct h2o_session h2o_session;
 
-/* Compute backends. The CPU backend is the reference; every other backend is tested against it. */
+/** Compute backends. The CPU backend is the reference; every other backend is tested against it. */
 typedef enum h2o_backend_kind {
-    /* A GPU through Vulkan when one is present and runs the model (its weight types, KV format,
+    /** A GPU through Vulkan when one is present and runs the model (its weight types, KV format,
      * memory), else the CPU. The session's backend info (and the log, at INFO level) says which
      * was chosen and why the others were passed over. */
     H2O_BACKEND_AUTO = 0,
-    H2O_BACKEND_CPU = 1,
-    H2O_BACKEND_VULKAN = 2,
-    H2O_BACKEND_CUDA = 3
+    H2O_BACKEND_CPU = 1,    /**< the CPU (the reference backend) */
+    H2O_BACKEND_VULKAN = 2, /**< a GPU (or a software device) through Vulkan */
+    H2O_BACKEND_CUDA = 3    /**< an NVIDIA GPU through CUDA */
 } h2o_backend_kind;
 
-/* One backend device. */
+/** One backend device. */
 typedef struct h2o_backend_info {
-    uint32_t struct_size;
-    uint32_t kind;         /* h2o_backend_kind */
-    int32_t device_index;  /* the device_index to pass in h2o_session_params */
-    char name[128];        /* e.g. "cpu (avx2)" or the Vulkan device name */
-    char device_type[16];  /* "cpu", "discrete", "integrated", "virtual", "other" */
-    uint64_t memory_bytes; /* device-local memory (0 for the CPU: host memory) */
+    uint32_t struct_size;  /**< sizeof(h2o_backend_info) of the caller */
+    uint32_t kind;         /**< h2o_backend_kind */
+    int32_t device_index;  /**< the device_index to pass in h2o_session_params */
+    char name[128];        /**< e.g. "cpu (avx2)" or the Vulkan device name */
+    char device_type[16];  /**< "cpu", "discrete", "integrated", "virtual", "other" */
+    uint64_t memory_bytes; /**< device-local memory (0 for the CPU: host memory) */
 } h2o_backend_info;
 
-/* Number of usable backend devices: the CPU first, then each Vulkan device. A missing Vulkan
+/** Number of usable backend devices: the CPU first, then each Vulkan device. A missing Vulkan
  * loader or driver is not an error: those devices are simply absent. */
 H2O_API h2o_status h2o_backend_count(size_t *count);
-/* Fills *info for device index (0 <= index < count; set info->struct_size first). */
+/** Fills *info for device index (0 <= index < count; set info->struct_size first). */
 H2O_API h2o_status h2o_backend_get_info(size_t index, h2o_backend_info *info);
 
-/* Names of backend kinds ("auto", "cpu", "vulkan", "cuda"): NULL for a value this library does
+/** Names of backend kinds ("auto", "cpu", "vulkan", "cuda"): NULL for a value this library does
  * not know, so iterating from 0 until NULL lists them all. */
 H2O_API const char *h2o_backend_kind_name(uint32_t kind);
-/* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
+/** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_backend_kind_from_name(const char *name, uint32_t *kind);
 
-/* KV eviction policies: which cached token of a (layer, kv head) gives up its slot when the KV
+/** KV eviction policies: which cached token of a (layer, kv head) gives up its slot when the KV
  * cache is full. Eviction is decided per (layer, kv head) from attention statistics that the
  * attention computation gathers as a by-product; under grouped-query attention the query heads
  * of a group add up. Pinned tokens are never evicted by any policy. */
 typedef enum h2o_kv_policy {
-    /* No eviction. When the budget is used up, calls return H2O_ERR_CONTEXT_FULL. */
+    /** No eviction. When the budget is used up, calls return H2O_ERR_CONTEXT_FULL. */
     H2O_KV_FULL = 0,
-    /* Heavy-Hitter Oracle: keep a recent window plus the tokens with the largest attention
+    /** Heavy-Hitter Oracle: keep a recent window plus the tokens with the largest attention
      * accumulated since they entered. Window: kv_recent (or kv_recent_ratio of the budget). */
     H2O_KV_H2O = 1,
-    /* Keep the most recent tokens only. */
+    /** Keep the most recent tokens only. */
     H2O_KV_WINDOW = 2,
-    /* StreamingLLM: keep the first kv_sinks tokens of the stream (default 4) plus the most recent. */
+    /** StreamingLLM: keep the first kv_sinks tokens of the stream (default 4) plus the most recent. */
     H2O_KV_SINK_WINDOW = 3,
-    /* Scissorhands: recent window plus the tokens that were most persistently important (received
+    /** Scissorhands: recent window plus the tokens that were most persistently important (received
      * more than a uniform share of attention), counted with an exponential decay of 0.9 per step;
      * by default no token is kept 1.5 budgets or more behind the newest (kv_horizon). */
     H2O_KV_SCISSORHANDS = 4,
-    /* TOVA: evict the token with the lowest attention at the latest step (no recent window). */
+    /** TOVA: evict the token with the lowest attention at the latest step (no recent window). */
     H2O_KV_TOVA = 5,
-    /* RoCo-style: recent window plus the tokens with the highest mean attention since they
+    /** RoCo-style: recent window plus the tokens with the highest mean attention since they
      * entered; the standard deviation breaks ties. */
     H2O_KV_ROCO = 6,
-    /* A uniformly random unprotected token: a sanity baseline. */
+    /** A uniformly random unprotected token: a sanity baseline. */
     H2O_KV_RANDOM = 7,
-    /* Sinks + recent window + heavy hitters by mean (not accumulated) attention since entry. */
+    /** Sinks + recent window + heavy hitters by mean (not accumulated) attention since entry. */
     H2O_KV_MEAN_H2O = 8
 } h2o_kv_policy;
 
-/* Names of policies as tools print them ("full", "h2o", "window", "sink_window",
+/** Names of policies as tools print them ("full", "h2o", "window", "sink_window",
  * "scissorhands", "tova", "roco", "random", "mean_h2o"): NULL for a value this library does not
  * know, so iterating from 0 until NULL lists them all. */
 H2O_API const char *h2o_kv_policy_name(uint32_t policy);
-/* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
+/** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_kv_policy_from_name(const char *name, uint32_t *policy);
 
-/* What a policy keeps, and so which session settings apply to it (since 0.7). */
+/** What a policy keeps, and so which session settings apply to it (since 0.7). */
 typedef struct h2o_kv_policy_info {
-    uint32_t struct_size;
-    uint32_t policy;            /* h2o_kv_policy */
-    const char *name;           /* h2o_kv_policy_name's */
-    int32_t gathers_statistics; /* ranks tokens by attention: kv_horizon and the research settings of
+    uint32_t struct_size;       /**< sizeof(h2o_kv_policy_info) of the caller */
+    uint32_t policy;            /**< h2o_kv_policy */
+    const char *name;           /**< h2o_kv_policy_name's */
+    int32_t gathers_statistics; /**< ranks tokens by attention: kv_horizon and the research settings of
                                     h2o_experimental.h that move budgets by attention apply */
-    int32_t has_recent_window;  /* protects a recent window: kv_recent and kv_recent_ratio apply */
-    int32_t keeps_sinks;        /* always protects the first kv_sinks tokens of the stream */
-    float default_recent_ratio; /* the window's share of the budget when kv_recent_ratio is negative */
-    float default_horizon;      /* kv_horizon's default, in budgets; 0: none */
+    int32_t has_recent_window;  /**< protects a recent window: kv_recent and kv_recent_ratio apply */
+    int32_t keeps_sinks;        /**< always protects the first kv_sinks tokens of the stream */
+    float default_recent_ratio; /**< the window's share of the budget when kv_recent_ratio is negative */
+    float default_horizon;      /**< kv_horizon's default, in budgets; 0: none */
 } h2o_kv_policy_info;
 
-/* Fills *info for a policy (set info->struct_size first). Errors: H2O_ERR_INVALID_ARGUMENT (NULL
+/** Fills *info for a policy (set info->struct_size first). Errors: H2O_ERR_INVALID_ARGUMENT (NULL
  * info, a struct_size too small, or a policy this library does not know). */
 H2O_API h2o_status h2o_kv_policy_get_info(uint32_t policy, h2o_kv_policy_info *info);
 
-/* Element format of the KV cache. Each stored key or value vector (one head of one token) has its
+/** Element format of the KV cache. Each stored key or value vector (one head of one token) has its
  * own scale, so any head size works. Attention reads the stored form directly. Bytes per vector
  * of d elements: F32 4d, F16 2d, 8-bit d + 4, 4-bit d/2 + 4 (d even). */
 typedef enum h2o_kv_type {
-    H2O_KV_TYPE_F32 = 0,
-    H2O_KV_TYPE_F16 = 1,
-    H2O_KV_TYPE_Q8 = 2, /* symmetric 8-bit with a float scale */
-    H2O_KV_TYPE_Q4 = 3, /* 4-bit with a half-precision scale and minimum: lossy for keys */
-    /* Keys 8-bit, values 4-bit: the recommended small cache. Keys carry outlier channels that a
+    H2O_KV_TYPE_F32 = 0, /**< 32-bit floats */
+    H2O_KV_TYPE_F16 = 1, /**< 16-bit floats (the default) */
+    H2O_KV_TYPE_Q8 = 2,  /**< symmetric 8-bit with a float scale */
+    H2O_KV_TYPE_Q4 = 3,  /**< 4-bit with a half-precision scale and minimum: lossy for keys */
+    /** Keys 8-bit, values 4-bit: the recommended small cache. Keys carry outlier channels that a
      * 4-bit grid destroys (stories260K: +32% perplexity with 4-bit keys, +0.04% with 4-bit values). */
     H2O_KV_TYPE_K8V4 = 4
 } h2o_kv_type;
 
-/* Names of KV types ("f32", "f16", "q8", "q4", "k8v4"): NULL for an unknown value. */
+/** Names of KV types ("f32", "f16", "q8", "q4", "k8v4"): NULL for an unknown value. */
 H2O_API const char *h2o_kv_type_name(uint32_t type);
-/* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
+/** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_kv_type_from_name(const char *name, uint32_t *type);
 
-/* Room for research settings in h2o_session_params (h2o_experimental.h's keys are below it). */
+/** Room for research settings in h2o_session_params (h2o_experimental.h's keys are below it). */
 #define H2O_EXPERIMENTAL_CAPACITY 16
 
+/** How h2o_session_create makes a session (h2o_session_params_init writes the defaults). */
 typedef struct h2o_session_params {
-    uint32_t struct_size;
-    /* Longest stream the session accepts when position rolling is off: rotary positions stay below
+    uint32_t struct_size; /**< sizeof(h2o_session_params) of the caller (see the conventions above) */
+    /** Longest stream the session accepts when position rolling is off: rotary positions stay below
      * n_ctx. 0 (the default): the model's context length, but at most 4096, so that a default
      * session's memory never follows a file's word alone. At least 2. */
     uint32_t n_ctx;
-    /* Worker threads for compute. 0: the number of online cores (at most 8). */
+    /** Worker threads for compute. 0: the number of online cores (at most 8). */
     uint32_t n_threads;
-    /* Prompt tokens processed per batch. 0: 256. */
+    /** Prompt tokens processed per batch. 0: 256. */
     uint32_t n_batch;
-    /* Seed of the sampler's random generator (and of the random eviction policy). The same seed,
+    /** Seed of the sampler's random generator (and of the random eviction policy). The same seed,
      * model, parameters and input give the same text. */
     uint64_t seed;
-    /* KV slots per (layer, kv head), allocated once at creation: the session's KV memory never
+    /** KV slots per (layer, kv head), allocated once at creation: the session's KV memory never
      * grows. 0 or >= n_ctx: n_ctx slots, a full cache that never evicts. */
     uint32_t kv_budget;
-    /* Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
+    /** Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
      * on our evaluation beats H2O, a window and StreamingLLM on short texts at every budget
      * measured, and H2O and a window on long streams (see docs/EVALUATION.md). */
-    uint32_t kv_policy; /* h2o_kv_policy */
-    /* Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
+    uint32_t kv_policy; /**< h2o_kv_policy */
+    /** Recent window protected from eviction, in tokens; 0: kv_recent_ratio of the budget. */
     uint32_t kv_recent;
-    /* Recent window as a fraction of the budget, when kv_recent is 0. Negative (the default): the
+    /** Recent window as a fraction of the budget, when kv_recent is 0. Negative (the default): the
      * policy's own default, 0.875 for H2O_KV_SCISSORHANDS and 0.5 for the others. Window policies
      * and TOVA have no separate recent window. */
     float kv_recent_ratio;
-    /* First tokens of the stream that are never evicted (attention sinks); used by
+    /** First tokens of the stream that are never evicted (attention sinks); used by
      * H2O_KV_SINK_WINDOW and H2O_KV_MEAN_H2O (and ignored by the other policies). Default 4. */
     uint32_t kv_sinks;
-    /* Position rolling: rotary positions are the tokens' ranks in the cache (0..kv_budget-1),
+    /** Position rolling: rotary positions are the tokens' ranks in the cache (0..kv_budget-1),
      * not their positions in the stream, so a session can run without end, far past the model's
      * context length. Keys are stored rotated by their rank; evicting a token rotates the keys
      * after it back by one position (O(budget × head_dim) per layer and kv head per eviction).
      * Off: the stream ends at n_ctx tokens (H2O_ERR_CONTEXT_FULL). Default 0. */
     int32_t position_rolling;
-    /* Compute backend (h2o_backend_kind). Default H2O_BACKEND_AUTO. Asking for a backend this
+    /** Compute backend (h2o_backend_kind). Default H2O_BACKEND_AUTO. Asking for a backend this
      * build or machine does not have is H2O_ERR_BACKEND_UNAVAILABLE (auto never fails that way:
      * it falls back). */
     uint32_t backend;
-    /* Device of that backend: an index from h2o_backend_get_info's device_index, or -1 (default)
+    /** Device of that backend: an index from h2o_backend_get_info's device_index, or -1 (default)
      * for the best one (discrete GPU, then integrated, then virtual, then CPU implementations). */
     int32_t device_index;
-    /* Element format of the KV cache (h2o_kv_type). Default H2O_KV_TYPE_F16: half the memory
+    /** Element format of the KV cache (h2o_kv_type). Default H2O_KV_TYPE_F16: half the memory
      * of F32 at the same perplexity (stories260K, every budget: within 0.01%) and no slower
      * (the SIMD kernels read halves directly). Q8 is smaller and, read by the same kernels,
      * faster at depth (a 134M model at depth 1536: about 1.2x), but not as accurate (+0.1%
      * perplexity at budget 64, less greedy agreement), so it is not the default. */
     uint32_t kv_type;
-    /* The most memory the session may allocate for its KV cache, activations and scratch (the
+    /** The most memory the session may allocate for its KV cache, activations and scratch (the
      * kv_bytes + scratch_bytes of h2o_session_memory), in bytes; 0 (the default): no cap. A
      * session that would need more is refused before anything is allocated, with
      * H2O_ERR_OUT_OF_MEMORY and a message giving the needed and the allowed bytes. */
     uint64_t max_memory_bytes;
-    /* Horizon of the policies that keep tokens for their attention (h2o, scissorhands, tova,
+    /** Horizon of the policies that keep tokens for their attention (h2o, scissorhands, tova,
      * roco, mean_h2o; the others ignore it): a token kv_horizon or more tokens behind the newest
      * is stale and is evicted before any other unprotected token, however much attention it
      * had. Over a long stream this stops the cache from filling with tokens of text the stream
@@ -467,71 +482,73 @@ typedef struct h2o_session_params {
      * 1.5 × kv_budget for H2O_KV_SCISSORHANDS and none for the others; H2O_KV_HORIZON_NONE:
      * none. Otherwise at least kv_budget. */
     uint32_t kv_horizon;
-    /* Research settings of the KV cache, by key (h2o_experimental.h): set and read them with
+    /** Research settings of the KV cache, by key (h2o_experimental.h): set and read them with
      * h2o_session_params_set_experimental and h2o_session_params_get_experimental, which check
      * the key and the value, rather than directly. h2o_session_params_init writes 0 to all of
      * them: every experiment off. (since 0.7) */
     double experimental[H2O_EXPERIMENTAL_CAPACITY];
 } h2o_session_params;
 
-/* kv_horizon: keep heavy hitters however far back they lie. */
+/** kv_horizon: keep heavy hitters however far back they lie. */
 #define H2O_KV_HORIZON_NONE 0xFFFFFFFFu
 
-/* Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
+/** Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
 H2O_API h2o_status h2o_session_params_init(h2o_session_params *params, size_t struct_size);
 
-/* Creates a session; params may be NULL (defaults). All memory of the session is allocated here.
+/** Creates a session; params may be NULL (defaults). All memory of the session is allocated here.
  * The session keeps the model alive (see the threading contract). */
 H2O_API h2o_status h2o_session_create(h2o_model *model, const h2o_session_params *params, h2o_session **out_session);
+/** Frees the session and all its memory (NULL: nothing). */
 H2O_API void h2o_session_free(h2o_session *session);
 
-/* The KV cache layout a session runs with, after defaults are resolved. */
+/** The KV cache layout a session runs with, after defaults are resolved. */
 typedef struct h2o_kv_layout {
-    uint32_t struct_size;
-    uint32_t budget; /* slots per (layer, kv head); with a layer slope, their mean over layers */
-    uint32_t policy; /* h2o_kv_policy; H2O_KV_FULL when the cache never needs to evict */
-    uint32_t recent; /* protected recent window (tokens) */
-    uint32_t sinks;  /* protected first tokens of the stream */
-    uint32_t heavy;  /* slots left to the policy's choice: budget - recent - sinks */
-    int32_t position_rolling;
-    uint32_t type;                               /* h2o_kv_type */
-    uint32_t n_ctx;                              /* longest stream without rolling, after defaults */
-    uint32_t horizon;                            /* stale distance (see kv_horizon); 0: none */
-    uint32_t min_layer_budget, max_layer_budget; /* slots per kv head of the smallest and largest layer */
-    uint32_t min_head_budget;                    /* the fewest slots a kv head of the smallest layer keeps */
+    uint32_t struct_size;      /**< sizeof(h2o_kv_layout) of the caller */
+    uint32_t budget;           /**< slots per (layer, kv head); with a layer slope, their mean over layers */
+    uint32_t policy;           /**< h2o_kv_policy; H2O_KV_FULL when the cache never needs to evict */
+    uint32_t recent;           /**< protected recent window (tokens) */
+    uint32_t sinks;            /**< protected first tokens of the stream */
+    uint32_t heavy;            /**< slots left to the policy's choice: budget - recent - sinks */
+    int32_t position_rolling;  /**< 1 when rotary positions roll (see h2o_session_params) */
+    uint32_t type;             /**< h2o_kv_type */
+    uint32_t n_ctx;            /**< longest stream without rolling, after defaults */
+    uint32_t horizon;          /**< stale distance (see kv_horizon); 0: none */
+    uint32_t min_layer_budget; /**< slots per kv head of the smallest layer */
+    uint32_t max_layer_budget; /**< slots per kv head of the largest layer */
+    uint32_t min_head_budget;  /**< the fewest slots a kv head of the smallest layer keeps */
 } h2o_kv_layout;
 
-/* The backend device the session runs on (set info->struct_size first). */
+/** The backend device the session runs on (set info->struct_size first). */
 H2O_API h2o_status h2o_session_get_backend(const h2o_session *session, h2o_backend_info *info);
 
-/* What a device backend has moved since the session was created: bytes copied host -> device
+/** What a device backend has moved since the session was created: bytes copied host -> device
  * and device -> host, command submissions, and device memory allocated. All zero on the CPU
  * backend, which works in host memory. The sessions of one model on one device share its weights
  * there: bytes_to_device counts the weights only for the session that uploaded them (the first),
  * and device_memory_bytes is the session's own memory (KV cache, activations, scratch), never the
  * shared weights. */
 typedef struct h2o_device_traffic {
-    uint32_t struct_size;
-    uint64_t bytes_to_device;
-    uint64_t bytes_to_host;
-    uint64_t submissions;
-    uint64_t device_memory_bytes;
+    uint32_t struct_size;         /**< sizeof(h2o_device_traffic) of the caller */
+    uint64_t bytes_to_device;     /**< bytes copied from the host to the device */
+    uint64_t bytes_to_host;       /**< bytes copied from the device to the host */
+    uint64_t submissions;         /**< command submissions to the device */
+    uint64_t device_memory_bytes; /**< device memory the session allocated */
 } h2o_device_traffic;
 
-/* Fills *traffic (set traffic->struct_size first). */
+/** Fills *traffic (set traffic->struct_size first). */
 H2O_API h2o_status h2o_session_get_device_traffic(const h2o_session *session, h2o_device_traffic *traffic);
 
-/* Fills *layout (set layout->struct_size first). */
+/** Fills *layout (set layout->struct_size first). */
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout);
 
-/* Forgets the conversation (KV cache, positions, sampler history) and reseeds the sampler with
+/** Forgets the conversation (KV cache, positions, sampler history) and reseeds the sampler with
  * the session's seed. No memory is allocated or freed, except after a call failed with
  * H2O_ERR_BACKEND_FAILED: then the session's backend is made anew, on the same device (its
  * weights uploaded again), and the errors of h2o_session_create are possible; while that fails,
  * the session keeps refusing work with H2O_ERR_BACKEND_FAILED. */
 H2O_API h2o_status h2o_session_reset(h2o_session *session);
 
-/* Asks the call running on the session (h2o_generate, h2o_generate_begin/_next,
+/** Asks the call running on the session (h2o_generate, h2o_generate_begin/_next,
  * h2o_session_add_text, h2o_session_decode) to stop: it returns H2O_ERR_CANCELLED at its next
  * batch boundary (between prompt batches, between generated tokens). Tokens processed before
  * that boundary stay in the session, which remains usable: the conversation continues from
@@ -544,27 +561,27 @@ H2O_API h2o_status h2o_session_reset(h2o_session *session);
  * NULL: H2O_ERR_INVALID_ARGUMENT. */
 H2O_API h2o_status h2o_session_cancel(h2o_session *session);
 
-/* The message of the session's most recent failed call ("" if none); valid until the next call
+/** The message of the session's most recent failed call ("" if none); valid until the next call
  * on this session. NULL session: "". */
 H2O_API const char *h2o_session_last_error(const h2o_session *session);
 
-/* Bytes of memory a session uses, by part. Everything is allocated in h2o_session_create; these
+/** Bytes of memory a session uses, by part. Everything is allocated in h2o_session_create; these
  * numbers do not change afterwards. */
 typedef struct h2o_memory_report {
-    uint32_t struct_size;
-    uint64_t weight_bytes;  /* model weights (shared by all sessions of the model) */
-    uint64_t kv_bytes;      /* keys, values and per-slot eviction statistics */
-    uint64_t scratch_bytes; /* activations and kernel scratch of this session */
+    uint32_t struct_size;   /**< sizeof(h2o_memory_report) of the caller */
+    uint64_t weight_bytes;  /**< model weights (shared by all sessions of the model) */
+    uint64_t kv_bytes;      /**< keys, values and per-slot eviction statistics */
+    uint64_t scratch_bytes; /**< activations and kernel scratch of this session */
 } h2o_memory_report;
 
-/* Fills *report (set report->struct_size first). */
+/** Fills *report (set report->struct_size first). */
 H2O_API h2o_status h2o_session_memory(const h2o_session *session, h2o_memory_report *report);
 
-/* Flags for h2o_session_add_text. */
-#define H2O_TEXT_PIN 1u     /* the text's tokens are never evicted (system prompts, instructions) */
-#define H2O_TEXT_SPECIAL 2u /* parse special tokens in the text, as H2O_TOKENIZE_SPECIAL (chat formats) */
+/** Flags for h2o_session_add_text. */
+#define H2O_TEXT_PIN 1u     /**< the text's tokens are never evicted (system prompts, instructions) */
+#define H2O_TEXT_SPECIAL 2u /**< parse special tokens in the text, as H2O_TOKENIZE_SPECIAL (chat formats) */
 
-/* Appends text_len bytes of UTF-8 text to the session without generating (the first text of a
+/** Appends text_len bytes of UTF-8 text to the session without generating (the first text of a
  * session starts with BOS). With H2O_TEXT_PIN the tokens are pinned: they count against
  * kv_budget and survive every eviction. Pinning more than kv_budget - 1 tokens in total (with a
  * kv_layer_slope: the smallest layer's budget - 1; less the retention spans' minimums, below) is
@@ -589,25 +606,26 @@ H2O_API h2o_status h2o_session_add_text(h2o_session *session, const char *text, 
  * policy is 'full' is H2O_ERR_INVALID_ARGUMENT and changes nothing. Each call sets the span's min_share (0 leaves
  * its tokens to the policy alone). Spans and their minimums are part of snapshots and forks, and
  * end with h2o_session_reset. Flags as for h2o_session_add_text. */
-#define H2O_MAX_SPANS 32
+#define H2O_MAX_SPANS 32 /**< the most retention spans a session may have */
+/** Appends text to retention span span_id with the minimum share min_share (see above). */
 H2O_API h2o_status h2o_session_add_span_text(h2o_session *session, uint32_t span_id, float min_share, const char *text, size_t text_len,
                                              uint32_t flags);
 
-/* A retention span's definition and where its tokens stand in the cache. */
+/** A retention span's definition and where its tokens stand in the cache. */
 typedef struct h2o_span_info {
-    uint32_t struct_size;
-    uint32_t span_id;
-    float min_share;
-    int32_t min_tokens;     /* per (layer, kv head): floor(min_share * the smallest layer budget) */
-    int64_t n_tokens;       /* tokens added to the span */
-    int32_t kept_min;       /* the span's tokens held by the (layer, kv head) holding fewest, */
-    int32_t kept_max;       /* by the one holding most, */
-    double kept_mean;       /* and on average */
-    double attention_share; /* of the attention accumulated by the cached tokens, the share on
+    uint32_t struct_size;   /**< sizeof(h2o_span_info) of the caller */
+    uint32_t span_id;       /**< the span's id */
+    float min_share;        /**< its minimum share of the budget, as last set */
+    int32_t min_tokens;     /**< per (layer, kv head): floor(min_share * the smallest layer budget) */
+    int64_t n_tokens;       /**< tokens added to the span */
+    int32_t kept_min;       /**< the span's tokens held by the (layer, kv head) holding fewest, */
+    int32_t kept_max;       /**< by the one holding most, */
+    double kept_mean;       /**< and on average */
+    double attention_share; /**< of the attention accumulated by the cached tokens, the share on
                                 the span's (-1 when the policy gathers no statistics) */
 } h2o_span_info;
 
-/* Fills *info for the span `span_id` (set info->struct_size first). It reads the whole cache's
+/** Fills *info for the span `span_id` (set info->struct_size first). It reads the whole cache's
  * bookkeeping (from the device on a GPU backend): a diagnostic, not for every token.
  * H2O_ERR_INVALID_ARGUMENT when the session has no such span. */
 H2O_API h2o_status h2o_session_get_span_info(h2o_session *session, uint32_t span_id, h2o_span_info *info);
@@ -624,29 +642,29 @@ H2O_API h2o_status h2o_session_get_span_info(h2o_session *session, uint32_t span
  * checksum; a truncated, corrupted, foreign or hostile snapshot is H2O_ERR_STATE_FORMAT (a newer
  * format version: H2O_ERR_UNSUPPORTED) with a message, and nothing is created. A pull-style
  * generation in progress is not part of the state. The format does not depend on the backend: a
- * snapshot saved on one backend loads on any (the CPU and Vulkan backends implement them).
+ * snapshot saved on one backend loads on any (the CPU, Vulkan and CUDA backends implement them).
  * ------------------------------------------------------------------------------------------- */
 
-/* Writes a snapshot to path: to a temporary file beside it, synced, then renamed, so that path
+/** Writes a snapshot to path: to a temporary file beside it, synced, then renamed, so that path
  * holds either its previous content or the whole snapshot, even if the process is killed. */
 H2O_API h2o_status h2o_session_save(h2o_session *session, const char *path);
 
-/* Creates a session from a snapshot file. The cache-shaping settings (n_ctx, kv_budget, the
+/** Creates a session from a snapshot file. The cache-shaping settings (n_ctx, kv_budget, the
  * policy and its windows, kv_type, position_rolling, n_batch, seed) come from the snapshot;
  * params (NULL: defaults) gives the rest: n_threads, backend, device_index, max_memory_bytes.
  * Errors: H2O_ERR_IO, H2O_ERR_STATE_FORMAT, H2O_ERR_UNSUPPORTED, and those of h2o_session_create. */
 H2O_API h2o_status h2o_session_load(h2o_model *model, const char *path, const h2o_session_params *params, h2o_session **out_session);
 
-/* An upper bound of the bytes h2o_session_save_to_buffer needs for the session as it is now. */
+/** An upper bound of the bytes h2o_session_save_to_buffer needs for the session as it is now. */
 H2O_API h2o_status h2o_session_state_size(h2o_session *session, size_t *size);
-/* Writes a snapshot into buffer; *size receives its exact length (also when the buffer is too
+/** Writes a snapshot into buffer; *size receives its exact length (also when the buffer is too
  * small: H2O_ERR_BUFFER_TOO_SMALL, nothing useful written). */
 H2O_API h2o_status h2o_session_save_to_buffer(h2o_session *session, void *buffer, size_t capacity, size_t *size);
-/* h2o_session_load from memory. */
+/** h2o_session_load from memory. */
 H2O_API h2o_status h2o_session_load_from_buffer(h2o_model *model, const void *buffer, size_t size, const h2o_session_params *params,
                                                 h2o_session **out_session);
 
-/* Creates a new session in the state of source, without processing anything again: a processed
+/** Creates a new session in the state of source, without processing anything again: a processed
  * (pinned) system prompt can start any number of conversations. The copy has source's settings,
  * backend and device; the two are independent afterwards. */
 H2O_API h2o_status h2o_session_fork(h2o_session *source, h2o_session **out_session);
@@ -655,40 +673,42 @@ H2O_API h2o_status h2o_session_fork(h2o_session *source, h2o_session **out_sessi
  * Generation
  * ------------------------------------------------------------------------------------------- */
 
-/* Receives generated text. Each call carries complete UTF-8 characters (a character split across
+/** Receives generated text. Each call carries complete UTF-8 characters (a character split across
  * tokens is held back until it is complete). Return 0 to continue, non-zero to stop generation;
  * stopping this way is not an error. */
 typedef int (*h2o_token_callback)(const char *text, size_t length, void *user_data);
 
+/** How h2o_generate samples and when it stops (h2o_generate_params_init writes the defaults). */
 typedef struct h2o_generate_params {
-    uint32_t struct_size;
-    uint32_t max_tokens;    /* tokens to generate at most; must be > 0. Default 256. */
-    float temperature;      /* 0: greedy (argmax). Default 0.8. */
-    uint32_t top_k;         /* 0: disabled. Default 40. */
-    float top_p;            /* 1: disabled. Default 0.95. */
-    float min_p;            /* 0: disabled. Default 0.05. */
-    float repeat_penalty;   /* 1: disabled. Default 1.0. */
-    uint32_t repeat_last_n; /* window of recent tokens the penalty looks at. Default 64. */
-    /* Generation stops when the generated text contains one of these strings; the stop string
+    uint32_t struct_size;   /**< sizeof(h2o_generate_params) of the caller */
+    uint32_t max_tokens;    /**< tokens to generate at most; must be > 0. Default 256. */
+    float temperature;      /**< 0: greedy (argmax). Default 0.8. */
+    uint32_t top_k;         /**< 0: disabled. Default 40. */
+    float top_p;            /**< 1: disabled. Default 0.95. */
+    float min_p;            /**< 0: disabled. Default 0.05. */
+    float repeat_penalty;   /**< 1: disabled. Default 1.0. */
+    uint32_t repeat_last_n; /**< window of recent tokens the penalty looks at. Default 64. */
+    /** Generation stops when the generated text contains one of these strings; the stop string
      * itself is not delivered to the callback. NULL/0: none. */
     const char *const *stop_strings;
-    size_t n_stop_strings;
-    /* Stop at an end-of-generation token (h2o_token_is_end_of_generation). Default 1. */
+    size_t n_stop_strings; /**< entries of stop_strings */
+    /** Stop at an end-of-generation token (h2o_token_is_end_of_generation). Default 1. */
     int32_t stop_at_eos;
 } h2o_generate_params;
 
-/* Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
+/** Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
 H2O_API h2o_status h2o_generate_params_init(h2o_generate_params *params, size_t struct_size);
 
+/** Why a generation stopped (h2o_generate_next, h2o_generate_stats). */
 typedef enum h2o_stop_reason {
-    H2O_STOP_NONE = 0,
-    H2O_STOP_MAX_TOKENS = 1,
-    H2O_STOP_EOS = 2,
-    H2O_STOP_STRING = 3,
-    H2O_STOP_CALLBACK = 4
+    H2O_STOP_NONE = 0,       /**< it has not: generation goes on */
+    H2O_STOP_MAX_TOKENS = 1, /**< max_tokens were generated */
+    H2O_STOP_EOS = 2,        /**< an end-of-generation token (stop_at_eos) */
+    H2O_STOP_STRING = 3,     /**< a stop string was generated */
+    H2O_STOP_CALLBACK = 4    /**< the token callback returned non-zero */
 } h2o_stop_reason;
 
-/* Appends prompt (prompt_len bytes of UTF-8; may be empty) to the session and generates up to
+/** Appends prompt (prompt_len bytes of UTF-8; may be empty) to the session and generates up to
  * params->max_tokens tokens, streaming text to callback (which may be NULL); params may be NULL
  * (defaults). The first text of a session (or after a reset) starts with the BOS token. Calling
  * it again continues the same conversation. Errors: H2O_ERR_INVALID_ARGUMENT,
@@ -698,7 +718,7 @@ typedef enum h2o_stop_reason {
 H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t prompt_len, const h2o_generate_params *params,
                                 h2o_token_callback callback, void *user_data);
 
-/* Pull-style generation, for iterators: h2o_generate_begin appends the prompt exactly as
+/** Pull-style generation, for iterators: h2o_generate_begin appends the prompt exactly as
  * h2o_generate does, then each h2o_generate_next produces the next piece of text. A piece is
  * one or more complete UTF-8 characters; *text points into the session and stays valid until the
  * next call on the session. While generation goes on, *stop_reason is H2O_STOP_NONE; the call
@@ -706,35 +726,37 @@ H2O_API h2o_status h2o_generate(h2o_session *session, const char *prompt, size_t
  * H2O_ERR_INVALID_ARGUMENT until the next _begin. h2o_generate is _begin plus _next until the
  * end, so both produce the same text. Errors of _next: those of h2o_generate. */
 H2O_API h2o_status h2o_generate_begin(h2o_session *session, const char *prompt, size_t prompt_len, const h2o_generate_params *params);
+/** The next piece of a pull-style generation (see h2o_generate_begin). */
 H2O_API h2o_status h2o_generate_next(h2o_session *session, const char **text, size_t *length, uint32_t *stop_reason);
 
+/** What the session's last generation did (h2o_session_get_stats). */
 typedef struct h2o_generate_stats {
-    uint32_t struct_size;
-    uint32_t n_prompt_tokens;    /* tokens of the last generation's prompt (with BOS) */
-    uint32_t n_generated_tokens; /* tokens sampled by the last generation */
-    uint32_t stop_reason;        /* h2o_stop_reason */
-    uint64_t n_past;             /* tokens the session has processed in total */
-    double prompt_seconds;       /* wall time of prompt processing */
-    double generate_seconds;     /* wall time of generation (sampling included) */
+    uint32_t struct_size;        /**< sizeof(h2o_generate_stats) of the caller */
+    uint32_t n_prompt_tokens;    /**< tokens of the last generation's prompt (with BOS) */
+    uint32_t n_generated_tokens; /**< tokens sampled by the last generation */
+    uint32_t stop_reason;        /**< h2o_stop_reason */
+    uint64_t n_past;             /**< tokens the session has processed in total */
+    double prompt_seconds;       /**< wall time of prompt processing */
+    double generate_seconds;     /**< wall time of generation (sampling included) */
 } h2o_generate_stats;
 
-/* Statistics of the session's last generation (set stats->struct_size first). */
+/** Statistics of the session's last generation (set stats->struct_size first). */
 H2O_API h2o_status h2o_session_get_stats(const h2o_session *session, h2o_generate_stats *stats);
 
 /* ---------------------------------------------------------------------------------------------
  * Lower level: feed tokens, read logits (for evaluation tools and custom samplers)
  * ------------------------------------------------------------------------------------------- */
 
-/* Runs the model over n_tokens ids appended to the session (batched). Afterwards the logits of
+/** Runs the model over n_tokens ids appended to the session (batched). Afterwards the logits of
  * the last token are available through h2o_session_get_logits. Ids are validated against the
  * vocabulary before anything is processed. H2O_ERR_CANCELLED: see h2o_session_cancel. */
 H2O_API h2o_status h2o_session_decode(h2o_session *session, const int32_t *tokens, size_t n_tokens);
 
-/* Copies the logits (n_vocab floats) of the last processed token into logits. */
+/** Copies the logits (n_vocab floats) of the last processed token into logits. */
 H2O_API h2o_status h2o_session_get_logits(const h2o_session *session, float *logits, size_t capacity);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* H2O_H2O_H */
+#endif /**< H2O_H2O_H */

@@ -1,5 +1,6 @@
-/*
- * h2o_experimental.h — research settings of h2o's KV cache, outside the stable interface.
+/**
+ * @file h2o_experimental.h
+ * Research settings of h2o's KV cache, outside the stable interface.
  *
  * The settings here are experiments: each is tested and saved in snapshots like any other, but
  * any minor release may change what one does, or remove it (setting a removed key then fails
@@ -18,15 +19,16 @@
 extern "C" {
 #endif
 
+/** The research settings, as keys of h2o_session_params.experimental. */
 typedef enum h2o_experimental_key {
-    /* How the KV memory spreads across layers, in [-0.9, 0.9]: layer l of L gets
+    /** How the KV memory spreads across layers, in [-0.9, 0.9]: layer l of L gets
      * kv_budget * (1 + slope * (2l / (L - 1) - 1)) slots per kv head (rounded, at least 2), so
      * that the layers together hold L * kv_budget, the memory of a uniform cache. Positive: upper
      * layers get more slots than lower ones. Each layer's recent window is the same share of its
      * slots as kv_recent is of kv_budget; pinned tokens and span minimums must fit the smallest
      * layer. Ignored by a full cache (every layer then holds n_ctx). */
     H2O_EXP_KV_LAYER_SLOPE = 0,
-    /* One-shot prompt eviction (as NACL, within the fixed slots), a count in [0, 4096]. 0: while
+    /** One-shot prompt eviction (as NACL, within the fixed slots), a count in [0, 4096]. 0: while
      * a prompt is read, each batch's victims are the ones the policy ranks lowest by the
      * statistics of every query read so far. N > 0: a batch of more than one token ranks them by
      * the attention of the previous batch's last N queries (what the end of the text read so far
@@ -34,10 +36,10 @@ typedef enum h2o_experimental_key {
      * a random factor in [0, 2) drawn from the seed; generation keeps the policy's ranking. Only
      * with the policies that gather statistics (h2o_kv_policy_info). */
     H2O_EXP_KV_PROMPT_PROXY = 1,
-    /* The share of tokens, in [0, 1], whose proxy attention gets a random factor when
+    /** The share of tokens, in [0, 1], whose proxy attention gets a random factor when
      * H2O_EXP_KV_PROMPT_PROXY > 0 (NACL's random eviction: tokens the proxy ignores may stay). */
     H2O_EXP_KV_PROMPT_RANDOM_SHARE = 2,
-    /* Budgets per kv head (as Ada-KV, within the same memory), in [0, 0.9]: the share of each
+    /** Budgets per kv head (as Ada-KV, within the same memory), in [0, 0.9]: the share of each
      * layer's slots that moves between its kv heads by their attention. Before each batch, a
      * layer that must evict does so across all its kv heads at once, taking the tokens its
      * policy values least, and each head's region of the layer's slots is resized to what it
@@ -46,34 +48,34 @@ typedef enum h2o_experimental_key {
      * statistics; ignored by a full cache. With position_rolling, each head's rotary positions
      * are ranks among its own tokens. The CPU and Vulkan backends run it (CUDA refuses it). */
     H2O_EXP_KV_HEAD_SHARE = 3,
-    /* 1: H2O_EXP_KV_HEAD_SHARE's slots move between the kv heads of every layer instead of each
+    /** 1: H2O_EXP_KV_HEAD_SHARE's slots move between the kv heads of every layer instead of each
      * layer's own, so a layer whose heads attend to few tokens gives slots to one whose heads
      * attend to many. Needs a head share above 0 (ignored by a full cache). On the Vulkan
      * backend the whole cache's keys (and its values) must then fit one storage buffer binding. */
     H2O_EXP_KV_SHARE_ACROSS_LAYERS = 4,
-    /* 1: every evicting policy keeps the first kv_sinks tokens of the stream (attention sinks),
+    /** 1: every evicting policy keeps the first kv_sinks tokens of the stream (attention sinks),
      * not only sink_window and mean_h2o, which always do. kv_sinks must then be smaller than the
      * smallest layer's budget. */
     H2O_EXP_KV_SINKS_EVERY_POLICY = 5
 } h2o_experimental_key;
 
-/* The name of a key as tools print it ("kv_layer_slope", "kv_prompt_proxy",
+/** The name of a key as tools print it ("kv_layer_slope", "kv_prompt_proxy",
  * "kv_prompt_random_share", "kv_head_share", "kv_share_across_layers",
  * "kv_sinks_every_policy"): NULL for a key this library does not know, so iterating from 0
  * until NULL lists them all. */
 H2O_API const char *h2o_experimental_name(uint32_t key);
-/* Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
+/** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_experimental_from_name(const char *name, uint32_t *key);
 
-/* Sets a research setting in *params (after h2o_session_params_init). Errors:
+/** Sets a research setting in *params (after h2o_session_params_init). Errors:
  * H2O_ERR_INVALID_ARGUMENT (NULL params, a struct_size too small to hold the settings, or a value
  * outside the key's range or not a whole number where one is needed), H2O_ERR_UNSUPPORTED (a key
  * this library does not know). Whether it suits the session's other settings (a policy that
  * gathers statistics, say) is checked by h2o_session_create. */
 H2O_API h2o_status h2o_session_params_set_experimental(h2o_session_params *params, uint32_t key, double value);
-/* Reads a research setting of *params. Errors as h2o_session_params_set_experimental. */
+/** Reads a research setting of *params. Errors as h2o_session_params_set_experimental. */
 H2O_API h2o_status h2o_session_params_get_experimental(const h2o_session_params *params, uint32_t key, double *value);
-/* The value a session runs with, after resolution (0 where the session ignores the setting: a
+/** The value a session runs with, after resolution (0 where the session ignores the setting: a
  * full cache, say). Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments), H2O_ERR_UNSUPPORTED (an
  * unknown key). */
 H2O_API h2o_status h2o_session_get_experimental(const h2o_session *session, uint32_t key, double *value);
@@ -82,4 +84,4 @@ H2O_API h2o_status h2o_session_get_experimental(const h2o_session *session, uint
 }
 #endif
 
-#endif /* H2O_EXPERIMENTAL_H */
+#endif /**< H2O_EXPERIMENTAL_H */
