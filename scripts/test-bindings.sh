@@ -50,7 +50,8 @@ out="$cs/out"
 mkdir -p "$out"
 # Each step returns on failure: set -e does not apply inside a function that run() tests.
 build_cs() {
-  mcs -warnaserror -unsafe -target:library -out:"$out/H2o.dll" "$cs"/src/*.cs || return 1
+  # With its XML documentation: a public member without a doc comment is an error (CS1591).
+  mcs -warnaserror -unsafe -target:library -doc:"$out/H2o.xml" -out:"$out/H2o.dll" "$cs"/src/*.cs || return 1
   # The tests are compiled with the sources: they check the internal struct declarations too.
   mcs -warnaserror -unsafe -out:"$out/H2o.Tests.exe" "$cs"/src/*.cs "$cs"/tests/*.cs || return 1
   for sample in Stream Assistant; do

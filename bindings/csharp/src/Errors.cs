@@ -8,17 +8,47 @@ namespace H2o
     /// exception then carries it as an unnamed Status value (see H2oException.Code).</summary>
     public enum Status
     {
-        Ok = 0, InvalidArgument = 1, OutOfMemory = 2, Io = 3, ModelFormat = 4, Unsupported = 5,
-        ContextFull = 6, BackendUnavailable = 7, InvalidText = 8, BufferTooSmall = 9, Tokenizer = 10,
-        Internal = 11, Cancelled = 12, StateFormat = 13, BackendFailed = 14,
+        /// <summary>Success.</summary>
+        Ok = 0,
+        /// <summary>A null handle, a bad parameter or a struct_size mismatch.</summary>
+        InvalidArgument = 1,
+        /// <summary>An allocation failed; nothing was changed.</summary>
+        OutOfMemory = 2,
+        /// <summary>A file could not be opened, mapped or read.</summary>
+        Io = 3,
+        /// <summary>The model file is malformed, truncated or inconsistent.</summary>
+        ModelFormat = 4,
+        /// <summary>Well-formed, but of an architecture or type this library does not run.</summary>
+        Unsupported = 5,
+        /// <summary>The session's KV cache cannot take more tokens.</summary>
+        ContextFull = 6,
+        /// <summary>The requested backend or device is not present.</summary>
+        BackendUnavailable = 7,
+        /// <summary>Text is not valid UTF-8.</summary>
+        InvalidText = 8,
+        /// <summary>An output buffer was too small (the binding retries with the needed size).</summary>
+        BufferTooSmall = 9,
+        /// <summary>The tokenizer could not be built or failed.</summary>
+        Tokenizer = 10,
+        /// <summary>A bug in h2o: please report it with the message.</summary>
+        Internal = 11,
+        /// <summary>Session.Cancel() or a progress callback stopped the call.</summary>
+        Cancelled = 12,
+        /// <summary>A saved session state is malformed, truncated or foreign.</summary>
+        StateFormat = 13,
+        /// <summary>The compute device failed while running; Session.Reset() recovers.</summary>
+        BackendFailed = 14,
     }
 
     /// <summary>A failed h2o call: its status and the library's message.</summary>
     public class H2oException : Exception
     {
+        /// <summary>What went wrong (an unnamed value for a code newer than this binding).</summary>
         public Status Status { get; }
+        /// <summary>The status as the library's integer code.</summary>
         public int Code => (int)Status;
 
+        /// <summary>An error of the given status, with the library's message.</summary>
         public H2oException(Status status, string message)
             : base(StatusName(status) + ": " + message)
         {

@@ -6,17 +6,44 @@ namespace H2o
     /// <summary>Hyperparameters of a model (h2o_model_info); -1 for a token the model lacks.</summary>
     public struct ModelInfo
     {
-        public uint NVocab, NCtxTrain, NEmbd, NLayer, NHead, NHeadKv, NFf, HeadDim;
-        public int BosToken, EosToken;
-        public ulong NParams, WeightBytes;
+        /// <summary>Tokens in the vocabulary (the logits' count).</summary>
+        public uint NVocab;
+        /// <summary>The context length the model was trained with.</summary>
+        public uint NCtxTrain;
+        /// <summary>Width of the residual stream.</summary>
+        public uint NEmbd;
+        /// <summary>Transformer blocks.</summary>
+        public uint NLayer;
+        /// <summary>Query heads.</summary>
+        public uint NHead;
+        /// <summary>Key/value heads.</summary>
+        public uint NHeadKv;
+        /// <summary>Width of the feed-forward network.</summary>
+        public uint NFf;
+        /// <summary>Elements of one head.</summary>
+        public uint HeadDim;
+        /// <summary>The beginning-of-text token, or -1.</summary>
+        public int BosToken;
+        /// <summary>The end-of-text token, or -1.</summary>
+        public int EosToken;
+        /// <summary>Weight elements.</summary>
+        public ulong NParams;
+        /// <summary>Bytes of the weights as stored.</summary>
+        public ulong WeightBytes;
     }
 
     /// <summary>The model's prefix cache (h2o_prefix_cache_stats): Hits counts fresh sessions that
     /// started from a cached prefix, Misses those that found none.</summary>
     public struct PrefixCacheStats
     {
+        /// <summary>Processed prefixes held.</summary>
         public uint Entries;
-        public ulong Bytes, Hits, Misses;
+        /// <summary>Bytes they take.</summary>
+        public ulong Bytes;
+        /// <summary>Fresh sessions that started from a cached prefix.</summary>
+        public ulong Hits;
+        /// <summary>Fresh sessions that found none.</summary>
+        public ulong Misses;
     }
 
     /// <summary>A loaded model (read-only weights and tokenizer), safe to share between threads
@@ -79,6 +106,7 @@ namespace H2o
             }
         }
 
+        /// <summary>The model's shape (h2o_model_get_info).</summary>
         public ModelInfo Info
         {
             get
@@ -94,6 +122,7 @@ namespace H2o
             }
         }
 
+        /// <summary>The text's token ids, with the BOS token first when addBos.</summary>
         public int[] Tokenize(string text, bool addBos)
         {
             byte[] bytes = Utf8.Bytes(text);
@@ -106,6 +135,7 @@ namespace H2o
             return tokens;
         }
 
+        /// <summary>The tokens' text.</summary>
         public string Detokenize(int[] tokens)
         {
             int status = Native.h2o_detokenize(Handle, tokens, (UIntPtr)tokens.Length, null, UIntPtr.Zero, out UIntPtr needed);
@@ -116,6 +146,7 @@ namespace H2o
             return System.Text.Encoding.UTF8.GetString(text, 0, (int)needed);
         }
 
+        /// <summary>Releases the model; sessions made from it keep working.</summary>
         public void Dispose() => Handle.Dispose();
     }
 }

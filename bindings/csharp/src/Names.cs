@@ -4,27 +4,83 @@ using System.Runtime.InteropServices;
 namespace H2o
 {
     /// <summary>Compute backends (h2o_backend_kind).</summary>
-    public enum Backend : uint { Auto = 0, Cpu = 1, Vulkan = 2, Cuda = 3 }
+    public enum Backend : uint
+    {
+        /// <summary>A GPU when one runs the model, else the CPU.</summary>
+        Auto = 0,
+        /// <summary>The CPU (the reference backend).</summary>
+        Cpu = 1,
+        /// <summary>A GPU (or a software device) through Vulkan.</summary>
+        Vulkan = 2,
+        /// <summary>An NVIDIA GPU through CUDA.</summary>
+        Cuda = 3,
+    }
 
     /// <summary>KV eviction policies (h2o_kv_policy); the header documents each.</summary>
     public enum KvPolicy : uint
     {
-        Full = 0, H2o = 1, Window = 2, SinkWindow = 3, Scissorhands = 4, Tova = 5, Roco = 6, Random = 7, MeanH2o = 8,
+        /// <summary>No eviction: a full cache refuses more tokens.</summary>
+        Full = 0,
+        /// <summary>Heavy-Hitter Oracle: a recent window and the most attended tokens.</summary>
+        H2o = 1,
+        /// <summary>The most recent tokens only.</summary>
+        Window = 2,
+        /// <summary>StreamingLLM: the first tokens (sinks) and the most recent.</summary>
+        SinkWindow = 3,
+        /// <summary>Scissorhands: a recent window and the most persistently important tokens (the default).</summary>
+        Scissorhands = 4,
+        /// <summary>TOVA: evicts the token with the least attention at the latest step.</summary>
+        Tova = 5,
+        /// <summary>RoCo: a recent window and the tokens of highest mean attention.</summary>
+        Roco = 6,
+        /// <summary>A random unprotected token: a baseline.</summary>
+        Random = 7,
+        /// <summary>Sinks, a recent window and heavy hitters by mean attention.</summary>
+        MeanH2o = 8,
     }
 
     /// <summary>Element formats of the KV cache (h2o_kv_type).</summary>
-    public enum KvType : uint { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, K8V4 = 4 }
+    public enum KvType : uint
+    {
+        /// <summary>32-bit floats.</summary>
+        F32 = 0,
+        /// <summary>16-bit floats (the default).</summary>
+        F16 = 1,
+        /// <summary>8 bits with a scale per row.</summary>
+        Q8 = 2,
+        /// <summary>4 bits with a scale and minimum per row (lossy for keys).</summary>
+        Q4 = 3,
+        /// <summary>Keys in 8 bits, values in 4: the recommended small cache.</summary>
+        K8V4 = 4,
+    }
 
     /// <summary>Why a generation ended (h2o_stop_reason).</summary>
-    public enum StopReason : uint { None = 0, MaxTokens = 1, Eos = 2, StopString = 3, Callback = 4 }
+    public enum StopReason : uint
+    {
+        /// <summary>It has not stopped.</summary>
+        None = 0,
+        /// <summary>MaxTokens tokens were generated.</summary>
+        MaxTokens = 1,
+        /// <summary>An end-of-generation token.</summary>
+        Eos = 2,
+        /// <summary>A stop string was generated.</summary>
+        StopString = 3,
+        /// <summary>The callback asked to stop.</summary>
+        Callback = 4,
+    }
 
     /// <summary>What a policy keeps (h2o_kv_policy_info).</summary>
     public struct KvPolicyInfo
     {
+        /// <summary>The policy's name, e.g. "scissorhands".</summary>
         public string Name;
         /// <summary>Ranks tokens by attention: the horizon and the research settings that move budgets apply.</summary>
         public bool GathersStatistics;
-        public bool HasRecentWindow, KeepsSinks;
+        /// <summary>Protects a recent window: KvRecent and KvRecentRatio apply.</summary>
+        public bool HasRecentWindow;
+        /// <summary>Always keeps the first KvSinks tokens of the stream.</summary>
+        public bool KeepsSinks;
+        /// <summary>The window's share of the budget when KvRecentRatio is negative.</summary>
         public float DefaultRecentRatio;
         /// <summary>The horizon's default, in budgets (0: none).</summary>
         public float DefaultHorizon;
@@ -34,12 +90,18 @@ namespace H2o
     /// ...): null for a value the library does not know; parsing an unknown name throws.</summary>
     public static class Names
     {
+        /// <summary>The library's name of a backend ("cpu", "vulkan", ...).</summary>
         public static string Of(Backend v) => Name(Native.h2o_backend_kind_name((uint)v));
+        /// <summary>The library's name of a policy ("h2o", "sink_window", ...).</summary>
         public static string Of(KvPolicy v) => Name(Native.h2o_kv_policy_name((uint)v));
+        /// <summary>The library's name of a KV type ("f16", "k8v4", ...).</summary>
         public static string Of(KvType v) => Name(Native.h2o_kv_type_name((uint)v));
 
+        /// <summary>The backend of a name; throws H2oException for an unknown one.</summary>
         public static Backend ParseBackend(string name) => (Backend)Parse(name, Native.h2o_backend_kind_from_name);
+        /// <summary>The policy of a name; throws H2oException for an unknown one.</summary>
         public static KvPolicy ParseKvPolicy(string name) => (KvPolicy)Parse(name, Native.h2o_kv_policy_from_name);
+        /// <summary>The KV type of a name; throws H2oException for an unknown one.</summary>
         public static KvType ParseKvType(string name) => (KvType)Parse(name, Native.h2o_kv_type_from_name);
 
         /// <summary>The names of the research settings of h2o_experimental.h this library has.</summary>

@@ -21,6 +21,7 @@ namespace H2o
     {
         internal NativeSessionParams Raw;
 
+        /// <summary>The library's defaults (h2o_session_params_init).</summary>
         public SessionParams()
         {
             Raw.struct_size = (uint)Marshal.SizeOf<NativeSessionParams>();
@@ -29,19 +30,29 @@ namespace H2o
 
         /// <summary>Longest stream without position rolling; 0: the model's (at most 4096).</summary>
         public uint NCtx { get => Raw.n_ctx; set => Raw.n_ctx = value; }
+        /// <summary>Compute threads; 0: the cores (at most 8).</summary>
         public uint Threads { get => Raw.n_threads; set => Raw.n_threads = value; }
+        /// <summary>Prompt tokens per batch; 0: 256.</summary>
         public uint Batch { get => Raw.n_batch; set => Raw.n_batch = value; }
+        /// <summary>The sampler's (and the random policy's) seed.</summary>
         public ulong Seed { get => Raw.seed; set => Raw.seed = value; }
         /// <summary>KV slots per (layer, kv head), allocated once: the memory never grows.</summary>
         public uint KvBudget { get => Raw.kv_budget; set => Raw.kv_budget = value; }
+        /// <summary>The eviction policy (default Scissorhands).</summary>
         public KvPolicy KvPolicy { get => (KvPolicy)Raw.kv_policy; set => Raw.kv_policy = (uint)value; }
+        /// <summary>Protected recent window in tokens; 0: KvRecentRatio of the budget.</summary>
         public uint KvRecent { get => Raw.kv_recent; set => Raw.kv_recent = value; }
+        /// <summary>The recent window's share of the budget; negative: the policy's default.</summary>
         public float KvRecentRatio { get => Raw.kv_recent_ratio; set => Raw.kv_recent_ratio = value; }
+        /// <summary>First tokens of the stream never evicted, for the policies with sinks (default 4).</summary>
         public uint KvSinks { get => Raw.kv_sinks; set => Raw.kv_sinks = value; }
         /// <summary>Rotary positions from cache ranks: a conversation without end.</summary>
         public bool PositionRolling { get => Raw.position_rolling != 0; set => Raw.position_rolling = value ? 1 : 0; }
+        /// <summary>The compute backend (default Auto).</summary>
         public Backend Backend { get => (Backend)Raw.backend; set => Raw.backend = (uint)value; }
+        /// <summary>The device of that backend; -1: the best one.</summary>
         public int DeviceIndex { get => Raw.device_index; set => Raw.device_index = value; }
+        /// <summary>The KV cache's element format (default F16).</summary>
         public KvType KvType { get => (KvType)Raw.kv_type; set => Raw.kv_type = (uint)value; }
         /// <summary>Refuse a session that needs more bytes than this; 0: no cap.</summary>
         public ulong MaxMemoryBytes { get => Raw.max_memory_bytes; set => Raw.max_memory_bytes = value; }
@@ -74,20 +85,28 @@ namespace H2o
     {
         internal NativeGenerateParams Raw;
 
+        /// <summary>The library's defaults (h2o_generate_params_init).</summary>
         public GenerateParams()
         {
             Raw.struct_size = (uint)Marshal.SizeOf<NativeGenerateParams>();
             Check.Status(Native.h2o_generate_params_init(ref Raw, (UIntPtr)Raw.struct_size));
         }
 
+        /// <summary>Tokens to generate at most (default 256).</summary>
         public uint MaxTokens { get => Raw.max_tokens; set => Raw.max_tokens = value; }
         /// <summary>0: greedy, the same input always gives the same text.</summary>
         public float Temperature { get => Raw.temperature; set => Raw.temperature = value; }
+        /// <summary>Sample among the k most likely tokens; 0: off (default 40).</summary>
         public uint TopK { get => Raw.top_k; set => Raw.top_k = value; }
+        /// <summary>Nucleus sampling's probability mass; 1: off (default 0.95).</summary>
         public float TopP { get => Raw.top_p; set => Raw.top_p = value; }
+        /// <summary>Drop tokens below this share of the top probability; 0: off (default 0.05).</summary>
         public float MinP { get => Raw.min_p; set => Raw.min_p = value; }
+        /// <summary>Penalty of recently seen tokens; 1: off (the default).</summary>
         public float RepeatPenalty { get => Raw.repeat_penalty; set => Raw.repeat_penalty = value; }
+        /// <summary>How many recent tokens the penalty looks at (default 64).</summary>
         public uint RepeatLastN { get => Raw.repeat_last_n; set => Raw.repeat_last_n = value; }
+        /// <summary>Stop at an end-of-generation token (default true).</summary>
         public bool StopAtEos { get => Raw.stop_at_eos != 0; set => Raw.stop_at_eos = value ? 1 : 0; }
         /// <summary>Generation stops when the text contains one of these (not delivered).</summary>
         public string[] StopStrings { get; set; } = new string[0];

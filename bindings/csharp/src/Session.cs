@@ -4,31 +4,54 @@ using System.Runtime.InteropServices;
 
 namespace H2o
 {
+    /// <summary>The KV cache a session runs with, after defaults (h2o_kv_layout).</summary>
     public struct KvLayout
     {
-        public uint Budget, Recent, Sinks, Heavy, NCtx;
+        /// <summary>Slots per (layer, kv head); with a layer slope, their mean over layers.</summary>
+        public uint Budget;
+        /// <summary>Protected recent window in tokens.</summary>
+        public uint Recent;
+        /// <summary>Protected first tokens of the stream.</summary>
+        public uint Sinks;
+        /// <summary>Slots left to the policy's choice.</summary>
+        public uint Heavy;
+        /// <summary>Longest stream without rolling.</summary>
+        public uint NCtx;
         /// <summary>Stale distance: heavy hitters this far back are evicted first; 0: none.</summary>
         public uint Horizon;
         /// <summary>Slots per kv head of the smallest and largest layer (they differ with a layer slope).</summary>
-        public uint MinLayerBudget, MaxLayerBudget;
+        public uint MinLayerBudget;
+        /// <summary>Slots per kv head of the largest layer.</summary>
+        public uint MaxLayerBudget;
         /// <summary>The fewest slots a kv head of the smallest layer keeps (less than its layer's
         /// budget when budgets move between kv heads).</summary>
         public uint MinHeadBudget;
+        /// <summary>The policy (Full when the cache never needs to evict).</summary>
         public KvPolicy Policy;
+        /// <summary>The element format.</summary>
         public KvType Type;
+        /// <summary>Whether rotary positions roll.</summary>
         public bool PositionRolling;
     }
 
+    /// <summary>Bytes of memory a session uses, by part (h2o_memory_report).</summary>
     public struct MemoryReport
     {
-        public ulong WeightBytes, KvBytes, ScratchBytes;
+        /// <summary>Model weights (shared by the model's sessions).</summary>
+        public ulong WeightBytes;
+        /// <summary>Keys, values and per-slot eviction statistics.</summary>
+        public ulong KvBytes;
+        /// <summary>Activations and kernel scratch.</summary>
+        public ulong ScratchBytes;
     }
 
     /// <summary>A retention span's definition and where its tokens stand in the cache
     /// (h2o_span_info). The counts keep the header's integer types.</summary>
     public struct SpanInfo
     {
+        /// <summary>The span's id.</summary>
         public uint SpanId;
+        /// <summary>Its minimum share of the budget, as last set.</summary>
         public float MinShare;
         /// <summary>Tokens of the span every (layer, kv head) keeps at least:
         /// floor(MinShare * kv_budget).</summary>
@@ -37,19 +60,31 @@ namespace H2o
         public long NTokens;
         /// <summary>The span's tokens held by the (layer, kv head) holding fewest, by the one
         /// holding most, and on average.</summary>
-        public int KeptMin, KeptMax;
+        public int KeptMin;
+        /// <summary>The span's tokens held by the (layer, kv head) holding most.</summary>
+        public int KeptMax;
+        /// <summary>The span's tokens held per (layer, kv head), on average.</summary>
         public double KeptMean;
         /// <summary>The span's share of the attention accumulated by the cached tokens; null when
         /// the session's policy gathers no statistics (window, random).</summary>
         public double? AttentionShare;
     }
 
+    /// <summary>What the last generation did (h2o_generate_stats).</summary>
     public struct GenerateStats
     {
-        public uint NPromptTokens, NGeneratedTokens;
+        /// <summary>Tokens of its prompt (with BOS).</summary>
+        public uint NPromptTokens;
+        /// <summary>Tokens it sampled.</summary>
+        public uint NGeneratedTokens;
+        /// <summary>Why it stopped.</summary>
         public StopReason StopReason;
+        /// <summary>Tokens the session has processed in all.</summary>
         public ulong NPast;
-        public double PromptSeconds, GenerateSeconds;
+        /// <summary>Wall time of prompt processing.</summary>
+        public double PromptSeconds;
+        /// <summary>Wall time of generation.</summary>
+        public double GenerateSeconds;
     }
 
     /// <summary>One conversation: KV cache, sampler and scratch, all allocated at creation. Used by
@@ -58,6 +93,7 @@ namespace H2o
     {
         private readonly SessionHandle handle;
 
+        /// <summary>A new session of the model (null parameters: the defaults).</summary>
         public Session(Model model, SessionParams parameters = null)
         {
             if (model == null) throw new ArgumentNullException(nameof(model));
@@ -160,6 +196,7 @@ namespace H2o
             };
         }
 
+        /// <summary>Forgets the conversation (nothing is allocated or freed).</summary>
         public void Reset() => Check(Native.h2o_session_reset(handle));
 
         /// <summary>Makes the running call throw an H2oException with Status.Cancelled at its next
@@ -212,6 +249,7 @@ namespace H2o
             }
         }
 
+        /// <summary>Of the last generation.</summary>
         public GenerateStats Stats
         {
             get
@@ -227,6 +265,7 @@ namespace H2o
             }
         }
 
+        /// <summary>The KV cache the session runs with.</summary>
         public KvLayout KvLayout
         {
             get
@@ -251,6 +290,7 @@ namespace H2o
             return value;
         }
 
+        /// <summary>The session's memory, by part.</summary>
         public MemoryReport Memory
         {
             get
@@ -272,6 +312,7 @@ namespace H2o
             }
         }
 
+        /// <summary>Frees the session.</summary>
         public void Dispose() => handle.Dispose();
     }
 }
