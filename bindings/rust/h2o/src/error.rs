@@ -6,20 +6,35 @@ use std::os::raw::c_char;
 /// not know yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
+    /// A null handle, a bad parameter or a struct_size mismatch.
     InvalidArgument,
+    /// An allocation failed; nothing was changed.
     OutOfMemory,
+    /// A file could not be opened, mapped or read.
     Io,
+    /// The model file is malformed, truncated or inconsistent.
     ModelFormat,
+    /// Well-formed, but of an architecture or type this library does not run.
     Unsupported,
+    /// The session's KV cache cannot take more tokens.
     ContextFull,
+    /// The requested backend or device is not present.
     BackendUnavailable,
+    /// Text is not valid UTF-8.
     InvalidText,
+    /// An output buffer was too small (the binding retries with the needed size).
     BufferTooSmall,
+    /// The tokenizer could not be built or failed.
     Tokenizer,
+    /// A bug in h2o: please report it with the message.
     Internal,
+    /// `Session::cancel` or a progress callback stopped the call.
     Cancelled,
+    /// A saved session state is malformed, truncated or foreign.
     StateFormat,
+    /// The compute device failed while running; `Session::reset` recovers.
     BackendFailed,
+    /// A code newer than this crate.
     Other(i32),
 }
 
@@ -46,6 +61,7 @@ impl Status {
         usize::try_from(code - 1).ok().and_then(|i| KNOWN.get(i).copied()).unwrap_or(Status::Other(code))
     }
 
+    /// The library's integer code.
     pub fn code(self) -> i32 {
         match self {
             Status::Other(code) => code,
@@ -64,8 +80,18 @@ impl Status {
 /// binding caught at the C boundary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
-    H2o { status: Status, message: String },
-    CallbackPanicked { message: String },
+    /// A call failed.
+    H2o {
+        /// How.
+        status: Status,
+        /// What, as the library wrote it.
+        message: String,
+    },
+    /// A callback panicked; the panic was caught at the C boundary.
+    CallbackPanicked {
+        /// The panic's message.
+        message: String,
+    },
 }
 
 impl Error {
@@ -77,6 +103,7 @@ impl Error {
         }
     }
 
+    /// The library's message, or the panic's.
     pub fn message(&self) -> &str {
         match self {
             Error::H2o { message, .. } | Error::CallbackPanicked { message } => message,
@@ -99,6 +126,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The result of an h2o call.
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Copies a C string the library returned ("" for NULL).

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Safe Rust interface to h2o, which runs Llama-family models in constant memory.
 //!
 //! ```no_run

@@ -18,24 +18,36 @@ unsafe impl Sync for Model {}
 /// The model's hyperparameters (h2o_model_info).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelInfo {
+    /// Tokens in the vocabulary (the logits' count).
     pub n_vocab: u32,
+    /// The context length the model was trained with.
     pub n_ctx_train: u32,
+    /// Width of the residual stream.
     pub n_embd: u32,
+    /// Transformer blocks.
     pub n_layer: u32,
+    /// Query heads.
     pub n_head: u32,
+    /// Key/value heads.
     pub n_head_kv: u32,
+    /// Width of the feed-forward network.
     pub n_ff: u32,
+    /// Elements of one head.
     pub head_dim: u32,
-    /// None when the model has no such token.
+    /// The beginning-of-text token; None when the model has none.
     pub bos_token: Option<i32>,
+    /// The end-of-text token; None when the model has none.
     pub eos_token: Option<i32>,
+    /// Weight elements.
     pub n_params: u64,
+    /// Bytes of the weights as stored.
     pub weight_bytes: u64,
 }
 
 /// What the model's prefix cache holds and has done (h2o_prefix_cache_stats).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrefixCacheStats {
+    /// Processed prefixes held.
     pub entries: u32,
     /// Bytes held, at most the loader's `prefix_cache_bytes`.
     pub bytes: u64,
@@ -54,6 +66,7 @@ pub struct ModelLoader<'a> {
 }
 
 impl<'a> ModelLoader<'a> {
+    /// Loads the GGUF file at `path`, with the defaults until the other methods change them.
     pub fn new(path: impl AsRef<Path>) -> Self {
         ModelLoader { path: path.as_ref().to_owned(), tokenizer: None, progress: None, prefix_cache_bytes: 0 }
     }
@@ -72,11 +85,13 @@ impl<'a> ModelLoader<'a> {
 
     /// Bytes the model may keep of processed prompt prefixes, so that a fresh session whose first
     /// text begins like another's starts from that state (0, the default: no cache; CPU only).
+    /// Bytes the model may keep of processed prompt prefixes (0, the default: no prefix cache).
     pub fn prefix_cache_bytes(mut self, bytes: u64) -> Self {
         self.prefix_cache_bytes = bytes;
         self
     }
 
+    /// Loads the model (its errors: `h2o_model_load`'s).
     pub fn load(self) -> Result<Model> {
         let path = c_string("model path", &path_text(&self.path)?)?;
         let tokenizer = self.tokenizer.as_deref().map(|t| c_string("tokenizer path", &path_text(t)?)).transpose()?;
@@ -131,6 +146,7 @@ impl Model {
         self.raw.as_ptr()
     }
 
+    /// The model's shape.
     pub fn info(&self) -> ModelInfo {
         let mut i = h2o_sys::h2o_model_info {
             struct_size: std::mem::size_of::<h2o_sys::h2o_model_info>() as u32,
@@ -156,6 +172,7 @@ impl Model {
         }
     }
 
+    /// What the model's prefix cache holds and has done.
     pub fn prefix_cache_stats(&self) -> PrefixCacheStats {
         let mut s = h2o_sys::h2o_prefix_cache_stats {
             struct_size: std::mem::size_of::<h2o_sys::h2o_prefix_cache_stats>() as u32,

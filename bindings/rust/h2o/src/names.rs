@@ -6,16 +6,24 @@ use std::os::raw::c_char;
 use std::str::FromStr;
 
 macro_rules! named_enum {
-    ($(#[$doc:meta])* $name:ident, $to_name:ident, $from_name:ident { $($variant:ident = $value:expr),* $(,)? }) => {
+    ($(#[$doc:meta])* $name:ident, $to_name:ident, $from_name:ident {
+        $($(#[$variant_doc:meta])* $variant:ident = $value:expr),* $(,)?
+    }) => {
         $(#[$doc])*
         /// `Other` holds a value that a newer library reports and this crate does not know.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name { $($variant,)* Other(u32) }
+        pub enum $name {
+            $($(#[$variant_doc])* $variant,)*
+            /// A value of a newer library.
+            Other(u32),
+        }
 
         impl $name {
+            /// The value of the C enumeration's number.
             pub fn from_raw(value: u32) -> Self {
                 match value { $($value => $name::$variant,)* other => $name::Other(other) }
             }
+            /// The C enumeration's number.
             pub fn to_raw(self) -> u32 {
                 match self { $($name::$variant => $value,)* $name::Other(v) => v }
             }
@@ -52,14 +60,37 @@ macro_rules! named_enum {
 named_enum!(
     /// Compute backend (h2o_backend_kind).
     Backend, h2o_backend_kind_name, h2o_backend_kind_from_name {
-        Auto = 0, Cpu = 1, Vulkan = 2, Cuda = 3,
+        /// A GPU when one runs the model, else the CPU.
+        Auto = 0,
+        /// The CPU (the reference backend).
+        Cpu = 1,
+        /// A GPU (or a software device) through Vulkan.
+        Vulkan = 2,
+        /// An NVIDIA GPU through CUDA.
+        Cuda = 3,
     }
 );
 
 named_enum!(
     /// KV eviction policy (h2o_kv_policy); the header documents each.
     KvPolicy, h2o_kv_policy_name, h2o_kv_policy_from_name {
-        Full = 0, H2o = 1, Window = 2, SinkWindow = 3, Scissorhands = 4, Tova = 5, Roco = 6, Random = 7,
+        /// No eviction: a full cache refuses more tokens.
+        Full = 0,
+        /// Heavy-Hitter Oracle: a recent window and the most attended tokens.
+        H2o = 1,
+        /// The most recent tokens only.
+        Window = 2,
+        /// StreamingLLM: the first tokens (sinks) and the most recent.
+        SinkWindow = 3,
+        /// Scissorhands: a recent window and the most persistently important tokens (the default).
+        Scissorhands = 4,
+        /// TOVA: evicts the token with the least attention at the latest step.
+        Tova = 5,
+        /// RoCo: a recent window and the tokens of highest mean attention.
+        Roco = 6,
+        /// A random unprotected token: a baseline.
+        Random = 7,
+        /// Sinks, a recent window and heavy hitters by mean attention.
         MeanH2o = 8,
     }
 );
@@ -67,11 +98,15 @@ named_enum!(
 /// What a policy keeps, and so which settings apply to it (h2o_kv_policy_info).
 #[derive(Clone, Debug, PartialEq)]
 pub struct KvPolicyInfo {
+    /// The policy's name, e.g. "scissorhands".
     pub name: String,
     /// Ranks tokens by attention: the horizon and the research settings that move budgets apply.
     pub gathers_statistics: bool,
+    /// Protects a recent window: `kv_recent` and `kv_recent_ratio` apply.
     pub has_recent_window: bool,
+    /// Always keeps the first `kv_sinks` tokens of the stream.
     pub keeps_sinks: bool,
+    /// The window's share of the budget when `kv_recent_ratio` is negative.
     pub default_recent_ratio: f32,
     /// The horizon's default, in budgets (0: none).
     pub default_horizon: f32,
@@ -108,22 +143,38 @@ impl KvPolicy {
 named_enum!(
     /// Element format of the KV cache (h2o_kv_type).
     KvType, h2o_kv_type_name, h2o_kv_type_from_name {
-        F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, K8V4 = 4,
+        /// 32-bit floats.
+        F32 = 0,
+        /// 16-bit floats (the default).
+        F16 = 1,
+        /// 8 bits with a scale per row.
+        Q8 = 2,
+        /// 4 bits with a scale and minimum per row (lossy for keys).
+        Q4 = 3,
+        /// Keys in 8 bits, values in 4: the recommended small cache.
+        K8V4 = 4,
     }
 );
 
 /// Why a generation ended (h2o_stop_reason).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
+    /// It has not stopped.
     None,
+    /// `max_tokens` tokens were generated.
     MaxTokens,
+    /// An end-of-generation token.
     Eos,
+    /// A stop string was generated.
     StopString,
+    /// The callback asked to stop.
     Callback,
+    /// A value of a newer library.
     Other(u32),
 }
 
 impl StopReason {
+    /// The value of the C enumeration's number.
     pub fn from_raw(value: u32) -> StopReason {
         match value {
             h2o_sys::H2O_STOP_NONE => StopReason::None,

@@ -34,6 +34,7 @@ impl Default for SessionParams {
 }
 
 impl SessionParams {
+    /// The library's defaults (h2o_session_params_init).
     pub fn new() -> Self {
         Self::default()
     }
@@ -43,18 +44,27 @@ impl SessionParams {
         n_ctx: u32 => n_ctx;
         /// Compute threads; 0: the online cores (at most 8).
         threads: u32 => n_threads;
+        /// Prompt tokens per batch; 0: 256.
         batch: u32 => n_batch;
+        /// The sampler's (and the random policy's) seed.
         seed: u64 => seed;
         /// KV slots per (layer, kv head), allocated once: the session's memory never grows.
         kv_budget: u32 => kv_budget;
+        /// The eviction policy (default Scissorhands).
         kv_policy: KvPolicy => kv_policy as raw;
+        /// Protected recent window in tokens; 0: `kv_recent_ratio` of the budget.
         kv_recent: u32 => kv_recent;
+        /// The recent window's share of the budget; negative: the policy's default.
         kv_recent_ratio: f32 => kv_recent_ratio;
+        /// First tokens of the stream never evicted, for the policies with sinks (default 4).
         kv_sinks: u32 => kv_sinks;
         /// Rotary positions from cache ranks: a stream without end.
         position_rolling: bool => position_rolling as flag;
+        /// The compute backend (default Auto).
         backend: Backend => backend as raw;
+        /// The device of that backend; -1: the best one.
         device_index: i32 => device_index;
+        /// The KV cache's element format (default F16).
         kv_type: KvType => kv_type as raw;
         /// Refuse to create a session needing more bytes than this; 0: no cap.
         max_memory_bytes: u64 => max_memory_bytes;
@@ -120,6 +130,7 @@ impl Default for GenerateParams {
 }
 
 impl GenerateParams {
+    /// The library's defaults (h2o_generate_params_init).
     pub fn new() -> Self {
         Self::default()
     }
@@ -130,13 +141,21 @@ impl GenerateParams {
     }
 
     setters! {
+        /// Tokens to generate at most (default 256).
         max_tokens: u32 => max_tokens;
+        /// Sampling temperature; 0: greedy (default 0.8).
         temperature: f32 => temperature;
+        /// Sample among the k most likely tokens; 0: off (default 40).
         top_k: u32 => top_k;
+        /// Nucleus sampling's probability mass; 1: off (default 0.95).
         top_p: f32 => top_p;
+        /// Drop tokens below this share of the top probability; 0: off (default 0.05).
         min_p: f32 => min_p;
+        /// Penalty of recently seen tokens; 1: off (the default).
         repeat_penalty: f32 => repeat_penalty;
+        /// How many recent tokens the penalty looks at (default 64).
         repeat_last_n: u32 => repeat_last_n;
+        /// Stop at an end-of-generation token (default true).
         stop_at_eos: bool => stop_at_eos as flag;
     }
 

@@ -54,18 +54,27 @@ impl CancelHandle {
 /// The KV cache layout after defaults are resolved (h2o_kv_layout).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KvLayout {
+    /// Slots per (layer, kv head); with a layer slope, their mean over layers.
     pub budget: u32,
+    /// The policy (Full when the cache never needs to evict).
     pub policy: KvPolicy,
+    /// Protected recent window in tokens.
     pub recent: u32,
+    /// Protected first tokens of the stream.
     pub sinks: u32,
+    /// Slots left to the policy's choice.
     pub heavy: u32,
+    /// Whether rotary positions roll.
     pub position_rolling: bool,
+    /// The element format.
     pub kv_type: KvType,
+    /// Longest stream without rolling.
     pub n_ctx: u32,
     /// Stale distance: heavy hitters this far back are evicted first; 0: none.
     pub horizon: u32,
     /// Slots per kv head of the smallest and largest layer (they differ with a layer slope).
     pub min_layer_budget: u32,
+    /// Slots per kv head of the largest layer.
     pub max_layer_budget: u32,
     /// The fewest slots a kv head of the smallest layer keeps (less than its layer's budget when
     /// budgets move between kv heads).
@@ -75,8 +84,11 @@ pub struct KvLayout {
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryReport {
+    /// Model weights (shared by the model's sessions).
     pub weight_bytes: u64,
+    /// Keys, values and per-slot eviction statistics.
     pub kv_bytes: u64,
+    /// Activations and kernel scratch.
     pub scratch_bytes: u64,
 }
 
@@ -84,7 +96,9 @@ pub struct MemoryReport {
 /// counts keep the header's integer types.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SpanInfo {
+    /// The span's id.
     pub span_id: u32,
+    /// Its minimum share of the budget, as last set.
     pub min_share: f32,
     /// Tokens of the span every (layer, kv head) keeps at least: floor(min_share * kv_budget).
     pub min_tokens: i32,
@@ -93,7 +107,9 @@ pub struct SpanInfo {
     /// The span's tokens held by the (layer, kv head) holding fewest, by the one holding most,
     /// and on average.
     pub kept_min: i32,
+    /// The span's tokens held by the (layer, kv head) holding most.
     pub kept_max: i32,
+    /// The span's tokens held per (layer, kv head), on average.
     pub kept_mean: f64,
     /// The span's share of the attention accumulated by the cached tokens; None when the
     /// session's policy gathers no statistics (window, random).
@@ -103,21 +119,32 @@ pub struct SpanInfo {
 /// Statistics of the last generation (h2o_generate_stats).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GenerateStats {
+    /// Tokens of its prompt (with BOS).
     pub n_prompt_tokens: u32,
+    /// Tokens it sampled.
     pub n_generated_tokens: u32,
+    /// Why it stopped.
     pub stop_reason: StopReason,
+    /// Tokens the session has processed in all.
     pub n_past: u64,
+    /// Wall time of prompt processing, in seconds.
     pub prompt_seconds: f64,
+    /// Wall time of generation, in seconds.
     pub generate_seconds: f64,
 }
 
 /// The device a session runs on (h2o_backend_info).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackendInfo {
+    /// The backend.
     pub kind: Backend,
+    /// The device's index among that backend's (`SessionParams::device_index`).
     pub device_index: i32,
+    /// The device's name, e.g. "cpu (avx2 kernels, 4 threads)".
     pub name: String,
+    /// "cpu", "discrete", "integrated", "virtual" or "other".
     pub device_type: String,
+    /// Device-local memory (0 for the CPU).
     pub memory_bytes: u64,
 }
 
@@ -216,6 +243,7 @@ impl Session {
         Err(Error::new(Status::from_code(code), unsafe { cstr(h2o_sys::h2o_session_last_error(self.ptr())) }))
     }
 
+    /// A handle that cancels this session's running call from any thread.
     pub fn cancel_handle(&self) -> CancelHandle {
         CancelHandle { raw: Arc::clone(&self.raw) }
     }
@@ -338,6 +366,7 @@ impl Session {
         Ok(logits)
     }
 
+    /// Statistics of the last generation.
     pub fn stats(&self) -> Result<GenerateStats> {
         let s = output!(h2o_sys::h2o_generate_stats, |p| self
             .check(unsafe { h2o_sys::h2o_session_get_stats(self.ptr(), p) }))?;
@@ -351,6 +380,7 @@ impl Session {
         })
     }
 
+    /// The KV cache the session runs with.
     pub fn kv_layout(&self) -> Result<KvLayout> {
         let l = output!(h2o_sys::h2o_kv_layout, |p| self
             .check(unsafe { h2o_sys::h2o_session_get_kv_layout(self.ptr(), p) }))?;
@@ -380,12 +410,14 @@ impl Session {
         Ok(value)
     }
 
+    /// The session's memory, by part.
     pub fn memory(&self) -> Result<MemoryReport> {
         let m =
             output!(h2o_sys::h2o_memory_report, |p| self.check(unsafe { h2o_sys::h2o_session_memory(self.ptr(), p) }))?;
         Ok(MemoryReport { weight_bytes: m.weight_bytes, kv_bytes: m.kv_bytes, scratch_bytes: m.scratch_bytes })
     }
 
+    /// The device the session runs on.
     pub fn backend(&self) -> Result<BackendInfo> {
         let mut b: h2o_sys::h2o_backend_info = unsafe { std::mem::zeroed() };
         b.struct_size = std::mem::size_of_val(&b) as u32;
@@ -411,6 +443,7 @@ pub struct Stream<'a> {
 }
 
 impl Stream<'_> {
+    /// Why the generation stopped (`StopReason::None` while it goes on).
     pub fn stop_reason(&self) -> StopReason {
         self.stop_reason
     }
