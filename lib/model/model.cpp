@@ -227,14 +227,18 @@ Status Model::read_rotary(uint32_t head_dim) {
     // a factor without a type means. YaRN, LongRoPE and the rest change more than the angle.
     std::string_view scaling = "linear";
     if (file_->find(key("rope.scaling.type"))) H2O_TRY(file_->get_string(key("rope.scaling.type"), &scaling));
-    if (scaling != "none" && scaling != "linear") {
-        return unsupported(key("rope.scaling.type") + " '" + std::string(scaling) + "' is not supported (only 'none' and 'linear')");
+    // "longrope" names the factor tensors of an architecture that has them (bind_rope_freqs); a
+    // factor beside it scales the angles as a linear one does, as llama.cpp reads such a file.
+    const bool long_rope = scaling == "longrope" && architecture_->long_rope != TensorPresence::Absent;
+    if (scaling != "none" && scaling != "linear" && !long_rope) {
+        return unsupported(key("rope.scaling.type") + " '" + std::string(scaling) + "' is not supported (only 'none' and 'linear'" +
+                           (architecture_->long_rope != TensorPresence::Absent ? ", and 'longrope'" : "") + ")");
     }
     const std::string factor_key = file_->find(key("rope.scaling.factor")) ? key("rope.scaling.factor") : key("rope.scale_linear");
     float factor = 0.0f;
     H2O_TRY(file_->get_f32_or(factor_key, 0.0f, &factor));
     if (!std::isfinite(factor) || factor < 0.0f) return bad(factor_key + " must be a positive number");
-    if (scaling == "linear" && factor != 0.0f) rope.freq_scale = 1.0f / factor;
+    if ((scaling == "linear" || long_rope) && factor != 0.0f) rope.freq_scale = 1.0f / factor;
     H2O_TRY(file_->get_f32_or(key("rope.scaling.attn_factor"), 1.0f, &rope.magnitude));
     if (!(rope.magnitude > 0.0f) || !std::isfinite(rope.magnitude))
         return bad(key("rope.scaling.attn_factor") + " must be a positive number");

@@ -659,6 +659,13 @@ TEST_CASE("architectures: files that do not match their architecture are refused
          nothing,
          H2O_ERR_MODEL_FORMAT,
          "phi3.rope.scaling.original_context_length is missing"},
+        {"LongRoPE scaling in a Llama file",
+         llama,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_string("llama.rope.scaling.type", "longrope"); },
+         H2O_ERR_UNSUPPORTED,
+         "llama.rope.scaling.type 'longrope' is not supported (only 'none' and 'linear')"},
         {"a negative attention factor",
          phi3,
          {"phi3.rope.scaling.attn_factor"},
@@ -767,6 +774,11 @@ TEST_CASE("architectures: files that do not match their architecture are refused
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(edited_copy(qwen2, "arch-refused-none.gguf", {}, {}, nothing).c_str(), nullptr, &model) == H2O_OK);
     h2o_model_free(model);
+    // A Phi-3 file may name its LongRoPE factors' scaling "longrope": the same model.
+    const std::string named =
+        edited_copy(phi3, "arch-longrope-named.gguf", {}, {}, [](GgufWriter &w) { w.add_string("phi3.rope.scaling.type", "longrope"); });
+    const std::vector<int32_t> tokens = some_tokens(9, 320);
+    CHECK(session_logits(named, tokens) == session_logits(phi3, tokens));
 }
 
 // ---- the fingerprint ------------------------------------------------------------------------------
