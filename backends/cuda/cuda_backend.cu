@@ -915,6 +915,14 @@ public:
                      const ModelShape &shape) override;
 
 private:
+    // One array of the cache on the device and in a host image (save_kv, load_kv).
+    struct ImageArray {
+        void *device;
+        void *host;
+        size_t bytes;
+    };
+    std::vector<ImageArray> image_arrays(KvImage &image);
+
     template <typename T>
     static T *device_ptr(const Tensor &t) {
         return reinterpret_cast<T *>(t.buffer + t.offset);
@@ -1056,21 +1064,30 @@ Status CudaBackend::clear_kv() {
     return copy_to_device_now(kv_.rng, &rng, sizeof rng);
 }
 
+// The device arrays of the cache and their host image's, with their sizes in bytes: the device
+// keeps the image's arrays, array for array (statistics only for the policies that read them).
+std::vector<CudaBackend::ImageArray> CudaBackend::image_arrays(KvImage &image) {
+    std::vector<ImageArray> arrays = {
+        {kv_.keys, image.keys.data(), image.keys.size()},
+        {kv_.values, image.values.data(), image.values.size()},
+        {kv_.stream, image.stream_index.data(), image.stream_index.size() * sizeof(int64_t)},
+        {kv_.position, image.position.data(), image.position.size() * sizeof(int32_t)},
+        {kv_.tag, image.tags.data(), image.tags.size()},
+        {kv_.free_list, image.free_list.data(), image.free_list.size() * sizeof(int32_t)},
+        {kv_.used, image.used.data(), image.used.size() * sizeof(int32_t)},
+        {kv_.free_count, image.free_count.data(), image.free_count.size() * sizeof(int32_t)},
+        {kv_.rng, &image.random_state, sizeof image.random_state},
+    };
+    if (kv_.stats) arrays.push_back({kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)});
+    return arrays;
+}
+
 Status CudaBackend::save_kv(ByteWriter &out) {
     H2O_TRY(failed_);
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
     KvImage image;
     H2O_TRY(image.allocate(kv_config_));  // every cell its layer's budget: budgets never move here
-    H2O_TRY(download_raw(kv_.keys, image.keys.data(), image.keys.size()));
-    H2O_TRY(download_raw(kv_.values, image.values.data(), image.values.size()));
-    H2O_TRY(download_raw(kv_.stream, image.stream_index.data(), image.stream_index.size() * sizeof(int64_t)));
-    H2O_TRY(download_raw(kv_.position, image.position.data(), image.position.size() * sizeof(int32_t)));
-    H2O_TRY(download_raw(kv_.tag, image.tags.data(), image.tags.size()));
-    if (kv_.stats) H2O_TRY(download_raw(kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)));
-    H2O_TRY(download_raw(kv_.free_list, image.free_list.data(), image.free_list.size() * sizeof(int32_t)));
-    H2O_TRY(download_raw(kv_.used, image.used.data(), image.used.size() * sizeof(int32_t)));
-    H2O_TRY(download_raw(kv_.free_count, image.free_count.data(), image.free_count.size() * sizeof(int32_t)));
-    H2O_TRY(download_raw(kv_.rng, &image.random_state, sizeof image.random_state));
+    for (const ImageArray &a : image_arrays(image)) H2O_TRY(download_raw(a.device, a.host, a.bytes));
     save_kv_image(kv_config_, image, out);
     return Status::Ok();
 }
@@ -1081,16 +1098,7 @@ Status CudaBackend::load_kv(ByteReader &in, int64_t n_past, int64_t n_cached, in
     KvImage image;
     H2O_TRY(image.allocate(kv_config_));
     H2O_TRY(load_kv_image(kv_config_, image, in, n_past, n_cached, n_pinned, n_spans));  // checked before the device changes
-    H2O_TRY(copy_to_device_now(kv_.keys, image.keys.data(), image.keys.size()));
-    H2O_TRY(copy_to_device_now(kv_.values, image.values.data(), image.values.size()));
-    H2O_TRY(copy_to_device_now(kv_.stream, image.stream_index.data(), image.stream_index.size() * sizeof(int64_t)));
-    H2O_TRY(copy_to_device_now(kv_.position, image.position.data(), image.position.size() * sizeof(int32_t)));
-    H2O_TRY(copy_to_device_now(kv_.tag, image.tags.data(), image.tags.size()));
-    if (kv_.stats) H2O_TRY(copy_to_device_now(kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)));
-    H2O_TRY(copy_to_device_now(kv_.free_list, image.free_list.data(), image.free_list.size() * sizeof(int32_t)));
-    H2O_TRY(copy_to_device_now(kv_.used, image.used.data(), image.used.size() * sizeof(int32_t)));
-    H2O_TRY(copy_to_device_now(kv_.free_count, image.free_count.data(), image.free_count.size() * sizeof(int32_t)));
-    H2O_TRY(copy_to_device_now(kv_.rng, &image.random_state, sizeof image.random_state));
+    for (const ImageArray &a : image_arrays(image)) H2O_TRY(copy_to_device_now(a.device, a.host, a.bytes));
     std::copy(image.span_minimum, image.span_minimum + KV_MAX_SPANS, span_min_);  // none: the session sets them again
     return Status::Ok();
 }

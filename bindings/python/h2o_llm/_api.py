@@ -5,7 +5,7 @@ import ctypes
 import os
 from ctypes import byref, c_double, c_float, c_int32, c_size_t, c_uint32, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _native
 from ._errors import H2oError, Status, check
@@ -178,7 +178,44 @@ def _fields(struct: ctypes.Structure) -> Dict[str, Any]:
     return {name: getattr(struct, name) for name, _ in struct._fields_ if name != "struct_size"}
 
 
-class Model:
+class _Native:
+    """Owns one native object: freed by close() (idempotent), at the end of a with block, or when
+    collected. `handle` is its pointer, and raises ValueError once it is closed."""
+
+    _handle: Optional[int] = None
+    _kind = "object"
+
+    @staticmethod
+    def _free(handle: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Frees the native object (idempotent)."""
+        if self._handle:
+            self._free(self._handle)
+            self._handle = None
+
+    def __enter__(self: "_Self") -> "_Self":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    @property
+    def handle(self) -> int:
+        """The native pointer (raises ValueError once closed)."""
+        if not self._handle:
+            raise ValueError(f"the {self._kind} is closed")
+        return self._handle
+
+
+_Self = TypeVar("_Self", bound=_Native)
+
+
+class Model(_Native):
     """A loaded GGUF model. Use it as a context manager, or call close(); sessions made from it
     keep working after it is closed (they hold the native model alive)."""
 
@@ -192,7 +229,6 @@ class Model:
     ):
         """Loads the model. progress(fraction) is called as the weights are read; returning False
         cancels the load (Cancelled is raised); an exception it raises cancels and is re-raised."""
-        self._handle: Optional[int] = None
         params = _native.ModelParams()
         check(lib.h2o_model_params_init(byref(params), ctypes.sizeof(params)))
         if tokenizer_path is not None:
@@ -218,27 +254,11 @@ class Model:
         check(code)
         self._handle = handle.value
 
-    def close(self) -> None:
-        """Releases the model (idempotent)."""
-        if self._handle:
-            lib.h2o_model_free(self._handle)
-            self._handle = None
+    _kind = "model"
 
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-    @property
-    def handle(self) -> int:
-        """The native h2o_model pointer (raises ValueError once closed)."""
-        if not self._handle:
-            raise ValueError("the model is closed")
-        return self._handle
+    @staticmethod
+    def _free(handle: int) -> None:
+        lib.h2o_model_free(handle)
 
     @property
     def info(self) -> ModelInfo:
@@ -399,35 +419,20 @@ def _session_params(params: Mapping[str, object]) -> _native.SessionParams:
     return sp
 
 
-class Session:
+class Session(_Native):
     """A conversation with a fixed-size KV cache. A session runs one call at a time; cancel() may
     be called from any thread while another runs it. Use it as a context manager, or close()."""
 
+    _kind = "session"
+
     def __init__(self, model: Model, handle: Optional[int]):
         self._model = model  # for tokenizing; the native session keeps the native model alive
-        self._handle: Optional[int] = handle
+        self._n_vocab = model.info.n_vocab
+        self._handle = handle
 
-    def close(self) -> None:
-        """Frees the session (idempotent)."""
-        if self._handle:
-            lib.h2o_session_free(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-    @property
-    def handle(self) -> int:
-        """The native h2o_session pointer (raises ValueError once closed)."""
-        if not self._handle:
-            raise ValueError("the session is closed")
-        return self._handle
+    @staticmethod
+    def _free(handle: int) -> None:
+        lib.h2o_session_free(handle)
 
     @property
     def model(self) -> Model:
@@ -491,21 +496,20 @@ class Session:
         if stop_at_eos is not None:
             gp.stop_at_eos = int(stop_at_eos)
         stops = [_utf8(s) for s in stop]
-        stop_array = (ctypes.c_char_p * max(1, len(stops)))(*stops)
+        stop_array = (ctypes.c_char_p * max(1, len(stops)))(*stops)  # copied by h2o_generate_begin
         gp.stop_strings = ctypes.cast(stop_array, ctypes.POINTER(ctypes.c_char_p))
         gp.n_stop_strings = len(stops)
         data = _utf8(prompt)
         self._check(lib.h2o_generate_begin(self.handle, data, len(data), byref(gp)))
-        return self._pieces(stop_array)
+        return self._pieces()
 
-    def _pieces(self, keep_alive: object) -> Iterator[str]:
+    def _pieces(self) -> Iterator[str]:
         text, length, reason = c_void_p(), c_size_t(0), c_uint32(0)
         while True:
             self._check(lib.h2o_generate_next(self.handle, byref(text), byref(length), byref(reason)))
             if length.value:
                 yield ctypes.string_at(text.value or 0, length.value).decode("utf-8", errors="replace")
             if reason.value != 0:
-                del keep_alive
                 return
 
     def generate(self, prompt: Text = "", **options: object) -> str:
@@ -519,7 +523,7 @@ class Session:
 
     def logits(self) -> List[float]:
         """The last processed token's logits, one per vocabulary entry."""
-        n = self._model.info.n_vocab
+        n = self._n_vocab
         out = (c_float * n)()
         self._check(lib.h2o_session_get_logits(self.handle, out, n))
         return list(out)
