@@ -18,14 +18,17 @@ namespace h2o_test {
 // slower under the instrumented allocator, so the Vulkan loops whose cases differ only in what
 // runs on the device take a representative subset: the host code they exercise, which is what the
 // sanitizer checks, is the same for every case. The unsanitized builds of CI run every case.
+// H2O_TEST_ASAN is defined there too, for code that must be left out elsewhere (gcc says
+// __SANITIZE_ADDRESS__, clang __has_feature).
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAddressSanitized = true;
+#define H2O_TEST_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-inline constexpr bool kAddressSanitized = true;
-#else
-inline constexpr bool kAddressSanitized = false;
+#define H2O_TEST_ASAN 1
 #endif
+#endif
+#ifdef H2O_TEST_ASAN
+inline constexpr bool kAddressSanitized = true;
 #else
 inline constexpr bool kAddressSanitized = false;
 #endif
@@ -48,8 +51,11 @@ inline std::string shared_file(const std::string &relative) {
 }
 
 // A fresh path in the build tree for a temporary file.
+// A file in the tests' scratch folder: $H2O_TEST_TMPDIR (for runs of the same cases side by
+// side), else tmp/ in the build's tests folder.
 inline std::string temp_path(const std::string &name) {
-    std::filesystem::path dir = std::filesystem::path(H2O_TEST_BINARY_DIR) / "tmp";
+    const char *env = std::getenv("H2O_TEST_TMPDIR");
+    std::filesystem::path dir = env && *env ? std::filesystem::path(env) : std::filesystem::path(H2O_TEST_BINARY_DIR) / "tmp";
     std::filesystem::create_directories(dir);
     return (dir / name).string();
 }

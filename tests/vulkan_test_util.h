@@ -13,7 +13,9 @@
 #include "status.h"
 #include "vulkan/vulkan_backend.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "test_util.h"
+
+#ifdef H2O_TEST_ASAN
 #include <dlfcn.h>
 #endif
 
@@ -22,7 +24,7 @@ namespace h2o_test {
 // Keeps the validation layer loaded once the loader lets it go, so that LeakSanitizer can name it
 // (see the suppression in test_vulkan.cpp).
 inline void keep_validation_layer_loaded() {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef H2O_TEST_ASAN
     static void *const layer = dlopen("libVkLayer_khronos_validation.so", RTLD_NOW | RTLD_NODELETE);
     (void)layer;
 #endif

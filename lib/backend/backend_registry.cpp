@@ -95,7 +95,7 @@ const BackendEntry *find_backend(h2o_backend_kind kind) {
     return nullptr;
 }
 
-const char *backend_kind_title(h2o_backend_kind kind) {
+const char *backend_kind_title(uint32_t kind) {
     switch (kind) {
         case H2O_BACKEND_AUTO:
             return "auto";
@@ -118,8 +118,11 @@ std::vector<BackendDevice> list_backend_devices() {
     return all;
 }
 
-Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs, std::vector<BackendCandidate> *out) {
+Status plan_backends(uint32_t kind_value, int device_index, const BackendRequirements &needs, std::vector<BackendCandidate> *out) {
     out->clear();
+    const char *title = backend_kind_title(kind_value);
+    if (!title) return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown backend kind " + std::to_string(kind_value));
+    const auto kind = static_cast<h2o_backend_kind>(kind_value);
     if (kind == H2O_BACKEND_AUTO) {
         if (device_index >= 0) {
             return make_error(H2O_ERR_INVALID_ARGUMENT,
@@ -127,10 +130,6 @@ Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequi
         }
         plan_auto(needs, out);
         return Status::Ok();
-    }
-    const char *title = backend_kind_title(kind);
-    if (!title) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown backend kind " + std::to_string(static_cast<int>(kind)));
     }
     const BackendEntry *backend = find_backend(kind);
     if (!backend) return make_error(H2O_ERR_BACKEND_UNAVAILABLE, std::string("this build of h2o has no ") + title + " backend");

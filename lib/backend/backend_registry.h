@@ -69,7 +69,7 @@ std::span<const BackendEntry *const> registered_backends();
 const BackendEntry *find_backend(h2o_backend_kind kind);
 
 // "CPU", "Vulkan", "CUDA": how messages name a backend kind; nullptr for a value that is none.
-const char *backend_kind_title(h2o_backend_kind kind);
+const char *backend_kind_title(uint32_t kind);
 
 // Every device of every registered backend: the CPU first, then each backend's in table order.
 // A backend whose devices cannot be listed simply has none here.
@@ -89,8 +89,9 @@ struct BackendCandidate {
 // backends' by that preference, then the CPU backend; a device backend's CPU implementation is
 // refused, being slower than the CPU backend. A backend whose devices cannot be listed (no
 // driver, no device), or that its auto_screen rules out, is in AUTO's plan once, refused with
-// that error, its device_index -1.
-Status plan_backends(h2o_backend_kind kind, int device_index, const BackendRequirements &needs, std::vector<BackendCandidate> *out);
+// that error, its device_index -1. `kind` is the caller's value as given (an h2o_backend_kind
+// only once it is checked to name one): an unknown one is refused.
+Status plan_backends(uint32_t kind, int device_index, const BackendRequirements &needs, std::vector<BackendCandidate> *out);
 
 // Names a candidate in messages: "the CPU backend", "Vulkan <device name> (<type>)", or for a
 // backend without devices "the CUDA backend".

@@ -110,7 +110,7 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
 }
 
 Status Session::build() {
-    const auto kind = static_cast<h2o_backend_kind>(settings_.backend);
+    const uint32_t kind = settings_.backend;  // checked by plan_backends
     std::vector<BackendCandidate> plan;
     H2O_TRY(plan_backends(kind, settings_.device_index, requirements(model_, settings_), &plan));
     for (size_t i = 0; i < plan.size(); ++i) {

@@ -162,7 +162,7 @@ TEST_CASE("backend registry: a kind or device this build lacks is refused before
     CHECK(st.code == H2O_ERR_BACKEND_UNAVAILABLE);
     CHECK(contains(st.message, "no device 1"));
     CHECK(plan_backends(H2O_BACKEND_AUTO, 0, needs, &plan).code == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(plan_backends(static_cast<h2o_backend_kind>(42), -1, needs, &plan).code == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(plan_backends(42, -1, needs, &plan).code == H2O_ERR_INVALID_ARGUMENT);
 
     for (int index : {-1, 0}) {
         REQUIRE(plan_backends(H2O_BACKEND_CPU, index, needs, &plan).ok());

@@ -38,7 +38,7 @@ TEST_CASE("vulkan: backend") { std::printf("H2O-SKIP: built without the Vulkan b
 
 using namespace h2o;
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef H2O_TEST_ASAN
 // VK_LAYER_KHRONOS_validation 1.3.239 leaks about 3 KB inside the layer for every command buffer
 // when synchronization validation is on (reproduced with a plain C program that only creates a
 // command buffer). The loader unloads the layer at vkDestroyInstance, after which LeakSanitizer

@@ -186,8 +186,9 @@ TEST_CASE(
 
 // Sessions on a device backend (Vulkan, CUDA) save their device's cache through the host image
 // (kv_image.h), load it back onto the device and continue alike; the format is the backends'
-// common one, so the cache also continues on the CPU.
-void check_device_snapshots(const std::string &path, uint32_t device) {
+// common one, so the cache also continues on the CPU. Two test cases per device (lavapipe is slow,
+// and CTest runs them side by side): every policy, then the settings that shape the cache.
+void check_device_snapshots_of_policies(const std::string &path, uint32_t device) {
     // Every policy, with and without rolling and in both formats alternately (lavapipe is slow;
     // every third policy under AddressSanitizer, kAddressSanitized).
     for (uint32_t policy = 1; h2o_kv_policy_name(policy); ++policy) {
@@ -199,6 +200,9 @@ void check_device_snapshots(const std::string &path, uint32_t device) {
         CAPTURE(kv_type);
         check_resumption(path, small_session(policy, rolling, kv_type), 0.9f, device, device);
     }
+}
+
+void check_device_snapshots_of_settings(const std::string &path, uint32_t device) {
     // Greedily on the CPU, where the two backends' logits, equal to rounding, pick the same tokens.
     for (uint32_t policy : {uint32_t{H2O_KV_SCISSORHANDS}, uint32_t{H2O_KV_H2O}}) {
         CAPTURE(h2o_kv_policy_name(policy));
@@ -239,22 +243,36 @@ uint32_t devices_of_kind(uint32_t kind) {
     return found;
 }
 
+// The device's backend kind, or 0 (after the skip marker) when there is none and the environment
+// does not require one (H2O_REQUIRE_VULKAN, H2O_REQUIRE_CUDA).
+uint32_t device_or_skip(uint32_t kind) {
+    const bool vulkan = kind == H2O_BACKEND_VULKAN;
+    if (devices_of_kind(kind) == 0 && !std::getenv(vulkan ? "H2O_REQUIRE_VULKAN" : "H2O_REQUIRE_CUDA")) {
+        std::printf("H2O-SKIP: no %s device\n", vulkan ? "Vulkan" : "CUDA");
+        return 0;
+    }
+    return kind;
+}
+
 TEST_CASE("session state: Vulkan sessions save and load their device cache, for every policy, and continue on the CPU") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    if (devices_of_kind(H2O_BACKEND_VULKAN) == 0 && !std::getenv("H2O_REQUIRE_VULKAN")) {
-        std::printf("H2O-SKIP: no Vulkan device\n");
-        return;
-    }
-    check_device_snapshots(path, H2O_BACKEND_VULKAN);
+    if (device_or_skip(H2O_BACKEND_VULKAN)) check_device_snapshots_of_policies(path, H2O_BACKEND_VULKAN);
+}
+
+TEST_CASE(
+    "session state: Vulkan sessions save and load their device cache with layer slopes, one-shot prompt eviction and moving budgets") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    if (device_or_skip(H2O_BACKEND_VULKAN)) check_device_snapshots_of_settings(path, H2O_BACKEND_VULKAN);
 }
 
 TEST_CASE("session state: CUDA sessions save and load their device cache, for every policy, and continue on the CPU") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    if (devices_of_kind(H2O_BACKEND_CUDA) == 0 && !std::getenv("H2O_REQUIRE_CUDA")) {
-        std::printf("H2O-SKIP: no CUDA device\n");
-        return;
-    }
-    check_device_snapshots(path, H2O_BACKEND_CUDA);
+    if (device_or_skip(H2O_BACKEND_CUDA)) check_device_snapshots_of_policies(path, H2O_BACKEND_CUDA);
+}
+
+TEST_CASE("session state: CUDA sessions save and load their device cache with layer slopes and one-shot prompt eviction") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    if (device_or_skip(H2O_BACKEND_CUDA)) check_device_snapshots_of_settings(path, H2O_BACKEND_CUDA);
 }
 
 TEST_CASE("session state: a fresh process continues a saved session exactly") {
