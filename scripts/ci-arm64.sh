@@ -64,19 +64,32 @@ slow="$slow,*a fresh process continues*"
 kernels='*kernel selection*,*activation quantization*,*matmul*,*dequantize*,*vector operations*'
 golden='*greedy*,*batched prompt processing*,*same seed*'
 
-run_tests() {  # QEMU_CPU model, the kernel level it must choose, doctest filter options...
-  local cpu=$1 level=$2 t0=$SECONDS
+# Runs the tests on one emulated CPU, its output into $build/qemu-$cpu.log: QEMU_CPU model, the
+# kernel level it must choose, doctest filter options... (Called where a failure does not stop the
+# script, so each step returns its failure itself.)
+run_tests() {
+  local cpu=$1 level=$2 t0=$SECONDS log="$build/qemu-$1.log"
   shift 2
-  echo "== QEMU_CPU=$cpu: kernels $level"
-  QEMU_CPU=$cpu qemu-aarch64 "$build/tools/h2o-cli" -m "$model" -p "Once" -n 4 --temp 0 --json --backend cpu |
-    grep -F "\"backend\":\"cpu ($level kernels" || { echo "QEMU_CPU=$cpu did not choose the $level kernels" >&2; exit 1; }
-  QEMU_CPU=$cpu qemu-aarch64 "$tests" --no-intro "$@" | grep -v '^H2O-SKIP'
-  echo "   ($((SECONDS - t0)) s)"
+  {
+    echo "== QEMU_CPU=$cpu: kernels $level"
+    QEMU_CPU=$cpu qemu-aarch64 "$build/tools/h2o-cli" -m "$model" -p "Once" -n 4 --temp 0 --json --backend cpu |
+      grep -F "\"backend\":\"cpu ($level kernels" || { echo "QEMU_CPU=$cpu did not choose the $level kernels"; return 1; }
+    mkdir -p "$build/tmp-$cpu"
+    H2O_TEST_TMPDIR="$build/tmp-$cpu" QEMU_CPU=$cpu qemu-aarch64 "$tests" --no-intro "$@" | grep -v '^H2O-SKIP' || return 1
+    echo "   ($((SECONDS - t0)) s)"
+  } >"$log" 2>&1
 }
-run_tests max neon+i8mm --test-case-exclude="$slow,*vulkan*,*Vulkan*"
-# The Vulkan backend is not built here: a golden test that also checks Vulkan is left out by name.
-run_tests neoverse-n1 neon+dotprod --test-case="$kernels,$golden" --test-case-exclude="*vulkan*,*Vulkan*"
-run_tests cortex-a57 neon --test-case="$kernels,$golden" --test-case-exclude="*vulkan*,*Vulkan*"
+# The emulator runs one thread of work: the long run on one core, the two short ones after each
+# other on the other. The Vulkan backend is not built here: a golden test that also checks Vulkan
+# is left out by name.
+run_tests max neon+i8mm --test-case-exclude="$slow,*vulkan*,*Vulkan*" &
+long=$!
+status=0
+run_tests neoverse-n1 neon+dotprod --test-case="$kernels,$golden" --test-case-exclude="*vulkan*,*Vulkan*" || status=1
+run_tests cortex-a57 neon --test-case="$kernels,$golden" --test-case-exclude="*vulkan*,*Vulkan*" || status=1
+wait "$long" || status=1
+cat "$build/qemu-max.log" "$build/qemu-neoverse-n1.log" "$build/qemu-cortex-a57.log"
+[ $status -eq 0 ] || { echo "h2o: the ARM64 tests failed (above)" >&2; exit 1; }
 
 echo "== a kernel level the CPU lacks is refused"
 if out=$(QEMU_CPU=cortex-a57 H2O_CPU_KERNELS=neon+dotprod qemu-aarch64 "$build/tools/h2o-cli" -m "$model" \

@@ -10,7 +10,8 @@
 # syntax, and every option they give a program of build/tools must be one its --help lists.
 # The README's Installing section installs h2o into /usr/local: run this as root on a machine
 # without h2o there (CI does). What that section installed is removed at the end.
-# Usage: scripts/test-readme.sh   (the shared data folder: $H2O_SHARED_DIR, else ../shared)
+# Usage: scripts/test-readme.sh   (the shared data folder: $H2O_SHARED_DIR, else ../shared;
+# H2O_README_KEEP_BUILD=DIR: after passing, the quick start's build folder is moved to DIR)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 shared="${H2O_SHARED_DIR:-$root/../shared}"
@@ -82,7 +83,12 @@ cleanup() {
   # The README's install into /usr/local, when its own last block did not remove it (tests
   # that install into temporary folders write the manifest too).
   if grep -qs '^/usr/local/' "$copy/build/install_manifest.txt"; then "$root/scripts/uninstall.sh" "$copy/build" || true; fi
-  if [ $passed -eq 1 ]; then rm -rf "$work"; else echo "h2o: the copy and each block's output stay in $work" >&2; fi
+  if [ $passed -eq 1 ]; then
+    if [ -n "${H2O_README_KEEP_BUILD:-}" ]; then rm -rf "$H2O_README_KEEP_BUILD" && mv "$copy/build" "$H2O_README_KEEP_BUILD"; fi
+    rm -rf "$work"
+  else
+    echo "h2o: the copy and each block's output stay in $work" >&2
+  fi
 }
 trap cleanup EXIT
 
