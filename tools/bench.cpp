@@ -7,6 +7,8 @@
 //
 // pp: one batched decode of P tokens into an empty session. tg: N single-token decodes after
 // `depth` tokens are already cached (the sampler is not involved, as in llama.cpp's llama-bench).
+// Each tg figure comes with the bytes a decoded token reads (bandwidth.h) and, on the CPU, the
+// share of the machine's read bandwidth that makes.
 // --state: size and speed of a snapshot of the session after the runs (save and load).
 // --ttft N: time to first token of new sessions whose first N tokens are a shared system prompt,
 // without and with the model's prefix cache.
@@ -14,8 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "bandwidth.h"
 #include "common.h"
 #include "options.h"
 #include "session_options.h"
@@ -160,6 +164,16 @@ int main(int argc, char **argv) {
     if (model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
     const bool evicts = base.kv_budget > 0 || base.position_rolling;
 
+    // The CPU's decode figures are given as a share of this machine's read bandwidth, probed
+    // with the same threads in a child process before the model loads (its buffer would
+    // otherwise count in the peak RSS reported below).
+    const bool on_cpu = std::find(backends.begin(), backends.end(), uint32_t{H2O_BACKEND_CPU}) != backends.end();
+    const int probe_threads = base.n_threads ? static_cast<int>(base.n_threads)
+                                             : static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+    const double read_bandwidth = on_cpu && n_gen > 0 ? h2o_tools::probe_read_bandwidth_apart(probe_threads) : 0.0;
+    std::string unread;
+    const uint64_t weights_per_token = n_gen > 0 ? h2o_tools::decode_weight_bytes(model_path, &unread) : 0;
+
     h2o_model *model = nullptr;
     h2o_status st = h2o_model_load(model_path.c_str(), nullptr, &model);
     if (st != H2O_OK) die("cannot load model", st, h2o_last_error());
@@ -176,9 +190,13 @@ int main(int argc, char **argv) {
     }
     if (info.bos_token >= 0 && !tokens.empty()) tokens[0] = info.bos_token;
 
-    if (!json)
+    if (!json) {
         std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
                     info.weight_bytes / 1048576.0);
+        if (read_bandwidth > 0)
+            std::printf("memory read bandwidth: %.1f GB/s with %d threads (probe: best of 5 reads of 1 GiB)\n", read_bandwidth / 1e9,
+                        probe_threads);
+    }
     if (!json) {
         std::string kv = "full cache";
         if (evicts) {
@@ -239,6 +257,22 @@ int main(int argc, char **argv) {
         h2o_memory_report mem;
         mem.struct_size = sizeof(mem);
         h2o_session_memory(session, &mem);
+        // What one decoded token read on average: the weights, and the KV rows of the tokens it
+        // attended to (the cached ones, at most the budget when the cache evicts).
+        h2o_kv_layout layout;
+        layout.struct_size = sizeof(layout);
+        h2o_session_get_kv_layout(session, &layout);
+        const double cap = evicts && layout.budget > 0 ? layout.budget : static_cast<double>(sp.n_ctx);
+        double attended = 0.0;
+        for (int i = 0; i < n_gen; ++i) attended += std::min(cap, static_cast<double>(depth + i + 1));
+        const double bytes_per_token =
+            weights_per_token == 0
+                ? 0.0
+                : static_cast<double>(weights_per_token) +
+                      static_cast<double>(h2o_tools::kv_bytes_per_cached_token(base.kv_type, info.n_layer, info.n_head_kv, info.head_dim)) *
+                          attended / std::max(1, n_gen);
+        const double read_rate = tg.empty() ? 0.0 : bytes_per_token * median(tg);  // bytes per second
+        const double share = backend == H2O_BACKEND_CPU && read_bandwidth > 0 ? read_rate / read_bandwidth : 0.0;
         h2o_backend_info device;
         device.struct_size = sizeof(device);
         h2o_session_get_backend(session, &device);
@@ -250,18 +284,24 @@ int main(int argc, char **argv) {
                 h2o_tools::kv_type_name(base.kv_type) + "\",\"kv_budget\":" + std::to_string(base.kv_budget) + ",\"kv_policy\":\"" +
                 (evicts ? h2o_tools::policy_name(base.kv_policy) : "full") +
                 "\",\"rolling\":" + (base.position_rolling ? "true" : "false") + ",\"repetitions\":" + std::to_string(reps);
-            auto line = [&](const char *test, int n, int at_depth, const std::vector<double> &v) {
+            auto line = [&](const char *test, int n, int at_depth, const std::vector<double> &v, const std::string &reads) {
                 std::string samples;
                 for (double sample : v) samples += (samples.empty() ? "" : ",") + std::to_string(sample);
                 std::printf(
                     "{\"test\":\"%s%d\",\"tokens\":%d,\"depth\":%d,%s,\"tokens_per_second\":{\"median\":%.3f,\"min\":%.3f,"
-                    "\"max\":%.3f,\"samples\":[%s]},\"kv_bytes\":%llu,\"scratch_bytes\":%llu}\n",
+                    "\"max\":%.3f,\"samples\":[%s]},\"kv_bytes\":%llu,\"scratch_bytes\":%llu%s}\n",
                     test, n, n, at_depth, common.c_str(), median(v), *std::min_element(v.begin(), v.end()),
                     *std::max_element(v.begin(), v.end()), samples.c_str(), static_cast<unsigned long long>(mem.kv_bytes),
-                    static_cast<unsigned long long>(mem.scratch_bytes));
+                    static_cast<unsigned long long>(mem.scratch_bytes), reads.c_str());
             };
-            if (!pp.empty()) line("pp", n_prompt, 0, pp);
-            if (!tg.empty()) line("tg", n_gen, depth, tg);
+            if (!pp.empty()) line("pp", n_prompt, 0, pp, "");
+            std::string reads;
+            if (bytes_per_token > 0) {
+                reads = ",\"bytes_read_per_token\":" + std::to_string(static_cast<uint64_t>(bytes_per_token)) +
+                        ",\"read_bytes_per_second\":" + std::to_string(static_cast<uint64_t>(read_rate));
+                if (share > 0) reads += ",\"bandwidth_share\":" + std::to_string(share);
+            }
+            if (!tg.empty()) line("tg", n_gen, depth, tg, reads);
             h2o_session_free(session);
             continue;
         }
@@ -274,6 +314,14 @@ int main(int argc, char **argv) {
         if (!tg.empty())
             std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
                         *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
+        if (!tg.empty() && bytes_per_token > 0) {
+            std::printf("  reads %.1f MB per token (weights %.1f MB, KV %.1f MB): %.1f GB/s", bytes_per_token / 1e6,
+                        weights_per_token / 1e6, (bytes_per_token - static_cast<double>(weights_per_token)) / 1e6, read_rate / 1e9);
+            if (share > 0) std::printf(", %.0f%% of the probed read bandwidth", 100.0 * share);
+            std::printf("\n");
+        } else if (!tg.empty() && !unread.empty()) {
+            std::printf("  (bytes read per token unknown: %s)\n", unread.c_str());
+        }
         if (!tg.empty() && after.submissions > 0) {
             std::printf(
                 "per decoded token: %.1f bytes to the device, %.1f bytes back, %.2f submissions; device memory of the "
