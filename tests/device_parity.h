@@ -436,6 +436,17 @@ inline void check_chunked_attention(Backends &b, int batch, int prompt_proxy = 0
     REQUIRE(run.step(1));
 }
 
+// A long cache read by single tokens: 1300 of 1536 slots filled by three prompts, then tokens
+// one at a time, whose few (query, head) pairs a device spreads over ranges of the slots (CUDA's
+// split attention), the last range partly filled.
+inline void check_long_cache_decode(Backends &b) {
+    AttentionRun run(b, small_kv(1536, h2o::KvPolicy::H2O, 8), 4, 512);
+    REQUIRE(run.step(512));
+    REQUIRE(run.step(512));
+    REQUIRE(run.step(276));
+    for (int i = 0; i < 4; ++i) REQUIRE(run.step(1));
+}
+
 // Greedy generation of `generated` tokens after a prompt, on the device and on the CPU, with the
 // same cache: the same tokens, every (layer, kv head) keeping the same ones, and the last logits
 // close. Returns the device's run for backend-specific checks.

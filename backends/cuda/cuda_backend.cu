@@ -31,6 +31,15 @@ constexpr int kBlock = 256;       // threads of the reduction and eviction kerne
 constexpr int kMatmulTokens = 8;  // matmul: the most tokens the matrix-vector kernel takes
 // Attention scores of one chunk of queries: as many tokens as fit in this.
 constexpr size_t kAttentionScratchBudget = size_t{64} << 20;
+// Split attention: a chunk with fewer (query, head) pairs than this reads each head's slots in
+// ranges of at least kBlock slots, one block each, up to about this many blocks in all.
+constexpr int kAttentionSplitBlocks = 1024;
+
+// The ranges each (query, head) block of a chunk of `pairs` reads its n_slots slots in.
+int attention_splits(int pairs, int n_slots) {
+    const int by_length = (n_slots + kBlock - 1) / kBlock, by_device = (kAttentionSplitBlocks + pairs - 1) / pairs;
+    return std::max(1, std::min(by_length, by_device));
+}
 
 std::string cuda_error_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 
@@ -600,32 +609,55 @@ struct AttentionArgs {
     int64_t q_cols;
     float *out;
     int64_t out_cols;
+    // A query head's slots are read in n_split ranges of split_len slots, one block each, so that
+    // a long cache read by one token still spreads over the device (split attention).
+    int n_split, split_len;
+    SoftmaxState *split_state;  // [chunk][n_head][n_split]: each range's softmax
+    int32_t *split_visible;     // [chunk][n_kv][n_split]: each range's visible slots
+    float *partial_out;         // [chunk][n_head][n_split][head_dim]: each range's weighted values (n_split > 1)
 };
 
-// One block per (query token of the chunk, query head): scores over the visible slots, an online
-// softmax, the weights kept in the chunk's scratch (for the statistics), and the weighted sum of
-// the values.
 constexpr int kAttentionWarps = kBlock / 32;
 
-__global__ void __launch_bounds__(kBlock) attention_kernel(AttentionArgs a) {
+struct AttentionBlock {
+    int c, t, head, h, group, split, begin, end;
+    size_t cell, base;
+};
+
+__device__ AttentionBlock attention_block(const AttentionArgs &a) {
+    AttentionBlock b;
+    b.c = blockIdx.x;
+    b.t = a.t0 + b.c;
+    b.head = blockIdx.y;
+    b.split = blockIdx.z;
+    b.group = a.n_head / a.n_kv;
+    b.h = b.head / b.group;
+    b.cell = static_cast<size_t>(a.layer) * a.n_kv + b.h;
+    b.base = a.first_slot + static_cast<size_t>(b.h) * a.n_slots;
+    const int used = a.kv.used[b.cell];
+    b.begin = min(used, b.split * a.split_len);
+    b.end = min(used, b.begin + a.split_len);
+    return b;
+}
+
+// Pass 1, one block per (query token of the chunk, query head, range of slots): the range's
+// scores, kept in the chunk's scratch, and their online softmax.
+__global__ void __launch_bounds__(kBlock) attention_scores_kernel(AttentionArgs a) {
     __shared__ float q[kCudaMaxHeadDim];
     __shared__ SoftmaxState states[kBlock];
     __shared__ int counts[kBlock];
-    const int c = blockIdx.x, t = a.t0 + c, head = blockIdx.y;
-    const int group = a.n_head / a.n_kv, h = head / group;
-    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = a.first_slot + static_cast<size_t>(h) * a.n_slots;
-    const int used = a.kv.used[cell];
-    const int64_t query_index = a.first_index + t;
-    for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) q[d] = a.q[t * a.q_cols + head * a.head_dim + d];
+    const AttentionBlock b = attention_block(a);
+    const int64_t query_index = a.first_index + b.t;
+    for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) q[d] = a.q[b.t * a.q_cols + b.head * a.head_dim + d];
     __syncthreads();
-    float *weights = a.kv.scores + (static_cast<size_t>(c) * a.n_head + head) * a.n_slots;
+    float *weights = a.kv.scores + (static_cast<size_t>(b.c) * a.n_head + b.head) * a.n_slots;
     SoftmaxState state = softmax_empty();
     int visible = 0;
-    for (int s = threadIdx.x; s < used; s += blockDim.x) {
-        const int64_t index = a.kv.stream[base + s];
+    for (int s = b.begin + threadIdx.x; s < b.end; s += blockDim.x) {
+        const int64_t index = a.kv.stream[b.base + s];
         float score = -INFINITY;
         if (index >= 0 && index <= query_index) {
-            const uint8_t *row = a.kv.keys + (base + s) * a.key_row;
+            const uint8_t *row = a.kv.keys + (b.base + s) * a.key_row;
             float dot = 0.0f;
             for (int d = 0; d < a.head_dim; ++d) dot += q[d] * kv_row_element(a.key_format, row, d);
             score = dot * a.scale;
@@ -644,30 +676,68 @@ __global__ void __launch_bounds__(kBlock) attention_kernel(AttentionArgs a) {
         }
         __syncthreads();
     }
-    const SoftmaxState total = states[0];
-    if (threadIdx.x == 0 && head % group == 0) a.kv.visible[static_cast<size_t>(c) * a.n_kv + h] = counts[0];
-    for (int s = threadIdx.x; s < used; s += blockDim.x) weights[s] = softmax_weight(total, weights[s]);
+    if (threadIdx.x == 0) {
+        a.split_state[(static_cast<size_t>(b.c) * a.n_head + b.head) * a.n_split + b.split] = states[0];
+        if (b.head % b.group == 0) a.split_visible[(static_cast<size_t>(b.c) * a.n_kv + b.h) * a.n_split + b.split] = counts[0];
+    }
+}
+
+// Pass 2, the same blocks: the ranges' softmaxes merged in range order, the range's weights
+// normalised in the scratch (for the statistics), and its weighted sum of the value rows, written
+// as the output when there is one range and as the range's part otherwise.
+__global__ void __launch_bounds__(kBlock) attention_values_kernel(AttentionArgs a) {
+    __shared__ SoftmaxState total;
+    const AttentionBlock b = attention_block(a);
+    if (threadIdx.x == 0) {
+        const SoftmaxState *states = a.split_state + (static_cast<size_t>(b.c) * a.n_head + b.head) * a.n_split;
+        SoftmaxState merged = states[0];
+        for (int i = 1; i < a.n_split; ++i) merged = softmax_merge(merged, states[i]);
+        total = merged;
+        if (b.split == 0 && b.head % b.group == 0) {
+            const int32_t *counts = a.split_visible + (static_cast<size_t>(b.c) * a.n_kv + b.h) * a.n_split;
+            int visible = 0;
+            for (int i = 0; i < a.n_split; ++i) visible += counts[i];
+            a.kv.visible[static_cast<size_t>(b.c) * a.n_kv + b.h] = visible;
+        }
+    }
     __syncthreads();
-    // The weighted sum of the value rows: warp w takes slots w, w + kAttentionWarps, ..., its lanes
-    // a row's dimensions side by side; the warps' sums are then added in warp order.
+    float *weights = a.kv.scores + (static_cast<size_t>(b.c) * a.n_head + b.head) * a.n_slots;
+    for (int s = b.begin + threadIdx.x; s < b.end; s += blockDim.x) weights[s] = softmax_weight(total, weights[s]);
+    __syncthreads();
+    // Warp w takes the range's slots w, w + kAttentionWarps, ..., its lanes a row's dimensions side
+    // by side; the warps' sums are then added in warp order.
     __shared__ float warp_out[kAttentionWarps][kCudaMaxHeadDim];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int d0 = 0; d0 < a.head_dim; d0 += 32) {
         const int d = d0 + lane;
         float acc = 0.0f;
         if (d < a.head_dim) {
-            for (int s = warp; s < used; s += kAttentionWarps) {
+            for (int s = b.begin + warp; s < b.end; s += kAttentionWarps) {
                 const float w = weights[s];
-                if (w != 0.0f) acc += w * kv_row_element(a.value_format, a.kv.values + (base + s) * a.value_row, d);
+                if (w != 0.0f) acc += w * kv_row_element(a.value_format, a.kv.values + (b.base + s) * a.value_row, d);
             }
             warp_out[warp][d] = acc;
         }
     }
     __syncthreads();
+    float *dest = a.n_split == 1 ? a.out + b.t * a.out_cols + b.head * a.head_dim
+                                 : a.partial_out + ((static_cast<size_t>(b.c) * a.n_head + b.head) * a.n_split + b.split) * a.head_dim;
     for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
         float acc = 0.0f;
         for (int w = 0; w < kAttentionWarps; ++w) acc += warp_out[w][d];
-        a.out[t * a.out_cols + head * a.head_dim + d] = acc;
+        dest[d] = acc;
+    }
+}
+
+// Pass 3 when there are several ranges, one block per (query token, query head): the ranges'
+// parts added in range order.
+__global__ void attention_reduce_kernel(AttentionArgs a) {
+    const int c = blockIdx.x, head = blockIdx.y;
+    const float *parts = a.partial_out + (static_cast<size_t>(c) * a.n_head + head) * a.n_split * a.head_dim;
+    for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < a.n_split; ++i) acc += parts[static_cast<size_t>(i) * a.head_dim + d];
+        a.out[(a.t0 + c) * a.out_cols + head * a.head_dim + d] = acc;
     }
 }
 
@@ -681,12 +751,12 @@ struct StatsArgs {
 };
 
 // The chunk's queries' contributions to each slot's statistics of the batch (kv_policy_spec.h):
-// one block per kv head, one thread per slot.
+// blocks (kv head, range of kBlock slots), one thread per slot.
 __global__ void attention_stats_kernel(StatsArgs a) {
     const int h = blockIdx.x, group = a.n_head / a.n_kv;
     const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = a.first_slot + static_cast<size_t>(h) * a.n_slots;
     const int used = a.kv.used[cell];
-    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+    for (int s = blockIdx.y * blockDim.x + threadIdx.x; s < used; s += gridDim.y * blockDim.x) {
         const int64_t index = a.kv.stream[base + s];
         if (index < 0) continue;
         SlotStats partial = a.kv.partial[static_cast<size_t>(h) * a.n_slots + s];
@@ -709,7 +779,7 @@ __global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_sl
     const int h = blockIdx.x;
     const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = first_slot + static_cast<size_t>(h) * n_slots;
     const int used = kv.used[cell];
-    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+    for (int s = blockIdx.y * blockDim.x + threadIdx.x; s < used; s += gridDim.y * blockDim.x) {
         kv.stats[base + s] =
             kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight, true);
     }
@@ -1011,6 +1081,9 @@ private:
     size_t key_row_ = 0, value_row_ = 0;
     int chunk_ = 1;  // query tokens whose attention weights the scratch holds
     int scratch_heads_ = 0;
+    SoftmaxState *split_state_ = nullptr;  // split attention's scratch (AttentionArgs)
+    int32_t *split_visible_ = nullptr;
+    float *partial_out_ = nullptr;
 };
 
 Status CudaBackend::create_kv(const KvConfig &config) {
@@ -1122,6 +1195,12 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         chunk_ = static_cast<int>(std::clamp<size_t>(kAttentionScratchBudget / per_token, 1, static_cast<size_t>(max_batch_)));
         H2O_TRY(device_array(per_token / sizeof(float) * chunk_, &kv_.scores));
         H2O_TRY(device_array(static_cast<size_t>(shape.n_head_kv) * chunk_, &kv_.visible));
+        // Split attention's parts: at most about kAttentionSplitBlocks ranges beyond one per
+        // (query, head) (attention_splits).
+        const size_t parts = static_cast<size_t>(chunk_) * shape.n_head + 2 * kAttentionSplitBlocks;
+        H2O_TRY(device_array(parts, &split_state_));
+        H2O_TRY(device_array(parts, &split_visible_));
+        H2O_TRY(device_array(parts * static_cast<size_t>(shape.head_dim), &partial_out_));
         scratch_heads_ = shape.n_head;
     }
     const KvPolicyConfig policy = kv_config_.policy_in(layer);
@@ -1166,6 +1245,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * n_slots, stream_),
                       "cudaMemsetAsync"));
     }
+    const dim3 slot_blocks(static_cast<unsigned>(shape.n_head_kv), static_cast<unsigned>((n_slots + kBlock - 1) / kBlock));
     for (int t0 = 0; t0 < n; t0 += chunk_) {
         const int count = std::min(chunk_, n - t0);
         AttentionArgs a;
@@ -1188,8 +1268,20 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         a.q_cols = q.cols;
         a.out = device_ptr<float>(out);
         a.out_cols = out.cols;
-        attention_kernel<<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head)), kBlock, 0, stream_>>>(a);
-        H2O_TRY(launched("attention"));
+        a.n_split = attention_splits(count * shape.n_head, n_slots);
+        a.split_len = (n_slots + a.n_split - 1) / a.n_split;
+        a.split_state = split_state_;
+        a.split_visible = split_visible_;
+        a.partial_out = partial_out_;
+        const dim3 blocks(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head), static_cast<unsigned>(a.n_split));
+        attention_scores_kernel<<<blocks, kBlock, 0, stream_>>>(a);
+        H2O_TRY(launched("attention_scores"));
+        attention_values_kernel<<<blocks, kBlock, 0, stream_>>>(a);
+        H2O_TRY(launched("attention_values"));
+        if (a.n_split > 1) {
+            attention_reduce_kernel<<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head)), 128, 0, stream_>>>(a);
+            H2O_TRY(launched("attention_reduce"));
+        }
         if (statistics) {
             StatsArgs s;
             s.kv = kv_;
@@ -1204,13 +1296,13 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
             s.first_index = batch.first_index;
             s.decay = policy.persistence_decay;
             s.proxy = kv_proxy_queries(policy);
-            attention_stats_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(s);
+            attention_stats_kernel<<<slot_blocks, kBlock, 0, stream_>>>(s);
             H2O_TRY(launched("attention_stats"));
         }
     }
     if (statistics) {
-        attention_fold_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, n_slots, first_slot,
-                                                                       kv_power(policy.persistence_decay, static_cast<KV_UINT>(n)));
+        attention_fold_kernel<<<slot_blocks, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, n_slots, first_slot,
+                                                                   kv_power(policy.persistence_decay, static_cast<KV_UINT>(n)));
         H2O_TRY(launched("attention_fold"));
     }
     return Status::Ok();

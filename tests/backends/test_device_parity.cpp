@@ -311,6 +311,10 @@ TEST_CASE("device parity: attention over a batch larger than the scratch process
     }
 }
 
+TEST_CASE("device parity: single tokens over a long cache match the CPU's attention and statistics") {
+    for_each_device(512, [](Backends &b, const DeviceKind &) { h2o_test::check_long_cache_decode(b); });
+}
+
 TEST_CASE("device parity: stories260K logits match the CPU after a prompt, batched and token by token") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     for_each_device(16, [&](Backends &b, const DeviceKind &kind) {
