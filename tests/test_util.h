@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -51,6 +52,29 @@ inline std::string shared_file(const std::string &relative) {
 }
 
 // A fresh path in the build tree for a temporary file.
+// Sets an environment variable for the scope of a test, then restores it (also when a
+// failed REQUIRE leaves the test early).
+class ScopedEnv {
+public:
+    ScopedEnv(const char *name, const std::string &value) : name_(name) {
+        if (const char *old = std::getenv(name)) old_ = old;
+        setenv(name, value.c_str(), 1);
+    }
+    ~ScopedEnv() {
+        if (old_) {
+            setenv(name_, old_->c_str(), 1);
+        } else {
+            unsetenv(name_);
+        }
+    }
+    ScopedEnv(const ScopedEnv &) = delete;
+    ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+    const char *name_;
+    std::optional<std::string> old_;
+};
+
 // A file in the tests' scratch folder: $H2O_TEST_TMPDIR (for runs of the same cases side by
 // side), else tmp/ in the build's tests folder.
 inline std::string temp_path(const std::string &name) {

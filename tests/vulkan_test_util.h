@@ -71,14 +71,12 @@ inline void check_validation_clean(const h2o::Backend &b) { CHECK(counters_of(b)
 // otherwise. subgroups=false forces the shared-memory reductions.
 inline std::unique_ptr<h2o::Backend> make_vk(int max_batch, bool subgroups = true, std::string *no_device = nullptr) {
     request_vulkan_validation();
-    if (subgroups) {
-        unsetenv("H2O_VULKAN_SUBGROUPS");
-    } else {
-        setenv("H2O_VULKAN_SUBGROUPS", "0", 1);
-    }
     std::unique_ptr<h2o::Backend> backend;
-    const h2o::Status st = h2o::make_vulkan_backend(-1, max_batch, &backend);
-    unsetenv("H2O_VULKAN_SUBGROUPS");
+    h2o::Status st;
+    {
+        const ScopedEnv reductions("H2O_VULKAN_SUBGROUPS", subgroups ? "1" : "0");
+        st = h2o::make_vulkan_backend(-1, max_batch, &backend);
+    }
     if (skip_without_vulkan(st, no_device)) return nullptr;
     if (!st.ok()) FAIL_CHECK("creating the Vulkan backend failed: " << st.message);
     if (backend && vulkan_required()) REQUIRE_MESSAGE(counters_of(*backend).validation, "the Vulkan validation layer is not active");

@@ -18,6 +18,7 @@
 
 using namespace h2o;
 using namespace h2o::vk;
+using h2o_test::ScopedEnv;
 
 namespace {
 
@@ -27,28 +28,6 @@ InstalledDrivers installed(std::vector<std::string> manifests, std::vector<std::
     d.gpu_nodes = std::move(gpu_nodes);
     return d;
 }
-
-// Sets an environment variable for the scope of a test, then restores it.
-class ScopedEnv {
-public:
-    ScopedEnv(const char *name, const std::string &value) : name_(name) {
-        if (const char *old = std::getenv(name)) old_ = old;
-        setenv(name, value.c_str(), 1);
-    }
-    ~ScopedEnv() {
-        if (old_) {
-            setenv(name_, old_->c_str(), 1);
-        } else {
-            unsetenv(name_);
-        }
-    }
-    ScopedEnv(const ScopedEnv &) = delete;
-    ScopedEnv &operator=(const ScopedEnv &) = delete;
-
-private:
-    const char *name_;
-    std::optional<std::string> old_;
-};
 
 }  // namespace
 

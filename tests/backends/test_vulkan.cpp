@@ -224,10 +224,12 @@ TEST_CASE("vulkan: matmul matches the CPU for every weight type, one token and b
 
 TEST_CASE("vulkan: weights larger than one storage buffer binding are processed in windows") {
     // With bindings limited to 16 KiB, a 300 x 256 F32 weight (300 KiB) takes 20 windows.
-    setenv("H2O_VULKAN_BINDING_LIMIT", "16384", 1);
     Backends b;
-    const bool ok = b.pair(make_vk(32), 32);
-    unsetenv("H2O_VULKAN_BINDING_LIMIT");
+    bool ok = false;
+    {
+        const h2o_test::ScopedEnv limit("H2O_VULKAN_BINDING_LIMIT", "16384");
+        ok = b.pair(make_vk(32), 32);
+    }
     if (!ok) return;
     VULKAN_OR_SKIP(ref, 32);
     // Q6_K rows (212 bytes on the device) are not a multiple of the offset alignment.
