@@ -44,7 +44,8 @@ fi
 # ---- cross build --------------------------------------------------------------------------------
 cmake -S "$root" -B "$build" -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" \
       -DH2O_ARM64_SYSROOT="$sysroot" -DCMAKE_BUILD_TYPE=Release -DH2O_WERROR=ON >/dev/null
-cmake --build "$build" -j"$(nproc)"
+# What the tests below run, and the library the NuGet package takes.
+cmake --build "$build" -j"$(nproc)" --target h2o-tests h2o-cli h2o-llm
 
 # ---- tests under emulation ----------------------------------------------------------------------
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
@@ -64,31 +65,42 @@ slow="$slow,*a fresh process continues*"
 kernels='*kernel selection*,*activation quantization*,*matmul*,*dequantize*,*vector operations*'
 golden='*greedy*,*batched prompt processing*,*same seed*'
 
-# Runs the tests on one emulated CPU, its output into $build/qemu-$cpu.log: QEMU_CPU model, the
-# kernel level it must choose, doctest filter options... (Called where a failure does not stop the
-# script, so each step returns its failure itself.)
+# Runs the tests on one emulated CPU, its output into $build/qemu-$cpu$part.log: QEMU_CPU model,
+# the kernel level it must choose, a tag for the part of the cases run ("" or "-partN"), doctest
+# filter options...
+# (Called where a failure does not stop the script, so each step returns its failure itself.)
 run_tests() {
-  local cpu=$1 level=$2 t0=$SECONDS log="$build/qemu-$1.log"
-  shift 2
+  local cpu=$1 level=$2 part=$3 t0=$SECONDS log="$build/qemu-$1$3.log"
+  shift 3
   {
-    echo "== QEMU_CPU=$cpu: kernels $level"
+    echo "== QEMU_CPU=$cpu: kernels $level${part:+ (${part#-})}"
     QEMU_CPU=$cpu qemu-aarch64 "$build/tools/h2o-cli" -m "$model" -p "Once" -n 4 --temp 0 --json --backend cpu |
       grep -F "\"backend\":\"cpu ($level kernels" || { echo "QEMU_CPU=$cpu did not choose the $level kernels"; return 1; }
-    mkdir -p "$build/tmp-$cpu"
-    H2O_TEST_TMPDIR="$build/tmp-$cpu" QEMU_CPU=$cpu qemu-aarch64 "$tests" --no-intro "$@" | grep -v '^H2O-SKIP' || return 1
+    mkdir -p "$build/tmp-$cpu$part"
+    H2O_TEST_TMPDIR="$build/tmp-$cpu$part" QEMU_CPU=$cpu qemu-aarch64 "$tests" --no-intro "$@" | grep -v '^H2O-SKIP' || return 1
     echo "   ($((SECONDS - t0)) s)"
   } >"$log" 2>&1
 }
-# The emulator runs one thread of work: the long run on one core, the two short ones after each
-# other on the other. The Vulkan backend is not built here: a golden test that also checks Vulkan
-# is left out by name.
-run_tests max neon+i8mm --test-case-exclude="$slow,*vulkan*,*Vulkan*" &
-long=$!
+# The emulator runs one thread of work: on two cores, the long run on the newest CPU goes in two
+# halves side by side (doctest's --first and --last count the cases passing the filters from 1),
+# then the two short runs side by side. The Vulkan backend is not built here: a golden test that
+# also checks Vulkan is left out by name.
+all="--test-case-exclude=$slow,*vulkan*,*Vulkan*"
+count=$(QEMU_CPU=max qemu-aarch64 "$tests" --count "$all" | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
+[ -n "$count" ] || { echo "h2o: could not count the ARM64 test cases" >&2; exit 1; }
+half=$((count / 2))
+rm -f "$build"/qemu-*.log
 status=0
-run_tests neoverse-n1 neon+dotprod --test-case="$kernels,$golden" --test-case-exclude="*vulkan*,*Vulkan*" || status=1
-run_tests cortex-a57 neon --test-case="$kernels,$golden" --test-case-exclude="*vulkan*,*Vulkan*" || status=1
-wait "$long" || status=1
-cat "$build/qemu-max.log" "$build/qemu-neoverse-n1.log" "$build/qemu-cortex-a57.log"
+run_tests max neon+i8mm -part1 "$all" --first=1 --last=$half &
+first=$!
+run_tests max neon+i8mm -part2 "$all" --first=$((half + 1)) --last="$count" || status=1
+wait "$first" || status=1
+short="--test-case-exclude=*vulkan*,*Vulkan*"
+run_tests neoverse-n1 neon+dotprod "" --test-case="$kernels,$golden" "$short" &
+first=$!
+run_tests cortex-a57 neon "" --test-case="$kernels,$golden" "$short" || status=1
+wait "$first" || status=1
+cat "$build"/qemu-*.log
 [ $status -eq 0 ] || { echo "h2o: the ARM64 tests failed (above)" >&2; exit 1; }
 
 echo "== a kernel level the CPU lacks is refused"
