@@ -16,11 +16,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bandwidth.h"
 #include "common.h"
+#include "kv_settings.h"
 #include "options.h"
 #include "session_options.h"
 #include "h2o/h2o.h"
@@ -168,8 +168,7 @@ int main(int argc, char **argv) {
     // with the same threads in a child process before the model loads (its buffer would
     // otherwise count in the peak RSS reported below).
     const bool on_cpu = std::find(backends.begin(), backends.end(), uint32_t{H2O_BACKEND_CPU}) != backends.end();
-    const int probe_threads = base.n_threads ? static_cast<int>(base.n_threads)
-                                             : static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+    const int probe_threads = base.n_threads ? static_cast<int>(base.n_threads) : h2o::default_thread_count();
     const double read_bandwidth = on_cpu && n_gen > 0 ? h2o_tools::probe_read_bandwidth_apart(probe_threads) : 0.0;
     std::string unread;
     const uint64_t weights_per_token = n_gen > 0 ? h2o_tools::decode_weight_bytes(model_path, &unread) : 0;

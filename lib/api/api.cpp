@@ -8,7 +8,6 @@
 #include <cstring>
 #include <new>
 #include <string>
-#include <thread>
 
 #include "h2o/h2o.h"
 #include "h2o/h2o_experimental.h"
@@ -212,11 +211,6 @@ Status value_from_name(const char *(*name_of)(uint32_t), const char *name, uint3
         known += (i ? ", " : "") + std::string(name_of(i));
     }
     return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": unknown name '" + name + "' (known: " + known + ")");
-}
-
-int default_thread_count() {
-    const unsigned cores = std::thread::hardware_concurrency();
-    return static_cast<int>(cores == 0 ? 1 : (cores > 8 ? 8 : cores));
 }
 
 }  // namespace
@@ -565,7 +559,7 @@ h2o::ResolveContext resolve_context(const h2o_model *model) {
     h2o::ResolveContext context;
     context.n_ctx_train = static_cast<int>(std::min<uint32_t>(model->impl->n_ctx_train(), 0x7FFFFFFFu));
     context.n_layer = model->impl->shape().n_layer;
-    context.default_threads = default_thread_count();
+    context.default_threads = h2o::default_thread_count();
     return context;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "h2o/h2o_experimental.h"
@@ -12,6 +13,11 @@
 #include "kv_layer_budgets.h"
 
 namespace h2o {
+
+int default_thread_count() {
+    const unsigned cores = std::thread::hardware_concurrency();
+    return static_cast<int>(cores == 0 ? 1 : (cores > 8 ? 8 : cores));
+}
 
 namespace {
 

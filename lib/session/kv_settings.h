@@ -106,6 +106,9 @@ h2o_session_params default_session_params();
 // session resolves to the same ones), with the host's choices of `host`.
 h2o_session_params params_for(const SessionSettings &settings, const h2o_session_params &host);
 
+// The compute threads of a session that asks for 0 (the default): the cores, at most 8.
+int default_thread_count();
+
 // The model's facts that resolution needs.
 struct ResolveContext {
     int n_ctx_train = 0;  // the model's context length
