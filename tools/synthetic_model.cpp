@@ -101,12 +101,20 @@ void write_synthetic_vocabulary(int n_vocab, GgufWriter &w) {
     w.add_u32("tokenizer.ggml.unknown_token_id", 0);
 }
 
+bool is_gemma(const std::string &arch) { return arch == "gemma2" || arch == "gemma3"; }
+
 Status check_spec(const SyntheticModelSpec &spec) {
     auto invalid = [](const std::string &what) { return make_error(H2O_ERR_INVALID_ARGUMENT, what); };
     const std::string &arch = spec.architecture;
-    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3") {
-        return invalid("unknown architecture '" + arch + "' (llama, qwen2, qwen3, phi3)");
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !is_gemma(arch)) {
+        return invalid("unknown architecture '" + arch + "' (llama, qwen2, qwen3, phi3, gemma2, gemma3)");
     }
+    if (!is_gemma(arch) &&
+        (spec.sliding_window != 0 || spec.sliding_window_pattern != 0 || spec.attention_softcap != 0.0f || spec.output_softcap != 0.0f)) {
+        return invalid("sliding windows and soft-capping belong to the gemma2 and gemma3 architectures");
+    }
+    if (spec.sliding_window < 0 || spec.sliding_window_pattern < 0 || !(spec.attention_softcap >= 0.0f) || !(spec.output_softcap >= 0.0f))
+        return invalid("the sliding window, its pattern and the soft-capping values must not be negative");
     if (spec.n_head <= 0 || spec.n_head_kv <= 0 || spec.n_head % spec.n_head_kv != 0) return invalid("kv heads must divide heads");
     if (spec.head_dim < 0 || (spec.head_dim == 0 && spec.n_embd % spec.n_head != 0)) {
         return invalid("heads must divide the embedding size unless the head size is given");
@@ -164,11 +172,17 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
     }
     w.add_f32(key("rope.freq_base"), spec.rope_freq_base);
     w.add_f32(key("attention.layer_norm_rms_epsilon"), arch == "llama" ? 1e-5f : 1e-6f);
+    if (spec.sliding_window != 0) w.add_u32(key("attention.sliding_window"), spec.sliding_window);
+    if (spec.sliding_window_pattern != 0) w.add_u32(key("attention.sliding_window_pattern"), spec.sliding_window_pattern);
+    if (spec.attention_softcap != 0.0f) w.add_f32(key("attn_logit_softcapping"), spec.attention_softcap);
+    if (spec.output_softcap != 0.0f) w.add_f32(key("final_logit_softcapping"), spec.output_softcap);
 
     if (spec.write_vocabulary) {
         spec.write_vocabulary(w);
     } else {
         write_synthetic_vocabulary(spec.n_vocab, w);
+        // Gemma's sentencepiece vocabulary adds no space before the text.
+        if (is_gemma(arch)) w.add_bool("tokenizer.ggml.add_space_prefix", false);
     }
 
     Random rng(spec.seed);
@@ -236,7 +250,12 @@ Status write_synthetic_model(const SyntheticModelSpec &spec, const std::string &
             w.add_tensor(p + "attn_k.bias", TensorType::F32, {kv}, random_vector(rng, kv, 0.0f, 0.5f));
             w.add_tensor(p + "attn_v.bias", TensorType::F32, {kv}, random_vector(rng, kv, 0.0f, 0.5f));
         }
-        if (arch == "qwen3") {
+        if (is_gemma(arch)) {
+            // The norms of the attention's and the feed-forward's outputs, away from 1.
+            w.add_tensor(p + "post_attention_norm.weight", TensorType::F32, {d}, random_vector(rng, d, 1.0f, 0.5f));
+            w.add_tensor(p + "post_ffw_norm.weight", TensorType::F32, {d}, random_vector(rng, d, 1.0f, 0.5f));
+        }
+        if (arch == "qwen3" || arch == "gemma3") {
             // Norm weights away from 1, so a weight applied to the wrong element shows.
             w.add_tensor(p + "attn_q_norm.weight", TensorType::F32, {head_dim}, random_vector(rng, head_dim, 1.0f, 0.5f));
             w.add_tensor(p + "attn_k_norm.weight", TensorType::F32, {head_dim}, random_vector(rng, head_dim, 1.0f, 0.5f));

@@ -15,9 +15,10 @@ namespace h2o {
 class GgufWriter;
 
 struct SyntheticModelSpec {
-    // "llama", "qwen2" (q, k and v biases), "qwen3" (per-head norms of q and k) or "phi3" (fused
-    // q/k/v and gate/up projections); each written with its tensors and its rotary convention, as
-    // the converters write real ones.
+    // "llama", "qwen2" (q, k and v biases), "qwen3" (per-head norms of q and k), "phi3" (fused
+    // q/k/v and gate/up projections), "gemma2" or "gemma3" (Gemma's block: norms after the
+    // attention and the feed-forward; gemma3 also per-head norms of q and k); each written with
+    // its tensors and its rotary convention, as the converters write real ones.
     std::string architecture = "llama";
     int n_embd = 768;
     int n_layer = 12;
@@ -35,6 +36,13 @@ struct SyntheticModelSpec {
     // phi3 only: LongRoPE's short and long per-pair factors and its attention factor, with this
     // original context (below n_ctx); 0: none.
     int long_rope_context = 0;
+    // gemma2 and gemma3: attention.sliding_window (0: not written, which for gemma3 makes every
+    // layer global and for gemma2 means 4096), attention.sliding_window_pattern (0: not written)
+    // and the soft-capping values (0: not written).
+    int sliding_window = 0;
+    int sliding_window_pattern = 0;
+    float attention_softcap = 0.0f;
+    float output_softcap = 0.0f;
     TensorType type = TensorType::Q4_0;  // matrices; norms and biases stay F32
     bool tied_output = false;
     // The range of token_embd's values, [-scale, scale). 1 makes a tied model mostly repeat its

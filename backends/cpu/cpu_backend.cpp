@@ -12,6 +12,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/shared_weights.h"
+#include "activation.h"
 #include "kv_cache.h"
 #include "rotary.h"
 #include "greedy_index.h"
@@ -157,6 +158,35 @@ public:
                 cpu::silu_mul(g + begin, g + begin, u + begin, end - begin);
             },
             count * 8);  // an exp and a few flops per element
+        return Status::Ok();
+    }
+
+    Status geglu(const Tensor &gate, const Tensor &up, int n) override {
+        H2O_TRY(injected_fault());
+        float *g = host<float>(gate);
+        const float *u = host<const float>(up);
+        const int64_t count = gate.cols * n;
+        pool_.run(
+            [&](int index, int threads) {
+                int64_t begin, end;
+                ThreadPool::split(count, index, threads, &begin, &end);
+                for (int64_t i = begin; i < end; ++i) g[i] = gelu_tanh(g[i]) * u[i];
+            },
+            count * 12);  // a tanh and a few flops per element
+        return Status::Ok();
+    }
+
+    Status scale(const Tensor &x, float factor, int n) override {
+        H2O_TRY(injected_fault());
+        float *p = host<float>(x);
+        for (int64_t i = 0, count = x.cols * n; i < count; ++i) p[i] *= factor;
+        return Status::Ok();
+    }
+
+    Status softcap(const Tensor &x, float cap, int n) override {
+        H2O_TRY(injected_fault());
+        float *p = host<float>(x);
+        for (int64_t i = 0, count = x.cols * n; i < count; ++i) p[i] = soft_cap(p[i], cap);
         return Status::Ok();
     }
 
@@ -374,7 +404,10 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
     // so no two threads write one slot.
     const int n_slots = kv_.max_cell_slots();  // the stride of the per-thread partials and weights
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+    const float cap = shape.attention_softcap;
+    // A local layer's queries see only the window's latest tokens (0: no limit).
+    const int64_t window = shape.is_local(layer) ? shape.sliding_window : 0;
     const float decay = policy.persistence_decay;
     const auto proxy = static_cast<uint32_t>(kv_proxy_queries(policy));
     // A unit is a tile of consecutive tokens of one kv head: its query heads and tokens read the
@@ -406,7 +439,10 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                 const int t1 = std::min(n, t0 + tile_tokens);
                 const int used = kv_.used(layer, h);
                 const KvCache::CellView view = kv_.cell(layer, h);
-                auto seen = [&](int s, int t) { return view.stream_index[s] >= 0 && view.stream_index[s] <= batch.first_index + t; };
+                auto seen = [&](int s, int t) {
+                    const int64_t stream = view.stream_index[s], query = batch.first_index + t;
+                    return stream >= 0 && stream <= query && (window == 0 || stream > query - window);
+                };
                 // Per token: how many slots it sees, and `end`: slots from there on are all unseen by
                 // it (in a prompt, usually the batch's later tokens), so every loop below stops there,
                 // which changes no result. One pass over the slots finds them for the whole tile: a
@@ -416,9 +452,12 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                 const int64_t first = batch.first_index + t0;
                 int seen_by_all = 0, seen_by_all_end = 0, n_unseen = 0;
                 int seen_from[kTileQueries] = {}, seen_from_end[kTileQueries] = {};
+                // In a local layer, a slot the window hides from the tile's last query is listed
+                // with the others: each query then decides by seen().
+                const int64_t seen_by_all_after = window == 0 ? -1 : first + (t1 - t0 - 1) - window;
                 for (int s = 0; s < used; ++s) {
                     const int64_t stream = view.stream_index[s];
-                    if (stream >= 0 && stream <= first) {
+                    if (stream >= 0 && stream <= first && stream > seen_by_all_after) {
                         ++seen_by_all;
                         seen_by_all_end = s + 1;
                         continue;
@@ -433,6 +472,16 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                 for (int tt = 0; tt < t1 - t0; ++tt) {
                     visible[tt] = (tt == 0 ? seen_by_all : visible[tt - 1]) + seen_from[tt];
                     end[tt] = std::max(tt == 0 ? seen_by_all_end : end[tt - 1], seen_from_end[tt]);
+                    if (window != 0) {
+                        // Listed slots come and go with the window: counted query by query.
+                        visible[tt] = seen_by_all;
+                        end[tt] = seen_by_all_end;
+                        for (int i = 0; i < n_unseen; ++i) {
+                            if (!seen(scratch.unseen[i], t0 + tt)) continue;
+                            ++visible[tt];
+                            end[tt] = std::max(end[tt], scratch.unseen[i] + 1);
+                        }
+                    }
                     if (!gather_statistics) continue;  // group weights feed the statistics alone
                     float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * n_slots;
                     std::fill(group_weight, group_weight + used, 0.0f);
@@ -449,7 +498,9 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                         outs[j] = host<float>(out) + t * out.cols + head * hd;
                         std::fill(outs[j], outs[j] + hd, 0.0f);
                     }
-                    const int scored = end[(r0 + m - 1) / group];  // the chunk's last token sees the most
+                    // The chunk's last token sees the most (in a local layer, any of its tokens may).
+                    int scored = end[(r0 + m - 1) / group];
+                    for (int j = 0; window != 0 && j < m; j += group) scored = std::max(scored, end[(r0 + j) / group]);
                     // Every slot before `scored` is scored for every query, then each query's unseen
                     // ones are masked. The rows are read in their stored form (kv_row_format.h).
                     cpu::dot_kv_rows(key_format, queries, m, view.keys, key_row, scored, hd, scratch.weight, n_slots);
@@ -457,6 +508,9 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                         const int t = t0 + (r0 + j) / group, query_end = end[t - t0];
                         float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
                         for (int s = 0; s < query_end; ++s) weight[s] *= scale;
+                        if (cap != 0.0f) {
+                            for (int s = 0; s < query_end; ++s) weight[s] = soft_cap(weight[s], cap);
+                        }
                         for (int i = 0; i < n_unseen && scratch.unseen[i] < query_end; ++i) {
                             if (!seen(scratch.unseen[i], t)) weight[scratch.unseen[i]] = -INFINITY;
                         }

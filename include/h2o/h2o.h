@@ -292,15 +292,17 @@ typedef struct h2o_chat_message {
  * {content}<|im_end|>\n"; Qwen 2/2.5/3, SmolLM2), "llama3" (Llama 3.x: "<|start_header_id|>{role}
  * <|end_header_id|>\n\n{content}<|eot_id|>"; the BOS is the tokenizer's), "phi3" (Phi-3, Phi-3.5,
  * Phi-4-mini: "<|{role}|>\n{content}<|end|>\n"), "mistral" (Mistral Instruct: "[INST] {system}\n\n
- * {user}[/INST] {assistant}</s>"; the BOS is the tokenizer's), or NULL for the format the model's
+ * {user}[/INST] {assistant}</s>"; the BOS is the tokenizer's), "gemma" (Gemma 2 and 3:
+ * "<start_of_turn>{user|model}\n{content}<end_of_turn>\n", the system message opening the first
+ * user turn; the BOS is the tokenizer's), or NULL for the format the model's
  * tokenizer.chat_template describes. add_assistant_prefix != 0 ends the text with what opens the
  * assistant's reply ("<|assistant|>\n", "<|im_start|>assistant\n",
- * "<|start_header_id|>assistant<|end_header_id|>\n\n"; Llama-2 and Mistral prompts already end with
+ * "<|start_header_id|>assistant<|end_header_id|>\n\n", "<start_of_turn>model\n"; Llama-2 and Mistral prompts already end with
  * "[/INST]"). Feed the text with
  * h2o_session_add_text(..., H2O_TEXT_SPECIAL) so its control tokens become tokens, then
  * h2o_generate with an empty prompt: generation stops at the end-of-turn token. The text is
  * written as h2o_detokenize writes (needed size in *n_bytes, NUL when it fits). Errors:
- * H2O_ERR_INVALID_ARGUMENT (unknown format name or role, turns out of order for llama2),
+ * H2O_ERR_INVALID_ARGUMENT (unknown format name or role, turns out of order for llama2 and gemma),
  * H2O_ERR_UNSUPPORTED (NULL format and the model has no known template),
  * H2O_ERR_BUFFER_TOO_SMALL. */
 H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages, size_t n_messages,
@@ -513,9 +515,10 @@ typedef struct h2o_kv_layout {
     uint32_t type;             /**< h2o_kv_type */
     uint32_t n_ctx;            /**< longest stream without rolling, after defaults */
     uint32_t horizon;          /**< stale distance (see kv_horizon); 0: none */
-    uint32_t min_layer_budget; /**< slots per kv head of the smallest layer */
-    uint32_t max_layer_budget; /**< slots per kv head of the largest layer */
-    uint32_t min_head_budget;  /**< the fewest slots a kv head of the smallest layer keeps */
+    uint32_t min_layer_budget; /**< slots per kv head of the smallest layer (the global layers' of a model
+                                    with sliding-window layers, whose local layers hold their window) */
+    uint32_t max_layer_budget; /**< slots per kv head of the largest layer (local layers included) */
+    uint32_t min_head_budget;  /**< the fewest slots a kv head of the smallest (global) layer keeps */
 } h2o_kv_layout;
 
 /** The backend device the session runs on (set info->struct_size first). */

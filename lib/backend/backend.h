@@ -71,9 +71,30 @@ struct ModelShape {
     int n_vocab = 0;
     RotarySpec rope;
     float rms_eps = 1e-5f;
+    // Gemma's block (ArchitectureSpec::gemma_block); the defaults are the Llama block's.
+    float embedding_scale = 1.0f;  // token embeddings are multiplied by this
+    bool gelu = false;             // the feed-forward's gate goes through GELU (tanh) instead of SiLU
+    bool post_norms = false;       // the attention's and feed-forward's outputs are normalised (LayerWeights)
+    float attention_scale = 0.0f;  // the factor of q·k; 0: head_dim^-1/2
+    // Soft-capping: a value x becomes cap * tanh(x / cap); 0: none. The attention's scores (after
+    // the scale) and the final logits.
+    float attention_softcap = 0.0f;
+    float output_softcap = 0.0f;
+    // Local layers attend to the sliding_window latest tokens only (a key of stream index j is
+    // seen by the query of stream index i when i - sliding_window < j <= i), rotated by
+    // local_rope; 0: no layer is local.
+    int sliding_window = 0;
+    std::vector<uint8_t> local_layers;  // n_layer entries, 1 for a local layer; empty: none
+    RotarySpec local_rope;
 
     int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
     int64_t kv_dim() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
+    bool is_local(int layer) const { return !local_layers.empty() && local_layers[static_cast<size_t>(layer)] != 0; }
+    // What the block computes beyond the Llama block's operations (a backend that lacks them refuses
+    // the model): Gemma's.
+    bool needs_gemma_operations() const {
+        return embedding_scale != 1.0f || gelu || post_norms || attention_softcap != 0.0f || output_softcap != 0.0f || sliding_window != 0;
+    }
 };
 
 // The tokens of one batch are consecutive in the stream: token t has stream index
@@ -138,6 +159,14 @@ public:
     virtual Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) = 0;
     // gate[t] = silu(gate[t]) * up[t].
     virtual Status swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
+    // Gemma's operations (ModelShape::needs_gemma_operations); a backend without them refuses
+    // such models in its BackendEntry::supports, so these are never reached there.
+    // gate[t] = gelu(gate[t]) * up[t], GELU's tanh approximation.
+    virtual Status geglu(const Tensor & /*gate*/, const Tensor & /*up*/, int /*n*/) { return lacks("geglu"); }
+    // x[t] *= factor, for the first n rows.
+    virtual Status scale(const Tensor & /*x*/, float /*factor*/, int /*n*/) { return lacks("scale"); }
+    // x[t] = cap * tanh(x[t] / cap), for the first n rows.
+    virtual Status softcap(const Tensor & /*x*/, float /*cap*/, int /*n*/) { return lacks("softcap"); }
     // acc[t] += x[t].
     virtual Status add(const Tensor &acc, const Tensor &x, int n) = 0;
     // acc[t] += bias (one row of acc.cols, F32), for the first n rows: a projection's bias.
@@ -152,11 +181,18 @@ public:
     // For each kv head of `layer`: if fewer than n slots are free, evicts victims by the policy
     // (kv_policy.h) until n are; stores the batch's k and v in free slots; then computes causal
     // attention of q over the occupied slots (a slot is visible to a query when its stream index
-    // is not after the query's), writing out [n × n_head*head_dim], and updates the visible
-    // slots' statistics. The caller guarantees that n slots can be freed (pinned tokens and span
+    // is not after the query's, and in a local layer, shape.is_local, less than
+    // shape.sliding_window before it), the scores q·k times shape.attention_scale (0: head_dim^-1/2)
+    // and soft-capped by shape.attention_softcap, writing out [n × n_head*head_dim], and updates
+    // the visible slots' statistics. The caller guarantees that n slots can be freed (pinned tokens and span
     // minimums excepted).
     virtual Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
                              const ModelShape &shape) = 0;
+
+protected:
+    Status lacks(const char *operation) const {
+        return make_error(H2O_ERR_UNSUPPORTED, std::string("the ") + name() + " backend has no " + operation + " operation");
+    }
 };
 
 }  // namespace h2o

@@ -45,6 +45,8 @@ Status LlamaGraph::adopt_weights() {
         H2O_TRY(adopt(src.bo, &dst.bo));
         H2O_TRY(adopt(src.q_norm, &dst.q_norm));
         H2O_TRY(adopt(src.k_norm, &dst.k_norm));
+        H2O_TRY(adopt(src.post_attn_norm, &dst.post_attn_norm));
+        H2O_TRY(adopt(src.post_ffn_norm, &dst.post_ffn_norm));
     }
     return Status::Ok();
 }
@@ -87,8 +89,14 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, con
     AttentionBatch batch{n, first_index, positions_.slice_rows(0, layer_positions), tag, per_kv_head};
 
     H2O_TRY(be.get_rows(x_, token_embd_, ids_, n));
+    if (s.embedding_scale != 1.0f) H2O_TRY(be.scale(x_, s.embedding_scale, n));
     for (int l = 0; l < s.n_layer; ++l) {
         const LayerTensors &w = layers_[l];
+        // A local layer rotates by its own base, and its tokens are never pinned nor in a span:
+        // it keeps its window whatever the retention (KvConfig::layer_window).
+        const bool local = s.is_local(l);
+        const ModelShape &layer_shape = local ? local_shape_ : s;
+        batch.tag = local ? 0 : tag;
         H2O_TRY(be.rms_norm(xn_, x_, w.attn_norm, n, s.rms_eps));
         const Tensor qkv[] = {q_, k_, v_}, qkv_weights[] = {w.wq, w.wk, w.wv};
         H2O_TRY(be.matmuls(qkv, qkv_weights, 3, xn_, n));
@@ -101,17 +109,19 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, con
             H2O_TRY(be.rms_norm(k_.with_cols(s.head_dim), k_.with_cols(s.head_dim), w.k_norm, n * s.n_head_kv, s.rms_eps));
         }
         if (per_layer) batch.positions = positions_.slice_rows(l * layer_positions, layer_positions);
-        H2O_TRY(be.rope(q_, k_, batch.positions, n, s, per_kv_head));
-        H2O_TRY(be.attention(attn_, q_, k_, v_, l, batch, s));
+        H2O_TRY(be.rope(q_, k_, batch.positions, n, layer_shape, per_kv_head));
+        H2O_TRY(be.attention(attn_, q_, k_, v_, l, batch, layer_shape));
         H2O_TRY(be.matmul(proj_, w.wo, attn_, n));
         H2O_TRY(add_bias(proj_, w.bo, n));
+        if (s.post_norms) H2O_TRY(be.rms_norm(proj_, proj_, w.post_attn_norm, n, s.rms_eps));
         H2O_TRY(be.add(x_, proj_, n));
 
         H2O_TRY(be.rms_norm(xn_, x_, w.ffn_norm, n, s.rms_eps));
         const Tensor gate_up[] = {gate_, up_}, gate_up_weights[] = {w.w_gate, w.w_up};
         H2O_TRY(be.matmuls(gate_up, gate_up_weights, 2, xn_, n));
-        H2O_TRY(be.swiglu(gate_, up_, n));
+        H2O_TRY(s.gelu ? be.geglu(gate_, up_, n) : be.swiglu(gate_, up_, n));
         H2O_TRY(be.matmul(proj_, w.w_down, gate_, n));
+        if (s.post_norms) H2O_TRY(be.rms_norm(proj_, proj_, w.post_ffn_norm, n, s.rms_eps));
         H2O_TRY(be.add(x_, proj_, n));
     }
     // Only the last token's logits are needed: generation samples from them, and evaluation
@@ -119,7 +129,8 @@ Status LlamaGraph::evaluate(const int32_t *tokens, const int32_t *positions, con
     const Tensor last = x_.slice_rows(n - 1, 1);
     const Tensor last_norm = xn_.slice_rows(0, 1);
     H2O_TRY(be.rms_norm(last_norm, last, output_norm_, 1, s.rms_eps));
-    return be.matmul(logits_, output_, last_norm, 1);
+    H2O_TRY(be.matmul(logits_, output_, last_norm, 1));
+    return s.output_softcap != 0.0f ? be.softcap(logits_, s.output_softcap, 1) : Status::Ok();
 }
 
 Status LlamaGraph::add_bias(const Tensor &out, const Tensor &bias, int n) {

@@ -1,6 +1,7 @@
 // The forward pass of every architecture the runtime runs (architecture.h): the Llama block, with
 // the projections' biases, the per-head norms of q and k and the rotary description where the
-// model has them. Written once against the Backend interface.
+// model has them, and Gemma's variations of it (ModelShape). Written once against the Backend
+// interface.
 #pragma once
 
 #include <memory>
@@ -47,7 +48,7 @@ private:
     struct LayerTensors {
         Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
         // Absent (rows 0) unless the model has them (LayerWeights).
-        Tensor bq, bk, bv, bo, q_norm, k_norm;
+        Tensor bq, bk, bv, bo, q_norm, k_norm, post_attn_norm, post_ffn_norm;
     };
     // out += bias, when the model has the bias.
     Status add_bias(const Tensor &out, const Tensor &bias, int n);
@@ -55,12 +56,15 @@ private:
     LlamaGraph(const Model &model, const RotarySpec &rope, Backend &backend, int max_batch, int position_sets)
         : model_(model), shape_(model.shape()), backend_(backend), max_batch_(max_batch), position_sets_(position_sets) {
         shape_.rope = rope;
+        local_shape_ = shape_;
+        local_shape_.rope = shape_.local_rope;
     }
     Status adopt_weights();
     Status alloc_activations();
 
     const Model &model_;
-    ModelShape shape_;  // the model's, with the session's rotation
+    ModelShape shape_;        // the model's, with the session's rotation
+    ModelShape local_shape_;  // shape_ with the local layers' rotation (ModelShape::local_rope)
     Backend &backend_;
     int max_batch_;
     int position_sets_;

@@ -42,19 +42,23 @@ Status KvCache::init(const KvConfig &config, int threads) {
     } catch (const std::bad_alloc &) {
         return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's working memory");
     }
-    const int n_pairs = config.rope.pairs();
-    const std::vector<double> inv_freq = config.rope.inv_freqs();
     // One eviction of k tokens moves kept keys back by 1..k <= max_slots positions: the rotations
     // for every such shift are computed once here. Evaluating them per key instead (a double
     // sine and cosine per pair) cost rolling sessions 7x their decoding speed at budget 256.
-    try {
-        rotate_back_cos_sin_.assign(config.rolling ? (max_slots + 1) * n_pairs * 2 : 0, 0.0f);
-    } catch (const std::bad_alloc &) {
-        return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rotation table");
-    }
-    for (int shift = 1; config.rolling && shift <= static_cast<int>(max_slots); ++shift) {
-        float *row = rotate_back_cos_sin_.data() + static_cast<size_t>(shift) * n_pairs * 2;
-        for (int i = 0; i < n_pairs; ++i) rotary_cos_sin(-shift, inv_freq[i], &row[2 * i], &row[2 * i + 1]);
+    const int n_pairs = config.rope.pairs();
+    for (int table = 0; table < 2; ++table) {
+        const bool wanted = config.rolling && (table == 0 || !config.layer_window.empty());
+        const std::vector<double> inv_freq = (table == 0 ? config.rope : config.local_rope).inv_freqs();
+        std::vector<float> &cos_sin = rotate_back_cos_sin_[table];
+        try {
+            cos_sin.assign(wanted ? (max_slots + 1) * n_pairs * 2 : 0, 0.0f);
+        } catch (const std::bad_alloc &) {
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rotation table");
+        }
+        for (int shift = 1; wanted && shift <= static_cast<int>(max_slots); ++shift) {
+            float *row = cos_sin.data() + static_cast<size_t>(shift) * n_pairs * 2;
+            for (int i = 0; i < n_pairs; ++i) rotary_cos_sin(-shift, inv_freq[i], &row[2 * i], &row[2 * i + 1]);
+        }
     }
     return Status::Ok();
 }
@@ -96,10 +100,11 @@ uint64_t KvCache::next_random() {
     return kv_next_random(&image_.random_state);
 }
 
-void KvCache::rotate_back(uint8_t *stored_key, int shift, float *key) {
+void KvCache::rotate_back(int layer, uint8_t *stored_key, int shift, float *key) {
     const int n_pairs = config_.rope.pairs();
     const bool adjacent = config_.rope.pairing == RotaryPairing::Adjacent;
-    const float *cos_sin = rotate_back_cos_sin_.data() + static_cast<size_t>(shift) * n_pairs * 2;
+    const std::vector<float> &table = rotate_back_cos_sin_[config_.is_window_layer(layer) ? 1 : 0];
+    const float *cos_sin = table.data() + static_cast<size_t>(shift) * n_pairs * 2;
     if (adjacent && key_format_ == KvRowFormat::F16 && rotation_kernels_.rotate_half_pairs) {
         // F16 rows are 2-byte aligned; the rest of the row (partial rotation) is left as it is.
         rotation_kernels_.rotate_half_pairs(reinterpret_cast<uint16_t *>(stored_key), cos_sin, n_pairs);
@@ -226,18 +231,18 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         v.stream_index[s] = -1;
         free_list[image_.free_count[h]++] = s;
     }
-    if (config_.rolling && n_victims > 0) roll_back_kept(v, used, evicted.data(), n_victims, scratch.key.data());
+    if (config_.rolling && n_victims > 0) roll_back_kept(layer, v, used, evicted.data(), n_victims, scratch.key.data());
     return n_victims;
 }
 
-void KvCache::roll_back_kept(const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch) {
+void KvCache::roll_back_kept(int layer, const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch) {
     std::sort(evicted, evicted + n_evicted);
     for (int s = 0; s < used; ++s) {
         if (v.stream_index[s] < 0) continue;
         const int shift = static_cast<int>(std::lower_bound(evicted, evicted + n_evicted, v.stream_index[s]) - evicted);
         if (shift == 0) continue;
         v.position[s] -= shift;
-        rotate_back(v.keys + static_cast<size_t>(s) * image_.key_row_bytes, shift, key_scratch);
+        rotate_back(layer, v.keys + static_cast<size_t>(s) * image_.key_row_bytes, shift, key_scratch);
     }
 }
 

@@ -133,10 +133,11 @@ private:
         std::vector<int32_t> span_held;     // the largest pool's cells * KV_MAX_SPANS
         std::vector<int32_t> kept, slots;   // the largest pool's cells
     };
-    void rotate_back(uint8_t *key, int shift, float *scratch);
-    // With rolling, after a cell lost the tokens evicted[0, n_evicted) (stream indices, sorted
-    // here): each kept token moves back one rank per evicted token that preceded it.
-    void roll_back_kept(const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch);
+    // Rotates a key of `layer` back by `shift` positions (config_.rope_in(layer)).
+    void rotate_back(int layer, uint8_t *key, int shift, float *scratch);
+    // With rolling, after a cell of `layer` lost the tokens evicted[0, n_evicted) (stream indices,
+    // sorted here): each kept token moves back one rank per evicted token that preceded it.
+    void roll_back_kept(int layer, const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch);
     // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.
     static void count_span_tokens(const CellView &v, int used, EvictionScratch &scratch);
     // Whether the unpinned token in slot s may go now (its span, if any, holds more than its
@@ -154,8 +155,9 @@ private:
     std::vector<EvictionScratch> scratch_;  // allocated once
     RotationKernels rotation_kernels_;
     // With rolling: for each shift 1..max_slots(), the cosine and sine of rotating back by it, for
-    // each of the rope.pairs() pairs ([shift][pair][cos, sin]; row 0 unused).
-    std::vector<float> rotate_back_cos_sin_;
+    // each of the rope.pairs() pairs ([shift][pair][cos, sin]; row 0 unused); the second table is
+    // the local layers' (config_.local_rope), when there are any.
+    std::vector<float> rotate_back_cos_sin_[2];
 };
 
 }  // namespace h2o

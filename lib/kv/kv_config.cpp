@@ -7,7 +7,14 @@ namespace h2o {
 
 int KvConfig::max_slots() const { return layer_slots.empty() ? n_slots : *std::max_element(layer_slots.begin(), layer_slots.end()); }
 
-int KvConfig::min_slots() const { return layer_slots.empty() ? n_slots : *std::min_element(layer_slots.begin(), layer_slots.end()); }
+int KvConfig::min_slots() const {
+    if (layer_slots.empty()) return n_slots;
+    int fewest = -1;
+    for (int l = 0; l < n_layer; ++l) {
+        if (!is_window_layer(l) && (fewest < 0 || slots_in(l) < fewest)) fewest = slots_in(l);
+    }
+    return fewest < 0 ? n_slots : fewest;
+}
 
 int KvConfig::min_cell_slots(int layer) const {
     const int slots = slots_in(layer);
@@ -23,9 +30,11 @@ int KvConfig::max_cell_slots(int layer) const {
 }
 
 int KvConfig::min_cell_slots() const {
-    int fewest = min_cell_slots(0);
-    for (int l = 1; l < n_layer; ++l) fewest = std::min(fewest, min_cell_slots(l));
-    return fewest;
+    int fewest = -1;
+    for (int l = 0; l < n_layer; ++l) {
+        if (!is_window_layer(l) && (fewest < 0 || min_cell_slots(l) < fewest)) fewest = min_cell_slots(l);
+    }
+    return fewest < 0 ? min_cell_slots(0) : fewest;
 }
 
 int KvConfig::max_cell_slots() const {
@@ -41,8 +50,14 @@ int64_t KvConfig::first_slot_of(int layer) const {
 }
 
 KvPolicyConfig KvConfig::policy_in(int layer) const {
-    KvPolicyConfig p = policy;
     const int slots = slots_in(layer);
+    if (is_window_layer(layer)) {
+        KvPolicyConfig window;
+        window.policy = KvPolicy::Window;
+        window.recent = slots;
+        return window;
+    }
+    KvPolicyConfig p = policy;
     if (slots != n_slots && n_slots > 0) {
         p.recent = static_cast<int>(std::lround(static_cast<double>(policy.recent) * slots / n_slots));
         p.recent = std::min(p.recent, slots);

@@ -24,6 +24,14 @@ struct KvConfig {
     // n_layer * n_slots: the same memory); empty: n_slots in every layer. The cells are laid out
     // layer by layer, n_head_kv cells of slots_in(layer) slots each.
     std::vector<int> layer_slots;
+    // Sliding-window layers (ModelShape::local_layers): n_layer entries, a local layer's window in
+    // tokens (0: a global layer); empty: every layer global. A local layer's cells are a plain
+    // window: its slots (layer_slots) hold the window and one batch, its tokens go oldest first
+    // whatever the policy (policy_in), are never pinned nor in a span (the graph stores them
+    // untagged) and are rotated by local_rope. Pins, spans and the policy's chunking count the
+    // global layers alone (min_slots, min_cell_slots).
+    std::vector<int> layer_window;
+    RotarySpec local_rope;
     KvType type = KvType::F32;  // element format of stored keys and values
     KvPolicyConfig policy;      // as the session set it, for a layer of n_slots slots (policy_in)
     // Position rolling: rotary positions are ranks in the cache (0 = the oldest kept token), not
@@ -39,6 +47,8 @@ struct KvConfig {
     bool share_across_layers = false;
 
     int slots_in(int layer) const { return layer_slots.empty() ? n_slots : layer_slots[static_cast<size_t>(layer)]; }
+    bool is_window_layer(int layer) const { return !layer_window.empty() && layer_window[static_cast<size_t>(layer)] != 0; }
+    const RotarySpec &rope_in(int layer) const { return is_window_layer(layer) ? local_rope : rope; }
     int max_slots() const;
     int min_slots() const;
     // The fewest slots a cell of `layer` is given when its heads' budgets move (head_share), and
@@ -53,8 +63,8 @@ struct KvConfig {
     int64_t pool_slots(int layer) const { return first_slot_of(pool_end_layer(layer)) - first_slot_of(pool_first_layer(layer)); }
     int64_t max_pool_slots() const { return share_across_layers ? total_slots() : static_cast<int64_t>(max_slots()) * n_head_kv; }
     int max_pool_cells() const { return (share_across_layers ? n_layer : 1) * n_head_kv; }
-    // Over all layers: what a cell may hold at least (pins, span minimums and a batch must fit
-    // there) and at most (the size of per-cell scratch).
+    // Over the global layers: what a cell may hold at least (pins, span minimums and a batch must
+    // fit there); over all layers: at most (the size of per-cell scratch).
     int min_cell_slots() const;
     int max_cell_slots() const;
     // Slots of all cells before the first cell of `layer` (layer == n_layer: all slots).
@@ -66,7 +76,8 @@ struct KvConfig {
         return first_slot_of(layer) + static_cast<int64_t>(kv_head) * slots_in(layer);
     }
     // The policy of one layer's cells: the recent window is the same share of the layer's slots
-    // as of n_slots; sinks and horizon are counted in stream tokens and stay as they are.
+    // as of n_slots; sinks and horizon are counted in stream tokens and stay as they are. A local
+    // layer's: the window policy over all its slots (the oldest go first).
     KvPolicyConfig policy_in(int layer) const;
     // Whether a batch's rotary positions differ between layers, and between a layer's kv heads:
     // with rolling, each cell's ranks count its own tokens (kv_batch_positions), and the cells of

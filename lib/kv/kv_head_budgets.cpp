@@ -97,7 +97,7 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
         }
         const int layer = first_layer + i / n_kv;
         if (config_.rolling && n_cell_victims > 0)
-            roll_back_kept(cell(layer, i % n_kv), image_.used[c], cell_victims, n_cell_victims, scratch_[0].key.data());
+            roll_back_kept(layer, cell(layer, i % n_kv), image_.used[c], cell_victims, n_cell_victims, scratch_[0].key.data());
         // The cell's new region: what it kept, at least its minimum, then the rest shared evenly.
         kept[i] = 0;
         for (int s = 0; s < image_.used[c]; ++s)

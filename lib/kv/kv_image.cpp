@@ -160,16 +160,18 @@ Status load_kv_image(const KvConfig &config, KvImage &image, ByteReader &in, int
                     const int64_t index = image.stream_index[base + s];
                     if (index < -1 || index >= n_past) return bad("stream index " + std::to_string(index) + where);
                     const uint8_t tag = image.tags[base + s];
-                    if (kv_tag_span(tag) > static_cast<uint32_t>(n_spans) || (tag != 0 && index < 0)) {
+                    if (kv_tag_span(tag) > static_cast<uint32_t>(n_spans) || (tag != 0 && (index < 0 || config.is_window_layer(layer)))) {
                         return bad("tag " + std::to_string(tag) + where);
                     }
                     if (image.position[base + s] < 0) return bad("negative position" + where);
                     occupied += index >= 0;
                     pinned += kv_tag_pinned(tag) ? 1 : 0;
                 }
-                if ((rebalancing ? occupied > layer_cached : occupied != layer_cached) || pinned != n_pinned) {
+                // A local layer's tokens are never pinned (KvConfig::layer_window).
+                const int64_t layer_pinned = config.is_window_layer(layer) ? 0 : n_pinned;
+                if ((rebalancing ? occupied > layer_cached : occupied != layer_cached) || pinned != layer_pinned) {
                     return bad(std::to_string(occupied) + " tokens (" + std::to_string(pinned) + " pinned)" + where +
-                               ", the session says " + std::to_string(layer_cached) + " (" + std::to_string(n_pinned) + ")");
+                               ", the session says " + std::to_string(layer_cached) + " (" + std::to_string(layer_pinned) + ")");
                 }
                 // Free-list entries name distinct used slots that hold no token, and are all of them.
                 if (used - occupied != free_count) return bad("free list length" + where);

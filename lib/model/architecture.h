@@ -36,6 +36,22 @@ struct ArchitectureSpec {
     // 128k models): per-pair frequency factors for contexts beyond rope.scaling.original_context_length
     // and within it, with the magnitude rope.scaling.attn_factor (Model::rotary_for_context).
     TensorPresence long_rope;
+    // Gemma's block (gemma_block): token embeddings times sqrt(n_embd), a GELU (tanh) feed-forward,
+    // blk.N.post_attention_norm.weight and post_ffw_norm.weight [n_embd] normalising the attention's
+    // and the feed-forward's outputs before the residual adds, the final logits soft-capped by
+    // final_logit_softcapping when the file gives one, and layers that attend to a sliding window.
+    bool gemma_block = false;
+    // With gemma_block: attention.sliding_window's value when the file has none (0: then no layer
+    // is local), every layer but each window_pattern-th (attention.sliding_window_pattern: 1-based
+    // position in each group) local, their rotation based on rope.freq_base_swa or
+    // local_rope_base (0: the global base), the attention scores soft-capped by
+    // attn_logit_softcapping (Gemma 2), and the layer count of the model whose queries are scaled
+    // by (n_embd / n_head)^-1/2 instead of head_dim^-1/2 (the 27B's: its files do not say).
+    uint32_t default_window = 0;
+    uint32_t window_pattern = 0;
+    float local_rope_base = 0.0f;
+    bool attention_softcap = false;
+    uint32_t wide_query_scale_layers = 0;
 };
 
 // The description of `name`, or null when the graph does not run it.

@@ -4,7 +4,7 @@ namespace h2o {
 
 namespace {
 
-constexpr const char *kFormatNames = "llama2, zephyr, chatml, llama3, phi3, mistral";
+constexpr const char *kFormatNames = "llama2, zephyr, chatml, llama3, phi3, mistral, gemma";
 
 Status bad_role(std::string_view role, size_t index) {
     return make_error(H2O_ERR_INVALID_ARGUMENT,
@@ -48,6 +48,31 @@ Status format_llama2(const std::vector<ChatMessage> &messages, std::string_view 
     return Status::Ok();
 }
 
+// Gemma 2 and 3: "<start_of_turn>{user|model}\n{content, trimmed}<end_of_turn>\n" per message;
+// a system message opens the first user turn, followed by a blank line; the reply opens with
+// "<start_of_turn>model\n". The template's BOS is left to the tokenizer.
+Status format_gemma(const std::vector<ChatMessage> &messages, bool add_assistant_prefix, std::string *out) {
+    size_t i = 0;
+    std::string system;
+    if (!messages.empty() && messages[0].role == "system") {
+        system = std::string(messages[0].content) + "\n\n";
+        i = 1;
+    }
+    for (bool user_turn = true; i < messages.size(); ++i, user_turn = !user_turn) {
+        const ChatMessage &m = messages[i];
+        if (m.role != (user_turn ? "user" : "assistant")) {
+            return make_error(H2O_ERR_INVALID_ARGUMENT, "message " + std::to_string(i) + " has role '" + std::string(m.role) +
+                                                            "': the gemma format needs user and assistant turns in turn, "
+                                                            "after an optional first system message");
+        }
+        out->append("<start_of_turn>").append(user_turn ? "user" : "model").append("\n").append(system).append(strip(m.content));
+        out->append("<end_of_turn>\n");
+        system.clear();
+    }
+    if (add_assistant_prefix) out->append("<start_of_turn>model\n");
+    return Status::Ok();
+}
+
 // Mistral Instruct (v0.2, v0.3): "[INST] {user}[/INST] {assistant, trimmed}</s>" per exchange;
 // a system message opens the next user turn, followed by a blank line. Consecutive user or system
 // messages share one [INST] turn, as Mistral's own templates write them; the model's BOS is the
@@ -85,6 +110,8 @@ Status chat_format_from_name(std::string_view name, ChatFormat *out) {
         *out = ChatFormat::Phi3;
     else if (name == "mistral")
         *out = ChatFormat::Mistral;
+    else if (name == "gemma")
+        *out = ChatFormat::Gemma;
     else
         return make_error(H2O_ERR_INVALID_ARGUMENT, "unknown chat format '" + std::string(name) + "' (known: " + kFormatNames + ")");
     return Status::Ok();
@@ -104,6 +131,8 @@ const char *chat_format_name(ChatFormat format) {
             return "phi3";
         case ChatFormat::Mistral:
             return "mistral";
+        case ChatFormat::Gemma:
+            return "gemma";
     }
     return "unknown";  // unreachable: every enumerator has its case
 }
@@ -116,6 +145,8 @@ Status chat_format_from_template(std::string_view chat_template, ChatFormat *out
     // Each format's template spells out its own markers.
     if (chat_template.find("<|start_header_id|>") != std::string_view::npos)
         *out = ChatFormat::Llama3;
+    else if (chat_template.find("<start_of_turn>") != std::string_view::npos)
+        *out = ChatFormat::Gemma;
     else if (chat_template.find("<|im_start|>") != std::string_view::npos)
         *out = ChatFormat::ChatML;
     else if (chat_template.find("<|assistant|>") != std::string_view::npos && chat_template.find("<|end|>") != std::string_view::npos)
@@ -163,6 +194,8 @@ Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, 
         case ChatFormat::Mistral:
             format_mistral(messages, eos, out);
             return Status::Ok();
+        case ChatFormat::Gemma:
+            return format_gemma(messages, add_assistant_prefix, out);
         case ChatFormat::Llama3:
             // "<|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>" per
             // message; the reply opens with "<|start_header_id|>assistant<|end_header_id|>\n\n".

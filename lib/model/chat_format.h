@@ -17,7 +17,8 @@ enum class ChatFormat {
     ChatML,
     Llama3,
     Phi3,
-    Mistral
+    Mistral,
+    Gemma
 };
 
 struct ChatMessage {
@@ -25,7 +26,7 @@ struct ChatMessage {
     std::string_view content;
 };
 
-// The format named "llama2", "zephyr", "chatml", "llama3", "phi3" or "mistral";
+// The format named "llama2", "zephyr", "chatml", "llama3", "phi3", "mistral" or "gemma";
 // H2O_ERR_INVALID_ARGUMENT otherwise.
 Status chat_format_from_name(std::string_view name, ChatFormat *out);
 // The name chat_format_from_name takes for a format.
@@ -37,8 +38,8 @@ Status chat_format_from_template(std::string_view chat_template, ChatFormat *out
 // Writes the conversation in `format`. bos/eos: the vocabulary's pieces ("<s>", "</s>"), which
 // Llama-2, Zephyr and Mistral write as text (tokenize with special-token parsing to get the tokens).
 // add_assistant_prefix: end with what opens the assistant's reply. Errors: an unknown role, or
-// a Llama-2 conversation whose turns do not alternate user/assistant after an optional system
-// message (H2O_ERR_INVALID_ARGUMENT).
+// a Llama-2 or Gemma conversation whose turns do not alternate user/assistant after an optional system
+// message, or such a Gemma conversation (H2O_ERR_INVALID_ARGUMENT).
 Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, bool add_assistant_prefix, std::string_view bos,
                    std::string_view eos, std::string *out);
 

@@ -92,6 +92,12 @@ uint64_t Model::compute_fingerprint() const {
     const float reals[] = {s.rope.freq_base, s.rope.freq_scale, s.rms_eps};
     mix(reals, sizeof(reals));
     mix(s.rope.freq_factors.data(), s.rope.freq_factors.size() * sizeof(float));
+    if (architecture_->gemma_block) {
+        const float gemma[] = {s.attention_scale, s.attention_softcap, s.output_softcap, s.local_rope.freq_base, s.local_rope.freq_scale};
+        mix(gemma, sizeof(gemma));
+        mix(&s.sliding_window, sizeof(s.sliding_window));
+        mix(s.local_layers.data(), s.local_layers.size());
+    }
     if (!long_rope_factors_.empty() || s.rope.magnitude != 1.0f) {  // LongRoPE (files before it keep their fingerprint)
         mix(long_rope_factors_.data(), long_rope_factors_.size() * sizeof(float));
         mix(&s.rope.magnitude, sizeof(s.rope.magnitude));
@@ -208,6 +214,47 @@ Status Model::read_hyper_parameters() {
     shape_.n_vocab = static_cast<int>(embd->ne[1]);
     shape_.rms_eps = eps;
     n_ctx_train_ = n_ctx;
+    return architecture_->gemma_block ? read_gemma_block() : Status::Ok();
+}
+
+Status Model::read_gemma_block() {
+    const ArchitectureSpec &a = *architecture_;
+    ModelShape &s = shape_;
+    s.embedding_scale = std::sqrt(static_cast<float>(s.n_embd));
+    s.gelu = true;
+    s.post_norms = true;
+    auto read_cap = [&](const char *option, float *cap) -> Status {
+        H2O_TRY(file_->get_f32_or(key(option), 0.0f, cap));
+        if (!(*cap >= 0.0f) || !std::isfinite(*cap)) return bad(key(option) + " must be a positive number (or 0: none)");
+        return Status::Ok();
+    };
+    H2O_TRY(read_cap("final_logit_softcapping", &s.output_softcap));
+    if (a.attention_softcap) H2O_TRY(read_cap("attn_logit_softcapping", &s.attention_softcap));
+    // As the reference implementation scales the queries: by the head size, but for the 27B
+    // models by n_embd / n_head (their query_pre_attn_scalar, which the files do not carry).
+    const float query_scalar = static_cast<uint32_t>(s.n_layer) == a.wide_query_scale_layers ? static_cast<float>(s.n_embd / s.n_head)
+                                                                                             : static_cast<float>(s.head_dim);
+    s.attention_scale = 1.0f / std::sqrt(query_scalar);
+
+    uint32_t window = 0, pattern = 0;
+    H2O_TRY(file_->get_u32_or(key("attention.sliding_window"), a.default_window, &window));
+    if (window == 0) return Status::Ok();  // every layer global
+    if (window > kMaxContextLength) return bad(key("attention.sliding_window") + " " + std::to_string(window) + " is out of range");
+    H2O_TRY(file_->get_u32_or(key("attention.sliding_window_pattern"), a.window_pattern, &pattern));
+    if (pattern == 0 || pattern > kMaxLayers)
+        return bad(key("attention.sliding_window_pattern") + " " + std::to_string(pattern) + " is out of range");
+    s.sliding_window = static_cast<int>(window);
+    s.local_layers.assign(static_cast<size_t>(s.n_layer), 0);
+    // In each group of `pattern` layers the last is global, the others local.
+    for (int l = 0; l < s.n_layer; ++l) s.local_layers[static_cast<size_t>(l)] = static_cast<uint32_t>(l) % pattern < pattern - 1 ? 1 : 0;
+    s.local_rope = s.rope;
+    if (a.local_rope_base != 0.0f) {  // a rotation of their own, unscaled (Gemma 3); else the global one (Gemma 2)
+        s.local_rope.freq_base = a.local_rope_base;
+        s.local_rope.freq_scale = 1.0f;
+    }
+    H2O_TRY(file_->get_f32_or(key("rope.freq_base_swa"), s.local_rope.freq_base, &s.local_rope.freq_base));
+    if (!(s.local_rope.freq_base > 0.0f) || !std::isfinite(s.local_rope.freq_base))
+        return bad(key("rope.freq_base_swa") + " must be a positive number");
     return Status::Ok();
 }
 
@@ -355,6 +402,10 @@ Status Model::bind_layer(int layer) {
         H2O_TRY(bind(p + "ffn_up.weight", d, ff, &w.w_up));
     }
     H2O_TRY(bind(p + "ffn_down.weight", ff, d, &w.w_down));
+    if (shape_.post_norms) {
+        H2O_TRY(bind(p + "post_attention_norm.weight", d, 1, &w.post_attn_norm));
+        H2O_TRY(bind(p + "post_ffw_norm.weight", d, 1, &w.post_ffn_norm));
+    }
     return Status::Ok();
 }
 

@@ -33,10 +33,13 @@ struct LayerWeights {
     // As the architecture has them (ArchitectureSpec), else absent: the projections' biases and
     // the per-head norms of q and k.
     WeightView bq, bk, bv, bo, q_norm, k_norm;
+    // Gemma's norms of the attention's and the feed-forward's outputs (ModelShape::post_norms).
+    WeightView post_attn_norm, post_ffn_norm;
 
     // Every tensor of the layer, absent ones included (for walking them all).
     std::vector<const WeightView *> all() const {
-        return {&attn_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w_gate, &w_up, &w_down, &bq, &bk, &bv, &bo, &q_norm, &k_norm};
+        return {&attn_norm, &wq, &wk, &wv, &wo,     &ffn_norm, &w_gate,         &w_up,         &w_down,
+                &bq,        &bk, &bv, &bo, &q_norm, &k_norm,   &post_attn_norm, &post_ffn_norm};
     }
 };
 
@@ -97,6 +100,9 @@ private:
     // The rotary description (ModelShape::rope) from the metadata, but for the frequency factors
     // (a tensor: bind_weights).
     Status read_rotary(uint32_t head_dim);
+    // Gemma's block (ArchitectureSpec::gemma_block): the embedding scale, soft-capping, the query
+    // scale and the local layers with their window and rotation, into shape_.
+    Status read_gemma_block();
     Status bind_weights();
     Status bind_layer(int layer);
     // rope_freqs.weight, or LongRoPE's short factors, into shape_.rope.freq_factors, and LongRoPE's

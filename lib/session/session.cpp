@@ -51,6 +51,20 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     if (settings.policy.policy != KvPolicy::Full) {
         kv.layer_slots = kv_layer_budgets(shape.n_layer, settings.kv_budget, settings.kv_layer_slope, kMinKvLayerSlots);
     }
+    if (!shape.local_layers.empty()) {
+        // A local layer holds its window and a batch: a batch's first query sees the window's
+        // tokens before it. Without rolling, the stream never outgrows n_ctx.
+        int64_t window_slots = static_cast<int64_t>(shape.sliding_window) + settings.n_batch - 1;
+        if (!settings.rolling) window_slots = std::min<int64_t>(window_slots, settings.n_ctx);
+        if (kv.layer_slots.empty()) kv.layer_slots.assign(static_cast<size_t>(shape.n_layer), settings.kv_budget);
+        kv.layer_window.assign(static_cast<size_t>(shape.n_layer), 0);
+        for (int l = 0; l < shape.n_layer; ++l) {
+            if (!shape.is_local(l)) continue;
+            kv.layer_window[static_cast<size_t>(l)] = shape.sliding_window;
+            kv.layer_slots[static_cast<size_t>(l)] = static_cast<int>(window_slots);
+        }
+        kv.local_rope = shape.local_rope;
+    }
     kv.head_share = settings.kv_head_share;
     kv.share_across_layers = settings.kv_share_across_layers;
     kv.type = settings.kv_type;
@@ -85,6 +99,7 @@ BackendRequirements Session::requirements(const Model &model, const SessionSetti
     needs.kv = make_kv_config(model, settings);
     needs.weight_bytes = model.weight_bytes();
     needs.session_bytes = planned_bytes(model, settings);
+    needs.gemma_operations = model.shape().needs_gemma_operations();
     return needs;
 }
 

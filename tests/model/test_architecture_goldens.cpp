@@ -1,4 +1,4 @@
-// The llama (Llama 3 style), qwen2, qwen3 and phi3 graphs against llama.cpp: the goldens of
+// The llama (Llama 3 style), qwen2, qwen3, phi3, gemma2 and gemma3 graphs against llama.cpp: the goldens of
 // tests/data/architecture_goldens (see its README for the models and the command that made them),
 // on the CPU and, where there is a device, on Vulkan.
 #include <algorithm>
@@ -111,6 +111,31 @@ h2o::SyntheticModelSpec golden_model(const std::string &name) {
         s.n_ctx = 4096;
         s.long_rope_context = 256;
         s.seed = 7;
+    } else if (name == "gemma3") {
+        // Local layers of an 8-token window (two of every three), per-head norms of q and k,
+        // one kv head, heads wider than the embedding's share.
+        s.architecture = "gemma3";
+        s.n_layer = 6;
+        s.n_head = 4;
+        s.n_head_kv = 1;
+        s.head_dim = 64;
+        s.tied_output = true;
+        s.embedding_scale = 0.0625f;
+        s.rope_freq_base = 1000000.0f;
+        s.sliding_window = 8;
+        s.sliding_window_pattern = 3;
+    } else if (name == "gemma2") {
+        // Every other layer local (8 tokens), attention scores and logits soft-capped at values
+        // the random weights reach.
+        s.architecture = "gemma2";
+        s.n_head = 8;
+        s.n_head_kv = 4;
+        s.head_dim = 32;
+        s.tied_output = true;
+        s.embedding_scale = 0.0625f;
+        s.sliding_window = 8;
+        s.attention_softcap = 1.5f;
+        s.output_softcap = 2.0f;
     } else {
         s.architecture = "qwen3";
         s.n_head = 8;
@@ -127,13 +152,18 @@ int32_t argmax(const std::vector<float> &v) { return static_cast<int32_t>(std::m
 
 // Each golden prompt through a session on `backend`: the same prompt ids, last logits and greedy
 // tokens. False when the backend has no device here.
-bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, uint32_t backend, uint32_t n_ctx) {
+// n_batch: 512 reads the whole prompt as one batch, as llama.cpp ran it. rolling: positions are
+// ranks in the cache (which equal the stream's while the cache evicts nothing, and keep the
+// distances within a sliding window when it does).
+bool check_goldens(const std::string &path, const std::vector<Golden> &goldens, uint32_t backend, uint32_t n_ctx, uint32_t n_batch = 512,
+                   bool rolling = false) {
     h2o_session_params sp;
     h2o_session_params_init(&sp, sizeof sp);
     sp.backend = backend;
     sp.n_threads = 2;
     sp.n_ctx = n_ctx;
-    sp.n_batch = 512;  // the whole prompt one batch, as llama.cpp ran it
+    sp.n_batch = n_batch;
+    sp.position_rolling = rolling ? 1 : 0;
     sp.kv_type = H2O_KV_TYPE_F32;
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
@@ -209,6 +239,51 @@ TEST_CASE(
             MESSAGE("not run on Vulkan: no device");
         }
     }
+}
+
+TEST_CASE("architecture goldens: gemma2 and gemma3 equal llama.cpp's on the CPU, read in one batch or several, with and without rolling") {
+    for (const char *name : {"gemma3", "gemma2"}) {
+        INFO("golden " << name);
+        const std::vector<Golden> goldens = read_goldens(std::string(H2O_TEST_DATA_DIR) + "/architecture_goldens/" + name + ".jsonl");
+        REQUIRE(goldens.size() == 6);
+        const std::string path = h2o_test::temp_path(std::string("golden-") + name + ".gguf");
+        REQUIRE(h2o::write_synthetic_model(golden_model(name), path).ok());
+        CHECK(check_goldens(path, goldens, H2O_BACKEND_CPU, 512));
+        // Batches of 5 tokens: a local layer's 8-token window then spans batches, and its cells
+        // (8 + 5 - 1 slots) evict while the prompt is read.
+        INFO("batches of 5");
+        CHECK(check_goldens(path, goldens, H2O_BACKEND_CPU, 512, 5));
+        INFO("rolling");
+        CHECK(check_goldens(path, goldens, H2O_BACKEND_CPU, 512, 5, true));
+    }
+}
+
+TEST_CASE("architecture goldens: the device backends refuse Gemma's block, naming it") {
+    const std::string path = h2o_test::temp_path("golden-gemma3-refused.gguf");
+    REQUIRE(h2o::write_synthetic_model(golden_model("gemma3"), path).ok());
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    for (uint32_t backend : {static_cast<uint32_t>(H2O_BACKEND_VULKAN), static_cast<uint32_t>(H2O_BACKEND_CUDA)}) {
+        h2o_session_params sp;
+        h2o_session_params_init(&sp, sizeof sp);
+        sp.backend = backend;
+        h2o_session *session = nullptr;
+        const h2o_status st = h2o_session_create(model, &sp, &session);
+        INFO("backend " << backend << ": " << h2o_last_error());
+        CHECK(session == nullptr);
+        // A build or machine without the backend says so first; one with it refuses the model.
+        if (st != H2O_ERR_BACKEND_UNAVAILABLE) {
+            CHECK(st == H2O_ERR_UNSUPPORTED);
+            CHECK(std::string(h2o_last_error()).find("Gemma") != std::string::npos);
+        }
+    }
+    // AUTO passes over them to the CPU.
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    h2o_session *session = nullptr;
+    REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+    h2o_session_free(session);
+    h2o_model_free(model);
 }
 
 }  // namespace

@@ -610,6 +610,10 @@ std::vector<uint8_t> floats(size_t n, float value) {
 
 TEST_CASE("architectures: files that do not match their architecture are refused, naming the key or tensor") {
     const std::string llama = small_model("llama"), qwen2 = small_model("qwen2"), qwen3 = small_model("qwen3"), phi3 = small_model("phi3");
+    SyntheticModelSpec gemma_spec = small_spec("qwen3");
+    gemma_spec.architecture = "gemma3";
+    gemma_spec.sliding_window = 4;
+    const std::string gemma3 = write_model(gemma_spec, "arch-gemma3.gguf");
     struct Case {
         const char *name;
         std::string source;
@@ -624,9 +628,30 @@ TEST_CASE("architectures: files that do not match their architecture are refused
          llama,
          {"general.architecture"},
          {},
-         [](GgufWriter &w) { w.add_string("general.architecture", "gemma3"); },
+         [](GgufWriter &w) { w.add_string("general.architecture", "gemma4"); },
          H2O_ERR_UNSUPPORTED,
-         "'gemma3' is not supported (general.architecture; this runtime runs 'llama', 'qwen2', 'qwen3', 'phi3')"},
+         "'gemma4' is not supported (general.architecture; this runtime runs 'llama', 'qwen2', 'qwen3', 'phi3', 'gemma2', 'gemma3')"},
+        {"a Gemma file without the norm after the feed-forward",
+         gemma3,
+         {},
+         {"blk.1.post_ffw_norm.weight"},
+         nothing,
+         H2O_ERR_MODEL_FORMAT,
+         "missing tensor 'blk.1.post_ffw_norm.weight'"},
+        {"a sliding-window pattern of 0",
+         gemma3,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_u32("gemma3.attention.sliding_window_pattern", 0); },
+         H2O_ERR_MODEL_FORMAT,
+         "gemma3.attention.sliding_window_pattern 0 is out of range"},
+        {"a negative logit soft-cap",
+         gemma3,
+         {},
+         {},
+         [](GgufWriter &w) { w.add_f32("gemma3.final_logit_softcapping", -30.0f); },
+         H2O_ERR_MODEL_FORMAT,
+         "gemma3.final_logit_softcapping must be a positive number"},
         {"a fused projection of the wrong height",
          phi3,
          {},

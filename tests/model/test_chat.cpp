@@ -72,14 +72,24 @@ TEST_CASE("chat: the formats write exactly what their templates produce") {
           "[INST] You are a helpful assistant.\n\nHello![/INST] Hi, how can I help?</s>"
           "[INST] Tell me a story.[/INST]");
     CHECK(format(ChatFormat::Mistral, {{"user", "a"}, {"user", "b"}, {"assistant", " c \n"}}, false) == "[INST] a[/INST]b[/INST] c</s>");
+    // Gemma: the system message opens the first user turn; the assistant is the "model"; the
+    // contents are trimmed.
+    CHECK(format(ChatFormat::Gemma, kConversation, true) ==
+          "<start_of_turn>user\nYou are a helpful assistant.\n\nHello!<end_of_turn>\n"
+          "<start_of_turn>model\nHi, how can I help?<end_of_turn>\n"
+          "<start_of_turn>user\nTell me a story.<end_of_turn>\n"
+          "<start_of_turn>model\n");
+    CHECK(format(ChatFormat::Gemma, {{"user", " Hi\n"}}, false) == "<start_of_turn>user\nHi<end_of_turn>\n");
 }
 
-TEST_CASE("chat: bad roles and out-of-order Llama-2 turns are refused") {
+TEST_CASE("chat: bad roles and out-of-order Llama-2 and Gemma turns are refused") {
     std::string out;
     CHECK(h2o::format_chat(ChatFormat::ChatML, {{"tool", "x"}}, false, "<s>", "</s>", &out).code == H2O_ERR_INVALID_ARGUMENT);
     const h2o::Status st = h2o::format_chat(ChatFormat::Llama2, {{"user", "a"}, {"user", "b"}}, false, "<s>", "</s>", &out);
     CHECK(st.code == H2O_ERR_INVALID_ARGUMENT);
     CHECK(st.message.find("in turn") != std::string::npos);
+    CHECK(h2o::format_chat(ChatFormat::Gemma, {{"user", "a"}, {"user", "b"}}, false, "<bos>", "<eos>", &out).code ==
+          H2O_ERR_INVALID_ARGUMENT);
     ChatFormat f;
     CHECK(h2o::chat_format_from_name("alpaca", &f).code == H2O_ERR_INVALID_ARGUMENT);
 }
@@ -119,6 +129,11 @@ TEST_CASE("chat: a model's format is recognised from its chat template") {
     CHECK(h2o::chat_format_from_name("llama3", &f).ok());
     CHECK(f == ChatFormat::Llama3);
     CHECK(std::string(h2o::chat_format_name(ChatFormat::Llama3)) == "llama3");
+    // Gemma's template (Gemma 2 and 3) names its turns with <start_of_turn>.
+    REQUIRE(
+        h2o::chat_format_from_template("{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}", &f).ok());
+    CHECK(f == ChatFormat::Gemma);
+    CHECK(std::string(h2o::chat_format_name(f)) == "gemma");
     CHECK(h2o::chat_format_from_template("", &f).code == H2O_ERR_UNSUPPORTED);
     CHECK(h2o::chat_format_from_template("{{ message['content'] }}", &f).code == H2O_ERR_UNSUPPORTED);
 }

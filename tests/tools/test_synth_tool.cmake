@@ -31,6 +31,10 @@ check_model(synth-qwen2 "--arch;qwen2;--dim;128;--heads;2;--kv-heads;2;--vocab;7
             "architecture: qwen2;head dim 64;vocabulary: 700 tokens")
 check_model(synth-qwen3 "--arch;qwen3;--dim;128;--heads;4;--kv-heads;2;--head-dim;64;--vocab;500;--tied"
             "architecture: qwen3;attention heads: 4, kv heads 2, head dim 64")
+check_model(synth-gemma3 "--arch;gemma3;--dim;128;--heads;4;--kv-heads;1;--head-dim;64;--vocab;600;--tied;--window;8"
+            "architecture: gemma3;attention heads: 4, kv heads 1, head dim 64")
+check_model(synth-gemma2 "--arch;gemma2;--dim;128;--heads;4;--kv-heads;2;--vocab;600;--tied;--window;8;--attn-softcap;50;--final-softcap;30"
+            "architecture: gemma2;attention heads: 4, kv heads 2, head dim 32")
 check_model(synth-phi3 "--arch;phi3;--dim;128;--heads;4;--kv-heads;4;--vocab;600;--rope-dims;16;--ctx;8192;--long-rope;1024"
             "architecture: phi3;attention heads: 4, kv heads 4, head dim 32;context length: 8192")
 # Real vocabularies, when the shared data is here: Qwen3's (ChatML) and Llama 3's tokenizer.json.
@@ -59,7 +63,8 @@ else()
 endif()
 
 # Usage errors: one line, exit status 2.
-foreach(case "--arch;gemma3;unknown architecture 'gemma3'" "--arch;qwen2;--rope-freqs;--rope-freqs belongs to --arch llama"
+foreach(case "--arch;gemma4;unknown architecture 'gemma4'" "--arch;qwen2;--rope-freqs;--rope-freqs belongs to --arch llama"
+             "--window;8;--window, --window-pattern and the soft-caps belong to --arch gemma2 and gemma3"
              "--long-rope;64;--long-rope belongs to --arch phi3"
              "--vocab;vocab.txt;--vocab needs a number or a tokenizer.json" "--rope-base;0;--rope-base needs a number > 0"
              "--head-dim;1;--head-dim needs a whole number from 2" "--embd-scale;-1;--embd-scale needs a number > 0")

@@ -1,0 +1,145 @@
+// Sessions of a Gemma model: its local layers keep a sliding window in fixed memory beside the
+// global layers' budget, and pins, rolling, snapshots and forks work across both kinds of layer.
+#include <string>
+#include <vector>
+
+#include "doctest/doctest.h"
+#include "h2o/h2o.h"
+#include "h2o/h2o_experimental.h"
+#include "synthetic_model.h"
+#include "test_util.h"
+
+namespace {
+
+// A small Gemma 3: two local layers (8-token window) to every global one.
+std::string write_gemma3(const char *name) {
+    h2o::SyntheticModelSpec s;
+    s.architecture = "gemma3";
+    s.type = h2o::TensorType::F32;
+    s.n_embd = 64;
+    s.n_layer = 6;
+    s.n_head = 4;
+    s.n_head_kv = 1;
+    s.head_dim = 32;
+    s.n_ff = 128;
+    s.n_vocab = 320;
+    s.tied_output = true;
+    s.embedding_scale = 0.125f;
+    s.sliding_window = 8;
+    s.sliding_window_pattern = 3;
+    const std::string path = h2o_test::temp_path(name);
+    REQUIRE(h2o::write_synthetic_model(s, path).ok());
+    return path;
+}
+
+h2o_session_params budget_params(uint32_t n_ctx) {
+    h2o_session_params p;
+    h2o_session_params_init(&p, sizeof p);
+    p.backend = H2O_BACKEND_CPU;
+    p.n_threads = 2;
+    p.n_ctx = n_ctx;
+    p.kv_budget = 24;
+    p.n_batch = 6;
+    p.position_rolling = 1;
+    p.kv_type = H2O_KV_TYPE_F32;
+    return p;
+}
+
+h2o_memory_report memory_of(const h2o_session *session) {
+    h2o_memory_report m{};
+    m.struct_size = sizeof m;
+    REQUIRE(h2o_session_memory(session, &m) == H2O_OK);
+    return m;
+}
+
+// n greedy tokens, each decoded after it is chosen.
+std::vector<int32_t> greedy(h2o_session *session, int n, int32_t n_vocab) {
+    std::vector<float> logits(static_cast<size_t>(n_vocab));
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < n; ++i) {
+        REQUIRE(h2o_session_get_logits(session, logits.data(), logits.size()) == H2O_OK);
+        int32_t best = 0;
+        for (int32_t t = 1; t < n_vocab; ++t) best = logits[static_cast<size_t>(t)] > logits[static_cast<size_t>(best)] ? t : best;
+        tokens.push_back(best);
+        REQUIRE(h2o_session_decode(session, &tokens.back(), 1) == H2O_OK);
+    }
+    return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("gemma sessions: local layers hold their window in fixed memory, and pins, rolling, snapshots and forks cross both kinds") {
+    const std::string path = write_gemma3("gemma3-sessions.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_model_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+
+    // The cache's memory depends on the budget and the window, never on the stream's length.
+    h2o_session_params p = budget_params(64);
+    h2o_session *session = nullptr;
+    REQUIRE_MESSAGE(h2o_session_create(model, &p, &session) == H2O_OK, h2o_last_error());
+    h2o_session_params longer = budget_params(60000);
+    h2o_session *other = nullptr;
+    REQUIRE(h2o_session_create(model, &longer, &other) == H2O_OK);
+    const h2o_memory_report before = memory_of(session);
+    CHECK(memory_of(other).kv_bytes == before.kv_bytes);
+    h2o_session_free(other);
+    // Each local layer holds its window and a batch (8 + 6 - 1 slots), each global one the budget;
+    // the policy's numbers are the global layers'.
+    h2o_kv_layout layout{};
+    layout.struct_size = sizeof layout;
+    REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
+    CHECK(layout.min_layer_budget == 24);
+    CHECK(layout.max_layer_budget == 24);
+    CHECK(layout.min_head_budget == 24);
+
+    // A pinned instruction longer than the window: the global layers keep it, the local ones
+    // let it slide out like any token.
+    const std::string instruction = "Remember Lily.";
+    std::vector<int32_t> ids(64);
+    size_t n_ids = 0;
+    REQUIRE(h2o_tokenize(model, instruction.data(), instruction.size(), H2O_TOKENIZE_ADD_BOS, ids.data(), ids.size(), &n_ids) == H2O_OK);
+    REQUIRE(n_ids > 8);   // longer than the window
+    REQUIRE(n_ids < 24);  // within what the budget may pin
+    REQUIRE(h2o_session_add_text(session, instruction.data(), instruction.size(), H2O_TEXT_PIN) == H2O_OK);
+    const std::string story = "Once upon a time there was a little fox who lived by the river and loved to sing.";
+    REQUIRE(h2o_session_add_text(session, story.data(), story.size(), 0) == H2O_OK);
+    greedy(session, 150, info.n_vocab);  // far past the budget and the window: both kinds evict
+    CHECK(memory_of(session).kv_bytes == before.kv_bytes);
+
+    // A snapshot, a load and a fork each continue exactly as the session does.
+    size_t bytes = 0;
+    REQUIRE(h2o_session_state_size(session, &bytes) == H2O_OK);
+    std::vector<unsigned char> state(bytes);
+    size_t written = 0;
+    REQUIRE(h2o_session_save_to_buffer(session, state.data(), state.size(), &written) == H2O_OK);
+    h2o_session *forked = nullptr;
+    REQUIRE(h2o_session_fork(session, &forked) == H2O_OK);
+    h2o_session *loaded = nullptr;
+    REQUIRE_MESSAGE(h2o_session_load_from_buffer(model, state.data(), written, &p, &loaded) == H2O_OK, h2o_last_error());
+    const std::vector<int32_t> expected = greedy(session, 40, info.n_vocab);
+    CHECK(greedy(forked, 40, info.n_vocab) == expected);
+    CHECK(greedy(loaded, 40, info.n_vocab) == expected);
+
+    h2o_session_free(loaded);
+    h2o_session_free(forked);
+    h2o_session_free(session);
+    h2o_model_free(model);
+}
+
+TEST_CASE("gemma sessions: budgets that move between layers or heads are refused for sliding-window models, naming the setting") {
+    const std::string path = write_gemma3("gemma3-moving.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    for (int key : {static_cast<int>(H2O_EXP_KV_LAYER_SLOPE), static_cast<int>(H2O_EXP_KV_HEAD_SHARE)}) {
+        h2o_session_params p = budget_params(64);
+        REQUIRE(h2o_session_params_set_experimental(&p, static_cast<uint32_t>(key), 0.25) == H2O_OK);
+        h2o_session *session = nullptr;
+        CHECK(h2o_session_create(model, &p, &session) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_last_error()).find("sliding-window") != std::string::npos);
+        CHECK(session == nullptr);
+    }
+    h2o_model_free(model);
+}
