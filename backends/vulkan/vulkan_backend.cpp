@@ -188,6 +188,7 @@ struct RopePush {
 struct ElementwisePush {
     uint32_t a_off, b_off, count;
     uint32_t b_cols;  // add_bias: b is one row of this many
+    float value;      // scale, softcap
 };
 struct KvClaimPush {
     uint32_t first_index[2], recent_from[2], stale_before[2];
@@ -211,6 +212,8 @@ struct AttentionPush {
     uint32_t layer, head_dim, group, chunk_capacity;
     float scale;
     uint32_t key_format, value_format;
+    uint32_t window;  // a local layer's sliding window (0: global)
+    float softcap;
 };
 struct StatsPush {
     uint32_t first_index[2];
@@ -220,6 +223,7 @@ struct StatsPush {
     uint32_t chunk_tokens, t0, n, group;
     float decay;
     uint32_t proxy;
+    uint32_t window;
 };
 static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes &&
                   sizeof(StatsPush) <= vk::kPushConstantBytes,
@@ -281,10 +285,14 @@ public:
     Status matmul(const Tensor &out, const Tensor &weight, const Tensor &in, int n) override;
     Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) override;
     Status swiglu(const Tensor &gate, const Tensor &up, int n) override;
+    Status geglu(const Tensor &gate, const Tensor &up, int n) override;
+    Status scale(const Tensor &x, float factor, int n) override;
+    Status softcap(const Tensor &x, float cap, int n) override;
     Status add(const Tensor &acc, const Tensor &x, int n) override;
     Status add_bias(const Tensor &acc, const Tensor &bias, int n) override;
     Status argmax(const Tensor &out, const Tensor &in, int n) override;
-    Status elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n);
+    // value: the operation's number (scale, softcap).
+    Status elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n, float value = 0.0f);
 
     Status create_kv(const KvConfig &config) override;
     Status clear_kv() override;
@@ -421,9 +429,16 @@ private:
     uint64_t bytes_to_device_ = 0, bytes_to_host_ = 0, submissions_ = 0, dispatches_ = 0, barriers_ = 0;
     uint64_t weight_bytes_to_device_ = 0;  // of bytes_to_device_: weights this backend uploaded
 
-    // Rotary tables: slot 0 for rope(), slot 1 for re-rotating rolled keys; what each holds.
+    // Rotary tables: slots 0 and 2 for rope() (a model's global and local layers rotate
+    // differently: rope_slot), slot 1 for re-rotating the global layers' rolled keys and slot 3
+    // the local layers'; what each holds.
+    static constexpr int kRopeSlots = 4;
     Tensor rope_table_;
-    RotarySpec rope_spec_[2];
+    RotarySpec rope_spec_[kRopeSlots];
+    int last_forward_slot_ = 0;  // rope()'s most recently used slot
+    // The slot rope() rotates `rope` by: one of 0 and 2 holding it, else the one used less
+    // recently, filled now.
+    int rope_slot(const RotarySpec &rope);
 
     // KV cache.
     bool has_kv_ = false;
@@ -470,7 +485,7 @@ Status VulkanBackend::init() {
     r = vk_.vkCreateFence(ctx_.device(), &fence_info, nullptr, &fence_);
     if (r != VK_SUCCESS) return make_error(H2O_ERR_OUT_OF_MEMORY, std::string("vkCreateFence: ") + vk::result_name(r));
 
-    return allocate(2 * kRopeTablePairs * sizeof(uint64_t), &rope_table_);
+    return allocate(kRopeSlots * kRopeTablePairs * sizeof(uint64_t), &rope_table_);
 }
 
 VulkanBackend::~VulkanBackend() {
@@ -962,6 +977,13 @@ void VulkanBackend::ensure_rope_table(int slot, const RotarySpec &rope) {
     rope_spec_[slot] = rope;
 }
 
+int VulkanBackend::rope_slot(const RotarySpec &rope) {
+    int slot = rope_spec_[last_forward_slot_] == rope ? last_forward_slot_ : 2 - last_forward_slot_;
+    ensure_rope_table(slot, rope);
+    last_forward_slot_ = slot;
+    return slot;
+}
+
 Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) {
     const int pairs = shape.rope.pairs();
     if (failed() || n <= 0 || pairs <= 0) return error_;
@@ -971,7 +993,7 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
              H2O_ERR_INTERNAL);
         return error_;
     }
-    ensure_rope_table(0, shape.rope);
+    const int slot = rope_slot(shape.rope);
     const Bound bq = bind(q, true);
     const Bound bk = bind(k, true);
     const Bound bp = bind(positions, false);
@@ -979,7 +1001,7 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
     const RopePush push{bq.word,
                         bk.word,
                         bp.word,
-                        bt.word / 2,
+                        bt.word / 2 + static_cast<uint32_t>(slot) * kRopeTablePairs,
                         static_cast<uint32_t>(shape.n_head),
                         static_cast<uint32_t>(shape.n_head_kv),
                         static_cast<uint32_t>(shape.head_dim),
@@ -998,6 +1020,13 @@ Status VulkanBackend::rope(const Tensor &q, const Tensor &k, const Tensor &posit
 
 Status VulkanBackend::swiglu(const Tensor &gate, const Tensor &up, int n) { return elementwise("swiglu", gate, up, n); }
 
+Status VulkanBackend::geglu(const Tensor &gate, const Tensor &up, int n) { return elementwise("geglu", gate, up, n); }
+
+// The one-operand operations bind x as both operands (b unread).
+Status VulkanBackend::scale(const Tensor &x, float factor, int n) { return elementwise("scale", x, x, n, factor); }
+
+Status VulkanBackend::softcap(const Tensor &x, float cap, int n) { return elementwise("softcap", x, x, n, cap); }
+
 Status VulkanBackend::add(const Tensor &acc, const Tensor &x, int n) { return elementwise("add", acc, x, n); }
 
 Status VulkanBackend::add_bias(const Tensor &acc, const Tensor &bias, int n) { return elementwise("add_bias", acc, bias, n); }
@@ -1012,12 +1041,12 @@ Status VulkanBackend::argmax(const Tensor &out, const Tensor &in, int n) {
 }
 
 // out[t] = op(out[t], in[t]) over the first n rows: the shaders of elementwise.comp.
-Status VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n) {
+Status VulkanBackend::elementwise(const char *pipeline, const Tensor &out, const Tensor &in, int n, float value) {
     if (failed() || n <= 0) return error_;
     const uint64_t count = static_cast<uint64_t>(out.cols) * n;
     const Bound a = bind(out, true);
     const Bound b = bind(in, false);
-    const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count), static_cast<uint32_t>(in.cols)};
+    const ElementwisePush push{a.word, b.word, static_cast<uint32_t>(count), static_cast<uint32_t>(in.cols), value};
     uint32_t gx, gy;
     grid_1d(count, kElementwiseGroup, &gx, &gy);
     dispatch(pipeline, {a, b}, &push, sizeof push, gx, gy);
@@ -1074,6 +1103,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     chunk_capacity_ = capacity;
     has_kv_ = true;
     if (config.rolling && config.rope.dims >= 2) ensure_rope_table(1, config.rope);
+    if (config.rolling && config.rope.dims >= 2 && !config.layer_window.empty()) ensure_rope_table(3, config.local_rope);
     return clear_kv();
 }
 
@@ -1268,6 +1298,7 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
     const auto n_cells = static_cast<uint32_t>(kv_.n_layer) * n_kv;
     const uint32_t group = static_cast<uint32_t>(shape.n_head) / n_kv;
     const KvPolicyConfig policy = kv_.policy_in(layer);
+    const auto window = static_cast<uint32_t>(shape.is_local(layer) ? shape.sliding_window : 0);
 
     const Bound bkeys = bind(keys_[pool], true);
     const Bound bvalues = bind(values_[pool], true);
@@ -1291,7 +1322,7 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.v_stride = static_cast<uint32_t>(v.cols);
         push.keys_off = bkeys.word;
         push.values_off = bvalues.word;
-        push.table_off = bt.word / 2 + kRopeTablePairs;  // slot 1, in uvec2 units
+        push.table_off = bt.word / 2 + (kv_.is_window_layer(layer) ? 3 : 1) * kRopeTablePairs;  // slot 1 or 3, in uvec2 units
         push.meta_off = bmeta.word;
         push.n_cells = n_cells;
         push.n_slots = n_slots;
@@ -1343,7 +1374,9 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.head_dim = hd;
         push.group = group;
         push.chunk_capacity = chunk_capacity_;
-        push.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        push.scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+        push.window = window;
+        push.softcap = shape.attention_softcap;
         push.key_format = static_cast<uint32_t>(kv_key_format(kv_.type));
         push.value_format = static_cast<uint32_t>(kv_value_format(kv_.type));
         Bound read_keys = bkeys, read_values = bvalues, read_meta = bmeta;
@@ -1371,6 +1404,7 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         stats.group = group;
         stats.decay = policy.persistence_decay;
         stats.proxy = static_cast<uint32_t>(kv_proxy_queries(policy));
+        stats.window = window;
         Bound read_scratch = bscratch;
         read_scratch.access.write = false;
         dispatch("attention_stats", {bmeta, read_scratch}, &stats, sizeof stats, (n_slots + kStatsGroup - 1) / kStatsGroup, n_kv);

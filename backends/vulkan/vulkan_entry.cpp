@@ -41,7 +41,6 @@ Status vulkan_auto_screen() {
 
 Status vulkan_supports(const BackendRequirements &needs, const BackendDevice &device) {
     for (TensorType type : needs.weight_types) H2O_TRY(vulkan_runs_weight_type(type));
-    H2O_TRY(check_no_gemma_operations(needs, "Vulkan"));
     H2O_TRY(vulkan_runs_kv(needs.kv));
     return check_device_memory(needs, device);
 }

@@ -1,5 +1,6 @@
 // Sessions of a Gemma model: its local layers keep a sliding window in fixed memory beside the
 // global layers' budget, and pins, rolling, snapshots and forks work across both kinds of layer.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -32,10 +33,10 @@ std::string write_gemma3(const char *name) {
     return path;
 }
 
-h2o_session_params budget_params(uint32_t n_ctx) {
+h2o_session_params budget_params(uint32_t n_ctx, uint32_t backend = H2O_BACKEND_CPU) {
     h2o_session_params p;
     h2o_session_params_init(&p, sizeof p);
-    p.backend = H2O_BACKEND_CPU;
+    p.backend = backend;
     p.n_threads = 2;
     p.n_ctx = n_ctx;
     p.kv_budget = 24;
@@ -68,19 +69,19 @@ std::vector<int32_t> greedy(h2o_session *session, int n, int32_t n_vocab) {
 
 }  // namespace
 
-TEST_CASE("gemma sessions: local layers hold their window in fixed memory, and pins, rolling, snapshots and forks cross both kinds") {
-    const std::string path = write_gemma3("gemma3-sessions.gguf");
-    h2o_model *model = nullptr;
-    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+// On `backend`: false when it has no device here.
+bool check_gemma_session(h2o_model *model, uint32_t backend) {
     h2o_model_info info{};
     info.struct_size = sizeof info;
     REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
 
     // The cache's memory depends on the budget and the window, never on the stream's length.
-    h2o_session_params p = budget_params(64);
+    h2o_session_params p = budget_params(64, backend);
     h2o_session *session = nullptr;
-    REQUIRE_MESSAGE(h2o_session_create(model, &p, &session) == H2O_OK, h2o_last_error());
-    h2o_session_params longer = budget_params(60000);
+    const h2o_status created = h2o_session_create(model, &p, &session);
+    if (created == H2O_ERR_BACKEND_UNAVAILABLE) return false;
+    REQUIRE_MESSAGE(created == H2O_OK, h2o_last_error());
+    h2o_session_params longer = budget_params(60000, backend);
     h2o_session *other = nullptr;
     REQUIRE(h2o_session_create(model, &longer, &other) == H2O_OK);
     const h2o_memory_report before = memory_of(session);
@@ -126,6 +127,20 @@ TEST_CASE("gemma sessions: local layers hold their window in fixed memory, and p
     h2o_session_free(loaded);
     h2o_session_free(forked);
     h2o_session_free(session);
+    return true;
+}
+
+TEST_CASE(
+    "gemma sessions: local layers hold their window in fixed memory, and pins, rolling, snapshots and forks cross both kinds, on the "
+    "CPU and Vulkan") {
+    const std::string path = write_gemma3("gemma3-sessions.gguf");
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    CHECK(check_gemma_session(model, H2O_BACKEND_CPU));
+    if (!check_gemma_session(model, H2O_BACKEND_VULKAN)) {
+        if (std::getenv("H2O_REQUIRE_VULKAN")) FAIL("no Vulkan device");
+        MESSAGE("not run on Vulkan: no device");
+    }
     h2o_model_free(model);
 }
 

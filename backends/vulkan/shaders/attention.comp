@@ -6,7 +6,8 @@
 // kv_claim.comp stored the batch). One workgroup per (kv head, token): it handles the group of
 // query heads sharing that kv head one after the other, so the group-summed weight of every slot,
 // which the statistics need, is formed without atomics:
-//   1. logits q.k * scale of the visible slots (stream index in [0, query index]), with an online
+//   1. logits q.k * scale of the visible slots (stream index in [0, query index], and in a local
+//      layer within the window before it), soft-capped when the model says so, with an online
 //      max and sum of exponentials per invocation, combined over the workgroup;
 //   2. each slot's weight exp(logit - max) / sum into `weights` and added into `group_weights`;
 //   3. out = sum over slots of weight * value, the slots split among groups of invocations.
@@ -37,6 +38,8 @@ layout(push_constant) uniform Params {
     uint chunk_capacity;  // tokens the scratch holds (the visible counts follow the weights)
     float scale;
     uint key_format, value_format;  // KvRowFormat
+    uint window;     // a local layer's sliding window (0: a global layer)
+    float softcap;   // scores become softcap * tanh(score / softcap); 0: as they are
 } p;
 
 #include "kv_layout.glsl"
@@ -86,6 +89,12 @@ float weighted_value(uint row, uint d, float w) {
     }
 }
 
+// The scaled and (softcap) capped score of a slot.
+float score(uint row) {
+    const float x = key_dot(row) * p.scale;
+    return p.softcap == 0.0 ? x : p.softcap * safe_tanh(x / p.softcap);
+}
+
 void main() {
     const uint tid = gl_LocalInvocationIndex;
     const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
@@ -105,7 +114,7 @@ void main() {
     for (uint s = tid; s < used; s += WG) {
         const uint at = cell_base + s;
         const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
-        if (!stream_is_free(st) && stream_le(st, query_index)) visible += 1.0;
+        if (stream_visible(st, query_index, p.window)) visible += 1.0;
     }
     visible = workgroup_sum(visible);
 
@@ -119,8 +128,8 @@ void main() {
         for (uint s = tid; s < used; s += WG) {
             const uint at = cell_base + s;
             const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
-            if (stream_is_free(st) || !stream_le(st, query_index)) continue;
-            const float x = key_dot(p.keys_off + (kv_base + s) * key_words) * p.scale;
+            if (!stream_visible(st, query_index, p.window)) continue;
+            const float x = score(p.keys_off + (kv_base + s) * key_words);
             if (x > m) {
                 l = l * exp(m - x) + 1.0;
                 m = x;
@@ -137,8 +146,8 @@ void main() {
             const uint at = cell_base + s;
             const uvec2 st = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
             float w = 0.0;
-            if (!stream_is_free(st) && stream_le(st, query_index)) {
-                w = exp(key_dot(p.keys_off + (kv_base + s) * key_words) * p.scale - m_all) * inv;
+            if (stream_visible(st, query_index, p.window)) {
+                w = exp(score(p.keys_off + (kv_base + s) * key_words) - m_all) * inv;
             }
             scratch[weights_at + s] = w;
             scratch[group_at + s] = (g == 0u ? 0.0 : scratch[group_at + s]) + w;

@@ -24,6 +24,7 @@ layout(push_constant) uniform Params {
     uint group;
     float decay;
     uint proxy;         // the batch's last `proxy` queries are summed into `last` (kv_is_proxy_query)
+    uint window;        // a local layer's sliding window (0: a global layer)
 } p;
 
 #include "kv_layout.glsl"
@@ -38,7 +39,7 @@ void main() {
     const uvec2 stream = uvec2(meta[L.stream + 2u * at], meta[L.stream + 2u * at + 1u]);
     if (!stream_is_free(stream)) {
         for (uint tt = 0u; tt < p.chunk_tokens; ++tt) {
-            if (!stream_le(stream, stream_add(p.first_index, tt))) continue;  // not yet visible
+            if (!stream_visible(stream, stream_add(p.first_index, tt), p.window)) continue;  // not (or no longer) visible
             const float w = scratch[p.scratch_off + 2u * ((tt * p.n_kv + h) * p.n_slots) + p.n_slots + s];
             const float visible = scratch[p.scratch_off + 2u * p.chunk_capacity * p.n_kv * p.n_slots + tt * p.n_kv + h];
             const uint t = p.t0 + tt;

@@ -28,3 +28,13 @@ uvec2 stream_add(uvec2 a, uint b) {
     uint lo = uaddCarry(a.x, b, carry);
     return uvec2(lo, a.y + carry);
 }
+
+// Whether a query at stream index q sees the token at stream index st: a stored token not after
+// it and, in a local layer (window > 0), less than `window` tokens before it.
+bool stream_visible(uvec2 st, uvec2 q, uint window) {
+    if (stream_is_free(st) || !stream_le(st, q)) return false;
+    return window == 0u || !stream_le(stream_add(st, window), q);
+}
+
+// tanh without the overflow of exp(2x): beyond |x| = 15 tanh is +-1 in float anyway.
+float safe_tanh(float x) { return tanh(clamp(x, -15.0, 15.0)); }

@@ -6,6 +6,9 @@
 //   OP_ADD       a[i] += b[i]
 //   OP_ADD_BIAS  a[i] += b[i % b_cols]: one row of b added to every row of a
 //   OP_SWIGLU    a[i] = silu(a[i]) * b[i], silu(g) = g / (1 + exp(-g))
+//   OP_GEGLU     a[i] = gelu(a[i]) * b[i], GELU's tanh approximation (activation.h)
+//   OP_SCALE     a[i] *= value
+//   OP_SOFTCAP   a[i] = value * tanh(a[i] / value)
 
 #define WG 128
 layout(local_size_x = WG) in;
@@ -18,6 +21,7 @@ layout(push_constant) uniform Params {
     uint b_off;
     uint count;
     uint b_cols;
+    float value;  // scale, softcap
 } p;
 
 void main() {
@@ -27,6 +31,13 @@ void main() {
     a[p.a_off + i] += b[p.b_off + i];
 #elif defined(OP_ADD_BIAS)
     a[p.a_off + i] += b[p.b_off + i % p.b_cols];
+#elif defined(OP_GEGLU)
+    const float g = a[p.a_off + i];
+    a[p.a_off + i] = 0.5 * g * (1.0 + safe_tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g))) * b[p.b_off + i];
+#elif defined(OP_SCALE)
+    a[p.a_off + i] *= p.value;
+#elif defined(OP_SOFTCAP)
+    a[p.a_off + i] = p.value * safe_tanh(a[p.a_off + i] / p.value);
 #else
     const float g = a[p.a_off + i];
     a[p.a_off + i] = g / (1.0 + exp(-g)) * b[p.b_off + i];
