@@ -16,6 +16,7 @@
 #include "kv_policy_spec.h"
 #include "kv_row_codec.h"
 #include "kv_victim_rules.h"
+#include "activation.h"
 #include "online_softmax.h"
 #include "rotary.h"
 #include "weight_element.h"
@@ -266,6 +267,21 @@ __global__ void swiglu_kernel(float *gate, const float *up, int64_t count) {
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+__global__ void geglu_kernel(float *gate, const float *up, int64_t count) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        gate[i] = gelu_tanh(gate[i]) * up[i];
+    }
+}
+
+// x[i] *= factor, or with `cap` soft_cap(x[i], value).
+__global__ void scale_kernel(float *x, float value, bool cap, int64_t count) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        x[i] = cap ? soft_cap(x[i], value) : x[i] * value;
     }
 }
 
@@ -605,6 +621,8 @@ struct AttentionArgs {
     size_t key_row, value_row;
     int64_t first_index;
     float scale;
+    float softcap;   // scores become soft_cap(score, softcap); 0: as they are
+    int64_t window;  // a local layer's sliding window (0: a global layer)
     const float *q;
     int64_t q_cols;
     float *out;
@@ -618,6 +636,12 @@ struct AttentionArgs {
 };
 
 constexpr int kAttentionWarps = kBlock / 32;
+
+// Whether the query at stream index `query` sees the token at `index` (-1: a free slot): stored,
+// not after it and, in a local layer (window > 0), less than `window` tokens before it.
+__device__ bool attention_visible(int64_t index, int64_t query, int64_t window) {
+    return index >= 0 && index <= query && (window == 0 || index > query - window);
+}
 
 struct AttentionBlock {
     int c, t, head, h, group, split, begin, end;
@@ -656,11 +680,12 @@ __global__ void __launch_bounds__(kBlock) attention_scores_kernel(AttentionArgs 
     for (int s = b.begin + threadIdx.x; s < b.end; s += blockDim.x) {
         const int64_t index = a.kv.stream[b.base + s];
         float score = -INFINITY;
-        if (index >= 0 && index <= query_index) {
+        if (attention_visible(index, query_index, a.window)) {
             const uint8_t *row = a.kv.keys + (b.base + s) * a.key_row;
             float dot = 0.0f;
             for (int d = 0; d < a.head_dim; ++d) dot += q[d] * kv_row_element(a.key_format, row, d);
             score = dot * a.scale;
+            if (a.softcap != 0.0f) score = soft_cap(score, a.softcap);
             ++visible;
         }
         weights[s] = score;
@@ -747,7 +772,8 @@ struct StatsArgs {
     size_t first_slot;
     int64_t first_index;
     float decay;
-    int proxy;  // kv_proxy_queries
+    int proxy;       // kv_proxy_queries
+    int64_t window;  // a local layer's sliding window (0: a global layer)
 };
 
 // The chunk's queries' contributions to each slot's statistics of the batch (kv_policy_spec.h):
@@ -762,7 +788,7 @@ __global__ void attention_stats_kernel(StatsArgs a) {
         SlotStats partial = a.kv.partial[static_cast<size_t>(h) * a.n_slots + s];
         for (int c = 0; c < a.count; ++c) {
             const int t = a.t0 + c;
-            if (index > a.first_index + t) continue;
+            if (!attention_visible(index, a.first_index + t, a.window)) continue;
             float w = 0.0f;
             for (int g = 0; g < group; ++g) w += a.kv.scores[(static_cast<size_t>(c) * a.n_head + h * group + g) * a.n_slots + s];
             const float threshold = kv_importance_threshold(static_cast<KV_UINT>(group),
@@ -913,6 +939,24 @@ public:
         return launched("swiglu");
     }
 
+    Status geglu(const Tensor &gate, const Tensor &up, int n) override {
+        H2O_TRY(failed_);
+        const int64_t count = gate.cols * n;
+        if (count <= 0) return Status::Ok();
+        geglu_kernel<<<grid_for(count), kBlock, 0, stream_>>>(device_ptr<float>(gate), device_ptr<const float>(up), count);
+        return launched("geglu");
+    }
+
+    Status scale(const Tensor &x, float factor, int n) override { return scale_or_cap(x, factor, false, n, "scale"); }
+    Status softcap(const Tensor &x, float cap, int n) override { return scale_or_cap(x, cap, true, n, "softcap"); }
+    Status scale_or_cap(const Tensor &x, float value, bool cap, int n, const char *what) {
+        H2O_TRY(failed_);
+        const int64_t count = x.cols * n;
+        if (count <= 0) return Status::Ok();
+        scale_kernel<<<grid_for(count), kBlock, 0, stream_>>>(device_ptr<float>(x), value, cap, count);
+        return launched(what);
+    }
+
     Status add(const Tensor &acc, const Tensor &x, int n) override {
         H2O_TRY(failed_);
         const int64_t count = acc.cols * n;
@@ -1051,16 +1095,21 @@ private:
     }
 
     // The rotary inverse frequencies of `rope` on the device (RotarySpec computes them on the host).
+    // Two tables, for a model's global and local layers (which rotate differently): the one that
+    // holds `rope`, else the one used less recently, filled now.
     Status rope_table(const RotarySpec &rope, const double **out) {
-        if (!rope_inv_freq_ || !(rope_spec_ == rope)) {
+        const int slot = rope_inv_freq_[last_rope_slot_] && rope_spec_[last_rope_slot_] == rope ? last_rope_slot_ : 1 - last_rope_slot_;
+        double *&table_on_device = rope_inv_freq_[slot];
+        if (!table_on_device || !(rope_spec_[slot] == rope)) {
             const std::vector<double> table = rope.inv_freqs();
-            if (!rope_inv_freq_ || rope_spec_.pairs() < rope.pairs()) H2O_TRY(device_array(table.size(), &rope_inv_freq_));
+            if (!table_on_device || rope_spec_[slot].pairs() < rope.pairs()) H2O_TRY(device_array(table.size(), &table_on_device));
             // In stream order (earlier kernels read the old table), waited for: the host table goes
             // out of scope.
-            H2O_TRY(copy_to_device_now(rope_inv_freq_, table.data(), table.size() * sizeof(double)));
-            rope_spec_ = rope;
+            H2O_TRY(copy_to_device_now(table_on_device, table.data(), table.size() * sizeof(double)));
+            rope_spec_[slot] = rope;
         }
-        *out = rope_inv_freq_;
+        last_rope_slot_ = slot;
+        *out = table_on_device;
         return Status::Ok();
     }
 
@@ -1071,8 +1120,10 @@ private:
     std::vector<void *> allocations_;
     size_t allocated_ = 0;
     Traffic traffic_;
-    double *rope_inv_freq_ = nullptr;
-    RotarySpec rope_spec_;  // what rope_inv_freq_ holds
+    double *rope_inv_freq_[2] = {nullptr, nullptr};
+    RotarySpec rope_spec_[2];  // what each of rope_inv_freq_ holds
+    int last_rope_slot_ = 0;
+    double *local_inv_freq_ = nullptr;  // rolling: the local layers' (KvConfig::local_rope), or null
 
     bool has_kv_ = false;
     int32_t span_min_[KV_MAX_SPANS] = {};  // set_kv_span_minimums
@@ -1116,6 +1167,11 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &kv_.inv_freq));
     const std::vector<double> inv_freq = config.rope.inv_freqs();
     H2O_TRY(copy_to_device_now(kv_.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(double)));
+    if (!config.layer_window.empty()) {
+        H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &local_inv_freq_));
+        const std::vector<double> local = config.local_rope.inv_freqs();
+        H2O_TRY(copy_to_device_now(local_inv_freq_, local.data(), local.size() * sizeof(double)));
+    }
     // The attention scratch is sized at the first attention call, when the number of query heads
     // is known.
     has_kv_ = true;
@@ -1208,6 +1264,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
 
     ClaimArgs c;
     c.kv = kv_;
+    if (kv_config_.is_window_layer(layer)) c.kv.inv_freq = local_inv_freq_;  // rolled keys turn back by the local rotation
     c.layer = layer;
     c.n_kv = shape.n_head_kv;
     c.n_slots = n_slots;
@@ -1263,7 +1320,9 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         a.key_row = key_row_;
         a.value_row = value_row_;
         a.first_index = batch.first_index;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+        a.scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+        a.softcap = shape.attention_softcap;
+        a.window = shape.is_local(layer) ? shape.sliding_window : 0;
         a.q = device_ptr<const float>(q);
         a.q_cols = q.cols;
         a.out = device_ptr<float>(out);
@@ -1296,6 +1355,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
             s.first_index = batch.first_index;
             s.decay = policy.persistence_decay;
             s.proxy = kv_proxy_queries(policy);
+            s.window = a.window;
             attention_stats_kernel<<<slot_blocks, kBlock, 0, stream_>>>(s);
             H2O_TRY(launched("attention_stats"));
         }

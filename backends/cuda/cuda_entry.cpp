@@ -26,7 +26,6 @@ Status cuda_devices(std::vector<BackendDevice> *out) {
 
 Status cuda_supports(const BackendRequirements &needs, const BackendDevice &device) {
     for (TensorType type : needs.weight_types) H2O_TRY(cuda_runs_weight_type(type));
-    H2O_TRY(check_no_gemma_operations(needs, "CUDA"));
     H2O_TRY(cuda_runs_kv(needs.kv));
     return check_device_memory(needs, device);
 }

@@ -90,11 +90,6 @@ struct ModelShape {
     int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
     int64_t kv_dim() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
     bool is_local(int layer) const { return !local_layers.empty() && local_layers[static_cast<size_t>(layer)] != 0; }
-    // What the block computes beyond the Llama block's operations (a backend that lacks them refuses
-    // the model): Gemma's.
-    bool needs_gemma_operations() const {
-        return embedding_scale != 1.0f || gelu || post_norms || attention_softcap != 0.0f || output_softcap != 0.0f || sliding_window != 0;
-    }
 };
 
 // The tokens of one batch are consecutive in the stream: token t has stream index
@@ -159,14 +154,11 @@ public:
     virtual Status rope(const Tensor &q, const Tensor &k, const Tensor &positions, int n, const ModelShape &shape, bool per_kv_head) = 0;
     // gate[t] = silu(gate[t]) * up[t].
     virtual Status swiglu(const Tensor &gate, const Tensor &up, int n) = 0;
-    // Gemma's operations (ModelShape::needs_gemma_operations); a backend without them refuses
-    // such models in its BackendEntry::supports, so these are never reached there.
-    // gate[t] = gelu(gate[t]) * up[t], GELU's tanh approximation.
-    virtual Status geglu(const Tensor & /*gate*/, const Tensor & /*up*/, int /*n*/) { return lacks("geglu"); }
-    // x[t] *= factor, for the first n rows.
-    virtual Status scale(const Tensor & /*x*/, float /*factor*/, int /*n*/) { return lacks("scale"); }
-    // x[t] = cap * tanh(x[t] / cap), for the first n rows.
-    virtual Status softcap(const Tensor & /*x*/, float /*cap*/, int /*n*/) { return lacks("softcap"); }
+    // Gemma's operations: gate[t] = gelu(gate[t]) * up[t] (GELU's tanh approximation,
+    // activation.h); x[t] *= factor; x[t] = soft_cap(x[t], cap). For the first n rows.
+    virtual Status geglu(const Tensor &gate, const Tensor &up, int n) = 0;
+    virtual Status scale(const Tensor &x, float factor, int n) = 0;
+    virtual Status softcap(const Tensor &x, float cap, int n) = 0;
     // acc[t] += x[t].
     virtual Status add(const Tensor &acc, const Tensor &x, int n) = 0;
     // acc[t] += bias (one row of acc.cols, F32), for the first n rows: a projection's bias.
@@ -188,11 +180,6 @@ public:
     // minimums excepted).
     virtual Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
                              const ModelShape &shape) = 0;
-
-protected:
-    Status lacks(const char *operation) const {
-        return make_error(H2O_ERR_UNSUPPORTED, std::string("the ") + name() + " backend has no " + operation + " operation");
-    }
 };
 
 }  // namespace h2o

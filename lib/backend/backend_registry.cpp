@@ -80,13 +80,6 @@ void plan_auto(const BackendRequirements &needs, std::vector<BackendCandidate> *
 
 }  // namespace
 
-Status check_no_gemma_operations(const BackendRequirements &needs, const char *backend) {
-    if (!needs.gemma_operations) return Status::Ok();
-    return make_error(H2O_ERR_UNSUPPORTED, std::string("the ") + backend +
-                                               " backend does not run Gemma's block yet (GELU, soft-capping, sliding-window layers): "
-                                               "use the CPU backend");
-}
-
 Status check_device_memory(const BackendRequirements &needs, const BackendDevice &device) {
     const uint64_t needed = needs.weight_bytes + needs.session_bytes;
     if (device.memory_bytes == 0 || needed <= device.memory_bytes) return Status::Ok();

@@ -31,12 +31,7 @@ struct BackendRequirements {
     KvConfig kv;                           // the session's KV cache
     uint64_t weight_bytes = 0;             // the weights, as stored in the model file
     uint64_t session_bytes = 0;            // the KV cache and activations (Session::planned_bytes)
-    bool gemma_operations = false;         // ModelShape::needs_gemma_operations
 };
-
-// For a backend without Gemma's operations (Backend::geglu, scale, softcap, sliding-window
-// attention): Ok, or H2O_ERR_UNSUPPORTED naming the backend when `needs` asks for them.
-Status check_no_gemma_operations(const BackendRequirements &needs, const char *backend);
 
 // How a backend is made.
 struct BackendOptions {

@@ -99,7 +99,6 @@ BackendRequirements Session::requirements(const Model &model, const SessionSetti
     needs.kv = make_kv_config(model, settings);
     needs.weight_bytes = model.weight_bytes();
     needs.session_bytes = planned_bytes(model, settings);
-    needs.gemma_operations = model.shape().needs_gemma_operations();
     return needs;
 }
 

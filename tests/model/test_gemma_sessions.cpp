@@ -131,8 +131,8 @@ bool check_gemma_session(h2o_model *model, uint32_t backend) {
 }
 
 TEST_CASE(
-    "gemma sessions: local layers hold their window in fixed memory, and pins, rolling, snapshots and forks cross both kinds, on the "
-    "CPU and Vulkan") {
+    "gemma sessions: local layers hold their window in fixed memory, and pins, rolling, snapshots and forks cross both kinds, on "
+    "every backend") {
     const std::string path = write_gemma3("gemma3-sessions.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
@@ -141,6 +141,7 @@ TEST_CASE(
         if (std::getenv("H2O_REQUIRE_VULKAN")) FAIL("no Vulkan device");
         MESSAGE("not run on Vulkan: no device");
     }
+    if (!check_gemma_session(model, H2O_BACKEND_CUDA)) MESSAGE("not run on CUDA: no device");
     h2o_model_free(model);
 }
 
