@@ -132,6 +132,39 @@ Status pre_tokenizer_name(const json &tokenizer, std::string *name) {
     return make_error(H2O_ERR_UNSUPPORTED, "tokenizer.json: a pre-tokenizer this reader does not recognise: " + describe(pre));
 }
 
+// The normalizer's steps (a Sequence's, or the one normalizer).
+std::vector<const json *> normalizer_steps(const json &tokenizer) {
+    const json &norm = field(tokenizer, "normalizer");
+    std::vector<const json *> steps;
+    if (string_field(norm, "type") == "Sequence" && field(norm, "normalizers").is_array()) {
+        for (const json &step : field(norm, "normalizers")) steps.push_back(&step);
+    } else if (norm.is_object()) {
+        steps.push_back(&norm);
+    }
+    return steps;
+}
+
+// Whether the tokenizer is a sentencepiece BPE model written as tokenizer.json (Gemma, Llama 2's
+// Hugging Face conversions): byte fallback, and spaces replaced by U+2581 before the merges.
+bool is_sentencepiece_bpe(const json &tokenizer, const json &model, bool *add_space_prefix) {
+    if (!bool_field(model, "byte_fallback", false)) return false;
+    bool replaces_spaces = false;
+    *add_space_prefix = false;
+    for (const json *step : normalizer_steps(tokenizer)) {
+        const std::string type = string_field(*step, "type");
+        if (type == "Replace" && string_field(field(*step, "pattern"), "String") == " " && string_field(*step, "content") == "\xE2\x96\x81")
+            replaces_spaces = true;
+        if (type == "Prepend" && string_field(*step, "prepend") == "\xE2\x96\x81") *add_space_prefix = true;
+    }
+    return replaces_spaces;
+}
+
+// A byte-fallback token: "<0xXX>".
+bool is_byte_token(std::string_view text) {
+    auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+    return text.size() == 6 && text.starts_with("<0x") && text.back() == '>' && hex(text[3]) && hex(text[4]);
+}
+
 // What llama.cpp's converter treats as a control token although tokenizer.json does not mark it
 // special (some models leave their <|...|> tokens unmarked).
 bool looks_special(std::string_view text) {
@@ -163,7 +196,8 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     if (string_field(model, "type") != "BPE")
         return make_error(H2O_ERR_UNSUPPORTED, "tokenizer.json: model type " + describe(field(model, "type")) + " (only BPE is read)");
     HfVocabulary v;
-    H2O_TRY(pre_tokenizer_name(tokenizer, &v.pre));
+    v.sentencepiece = is_sentencepiece_bpe(tokenizer, model, &v.add_space_prefix);
+    if (!v.sentencepiece) H2O_TRY(pre_tokenizer_name(tokenizer, &v.pre));
 
     // id -> text, the model's vocabulary first, then the added tokens over it.
     const json &vocab = field(model, "vocab");
@@ -177,7 +211,7 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     };
     for (const auto &[text, id] : vocab.items()) {
         H2O_TRY(check_id(id, text));
-        by_id[id.get<int64_t>()] = {text, TOKEN_NORMAL};
+        by_id[id.get<int64_t>()] = {text, v.sentencepiece && is_byte_token(text) ? TOKEN_BYTE : TOKEN_NORMAL};
     }
     const json &added = field(tokenizer, "added_tokens");
     if (!added.is_array() && !added.is_null()) return bad("tokenizer.json: added_tokens is not an array");
@@ -191,8 +225,9 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
         int32_t type = TOKEN_CONTROL;
         if (!special && !looks_special(text)) {
             type = TOKEN_USER_DEFINED;
-            // As the converter: a sentencepiece space in a user-defined token is a space.
-            for (size_t at; (at = text.find("\xE2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
+            // As the converter: a sentencepiece space in a user-defined token of a byte-level
+            // vocabulary is a space (a sentencepiece vocabulary keeps its U+2581).
+            for (size_t at; !v.sentencepiece && (at = text.find("\xE2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
         }
         added_ids.emplace(a["content"].get<std::string>(), a["id"].get<int64_t>());
         by_id[a["id"].get<int64_t>()] = {text, type};
@@ -230,6 +265,26 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
             return bad("tokenizer.json: merge " + std::to_string(v.merges.size()) + " is " + describe(m) +
                        " (a string or a pair of strings is expected)");
         }
+    }
+
+    if (v.sentencepiece) {
+        // Sentencepiece ranks a merge by the merged piece's score: a piece scores minus the rank of
+        // the first merge that makes it, so the earlier merges go first as tokenizer.json orders
+        // them. Pieces no merge makes (characters, bytes, special tokens) score 0; the merges
+        // themselves are not written.
+        std::map<std::string, int64_t> piece_id;
+        for (int64_t id = 0; id < size; ++id) piece_id.emplace(v.tokens[static_cast<size_t>(id)], id);
+        v.scores.assign(static_cast<size_t>(size), 0.0f);
+        std::vector<bool> scored(static_cast<size_t>(size), false);
+        for (size_t rank = 0; rank < v.merges.size(); ++rank) {
+            const std::string &m = v.merges[rank];
+            const size_t space = m.find(' ');
+            const auto it = piece_id.find(m.substr(0, space) + m.substr(space + 1));
+            if (it == piece_id.end() || scored[static_cast<size_t>(it->second)]) continue;
+            v.scores[static_cast<size_t>(it->second)] = -static_cast<float>(rank + 1);
+            scored[static_cast<size_t>(it->second)] = true;
+        }
+        v.merges.clear();
     }
 
     // Special tokens: tokenizer_config.json's, found among the added tokens.
@@ -274,6 +329,7 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
             v.add_eos = v.eos >= 0 && v.tokens[static_cast<size_t>(v.eos)] == *last;
         }
     }
+    if (v.sentencepiece && v.unk >= 0) v.types[static_cast<size_t>(v.unk)] = TOKEN_UNKNOWN;
     if (field(config, "add_bos_token").is_boolean()) v.add_bos = config["add_bos_token"].get<bool>();
     if (field(config, "add_eos_token").is_boolean()) v.add_eos = config["add_eos_token"].get<bool>();
     // config.json's ids fill in what is still unknown.
@@ -342,11 +398,19 @@ Status read_hf_tokenizer(const std::string &dir, int32_t n_vocab, HfVocabulary *
 }
 
 void add_hf_vocabulary(const HfVocabulary &vocab, GgufWriter *w) {
-    w->add_string("tokenizer.ggml.model", "gpt2");
-    w->add_string("tokenizer.ggml.pre", vocab.pre);
-    w->add_string_array("tokenizer.ggml.tokens", vocab.tokens);
-    w->add_i32_array("tokenizer.ggml.token_type", vocab.types);
-    w->add_string_array("tokenizer.ggml.merges", vocab.merges);
+    if (vocab.sentencepiece) {
+        w->add_string("tokenizer.ggml.model", "llama");
+        w->add_string_array("tokenizer.ggml.tokens", vocab.tokens);
+        w->add_f32_array("tokenizer.ggml.scores", vocab.scores);
+        w->add_i32_array("tokenizer.ggml.token_type", vocab.types);
+        w->add_bool("tokenizer.ggml.add_space_prefix", vocab.add_space_prefix);
+    } else {
+        w->add_string("tokenizer.ggml.model", "gpt2");
+        w->add_string("tokenizer.ggml.pre", vocab.pre);
+        w->add_string_array("tokenizer.ggml.tokens", vocab.tokens);
+        w->add_i32_array("tokenizer.ggml.token_type", vocab.types);
+        w->add_string_array("tokenizer.ggml.merges", vocab.merges);
+    }
     if (vocab.bos >= 0) w->add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
     if (vocab.eos >= 0) w->add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
     if (vocab.unk >= 0) w->add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk));
@@ -358,10 +422,12 @@ void add_hf_vocabulary(const HfVocabulary &vocab, GgufWriter *w) {
 
 VocabSpec to_vocab_spec(const HfVocabulary &vocab) {
     VocabSpec spec;
-    spec.model = TokenizerModel::kByteLevelBpe;
+    spec.model = vocab.sentencepiece ? TokenizerModel::kSentencePiece : TokenizerModel::kByteLevelBpe;
     spec.pieces = vocab.tokens;
+    spec.scores = vocab.scores;
     spec.types = vocab.types;
     spec.merges = vocab.merges;
+    spec.add_space_prefix = vocab.sentencepiece && vocab.add_space_prefix;
     spec.pre = vocab.pre;
     spec.bos = vocab.bos;
     spec.eos = vocab.eos;

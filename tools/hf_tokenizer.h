@@ -1,7 +1,14 @@
 // Reads a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json and, when present,
 // config.json and chat_template.jinja) into what a GGUF conversion of it carries: the
-// tokenizer.ggml.* metadata. Only byte-level BPE tokenizers (GPT-2, Llama 3, Qwen 2/2.5/3,
-// SmolLM2, GPT-4o/Phi-4-mini) are read; others are H2O_ERR_UNSUPPORTED.
+// tokenizer.ggml.* metadata. Byte-level BPE tokenizers (GPT-2, Llama 3, Qwen 2/2.5/3, SmolLM2,
+// GPT-4o/Phi-4-mini) and sentencepiece BPE ones written as tokenizer.json (Gemma 2/3: byte
+// fallback, spaces replaced by U+2581) are read; others are H2O_ERR_UNSUPPORTED.
+//
+// A sentencepiece one becomes a "llama" vocabulary as llama.cpp's converter writes it from the
+// tokenizer.model file, but for the scores, which tokenizer.json does not carry: each piece
+// scores minus the rank of the first merge that makes it (0 for the rest), so that
+// sentencepiece's merging by score follows tokenizer.json's merge order. Byte tokens (<0xXX>)
+// are bytes, the unknown token unknown, add_space_prefix is the normalizer's Prepend of U+2581.
 //
 // The values follow llama.cpp's converter (convert_hf_to_gguf.py and gguf-py's SpecialVocab):
 //   - every id below the vocabulary size has a token; a missing one is "[PAD<id>]", unused;
@@ -33,10 +40,13 @@
 namespace h2o {
 
 struct HfVocabulary {
-    std::string pre;  // tokenizer.ggml.pre
+    bool sentencepiece = false;     // a sentencepiece BPE vocabulary ("llama"), else byte-level BPE ("gpt2")
+    std::vector<float> scores;      // sentencepiece: per token
+    bool add_space_prefix = false;  // sentencepiece: tokenizer.ggml.add_space_prefix
+    std::string pre;                // tokenizer.ggml.pre
     std::vector<std::string> tokens;
-    std::vector<int32_t> types;  // TokenType values
-    std::vector<std::string> merges;
+    std::vector<int32_t> types;       // TokenType values
+    std::vector<std::string> merges;  // byte-level BPE
     int32_t bos = -1, eos = -1, unk = -1, pad = -1;
     std::optional<bool> add_bos, add_eos;
     std::string chat_template;  // empty: none

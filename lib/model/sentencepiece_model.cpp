@@ -200,7 +200,7 @@ Status parse_sentencepiece_model(std::string_view bytes, VocabSpec *spec, uint64
     return Status::Ok();
 }
 
-std::string serialize_sentencepiece_model(const VocabSpec &spec, bool byte_fallback) {
+std::string serialize_sentencepiece_model(const VocabSpec &spec, const std::vector<int32_t> &types, bool byte_fallback) {
     ProtoWriter model;
     for (size_t i = 0; i < spec.pieces.size(); ++i) {
         ProtoWriter piece;
@@ -208,7 +208,7 @@ std::string serialize_sentencepiece_model(const VocabSpec &spec, bool byte_fallb
         piece.add_float(pb::kPieceScore, spec.scores[i]);
         // Sentencepiece wants exactly one unknown piece: unk, whatever type the file gives it
         // (Phi-3's <unk> is a control token, and its padding tokens have the unknown type).
-        int32_t type = spec.types[i];
+        int32_t type = types[i];
         if (static_cast<int32_t>(i) == spec.unk)
             type = TOKEN_UNKNOWN;
         else if (type == TOKEN_UNKNOWN)

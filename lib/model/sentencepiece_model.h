@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "status.h"
 #include "tokenizer.h"
@@ -26,7 +27,8 @@ Status parse_sentencepiece_model(std::string_view bytes, VocabSpec *spec, uint64
 // BPE merges by piece score, byte fallback for characters outside the vocabulary, identity
 // normalization, spaces escaped to U+2581, a dummy prefix space, and whitespace kept as is.
 // spec.unk is the one unknown piece; other pieces of the unknown type are given as unused (never
-// produced). spec must have passed the tokenizer's checks.
-std::string serialize_sentencepiece_model(const VocabSpec &spec, bool byte_fallback);
+// produced). types: the pieces' types as the tokenizer uses them (which may differ from
+// spec.types: Tokenizer::from_vocab). spec must have passed the tokenizer's checks.
+std::string serialize_sentencepiece_model(const VocabSpec &spec, const std::vector<int32_t> &types, bool byte_fallback);
 
 }  // namespace h2o

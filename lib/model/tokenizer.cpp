@@ -210,7 +210,11 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
     bool byte_fallback = false;
     for (int32_t type : spec.types) byte_fallback |= type == TOKEN_BYTE;
     tok->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    const auto st = tok->sp_->LoadFromSerializedProto(serialize_sentencepiece_model(spec, byte_fallback));
+    // Sentencepiece takes the types the tokenizer uses: a turn end the file types user-defined is a
+    // control token (above), which it must not match inside text either.
+    std::vector<int32_t> types(tok->entries_.size());
+    for (size_t i = 0; i < types.size(); ++i) types[i] = tok->entries_[i].type;
+    const auto st = tok->sp_->LoadFromSerializedProto(serialize_sentencepiece_model(spec, types, byte_fallback));
     if (!st.ok()) return make_error(H2O_ERR_TOKENIZER, std::string("sentencepiece rejected the vocabulary: ") + st.ToString());
     if (tok->sp_->GetPieceSize() != static_cast<int>(spec.pieces.size()))
         return make_error(H2O_ERR_INTERNAL, "sentencepiece loaded a different number of tokens than given");

@@ -737,7 +737,7 @@ uint64_t ids_hash(const std::vector<int32_t> &ids) {
 
 TEST_CASE("bpe tokenizer: the same ids as llama.cpp on whole texts") {
     const std::string data = std::string(H2O_TEST_DATA_DIR) + "/tokenizer_parity/";
-    for (const char *vocab : {"llama3", "qwen3", "gpt4o"}) {
+    for (const char *vocab : {"llama3", "qwen3", "gpt4o", "gemma3"}) {
         for (const char *text_name : {"stress", "tinystories_val"}) {
             CAPTURE(vocab);
             CAPTURE(text_name);

@@ -48,8 +48,18 @@ if(EXISTS "${SHARED}/vocab/qwen3/tokenizer.json" AND EXISTS "${SHARED}/vocab/lla
     check_model(synth-phi4-vocab "--arch;phi3;--dim;128;--heads;2;--kv-heads;1;--rope-dims;48;--tied;--ctx;131072;--long-rope;4096;--vocab;${SHARED}/vocab/gpt4o"
                 "architecture: phi3;vocabulary: 200019 tokens")
   endif()
+  # Gemma 3's sentencepiece vocabulary, local layers of a 16-token window.
+  if(EXISTS "${SHARED}/vocab/gemma3/tokenizer.json")
+    check_model(synth-gemma3-vocab "--arch;gemma3;--dim;128;--heads;4;--kv-heads;1;--head-dim;64;--tied;--window;16;--vocab;${SHARED}/vocab/gemma3"
+                "architecture: gemma3;vocabulary: 262145 tokens;BOS 2;chat format: gemma")
+  endif()
   # h2o-chat talks to each in the format of its own template: one turn, then /quit.
-  foreach(case "synth-qwen3-vocab;chatml" "synth-llama3-vocab;llama3")
+  set(chat_cases "synth-qwen3-vocab=chatml" "synth-llama3-vocab=llama3")
+  if(EXISTS "${SHARED}/vocab/gemma3/tokenizer.json")
+    list(APPEND chat_cases "synth-gemma3-vocab=gemma")
+  endif()
+  foreach(case IN LISTS chat_cases)
+    string(REPLACE "=" ";" case "${case}")
     list(GET case 0 name)
     list(GET case 1 format)
     execute_process(COMMAND sh -c "printf 'Hello\\n/quit\\n' | \"$0\" \"$1\" --budget 64" ${CHAT} ${WORK}/${name}.gguf

@@ -4,7 +4,7 @@ the test reads them (README.md says how the vocabulary files are made).
 
 usage: make_expected.py LLAMA_TOKENIZE VOCAB_DIR SHARED_DIR
 
-For every VOCAB in llama3, qwen3, gpt4o and every TEXT in tinystories_val (SHARED_DIR/data/) and
+For every VOCAB in llama3, qwen3, gpt4o, gemma3 and every TEXT in tinystories_val (SHARED_DIR/data/) and
 stress (this folder), runs
     LLAMA_TOKENIZE -m VOCAB_DIR/VOCAB.gguf -f TEXT --ids --log-disable --no-bos --no-parse-special --no-escape
 and writes VOCAB.TEXT.ids here: the id count, the FNV-1a 64-bit hash of the ids (each as 4
@@ -28,7 +28,7 @@ def fnv1a64(ids):
     return h
 
 
-for vocab in ('llama3', 'qwen3', 'gpt4o'):
+for vocab in ('llama3', 'qwen3', 'gpt4o', 'gemma3'):
     for name, path in texts.items():
         out = subprocess.run([tool, '-m', os.path.join(vocab_dir, vocab + '.gguf'), '-f', path, '--ids', '--log-disable',
                               '--no-bos', '--no-parse-special', '--no-escape'], capture_output=True, text=True, check=True)
