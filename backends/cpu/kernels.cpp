@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "activation.h"
 #include "cpu/kernels_internal.h"
 #include "kv_row_codec.h"
 #include "quant.h"
@@ -423,6 +424,10 @@ void silu_mul_scalar(float *out, const float *gate, const float *up, int64_t n) 
     for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void gelu_mul_scalar(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
 #ifdef H2O_KERNELS_X86
 // AVX2, FMA and F16C from the CPUID bits, plus the OS's consent: the CPU's OSXSAVE bit and XCR0
 // showing that the OS saves the SSE and AVX (YMM) registers. Plain CPUID rather than
@@ -563,6 +568,7 @@ const KernelTable kScalarKernels = {
     axpy_scalar,
     exp_sub_sum_scalar,
     silu_mul_scalar,
+    gelu_mul_scalar,
     {},  // dot_kv_rows: the loops in kernels.cpp
     {},  // weighted_kv_row_sum: the same
     nullptr,
@@ -939,5 +945,6 @@ void softmax(float *x, int64_t n) {
 }
 
 void silu_mul(float *out, const float *gate, const float *up, int64_t n) { kernels().silu_mul(out, gate, up, n); }
+void gelu_mul(float *out, const float *gate, const float *up, int64_t n) { kernels().gelu_mul(out, gate, up, n); }
 
 }  // namespace h2o::cpu

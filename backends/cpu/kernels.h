@@ -202,4 +202,7 @@ void softmax(float *x, int64_t n);
 // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); out may alias gate or up.
 void silu_mul(float *out, const float *gate, const float *up, int64_t n);
 
+// GeGLU: out[i] = gelu_tanh(gate[i]) * up[i] (activation.h); out may alias gate or up.
+void gelu_mul(float *out, const float *gate, const float *up, int64_t n);
+
 }  // namespace h2o::cpu

@@ -1272,6 +1272,23 @@ void silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
     }
 }
 
+// gelu_tanh(g) * u in the sigmoid form of activation.h.
+inline __m256 gelu_mul8(__m256 g, __m256 u) {
+    const __m256 arg = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), g),
+                                     _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), _mm256_mul_ps(g, g), _mm256_set1_ps(1.0f)));
+    const __m256 e = exp_ps(_mm256_xor_ps(arg, _mm256_set1_ps(-0.0f)));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void gelu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        const __m256i mask = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, mask, gelu_mul8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
+    }
+}
+
 // ---- attention over cached rows ---------------------------------------------------------------
 //
 // As in kernels_avx512.cpp: one loop over every cached row instead of a call per row (measured per
@@ -1498,6 +1515,7 @@ const KernelTable kAvx2Kernels = {
     axpy_avx2,
     exp_sub_sum_avx2,
     silu_mul_avx2,
+    gelu_mul_avx2,
     {dot_kv_rows_avx2<float>, dot_kv_rows_avx2<uint16_t>, dot_kv_rows_avx2<KvQ8Byte>, dot_kv_rows_avx2<KvQ4Byte>},
     {weighted_kv_row_sum_avx2<float>, weighted_kv_row_sum_avx2<uint16_t>, weighted_kv_row_sum_avx2<KvQ8Byte>,
      weighted_kv_row_sum_avx2<KvQ4Byte>},

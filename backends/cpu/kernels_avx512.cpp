@@ -1264,6 +1264,7 @@ void rotate_half_pairs_avx512(uint16_t *row, const float *cos_sin, int64_t n_pai
     kAvx2Kernels.rotate_half_pairs(row, cos_sin, n_pairs);
 }
 void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) { kAvx2Kernels.silu_mul(out, gate, up, n); }
+void gelu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) { kAvx2Kernels.gelu_mul(out, gate, up, n); }
 
 }  // namespace
 
@@ -1275,6 +1276,7 @@ const KernelTable kAvx512Kernels = {
     axpy_avx512,
     exp_sub_sum_avx512,
     silu_mul_avx512,
+    gelu_mul_avx512,
     {dot_kv_rows_avx512<KvRowFormat::F32, float>, dot_kv_rows_avx512<KvRowFormat::F16, uint16_t>,
      dot_kv_rows_avx512<KvRowFormat::Q8, KvQ8Byte>, dot_kv_rows_avx512<KvRowFormat::Q4, KvQ4Byte>},
     {weighted_kv_row_sum_avx512<KvRowFormat::F32, float>, weighted_kv_row_sum_avx512<KvRowFormat::F16, uint16_t>,

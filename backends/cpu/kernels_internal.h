@@ -90,6 +90,7 @@ struct KernelTable {
     // exp(x[i] - max) in place; returns their sum.
     float (*exp_sub_sum)(float *x, float max, int64_t n);
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
+    void (*gelu_mul)(float *out, const float *gate, const float *up, int64_t n);
     // Attention over cached KV rows for m queries (dot_kv_rows and weighted_kv_row_sum in
     // kernels.h), one entry per KvRowFormat (kv_row_format.h), indexed by its value. Optional: a level
     // that leaves an entry null gets the portable loops (kernels.cpp).

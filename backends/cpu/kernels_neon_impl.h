@@ -632,6 +632,25 @@ void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
     }
 }
 
+// gelu_tanh(g) * u in the sigmoid form of activation.h.
+float32x4_t gelu_mul4(float32x4_t g, float32x4_t u) {
+    const float32x4_t arg =
+        vmulq_f32(vmulq_f32(vdupq_n_f32(1.5957691216057308f), g), vfmaq_f32(vdupq_n_f32(1.0f), vdupq_n_f32(0.044715f), vmulq_f32(g, g)));
+    const float32x4_t e = exp4(vnegq_f32(arg));
+    return vmulq_f32(vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), e)), u);
+}
+
+void gelu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, gelu_mul4(vld1q_f32(gate + i), vld1q_f32(up + i)));
+    if (i < n) {  // the last 1..3 values, through padded vectors
+        float g[4] = {}, u[4] = {};
+        for (int64_t k = i; k < n; ++k) g[k - i] = gate[k], u[k - i] = up[k];
+        vst1q_f32(g, gelu_mul4(vld1q_f32(g), vld1q_f32(u)));
+        for (int64_t k = i; k < n; ++k) out[k] = g[k - i];
+    }
+}
+
 // The table each level's file exports under its own name.
 constexpr KernelTable kThisLevelKernels = {
     quantize_activations_neon,
@@ -641,6 +660,7 @@ constexpr KernelTable kThisLevelKernels = {
     axpy_neon,
     exp_sub_sum_neon,
     silu_mul_neon,
+    gelu_mul_neon,
     // KV rows of halves, Q8 and Q4; F32 rows take the loops in kernels.cpp.
     {nullptr, dot_kv_rows_neon<uint16_t>, dot_kv_rows_neon<KvQ8Byte>, dot_kv_rows_neon<KvQ4Byte>},
     {nullptr, weighted_kv_row_sum_neon<uint16_t>, weighted_kv_row_sum_neon<KvQ8Byte>, weighted_kv_row_sum_neon<KvQ4Byte>},

@@ -33,7 +33,9 @@ void main() {
     a[p.a_off + i] += b[p.b_off + i % p.b_cols];
 #elif defined(OP_GEGLU)
     const float g = a[p.a_off + i];
-    a[p.a_off + i] = 0.5 * g * (1.0 + safe_tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g))) * b[p.b_off + i];
+    // activation.h's sigmoid form; the argument clamped so that exp cannot overflow.
+    const float arg = clamp(1.5957691216057308 * g * (1.0 + 0.044715 * g * g), -80.0, 80.0);
+    a[p.a_off + i] = g / (1.0 + exp(-arg)) * b[p.b_off + i];
 #elif defined(OP_SCALE)
     a[p.a_off + i] *= p.value;
 #elif defined(OP_SOFTCAP)
