@@ -146,7 +146,10 @@ public:
         return Status::Ok();
     }
 
-    Status swiglu(const Tensor &gate, const Tensor &up, int n) override {
+    Status swiglu(const Tensor &gate, const Tensor &up, int n) override { return gated(gate, up, n, cpu::silu_mul); }
+    Status geglu(const Tensor &gate, const Tensor &up, int n) override { return gated(gate, up, n, cpu::gelu_mul); }
+    // gate[t] = activation(gate[t]) * up[t] by `kernel`, the rows shared by the threads.
+    Status gated(const Tensor &gate, const Tensor &up, int n, void (*kernel)(float *, const float *, const float *, int64_t)) {
         H2O_TRY(injected_fault());
         float *g = host<float>(gate);
         const float *u = host<const float>(up);
@@ -155,24 +158,9 @@ public:
             [&](int index, int threads) {
                 int64_t begin, end;
                 ThreadPool::split(count, index, threads, &begin, &end);
-                cpu::silu_mul(g + begin, g + begin, u + begin, end - begin);
+                kernel(g + begin, g + begin, u + begin, end - begin);
             },
             count * 8);  // an exp and a few flops per element
-        return Status::Ok();
-    }
-
-    Status geglu(const Tensor &gate, const Tensor &up, int n) override {
-        H2O_TRY(injected_fault());
-        float *g = host<float>(gate);
-        const float *u = host<const float>(up);
-        const int64_t count = gate.cols * n;
-        pool_.run(
-            [&](int index, int threads) {
-                int64_t begin, end;
-                ThreadPool::split(count, index, threads, &begin, &end);
-                cpu::gelu_mul(g + begin, g + begin, u + begin, end - begin);
-            },
-            count * 10);  // an exp and a few flops per element
         return Status::Ok();
     }
 

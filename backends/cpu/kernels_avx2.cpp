@@ -1263,14 +1263,18 @@ inline __m256 silu_mul8(__m256 g, __m256 u) {
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
 }
 
-void silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
+// out[i] = op8(gate[i], up[i]) eight at a time, the tail through masked loads and stores.
+template <__m256 (*op8)(__m256, __m256)>
+void gated_avx2(float *out, const float *gate, const float *up, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, op8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
     if (i < n) {
         const __m256i mask = tail_mask(n - i);
-        _mm256_maskstore_ps(out + i, mask, silu_mul8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
+        _mm256_maskstore_ps(out + i, mask, op8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
     }
 }
+
+void silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) { gated_avx2<silu_mul8>(out, gate, up, n); }
 
 // gelu_tanh(g) * u in the sigmoid form of activation.h.
 inline __m256 gelu_mul8(__m256 g, __m256 u) {
@@ -1280,14 +1284,7 @@ inline __m256 gelu_mul8(__m256 g, __m256 u) {
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
-void gelu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
-    if (i < n) {
-        const __m256i mask = tail_mask(n - i);
-        _mm256_maskstore_ps(out + i, mask, gelu_mul8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
-    }
-}
+void gelu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) { gated_avx2<gelu_mul8>(out, gate, up, n); }
 
 // ---- attention over cached rows ---------------------------------------------------------------
 //

@@ -621,16 +621,20 @@ float32x4_t silu_mul4(float32x4_t g, float32x4_t u) {
     return vmulq_f32(vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), e)), u);
 }
 
-void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
+// out[i] = op4(gate[i], up[i]) four at a time.
+template <float32x4_t (*op4)(float32x4_t, float32x4_t)>
+void gated_neon(float *out, const float *gate, const float *up, int64_t n) {
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, silu_mul4(vld1q_f32(gate + i), vld1q_f32(up + i)));
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, op4(vld1q_f32(gate + i), vld1q_f32(up + i)));
     if (i < n) {  // the last 1..3 values, through padded vectors
         float g[4] = {}, u[4] = {};
         for (int64_t k = i; k < n; ++k) g[k - i] = gate[k], u[k - i] = up[k];
-        vst1q_f32(g, silu_mul4(vld1q_f32(g), vld1q_f32(u)));
+        vst1q_f32(g, op4(vld1q_f32(g), vld1q_f32(u)));
         for (int64_t k = i; k < n; ++k) out[k] = g[k - i];
     }
 }
+
+void silu_mul_neon(float *out, const float *gate, const float *up, int64_t n) { gated_neon<silu_mul4>(out, gate, up, n); }
 
 // gelu_tanh(g) * u in the sigmoid form of activation.h.
 float32x4_t gelu_mul4(float32x4_t g, float32x4_t u) {
@@ -640,16 +644,7 @@ float32x4_t gelu_mul4(float32x4_t g, float32x4_t u) {
     return vmulq_f32(vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), e)), u);
 }
 
-void gelu_mul_neon(float *out, const float *gate, const float *up, int64_t n) {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, gelu_mul4(vld1q_f32(gate + i), vld1q_f32(up + i)));
-    if (i < n) {  // the last 1..3 values, through padded vectors
-        float g[4] = {}, u[4] = {};
-        for (int64_t k = i; k < n; ++k) g[k - i] = gate[k], u[k - i] = up[k];
-        vst1q_f32(g, gelu_mul4(vld1q_f32(g), vld1q_f32(u)));
-        for (int64_t k = i; k < n; ++k) out[k] = g[k - i];
-    }
-}
+void gelu_mul_neon(float *out, const float *gate, const float *up, int64_t n) { gated_neon<gelu_mul4>(out, gate, up, n); }
 
 // The table each level's file exports under its own name.
 constexpr KernelTable kThisLevelKernels = {

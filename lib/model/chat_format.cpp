@@ -21,28 +21,35 @@ std::string_view strip(std::string_view s) {
     return s.substr(begin, s.find_last_not_of(space) - begin + 1);
 }
 
+// Whether the conversation has user and assistant turns in turn after an optional first system
+// message, as the llama2 and gemma templates require; *first: the first turn's message.
+Status check_alternating_turns(const std::vector<ChatMessage> &messages, const char *format, size_t *first) {
+    *first = !messages.empty() && messages[0].role == "system" ? 1 : 0;
+    for (size_t i = *first; i < messages.size(); ++i) {
+        const bool user_turn = (i - *first) % 2 == 0;
+        if (messages[i].role != (user_turn ? "user" : "assistant")) {
+            return make_error(H2O_ERR_INVALID_ARGUMENT, "message " + std::to_string(i) + " has role '" + std::string(messages[i].role) +
+                                                            "': the " + format +
+                                                            " format needs user and assistant turns in turn, "
+                                                            "after an optional first system message");
+        }
+    }
+    return Status::Ok();
+}
+
 // Llama-2 chat: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>" and
 // "<s>[INST] {user} [/INST]" for each later exchange; the system message goes inside the first
 // user turn. The template has no separate assistant prefix: a prompt ends with " [/INST]".
 Status format_llama2(const std::vector<ChatMessage> &messages, std::string_view bos, std::string_view eos, std::string *out) {
-    size_t i = 0;
-    std::string system;
-    if (!messages.empty() && messages[0].role == "system") {
-        system = "<<SYS>>\n" + std::string(strip(messages[0].content)) + "\n<</SYS>>\n\n";
-        i = 1;
-    }
-    for (bool user_turn = true; i < messages.size(); ++i, user_turn = !user_turn) {
-        const ChatMessage &m = messages[i];
-        if (m.role != (user_turn ? "user" : "assistant")) {
-            return make_error(H2O_ERR_INVALID_ARGUMENT, "message " + std::to_string(i) + " has role '" + std::string(m.role) +
-                                                            "': the llama2 format needs user and assistant turns in turn, "
-                                                            "after an optional first system message");
-        }
-        if (user_turn) {
-            out->append(bos).append("[INST] ").append(system).append(strip(m.content)).append(" [/INST]");
+    size_t first = 0;
+    H2O_TRY(check_alternating_turns(messages, "llama2", &first));
+    std::string system = first == 0 ? "" : "<<SYS>>\n" + std::string(strip(messages[0].content)) + "\n<</SYS>>\n\n";
+    for (size_t i = first; i < messages.size(); ++i) {
+        if ((i - first) % 2 == 0) {
+            out->append(bos).append("[INST] ").append(system).append(strip(messages[i].content)).append(" [/INST]");
             system.clear();
         } else {
-            out->append(" ").append(strip(m.content)).append(" ").append(eos);
+            out->append(" ").append(strip(messages[i].content)).append(" ").append(eos);
         }
     }
     return Status::Ok();
@@ -52,21 +59,12 @@ Status format_llama2(const std::vector<ChatMessage> &messages, std::string_view 
 // a system message opens the first user turn, followed by a blank line; the reply opens with
 // "<start_of_turn>model\n". The template's BOS is left to the tokenizer.
 Status format_gemma(const std::vector<ChatMessage> &messages, bool add_assistant_prefix, std::string *out) {
-    size_t i = 0;
-    std::string system;
-    if (!messages.empty() && messages[0].role == "system") {
-        system = std::string(messages[0].content) + "\n\n";
-        i = 1;
-    }
-    for (bool user_turn = true; i < messages.size(); ++i, user_turn = !user_turn) {
-        const ChatMessage &m = messages[i];
-        if (m.role != (user_turn ? "user" : "assistant")) {
-            return make_error(H2O_ERR_INVALID_ARGUMENT, "message " + std::to_string(i) + " has role '" + std::string(m.role) +
-                                                            "': the gemma format needs user and assistant turns in turn, "
-                                                            "after an optional first system message");
-        }
-        out->append("<start_of_turn>").append(user_turn ? "user" : "model").append("\n").append(system).append(strip(m.content));
-        out->append("<end_of_turn>\n");
+    size_t first = 0;
+    H2O_TRY(check_alternating_turns(messages, "gemma", &first));
+    std::string system = first == 0 ? "" : std::string(messages[0].content) + "\n\n";
+    for (size_t i = first; i < messages.size(); ++i) {
+        out->append("<start_of_turn>").append((i - first) % 2 == 0 ? "user" : "model").append("\n");
+        out->append(system).append(strip(messages[i].content)).append("<end_of_turn>\n");
         system.clear();
     }
     if (add_assistant_prefix) out->append("<start_of_turn>model\n");
