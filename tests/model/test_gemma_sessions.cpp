@@ -132,7 +132,7 @@ bool check_gemma_session(h2o_model *model, uint32_t backend) {
 
 TEST_CASE(
     "gemma sessions: local layers hold their window in fixed memory, and pins, rolling, snapshots and forks cross both kinds, on "
-    "every backend") {
+    "the CPU, Vulkan and CUDA") {
     const std::string path = write_gemma3("gemma3-sessions.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
