@@ -564,6 +564,13 @@ H2O_API h2o_status h2o_session_reset(h2o_session *session);
  * NULL: H2O_ERR_INVALID_ARGUMENT. */
 H2O_API h2o_status h2o_session_cancel(h2o_session *session);
 
+/** Restarts the sampler's random generator from seed, as a session created with that seed starts
+ * it, and keeps the conversation: the same state, seed and generate params give the same text
+ * (what a server's per-request seed needs). The new generator state is part of snapshots and
+ * forks; h2o_session_reset goes back to the seed of h2o_session_params. The random eviction policy
+ * keeps its own generator. NULL: H2O_ERR_INVALID_ARGUMENT. */
+H2O_API h2o_status h2o_session_set_seed(h2o_session *session, uint64_t seed);
+
 /** The message of the session's most recent failed call ("" if none); valid until the next call
  * on this session. NULL session: "". */
 H2O_API const char *h2o_session_last_error(const h2o_session *session);

@@ -707,6 +707,14 @@ H2O_API h2o_status h2o_session_reset(h2o_session *session) {
     });
 }
 
+H2O_API h2o_status h2o_session_set_seed(h2o_session *session, uint64_t seed) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_set_seed: session is NULL");
+        session->impl->set_seed(seed);
+        return succeed(session);
+    });
+}
+
 H2O_API h2o_status h2o_session_cancel(h2o_session *session) {
     // No guarded() and no message: this runs beside the session's own thread, whose messages it
     // must not touch.

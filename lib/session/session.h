@@ -65,6 +65,8 @@ public:
     // Forgets the conversation. A session whose backend failed gets a new backend first (made as
     // at creation); if that fails too, the session stays refused.
     Status reset();
+    // Restarts the sampler's generator from seed (h2o_session_set_seed); the conversation stays.
+    void set_seed(uint64_t seed) { sampler_.reseed(seed); }
     // Makes the running call return H2O_ERR_CANCELLED at its next batch boundary. Any thread.
     void cancel() { cancel_requested_.store(true, std::memory_order_relaxed); }
     // Called as each public call starts: a cancel that came while nothing ran is forgotten.

@@ -401,6 +401,40 @@ TEST_CASE("abi: a cancel from the token callback stops generation at the next to
     CHECK(state.text + rest == whole);
 }
 
+TEST_CASE("abi: h2o_session_set_seed samples as a session created with that seed, and keeps the conversation") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.n_threads = 1;
+    sp.seed = 99;
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+    gen.max_tokens = 24;
+    gen.temperature = 1.0f;
+    const std::string prompt = "Once upon a time";
+    h2o_test::ApiSession seeded;
+    REQUIRE(seeded.open(path, sp));
+    std::string expected;
+    REQUIRE(h2o_generate(seeded.session, prompt.data(), prompt.size(), &gen, collect, &expected) == H2O_OK);
+
+    sp.seed = 7;
+    h2o_test::ApiSession m;
+    REQUIRE(m.open(path, sp));
+    REQUIRE(h2o_session_add_text(m.session, prompt.data(), prompt.size(), 0) == H2O_OK);
+    h2o_session *other = nullptr;
+    REQUIRE(h2o_session_fork(m.session, &other) == H2O_OK);
+    REQUIRE(h2o_session_set_seed(m.session, 99) == H2O_OK);
+    std::string text;
+    REQUIRE(h2o_generate(m.session, "", 0, &gen, collect, &text) == H2O_OK);
+    CHECK(text == expected);
+    // The fork kept seed 7's generator: another text from the same state.
+    std::string unseeded;
+    REQUIRE(h2o_generate(other, "", 0, &gen, collect, &unseeded) == H2O_OK);
+    CHECK(unseeded != expected);
+    h2o_session_free(other);
+    CHECK(h2o_session_set_seed(nullptr, 1) == H2O_ERR_INVALID_ARGUMENT);
+}
+
 TEST_CASE("abi: a cancel between two pull-style steps stops the next one, and the conversation goes on") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     h2o_session_params sp;
