@@ -8,7 +8,8 @@ set -euo pipefail
 
 # Building: compiler and CMake; the tokenizers (sentencepiece, PCRE2 for byte-level BPE); zstd
 # (session snapshots); doctest (the test suite is configured with the library) and nlohmann-json
-# (the tools' and tests' tokenizer.json reader); the Vulkan backend's headers, loader and shader compiler.
+# (the tools' and tests' tokenizer.json reader, h2o-server's protocol); cpp-httplib (h2o-server's
+# HTTP); the Vulkan backend's headers, loader and shader compiler.
 build_packages=(
   build-essential
   cmake
@@ -18,14 +19,17 @@ build_packages=(
   libzstd-dev
   doctest-dev
   nlohmann-json3-dev
+  libcpp-httplib-dev
   libvulkan-dev
   glslc
 )
 # Testing: Mesa's lavapipe, a Vulkan device on the CPU (it brings LLVM, ~115 MB), and the Khronos
-# validation layer, so that the Vulkan backend's tests run on any machine.
+# validation layer, so that the Vulkan backend's tests run on any machine; curl, one of the clients
+# h2o-server's test drives it with.
 test_packages=(
   mesa-vulkan-drivers
   vulkan-validationlayers
+  curl
 )
 
 packages=("${build_packages[@]}")

@@ -1,0 +1,415 @@
+"""End-to-end tests of h2o-server with stories260K, on loopback:
+
+    python3 test_server.py H2O_SERVER MODEL [NODE_MODULES_DIR]
+
+The protocol's shapes (plain and streamed), errors, conversations continued without processing
+their history again, restarts (SIGTERM and kill -9), LRU eviction to disk and back, a client that
+leaves mid-stream, memory over 1000 turns and 100 conversations, curl, and the official `openai`
+npm package when NODE_MODULES_DIR has it (else that test says it is skipped)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from server_harness import Server
+
+SERVER, MODEL = sys.argv[1], sys.argv[2]
+NODE_MODULES = sys.argv[3] if len(sys.argv) > 3 else ""
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = tempfile.mkdtemp(prefix="h2o-server-test-")
+# The model has no chat template; zephyr's markers are plain text to its vocabulary.
+COMMON = ["--chat-format", "zephyr", "--kv-budget", "64"]
+SYSTEM = {"role": "system", "content": "You tell short stories."}
+TESTS = []
+
+
+def test(function):
+    TESTS.append(function)
+    return function
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def server(*args):
+    return Server(SERVER, MODEL, *COMMON, *args)
+
+
+def talk(srv, turns, **fields):
+    """Runs a conversation turn by turn as a client does (the whole history each time); returns
+    the replies and the last response."""
+    messages, replies, response = [SYSTEM], [], None
+    for user in turns:
+        messages.append({"role": "user", "content": user})
+        status, response = srv.chat(messages, **fields)
+        check(status == 200, "turn %r: %s %s" % (user, status, response))
+        reply = response["choices"][0]["message"]["content"]
+        replies.append(reply)
+        messages.append({"role": "assistant", "content": reply})
+    return replies, response
+
+
+TURNS = ["Once upon a time there was a cat.", "What did the cat do?", "And then?", "Tell me the end."]
+
+
+@test
+def protocol_shapes():
+    srv = server()
+    try:
+        status, models = srv.request("GET", "/v1/models")
+        check(status == 200 and models["object"] == "list" and models["data"][0]["id"] == "stories260K", models)
+        status, body = srv.chat([SYSTEM, {"role": "user", "content": "Hello"}], max_tokens=8)
+        check(status == 200, body)
+        check(body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-"), body)
+        choice = body["choices"][0]
+        check(choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str), choice)
+        check(choice["finish_reason"] in ("stop", "length"), choice)
+        usage = body["usage"]
+        check(usage["completion_tokens"] <= 8 and usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage)
+        check(body["conversation_id"].startswith("c-"), body)
+        health = srv.health()
+        check(health["status"] == "ok" and health["memory"]["bound_bytes"] > 0 and health["sessions"]["max"] == 4, health)
+    finally:
+        srv.stop()
+
+
+@test
+def streaming_order_and_text():
+    srv = server()
+    try:
+        messages = [SYSTEM, {"role": "user", "content": "Tell me a story."}]
+        events = srv.stream(messages, max_tokens=12, stream_options={"include_usage": True})
+        check(events[-1] == "[DONE]", events[-1])
+        chunks = events[:-1]
+        check(all(c["object"] == "chat.completion.chunk" for c in chunks), chunks)
+        check(len({c["id"] for c in chunks}) == 1, "one id for the whole stream")
+        check(chunks[0]["choices"][0]["delta"].get("role") == "assistant", chunks[0])
+        finish = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+        check(len(finish) == 1 and finish[0]["choices"][0]["finish_reason"] == "length", finish)
+        check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 12, chunks[-1])
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        # The same request on a fresh server, not streamed, gives the same text (greedy).
+        other = server()
+        try:
+            status, body = other.chat(messages, max_tokens=12)
+            check(status == 200 and body["choices"][0]["message"]["content"] == text, (text, body))
+        finally:
+            other.stop()
+    finally:
+        srv.stop()
+
+
+@test
+def errors_have_the_openai_shape():
+    srv = server("--max-body", "65536")
+    try:
+        def expect(status, body, code_status, fragment):
+            check(status == code_status, "%s, not %s: %s" % (status, code_status, body))
+            error = body["error"]
+            check(set(error) == {"message", "type", "param", "code"}, error)
+            check(fragment in error["message"], "%r not in %r" % (fragment, error["message"]))
+
+        post = lambda raw: srv.request("POST", "/v1/chat/completions", raw=raw)
+        expect(*post(b"{not json"), 400, "not valid JSON")
+        expect(*post(b'{"model":"stories260K","messages":[{"role":"user","content":"\xff\xfe"}]}'), 400, "not valid JSON")
+        expect(*post(b"[" * 100000 + b"]" * 100000), 413, "larger than --max-body")
+        expect(*post(b'{"a":' * 40 + b"1" + b"}" * 40), 400, "nests")
+        expect(*post(b'{"model":"stories260K","messages":' + b"[" * 50 + b"]" * 50 + b"}"), 400, "nests")
+        expect(*post(b"x" * 70000), 413, "larger than --max-body")
+        user = {"role": "user", "content": "hi"}
+        expect(*srv.chat([user], model="gpt-4"), 404, "no model 'gpt-4'")
+        expect(*srv.chat([]), 400, "non-empty")
+        expect(*srv.chat([{"role": "tool", "content": "x"}]), 400, "role 'tool'")
+        expect(*srv.chat([user, {"role": "assistant", "content": "x"}]), 400, "last message")
+        expect(*srv.chat([user], temperature=3), 400, "temperature")
+        expect(*srv.chat([user], max_tokens=0), 400, "max_tokens")
+        expect(*srv.chat([user], stop=["a", "b", "c", "d", "e"]), 400, "stop")
+        expect(*srv.chat([user], n=2), 400, "n = 1")
+        expect(*srv.chat([user], conversation_id="../etc"), 400, "conversation_id")
+        expect(*srv.chat([user], top_p=0), 400, "top_p")
+        expect(*srv.request("GET", "/v1/nothing"), 404, "no such endpoint")
+        # A system message longer than the budget cannot be pinned.
+        expect(*srv.chat([{"role": "system", "content": "word " * 200}, user]), 400, "cannot be pinned")
+        # None of that changed anything: the server answers as before.
+        check(srv.chat([user])[0] == 200, "the server still answers")
+    finally:
+        srv.stop()
+
+
+@test
+def a_million_messages_get_413():
+    srv = server()  # the default --max-body, 8 MiB
+    try:
+        body = b'{"model":"stories260K","messages":[' + b",".join([b'{"role":"user","content":"hi"}'] * 1000000) + b"]}"
+        status, response = srv.request("POST", "/v1/chat/completions", raw=body)
+        check(status == 413, (status, response))
+        check(srv.chat([{"role": "user", "content": "hi"}])[0] == 200, "the server still answers")
+    finally:
+        srv.stop()
+
+
+@test
+def continued_conversations_process_only_new_messages():
+    srv = server()
+    try:
+        replies, last = talk(srv, TURNS)
+        usage = last["usage"]
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        check(cached > usage["prompt_tokens"] / 2, usage)
+        check(srv.health()["sessions"]["conversations"] == 1, srv.health())
+        # A fresh server processing the same history at once gives the same last reply (greedy).
+        other = server()
+        try:
+            messages = [SYSTEM]
+            for user, reply in zip(TURNS[:-1], replies[:-1]):
+                messages += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+            messages.append({"role": "user", "content": TURNS[-1]})
+            status, body = other.chat(messages)
+            check(status == 200 and body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, body)
+            # Each turn's text is tokenized on its own: at a turn's edges the tokens may differ
+            # from those of the whole history tokenized at once, by a token or so per turn.
+            check(abs(body["usage"]["prompt_tokens"] - usage["prompt_tokens"]) <= len(TURNS), (body["usage"], usage))
+        finally:
+            other.stop()
+    finally:
+        srv.stop()
+
+
+def reference_replies(turns, **fields):
+    srv = server("--sessions", "8")
+    try:
+        return talk(srv, turns, **fields)[0]
+    finally:
+        srv.stop()
+
+
+@test
+def restart_continues_exactly():
+    expected = reference_replies(TURNS)
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        state = os.path.join(WORK, "restart-%d" % how)
+        srv = server("--state-dir", state)
+        messages, replies = [SYSTEM], []
+        try:
+            for user in TURNS[:2]:
+                messages.append({"role": "user", "content": user})
+                status, body = srv.chat(messages)
+                check(status == 200, body)
+                replies.append(body["choices"][0]["message"]["content"])
+                messages.append({"role": "assistant", "content": replies[-1]})
+        finally:
+            code = srv.stop(how)
+        check(how == signal.SIGKILL or code == 0, "exit status %s after SIGTERM" % code)
+        srv = server("--state-dir", state)
+        try:
+            for user in TURNS[2:]:
+                messages.append({"role": "user", "content": user})
+                status, body = srv.chat(messages)
+                check(status == 200, body)
+                check(body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, "restored, not processed again: %s" % body["usage"])
+                replies.append(body["choices"][0]["message"]["content"])
+                messages.append({"role": "assistant", "content": replies[-1]})
+            check(srv.health()["sessions"]["restores"] >= 1, srv.health())
+        finally:
+            srv.stop()
+        check(replies == expected, "after %s: %r != %r" % (how, replies, expected))
+
+
+@test
+def conversation_id_extension():
+    srv = server("--state-dir", os.path.join(WORK, "ids"))
+    try:
+        _, first = talk(srv, TURNS[:1], conversation_id="my-chat_1")
+        check(first["conversation_id"] == "my-chat_1", first)
+        check(os.path.exists(os.path.join(WORK, "ids", "my-chat_1.conv")), "saved under its id")
+        replies, last = talk(srv, TURNS[:2], conversation_id="my-chat_1")
+        check(last["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, last["usage"])
+        # Edited history under the same id: the session starts again, and the answer is right.
+        status, body = srv.chat([SYSTEM, {"role": "user", "content": TURNS[3]}], conversation_id="my-chat_1")
+        check(status == 200 and body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, body)
+    finally:
+        srv.stop()
+
+
+@test
+def lru_eviction_to_disk_and_back():
+    conversations = [["Tom had a dog.", "Where did it go?"], ["Sue saw a bird.", "What colour was it?"], ["A boy ran.", "Why?"]]
+    expected = [reference_replies(turns) for turns in conversations]
+    srv = server("--sessions", "2", "--state-dir", os.path.join(WORK, "lru"))
+    try:
+        histories = [[SYSTEM] for _ in conversations]
+        got = [[] for _ in conversations]
+        for turn in range(2):
+            for i, turns in enumerate(conversations):
+                histories[i].append({"role": "user", "content": turns[turn]})
+                status, body = srv.chat(histories[i])
+                check(status == 200, body)
+                got[i].append(body["choices"][0]["message"]["content"])
+                histories[i].append({"role": "assistant", "content": got[i][-1]})
+                if turn == 1:
+                    check(body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, "continued from its snapshot")
+        health = srv.health()
+        check(health["sessions"]["live"] <= 2 and health["sessions"]["evictions"] >= 3 and health["sessions"]["restores"] >= 2, health)
+        check(got == expected, "%r != %r" % (got, expected))
+    finally:
+        srv.stop()
+
+
+@test
+def busy_sessions_get_503():
+    srv = server("--sessions", "1", "--session-wait", "0")
+    try:
+        import threading
+        # A long reply holds the only session while it streams.
+        holder = threading.Thread(target=lambda: srv.stream([{"role": "user", "content": "Go"}], max_tokens=4096))
+        holder.start()
+        time.sleep(0.2)
+        status, body = srv.chat([{"role": "user", "content": "Another conversation"}], conversation_id="other")
+        holder.join()
+        check(status == 503 and body["error"]["code"] == "server_busy", (status, body))
+        check(srv.chat([{"role": "user", "content": "Now"}], conversation_id="other")[0] == 200, "free again")
+    finally:
+        srv.stop()
+
+
+@test
+def client_leaving_cancels_the_stream():
+    srv = server()
+    try:
+        srv.open_stream_and_leave([{"role": "user", "content": "Go on and on"}], 3, max_tokens=4096, conversation_id="left")
+        deadline = time.time() + 10
+        while time.time() < deadline and srv.health()["requests"]["client_gone"] == 0:
+            time.sleep(0.05)
+        health = srv.health()
+        check(health["requests"]["client_gone"] == 1 and health["requests"]["in_flight"] == 0, health)
+        # The conversation is consistent: it continues with what the client saw, or starts again.
+        status, body = srv.chat([{"role": "user", "content": "Hello"}], conversation_id="left")
+        check(status == 200, body)
+    finally:
+        srv.stop()
+
+
+@test
+def sigterm_mid_stream_saves_and_exits():
+    state = os.path.join(WORK, "term")
+    srv = server("--state-dir", state)
+    import threading
+    errors = []
+
+    def long_stream():
+        try:
+            srv.stream([{"role": "user", "content": "Go"}], max_tokens=4096, conversation_id="long")
+        except Exception as e:  # the server closes the stream when it stops
+            errors.append(e)
+
+    holder = threading.Thread(target=long_stream)
+    holder.start()
+    time.sleep(0.3)
+    start = time.time()
+    code = srv.stop(signal.SIGTERM)
+    holder.join()
+    check(code == 0 and time.time() - start < 10, "exit %s after %.1f s" % (code, time.time() - start))
+    check(os.path.exists(os.path.join(state, "long.conv")), "the interrupted conversation is saved")
+
+
+@test
+def memory_is_flat_over_1000_turns_and_100_conversations():
+    srv = server("--kv-budget", "32")
+    try:
+        messages, rss, body_bytes = [SYSTEM], {}, {}
+        for turn in range(1, 1001):
+            messages.append({"role": "user", "content": "Turn %d." % turn})
+            status, body = srv.chat(messages, max_tokens=3)
+            check(status == 200, body)
+            messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+            if turn in (100, 1000):
+                rss[turn], body_bytes[turn] = srv.rss(), len(json.dumps(messages))
+        growth = rss[1000] - rss[100]
+        # The session and the server's records do not grow; what does is the request itself (the
+        # client sends its whole history: its JSON tree is a few times its bytes, and the
+        # allocator keeps the high-water mark of the largest request).
+        request_growth = body_bytes[1000] - body_bytes[100]
+        allowed = 0.02 * rss[100] + 8 * request_growth
+        print("  RSS after turn 100: %.2f MiB, after turn 1000: %.2f MiB (%+.2f%%); the request grew from %d to %d bytes"
+              % (rss[100] / 2**20, rss[1000] / 2**20, 100 * growth / rss[100], body_bytes[100], body_bytes[1000]))
+        check(growth <= allowed, "RSS grew %d bytes over 900 turns, more than 2%% plus 8x the request's growth (%d)" % (growth, allowed))
+    finally:
+        srv.stop()
+    srv = server("--kv-budget", "32", "--sessions", "4")
+    try:
+        samples = {}
+        # 50 conversations to warm up (sessions made, the allocator settled), then 100 more.
+        for i in range(1, 151):
+            status, body = srv.chat([SYSTEM, {"role": "user", "content": "Story %d." % i}], max_tokens=3, conversation_id="n%d" % i)
+            check(status == 200, body)
+            if i in (50, 150):
+                samples[i] = srv.rss()
+        growth = samples[150] / samples[50] - 1
+        print("  RSS after 50 conversations: %.2f MiB, after 150: %.2f MiB (%+.2f%%)" % (samples[50] / 2**20, samples[150] / 2**20, 100 * growth))
+        check(abs(growth) <= 0.02, "RSS grew %.2f%% over 100 conversations" % (100 * growth))
+        check(srv.health()["sessions"]["live"] == 4, srv.health())
+    finally:
+        srv.stop()
+
+
+@test
+def curl_client():
+    if not shutil.which("curl"):
+        print("  curl is not installed: skipped")
+        return
+    srv = server()
+    try:
+        body = json.dumps({"model": "stories260K", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True})
+        out = subprocess.run(["curl", "-sSN", srv.base + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d", body],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        check(out.rstrip().endswith("data: [DONE]") and out.count("chat.completion.chunk") >= 2, out)
+    finally:
+        srv.stop()
+
+
+@test
+def openai_npm_client():
+    package = os.path.join(NODE_MODULES, "openai") if NODE_MODULES else ""
+    if not package or not os.path.isdir(package) or not shutil.which("node"):
+        print("  the openai npm package is not installed (scripts/install-deps.sh --test): skipped")
+        return "skipped"
+    srv = server()
+    try:
+        env = dict(os.environ, NODE_PATH=NODE_MODULES, H2O_SERVER_URL=srv.base + "/v1")
+        result = subprocess.run(["node", os.path.join(HERE, "openai_client.cjs")], env=env, capture_output=True, text=True, timeout=120)
+        print("  " + result.stdout.strip().replace("\n", "\n  "))
+        check(result.returncode == 0, result.stderr)
+    finally:
+        srv.stop()
+
+
+def main():
+    if not os.path.exists(MODEL):
+        print("H2O-SKIP: %s is not there (the shared data folder)" % MODEL)
+        return 0
+    only = os.environ.get("H2O_SERVER_TESTS", "")
+    failures, skipped = 0, 0
+    for function in TESTS:
+        if only and function.__name__ not in only.split(","):
+            continue
+        start = time.time()
+        try:
+            outcome = function()
+            skipped += outcome == "skipped"
+            print("ok   %s (%.1f s)" % (function.__name__, time.time() - start), flush=True)
+        except Exception as error:
+            failures += 1
+            print("FAIL %s: %s" % (function.__name__, error), flush=True)
+    shutil.rmtree(WORK, ignore_errors=True)
+    print("%d failed, %d skipped" % (failures, skipped))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+// The OpenAI chat-completions protocol as h2o-server speaks it: a request body checked field by
+// field into a ChatRequest, and the JSON shapes of replies, stream chunks and errors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace h2o_server {
+
+// An error as the protocol reports it: the HTTP status and the body's "error" object.
+struct ApiError {
+    int http_status = 500;
+    std::string type;     // "invalid_request_error", "not_found_error", "server_error", ...
+    std::string message;  // says what is wrong and, where it helps, what is allowed
+    std::string param;    // the request field at fault ("" when none)
+    std::string code;     // a short machine-readable reason ("" when none)
+};
+// The response body of an error: {"error": {"message", "type", "param", "code"}}.
+std::string error_body(const ApiError &error);
+ApiError bad_request(const std::string &message, const std::string &param = "");
+
+struct Message {
+    std::string role;  // "system", "user" or "assistant" ("developer" is read as "system")
+    std::string content;
+};
+
+// What a request asks for, every field checked.
+struct ChatRequest {
+    std::string model;
+    std::vector<Message> messages;  // at least one; the last is the user's
+    uint32_t max_tokens = 0;        // 0: the server's default
+    std::optional<float> temperature, top_p;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;  // at most 4, none empty
+    bool stream = false;
+    bool include_usage = false;   // stream_options.include_usage
+    std::string conversation_id;  // the extension; "" when not given
+};
+
+// Limits a request must keep (the server's settings).
+struct RequestLimits {
+    uint32_t max_tokens = 4096;    // the most a request may ask for
+    size_t max_messages = 100000;  // messages in one request
+    uint32_t max_json_depth = 32;  // nesting of objects and arrays
+};
+
+// Parses and checks a request body. Bad JSON, a field of the wrong type or out of range, an
+// unsupported feature (n > 1, tools, a role other than system/user/assistant, content parts that
+// are not text) give a 400 naming the field; nothing else is done with the request.
+std::optional<ApiError> parse_chat_request(const std::string &body, const RequestLimits &limits, ChatRequest *out);
+
+// Whether body nests objects and arrays deeper than max_depth (checked before parsing, so that
+// hostile nesting costs neither stack nor memory).
+bool nests_deeper_than(const std::string &body, uint32_t max_depth);
+
+// A conversation id of the extension: 1 to 64 characters of [A-Za-z0-9_-] (it names a file).
+bool valid_conversation_id(const std::string &id);
+
+// Token counts of one completion (OpenAI's "usage").
+struct Usage {
+    uint64_t prompt_tokens = 0;      // the whole conversation the reply follows
+    uint64_t cached_tokens = 0;      // of those, the ones not processed again for this request
+    uint64_t completion_tokens = 0;  // the reply's
+};
+nlohmann::json usage_json(const Usage &usage);
+
+// What every reply object of one completion shares.
+struct CompletionHeader {
+    std::string id;       // "chatcmpl-..."
+    int64_t created = 0;  // Unix seconds
+    std::string model;
+    std::string conversation_id;  // the extension: where the conversation lives now
+};
+// The non-streaming reply (object "chat.completion"). finish_reason: "stop" or "length".
+nlohmann::json completion_json(const CompletionHeader &header, const std::string &text, const std::string &finish_reason,
+                               const Usage &usage);
+// One streamed chunk (object "chat.completion.chunk"): delta is {"role"}, {"content"} or {};
+// finish_reason null until the last; usage only on the extra chunk of include_usage.
+nlohmann::json chunk_json(const CompletionHeader &header, const nlohmann::json &delta, const char *finish_reason,
+                          const Usage *usage = nullptr);
+// JSON text; bytes that are not UTF-8 (in a message quoting bad input) become U+FFFD.
+std::string dump(const nlohmann::json &value);
+// One server-sent event carrying json ("data: ...\n\n").
+std::string sse_event(const nlohmann::json &json);
+
+}  // namespace h2o_server

@@ -1,0 +1,235 @@
+#include "chat_turn.h"
+
+#include <cstdio>
+#include <vector>
+
+namespace h2o_server {
+
+namespace {
+
+ApiError library_error(const std::string &what, const char *message) {
+    return ApiError{500, "server_error", what + ": " + message, "", ""};
+}
+
+size_t common_prefix(const std::string &a, const std::string &b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+}
+
+std::string trim(const std::string &text) {
+    const size_t begin = text.find_first_not_of(" \t\r\n");
+    if (begin == std::string::npos) return "";
+    return text.substr(begin, text.find_last_not_of(" \t\r\n") - begin + 1);
+}
+
+}  // namespace
+
+std::optional<ApiError> format_conversation(const TurnContext &context, const std::vector<Message> &messages, size_t count, bool open_reply,
+                                            std::string *out) {
+    std::vector<h2o_chat_message> list(count);
+    for (size_t i = 0; i < count; ++i) {
+        list[i].role = messages[i].role.data();
+        list[i].role_len = messages[i].role.size();
+        list[i].content = messages[i].content.data();
+        list[i].content_len = messages[i].content.size();
+    }
+    const char *format = context.chat_format.empty() ? nullptr : context.chat_format.c_str();
+    size_t needed = 0;
+    h2o_status st = h2o_chat_format(context.model, format, list.data(), count, open_reply ? 1 : 0, nullptr, 0, &needed);
+    if (st == H2O_ERR_BUFFER_TOO_SMALL || st == H2O_OK) {
+        out->assign(needed + 1, '\0');
+        st = h2o_chat_format(context.model, format, list.data(), count, open_reply ? 1 : 0, out->data(), out->size(), &needed);
+        out->resize(needed);
+    }
+    if (st == H2O_ERR_INVALID_ARGUMENT)
+        return bad_request(std::string("the chat format refuses the messages: ") + h2o_last_error(), "messages");
+    if (st != H2O_OK) return library_error("cannot format the conversation", h2o_last_error());
+    return std::nullopt;
+}
+
+std::optional<ApiError> ChatTurn::start(const TurnContext &context, const ChatRequest &request, std::unique_ptr<ChatTurn> *out) {
+    std::vector<Digest> prefixes{empty_history()};
+    for (const Message &m : request.messages) prefixes.push_back(extend_history(prefixes.back(), m.role, m.content));
+    std::unique_ptr<Lease> lease;
+    if (auto error = context.store->acquire(request.conversation_id, prefixes, &lease)) return error;
+    std::unique_ptr<ChatTurn> turn(new ChatTurn(context, std::move(lease)));
+    turn->messages_ = request.messages;
+    turn->history_ = prefixes.back();
+    // prefixes[k] is checked against what the session holds.
+    const HistoryRecord held = turn->lease_->conversation().record;
+    const bool continues = held.known && held.n_messages < prefixes.size() - 1 && prefixes[held.n_messages] == held.history;
+    if (auto error = format_conversation(context, turn->messages_, turn->messages_.size(), true, &turn->formatted_)) return error;
+    std::string held_text;
+    if (continues && held.n_messages > 0) {
+        if (auto error = format_conversation(context, turn->messages_, held.n_messages, false, &held_text)) return error;
+    }
+    h2o_session *session = turn->lease_->session();
+    const bool fresh = !continues || held.n_messages == 0 || turn->formatted_.compare(0, held_text.size(), held_text) != 0;
+    turn->held_messages_ = fresh ? 0 : held.n_messages;
+    // From here until the turn is committed, the session holds text no record describes.
+    turn->touched_ = true;
+    if (fresh && (held.n_messages > 0 || !held.known)) {
+        if (h2o_session_reset(session) != H2O_OK) return library_error("cannot reset the session", h2o_session_last_error(session));
+    }
+    if (auto error = turn->process_prompt(request)) return error;
+    *out = std::move(turn);
+    return std::nullopt;
+}
+
+std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
+    h2o_session *session = lease_->session();
+    std::string rest = formatted_;
+    if (held_messages_ > 0) {
+        // The session holds the first held_messages_ messages, as this formatting writes them.
+        std::string held_text;
+        if (auto error = format_conversation(context_, messages_, held_messages_, false, &held_text)) return error;
+        rest = formatted_.substr(held_text.size());
+    } else if (messages_.front().role == "system") {
+        // A new conversation pins its system message: eviction never drops the instructions.
+        std::string system_text;
+        if (auto error = format_conversation(context_, messages_, 1, false, &system_text)) return error;
+        const std::string pinned = formatted_.substr(0, common_prefix(system_text, formatted_));
+        h2o_status st;
+        {
+            ComputeGate::Hold hold(*context_.gate);
+            st = h2o_session_add_text(session, pinned.data(), pinned.size(), H2O_TEXT_PIN | H2O_TEXT_SPECIAL);
+        }
+        if (st == H2O_ERR_INVALID_ARGUMENT) {
+            return bad_request(std::string("the system message cannot be pinned: ") + h2o_session_last_error(session) +
+                                   " (a larger --kv-budget pins more)",
+                               "messages[0]");
+        }
+        if (st != H2O_OK) return library_error("cannot process the system message", h2o_session_last_error(session));
+        rest = formatted_.substr(pinned.size());
+    }
+    if (request.seed && h2o_session_set_seed(session, *request.seed) != H2O_OK)
+        return library_error("cannot seed the sampler", h2o_session_last_error(session));
+
+    h2o_generate_params gen = context_.defaults;
+    if (request.max_tokens) gen.max_tokens = request.max_tokens;
+    if (request.temperature) gen.temperature = *request.temperature;
+    if (request.top_p) gen.top_p = *request.top_p;
+    std::vector<const char *> stops;
+    for (const std::string &s : request.stop) stops.push_back(s.c_str());
+    gen.stop_strings = stops.empty() ? nullptr : stops.data();
+    gen.n_stop_strings = stops.size();
+    h2o_status st;
+    {
+        ComputeGate::Hold hold(*context_.gate);
+        st = h2o_generate_begin(session, rest.data(), rest.size(), &gen);
+    }
+    if (st != H2O_OK) {
+        const std::string message = h2o_session_last_error(session);
+        if (st == H2O_ERR_CONTEXT_FULL) return ApiError{400, "invalid_request_error", message, "messages", "context_length_exceeded"};
+        if (st == H2O_ERR_INVALID_TEXT) return bad_request(message, "messages");
+        return library_error("cannot process the messages", message.c_str());
+    }
+    h2o_generate_stats stats;
+    stats.struct_size = sizeof stats;
+    h2o_session_get_stats(session, &stats);
+    usage_.prompt_tokens = stats.n_past;
+    // A continued conversation processed only its new messages (a new one: all of them, unless
+    // the model's prefix cache had its system message; /health counts those hits).
+    if (held_messages_ > 0) usage_.cached_tokens = stats.n_past - stats.n_prompt_tokens;
+    return std::nullopt;
+}
+
+TurnOutcome ChatTurn::generate(const PieceSink &sink) {
+    TurnOutcome outcome;
+    h2o_session *session = lease_->session();
+    uint32_t reason = H2O_STOP_NONE;
+    bool client_gone = false;
+    while (reason == H2O_STOP_NONE) {
+        const char *text = nullptr;
+        size_t length = 0;
+        h2o_status st;
+        {
+            ComputeGate::Hold hold(*context_.gate);
+            st = h2o_generate_next(session, &text, &length, &reason);
+        }
+        if (st != H2O_OK) {
+            if (st != H2O_ERR_CANCELLED) outcome.error = library_error("generation failed", h2o_session_last_error(session));
+            break;
+        }
+        if (length == 0) continue;
+        std::string piece(text, length);
+        outcome.text += piece;
+        if (!sink(piece)) {
+            // The client is gone: the generation ends here (the cancel ends the pull-style call).
+            client_gone = true;
+            h2o_session_cancel(session);
+            h2o_generate_next(session, &text, &length, &reason);
+            break;
+        }
+    }
+    h2o_generate_stats stats;
+    stats.struct_size = sizeof stats;
+    h2o_session_get_stats(session, &stats);
+    usage_.completion_tokens = stats.n_generated_tokens;
+    outcome.usage = usage_;
+    if (!client_gone && !outcome.error) {
+        if (reason == H2O_STOP_MAX_TOKENS)
+            outcome.finish_reason = "length";
+        else if (reason != H2O_STOP_NONE)
+            outcome.finish_reason = "stop";
+    }
+    // The turn is closed with the text delivered, whatever ended it, so that the record and the
+    // session agree; the client may send it back or not (then the next request starts afresh).
+    HistoryRecord record;
+    record.known = close_turn(outcome.text, reason == H2O_STOP_EOS);
+    record.history = extend_history(history_, "assistant", outcome.text);
+    record.n_messages = static_cast<uint32_t>(messages_.size() + 1);
+    generated_ = true;
+    if (auto error = context_.store->commit(*lease_, record)) {
+        std::fprintf(stderr, "h2o-server: conversation %s is not saved: %s\n", conversation_id().c_str(), error->message.c_str());
+    }
+    return outcome;
+}
+
+bool ChatTurn::close_turn(const std::string &reply, bool ended_by_eog) {
+    std::vector<Message> closed_messages = messages_;
+    closed_messages.push_back(Message{"assistant", reply});
+    std::string closed;
+    if (format_conversation(context_, closed_messages, closed_messages.size(), false, &closed) ||
+        closed.compare(0, formatted_.size(), formatted_) != 0)
+        return false;
+    // What follows the reply: the chat format may trim the reply, so it is found by its text.
+    std::string tail = closed.substr(formatted_.size());
+    const std::string trimmed = trim(reply);
+    const size_t at = trimmed.empty() ? 0 : tail.find(trimmed);
+    if (at == std::string::npos) return false;
+    std::string closing = tail.substr(at + trimmed.size());
+    if (ended_by_eog) {
+        // The end-of-turn token the model generated is in the session (fed with the next text):
+        // the closing's own is left out.
+        const size_t start = closing.find_first_not_of(" \t\r\n");
+        std::vector<int32_t> ids(4);
+        size_t n = 0;
+        const std::string rest = start == std::string::npos ? "" : closing.substr(start);
+        const h2o_status st = h2o_tokenize(context_.model, rest.data(), rest.size(), H2O_TOKENIZE_SPECIAL, ids.data(), ids.size(), &n);
+        if ((st == H2O_OK || st == H2O_ERR_BUFFER_TOO_SMALL) && n > 0 && h2o_token_is_end_of_generation(context_.model, ids[0])) {
+            char piece[256];
+            size_t piece_len = 0;
+            if (h2o_token_to_piece(context_.model, ids[0], piece, sizeof piece, &piece_len) == H2O_OK &&
+                rest.compare(0, piece_len, piece, piece_len) == 0)
+                closing = rest.substr(piece_len);
+        }
+    }
+    if (closing.empty()) return true;
+    h2o_session *session = lease_->session();
+    ComputeGate::Hold hold(*context_.gate);
+    return h2o_session_add_text(session, closing.data(), closing.size(), H2O_TEXT_SPECIAL) == H2O_OK;
+}
+
+ChatTurn::~ChatTurn() {
+    // A turn that never generated (the client left before the reply began) leaves the session
+    // holding the prompt: it is reset at the next request.
+    if (touched_ && !generated_) {
+        HistoryRecord unknown;
+        unknown.known = false;
+        context_.store->commit(*lease_, unknown);
+    }
+}
+
+}  // namespace h2o_server

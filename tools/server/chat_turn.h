@@ -1,0 +1,71 @@
+// One request of a conversation: the messages the session does not hold yet are formatted and
+// processed (a new conversation's system message pinned), the reply is generated piece by piece,
+// and the assistant's turn is closed in the session as the chat format writes it, so that the
+// session holds exactly the conversation a client sends back next time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat_request.h"
+#include "compute_gate.h"
+#include "conversation_store.h"
+#include "h2o/h2o.h"
+
+namespace h2o_server {
+
+// What every turn shares: set up once by the server.
+struct TurnContext {
+    h2o_model *model = nullptr;
+    std::string chat_format;  // a format name, or "" for the model's template
+    ConversationStore *store = nullptr;
+    ComputeGate *gate = nullptr;
+    h2o_generate_params defaults{};  // sampling when the request does not say
+};
+
+struct TurnOutcome {
+    std::string text;           // the reply, as delivered
+    std::string finish_reason;  // "stop" or "length"; "" when cancelled or failed
+    Usage usage;
+    std::optional<ApiError> error;  // generation failed partway
+};
+
+class ChatTurn {
+public:
+    // Takes the conversation's lease and processes the new messages. Errors come before any
+    // reply is sent (400 for messages the chat format or the pins refuse, 503 busy, 500).
+    static std::optional<ApiError> start(const TurnContext &context, const ChatRequest &request, std::unique_ptr<ChatTurn> *out);
+    ~ChatTurn();
+
+    const std::string &conversation_id() { return lease_->conversation().id; }
+
+    // Receives each piece of the reply; false when the client is gone (the turn then stops and is
+    // closed with the text delivered so far).
+    using PieceSink = std::function<bool(const std::string &piece)>;
+    // Generates the reply, closes the turn and commits the conversation.
+    TurnOutcome generate(const PieceSink &sink);
+
+private:
+    ChatTurn(const TurnContext &context, std::unique_ptr<Lease> lease) : context_(context), lease_(std::move(lease)) {}
+    std::optional<ApiError> process_prompt(const ChatRequest &request);
+    // Adds what follows the reply in the formatted conversation (the end of the assistant's turn).
+    bool close_turn(const std::string &reply, bool ended_by_eog);
+
+    const TurnContext &context_;
+    std::unique_ptr<Lease> lease_;
+    std::vector<Message> messages_;
+    std::string formatted_;       // the request's conversation with the assistant's opening
+    Digest history_{};            // digest of the request's messages
+    uint32_t held_messages_ = 0;  // of messages_, those the session held before this turn
+    Usage usage_;
+    bool touched_ = false;    // the session was changed: until committed, its record is unknown
+    bool generated_ = false;  // generate() ran: the record is committed
+};
+
+// The conversation formatted as the model's chat format writes it (h2o_chat_format).
+std::optional<ApiError> format_conversation(const TurnContext &context, const std::vector<Message> &messages, size_t count, bool open_reply,
+                                            std::string *out);
+
+}  // namespace h2o_server

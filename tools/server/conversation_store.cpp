@@ -1,0 +1,346 @@
+#include "conversation_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+namespace h2o_server {
+
+namespace {
+
+constexpr const char *kFileMagic = "h2o-server conversation 1\n";
+constexpr const char *kSuffix = ".conv";
+constexpr size_t kMaxHeaderBytes = 4096;
+
+ApiError server_error(const std::string &message) { return ApiError{500, "server_error", message, "", ""}; }
+
+bool ends_with(const std::string &text, const std::string &end) {
+    return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
+// The header line after the magic: {"id", "history", "messages"}.
+std::string header_of(const std::string &id, const HistoryRecord &record) {
+    return kFileMagic + dump(nlohmann::json{{"id", id}, {"history", to_hex(record.history)}, {"messages", record.n_messages}}) + "\n";
+}
+
+// Reads a conversation file's header; *header_bytes: where the snapshot starts.
+bool parse_header(const std::string &bytes, std::string *id, HistoryRecord *record, size_t *header_bytes) {
+    const size_t magic = std::strlen(kFileMagic);
+    if (bytes.compare(0, magic, kFileMagic) != 0) return false;
+    const size_t end = bytes.find('\n', magic);
+    if (end == std::string::npos) return false;
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(magic, end - magic), nullptr, false);
+    if (!header.is_object() || !header.contains("id") || !header["id"].is_string() || !header.contains("history") ||
+        !header["history"].is_string() || !header.contains("messages") || !header["messages"].is_number_unsigned())
+        return false;
+    *id = header["id"].get<std::string>();
+    record->n_messages = header["messages"].get<uint32_t>();
+    record->known = true;
+    *header_bytes = end + 1;
+    return valid_conversation_id(*id) && from_hex(header["history"].get<std::string>(), &record->history);
+}
+
+// Writes bytes to path through a synced temporary file and a rename: path holds the old or the
+// new content whatever happens.
+bool write_atomically(const std::string &path, const std::string &head, const std::vector<char> &body, size_t body_size,
+                      std::string *error) {
+    const std::string temporary = path + ".tmp";
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        *error = "cannot write " + temporary + ": " + std::strerror(errno);
+        return false;
+    }
+    auto write_all = [fd](const char *data, size_t n) {
+        while (n > 0) {
+            const ssize_t w = ::write(fd, data, n);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) return false;
+            data += w, n -= static_cast<size_t>(w);
+        }
+        return true;
+    };
+    const bool ok = write_all(head.data(), head.size()) && write_all(body.data(), body_size) && ::fsync(fd) == 0;
+    const int saved_errno = errno;
+    ::close(fd);
+    if (!ok || std::rename(temporary.c_str(), path.c_str()) != 0) {
+        *error = "cannot write " + path + ": " + std::strerror(ok ? errno : saved_errno);
+        ::unlink(temporary.c_str());
+        return false;
+    }
+    // The rename itself is durable once the directory is synced.
+    const std::string dir = path.substr(0, path.find_last_of('/') + 1);
+    const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) {
+        ::fsync(dir_fd);
+        ::close(dir_fd);
+    }
+    return true;
+}
+
+bool read_whole(const std::string &path, size_t limit, std::string *out) {
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    out->clear();
+    char buffer[65536];
+    size_t n;
+    while (out->size() < limit && (n = std::fread(buffer, 1, std::min(sizeof buffer, limit - out->size()), f)) > 0) out->append(buffer, n);
+    const bool ok = !std::ferror(f);
+    std::fclose(f);
+    return ok;
+}
+
+}  // namespace
+
+std::string new_conversation_id() {
+    static std::mutex mutex;
+    static std::random_device device;
+    std::lock_guard<std::mutex> lock(mutex);
+    static const char kDigits[] = "0123456789abcdef";
+    std::string id = "c-";
+    for (int i = 0; i < 24; ++i) id += kDigits[device() & 15];
+    return id;
+}
+
+Lease::Lease(ConversationStore &store, std::shared_ptr<Conversation> conversation)
+    : store_(store), conversation_(std::move(conversation)), turn_(conversation_->turn) {}
+
+Lease::~Lease() {
+    turn_.unlock();
+    store_.release(*conversation_);
+}
+
+ConversationStore::~ConversationStore() {
+    for (auto &[id, conversation] : by_id_) h2o_session_free(conversation->session);
+}
+
+std::string ConversationStore::path_of(const std::string &id) const { return settings_.state_dir + "/" + id + kSuffix; }
+
+bool ConversationStore::open_state_dir(std::string *error) {
+    if (settings_.state_dir.empty()) return true;
+    if (::mkdir(settings_.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+        *error = "cannot make the state directory " + settings_.state_dir + ": " + std::strerror(errno);
+        return false;
+    }
+    DIR *dir = ::opendir(settings_.state_dir.c_str());
+    if (!dir) {
+        *error = "cannot read the state directory " + settings_.state_dir + ": " + std::strerror(errno);
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (const dirent *entry = ::readdir(dir)) {
+        const std::string name = entry->d_name;
+        const std::string path = settings_.state_dir + "/" + name;
+        if (ends_with(name, std::string(kSuffix) + ".tmp")) {
+            ::unlink(path.c_str());  // a save that did not finish: the file before it stands
+            continue;
+        }
+        if (!ends_with(name, kSuffix)) continue;
+        std::string bytes, id;
+        HistoryRecord record;
+        size_t header_bytes = 0;
+        if (!read_whole(path, kMaxHeaderBytes, &bytes) || !parse_header(bytes, &id, &record, &header_bytes) || name != id + kSuffix) {
+            std::fprintf(stderr, "h2o-server: %s is not a conversation this server wrote; left alone\n", path.c_str());
+            continue;
+        }
+        auto made = std::make_shared<Conversation>(id);
+        made->record = record;
+        made->saved = true;
+        by_id_[id] = made;
+        by_history_[record.history] = id;
+    }
+    ::closedir(dir);
+    return true;
+}
+
+std::shared_ptr<Conversation> ConversationStore::find_or_make(const std::string &conversation_id,
+                                                              const std::vector<Digest> &prefix_digests) {
+    std::string id = conversation_id;
+    if (id.empty()) {
+        // The longest held history the request's messages begin with (its last message is new).
+        for (size_t k = prefix_digests.size() >= 2 ? prefix_digests.size() - 2 : 0; k >= 1 && id.empty(); --k) {
+            if (auto it = by_history_.find(prefix_digests[k]); it != by_history_.end()) id = it->second;
+        }
+        if (id.empty()) id = new_conversation_id();
+    }
+    std::shared_ptr<Conversation> &conversation = by_id_[id];
+    if (!conversation) conversation = std::make_shared<Conversation>(id);
+    ++conversation->leases;
+    return conversation;
+}
+
+std::optional<ApiError> ConversationStore::acquire(const std::string &conversation_id, const std::vector<Digest> &prefix_digests,
+                                                   std::unique_ptr<Lease> *out) {
+    std::shared_ptr<Conversation> conversation;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        conversation = find_or_make(conversation_id, prefix_digests);
+    }
+    auto lease = std::make_unique<Lease>(*this, conversation);  // waits for the requests before it
+    if (!conversation->session) {
+        if (auto error = bring_live(*conversation)) return error;
+    }
+    *out = std::move(lease);
+    return std::nullopt;
+}
+
+bool ConversationStore::evict_one() {
+    Conversation *oldest = nullptr;
+    for (auto &[id, conversation] : by_id_) {
+        if (conversation->leases == 0 && conversation->session && (!oldest || conversation->last_used < oldest->last_used))
+            oldest = conversation.get();
+    }
+    if (!oldest) return false;
+    h2o_session_free(oldest->session);
+    oldest->session = nullptr;
+    --live_;
+    ++evictions_;
+    if (!oldest->saved) forget(*oldest);
+    return true;
+}
+
+void ConversationStore::forget(Conversation &conversation) {
+    if (auto it = by_history_.find(conversation.record.history); it != by_history_.end() && it->second == conversation.id)
+        by_history_.erase(it);
+    by_id_.erase(conversation.id);  // the requests holding it keep it alive until they end
+}
+
+std::optional<ApiError> ConversationStore::bring_live(Conversation &conversation) {
+    bool saved = false;
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        const auto deadline = std::chrono::steady_clock::now() + settings_.session_wait;
+        while (live_ >= settings_.max_sessions && !evict_one()) {
+            if (released_.wait_until(lock, deadline) == std::cv_status::timeout && live_ >= settings_.max_sessions && !evict_one()) {
+                return ApiError{503, "server_error",
+                                "all " + std::to_string(settings_.max_sessions) +
+                                    " sessions are in use by other conversations (--sessions); try again later",
+                                "", "server_busy"};
+            }
+        }
+        ++live_;
+        saved = conversation.saved;
+    }
+    std::optional<ApiError> error;
+    h2o_session *session = nullptr;
+    if (saved) {
+        error = restore(conversation);
+        if (!error) return std::nullopt;
+        // A snapshot that does not load: the conversation starts again from the client's messages.
+        std::fprintf(stderr, "h2o-server: conversation %s starts afresh: %s\n", conversation.id.c_str(), error->message.c_str());
+        conversation.record = HistoryRecord{};
+    }
+    if (h2o_session_create(settings_.model, &settings_.session_params, &session) != H2O_OK) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --live_;
+        released_.notify_all();
+        return server_error(std::string("cannot make a session: ") + h2o_last_error());
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    conversation.session = session;
+    conversation.saved = false;
+    return std::nullopt;
+}
+
+std::optional<ApiError> ConversationStore::restore(Conversation &conversation) {
+    std::lock_guard<std::mutex> one_at_a_time(snapshot_mutex_);
+    std::string bytes, id;
+    HistoryRecord record;
+    size_t header_bytes = 0;
+    const std::string path = path_of(conversation.id);
+    if (!read_whole(path, SIZE_MAX, &bytes)) return server_error("cannot read " + path + ": " + std::strerror(errno));
+    if (!parse_header(bytes, &id, &record, &header_bytes) || id != conversation.id) return server_error(path + " has no valid header");
+    h2o_session *session = nullptr;
+    if (h2o_session_load_from_buffer(settings_.model, bytes.data() + header_bytes, bytes.size() - header_bytes, &settings_.session_params,
+                                     &session) != H2O_OK)
+        return server_error(path + ": " + h2o_last_error());
+    std::lock_guard<std::mutex> lock(mutex_);
+    conversation.session = session;
+    conversation.record = record;
+    ++restores_;
+    return std::nullopt;
+}
+
+std::optional<ApiError> ConversationStore::save(Conversation &conversation) {
+    std::lock_guard<std::mutex> one_at_a_time(snapshot_mutex_);
+    size_t size = 0;
+    if (h2o_session_state_size(conversation.session, &size) != H2O_OK) return server_error(h2o_session_last_error(conversation.session));
+    std::vector<char> buffer(size);
+    if (h2o_session_save_to_buffer(conversation.session, buffer.data(), buffer.size(), &size) != H2O_OK)
+        return server_error(h2o_session_last_error(conversation.session));
+    std::string error;
+    if (!write_atomically(path_of(conversation.id), header_of(conversation.id, conversation.record), buffer, size, &error))
+        return server_error(error);
+    return std::nullopt;
+}
+
+std::optional<ApiError> ConversationStore::commit(Lease &lease, const HistoryRecord &record) {
+    Conversation &conversation = lease.conversation();
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (auto it = by_history_.find(conversation.record.history); it != by_history_.end() && it->second == conversation.id)
+            by_history_.erase(it);
+        conversation.record = record;
+        conversation.saved = false;
+        if (record.known) by_history_[record.history] = conversation.id;
+    }
+    if (settings_.state_dir.empty() || !record.known) return std::nullopt;
+    std::optional<ApiError> error = save(conversation);
+    std::lock_guard<std::mutex> lock(mutex_);
+    conversation.saved = !error;
+    return error;
+}
+
+void ConversationStore::release(Conversation &conversation) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --conversation.leases;
+        conversation.last_used = ++clock_;
+        if (conversation.leases == 0 && !conversation.session && !conversation.saved) forget(conversation);
+    }
+    released_.notify_all();
+}
+
+void ConversationStore::cancel_all() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto &[id, conversation] : by_id_) {
+        if (conversation->session) h2o_session_cancel(conversation->session);
+    }
+}
+
+void ConversationStore::save_all() {
+    std::vector<std::shared_ptr<Conversation>> live;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto &[id, conversation] : by_id_)
+            if (conversation->session) live.push_back(conversation);
+    }
+    for (auto &conversation : live) {
+        std::lock_guard<std::mutex> turn(conversation->turn);
+        if (!settings_.state_dir.empty() && conversation->record.known && !conversation->saved) {
+            if (auto error = save(*conversation)) std::fprintf(stderr, "h2o-server: %s\n", error->message.c_str());
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        h2o_session_free(conversation->session);
+        conversation->session = nullptr;
+        --live_;
+    }
+}
+
+StoreCounts ConversationStore::counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    StoreCounts c;
+    c.conversations = static_cast<uint32_t>(by_id_.size());
+    c.live_sessions = live_;
+    for (auto &[id, conversation] : by_id_) c.saved += conversation->saved ? 1 : 0;
+    c.evictions = evictions_;
+    c.restores = restores_;
+    return c;
+}
+
+}  // namespace h2o_server

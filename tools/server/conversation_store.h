@@ -1,0 +1,132 @@
+// The server's conversations: at most `max_sessions` of them hold a live session (a fixed-size
+// KV cache); the least recently used idle one gives its session up when another needs one. With
+// a state directory every conversation is saved after each turn (atomically: a kill loses at most
+// the reply in progress), so one that lost its session, or lived before a restart, continues from
+// its snapshot exactly where it was. Without one, a conversation that loses its session is
+// forgotten, and its next request processes the history the client sends again.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat_request.h"
+#include "h2o/h2o.h"
+#include "history_digest.h"
+
+namespace h2o_server {
+
+// What a conversation's session holds, as messages: their digest and count.
+struct HistoryRecord {
+    Digest history = empty_history();
+    uint32_t n_messages = 0;
+    // false after a turn failed partway: the session holds text no record describes, and is
+    // reset before its next use.
+    bool known = true;
+};
+
+struct Conversation {
+    explicit Conversation(std::string conversation_id) : id(std::move(conversation_id)) {}
+    const std::string id;
+    std::mutex turn;                 // held by the request using the conversation (its Lease)
+    HistoryRecord record;            // guarded by turn
+    h2o_session *session = nullptr;  // live session, or none; changed with the store's mutex and turn held
+    bool saved = false;              // a snapshot file holds the record's state (store's mutex)
+    uint32_t leases = 0;             // requests using or waiting for it (store's mutex)
+    uint64_t last_used = 0;          // store's clock of its last release (store's mutex)
+};
+
+struct StoreSettings {
+    h2o_model *model = nullptr;
+    h2o_session_params session_params{};
+    uint32_t max_sessions = 4;
+    std::string state_dir;                          // "" : nothing is saved
+    std::chrono::milliseconds session_wait{30000};  // the longest a request waits for a free session
+};
+
+struct StoreCounts {
+    uint32_t conversations = 0, live_sessions = 0, saved = 0;
+    uint64_t evictions = 0, restores = 0;
+};
+
+class ConversationStore;
+
+// A request's hold on one conversation: its turn lock and a live session. Released on destruction.
+class Lease {
+public:
+    Lease(ConversationStore &store, std::shared_ptr<Conversation> conversation);
+    ~Lease();
+    Lease(const Lease &) = delete;
+    Lease &operator=(const Lease &) = delete;
+    Conversation &conversation() { return *conversation_; }
+    h2o_session *session() { return conversation_->session; }
+
+private:
+    ConversationStore &store_;
+    std::shared_ptr<Conversation> conversation_;
+    std::unique_lock<std::mutex> turn_;
+};
+
+class ConversationStore {
+public:
+    explicit ConversationStore(StoreSettings settings) : settings_(std::move(settings)) {}
+    ~ConversationStore();
+    ConversationStore(const ConversationStore &) = delete;
+    ConversationStore &operator=(const ConversationStore &) = delete;
+
+    // Reads the state directory's conversations (their headers only) and removes the temporary
+    // files a killed save left. false with *error when the directory cannot be used.
+    bool open_state_dir(std::string *error);
+
+    // The conversation a request continues: the one named by conversation_id (made when new), else
+    // the one whose history is the longest prefix of the request's messages (prefix_digests[k]:
+    // the first k messages), else a new one. The lease holds its turn (waiting for the requests
+    // before it) and a live session, restored from its snapshot when it had none.
+    std::optional<ApiError> acquire(const std::string &conversation_id, const std::vector<Digest> &prefix_digests,
+                                    std::unique_ptr<Lease> *out);
+
+    // After a turn: the session now holds `record`. Saves the conversation when there is a state
+    // directory; the index follows the new history.
+    std::optional<ApiError> commit(Lease &lease, const HistoryRecord &record);
+
+    // Cancels every running generation (h2o_session_cancel; shutdown).
+    void cancel_all();
+    // Saves every live conversation whose record is known and frees the sessions (shutdown).
+    void save_all();
+
+    StoreCounts counts();
+    const StoreSettings &settings() const { return settings_; }
+
+private:
+    friend class Lease;
+    void release(Conversation &conversation);
+    std::shared_ptr<Conversation> find_or_make(const std::string &conversation_id, const std::vector<Digest> &prefix_digests);
+    // Frees the least recently used idle session; false when every live session is in use.
+    bool evict_one();
+    std::optional<ApiError> bring_live(Conversation &conversation);
+    std::string path_of(const std::string &id) const;
+    std::optional<ApiError> save(Conversation &conversation);
+    std::optional<ApiError> restore(Conversation &conversation);
+    void forget(Conversation &conversation);
+
+    StoreSettings settings_;
+    std::mutex mutex_;
+    std::condition_variable released_;
+    std::map<std::string, std::shared_ptr<Conversation>> by_id_;
+    std::map<Digest, std::string> by_history_;  // history digest -> conversation id
+    uint32_t live_ = 0;                         // sessions live or being made
+    uint64_t clock_ = 0;
+    uint64_t evictions_ = 0, restores_ = 0;
+    std::mutex snapshot_mutex_;  // one snapshot buffer at a time (saved or restored)
+};
+
+// A new conversation id: "c-" and 24 random hexadecimal digits.
+std::string new_conversation_id();
+
+}  // namespace h2o_server

@@ -1,0 +1,354 @@
+// h2o-server: a local server of the OpenAI chat-completions protocol where every conversation
+// lives in a fixed-size session (its system message pinned) and, with --state-dir, survives
+// restarts. Built on the public C API only.
+//
+//   h2o-server -m MODEL [--host 127.0.0.1] [--port 8080] [--kv-budget B] [--kv-policy P]
+//              [--sessions N] [--state-dir DIR] [--max-memory BYTES] [...]
+#include <httplib.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+#include "../common.h"
+#include "../options.h"
+#include "../session_options.h"
+#include "chat_turn.h"
+#include "memory_plan.h"
+
+namespace {
+
+using h2o_server::ApiError;
+using nlohmann::json;
+
+struct ServerOptions {
+    std::string model_path, host = "127.0.0.1", state_dir, chat_format, alias;
+    uint32_t port = 8080, sessions = 4, parallel = 1, queue = 32, max_tokens_default = 256;
+    uint32_t session_wait = 30;
+    uint64_t max_memory = 0, prefix_cache = 16u << 20, max_body = 8u << 20;
+    bool no_rolling = false;
+};
+
+std::string usage(const h2o_session_params &sp) {
+    return "usage: h2o-server -m MODEL [options]\n"
+           "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
+           "  --host ADDRESS         address to listen on (default 127.0.0.1: this machine only)\n"
+           "  --port N               port (default 8080; 0: any free port, printed at startup)\n"
+           "  --alias NAME           the model's id in the protocol (default: the file's name)\n"
+           "  --chat-format NAME     llama2, zephyr, chatml, llama3, phi3, mistral, gemma\n"
+           "                         (default: the one the model's template describes)\n"
+           "  --sessions N           conversations with a live session at once (default 4); the least\n"
+           "                         recently used idle one gives its session up\n"
+           "  --state-dir DIR        save every conversation there after each turn and restore it\n"
+           "                         when it continues, also after a restart (default: none)\n"
+           "  --max-memory BYTES     refuse to start when weights, sessions, prefix cache and the\n"
+           "                         snapshot buffer could need more (default: no limit)\n"
+           "  --session-wait SECONDS how long a request waits for a session when all are busy before\n"
+           "                         it gets 503 (default 30)\n"
+           "  --parallel N           requests computing at once, taking turns token by token (default 1;\n"
+           "                         each uses -t threads)\n"
+           "  --queue N              requests admitted at once, waiting or running; more get 429 (default 32)\n"
+           "  --prefix-cache BYTES   processed system prompts kept for new conversations (default 16 MiB)\n"
+           "  --max-body BYTES       largest request body; larger ones get 413 (default 8 MiB)\n"
+           "  -n, --max-tokens N     reply length when a request gives no max_tokens (default 256)\n"
+           "  --seed S               sampler seed of new sessions (default " +
+           std::to_string(sp.seed) + "; a request's seed overrides it)\n" + h2o_tools::session_options_help(sp) +
+           "  --no-rolling           positions do not roll: a conversation ends at the context length\n"
+           "                         (default: they roll, so a conversation never has to end)\n"
+           "  --version              print the library's version\n";
+}
+
+std::string base_name(const std::string &path) {
+    std::string name = path.substr(path.find_last_of('/') + 1);
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+    return name;
+}
+
+void send_error(httplib::Response &res, const ApiError &error) {
+    res.status = error.http_status;
+    res.set_content(h2o_server::error_body(error), "application/json");
+}
+
+std::string completion_id() { return "chatcmpl-" + h2o_server::new_conversation_id().substr(2); }
+
+// Counts requests admitted (waiting or running): above the limit, a request gets 429.
+class Admission {
+public:
+    Admission(std::atomic<uint32_t> &count, uint32_t limit) : count_(count) { admitted_ = ++count_ <= limit; }
+    ~Admission() {
+        --count_;
+        // A request's transient memory (its JSON, the formatted conversation) follows the
+        // client's history, which grows; returning it after each request keeps the RSS flat.
+        malloc_trim(0);
+    }
+    bool admitted() const { return admitted_; }
+
+private:
+    std::atomic<uint32_t> &count_;
+    bool admitted_;
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    ServerOptions opt;
+    h2o_session_params sp;
+    h2o_session_params_init(&sp, sizeof sp);
+    sp.kv_budget = 512;  // a conversation's cache: fixed, whatever its length
+    h2o_generate_params gen;
+    h2o_generate_params_init(&gen, sizeof gen);
+
+    h2o_tools::CommandLine cl("h2o-server", usage(sp));
+    cl.text({"-m", "--model"}, &opt.model_path);
+    cl.text("--host", &opt.host);
+    cl.count("--port", 0, 65535, &opt.port);
+    cl.text("--alias", &opt.alias);
+    cl.text("--chat-format", &opt.chat_format);
+    cl.count("--sessions", 1, 4096, &opt.sessions);
+    cl.text("--state-dir", &opt.state_dir);
+    cl.count("--max-memory", 1, UINT64_MAX, &opt.max_memory);
+    cl.count("--session-wait", 0, 3600, &opt.session_wait);
+    cl.count("--parallel", 1, 256, &opt.parallel);
+    cl.count("--queue", 1, 4096, &opt.queue);
+    cl.count("--prefix-cache", 0, UINT64_MAX, &opt.prefix_cache);
+    cl.count("--max-body", 1024, 1ull << 32, &opt.max_body);
+    cl.count({"-n", "--max-tokens"}, 1, 4096, &opt.max_tokens_default);
+    cl.count("--seed", 0, UINT64_MAX, &sp.seed);
+    h2o_tools::add_session_options(cl, &sp);
+    cl.flag("--no-rolling", &opt.no_rolling);
+    cl.parse(argc, argv);
+    sp.position_rolling = opt.no_rolling ? 0 : 1;
+    h2o_tools::check_session_options(cl, sp);
+    opt.model_path = h2o_tools::resolve_model_path(opt.model_path);
+    if (opt.model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
+    if (opt.state_dir.empty() == false && opt.state_dir.back() == '/') opt.state_dir.pop_back();
+    gen.max_tokens = opt.max_tokens_default;
+
+    // One malloc arena: per-thread arenas would each keep the high-water mark of the requests
+    // their thread served (a request's JSON follows the client's history); with one, the server
+    // keeps at most that of the largest request at once.
+    mallopt(M_ARENA_MAX, 1);
+    // Signals are taken by one thread (below), so every other thread starts with them blocked.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that left is seen as a failed write
+
+    h2o_model_params mp;
+    h2o_model_params_init(&mp, sizeof mp);
+    mp.prefix_cache_bytes = opt.prefix_cache;
+    h2o_model *model = nullptr;
+    if (h2o_model_load(opt.model_path.c_str(), &mp, &model) != H2O_OK) {
+        std::fprintf(stderr, "h2o-server: cannot load model: %s\n", h2o_last_error());
+        return 1;
+    }
+    const std::string model_id = opt.alias.empty() ? base_name(opt.model_path) : opt.alias;
+
+    h2o_server::TurnContext context;
+    context.model = model;
+    context.chat_format = opt.chat_format;
+    context.defaults = gen;
+    // The chat format is checked now rather than at the first request.
+    {
+        std::string probe;
+        std::vector<h2o_server::Message> one{{"user", "hi"}};
+        if (auto error = h2o_server::format_conversation(context, one, 1, true, &probe)) {
+            std::fprintf(stderr, "h2o-server: %s%s\n", error->message.c_str(),
+                         opt.chat_format.empty() ? " (give one with --chat-format)" : "");
+            return 1;
+        }
+    }
+    h2o_server::MemoryPlan plan;
+    std::string error;
+    if (!h2o_server::plan_memory(model, sp, opt.sessions, opt.prefix_cache, &plan, &error)) {
+        std::fprintf(stderr, "h2o-server: %s\n", error.c_str());
+        return 1;
+    }
+    std::fprintf(stderr, "h2o-server: %s\n", h2o_server::describe(plan).c_str());
+    if (opt.max_memory && plan.bound_bytes > opt.max_memory) {
+        std::fprintf(stderr, "h2o-server: that is more than --max-memory %llu: lower --sessions or --kv-budget\n",
+                     static_cast<unsigned long long>(opt.max_memory));
+        return 1;
+    }
+
+    h2o_server::StoreSettings store_settings;
+    store_settings.model = model;
+    store_settings.session_params = sp;
+    store_settings.max_sessions = opt.sessions;
+    store_settings.state_dir = opt.state_dir;
+    store_settings.session_wait = std::chrono::seconds(opt.session_wait);
+    h2o_server::ConversationStore store(store_settings);
+    if (!store.open_state_dir(&error)) {
+        std::fprintf(stderr, "h2o-server: %s\n", error.c_str());
+        return 1;
+    }
+    h2o_server::ComputeGate gate(opt.parallel);
+    context.store = &store;
+    context.gate = &gate;
+
+    httplib::Server server;
+    const uint32_t http_threads = opt.queue + 4;  // every admitted request has a thread
+    server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+    server.set_payload_max_length(opt.max_body);
+    std::atomic<bool> stopping{false};
+    std::atomic<uint32_t> in_flight{0};
+    std::atomic<uint64_t> completions{0}, client_gone{0};  // replies finished; streams whose client left
+    const h2o_server::RequestLimits limits;
+
+    server.set_error_handler([&](const httplib::Request &req, httplib::Response &res) {
+        if (!res.body.empty()) return;
+        if (res.status == 413) {
+            send_error(res, ApiError{413, "invalid_request_error",
+                                     "the request body is larger than --max-body " + std::to_string(opt.max_body) + " bytes", "",
+                                     "request_too_large"});
+        } else if (res.status == 404) {
+            send_error(res, ApiError{404, "not_found_error", "no such endpoint: " + req.method + " " + req.path, "", "unknown_url"});
+        } else {
+            send_error(res, ApiError{res.status, "invalid_request_error", "HTTP " + std::to_string(res.status), "", ""});
+        }
+    });
+    server.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception &e) {
+            what = e.what();
+        } catch (...) {}
+        send_error(res, ApiError{500, "server_error", "internal error: " + what, "", ""});
+    });
+
+    server.Get("/health", [&](const httplib::Request &, httplib::Response &res) {
+        const h2o_server::StoreCounts counts = store.counts();
+        h2o_prefix_cache_stats cache;
+        cache.struct_size = sizeof cache;
+        h2o_model_get_prefix_cache_stats(model, &cache);
+        json body = {
+            {"status", stopping ? "stopping" : "ok"},
+            {"model", model_id},
+            {"sessions",
+             {{"max", opt.sessions},
+              {"live", counts.live_sessions},
+              {"conversations", counts.conversations},
+              {"saved", counts.saved},
+              {"evictions", counts.evictions},
+              {"restores", counts.restores}}},
+            {"memory", h2o_server::to_json(plan)},
+            {"rss_bytes", h2o_tools::current_rss_bytes()},
+            {"prefix_cache", {{"entries", cache.entries}, {"bytes", cache.bytes}, {"hits", cache.hits}, {"misses", cache.misses}}},
+            {"requests", {{"in_flight", in_flight.load()}, {"completed", completions.load()}, {"client_gone", client_gone.load()}}}};
+        res.set_content(h2o_server::dump(body), "application/json");
+    });
+    auto model_json = [&] { return json{{"id", model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "h2o"}}; };
+    server.Get("/v1/models", [&](const httplib::Request &, httplib::Response &res) {
+        res.set_content(h2o_server::dump(json{{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
+    });
+    server.Get(R"(/v1/models/(.+))", [&](const httplib::Request &req, httplib::Response &res) {
+        if (req.matches[1] != model_id)
+            return send_error(res, ApiError{404, "not_found_error",
+                                            "no model '" + std::string(req.matches[1]) + "' here (this server has '" + model_id + "')",
+                                            "model", "model_not_found"});
+        res.set_content(h2o_server::dump(model_json()), "application/json");
+    });
+
+    server.Post("/v1/chat/completions", [&](const httplib::Request &req, httplib::Response &res) {
+        auto admission = std::make_shared<Admission>(in_flight, opt.queue);
+        if (stopping) return send_error(res, ApiError{503, "server_error", "the server is shutting down", "", "server_stopping"});
+        if (!admission->admitted())
+            return send_error(
+                res, ApiError{429, "rate_limit_error", "more than --queue " + std::to_string(opt.queue) + " requests at once; try again",
+                              "", "too_many_requests"});
+        h2o_server::ChatRequest request;
+        if (auto e = h2o_server::parse_chat_request(req.body, limits, &request)) return send_error(res, *e);
+        if (request.model != model_id)
+            return send_error(
+                res, ApiError{404, "not_found_error", "no model '" + request.model + "' here (this server has '" + model_id + "')", "model",
+                              "model_not_found"});
+        std::unique_ptr<h2o_server::ChatTurn> turn;
+        if (auto e = h2o_server::ChatTurn::start(context, request, &turn)) return send_error(res, *e);
+        h2o_server::CompletionHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model_id, turn->conversation_id()};
+        if (!request.stream) {
+            const h2o_server::TurnOutcome outcome = turn->generate([](const std::string &) { return true; });
+            turn.reset();
+            if (outcome.error) return send_error(res, *outcome.error);
+            ++completions;
+            res.set_content(h2o_server::dump(h2o_server::completion_json(header, outcome.text, outcome.finish_reason, outcome.usage)),
+                            "application/json");
+            return;
+        }
+        // Streamed: the chunks go out as the pieces come; a failed write means the client left.
+        struct Stream {
+            std::unique_ptr<h2o_server::ChatTurn> turn;
+            std::shared_ptr<Admission> admission;
+        };
+        auto stream = std::make_shared<Stream>(Stream{std::move(turn), admission});
+        const bool include_usage = request.include_usage;
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider(
+            "text/event-stream", [stream, header, include_usage, &completions, &client_gone](size_t, httplib::DataSink &sink) {
+                auto send = [&sink](const json &value) {
+                    const std::string event = h2o_server::sse_event(value);
+                    return sink.write(event.data(), event.size());
+                };
+                if (!stream->turn) return false;
+                bool open = send(h2o_server::chunk_json(header, json{{"role", "assistant"}, {"content", ""}}, nullptr));
+                const h2o_server::TurnOutcome outcome = stream->turn->generate([&](const std::string &piece) {
+                    return open && (open = send(h2o_server::chunk_json(header, json{{"content", piece}}, nullptr)));
+                });
+                stream->turn.reset();  // the conversation is free for its next request
+                if (!open) {
+                    ++client_gone;
+                    return false;
+                }
+                ++completions;
+                if (outcome.error) {
+                    send(json::parse(h2o_server::error_body(*outcome.error)));
+                } else if (!outcome.finish_reason.empty()) {
+                    send(h2o_server::chunk_json(header, json::object(), outcome.finish_reason.c_str()));
+                    if (include_usage) send(h2o_server::chunk_json(header, json(), nullptr, &outcome.usage));
+                }
+                const std::string done = "data: [DONE]\n\n";
+                sink.write(done.data(), done.size());
+                sink.done();
+                return true;
+            });
+    });
+
+    if (opt.port == 0) {
+        const int port = server.bind_to_any_port(opt.host);
+        if (port < 0) {
+            std::fprintf(stderr, "h2o-server: cannot listen on %s\n", opt.host.c_str());
+            return 1;
+        }
+        opt.port = static_cast<uint32_t>(port);
+    } else if (!server.bind_to_port(opt.host, static_cast<int>(opt.port))) {
+        std::fprintf(stderr, "h2o-server: cannot listen on %s:%u (in use?)\n", opt.host.c_str(), opt.port);
+        return 1;
+    }
+    // SIGTERM or SIGINT: running generations stop at their next token, the server stops taking
+    // requests, and the live conversations are saved.
+    std::thread signal_thread([&] {
+        int received = 0;
+        sigwait(&signals, &received);
+        stopping = true;
+        store.cancel_all();
+        server.stop();
+    });
+    std::fprintf(stderr, "h2o-server: model %s, listening on http://%s:%u\n", model_id.c_str(), opt.host.c_str(), opt.port);
+    server.listen_after_bind();
+    if (!stopping) {
+        // listen failed on its own: wake the signal thread so that it can be joined.
+        stopping = true;
+        pthread_kill(signal_thread.native_handle(), SIGTERM);
+    }
+    signal_thread.join();
+    store.save_all();
+    std::fprintf(stderr, "h2o-server: stopped; live conversations %s\n", opt.state_dir.empty() ? "dropped (no --state-dir)" : "saved");
+    h2o_model_free(model);
+    return 0;
+}
