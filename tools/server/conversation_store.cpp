@@ -1,7 +1,6 @@
 #include "conversation_store.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,85 +13,10 @@ namespace h2o_server {
 
 namespace {
 
-constexpr const char *kFileMagic = "h2o-server conversation 1\n";
-constexpr const char *kSuffix = ".conv";
-constexpr size_t kMaxHeaderBytes = 4096;
-
 ApiError server_error(const std::string &message) { return ApiError{500, "server_error", message, "", ""}; }
 
 bool ends_with(const std::string &text, const std::string &end) {
     return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
-
-// The header line after the magic: {"id", "history", "messages"}.
-std::string header_of(const std::string &id, const HistoryRecord &record) {
-    return kFileMagic + dump(nlohmann::json{{"id", id}, {"history", to_hex(record.history)}, {"messages", record.n_messages}}) + "\n";
-}
-
-// Reads a conversation file's header; *header_bytes: where the snapshot starts.
-bool parse_header(const std::string &bytes, std::string *id, HistoryRecord *record, size_t *header_bytes) {
-    const size_t magic = std::strlen(kFileMagic);
-    if (bytes.compare(0, magic, kFileMagic) != 0) return false;
-    const size_t end = bytes.find('\n', magic);
-    if (end == std::string::npos) return false;
-    const nlohmann::json header = nlohmann::json::parse(bytes.substr(magic, end - magic), nullptr, false);
-    if (!header.is_object() || !header.contains("id") || !header["id"].is_string() || !header.contains("history") ||
-        !header["history"].is_string() || !header.contains("messages") || !header["messages"].is_number_unsigned())
-        return false;
-    *id = header["id"].get<std::string>();
-    record->n_messages = header["messages"].get<uint32_t>();
-    record->known = true;
-    *header_bytes = end + 1;
-    return valid_conversation_id(*id) && from_hex(header["history"].get<std::string>(), &record->history);
-}
-
-// Writes bytes to path through a synced temporary file and a rename: path holds the old or the
-// new content whatever happens.
-bool write_atomically(const std::string &path, const std::string &head, const std::vector<char> &body, size_t body_size,
-                      std::string *error) {
-    const std::string temporary = path + ".tmp";
-    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        *error = "cannot write " + temporary + ": " + std::strerror(errno);
-        return false;
-    }
-    auto write_all = [fd](const char *data, size_t n) {
-        while (n > 0) {
-            const ssize_t w = ::write(fd, data, n);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) return false;
-            data += w, n -= static_cast<size_t>(w);
-        }
-        return true;
-    };
-    const bool ok = write_all(head.data(), head.size()) && write_all(body.data(), body_size) && ::fsync(fd) == 0;
-    const int saved_errno = errno;
-    ::close(fd);
-    if (!ok || std::rename(temporary.c_str(), path.c_str()) != 0) {
-        *error = "cannot write " + path + ": " + std::strerror(ok ? errno : saved_errno);
-        ::unlink(temporary.c_str());
-        return false;
-    }
-    // The rename itself is durable once the directory is synced.
-    const std::string dir = path.substr(0, path.find_last_of('/') + 1);
-    const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) {
-        ::fsync(dir_fd);
-        ::close(dir_fd);
-    }
-    return true;
-}
-
-bool read_whole(const std::string &path, size_t limit, std::string *out) {
-    FILE *f = std::fopen(path.c_str(), "rb");
-    if (!f) return false;
-    out->clear();
-    char buffer[65536];
-    size_t n;
-    while (out->size() < limit && (n = std::fread(buffer, 1, std::min(sizeof buffer, limit - out->size()), f)) > 0) out->append(buffer, n);
-    const bool ok = !std::ferror(f);
-    std::fclose(f);
-    return ok;
 }
 
 }  // namespace
@@ -119,7 +43,7 @@ ConversationStore::~ConversationStore() {
     for (auto &[id, conversation] : by_id_) h2o_session_free(conversation->session);
 }
 
-std::string ConversationStore::path_of(const std::string &id) const { return settings_.state_dir + "/" + id + kSuffix; }
+std::string ConversationStore::path_of(const std::string &id) const { return settings_.state_dir + "/" + id + kConversationSuffix; }
 
 bool ConversationStore::open_state_dir(std::string *error) {
     if (settings_.state_dir.empty()) return true;
@@ -136,15 +60,16 @@ bool ConversationStore::open_state_dir(std::string *error) {
     while (const dirent *entry = ::readdir(dir)) {
         const std::string name = entry->d_name;
         const std::string path = settings_.state_dir + "/" + name;
-        if (ends_with(name, std::string(kSuffix) + ".tmp")) {
+        if (ends_with(name, std::string(kConversationSuffix) + ".tmp")) {
             ::unlink(path.c_str());  // a save that did not finish: the file before it stands
             continue;
         }
-        if (!ends_with(name, kSuffix)) continue;
+        if (!ends_with(name, kConversationSuffix)) continue;
         std::string bytes, id;
         HistoryRecord record;
         size_t header_bytes = 0;
-        if (!read_whole(path, kMaxHeaderBytes, &bytes) || !parse_header(bytes, &id, &record, &header_bytes) || name != id + kSuffix) {
+        if (!read_file_prefix(path, kMaxConversationHeader, &bytes) || !parse_conversation_header(bytes, &id, &record, &header_bytes) ||
+            name != id + kConversationSuffix) {
             std::fprintf(stderr, "h2o-server: %s is not a conversation this server wrote; left alone\n", path.c_str());
             continue;
         }
@@ -253,8 +178,9 @@ std::optional<ApiError> ConversationStore::restore(Conversation &conversation) {
     HistoryRecord record;
     size_t header_bytes = 0;
     const std::string path = path_of(conversation.id);
-    if (!read_whole(path, SIZE_MAX, &bytes)) return server_error("cannot read " + path + ": " + std::strerror(errno));
-    if (!parse_header(bytes, &id, &record, &header_bytes) || id != conversation.id) return server_error(path + " has no valid header");
+    if (!read_file_prefix(path, SIZE_MAX, &bytes)) return server_error("cannot read " + path + ": " + std::strerror(errno));
+    if (!parse_conversation_header(bytes, &id, &record, &header_bytes) || id != conversation.id)
+        return server_error(path + " has no valid header");
     h2o_session *session = nullptr;
     if (h2o_session_load_from_buffer(settings_.model, bytes.data() + header_bytes, bytes.size() - header_bytes, &settings_.session_params,
                                      &session) != H2O_OK)
@@ -270,11 +196,12 @@ std::optional<ApiError> ConversationStore::save(Conversation &conversation) {
     std::lock_guard<std::mutex> one_at_a_time(snapshot_mutex_);
     size_t size = 0;
     if (h2o_session_state_size(conversation.session, &size) != H2O_OK) return server_error(h2o_session_last_error(conversation.session));
-    std::vector<char> buffer(size);
+    std::string buffer(size, '\0');
     if (h2o_session_save_to_buffer(conversation.session, buffer.data(), buffer.size(), &size) != H2O_OK)
         return server_error(h2o_session_last_error(conversation.session));
+    buffer.resize(size);
     std::string error;
-    if (!write_atomically(path_of(conversation.id), header_of(conversation.id, conversation.record), buffer, size, &error))
+    if (!write_file_atomically(path_of(conversation.id), conversation_header(conversation.id, conversation.record), buffer, &error))
         return server_error(error);
     return std::nullopt;
 }

@@ -18,18 +18,9 @@
 
 #include "chat_request.h"
 #include "h2o/h2o.h"
-#include "history_digest.h"
+#include "conversation_file.h"
 
 namespace h2o_server {
-
-// What a conversation's session holds, as messages: their digest and count.
-struct HistoryRecord {
-    Digest history = empty_history();
-    uint32_t n_messages = 0;
-    // false after a turn failed partway: the session holds text no record describes, and is
-    // reset before its next use.
-    bool known = true;
-};
 
 struct Conversation {
     explicit Conversation(std::string conversation_id) : id(std::move(conversation_id)) {}

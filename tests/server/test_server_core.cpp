@@ -1,0 +1,300 @@
+// h2o-server's code below HTTP (tools/server/): the request parser and its refusals, the history
+// digest (SHA-256 against FIPS 180-4's examples), conversation files, and turns run on a store of
+// sessions in process: continued, evicted to disk and restored, and the same text as a store
+// that kept every session live.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "chat_request.h"
+#include "chat_turn.h"
+#include "conversation_file.h"
+#include "conversation_store.h"
+#include "history_digest.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace h2o_server;
+
+std::optional<ApiError> parse(const std::string &body, ChatRequest *out = nullptr) {
+    ChatRequest request;
+    return parse_chat_request(body, RequestLimits{}, out ? out : &request);
+}
+
+}  // namespace
+
+TEST_CASE("server: SHA-256 gives FIPS 180-4's digests, and the history chain separates role and content") {
+    CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(to_hex(sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    CHECK(to_hex(sha256(std::string(1000000, 'a'))) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    const Digest empty = empty_history();
+    CHECK(extend_history(empty, "user", "ab") != extend_history(empty, "usera", "b"));
+    CHECK(extend_history(extend_history(empty, "user", "a"), "user", "b") != extend_history(empty, "user", "ab"));
+    Digest back{};
+    CHECK(from_hex(to_hex(empty), &back));
+    CHECK(back == empty);
+    CHECK_FALSE(from_hex("xyz", &back));
+    CHECK_FALSE(from_hex(std::string(63, '0') + "g", &back));
+}
+
+TEST_CASE("server: a chat request is read field by field") {
+    ChatRequest r;
+    REQUIRE_FALSE(parse(R"({"model":"m","messages":[{"role":"developer","content":"Be brief."},
+        {"role":"user","content":[{"type":"text","text":"Hel"},{"type":"text","text":"lo"}]}],
+        "max_tokens":12,"temperature":0.5,"top_p":0.9,"seed":-1,"stop":"END","stream":true,
+        "stream_options":{"include_usage":true},"conversation_id":"a-b_C","user":"x","n":1,"frequency_penalty":0})",
+                        &r));
+    CHECK(r.model == "m");
+    REQUIRE(r.messages.size() == 2);
+    CHECK(r.messages[0].role == "system");  // developer is the system's new name
+    CHECK(r.messages[1].content == "Hello");
+    CHECK(r.max_tokens == 12);
+    CHECK(*r.temperature == doctest::Approx(0.5));
+    CHECK(*r.top_p == doctest::Approx(0.9));
+    CHECK(*r.seed == UINT64_MAX);
+    CHECK(r.stop == std::vector<std::string>{"END"});
+    CHECK(r.stream);
+    CHECK(r.include_usage);
+    CHECK(r.conversation_id == "a-b_C");
+}
+
+TEST_CASE("server: bad requests are refused with the field at fault") {
+    struct Case {
+        const char *body;
+        int status;
+        const char *param;
+    };
+    const Case cases[] = {
+        {"", 400, ""},
+        {"[1]", 400, ""},
+        {R"({"messages":[{"role":"user","content":"x"}]})", 400, "model"},
+        {R"({"model":"m"})", 400, "messages"},
+        {R"({"model":"m","messages":[]})", 400, "messages"},
+        {R"({"model":"m","messages":[1]})", 400, "messages[0]"},
+        {R"({"model":"m","messages":[{"content":"x"}]})", 400, "messages[0].role"},
+        {R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].role"},
+        {R"({"model":"m","messages":[{"role":"user"}]})", 400, "messages[0].content"},
+        {R"({"model":"m","messages":[{"role":"user","content":5}]})", 400, "messages[0].content"},
+        {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", 400, "messages[0].content[0]"},
+        {R"({"model":"m","messages":[{"role":"assistant","content":"x"}]})", 400, "messages"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})", 400, "max_tokens"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})", 400, "max_tokens"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":99999})", 400, "max_completion_tokens"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":-1})", 400, "temperature"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400, "temperature"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":0})", 400, "top_p"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"seed":1.5})", 400, "seed"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a",""]})", 400, "stop"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":7})", 400, "stop"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})", 400, "stream"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", 400, "n"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})", 400, "tools"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"presence_penalty":1})", 400, "presence_penalty"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"conversation_id":"a/b"})", 400, "conversation_id"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"conversation_id":""})", 400, "conversation_id"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xC3\x28\"}]}", 400, ""},  // not UTF-8
+    };
+    for (const Case &c : cases) {
+        CAPTURE(c.body);
+        const std::optional<ApiError> error = parse(c.body);
+        REQUIRE(error);
+        CHECK(error->http_status == c.status);
+        CHECK(error->param == c.param);
+        CHECK(!error->message.empty());
+        // The error body is the protocol's shape, also for a message quoting invalid bytes.
+        const nlohmann::json body = nlohmann::json::parse(error_body(*error));
+        CHECK(body["error"]["message"].is_string());
+    }
+    RequestLimits limits;
+    limits.max_messages = 2;
+    ChatRequest r;
+    const auto too_many = parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"},
+        {"role":"user","content":"c"}]})",
+                                             limits, &r);
+    REQUIRE(too_many);
+    CHECK(too_many->http_status == 413);
+}
+
+TEST_CASE("server: nesting is measured before parsing, brackets inside strings aside") {
+    CHECK_FALSE(nests_deeper_than(R"({"a":[[1]]})", 3));
+    CHECK(nests_deeper_than(R"({"a":[[[1]]]})", 3));
+    CHECK_FALSE(nests_deeper_than(R"({"a":"[[[[[[\"]]]]"})", 1));
+    CHECK(nests_deeper_than(std::string(100000, '['), 32));
+    const auto error = parse("{\"model\":" + std::string(64, '[') + std::string(64, ']') + "}");
+    REQUIRE(error);
+    CHECK(error->message.find("nests") != std::string::npos);
+}
+
+TEST_CASE("server: conversation files: the head reads back, and foreign or broken heads are refused") {
+    HistoryRecord record;
+    record.history = extend_history(empty_history(), "user", "hi");
+    record.n_messages = 1;
+    const std::string head = conversation_header("c-12", record);
+    std::string id;
+    HistoryRecord back;
+    size_t offset = 0;
+    REQUIRE(parse_conversation_header(head + "SNAPSHOT", &id, &back, &offset));
+    CHECK(id == "c-12");
+    CHECK(back.history == record.history);
+    CHECK(back.n_messages == 1);
+    CHECK(offset == head.size());
+    for (const std::string &bad :
+         {std::string(""), std::string("h2o-server conversation 2\n{}\n"), head.substr(0, head.size() - 1),
+          std::string("h2o-server conversation 1\n{\"id\":\"../x\",\"history\":\"") + to_hex(record.history) + "\",\"messages\":1}\n",
+          std::string("h2o-server conversation 1\n{\"id\":\"a\",\"history\":\"00\",\"messages\":1}\n"),
+          std::string("h2o-server conversation 1\n{\"id\":\"a\",\"history\":\"") + to_hex(record.history) + "\",\"messages\":-1}\n",
+          std::string("h2o-server conversation 1\n") + std::string(5000, ' ') + "\n"}) {
+        CAPTURE(bad);
+        CHECK_FALSE(parse_conversation_header(bad, &id, &back, &offset));
+    }
+}
+
+TEST_CASE("server: files are replaced whole, and a write that cannot happen leaves nothing") {
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "h2o-server-file-test";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "a.conv").string();
+    std::string error, read;
+    REQUIRE(write_file_atomically(path, "head\n", "first", &error));
+    REQUIRE(write_file_atomically(path, "head\n", "second", &error));
+    REQUIRE(read_file_prefix(path, 1 << 20, &read));
+    CHECK(read == "head\nsecond");
+    CHECK(read_file_prefix(path, 4, &read));
+    CHECK(read == "head");
+    CHECK_FALSE(write_file_atomically((dir / "missing" / "b.conv").string(), "h", "b", &error));
+    CHECK(error.find("missing") != std::string::npos);
+    CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
+    std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// A store and what its turns share, on stories260K with the zephyr format.
+struct Server {
+    h2o_model *model = nullptr;
+    std::unique_ptr<ConversationStore> store;
+    ComputeGate gate{1};
+    TurnContext context;
+
+    Server(const std::string &model_path, uint32_t sessions, const std::string &state_dir) {
+        REQUIRE(h2o_model_load(model_path.c_str(), nullptr, &model) == H2O_OK);
+        StoreSettings settings;
+        settings.model = model;
+        h2o_session_params_init(&settings.session_params, sizeof settings.session_params);
+        settings.session_params.n_threads = 1;
+        settings.session_params.kv_budget = 48;
+        settings.session_params.position_rolling = 1;
+        settings.max_sessions = sessions;
+        settings.state_dir = state_dir;
+        settings.session_wait = std::chrono::milliseconds(0);
+        store = std::make_unique<ConversationStore>(settings);
+        std::string error;
+        REQUIRE(store->open_state_dir(&error));
+        context.model = model;
+        context.chat_format = "zephyr";
+        context.store = store.get();
+        context.gate = &gate;
+        h2o_generate_params_init(&context.defaults, sizeof context.defaults);
+        context.defaults.temperature = 0.0f;
+        context.defaults.max_tokens = 10;
+    }
+    ~Server() {
+        store.reset();
+        h2o_model_free(model);
+    }
+
+    // One turn: the reply and its usage.
+    std::pair<std::string, Usage> turn(std::vector<Message> &history, const std::string &user, const std::string &id = "") {
+        history.push_back(Message{"user", user});
+        ChatRequest request;
+        request.model = "m";
+        request.messages = history;
+        request.conversation_id = id;
+        std::unique_ptr<ChatTurn> turn;
+        const std::optional<ApiError> error = ChatTurn::start(context, request, &turn);
+        REQUIRE_MESSAGE(!error, error->message);
+        const TurnOutcome outcome = turn->generate([](const std::string &) { return true; });
+        REQUIRE(!outcome.error);
+        history.push_back(Message{"assistant", outcome.text});
+        return {outcome.text, outcome.usage};
+    }
+};
+
+}  // namespace
+
+TEST_CASE("server: conversations continue, give their session up, come back from disk, and say the same") {
+    H2O_SHARED_FILE_OR_SKIP(model_path, "models/stories260K.gguf");
+    const std::vector<std::vector<std::string>> users = {{"Tom had a dog.", "Where did it go?", "And then?"},
+                                                         {"Sue saw a bird.", "What colour?", "Why?"}};
+    // Reference: every session stays live.
+    std::vector<std::vector<std::string>> expected(users.size());
+    {
+        Server live(model_path, 4, "");
+        for (size_t c = 0; c < users.size(); ++c) {
+            std::vector<Message> history{{"system", "You tell stories."}};
+            for (const std::string &user : users[c]) expected[c].push_back(live.turn(history, user).first);
+        }
+    }
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "h2o-server-store-test";
+    std::filesystem::remove_all(dir);
+    std::vector<std::vector<Message>> histories(users.size(), std::vector<Message>{{"system", "You tell stories."}});
+    std::vector<std::vector<std::string>> replies(users.size());
+    {
+        // One session for two conversations taking turns: each turn evicts the other to disk.
+        Server one(model_path, 1, dir.string());
+        for (size_t t = 0; t < 2; ++t) {
+            for (size_t c = 0; c < users.size(); ++c) {
+                auto [reply, usage] = one.turn(histories[c], users[c][t]);
+                replies[c].push_back(reply);
+                if (t > 0) CHECK(usage.cached_tokens > 0);
+            }
+        }
+        const StoreCounts counts = one.store->counts();
+        CHECK(counts.live_sessions == 1);
+        CHECK(counts.evictions >= 3);
+        CHECK(counts.restores >= 1);
+        one.store->save_all();
+    }
+    {
+        // A new store on the same directory (a restart) continues both.
+        Server restarted(model_path, 1, dir.string());
+        CHECK(restarted.store->counts().conversations == 2);
+        for (size_t c = 0; c < users.size(); ++c) {
+            auto [reply, usage] = restarted.turn(histories[c], users[c][2]);
+            replies[c].push_back(reply);
+            CHECK(usage.cached_tokens > 0);
+        }
+    }
+    CHECK(replies == expected);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("server: a client that leaves mid-reply leaves the conversation consistent") {
+    H2O_SHARED_FILE_OR_SKIP(model_path, "models/stories260K.gguf");
+    Server server(model_path, 2, "");
+    std::vector<Message> history{{"user", "Once upon a time"}};
+    ChatRequest request;
+    request.model = "m";
+    request.messages = history;
+    request.conversation_id = "leaves";
+    std::unique_ptr<ChatTurn> turn;
+    REQUIRE_FALSE(ChatTurn::start(server.context, request, &turn));
+    int pieces = 0;
+    const TurnOutcome outcome = turn->generate([&](const std::string &) { return ++pieces < 3; });
+    turn.reset();
+    CHECK(outcome.finish_reason.empty());
+    CHECK(pieces == 3);
+    // The turn was closed with what was delivered: the client's next request continues it.
+    history.push_back(Message{"assistant", outcome.text});
+    auto [reply, usage] = server.turn(history, "Go on.", "leaves");
+    CHECK(usage.cached_tokens > 0);
+    // A request that does not follow (an edited history) starts the conversation again.
+    std::vector<Message> edited{{"user", "Something else"}};
+    auto [other, edited_usage] = server.turn(edited, "Hi", "leaves");
+    CHECK(edited_usage.cached_tokens == 0);
+}

@@ -1,0 +1,91 @@
+#include "conversation_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "chat_request.h"
+
+namespace h2o_server {
+
+namespace {
+
+constexpr std::string_view kMagic = "h2o-server conversation 1\n";
+
+}  // namespace
+
+std::string conversation_header(const std::string &id, const HistoryRecord &record) {
+    return std::string(kMagic) + dump(nlohmann::json{{"id", id}, {"history", to_hex(record.history)}, {"messages", record.n_messages}}) +
+           "\n";
+}
+
+bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryRecord *record, size_t *snapshot_offset) {
+    if (bytes.substr(0, kMagic.size()) != kMagic) return false;
+    const size_t end = bytes.find('\n', kMagic.size());
+    if (end == std::string_view::npos || end >= kMaxConversationHeader) return false;
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(kMagic.size(), end - kMagic.size()), nullptr, false);
+    if (!header.is_object() || !header.contains("id") || !header["id"].is_string() || !header.contains("history") ||
+        !header["history"].is_string() || !header.contains("messages") || !header["messages"].is_number_unsigned() ||
+        header["messages"].get<uint64_t>() > UINT32_MAX)
+        return false;
+    HistoryRecord read;
+    if (!from_hex(header["history"].get<std::string>(), &read.history)) return false;
+    read.n_messages = header["messages"].get<uint32_t>();
+    *id = header["id"].get<std::string>();
+    if (!valid_conversation_id(*id)) return false;
+    *record = read;
+    *snapshot_offset = end + 1;
+    return true;
+}
+
+bool write_file_atomically(const std::string &path, std::string_view head, std::string_view body, std::string *error) {
+    const std::string temporary = path + ".tmp";
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        *error = "cannot write " + temporary + ": " + std::strerror(errno);
+        return false;
+    }
+    auto write_all = [fd](std::string_view bytes) {
+        while (!bytes.empty()) {
+            const ssize_t w = ::write(fd, bytes.data(), bytes.size());
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) return false;
+            bytes.remove_prefix(static_cast<size_t>(w));
+        }
+        return true;
+    };
+    const bool written = write_all(head) && write_all(body) && ::fsync(fd) == 0;
+    const int write_errno = errno;
+    ::close(fd);
+    if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {
+        *error = "cannot write " + path + ": " + std::strerror(written ? errno : write_errno);
+        ::unlink(temporary.c_str());
+        return false;
+    }
+    // The rename itself is durable once the directory is synced.
+    const size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) {
+        ::fsync(dir_fd);
+        ::close(dir_fd);
+    }
+    return true;
+}
+
+bool read_file_prefix(const std::string &path, size_t limit, std::string *out) {
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    out->clear();
+    char buffer[65536];
+    size_t n;
+    while (out->size() < limit && (n = std::fread(buffer, 1, std::min(sizeof buffer, limit - out->size()), f)) > 0) out->append(buffer, n);
+    const bool ok = !std::ferror(f);
+    std::fclose(f);
+    return ok;
+}
+
+}  // namespace h2o_server

@@ -1,0 +1,40 @@
+// A saved conversation: one file, "<id>.conv" in the state directory, holding a header line that
+// says what the session holds (the conversation's id, the digest and count of its messages) and
+// the session's snapshot (h2o_session_save_to_buffer). Files are replaced atomically, so a kill
+// leaves the previous turn's file or the new one, never a mix.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "history_digest.h"
+
+namespace h2o_server {
+
+// What a conversation's session holds, as messages: their digest and count.
+struct HistoryRecord {
+    Digest history = empty_history();
+    uint32_t n_messages = 0;
+    // false after a turn failed partway: the session holds text no record describes, and is
+    // reset before its next use.
+    bool known = true;
+};
+
+constexpr const char *kConversationSuffix = ".conv";
+// The most bytes a file's head (the magic line and the header line) may take.
+constexpr size_t kMaxConversationHeader = 4096;
+
+// The file's head: the magic line and the header line, which ends where the snapshot begins.
+std::string conversation_header(const std::string &id, const HistoryRecord &record);
+// Reads a file's head; false when it is not a conversation this server wrote (any bytes are
+// safe to give). *snapshot_offset: where the snapshot begins.
+bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryRecord *record, size_t *snapshot_offset);
+
+// Writes head and body to path through a synced temporary file (path + ".tmp") and a rename.
+// false with *error (the temporary removed) on failure; path is then unchanged.
+bool write_file_atomically(const std::string &path, std::string_view head, std::string_view body, std::string *error);
+// Reads at most limit bytes of path.
+bool read_file_prefix(const std::string &path, size_t limit, std::string *out);
+
+}  // namespace h2o_server
