@@ -60,7 +60,7 @@ fuzz_one() {
 }
 mkdir -p "$fuzz/artifacts"
 pids=()
-for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer; do
+for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer chat_request; do
   if [ "${#pids[@]}" -ge "$jobs" ]; then
     wait "${pids[0]}"
     pids=("${pids[@]:1}")
@@ -69,7 +69,7 @@ for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer; do
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-stage "fuzzing (gguf_load, text, snapshot_read, bpe_tokenizer, hf_tokenizer)"
+stage "fuzzing (gguf_load, text, snapshot_read, bpe_tokenizer, hf_tokenizer, chat_request)"
 
 echo "== ThreadSanitizer: eight sessions on one model"
 tsan="$prefix-tsan"

@@ -378,17 +378,43 @@ void hf_tokenizer_seeds(const fs::path &dir, const fs::path &shared) {
     }
 }
 
+// h2o-server's inputs (fuzz_chat_request.cpp): byte 0 below 128 and a request body, or 128 and the
+// head of a conversation file.
+void chat_request_seeds(const fs::path &dir) {
+    const char *const requests[] = {
+        R"({"model":"m","messages":[{"role":"user","content":"Hello"}]})",
+        R"({"model":"m","messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]},)"
+        R"({"role":"assistant","content":null},{"role":"user","content":"Go on"}],"max_tokens":12,"temperature":0.5,"top_p":0.9,)"
+        R"("seed":-3,"stop":["\n\n","END"],"stream":true,"stream_options":{"include_usage":true},"conversation_id":"c-1"})",
+        R"({"model":"m","messages":[{"role":"tool","content":"x"}],"n":2,"tools":[{"type":"function"}]})",
+        R"({"model":"m","messages":[[[[[[[[]]]]]]]]})",
+        R"({"model":"m","messages":[{"role":"user","content":"\u00e9\ud83d\ude00 é"}]})",
+    };
+    int index = 0;
+    for (const char *request : requests) {
+        Bytes bytes{0};
+        bytes.insert(bytes.end(), request, request + std::strlen(request));
+        write_file(dir / ("request_" + std::to_string(index++)), bytes);
+    }
+    const std::string head = std::string("h2o-server conversation 1\n{\"history\":\"") + std::string(64, 'a') +
+                             "\",\"id\":\"c-2\",\"messages\":3}\nSNAPSHOT BYTES";
+    Bytes bytes{128};
+    bytes.insert(bytes.end(), head.begin(), head.end());
+    write_file(dir / "conversation_file", bytes);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     if (argc != 3) die("usage: h2o-fuzz-seeds OUT_DIR DEFAULT_SHARED_DIR ($H2O_SHARED_DIR wins when set)");
     const char *env = std::getenv("H2O_SHARED_DIR");
     const fs::path out = argv[1], shared = env && *env ? env : argv[2];
-    for (const char *target : {"gguf_load", "text", "snapshot_read", "bpe_tokenizer", "hf_tokenizer"}) {
+    for (const char *target : {"gguf_load", "text", "snapshot_read", "bpe_tokenizer", "hf_tokenizer", "chat_request"}) {
         fs::remove_all(out / target);
         fs::create_directories(out / target);
     }
     synthetic_seeds(out / "gguf_load");
+    chat_request_seeds(out / "chat_request");
     bpe_tokenizer_seeds(out / "bpe_tokenizer", shared / "data/tinystories_val.txt");  // stories when present
     hf_tokenizer_seeds(out / "hf_tokenizer", shared);                                 // real ones when present
     const fs::path needed[] = {shared / "models/stories260K.gguf", shared / "vocab/ggml-vocab-llama-spm.gguf",

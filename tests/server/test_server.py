@@ -320,6 +320,9 @@ def sigterm_mid_stream_saves_and_exits():
 
 @test
 def memory_is_flat_over_1000_turns_and_100_conversations():
+    if os.environ.get("H2O_SERVER_SANITIZED"):
+        print("  built with AddressSanitizer, whose quarantine holds freed memory: skipped")
+        return "skipped"
     srv = server("--kv-budget", "32")
     try:
         messages, rss, body_bytes = [SYSTEM], {}, {}

@@ -181,6 +181,7 @@ namespace H2o
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_get_kv_layout(SessionHandle s, ref NativeKvLayout layout);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_reset(SessionHandle s);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_set_seed(SessionHandle s, ulong seed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_cancel(SessionHandle s);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_session_last_error(SessionHandle s);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]

@@ -199,6 +199,11 @@ namespace H2o
         /// <summary>Forgets the conversation (nothing is allocated or freed).</summary>
         public void Reset() => Check(Native.h2o_session_reset(handle));
 
+        /// <summary>Restarts the sampler's random generator from <paramref name="seed"/>, as a session
+        /// created with that seed starts it, and keeps the conversation (a per-request seed).
+        /// Reset() goes back to the session's own seed.</summary>
+        public void SetSeed(ulong seed) => Check(Native.h2o_session_set_seed(handle, seed));
+
         /// <summary>Makes the running call throw an H2oException with Status.Cancelled at its next
         /// batch boundary. Callable from any thread; does nothing when no call runs.</summary>
         public void Cancel() => Check(Native.h2o_session_cancel(handle));

@@ -43,6 +43,20 @@ namespace H2o.Tests
         }
 
         [Test]
+        public static void SetSeedSamplesAsASessionMadeWithThatSeed()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var seeded = new Session(model, new SessionParams { Seed = 99 }))
+            using (var session = new Session(model, new SessionParams { Seed = 7 }))
+            {
+                var sampled = new GenerateParams { MaxTokens = 24, Temperature = 1.0f };
+                string expected = Collect(seeded, Prompt, sampled);
+                session.SetSeed(99);
+                Assert.Equal(expected, Collect(session, Prompt, sampled), "the same text");
+            }
+        }
+
+        [Test]
         public static void StopStringsAndTheCallbackStopGeneration()
         {
             using (var model = Model.Load(Runner.ModelPath()))

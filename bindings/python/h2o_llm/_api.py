@@ -533,6 +533,12 @@ class Session(_Native):
         batch boundary; what it processed stays, and the session stays usable."""
         self._check(lib.h2o_session_cancel(self.handle))
 
+    def set_seed(self, seed: int) -> None:
+        """Restarts the sampler's random generator from seed, as a session created with that seed
+        starts it, and keeps the conversation (a per-request seed); reset() goes back to the
+        session's own seed."""
+        self._check(lib.h2o_session_set_seed(self.handle, seed))
+
     def reset(self) -> None:
         """Forgets the conversation (nothing is allocated or freed)."""
         self._check(lib.h2o_session_reset(self.handle))

@@ -310,6 +310,7 @@ _declare("h2o_session_get_device_traffic", status, session_p, POINTER(DeviceTraf
 _declare("h2o_session_get_kv_layout", status, session_p, POINTER(KvLayout))
 _declare("h2o_session_reset", status, session_p)
 _declare("h2o_session_cancel", status, session_p)
+_declare("h2o_session_set_seed", status, session_p, c_uint64)
 _declare("h2o_session_last_error", c_char_p, session_p)
 _declare("h2o_session_memory", status, session_p, POINTER(MemoryReport))
 _declare("h2o_session_add_text", status, session_p, c_char_p, c_size_t, c_uint32)

@@ -69,6 +69,12 @@ class ModelTest(unittest.TestCase):
             self.assertTrue(text.startswith(cut))
             self.assertNotIn("Lily", cut)
 
+    def test_set_seed_samples_as_a_session_made_with_that_seed(self) -> None:
+        with session(self.model, seed=99) as a, session(self.model, seed=7) as b:
+            expected = a.generate(" Once upon a time", max_tokens=24, temperature=1.0)
+            b.set_seed(99)
+            self.assertEqual(b.generate(" Once upon a time", max_tokens=24, temperature=1.0), expected)
+
     def test_decode_and_logits(self) -> None:
         with session(self.model) as s:
             s.decode(self.model.tokenize("Once upon a time", add_bos=True))

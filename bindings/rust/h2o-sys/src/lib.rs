@@ -296,6 +296,7 @@ extern "C" {
     pub fn h2o_session_params_get_experimental(params: *const h2o_session_params, key: u32, value: *mut f64) -> h2o_status;
     pub fn h2o_session_get_experimental(session: *const h2o_session, key: u32, value: *mut f64) -> h2o_status;
     pub fn h2o_session_reset(session: *mut h2o_session) -> h2o_status;
+    pub fn h2o_session_set_seed(session: *mut h2o_session, seed: u64) -> h2o_status;
     pub fn h2o_session_cancel(session: *mut h2o_session) -> h2o_status;
     pub fn h2o_session_last_error(session: *const h2o_session) -> *const c_char;
     pub fn h2o_session_memory(session: *const h2o_session, report: *mut h2o_memory_report) -> h2o_status;

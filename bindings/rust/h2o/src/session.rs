@@ -304,6 +304,13 @@ impl Session {
         self.check(unsafe { h2o_sys::h2o_session_reset(self.ptr()) })
     }
 
+    /// Restarts the sampler's random generator from `seed`, as a session created with that seed
+    /// starts it, and keeps the conversation (a per-request seed). reset() goes back to the
+    /// session's own seed.
+    pub fn set_seed(&mut self, seed: u64) -> Result<()> {
+        self.check(unsafe { h2o_sys::h2o_session_set_seed(self.ptr(), seed) })
+    }
+
     /// Appends `prompt` and generates, passing each piece of text to `on_text`, which returns
     /// false to stop (not an error). A panic in `on_text` stops generation and is returned as
     /// Error::CallbackPanicked.

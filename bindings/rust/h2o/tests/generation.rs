@@ -59,6 +59,16 @@ fn greedy_generation_is_deterministic_and_the_iterator_gives_the_same_text() {
 }
 
 #[test]
+fn set_seed_samples_as_a_session_made_with_that_seed() {
+    let model = model_or_skip!();
+    let sampled = GenerateParams::new().temperature(1.0).max_tokens(24);
+    let (expected, _) = collect(&mut Session::new(&model, &SessionParams::new().seed(99)).unwrap(), PROMPT, &sampled);
+    let mut session = Session::new(&model, &SessionParams::new().seed(7)).unwrap();
+    session.set_seed(99).unwrap();
+    assert_eq!(collect(&mut session, PROMPT, &sampled).0, expected);
+}
+
+#[test]
 fn stop_strings_and_the_callback_stop_generation() {
     let model = model_or_skip!();
     let (reference, _) = collect(&mut Session::new(&model, &SessionParams::new()).unwrap(), PROMPT, &greedy(32));
