@@ -71,7 +71,7 @@ done
 for pid in "${pids[@]}"; do wait "$pid"; done
 stage "fuzzing (gguf_load, text, snapshot_read, bpe_tokenizer, hf_tokenizer, chat_request)"
 
-echo "== ThreadSanitizer: eight sessions on one model"
+echo "== ThreadSanitizer: eight sessions on one model, h2o-server's store under concurrent requests"
 tsan="$prefix-tsan"
 cmake -S "$root" -B "$tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2O_BUILD_TOOLS=OFF -DH2O_VULKAN=OFF -DH2O_CUDA=OFF \
   -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_C_FLAGS=-fsanitize=thread \

@@ -7,7 +7,6 @@
 # vocabulary); a model with a template needs none. One line for the build on stderr, as run.sh.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="$root/build"
 model="${H2O_MODEL:-$root/../shared/models/stories260K.gguf}"
 if [ ! -f "$model" ]; then
   echo "h2o: no model at $model. Set H2O_MODEL to a GGUF model, or place the project's" >&2
@@ -16,15 +15,5 @@ if [ ! -f "$model" ]; then
 fi
 format=()
 [ -n "${H2O_MODEL:-}" ] || format=(--chat-format zephyr)
-"$root/scripts/install-deps.sh" >&2
-mkdir -p "$build"
-log="$build/build.log"
-[ -x "$build/tools/h2o-server" ] || echo "h2o: building h2o-server in $build (the first build takes a few minutes)" >&2
-start=$SECONDS
-if ! H2O_BUILD_TARGETS=h2o-server "$root/scripts/build.sh" "$build" >"$log" 2>&1; then
-  cat "$log" >&2
-  echo "h2o: the build failed (its output above is in $log)" >&2
-  exit 1
-fi
-echo "h2o: h2o-server ready (build: $((SECONDS - start)) s, its output in $log)" >&2
-exec "$build/tools/h2o-server" -m "$model" "${format[@]}" "$@"
+"$root/scripts/build-program.sh" h2o-server
+exec "$root/build/tools/h2o-server" -m "$model" "${format[@]}" "$@"

@@ -380,7 +380,7 @@ def curl_client():
 def openai_npm_client():
     package = os.path.join(NODE_MODULES, "openai") if NODE_MODULES else ""
     if not package or not os.path.isdir(package) or not shutil.which("node"):
-        print("  the openai npm package is not installed (scripts/install-deps.sh --test): skipped")
+        print("  the openai npm package is not installed (scripts/test.sh installs it): skipped")
         return "skipped"
     srv = server()
     try:

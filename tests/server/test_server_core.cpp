@@ -13,6 +13,7 @@
 #include "conversation_file.h"
 #include "conversation_store.h"
 #include "history_digest.h"
+#include "server_test_util.h"
 #include "test_util.h"
 
 namespace {
@@ -174,54 +175,28 @@ TEST_CASE("server: files are replaced whole, and a write that cannot happen leav
 
 namespace {
 
-// A store and what its turns share, on stories260K with the zephyr format.
+// stories260K and a store on it (budget 48, replies of 10 tokens).
 struct Server {
     h2o_model *model = nullptr;
-    std::unique_ptr<ConversationStore> store;
-    ComputeGate gate{1};
-    TurnContext context;
+    std::unique_ptr<h2o_test::TestStore> test_store;
 
     Server(const std::string &model_path, uint32_t sessions, const std::string &state_dir) {
         REQUIRE(h2o_model_load(model_path.c_str(), nullptr, &model) == H2O_OK);
-        StoreSettings settings;
-        settings.model = model;
-        h2o_session_params_init(&settings.session_params, sizeof settings.session_params);
-        settings.session_params.n_threads = 1;
-        settings.session_params.kv_budget = 48;
-        settings.session_params.position_rolling = 1;
-        settings.max_sessions = sessions;
-        settings.state_dir = state_dir;
-        settings.session_wait = std::chrono::milliseconds(0);
-        store = std::make_unique<ConversationStore>(settings);
-        std::string error;
-        REQUIRE(store->open_state_dir(&error));
-        context.model = model;
-        context.chat_format = "zephyr";
-        context.store = store.get();
-        context.gate = &gate;
-        h2o_generate_params_init(&context.defaults, sizeof context.defaults);
-        context.defaults.temperature = 0.0f;
-        context.defaults.max_tokens = 10;
+        test_store = std::make_unique<h2o_test::TestStore>(model, sessions, 1, state_dir, 48, 10);
     }
     ~Server() {
-        store.reset();
+        test_store.reset();
         h2o_model_free(model);
     }
+    ConversationStore &store() { return *test_store->store; }
+    TurnContext &context() { return test_store->context; }
 
     // One turn: the reply and its usage.
     std::pair<std::string, Usage> turn(std::vector<Message> &history, const std::string &user, const std::string &id = "") {
-        history.push_back(Message{"user", user});
-        ChatRequest request;
-        request.model = "m";
-        request.messages = history;
-        request.conversation_id = id;
-        std::unique_ptr<ChatTurn> turn;
-        const std::optional<ApiError> error = ChatTurn::start(context, request, &turn);
-        REQUIRE_MESSAGE(!error, error->message);
-        const TurnOutcome outcome = turn->generate([](const std::string &) { return true; });
-        REQUIRE(!outcome.error);
-        history.push_back(Message{"assistant", outcome.text});
-        return {outcome.text, outcome.usage};
+        Usage usage;
+        std::string error;
+        REQUIRE_MESSAGE(test_store->turn(history, user, id, &usage, &error), error);
+        return {history.back().content, usage};
     }
 };
 
@@ -254,16 +229,16 @@ TEST_CASE("server: conversations continue, give their session up, come back from
                 if (t > 0) CHECK(usage.cached_tokens > 0);
             }
         }
-        const StoreCounts counts = one.store->counts();
+        const StoreCounts counts = one.store().counts();
         CHECK(counts.live_sessions == 1);
         CHECK(counts.evictions >= 3);
         CHECK(counts.restores >= 1);
-        one.store->save_all();
+        one.store().save_all();
     }
     {
         // A new store on the same directory (a restart) continues both.
         Server restarted(model_path, 1, dir.string());
-        CHECK(restarted.store->counts().conversations == 2);
+        CHECK(restarted.store().counts().conversations == 2);
         for (size_t c = 0; c < users.size(); ++c) {
             auto [reply, usage] = restarted.turn(histories[c], users[c][2]);
             replies[c].push_back(reply);
@@ -283,7 +258,7 @@ TEST_CASE("server: a client that leaves mid-reply leaves the conversation consis
     request.messages = history;
     request.conversation_id = "leaves";
     std::unique_ptr<ChatTurn> turn;
-    REQUIRE_FALSE(ChatTurn::start(server.context, request, &turn));
+    REQUIRE_FALSE(ChatTurn::start(server.context(), request, &turn));
     int pieces = 0;
     const TurnOutcome outcome = turn->generate([&](const std::string &) { return ++pieces < 3; });
     turn.reset();

@@ -67,6 +67,7 @@ std::optional<ApiError> ChatTurn::start(const TurnContext &context, const ChatRe
     h2o_session *session = turn->lease_->session();
     const bool fresh = !continues || held.n_messages == 0 || turn->formatted_.compare(0, held_text.size(), held_text) != 0;
     turn->held_messages_ = fresh ? 0 : held.n_messages;
+    turn->held_bytes_ = fresh ? 0 : held_text.size();
     // From here until the turn is committed, the session holds text no record describes.
     turn->touched_ = true;
     if (fresh && (held.n_messages > 0 || !held.known)) {
@@ -81,17 +82,14 @@ std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
     h2o_session *session = lease_->session();
     std::string rest = formatted_;
     if (held_messages_ > 0) {
-        // The session holds the first held_messages_ messages, as this formatting writes them.
-        std::string held_text;
-        if (auto error = format_conversation(context_, messages_, held_messages_, false, &held_text)) return error;
-        rest = formatted_.substr(held_text.size());
+        rest = formatted_.substr(held_bytes_);  // the session holds what comes before
     } else if (messages_.front().role == "system") {
         // A new conversation pins its system message: eviction never drops the instructions.
         std::string system_text;
         if (auto error = format_conversation(context_, messages_, 1, false, &system_text)) return error;
         const std::string pinned = formatted_.substr(0, common_prefix(system_text, formatted_));
-        h2o_status st;
-        {
+        h2o_status st = H2O_OK;
+        if (!pinned.empty()) {
             ComputeGate::Hold hold(*context_.gate);
             st = h2o_session_add_text(session, pinned.data(), pinned.size(), H2O_TEXT_PIN | H2O_TEXT_SPECIAL);
         }

@@ -58,7 +58,8 @@ private:
     std::vector<Message> messages_;
     std::string formatted_;       // the request's conversation with the assistant's opening
     Digest history_{};            // digest of the request's messages
-    uint32_t held_messages_ = 0;  // of messages_, those the session held before this turn
+    uint32_t held_messages_ = 0;  // of messages_, those the session held before this turn,
+    size_t held_bytes_ = 0;       // and the bytes of formatted_ they take
     Usage usage_;
     bool touched_ = false;    // the session was changed: until committed, its record is unknown
     bool generated_ = false;  // generate() ran: the record is committed

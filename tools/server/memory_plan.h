@@ -1,6 +1,6 @@
 // The memory h2o-server may use, known before it takes a request: the weights, `sessions`
 // fixed-size sessions, the prefix cache and one snapshot buffer. Nothing else grows with the
-// number or the length of conversations (their records are a few dozen bytes each).
+// number or the length of conversations (their records are a few hundred bytes each).
 #pragma once
 
 #include <cstdint>
