@@ -97,6 +97,8 @@ def main():
             end = min(arrivals[-1] for _, arrivals in results)
             total = sum(sum(1 for t in arrivals if begin < t <= end) for _, arrivals in results)
             span = end - begin
+            if span <= 0:
+                sys.exit("   the streams never generated at once (a compute slice holds a whole reply): give more --tokens")
             through = total / span
             # h2o-bench before and after the server's round: the machine's drift cancels.
             bench = (before + bench_decode(args)) / 2
