@@ -51,10 +51,10 @@ depends_on() {  # depends_on PACKAGE NAME...: its Depends field names each
 holds "$runtime" "lib/libh2o-llm.so.$abi" "lib/libh2o-llm.so.$version" share/doc/h2o/LICENSE
 holds libh2o-llm-dev include/h2o/h2o.h include/h2o/h2o_experimental.h lib/libh2o-llm.so lib/libh2o-llm-static.a \
   lib/pkgconfig/h2o-llm.pc lib/pkgconfig/h2o-llm-static.pc lib/cmake/h2o-llm/h2o-llm-config.cmake
-holds h2o-tools bin/h2o-cli bin/h2o-chat bin/h2o-info bin/h2o-bench bin/h2o-eval bin/h2o-quantize bin/h2o-synth
+holds h2o-tools bin/h2o-cli bin/h2o-chat bin/h2o-info bin/h2o-bench bin/h2o-eval bin/h2o-quantize bin/h2o-synth bin/h2o-server
 depends_on "$runtime" libsentencepiece0 libzstd1 libpcre2-8-0 libstdc++6
 depends_on libh2o-llm-dev "$runtime" libsentencepiece-dev libzstd-dev
-depends_on h2o-tools "$runtime"
+depends_on h2o-tools "$runtime" libcpp-httplib0.11
 [ "$(dpkg-deb -f "$(deb libh2o-llm-dev)" Depends | grep -o "$runtime ([^)]*)")" = "$runtime (= $version)" ] \
   || fail "libh2o-llm-dev must depend on exactly $runtime $version"
 echo "  ok  contents and dependencies"
@@ -84,6 +84,8 @@ check "pkg-config h2o-llm" env -u LD_LIBRARY_PATH "$tmp/pc-shared" "$model"
 check "pkg-config --static h2o-llm-static" "$tmp/pc-static" "$model"
 [ -n "$(/usr/bin/h2o-cli -m "$model" -p "Once upon a time" -n 8 --temp 0 2>"$tmp/stderr")" ] || { cat "$tmp/stderr" >&2; fail "the installed h2o-cli failed"; }
 echo "  ok  /usr/bin/h2o-cli"
+[ "$(/usr/bin/h2o-server --version)" = "h2o-server $version" ] || fail "the installed h2o-server does not start"
+echo "  ok  /usr/bin/h2o-server"
 
 echo "== dpkg --purge"
 dpkg --purge "${packages[@]}" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log" >&2; fail "dpkg --purge failed"; }

@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 from server_harness import Server
 
@@ -261,19 +263,49 @@ def lru_eviction_to_disk_and_back():
         srv.stop()
 
 
+def start_long_reply(srv, conversation_id):
+    """Starts a long streamed reply on another thread; returns the thread once the reply has begun
+    (so the conversation holds its session and its request is admitted). The stream may end with
+    the server (SIGTERM): that is not an error here."""
+    began = threading.Event()
+
+    def run():
+        body = {"model": "stories260K", "messages": [{"role": "user", "content": "Go"}], "max_tokens": 4096, "stream": True,
+                "conversation_id": conversation_id}
+        req = urllib.request.Request(srv.base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as response:
+                for line in response:
+                    if b'"content"' in line:
+                        began.set()
+        except Exception:
+            pass
+        began.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    check(began.wait(30), "the long reply never began")
+    return thread
+
+
 @test
-def busy_sessions_get_503():
+def busy_sessions_get_503_and_too_many_requests_429():
     srv = server("--sessions", "1", "--session-wait", "0")
     try:
-        import threading
-        # A long reply holds the only session while it streams.
-        holder = threading.Thread(target=lambda: srv.stream([{"role": "user", "content": "Go"}], max_tokens=4096))
-        holder.start()
-        time.sleep(0.2)
+        holder = start_long_reply(srv, "long")  # holds the only session while it streams
         status, body = srv.chat([{"role": "user", "content": "Another conversation"}], conversation_id="other")
         holder.join()
         check(status == 503 and body["error"]["code"] == "server_busy", (status, body))
         check(srv.chat([{"role": "user", "content": "Now"}], conversation_id="other")[0] == 200, "free again")
+    finally:
+        srv.stop()
+    # Past --queue requests at once: 429.
+    srv = server("--queue", "1")
+    try:
+        holder = start_long_reply(srv, "long")
+        status, body = srv.chat([{"role": "user", "content": "Me too"}], conversation_id="second")
+        holder.join()
+        check(status == 429 and body["error"]["code"] == "too_many_requests", (status, body))
     finally:
         srv.stop()
 
@@ -299,18 +331,7 @@ def client_leaving_cancels_the_stream():
 def sigterm_mid_stream_saves_and_exits():
     state = os.path.join(WORK, "term")
     srv = server("--state-dir", state)
-    import threading
-    errors = []
-
-    def long_stream():
-        try:
-            srv.stream([{"role": "user", "content": "Go"}], max_tokens=4096, conversation_id="long")
-        except Exception as e:  # the server closes the stream when it stops
-            errors.append(e)
-
-    holder = threading.Thread(target=long_stream)
-    holder.start()
-    time.sleep(0.3)
+    holder = start_long_reply(srv, "long")
     start = time.time()
     code = srv.stop(signal.SIGTERM)
     holder.join()
