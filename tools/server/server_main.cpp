@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <thread>
 
@@ -94,7 +96,22 @@ private:
 
 }  // namespace
 
+// glibc keeps blocks freed by a thread in that thread's cache (tcache), which malloc_trim does not
+// return; over many requests served by many threads those caches hold the high-water marks of
+// the requests (measured: +3.8% of resident memory over 1000 turns of one conversation, against
+// +0.5% without them). The cache is a start-up setting, so the server starts itself again once
+// with it off (if that fails, it runs with the cache).
+void restart_without_thread_caches(char **argv) {
+    const char *tunables = std::getenv("GLIBC_TUNABLES");
+    if (tunables && std::strstr(tunables, "glibc.malloc.tcache_count")) return;  // done, or the user's choice
+    std::string value = tunables && *tunables ? std::string(tunables) + ":" : "";
+    value += "glibc.malloc.tcache_count=0";
+    setenv("GLIBC_TUNABLES", value.c_str(), 1);
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+    restart_without_thread_caches(argv);
     ServerOptions opt;
     h2o_session_params sp;
     h2o_session_params_init(&sp, sizeof sp);
@@ -129,8 +146,7 @@ int main(int argc, char **argv) {
     gen.max_tokens = opt.max_tokens_default;
 
     // One malloc arena: per-thread arenas would each keep the high-water mark of the requests
-    // their thread served (a request's JSON follows the client's history); with one, the server
-    // keeps at most that of the largest request at once.
+    // their thread served (a request's JSON follows the client's history).
     mallopt(M_ARENA_MAX, 1);
     // Signals are taken by one thread (below), so every other thread starts with them blocked.
     sigset_t signals;
