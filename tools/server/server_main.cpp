@@ -19,13 +19,9 @@
 #include "../common.h"
 #include "../options.h"
 #include "../session_options.h"
-#include "chat_turn.h"
-#include "memory_plan.h"
+#include "http_routes.h"
 
 namespace {
-
-using h2o_server::ApiError;
-using nlohmann::json;
 
 struct ServerOptions {
     std::string model_path, host = "127.0.0.1", state_dir, chat_format, alias;
@@ -70,32 +66,6 @@ std::string base_name(const std::string &path) {
     return name;
 }
 
-void send_error(httplib::Response &res, const ApiError &error) {
-    res.status = error.http_status;
-    res.set_content(h2o_server::error_body(error), "application/json");
-}
-
-std::string completion_id() { return "chatcmpl-" + h2o_server::new_conversation_id().substr(2); }
-
-// Counts requests admitted (waiting or running): above the limit, a request gets 429.
-class Admission {
-public:
-    Admission(std::atomic<uint32_t> &count, uint32_t limit) : count_(count) { admitted_ = ++count_ <= limit; }
-    ~Admission() {
-        --count_;
-        // A request's transient memory (its JSON, the formatted conversation) follows the
-        // client's history, which grows; returning it after each request keeps the RSS flat.
-        malloc_trim(0);
-    }
-    bool admitted() const { return admitted_; }
-
-private:
-    std::atomic<uint32_t> &count_;
-    bool admitted_;
-};
-
-}  // namespace
-
 // glibc keeps blocks freed by a thread in that thread's cache (tcache), which malloc_trim does not
 // return; over many requests served by many threads those caches hold the high-water marks of
 // the requests (measured: +3.8% of resident memory over 1000 turns of one conversation, against
@@ -110,16 +80,15 @@ void restart_without_thread_caches(char **argv) {
     execv("/proc/self/exe", argv);
 }
 
-int main(int argc, char **argv) {
-    restart_without_thread_caches(argv);
+// Reads the command line (a usage error ends the program) into the options, the sessions'
+// settings and the sampling defaults.
+ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_generate_params *gen) {
     ServerOptions opt;
-    h2o_session_params sp;
-    h2o_session_params_init(&sp, sizeof sp);
-    sp.kv_budget = 512;  // a conversation's cache: fixed, whatever its length
-    h2o_generate_params gen;
-    h2o_generate_params_init(&gen, sizeof gen);
+    h2o_session_params_init(sp, sizeof *sp);
+    sp->kv_budget = 512;  // a conversation's cache: fixed, whatever its length
+    h2o_generate_params_init(gen, sizeof *gen);
 
-    h2o_tools::CommandLine cl("h2o-server", usage(sp));
+    h2o_tools::CommandLine cl("h2o-server", usage(*sp));
     cl.text({"-m", "--model"}, &opt.model_path);
     cl.text("--host", &opt.host);
     cl.count("--port", 0, 65535, &opt.port);
@@ -134,16 +103,26 @@ int main(int argc, char **argv) {
     cl.count("--prefix-cache", 0, UINT64_MAX, &opt.prefix_cache);
     cl.count("--max-body", 1024, 1ull << 32, &opt.max_body);
     cl.count({"-n", "--max-tokens"}, 1, 4096, &opt.max_tokens_default);
-    cl.count("--seed", 0, UINT64_MAX, &sp.seed);
-    h2o_tools::add_session_options(cl, &sp);
+    cl.count("--seed", 0, UINT64_MAX, &sp->seed);
+    h2o_tools::add_session_options(cl, sp);
     cl.flag("--no-rolling", &opt.no_rolling);
     cl.parse(argc, argv);
-    sp.position_rolling = opt.no_rolling ? 0 : 1;
-    h2o_tools::check_session_options(cl, sp);
+    sp->position_rolling = opt.no_rolling ? 0 : 1;
+    h2o_tools::check_session_options(cl, *sp);
     opt.model_path = h2o_tools::resolve_model_path(opt.model_path);
     if (opt.model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
-    if (opt.state_dir.empty() == false && opt.state_dir.back() == '/') opt.state_dir.pop_back();
-    gen.max_tokens = opt.max_tokens_default;
+    if (!opt.state_dir.empty() && opt.state_dir.back() == '/') opt.state_dir.pop_back();
+    gen->max_tokens = opt.max_tokens_default;
+    return opt;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    restart_without_thread_caches(argv);
+    h2o_session_params sp;
+    h2o_generate_params gen;
+    ServerOptions opt = parse_options(argc, argv, &sp, &gen);
 
     // One malloc arena: per-thread arenas would each keep the high-water mark of the requests
     // their thread served (a request's JSON follows the client's history).
@@ -212,128 +191,17 @@ int main(int argc, char **argv) {
     const uint32_t http_threads = opt.queue + 4;  // every admitted request has a thread
     server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
     server.set_payload_max_length(opt.max_body);
-    std::atomic<bool> stopping{false};
-    std::atomic<uint32_t> in_flight{0};
-    std::atomic<uint64_t> completions{0}, client_gone{0};  // replies finished; streams whose client left
-    const h2o_server::RequestLimits limits;
+    h2o_server::Endpoints endpoints;
 
-    server.set_error_handler([&](const httplib::Request &req, httplib::Response &res) {
-        if (!res.body.empty()) return;
-        if (res.status == 413) {
-            send_error(res, ApiError{413, "invalid_request_error",
-                                     "the request body is larger than --max-body " + std::to_string(opt.max_body) + " bytes", "",
-                                     "request_too_large"});
-        } else if (res.status == 404) {
-            send_error(res, ApiError{404, "not_found_error", "no such endpoint: " + req.method + " " + req.path, "", "unknown_url"});
-        } else {
-            send_error(res, ApiError{res.status, "invalid_request_error", "HTTP " + std::to_string(res.status), "", ""});
-        }
-    });
-    server.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception &e) {
-            what = e.what();
-        } catch (...) {}
-        send_error(res, ApiError{500, "server_error", "internal error: " + what, "", ""});
-    });
-
-    server.Get("/health", [&](const httplib::Request &, httplib::Response &res) {
-        const h2o_server::StoreCounts counts = store.counts();
-        h2o_prefix_cache_stats cache;
-        cache.struct_size = sizeof cache;
-        h2o_model_get_prefix_cache_stats(model, &cache);
-        json body = {
-            {"status", stopping ? "stopping" : "ok"},
-            {"model", model_id},
-            {"sessions",
-             {{"max", opt.sessions},
-              {"live", counts.live_sessions},
-              {"conversations", counts.conversations},
-              {"saved", counts.saved},
-              {"evictions", counts.evictions},
-              {"restores", counts.restores}}},
-            {"memory", h2o_server::to_json(plan)},
-            {"rss_bytes", h2o_tools::current_rss_bytes()},
-            {"prefix_cache", {{"entries", cache.entries}, {"bytes", cache.bytes}, {"hits", cache.hits}, {"misses", cache.misses}}},
-            {"requests", {{"in_flight", in_flight.load()}, {"completed", completions.load()}, {"client_gone", client_gone.load()}}}};
-        res.set_content(h2o_server::dump(body), "application/json");
-    });
-    auto model_json = [&] { return json{{"id", model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "h2o"}}; };
-    server.Get("/v1/models", [&](const httplib::Request &, httplib::Response &res) {
-        res.set_content(h2o_server::dump(json{{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
-    });
-    server.Get(R"(/v1/models/(.+))", [&](const httplib::Request &req, httplib::Response &res) {
-        if (req.matches[1] != model_id)
-            return send_error(res, ApiError{404, "not_found_error",
-                                            "no model '" + std::string(req.matches[1]) + "' here (this server has '" + model_id + "')",
-                                            "model", "model_not_found"});
-        res.set_content(h2o_server::dump(model_json()), "application/json");
-    });
-
-    server.Post("/v1/chat/completions", [&](const httplib::Request &req, httplib::Response &res) {
-        auto admission = std::make_shared<Admission>(in_flight, opt.queue);
-        if (stopping) return send_error(res, ApiError{503, "server_error", "the server is shutting down", "", "server_stopping"});
-        if (!admission->admitted())
-            return send_error(
-                res, ApiError{429, "rate_limit_error", "more than --queue " + std::to_string(opt.queue) + " requests at once; try again",
-                              "", "too_many_requests"});
-        h2o_server::ChatRequest request;
-        if (auto e = h2o_server::parse_chat_request(req.body, limits, &request)) return send_error(res, *e);
-        if (request.model != model_id)
-            return send_error(
-                res, ApiError{404, "not_found_error", "no model '" + request.model + "' here (this server has '" + model_id + "')", "model",
-                              "model_not_found"});
-        std::unique_ptr<h2o_server::ChatTurn> turn;
-        if (auto e = h2o_server::ChatTurn::start(context, request, &turn)) return send_error(res, *e);
-        h2o_server::CompletionHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model_id, turn->conversation_id()};
-        if (!request.stream) {
-            const h2o_server::TurnOutcome outcome = turn->generate([](const std::string &) { return true; });
-            turn.reset();
-            if (outcome.error) return send_error(res, *outcome.error);
-            ++completions;
-            res.set_content(h2o_server::dump(h2o_server::completion_json(header, outcome.text, outcome.finish_reason, outcome.usage)),
-                            "application/json");
-            return;
-        }
-        // Streamed: the chunks go out as the pieces come; a failed write means the client left.
-        struct Stream {
-            std::unique_ptr<h2o_server::ChatTurn> turn;
-            std::shared_ptr<Admission> admission;
-        };
-        auto stream = std::make_shared<Stream>(Stream{std::move(turn), admission});
-        const bool include_usage = request.include_usage;
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider(
-            "text/event-stream", [stream, header, include_usage, &completions, &client_gone](size_t, httplib::DataSink &sink) {
-                auto send = [&sink](const json &value) {
-                    const std::string event = h2o_server::sse_event(value);
-                    return sink.write(event.data(), event.size());
-                };
-                if (!stream->turn) return false;
-                bool open = send(h2o_server::chunk_json(header, json{{"role", "assistant"}, {"content", ""}}, nullptr));
-                const h2o_server::TurnOutcome outcome = stream->turn->generate([&](const std::string &piece) {
-                    return open && (open = send(h2o_server::chunk_json(header, json{{"content", piece}}, nullptr)));
-                });
-                stream->turn.reset();  // the conversation is free for its next request
-                if (!open) {
-                    ++client_gone;
-                    return false;
-                }
-                ++completions;
-                if (outcome.error) {
-                    send(json::parse(h2o_server::error_body(*outcome.error)));
-                } else if (!outcome.finish_reason.empty()) {
-                    send(h2o_server::chunk_json(header, json::object(), outcome.finish_reason.c_str()));
-                    if (include_usage) send(h2o_server::chunk_json(header, json(), nullptr, &outcome.usage));
-                }
-                const std::string done = "data: [DONE]\n\n";
-                sink.write(done.data(), done.size());
-                sink.done();
-                return true;
-            });
-    });
+    endpoints.model = model;
+    endpoints.model_id = model_id;
+    endpoints.context = &context;
+    endpoints.store = &store;
+    endpoints.plan = plan;
+    endpoints.max_sessions = opt.sessions;
+    endpoints.queue = opt.queue;
+    endpoints.max_body = opt.max_body;
+    h2o_server::add_routes(server, endpoints);
 
     if (opt.port == 0) {
         const int port = server.bind_to_any_port(opt.host);
@@ -351,15 +219,15 @@ int main(int argc, char **argv) {
     std::thread signal_thread([&] {
         int received = 0;
         sigwait(&signals, &received);
-        stopping = true;
+        endpoints.stopping = true;
         store.cancel_all();
         server.stop();
     });
     std::fprintf(stderr, "h2o-server: model %s, listening on http://%s:%u\n", model_id.c_str(), opt.host.c_str(), opt.port);
     server.listen_after_bind();
-    if (!stopping) {
+    if (!endpoints.stopping) {
         // listen failed on its own: wake the signal thread so that it can be joined.
-        stopping = true;
+        endpoints.stopping = true;
         pthread_kill(signal_thread.native_handle(), SIGTERM);
     }
     signal_thread.join();

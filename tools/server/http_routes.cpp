@@ -1,0 +1,166 @@
+#include "http_routes.h"
+
+#include <httplib.h>
+#include <malloc.h>
+
+#include <ctime>
+#include <memory>
+
+#include "../common.h"
+
+namespace h2o_server {
+
+namespace {
+
+using nlohmann::json;
+
+void send_error(httplib::Response &res, const ApiError &error) {
+    res.status = error.http_status;
+    res.set_content(error_body(error), "application/json");
+}
+
+std::string completion_id() { return "chatcmpl-" + new_conversation_id().substr(2); }
+
+// Counts requests admitted (waiting or running): above the limit, a request gets 429.
+class Admission {
+public:
+    Admission(std::atomic<uint32_t> &count, uint32_t limit) : count_(count) { admitted_ = ++count_ <= limit; }
+    ~Admission() {
+        --count_;
+        // A request's transient memory (its JSON, the formatted conversation) follows the
+        // client's history, which grows; returning it after each request keeps the RSS flat.
+        malloc_trim(0);
+    }
+    bool admitted() const { return admitted_; }
+
+private:
+    std::atomic<uint32_t> &count_;
+    bool admitted_;
+};
+
+std::string no_such_model(const std::string &asked, const std::string &served) {
+    return "no model '" + asked + "' here (this server has '" + served + "')";
+}
+
+json model_json(const Endpoints &e) { return json{{"id", e.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "h2o"}}; }
+
+void health(Endpoints &e, httplib::Response &res) {
+    const StoreCounts counts = e.store->counts();
+    h2o_prefix_cache_stats cache;
+    cache.struct_size = sizeof cache;
+    h2o_model_get_prefix_cache_stats(e.model, &cache);
+    json body = {
+        {"status", e.stopping ? "stopping" : "ok"},
+        {"model", e.model_id},
+        {"sessions",
+         {{"max", e.max_sessions},
+          {"live", counts.live_sessions},
+          {"conversations", counts.conversations},
+          {"saved", counts.saved},
+          {"evictions", counts.evictions},
+          {"restores", counts.restores}}},
+        {"memory", to_json(e.plan)},
+        {"rss_bytes", h2o_tools::current_rss_bytes()},
+        {"prefix_cache", {{"entries", cache.entries}, {"bytes", cache.bytes}, {"hits", cache.hits}, {"misses", cache.misses}}},
+        {"requests", {{"in_flight", e.in_flight.load()}, {"completed", e.completions.load()}, {"client_gone", e.client_gone.load()}}}};
+    res.set_content(dump(body), "application/json");
+}
+
+// A streamed reply: the chunks go out as the pieces come; a failed write means the client left.
+void stream_reply(Endpoints &e, std::unique_ptr<ChatTurn> turn, std::shared_ptr<Admission> admission, const CompletionHeader &header,
+                  bool include_usage, httplib::Response &res) {
+    struct Stream {
+        std::unique_ptr<ChatTurn> turn;
+        std::shared_ptr<Admission> admission;  // the request counts as in flight until its stream ends
+    };
+    auto stream = std::make_shared<Stream>(Stream{std::move(turn), std::move(admission)});
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [stream, header, include_usage, &e](size_t, httplib::DataSink &sink) {
+        auto send = [&sink](const json &value) {
+            const std::string event = sse_event(value);
+            return sink.write(event.data(), event.size());
+        };
+        if (!stream->turn) return false;
+        bool open = send(chunk_json(header, json{{"role", "assistant"}, {"content", ""}}, nullptr));
+        const TurnOutcome outcome = stream->turn->generate([&](const std::string &piece) {
+            return open && (open = send(chunk_json(header, json{{"content", piece}}, nullptr)));
+        });
+        stream->turn.reset();  // the conversation is free for its next request
+        if (!open) {
+            ++e.client_gone;
+            return false;
+        }
+        ++e.completions;
+        if (outcome.error) {
+            send(json::parse(error_body(*outcome.error)));
+        } else if (!outcome.finish_reason.empty()) {
+            send(chunk_json(header, json::object(), outcome.finish_reason.c_str()));
+            if (include_usage) send(chunk_json(header, json(), nullptr, &outcome.usage));
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+    });
+}
+
+void chat_completions(Endpoints &e, const httplib::Request &req, httplib::Response &res) {
+    auto admission = std::make_shared<Admission>(e.in_flight, e.queue);
+    if (e.stopping) return send_error(res, ApiError{503, "server_error", "the server is shutting down", "", "server_stopping"});
+    if (!admission->admitted())
+        return send_error(
+            res, ApiError{429, "rate_limit_error", "more than --queue " + std::to_string(e.queue) + " requests at once; try again", "",
+                          "too_many_requests"});
+    ChatRequest request;
+    if (auto error = parse_chat_request(req.body, e.limits, &request)) return send_error(res, *error);
+    if (request.model != e.model_id)
+        return send_error(res, ApiError{404, "not_found_error", no_such_model(request.model, e.model_id), "model", "model_not_found"});
+    std::unique_ptr<ChatTurn> turn;
+    if (auto error = ChatTurn::start(*e.context, request, &turn)) return send_error(res, *error);
+    const CompletionHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), e.model_id, turn->conversation_id()};
+    if (request.stream) return stream_reply(e, std::move(turn), std::move(admission), header, request.include_usage, res);
+    const TurnOutcome outcome = turn->generate([](const std::string &) { return true; });
+    turn.reset();
+    if (outcome.error) return send_error(res, *outcome.error);
+    ++e.completions;
+    res.set_content(dump(completion_json(header, outcome.text, outcome.finish_reason, outcome.usage)), "application/json");
+}
+
+}  // namespace
+
+void add_routes(httplib::Server &server, Endpoints &e) {
+    server.set_payload_max_length(e.max_body);
+    server.set_error_handler([&e](const httplib::Request &req, httplib::Response &res) {
+        if (!res.body.empty()) return;
+        if (res.status == 413) {
+            send_error(res, ApiError{413, "invalid_request_error",
+                                     "the request body is larger than --max-body " + std::to_string(e.max_body) + " bytes", "",
+                                     "request_too_large"});
+        } else if (res.status == 404) {
+            send_error(res, ApiError{404, "not_found_error", "no such endpoint: " + req.method + " " + req.path, "", "unknown_url"});
+        } else {
+            send_error(res, ApiError{res.status, "invalid_request_error", "HTTP " + std::to_string(res.status), "", ""});
+        }
+    });
+    server.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception &error) {
+            what = error.what();
+        } catch (...) {}
+        send_error(res, ApiError{500, "server_error", "internal error: " + what, "", ""});
+    });
+    server.Get("/health", [&e](const httplib::Request &, httplib::Response &res) { health(e, res); });
+    server.Get("/v1/models", [&e](const httplib::Request &, httplib::Response &res) {
+        res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_json(e)})}}), "application/json");
+    });
+    server.Get(R"(/v1/models/(.+))", [&e](const httplib::Request &req, httplib::Response &res) {
+        if (req.matches[1] != e.model_id)
+            return send_error(res, ApiError{404, "not_found_error", no_such_model(req.matches[1], e.model_id), "model", "model_not_found"});
+        res.set_content(dump(model_json(e)), "application/json");
+    });
+    server.Post("/v1/chat/completions", [&e](const httplib::Request &req, httplib::Response &res) { chat_completions(e, req, res); });
+}
+
+}  // namespace h2o_server
