@@ -208,9 +208,15 @@ bool ChatTurn::close_turn(const std::string &reply, bool ended_by_eog) {
     // What follows the reply: the chat format may trim the reply, so it is found by its text.
     std::string tail = closed.substr(formatted_.size());
     const std::string trimmed = trim(reply);
-    const size_t at = trimmed.empty() ? 0 : tail.find(trimmed);
-    if (at == std::string::npos) return false;
-    std::string closing = tail.substr(at + trimmed.size());
+    size_t end = 0;  // where the reply ends in tail
+    if (!trimmed.empty()) {
+        const size_t at = tail.find(trimmed);
+        if (at == std::string::npos) return false;
+        end = at + trimmed.size();
+    } else if (tail.compare(0, reply.size(), reply) == 0) {
+        end = reply.size();  // only white space, which the format kept
+    }
+    std::string closing = tail.substr(end);
     if (ended_by_eog) {
         // The end-of-turn token the model generated is in the session (fed with the next text):
         // the closing's own is left out.

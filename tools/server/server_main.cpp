@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <thread>
 
 #include "../common.h"
@@ -143,6 +144,8 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "h2o-server: cannot load model: %s\n", h2o_last_error());
         return 1;
     }
+    // Freed last, after the store's sessions (declared below, so destroyed first).
+    const std::unique_ptr<h2o_model, void (*)(h2o_model *)> model_owner(model, h2o_model_free);
     const std::string model_id = opt.alias.empty() ? base_name(opt.model_path) : opt.alias;
 
     h2o_server::TurnContext context;
@@ -190,9 +193,7 @@ int main(int argc, char **argv) {
     httplib::Server server;
     const uint32_t http_threads = opt.queue + 4;  // every admitted request has a thread
     server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-    server.set_payload_max_length(opt.max_body);
     h2o_server::Endpoints endpoints;
-
     endpoints.model = model;
     endpoints.model_id = model_id;
     endpoints.context = &context;
@@ -233,6 +234,5 @@ int main(int argc, char **argv) {
     signal_thread.join();
     store.save_all();
     std::fprintf(stderr, "h2o-server: stopped; live conversations %s\n", opt.state_dir.empty() ? "dropped (no --state-dir)" : "saved");
-    h2o_model_free(model);
     return 0;
 }
