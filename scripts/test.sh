@@ -14,6 +14,7 @@ shift || true
 # Version 6: version 7 needs Node.js 22.
 if command -v npm >/dev/null && [ ! -d "$build/npm/node_modules/openai" ]; then
   echo "h2o: installing the openai npm package into $build/npm" >&2
-  npm install --silent --no-audit --no-fund --prefix "$build/npm" openai@6.49.0 >/dev/null
+  npm install --silent --no-audit --no-fund --prefix "$build/npm" openai@6.49.0 >/dev/null \
+    || echo "h2o: the openai npm package could not be installed: the server test will say that part is skipped" >&2
 fi
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
