@@ -379,6 +379,28 @@ def memory_is_flat_over_1000_turns_and_100_conversations():
 
 
 @test
+def cors_only_when_asked():
+    srv = server()
+    try:
+        with urllib.request.urlopen(srv.base + "/v1/models") as response:
+            check(response.headers["Access-Control-Allow-Origin"] is None, "no CORS header without --cors")
+    finally:
+        srv.stop()
+    srv = server("--cors", "http://localhost:3000")
+    try:
+        # A browser's preflight, then the request itself.
+        req = urllib.request.Request(srv.base + "/v1/chat/completions", method="OPTIONS",
+                                     headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"})
+        with urllib.request.urlopen(req) as response:
+            check(response.status == 204 and response.headers["Access-Control-Allow-Origin"] == "http://localhost:3000", response.headers)
+            check("POST" in response.headers["Access-Control-Allow-Methods"], response.headers)
+        with urllib.request.urlopen(srv.base + "/v1/models") as response:
+            check(response.headers["Access-Control-Allow-Origin"] == "http://localhost:3000", response.headers)
+    finally:
+        srv.stop()
+
+
+@test
 def curl_client():
     if not shutil.which("curl"):
         print("  curl is not installed: skipped")

@@ -130,6 +130,14 @@ void chat_completions(Endpoints &e, const httplib::Request &req, httplib::Respon
 
 void add_routes(httplib::Server &server, Endpoints &e) {
     server.set_payload_max_length(e.max_body);
+    if (!e.cors_origin.empty()) {
+        // A chat front-end served as a web page calls the server from the browser, which asks
+        // first (a preflight OPTIONS request) and reads the reply only when the origin is allowed.
+        server.set_default_headers({{"Access-Control-Allow-Origin", e.cors_origin},
+                                    {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                                    {"Access-Control-Allow-Headers", "Content-Type, Authorization"}});
+        server.Options(R"(/.*)", [](const httplib::Request &, httplib::Response &res) { res.status = 204; });
+    }
     server.set_error_handler([&e](const httplib::Request &req, httplib::Response &res) {
         if (!res.body.empty()) return;
         if (res.status == 413) {

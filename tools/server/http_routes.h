@@ -23,8 +23,9 @@ struct Endpoints {
     ConversationStore *store = nullptr;
     MemoryPlan plan;
     uint32_t max_sessions = 0;
-    uint32_t queue = 0;     // requests admitted at once; more get 429
-    uint64_t max_body = 0;  // larger bodies get 413 (httplib refuses them)
+    uint32_t queue = 0;       // requests admitted at once; more get 429
+    uint64_t max_body = 0;    // larger bodies get 413 (httplib refuses them)
+    std::string cors_origin;  // web pages of this origin may call the server ("": none)
     RequestLimits limits;
     std::atomic<bool> stopping{false};                     // SIGTERM came: new requests get 503
     std::atomic<uint32_t> in_flight{0};                    // requests admitted and not finished

@@ -25,7 +25,7 @@
 namespace {
 
 struct ServerOptions {
-    std::string model_path, host = "127.0.0.1", state_dir, chat_format, alias;
+    std::string model_path, host = "127.0.0.1", state_dir, chat_format, alias, cors;
     uint32_t port = 8080, sessions = 4, parallel = 1, queue = 32, max_tokens_default = 256;
     uint32_t session_wait = 30;
     uint64_t max_memory = 0, prefix_cache = 16u << 20, max_body = 8u << 20;
@@ -37,6 +37,8 @@ std::string usage(const h2o_session_params &sp) {
            "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
            "  --host ADDRESS         address to listen on (default 127.0.0.1: this machine only)\n"
            "  --port N               port (default 8080; 0: any free port, printed at startup)\n"
+           "  --cors ORIGIN          let web pages of ORIGIN (e.g. http://localhost:3000, or *) call the\n"
+           "                         server from a browser (default: none)\n"
            "  --alias NAME           the model's id in the protocol (default: the file's name)\n"
            "  --chat-format NAME     llama2, zephyr, chatml, llama3, phi3, mistral, gemma\n"
            "                         (default: the one the model's template describes)\n"
@@ -94,6 +96,7 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     cl.text("--host", &opt.host);
     cl.count("--port", 0, 65535, &opt.port);
     cl.text("--alias", &opt.alias);
+    cl.text("--cors", &opt.cors);
     cl.text("--chat-format", &opt.chat_format);
     cl.count("--sessions", 1, 4096, &opt.sessions);
     cl.text("--state-dir", &opt.state_dir);
@@ -202,6 +205,7 @@ int main(int argc, char **argv) {
     endpoints.max_sessions = opt.sessions;
     endpoints.queue = opt.queue;
     endpoints.max_body = opt.max_body;
+    endpoints.cors_origin = opt.cors;
     h2o_server::add_routes(server, endpoints);
 
     if (opt.port == 0) {
