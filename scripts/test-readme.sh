@@ -115,7 +115,8 @@ for i in "${!texts[@]}"; do
 done
 echo "== README.md's command blocks passed in $((SECONDS - start)) s"
 
-# The documents' blocks: syntax, and the options of the programs they run (built above).
+# The documents' blocks: syntax, and the options of the programs they run (built above) and of
+# the Python scripts of scripts/ they run.
 for doc in "$root"/docs/*.md; do
   read_blocks "$doc"
   for i in "${!texts[@]}"; do
@@ -126,6 +127,10 @@ for doc in "$root"/docs/*.md; do
     for tool in $(printf '%s' "$text" | grep -o 'build/tools/h2o-[a-z]*' | sort -u); do
       [ -x "$copy/$tool" ] || { echo "h2o: $where: $tool is not a program the build makes" >&2; exit 1; }
       help+="$("$copy/$tool" --help 2>&1 || true)"$'\n'
+    done
+    for script in $(printf '%s' "$text" | grep -o 'scripts/[a-z-]*\.py' | sort -u); do
+      [ -f "$copy/$script" ] || { echo "h2o: $where: $script is not in the checkout" >&2; exit 1; }
+      help+="$(python3 "$copy/$script" --help 2>&1 || true)"$'\n'
     done
     for option in $(printf '%s' "$text" | grep -o -- ' --[a-z][a-z0-9-]*' | sort -u); do
       grep -q -- "$option\b" <<<"$help" || { echo "h2o: $where: no program of the block takes $option" >&2; exit 1; }
