@@ -192,7 +192,9 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
     for (int32_t id = 0; id < static_cast<int32_t>(spec.pieces.size()); ++id) {
         const Entry &e = tok->entries_[static_cast<size_t>(id)];
         const bool special = e.type == TOKEN_CONTROL || e.type == TOKEN_USER_DEFINED || e.type == TOKEN_UNKNOWN;
-        if (special && !e.piece.empty()) tok->special_by_length_.push_back(id);
+        // A piece that is not UTF-8 could match only inside a character of the (valid) text and
+        // cut it in two; such a token is never parsed from text (found by fuzzing).
+        if (special && !e.piece.empty() && is_valid_utf8(e.piece)) tok->special_by_length_.push_back(id);
         if (id == spec.eos || id == spec.eot || id == spec.eom || is_end_of_generation_text(e.piece)) tok->end_of_generation_.push_back(id);
     }
     std::stable_sort(tok->special_by_length_.begin(), tok->special_by_length_.end(), [&](int32_t a, int32_t b) {
