@@ -1,5 +1,5 @@
 // Older snapshot formats, made from a current snapshot, for the compatibility tests and the fuzz
-// seeds: what a library before sinks under every policy (format 7), before budgets across layers (format 6), before budgets per kv head (format 5), before one-shot prompt eviction (format 4), before the layer slope (format
+// seeds: what a library before the rebalancing interval (format 8), before sinks under every policy (format 7), before budgets across layers (format 6), before budgets per kv head (format 5), before one-shot prompt eviction (format 4), before the layer slope (format
 // 3), before retention spans (format 2) or before the horizon (format 1) wrote.
 #pragma once
 
@@ -12,9 +12,28 @@
 
 namespace h2o_test {
 
-// The snapshot (lib/session/session_snapshot.h, format 8, of a session without sinks under every policy,
-// without budgets per head for formats 1 to 5, and for formats 1 to 4 without one-shot prompt
-// eviction) as format `version` (1 to 7) writes it: for format 7 without the word at 88..91; for
+// The snapshot's header without the zero word at `at`, relabelled `version` and rehashed; empty if
+// the word is not zero.
+inline std::vector<uint8_t> without_header_word(const std::vector<uint8_t> &snapshot, size_t at, uint32_t version) {
+    const size_t header_size = snapshot.size() > 12 ? snapshot[12] : 0;
+    if (snapshot.size() < header_size || header_size < at + 12 ||
+        std::any_of(snapshot.begin() + at, snapshot.begin() + at + 4, [](uint8_t b) { return b != 0; })) {
+        return {};
+    }
+    std::vector<uint8_t> out(snapshot.begin(), snapshot.begin() + at);
+    out.insert(out.end(), snapshot.begin() + at + 4, snapshot.end());
+    out[8] = static_cast<uint8_t>(version);
+    out[12] = static_cast<uint8_t>(header_size - 4);
+    uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a of the header before its hash
+    for (size_t i = 0; i + 8 < header_size - 4; ++i) hash = (hash ^ out[i]) * 0x100000001b3ull;
+    std::memcpy(out.data() + header_size - 12, &hash, sizeof(hash));
+    return out;
+}
+
+// The snapshot (lib/session/session_snapshot.h, format 9, of a session without a rebalancing
+// interval for formats 1 to 8, without sinks under every policy for 1 to 7, without budgets per
+// head for formats 1 to 5, and for formats 1 to 4 without one-shot prompt eviction) as format
+// `version` (1 to 8) writes it: for format 8 without the word at 92..95; for format 7 also without the word at 88..91; for
 // format 6 the same bytes with a zero word at 84..87 (no share across layers); for format 5 a 104-byte header without the head share and reserved words at bytes 80..87; for
 // formats 2 to 4 a 96-byte header without the prompt eviction words at bytes 72..79 either; for formats 1 and 2, without the span table of the payload (its count of 0 after
 // the three stream counters; the session must hold no span); for format 1, also without the
@@ -22,14 +41,14 @@ namespace h2o_test {
 // if the snapshot is not such a one.
 inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &current, uint32_t version) {
     constexpr size_t kHeaderSize = 112, kSizesAt = 88, kSpanCountAt = 3 * sizeof(int64_t);
-    // Format 8 (116 bytes) adds the word of sinks under every policy at bytes 88..91: format 7
-    // is the same without it, when it is zero.
-    constexpr size_t kCurrentHeaderSize = 116;
-    if (current.size() < kCurrentHeaderSize || current[8] != 8 || current[88] || current[89] || current[90] || current[91]) return {};
-    std::vector<uint8_t> snapshot(current.begin(), current.begin() + 88);
-    snapshot.insert(snapshot.end(), current.begin() + 92, current.end());
-    snapshot[8] = 7;
-    snapshot[12] = static_cast<uint8_t>(kHeaderSize);
+    // Format 9 (120 bytes) adds the rebalancing interval's word at bytes 92..95, format 8 (116)
+    // the word of sinks under every policy at 88..91: each older format is the same without its
+    // word, when it is zero.
+    if (current.size() < 120 || current[8] != 9 || current[12] != 120) return {};
+    const std::vector<uint8_t> v8 = without_header_word(current, 92, 8);
+    if (version == 8 || v8.empty()) return v8;
+    std::vector<uint8_t> snapshot = without_header_word(v8, 88, 7);
+    if (snapshot.empty()) return {};
     auto zeros = [&](size_t from, size_t to) {
         return std::all_of(snapshot.begin() + from, snapshot.begin() + to, [](uint8_t b) { return b == 0; });
     };
@@ -38,7 +57,6 @@ inline std::vector<uint8_t> snapshot_as_version(const std::vector<uint8_t> &curr
         for (size_t i = 0; i + 8 < header_size; ++i) hash = (hash ^ (*bytes)[i]) * 0x100000001b3ull;
         std::memcpy(bytes->data() + header_size - 8, &hash, sizeof(hash));
     };
-    rehash(&snapshot, kHeaderSize);
     if (version == 7) return snapshot;
     if (version == 6 && snapshot.size() >= kHeaderSize && zeros(84, 88)) {
         std::vector<uint8_t> out = snapshot;

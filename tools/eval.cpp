@@ -4,7 +4,7 @@
 //            [--chunks N] [--recent N | --recent-ratio R] [--sinks N] [--stream TOKENS]
 //            [--segment N] [--context N] [--tail N] [--horizon N|none] [--layer-slope S] [--rolling 0|1] [--n-ctx N]
 //            [--prompt N] [--n-batch N] [--prompt-proxy W] [--prompt-random-share R] [--head-share S]
-//            [--across-layers]
+//            [--across-layers] [--rebalance-interval N]
 //            [-t THREADS] [-j JOBS] [--json] [--svg FILE] [--quiet]
 //   h2o-eval -m MODEL -f TEXT --retention 128,512,2048 [--trials N] [--passage N] [--min-shares LIST] [policies, budgets...]
 //
@@ -85,6 +85,8 @@ std::string usage() {
                   "                         attention statistics (default 0: fixed budgets per head)\n"
                   "  --across-layers        kv_share_across_layers: the head share's slots move between\n"
                   "                         the kv heads of every layer (needs --head-share)\n"
+                  "  --rebalance-interval N kv_rebalance_interval: the head share's slots move every N\n"
+                  "                         stream tokens (default: the library's; 1: every batch)\n"
                   "  --retention LIST       retention mode: a passage, N tokens of other text, the passage\n"
                   "                         again, for each N in LIST; the repeat's NLL, pinned and not\n"
                   "  --trials N             retention mode: passages to average over (default 8)\n"
@@ -128,6 +130,7 @@ struct Options {
     float prompt_random_share = 0.0f;
     float head_share = 0.0f;
     bool across_layers = false;       // kv_share_across_layers
+    uint32_t rebalance_interval = H2O_KV_REBALANCE_INTERVAL_DEFAULT;
     bool repeats = false;             // stream mode: the text is shorter than the stream
     std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
@@ -201,6 +204,7 @@ Options parse_options(int argc, char **argv) {
     cl.number("--prompt-random-share", h2o_tools::closed(0, 1), &o.prompt_random_share);
     cl.number("--head-share", h2o_tools::closed(0, 0.9), &o.head_share);
     cl.flag("--across-layers", &o.across_layers);
+    cl.count("--rebalance-interval", 1, 1u << 20, &o.rebalance_interval);
     cl.count("--rolling", 0, 1, &o.rolling);
     cl.count("--n-ctx", 2, 1u << 22, &o.n_ctx);
     cl.count({"-t", "--threads"}, 1, 256, &o.threads);
@@ -219,6 +223,7 @@ Options parse_options(int argc, char **argv) {
     if (!o.min_shares.empty() && o.retention.empty()) usage_error("--min-shares is for --retention mode");
     if (o.prompt > 0 && (o.stream > 0 || !o.retention.empty())) usage_error("--prompt is for chunk mode");
     if (o.across_layers && o.head_share == 0.0f) usage_error("--across-layers moves the --head-share's slots: give a head share");
+    if (cl.given("--rebalance-interval") && o.head_share == 0.0f) usage_error("--rebalance-interval times the --head-share's moves: give a head share");
     if (o.prompt > 0 && o.prompt + 1 >= o.chunk) usage_error("--prompt must leave tokens of the chunk to score");
     if (o.rolling < 0) o.rolling = o.stream > 0 || !o.retention.empty() ? 1 : 0;
     if (!o.retention.empty()) return o;                             // each trial sizes its own sessions
@@ -290,7 +295,8 @@ h2o_session_params session_params(const Options &o, const Config &c) {
                                                     {H2O_EXP_KV_PROMPT_PROXY, o.prompt_proxy},
                                                     {H2O_EXP_KV_PROMPT_RANDOM_SHARE, o.prompt_random_share},
                                                     {H2O_EXP_KV_HEAD_SHARE, head_share},
-                                                    {H2O_EXP_KV_SHARE_ACROSS_LAYERS, head_share > 0.0f && o.across_layers ? 1 : 0}};
+                                                    {H2O_EXP_KV_SHARE_ACROSS_LAYERS, head_share > 0.0f && o.across_layers ? 1 : 0},
+                                                    {H2O_EXP_KV_REBALANCE_INTERVAL, o.rebalance_interval}};
     for (const auto &[key, value] : research) {
         // The options were checked against the same ranges already.
         if (h2o_session_params_set_experimental(&p, key, value) != H2O_OK) usage_error(h2o_last_error());
@@ -702,7 +708,8 @@ std::string setup_text(const Options &o, size_t scored, double seconds) {
                                : "prompt eviction by the policy\n";
     if (o.head_share > 0.0f) {
         text += "# budgets per kv head: head share " + json_number(o.head_share, "%g") +
-                (o.across_layers ? ", across layers" : ", within each layer") + " (policies with statistics)\n";
+                (o.across_layers ? ", across layers" : ", within each layer") + ", moved every " + std::to_string(o.rebalance_interval) +
+                " tokens (policies with statistics)\n";
     }
     return text;
 }

@@ -8,7 +8,8 @@
  * h2o_session_params.experimental array, by key, so that adding or removing one changes no
  * struct: a binding exposes them through the functions below, not field by field.
  *
- * Every key's value 0, which h2o_session_params_init writes, leaves its experiment off.
+ * A key's value 0 leaves its experiment off. h2o_session_params_init writes 0 for every key but
+ * H2O_EXP_KV_REBALANCE_INTERVAL, whose default is measured to cost little (see there).
  */
 #ifndef H2O_EXPERIMENTAL_H
 #define H2O_EXPERIMENTAL_H
@@ -56,12 +57,22 @@ typedef enum h2o_experimental_key {
     /** 1: every evicting policy keeps the first kv_sinks tokens of the stream (attention sinks),
      * not only sink_window and mean_h2o, which always do. kv_sinks must then be smaller than the
      * smallest layer's budget. */
-    H2O_EXP_KV_SINKS_EVERY_POLICY = 5
+    H2O_EXP_KV_SINKS_EVERY_POLICY = 5,
+    /** How often budgets per kv head move, in stream tokens, in [0, 1048576]: a batch that holds a
+     * stream index divisible by N rebalances as H2O_EXP_KV_HEAD_SHARE describes; the batches
+     * between keep every head's region and evict within it by the policy, as fixed budgets do.
+     * 0 (or 1): before every batch, as sessions before this key did (a snapshot of format 8 or
+     * older loads with 0). h2o_session_params_init writes H2O_KV_REBALANCE_INTERVAL_DEFAULT.
+     * Ignored (read back as 0) without a head share. */
+    H2O_EXP_KV_REBALANCE_INTERVAL = 6
 } h2o_experimental_key;
+
+/** H2O_EXP_KV_REBALANCE_INTERVAL's value in h2o_session_params_init. */
+#define H2O_KV_REBALANCE_INTERVAL_DEFAULT 16
 
 /** The name of a key as tools print it ("kv_layer_slope", "kv_prompt_proxy",
  * "kv_prompt_random_share", "kv_head_share", "kv_share_across_layers",
- * "kv_sinks_every_policy"): NULL for a key this library does not know, so iterating from 0
+ * "kv_sinks_every_policy", "kv_rebalance_interval"): NULL for a key this library does not know, so iterating from 0
  * until NULL lists them all. */
 H2O_API const char *h2o_experimental_name(uint32_t key);
 /** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */

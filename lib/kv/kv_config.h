@@ -45,6 +45,9 @@ struct KvConfig {
     // With head_share: the slots move between the cells of every layer (one pool: the whole
     // cache) instead of between the kv heads of each layer (a pool per layer).
     bool share_across_layers = false;
+    // With head_share: budgets move before the batches kv_rebalance_due picks, every this many
+    // stream tokens (0 or 1: every batch).
+    int rebalance_interval = 0;
 
     int slots_in(int layer) const { return layer_slots.empty() ? n_slots : layer_slots[static_cast<size_t>(layer)]; }
     bool is_window_layer(int layer) const { return !layer_window.empty() && layer_window[static_cast<size_t>(layer)] != 0; }

@@ -66,7 +66,7 @@ using P = h2o_session_params;
 
 // In the snapshot header's order. Versions: 2 added the horizon, 4 gave the slope the word that
 // 2 and 3 left zero, 5 the prompt eviction settings, 6 the head share (and a reserved word that 7
-// gave to sharing across layers), 8 sinks under every policy.
+// gave to sharing across layers), 8 sinks under every policy, 9 the rebalancing interval.
 const CacheSetting kCacheSettings[] = {
     field("n_ctx", SettingWord::U32, 1, 1, kIntMax, [](const S &s) -> uint64_t { return uint64_t(s.n_ctx); },
           [](S &s, uint64_t v) { s.n_ctx = int(v); }, [](const S &s, P *p) { p->n_ctx = uint32_t(s.n_ctx); }),
@@ -110,6 +110,8 @@ const CacheSetting kCacheSettings[] = {
              [](const S &s) -> uint64_t { return s.kv_share_across_layers ? 1 : 0; }, [](S &s, uint64_t v) { s.kv_share_across_layers = v != 0; }),
     research("kv_sinks_every_policy", H2O_EXP_KV_SINKS_EVERY_POLICY, 0, 1, true, SettingWord::U32, 8, 8,
              [](const S &s) -> uint64_t { return s.kv_sinks_every_policy ? 1 : 0; }, [](S &s, uint64_t v) { s.kv_sinks_every_policy = v != 0; }),
+    research("kv_rebalance_interval", H2O_EXP_KV_REBALANCE_INTERVAL, 0, kMaxKvRebalanceInterval, true, SettingWord::U32, 9, 9,
+             [](const S &s) -> uint64_t { return uint64_t(s.kv_rebalance_interval); }, [](S &s, uint64_t v) { s.kv_rebalance_interval = int(v); }),
 };
 // clang-format on
 const size_t kCacheSettingCount = sizeof(kCacheSettings) / sizeof(kCacheSettings[0]);
@@ -212,7 +214,9 @@ h2o_session_params default_session_params() {
     p.backend = H2O_BACKEND_AUTO;
     p.device_index = -1;
     p.kv_type = H2O_KV_TYPE_F16;  // h2o.h says why
-    return p;                     // every research setting 0: off
+    // Every research setting 0 (off) but the rebalancing interval, whose 0 means every batch.
+    p.experimental[H2O_EXP_KV_REBALANCE_INTERVAL] = H2O_KV_REBALANCE_INTERVAL_DEFAULT;
+    return p;
 }
 
 h2o_session_params params_for(const SessionSettings &settings, const h2o_session_params &host) {
@@ -264,13 +268,15 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
     if (p.device_index < -1) return bad("device_index must be -1 (best) or a device index");
     if (p.kv_type >= kKvTypeCount) return bad("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
     if (p.position_rolling != 0 && p.position_rolling != 1) return bad("position_rolling must be 0 or 1");
-    double layer_slope = 0, prompt_proxy = 0, prompt_random_share = 0, head_share = 0, across_layers = 0, sinks_every_policy = 0;
+    double layer_slope = 0, prompt_proxy = 0, prompt_random_share = 0, head_share = 0, across_layers = 0, sinks_every_policy = 0,
+           rebalance_interval = 0;
     H2O_TRY(research_value(p, H2O_EXP_KV_LAYER_SLOPE, &layer_slope));
     H2O_TRY(research_value(p, H2O_EXP_KV_PROMPT_PROXY, &prompt_proxy));
     H2O_TRY(research_value(p, H2O_EXP_KV_PROMPT_RANDOM_SHARE, &prompt_random_share));
     H2O_TRY(research_value(p, H2O_EXP_KV_HEAD_SHARE, &head_share));
     H2O_TRY(research_value(p, H2O_EXP_KV_SHARE_ACROSS_LAYERS, &across_layers));
     H2O_TRY(research_value(p, H2O_EXP_KV_SINKS_EVERY_POLICY, &sinks_every_policy));
+    H2O_TRY(research_value(p, H2O_EXP_KV_REBALANCE_INTERVAL, &rebalance_interval));
 
     SessionSettings s;
     s.backend = p.backend;
@@ -340,6 +346,7 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
         return bad("kv_share_across_layers moves kv_head_share's slots between layers: set a kv_head_share above 0");
     }
     s.kv_share_across_layers = s.kv_head_share > 0.0f && across_layers != 0;
+    s.kv_rebalance_interval = s.kv_head_share > 0.0f ? static_cast<int>(rebalance_interval) : 0;
 
     s.policy.seed = p.seed;
     s.seed = p.seed;

@@ -35,6 +35,7 @@ struct SessionSettings {
     float kv_head_share = 0.0f;           // how much of each layer's slots moves between its kv heads (kv_head_budgets.h)
     bool kv_share_across_layers = false;  // they move between the kv heads of every layer
     bool kv_sinks_every_policy = false;   // every policy keeps policy.sinks (resolved into policy.sinks)
+    int kv_rebalance_interval = 0;        // with a head share: how often budgets move (kv_rebalance_due); 0: every batch
     KvPolicyConfig policy;
     KvType kv_type = KvType::F16;  // as h2o_session_params_init
     bool rolling = false;
@@ -74,7 +75,7 @@ extern const CacheSetting kCacheSettings[];
 extern const size_t kCacheSettingCount;
 
 // The snapshot format written; its header holds every row's word.
-constexpr uint32_t kSnapshotFormatVersion = 8;
+constexpr uint32_t kSnapshotFormatVersion = 9;
 
 // The research key's row, or null for a key this library does not know.
 const CacheSetting *experimental_setting(uint32_t key);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kv_cache.h"
+#include "kv_head_budgets.h"
 #include "kv_layer_budgets.h"
 #include "log.h"
 #include "utf8.h"
@@ -67,6 +68,7 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     }
     kv.head_share = settings.kv_head_share;
     kv.share_across_layers = settings.kv_share_across_layers;
+    kv.rebalance_interval = settings.kv_rebalance_interval;
     kv.type = settings.kv_type;
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
@@ -113,8 +115,9 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     s->logits_.assign(shape.n_vocab, 0.0f);
     s->positions_.assign(static_cast<size_t>(settings.n_batch) * s->kv_.position_sets(), 0);
     const size_t cells = s->kv_.positions_per_kv_head() ? static_cast<size_t>(shape.n_layer) * shape.n_head_kv : 0;
-    s->cell_held_.assign(cells, 0);
-    s->cell_slots_.assign(cells, 0);
+    s->cell_held_.resize(cells);
+    s->cell_slots_.resize(cells);
+    s->clear_cell_fill();
     s->spans_.reserve(KV_MAX_SPANS);
     // A backend's own scratch is known only once it is made: check the whole again.
     const h2o_memory_report used = s->memory();
@@ -181,6 +184,7 @@ Status Session::reset() {
     sampler_.reseed(settings_.seed);
     history_.clear();
     n_past_ = n_cached_ = n_pinned_ = 0;
+    clear_cell_fill();
     spans_.clear();  // clear_kv() and a new backend hold no span minimums
     last_token_ = pending_token_ = -1;
     has_logits_ = false;
@@ -286,6 +290,7 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         logits_on_host_ = true;
         H2O_TRY(backend_->kv_store().load_kv(r, n_past_, n_cached_, n_pinned_, static_cast<int>(spans_.size())));
         H2O_TRY(apply_span_minimums());
+        H2O_TRY(read_cell_fill());
         if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " unexpected bytes at the end");
         return Status::Ok();
     }();
@@ -368,12 +373,12 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         const bool evicting = n_cached_ + chunk > min_slots;
         if (evicting) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_cell - n_pinned_ - reserved) / 4));
         // With budgets per kv head, each pool of cells makes room for the batch across its cells
-        // first (kv_head_budgets.h); until some pool must evict, every cell has room. With
-        // rolling, each cell's ranks then follow from what it holds (its fill: cell_held_,
-        // cell_slots_, sized only then).
+        // first, when the interval schedules it (kv_head_budgets.h); until some pool must evict,
+        // every cell has room. With rolling, each cell's ranks then follow from what it holds
+        // (its fill: cell_held_, cell_slots_, sized only then).
         const bool cells_differ = rebalancing && evicting, by_cell = cells_differ && kv_.positions_per_kv_head();
         int32_t *held = by_cell ? cell_held_.data() : nullptr, *slots = by_cell ? cell_slots_.data() : nullptr;
-        if (cells_differ) {
+        if (cells_differ && kv_rebalance_due(kv_.rebalance_interval, n_past_, chunk)) {
             if (Status st = backend_->kv_store().rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok())
                 return backend_failed(st);
         }
@@ -381,6 +386,10 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag());
             !st.ok()) {
             return backend_failed(st);
+        }
+        // Every cell took the batch within its region, evicting what did not fit.
+        for (size_t c = 0; c < cell_held_.size(); ++c) {
+            cell_held_[c] = static_cast<int32_t>(std::min<int64_t>(cell_held_[c] + chunk, cell_slots_[c]));
         }
         n_past_ += chunk;
         n_cached_ = std::min(n_cached_ + chunk, max_slots);
@@ -390,6 +399,25 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         *processed = done;
     }
     finish_evaluation(tokens[n - 1]);
+    return Status::Ok();
+}
+
+void Session::clear_cell_fill() {
+    for (size_t c = 0; c < cell_held_.size(); ++c) {
+        cell_held_[c] = 0;
+        cell_slots_[c] = kv_.slots_in(static_cast<int>(c / static_cast<size_t>(kv_.n_head_kv)));
+    }
+}
+
+Status Session::read_cell_fill() {
+    if (cell_held_.empty()) return Status::Ok();
+    std::vector<int64_t> stream(static_cast<size_t>(kv_.total_slots()));
+    H2O_TRY(backend_->kv_store().download_kv_cell_slots(cell_slots_.data()));
+    H2O_TRY(backend_->kv_store().download_kv_stream_indices(stream.data()));
+    for (size_t c = 0, at = 0; c < cell_held_.size(); ++c) {
+        cell_held_[c] = 0;
+        for (int s = 0; s < cell_slots_[c]; ++s, ++at) cell_held_[c] += stream[at] >= 0 ? 1 : 0;
+    }
     return Status::Ok();
 }
 

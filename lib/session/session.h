@@ -150,6 +150,9 @@ private:
     Status evaluate(const int32_t *tokens, size_t n, Retention retention, size_t *processed);
     // Notes that the backend holds the logits of the last stored token.
     void finish_evaluation(int32_t last_token);
+    // cell_held_ and cell_slots_ of an empty cache, and as the cache holds them (after a load).
+    void clear_cell_fill();
+    Status read_cell_fill();
     // Work is refused while the backend has failed (H2O_ERR_BACKEND_FAILED, naming its error).
     Status check_usable() const;
     // Records a failed backend operation: the cache may be half updated, so the session refuses
@@ -188,7 +191,8 @@ private:
     Status failure_;               // the backend's error (see backend_failed)
     std::vector<float> logits_;
     std::vector<int32_t> positions_;  // scratch for one batch: n_batch per position set (KvConfig::position_sets)
-    // With rolling and budgets per kv head: each cell's tokens held and slots (KvStore::rebalance_kv).
+    // With rolling and budgets per kv head: each cell's tokens held and slots, [layer][kv head], as
+    // the last rebalancing left them (KvStore::rebalance_kv) and every batch since filled them.
     std::vector<int32_t> cell_held_, cell_slots_;
     std::vector<int32_t> prompt_tokens_;
     h2o_generate_stats stats_{};

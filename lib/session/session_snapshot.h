@@ -1,23 +1,23 @@
 // Session snapshots: the bytes h2o_session_save writes and h2o_session_load reads.
 //
 // Layout (little-endian):
-//   header, 116 bytes, uncompressed:
-//     0  magic "H2OSTATE"          8  u32 format version (8)     12 u32 header size (116)
+//   header, 120 bytes, uncompressed:
+//     0  magic "H2OSTATE"          8  u32 format version (9)     12 u32 header size (120)
 //     16 u64 model fingerprint (Model::fingerprint: tensor table and vocabulary)
 //     24 the settings that shape the cache, one word each in kCacheSettings' order (kv_settings.h):
 //        u32 n_ctx, kv_budget, policy, recent, sinks, kv_type, position_rolling, n_batch; u64 seed;
 //        u32 kv horizon (0: none); f32 kv_layer_slope; u32 kv_prompt_proxy;
 //        f32 kv_prompt_random_share; f32 kv_head_share; u32 kv_share_across_layers;
-//        u32 kv_sinks_every_policy
-//     92 u64 payload size (uncompressed)   100 u64 compressed size (the bytes after the header)
-//     108 u64 FNV-1a hash of bytes 0..107
+//        u32 kv_sinks_every_policy; u32 kv_rebalance_interval
+//     96 u64 payload size (uncompressed)   104 u64 compressed size (the bytes after the header)
+//     112 u64 FNV-1a hash of bytes 0..111
 //   payload: one zstd frame with a content checksum, holding Session::save_state's bytes.
 // Older versions are read too; their headers hold fewer settings words (each row of
 // kCacheSettings says from which version it has one), so the last three fields come earlier:
 // version 1 (library 0.2) has no horizon and no slope (88 bytes); versions 2 to 4 have both, the
 // slope word reserved (zero) in 2 and 3 (96 bytes); version 5 adds the prompt eviction settings
 // (104 bytes); versions 6 and 7 the head share and a word that 7 gives to sharing across layers
-// (112 bytes). A setting a version does not hold reads as 0. Versions 1 and 2 have no retention
+// (112 bytes); version 8 sinks under every policy (116 bytes). A setting a version does not hold reads as 0. Versions 1 and 2 have no retention
 // span table in the payload (Session::save_state); they are read as sessions without spans.
 // Every field is checked before it is used: a truncated, corrupted, foreign or hostile snapshot
 // is H2O_ERR_STATE_FORMAT with a message naming the problem, never a crash or a huge allocation.

@@ -448,11 +448,63 @@ TEST_CASE("kv_head_share on the real model: regions stay within bounds in the sa
     }
 }
 
+TEST_CASE("kv_rebalance_due: the batches that hold a multiple of the interval") {
+    for (int interval : {0, 1}) {
+        CHECK(kv_rebalance_due(interval, 0, 1));
+        CHECK(kv_rebalance_due(interval, 37, 1));
+    }
+    CHECK(kv_rebalance_due(8, 0, 1));
+    CHECK_FALSE(kv_rebalance_due(8, 1, 7));  // 1..7
+    CHECK(kv_rebalance_due(8, 1, 8));        // 1..8
+    CHECK(kv_rebalance_due(8, 16, 1));
+    CHECK_FALSE(kv_rebalance_due(8, 17, 1));
+    CHECK(kv_rebalance_due(8, 9, 100));
+    int due = 0;
+    for (int64_t i = 1000; i < 2000; ++i) due += kv_rebalance_due(16, i, 1) ? 1 : 0;
+    CHECK(due == 62);  // 1008, 1024, ..., 1984
+    CHECK(kv_rebalance_due(kMaxKvRebalanceInterval, int64_t{1} << 40, 1));
+}
+
+TEST_CASE("kv_rebalance_interval: a session moves the budgets only in the batches it schedules") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    for (const bool rolling : {false, true}) {
+        CAPTURE(rolling);
+        SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);
+        settings.kv_share_across_layers = true;
+        settings.kv_rebalance_interval = 8;
+        settings.rolling = rolling;
+        std::unique_ptr<Session> session;
+        REQUIRE(Session::create(*model, settings, &session).ok());
+        REQUIRE(session->add_text("Once upon a time, there was a little dog named Max. He liked to run in the park.", false).ok());
+        std::vector<int32_t> tokens;
+        REQUIRE(session->model()
+                    .tokenizer()
+                    .encode(" One day, Max saw a big red ball. He ran to it and played with it all day long. His friend Lily came too.",
+                            false, &tokens)
+                    .ok());
+        std::vector<int32_t> before = CacheView(*session).cell_slots;
+        int moves = 0;
+        for (const int32_t token : tokens) {
+            const int64_t next_index = session->n_past();
+            REQUIRE(session->decode(&token, 1).ok());
+            const std::vector<int32_t> after = CacheView(*session).cell_slots;
+            CAPTURE(next_index);
+            if (!kv_rebalance_due(8, next_index, 1)) CHECK(after == before);
+            moves += after != before ? 1 : 0;
+            before = after;
+        }
+        CHECK(moves >= 2);  // the scheduled batches do move them
+    }
+}
+
 TEST_CASE("kv_head_share with rolling on the real model: every cell's positions are the ranks of its own tokens") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());
-    // H2O with a layer slope; Scissorhands within each layer and across layers.
+    // H2O with a layer slope; Scissorhands within each layer and across layers, moving the budgets
+    // before every batch and every 7 tokens (between, the session counts each cell's fill itself).
     for (const KvPolicy policy : {KvPolicy::Scissorhands, KvPolicy::H2O}) {
         for (const bool across_layers : {false, true}) {
             if (across_layers && policy == KvPolicy::H2O) continue;
@@ -461,6 +513,7 @@ TEST_CASE("kv_head_share with rolling on the real model: every cell's positions 
             SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);
             settings.policy.policy = policy;
             settings.kv_share_across_layers = across_layers;
+            settings.kv_rebalance_interval = across_layers ? 7 : 0;
             settings.rolling = true;
             settings.n_ctx = 256;
             settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;

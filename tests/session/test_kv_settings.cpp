@@ -42,6 +42,7 @@ SessionSettings unusual_settings() {
     s.kv_head_share = 0.5f;
     s.kv_share_across_layers = true;
     s.kv_sinks_every_policy = true;
+    s.kv_rebalance_interval = 5;
     return s;
 }
 
@@ -91,7 +92,7 @@ TEST_CASE("kv settings table: snapshot words round-trip, and each format's heade
     REQUIRE(read_cache_settings(&r, kSnapshotFormatVersion, &read).ok());
     CHECK(same_cache_settings(base, read));
     // Magic, version, size, fingerprint, payload size, compressed size and hash: 48 bytes.
-    const size_t header_sizes[] = {88, 96, 96, 96, 104, 112, 112, 116};
+    const size_t header_sizes[] = {88, 96, 96, 96, 104, 112, 112, 116, 120};
     for (uint32_t version = 1; version <= kSnapshotFormatVersion; ++version) {
         CAPTURE(version);
         CHECK(48 + cache_settings_bytes(version) == header_sizes[version - 1]);
@@ -127,12 +128,12 @@ TEST_CASE("kv settings table: the parameters for resolved settings resolve to th
     struct Case {
         uint32_t policy, budget;
         int32_t rolling;
-        double slope, proxy, share, head_share, across, sinks_every_policy;
+        double slope, proxy, share, head_share, across, sinks_every_policy, interval;
     };
-    const Case cases[] = {{H2O_KV_SCISSORHANDS, 32, 0, 0, 0, 0, 0, 0, 0}, {H2O_KV_SCISSORHANDS, 0, 0, 0.5, 0, 0, 0.5, 1, 0},
-                          {H2O_KV_H2O, 48, 1, -0.25, 6, 0.3, 0.5, 1, 1},  {H2O_KV_WINDOW, 40, 1, 0.25, 0, 0, 0, 0, 1},
-                          {H2O_KV_SINK_WINDOW, 64, 0, 0, 0, 0, 0, 0, 0},  {H2O_KV_TOVA, 32, 0, 0, 4, 0, 0.25, 0, 1},
-                          {H2O_KV_RANDOM, 32, 1, 0, 0, 0, 0, 0, 0},       {H2O_KV_MEAN_H2O, 64, 0, 0.5, 0, 0, 0, 0, 0}};
+    const Case cases[] = {{H2O_KV_SCISSORHANDS, 32, 0, 0, 0, 0, 0, 0, 0, 16}, {H2O_KV_SCISSORHANDS, 0, 0, 0.5, 0, 0, 0.5, 1, 0, 16},
+                          {H2O_KV_H2O, 48, 1, -0.25, 6, 0.3, 0.5, 1, 1, 0},  {H2O_KV_WINDOW, 40, 1, 0.25, 0, 0, 0, 0, 1, 3},
+                          {H2O_KV_SINK_WINDOW, 64, 0, 0, 0, 0, 0, 0, 0, 16}, {H2O_KV_TOVA, 32, 0, 0, 4, 0, 0.25, 0, 1, 7},
+                          {H2O_KV_RANDOM, 32, 1, 0, 0, 0, 0, 0, 0, 16},      {H2O_KV_MEAN_H2O, 64, 0, 0.5, 0, 0, 0, 0, 0, 16}};
     for (const Case &c : cases) {
         CAPTURE(c.policy);
         CAPTURE(c.budget);
@@ -143,7 +144,8 @@ TEST_CASE("kv settings table: the parameters for resolved settings resolve to th
         const std::pair<uint32_t, double> research[] = {
             {H2O_EXP_KV_LAYER_SLOPE, c.slope},          {H2O_EXP_KV_PROMPT_PROXY, c.proxy},
             {H2O_EXP_KV_PROMPT_RANDOM_SHARE, c.share},  {H2O_EXP_KV_HEAD_SHARE, c.head_share},
-            {H2O_EXP_KV_SHARE_ACROSS_LAYERS, c.across}, {H2O_EXP_KV_SINKS_EVERY_POLICY, c.sinks_every_policy}};
+            {H2O_EXP_KV_SHARE_ACROSS_LAYERS, c.across}, {H2O_EXP_KV_SINKS_EVERY_POLICY, c.sinks_every_policy},
+            {H2O_EXP_KV_REBALANCE_INTERVAL, c.interval}};
         for (const auto &[key, value] : research) REQUIRE(h2o_session_params_set_experimental(&p, key, value) == H2O_OK);
         SessionSettings first, second;
         REQUIRE(resolve_session_settings(p, context, &first).ok());
@@ -158,8 +160,13 @@ TEST_CASE("research settings: set, get, ranges and unknown keys") {
     for (uint32_t key = 0; h2o_experimental_name(key); ++key) {
         double value = -1.0;
         REQUIRE(h2o_session_params_get_experimental(&p, key, &value) == H2O_OK);
-        CHECK(value == 0.0);  // every experiment off by default
+        // Every experiment off by default; the rebalancing interval, whose 0 rebalances before
+        // every batch, at its measured default.
+        CHECK(value == (key == H2O_EXP_KV_REBALANCE_INTERVAL ? H2O_KV_REBALANCE_INTERVAL_DEFAULT : 0.0));
     }
+    CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_REBALANCE_INTERVAL, 1 << 20) == H2O_OK);
+    CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_REBALANCE_INTERVAL, (1 << 20) + 1) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_session_params_set_experimental(&p, H2O_EXP_KV_REBALANCE_INTERVAL, 1.5) == H2O_ERR_INVALID_ARGUMENT);
     REQUIRE(h2o_session_params_set_experimental(&p, H2O_EXP_KV_HEAD_SHARE, 0.3) == H2O_OK);
     double value = 0.0;
     REQUIRE(h2o_session_params_get_experimental(&p, H2O_EXP_KV_HEAD_SHARE, &value) == H2O_OK);

@@ -178,10 +178,38 @@ TEST_CASE(
             sp.experimental[H2O_EXP_KV_HEAD_SHARE] = 0.5f;
             sp.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = across_layers;
             sp.experimental[H2O_EXP_KV_LAYER_SLOPE] = slope;
+            // Rebalancing before every batch, or every 5 or 16 (the default) stream tokens: the
+            // snapshots fall between rebalancings, whose schedule and cell fill carry on.
+            const uint32_t interval = policy == H2O_KV_ROCO ? 1 : policy == H2O_KV_H2O ? 5 : H2O_KV_REBALANCE_INTERVAL_DEFAULT;
+            CAPTURE(interval);
+            sp.experimental[H2O_EXP_KV_REBALANCE_INTERVAL] = interval;
             check_resumption(path, sp, 0.9f, H2O_BACKEND_CPU, H2O_BACKEND_CPU);
             check_saved_again(path, sp, 60);
         }
     }
+}
+
+TEST_CASE("session state: a snapshot of format 8 with budgets per kv head rebalances before every batch, as it did") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_session_params sp = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F16);
+    sp.experimental[H2O_EXP_KV_HEAD_SHARE] = 0.5f;
+    sp.experimental[H2O_EXP_KV_REBALANCE_INTERVAL] = 0;  // what format 8 and older mean
+    h2o_test::ApiSession m;
+    REQUIRE(m.open(path, sp));
+    generate(m.session, "Once upon a time", 40, 0.8f);
+    const std::vector<uint8_t> current = save(m.session);
+    const std::vector<uint8_t> v8 = h2o_test::snapshot_as_version(current, 8);
+    REQUIRE(v8.size() == current.size() - 4);
+    h2o_session *a = nullptr, *b = nullptr;
+    REQUIRE(h2o_session_load_from_buffer(m.model, current.data(), current.size(), nullptr, &a) == H2O_OK);
+    REQUIRE(h2o_session_load_from_buffer(m.model, v8.data(), v8.size(), nullptr, &b) == H2O_OK);
+    double interval = -1.0;
+    REQUIRE(h2o_session_get_experimental(b, H2O_EXP_KV_REBALANCE_INTERVAL, &interval) == H2O_OK);
+    CHECK(interval == 0.0);
+    CHECK(generate(a, " The", 60, 0.8f) == generate(b, " The", 60, 0.8f));
+    CHECK(save(b) == save(a));
+    h2o_session_free(a);
+    h2o_session_free(b);
 }
 
 // Sessions on a device backend (Vulkan, CUDA) save their device's cache through the host image
@@ -360,7 +388,7 @@ struct Refusal {
     std::vector<uint8_t> resaved;  // H2O_OK: the loaded session saved again
 };
 
-// The snapshot header of lib/session/session_snapshot.h (version 8); its last 8 bytes hash the others.
+// The snapshot header of lib/session/session_snapshot.h (version 9); its last 8 bytes hash the others.
 const size_t kHeaderSize = h2o::snapshot_header_size();
 
 void rehash_header(std::vector<uint8_t> *bytes, size_t header_size) {
@@ -444,8 +472,8 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         const uint32_t proxy = 5000;
         const float share = 2.0f, nan = std::numeric_limits<float>::quiet_NaN(), head_share = 0.95f;
         // Sharing across layers is 0 or 1, and 1 only with a head share (this session has none).
-        const uint32_t across_layers = 1, not_a_flag = 2;
-        for (int which = 0; which < 7; ++which) {
+        const uint32_t across_layers = 1, not_a_flag = 2, interval = (1u << 20) + 1;
+        for (int which = 0; which < 8; ++which) {
             CAPTURE(which);
             std::vector<uint8_t> bad = good;
             if (which == 0) std::memcpy(bad.data() + 72, &proxy, sizeof(proxy));
@@ -455,6 +483,7 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
             if (which == 4) std::memcpy(bad.data() + 80, &nan, sizeof(nan));
             if (which == 5) std::memcpy(bad.data() + 84, &across_layers, sizeof(across_layers));
             if (which == 6) std::memcpy(bad.data() + 84, &not_a_flag, sizeof(not_a_flag));
+            if (which == 7) std::memcpy(bad.data() + 92, &interval, sizeof(interval));
             rehash_header(&bad, kHeaderSize);
             const Refusal r = try_load(m.model, bad);
             CHECK(r.status == H2O_ERR_STATE_FORMAT);
@@ -471,13 +500,13 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         CHECK(r.message.find("at most") != std::string::npos);
     }
     SUBCASE(
-        "snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3), 5 (0.4), 6 (0.5) and 7 (0.6) load and continue the "
-        "same") {
+        "snapshots of formats 1 (library 0.2, no horizon), 2 (no spans), 4 (0.3), 5 (0.4), 6 (0.5), 7 (0.6) and 8 load and continue "
+        "the same") {
         h2o_session *current = nullptr;
         REQUIRE(h2o_session_load_from_buffer(m.model, good.data(), good.size(), nullptr, &current) == H2O_OK);
         const std::string expected = generate(current, " The", 60, 0.8f);
         h2o_session_free(current);
-        for (uint32_t version : {1u, 2u, 4u, 5u, 6u, 7u}) {
+        for (uint32_t version : {1u, 2u, 4u, 5u, 6u, 7u, 8u}) {
             CAPTURE(version);
             const std::vector<uint8_t> old = h2o_test::snapshot_as_version(good, version);
             REQUIRE(!old.empty());
@@ -499,8 +528,8 @@ TEST_CASE("session state: truncated, corrupted, foreign and hostile snapshots ar
         v6[84] = 1;
         rehash_header(&v6, 112);
         CHECK(try_load(m.model, v6).message.find("settings are out of range") != std::string::npos);
-        // A version-8 header labelled 7, 5 or 4: its size is not theirs.
-        for (uint8_t older : {uint8_t{4}, uint8_t{5}, uint8_t{7}}) {
+        // A version-9 header labelled 8, 7, 5 or 4: its size is not theirs.
+        for (uint8_t older : {uint8_t{4}, uint8_t{5}, uint8_t{7}, uint8_t{8}}) {
             std::vector<uint8_t> relabelled = good;
             relabelled[8] = older;
             rehash_header(&relabelled, kHeaderSize);
