@@ -27,7 +27,9 @@ typedef enum h2o_experimental_key {
      * that the layers together hold L * kv_budget, the memory of a uniform cache. Positive: upper
      * layers get more slots than lower ones. Each layer's recent window is the same share of its
      * slots as kv_recent is of kv_budget; pinned tokens and span minimums must fit the smallest
-     * layer. Ignored by a full cache (every layer then holds n_ctx). */
+     * layer. On a model with sliding-window layers, the budget spreads over its global layers
+     * alone (a local layer holds its window). Ignored by a full cache (every layer then holds
+     * n_ctx). */
     H2O_EXP_KV_LAYER_SLOPE = 0,
     /** One-shot prompt eviction (as NACL, within the fixed slots), a count in [0, 4096]. 0: while
      * a prompt is read, each batch's victims are the ones the policy ranks lowest by the
@@ -41,17 +43,20 @@ typedef enum h2o_experimental_key {
      * H2O_EXP_KV_PROMPT_PROXY > 0 (NACL's random eviction: tokens the proxy ignores may stay). */
     H2O_EXP_KV_PROMPT_RANDOM_SHARE = 2,
     /** Budgets per kv head (as Ada-KV, within the same memory), in [0, 0.9]: the share of each
-     * layer's slots that moves between its kv heads by their attention. Before each batch, a
-     * layer that must evict does so across all its kv heads at once, taking the tokens its
-     * policy values least, and each head's region of the layer's slots is resized to what it
-     * kept plus an even share of the rest. Each head keeps at least (1 - share) of its layer's
+     * layer's slots that moves between its kv heads by their attention. Before a batch (every
+     * H2O_EXP_KV_REBALANCE_INTERVAL stream tokens), a layer that must evict does so across all
+     * its kv heads at once, taking the tokens its policy values least, and each head's region of
+     * the layer's slots is resized to what it kept plus an even share of the rest. Each head keeps at least (1 - share) of its layer's
      * budget; pinned tokens and span minimums must fit there. Only with the policies that gather
      * statistics; ignored by a full cache. With position_rolling, each head's rotary positions
-     * are ranks among its own tokens. The CPU and Vulkan backends run it (CUDA refuses it). */
+     * are ranks among its own tokens. On a model with sliding-window layers, slots move within
+     * each global layer (a local layer holds its window). The CPU and Vulkan backends run it
+     * (CUDA refuses it). */
     H2O_EXP_KV_HEAD_SHARE = 3,
     /** 1: H2O_EXP_KV_HEAD_SHARE's slots move between the kv heads of every layer instead of each
      * layer's own, so a layer whose heads attend to few tokens gives slots to one whose heads
-     * attend to many. Needs a head share above 0 (ignored by a full cache). On the Vulkan
+     * attend to many. Needs a head share above 0 (ignored by a full cache); refused for models
+     * with sliding-window layers, whose global layers' cells are not one region. On the Vulkan
      * backend the whole cache's keys (and its values) must then fit one storage buffer binding. */
     H2O_EXP_KV_SHARE_ACROSS_LAYERS = 4,
     /** 1: every evicting policy keeps the first kv_sinks tokens of the stream (attention sinks),

@@ -560,7 +560,8 @@ h2o::ResolveContext resolve_context(const h2o_model *model) {
     context.n_ctx_train = static_cast<int>(std::min<uint32_t>(model->impl->n_ctx_train(), 0x7FFFFFFFu));
     context.n_layer = model->impl->shape().n_layer;
     context.default_threads = h2o::default_thread_count();
-    context.sliding_window_layers = !model->impl->shape().local_layers.empty();
+    const h2o::ModelShape &shape = model->impl->shape();
+    context.n_local_layers = static_cast<int>(std::count(shape.local_layers.begin(), shape.local_layers.end(), 1));
     return context;
 }
 

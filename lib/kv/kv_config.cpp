@@ -18,6 +18,7 @@ int KvConfig::min_slots() const {
 
 int KvConfig::min_cell_slots(int layer) const {
     const int slots = slots_in(layer);
+    if (is_window_layer(layer)) return slots;  // a window's slots never move
     return slots - static_cast<int>(std::floor(static_cast<double>(head_share) * slots));
 }
 

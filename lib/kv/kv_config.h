@@ -20,8 +20,8 @@ struct KvConfig {
     int n_head_kv = 0;
     int head_dim = 0;
     int n_slots = 0;  // slots of each (layer, kv head), or their mean over layers (layer_slots)
-    // Slots of each layer's cells when layers get different budgets (n_layer entries summing to
-    // n_layer * n_slots: the same memory); empty: n_slots in every layer. The cells are laid out
+    // Slots of each layer's cells when layers get different budgets (n_layer entries; the global
+    // layers' sum to their count * n_slots: the same memory); empty: n_slots in every layer. The cells are laid out
     // layer by layer, n_head_kv cells of slots_in(layer) slots each.
     std::vector<int> layer_slots;
     // Sliding-window layers (ModelShape::local_layers): n_layer entries, a local layer's window in
@@ -29,7 +29,8 @@ struct KvConfig {
     // window: its slots (layer_slots) hold the window and one batch, its tokens go oldest first
     // whatever the policy (policy_in), are never pinned nor in a span (the graph stores them
     // untagged) and are rotated by local_rope. Pins, spans and the policy's chunking count the
-    // global layers alone (min_slots, min_cell_slots).
+    // global layers alone (min_slots, min_cell_slots); budgets move between global layers only
+    // (a layer slope spreads the budget over them, a head share moves slots within each of them).
     std::vector<int> layer_window;
     RotarySpec local_rope;
     KvType type = KvType::F32;  // element format of stored keys and values
@@ -43,7 +44,8 @@ struct KvConfig {
     // moves between its kv heads by their attention; 0: every cell keeps slots_in(layer).
     float head_share = 0.0f;
     // With head_share: the slots move between the cells of every layer (one pool: the whole
-    // cache) instead of between the kv heads of each layer (a pool per layer).
+    // cache) instead of between the kv heads of each layer (a pool per layer). Not with local
+    // layers (layer_window), whose windows would split the pool.
     bool share_across_layers = false;
     // With head_share: budgets move before the batches kv_rebalance_due picks, every this many
     // stream tokens (0 or 1: every batch).

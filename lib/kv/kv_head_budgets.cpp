@@ -12,7 +12,8 @@ namespace h2o {
 void KvCache::rebalance_heads(int64_t next_index, int incoming) {
     if (config_.head_share <= 0.0f || !kv_policy_uses_statistics(config_.policy.policy)) return;
     for (int layer = 0; layer < config_.n_layer; layer = config_.pool_end_layer(layer)) {
-        rebalance_pool(layer, config_.pool_end_layer(layer), next_index, incoming);
+        // A local layer's cells are windows of the same tokens (pools span layers only without them).
+        if (!config_.is_window_layer(layer)) rebalance_pool(layer, config_.pool_end_layer(layer), next_index, incoming);
     }
 }
 

@@ -5,6 +5,8 @@
 // together hold exactly L * budget: the memory of a uniform cache. On stories260K (chunk-512
 // protocol, docs/EVALUATION.md) giving upper layers more slots than lower ones halved and more the
 // perplexity cost of budgets 64 and 32 at the same memory; PyramidKV's shape (more below) lost.
+// On a model with sliding-window layers, l and L count its global layers (the session gives a
+// local layer its window).
 #pragma once
 
 #include <cstdint>

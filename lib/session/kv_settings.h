@@ -115,7 +115,9 @@ struct ResolveContext {
     int n_ctx_train = 0;  // the model's context length
     int n_layer = 0;
     int default_threads = 1;
-    bool sliding_window_layers = false;  // ModelShape::local_layers (their cells do not move: KvConfig::layer_window)
+    // The model's sliding-window layers (ModelShape::local_layers): they hold their windows
+    // (KvConfig::layer_window), and the budget spreads over the other, global, layers.
+    int n_local_layers = 0;
 };
 // Validates public parameters (defaults merged in) and resolves them into settings: the policy
 // and its windows, sinks and horizon, the research settings. H2O_ERR_INVALID_ARGUMENT names the

@@ -48,9 +48,19 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     kv.n_head_kv = shape.n_head_kv;
     kv.head_dim = shape.head_dim;
     kv.n_slots = settings.kv_budget;
-    // A full cache never evicts: its layers all hold the whole context.
+    // A full cache never evicts: its layers all hold the whole context. The budget spreads over
+    // the global layers, in their order; local layers get their windows below.
     if (settings.policy.policy != KvPolicy::Full) {
-        kv.layer_slots = kv_layer_budgets(shape.n_layer, settings.kv_budget, settings.kv_layer_slope, kMinKvLayerSlots);
+        std::vector<int> global_layers;
+        for (int l = 0; l < shape.n_layer; ++l) {
+            if (!shape.is_local(l)) global_layers.push_back(l);
+        }
+        const std::vector<int> budgets =
+            kv_layer_budgets(static_cast<int>(global_layers.size()), settings.kv_budget, settings.kv_layer_slope, kMinKvLayerSlots);
+        if (!budgets.empty()) {
+            kv.layer_slots.assign(static_cast<size_t>(shape.n_layer), settings.kv_budget);
+            for (size_t i = 0; i < budgets.size(); ++i) kv.layer_slots[static_cast<size_t>(global_layers[i])] = budgets[i];
+        }
     }
     if (!shape.local_layers.empty()) {
         // A local layer holds its window and a batch: a batch's first query sees the window's

@@ -21,6 +21,7 @@
 #include "rotary.h"
 #include "session.h"
 #include "session_util.h"
+#include "synthetic_model.h"
 #include "test_util.h"
 
 using namespace h2o;
@@ -497,6 +498,62 @@ TEST_CASE("kv_rebalance_interval: a session moves the budgets only in the batche
         }
         CHECK(moves >= 2);  // the scheduled batches do move them
     }
+}
+
+TEST_CASE("kv_head_share on a model with sliding-window layers: the global layers' heads share slots, local layers keep windows") {
+    SyntheticModelSpec spec;  // Gemma 3: layers 2 and 5 global, the others local with 8-token windows
+    spec.architecture = "gemma3";
+    spec.type = TensorType::F32;
+    spec.n_embd = 64;
+    spec.n_layer = 6;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.head_dim = 32;
+    spec.n_ff = 128;
+    spec.n_vocab = 320;
+    spec.tied_output = true;
+    spec.embedding_scale = 0.125f;
+    spec.sliding_window = 8;
+    spec.sliding_window_pattern = 3;
+    const std::string path = h2o_test::temp_path("gemma3-head-share.gguf");
+    REQUIRE(write_synthetic_model(spec, path).ok());
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);
+    settings.n_ctx = 64;
+    settings.rolling = true;
+    settings.kv_layer_slope = 0.5f;
+    settings.n_batch = 6;
+    settings.policy.horizon = 0;  // stale tokens, evicted first, would leave the heads' shares even
+    std::unique_ptr<Session> session;
+    REQUIRE(Session::create(*model, settings, &session).ok());
+    REQUIRE(session->add_text("Once upon a time there was a little fox who lived by the river and loved to sing.", false).ok());
+    REQUIRE(session->generate("", h2o_test::greedy(150), nullptr, nullptr).ok());
+    const KvConfig &kv = session->kv_config();
+    REQUIRE(kv.slots_in(2) == 16);  // the slope over the two global layers: 16 and 48
+    REQUIRE(kv.slots_in(5) == 48);
+    const CacheView view(*session);
+    bool moved = false;
+    size_t at = 0;
+    for (int l = 0; l < kv.n_layer; ++l) {
+        int64_t layer_total = 0;
+        for (int h = 0; h < kv.n_head_kv; ++h) {
+            CAPTURE(l);
+            CAPTURE(h);
+            const int32_t slots = view.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
+            layer_total += slots;
+            if (kv.is_window_layer(l)) {
+                CHECK(slots == 13);  // the window and a batch
+                for (int s = 0; s < slots; ++s) CHECK(view.stream[at + s] >= session->n_past() - 13);
+            } else {
+                CHECK(slots >= kv.min_cell_slots(l));
+                moved |= slots != kv.slots_in(l);
+            }
+            at += static_cast<size_t>(slots);
+        }
+        CHECK(layer_total == static_cast<int64_t>(kv.n_head_kv) * kv.slots_in(l));
+    }
+    CHECK(moved);
 }
 
 TEST_CASE("kv_head_share with rolling on the real model: every cell's positions are the ranks of its own tokens") {

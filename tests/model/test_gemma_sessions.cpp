@@ -13,14 +13,14 @@
 namespace {
 
 // A small Gemma 3: two local layers (8-token window) to every global one.
-std::string write_gemma3(const char *name) {
+std::string write_gemma3(const char *name, int n_head_kv = 1) {
     h2o::SyntheticModelSpec s;
     s.architecture = "gemma3";
     s.type = h2o::TensorType::F32;
     s.n_embd = 64;
     s.n_layer = 6;
     s.n_head = 4;
-    s.n_head_kv = 1;
+    s.n_head_kv = n_head_kv;
     s.head_dim = 32;
     s.n_ff = 128;
     s.n_vocab = 320;
@@ -145,17 +145,103 @@ TEST_CASE(
     h2o_model_free(model);
 }
 
-TEST_CASE("gemma sessions: budgets that move between layers or heads are refused for sliding-window models, naming the setting") {
-    const std::string path = write_gemma3("gemma3-moving.gguf");
+// A session whose budgets move between the global layers (a slope) and their kv heads (a share),
+// moved every 4 tokens.
+h2o_session_params moving_params(uint32_t backend) {
+    h2o_session_params p = budget_params(64, backend);
+    p.kv_budget = 48;
+    p.kv_horizon = H2O_KV_HORIZON_NONE;  // stale tokens, evicted first, would leave the heads' shares even
+    REQUIRE(h2o_session_params_set_experimental(&p, H2O_EXP_KV_LAYER_SLOPE, 0.5) == H2O_OK);
+    REQUIRE(h2o_session_params_set_experimental(&p, H2O_EXP_KV_HEAD_SHARE, 0.25) == H2O_OK);
+    REQUIRE(h2o_session_params_set_experimental(&p, H2O_EXP_KV_REBALANCE_INTERVAL, 4) == H2O_OK);
+    return p;
+}
+
+TEST_CASE("gemma sessions: budgets move between the global layers and their heads; local layers keep their windows") {
+    const std::string path = write_gemma3("gemma3-moving.gguf", 2);
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-    for (int key : {static_cast<int>(H2O_EXP_KV_LAYER_SLOPE), static_cast<int>(H2O_EXP_KV_HEAD_SHARE)}) {
-        h2o_session_params p = budget_params(64);
-        REQUIRE(h2o_session_params_set_experimental(&p, static_cast<uint32_t>(key), 0.25) == H2O_OK);
-        h2o_session *session = nullptr;
-        CHECK(h2o_session_create(model, &p, &session) == H2O_ERR_INVALID_ARGUMENT);
-        CHECK(std::string(h2o_last_error()).find("sliding-window") != std::string::npos);
-        CHECK(session == nullptr);
+    h2o_model_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+    // The slope spreads 2 x 48 slots over the two global layers (layers 2 and 5): 24 and 72; a
+    // quarter of each moves between its two kv heads.
+    h2o_session_params p = moving_params(H2O_BACKEND_CPU);
+    h2o_session *session = nullptr;
+    REQUIRE_MESSAGE(h2o_session_create(model, &p, &session) == H2O_OK, h2o_last_error());
+    h2o_kv_layout layout{};
+    layout.struct_size = sizeof layout;
+    REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
+    CHECK(layout.min_layer_budget == 24);
+    CHECK(layout.max_layer_budget == 72);
+    CHECK(layout.min_head_budget == 18);
+    h2o_session_params fixed = budget_params(64);
+    fixed.kv_budget = 48;
+    h2o_session *uniform = nullptr;
+    REQUIRE(h2o_session_create(model, &fixed, &uniform) == H2O_OK);
+    // The same slots; rebalancing adds its working lists (a layer's slots and cells).
+    CHECK(memory_of(session).kv_bytes > memory_of(uniform).kv_bytes);
+    CHECK(memory_of(session).kv_bytes < memory_of(uniform).kv_bytes + 4096);
+    h2o_session_free(uniform);
+
+    const std::string instruction = "Remember Lily.";
+    REQUIRE(h2o_session_add_text(session, instruction.data(), instruction.size(), H2O_TEXT_PIN) == H2O_OK);
+    const std::string story = "Once upon a time there was a little fox who lived by the river and loved to sing.";
+    REQUIRE(h2o_session_add_text(session, story.data(), story.size(), 0) == H2O_OK);
+    const h2o_memory_report before = memory_of(session);
+    greedy(session, 150, info.n_vocab);
+    CHECK(memory_of(session).kv_bytes == before.kv_bytes);
+
+    // A snapshot, a load and a fork continue exactly, between rebalancings as at them.
+    for (int step = 0; step < 2; ++step) {
+        CAPTURE(step);
+        size_t bytes = 0;
+        REQUIRE(h2o_session_state_size(session, &bytes) == H2O_OK);
+        std::vector<unsigned char> state(bytes);
+        size_t written = 0;
+        REQUIRE(h2o_session_save_to_buffer(session, state.data(), state.size(), &written) == H2O_OK);
+        h2o_session *forked = nullptr, *loaded = nullptr;
+        REQUIRE(h2o_session_fork(session, &forked) == H2O_OK);
+        REQUIRE_MESSAGE(h2o_session_load_from_buffer(model, state.data(), written, &p, &loaded) == H2O_OK, h2o_last_error());
+        const std::vector<int32_t> expected = greedy(session, 21, info.n_vocab);
+        CHECK(greedy(forked, 21, info.n_vocab) == expected);
+        CHECK(greedy(loaded, 21, info.n_vocab) == expected);
+        h2o_session_free(loaded);
+        h2o_session_free(forked);
     }
+    h2o_session_free(session);
+    session = nullptr;
+
+    // Sharing across layers would pool the global layers' cells, which lie between local ones.
+    REQUIRE(h2o_session_params_set_experimental(&p, H2O_EXP_KV_SHARE_ACROSS_LAYERS, 1) == H2O_OK);
+    CHECK(h2o_session_create(model, &p, &session) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("sliding-window") != std::string::npos);
+    CHECK(session == nullptr);
+    h2o_model_free(model);
+}
+
+TEST_CASE("gemma sessions: budgets that move give the same tokens on Vulkan as on the CPU") {
+    const std::string path = write_gemma3("gemma3-moving-vulkan.gguf", 2);
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    h2o_model_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+    std::vector<std::vector<int32_t>> tokens;
+    for (uint32_t backend : {uint32_t{H2O_BACKEND_CPU}, uint32_t{H2O_BACKEND_VULKAN}}) {
+        const h2o_session_params p = moving_params(backend);
+        h2o_session *session = nullptr;
+        const h2o_status created = h2o_session_create(model, &p, &session);
+        if (created == H2O_ERR_BACKEND_UNAVAILABLE && !std::getenv("H2O_REQUIRE_VULKAN")) {
+            MESSAGE("not run on Vulkan: no device");
+            break;
+        }
+        REQUIRE_MESSAGE(created == H2O_OK, h2o_last_error());
+        const std::string story = "Once upon a time there was a little fox who lived by the river and loved to sing.";
+        REQUIRE(h2o_session_add_text(session, story.data(), story.size(), 0) == H2O_OK);
+        tokens.push_back(greedy(session, 60, info.n_vocab));  // past the global layers' budgets: they rebalance
+        h2o_session_free(session);
+    }
+    if (tokens.size() == 2) CHECK(tokens[0] == tokens[1]);
     h2o_model_free(model);
 }
