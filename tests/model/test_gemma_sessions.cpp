@@ -157,7 +157,7 @@ h2o_session_params moving_params(uint32_t backend) {
     return p;
 }
 
-TEST_CASE("gemma sessions: budgets move between the global layers and their heads; local layers keep their windows") {
+TEST_CASE("gemma sessions: budgets move between the global layers and their heads, and local layers keep their windows") {
     const std::string path = write_gemma3("gemma3-moving.gguf", 2);
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);

@@ -339,7 +339,7 @@ TEST_CASE("kv_sinks_every_policy: a window with it keeps exactly what sink_windo
     std::vector<uint8_t> snapshot(bound);
     REQUIRE(h2o_session_save_to_buffer(session, snapshot.data(), snapshot.size(), &size) == H2O_OK);
     snapshot.resize(size);
-    CHECK(snapshot[8] == 8);
+    CHECK(snapshot[8] == kSnapshotFormatVersion);
     h2o_session *loaded = nullptr;
     REQUIRE(h2o_session_load_from_buffer(handle, snapshot.data(), snapshot.size(), nullptr, &loaded) == H2O_OK);
     double value = 0.0;
