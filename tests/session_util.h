@@ -22,11 +22,12 @@ inline h2o::GenerateSettings greedy(uint32_t n) {
 }
 
 // Creates a session, or prints the skip marker and returns null when its backend is not on this
-// machine (unless CI requires the device backends: H2O_REQUIRE_VULKAN=1).
+// machine (unless CI requires that device backend: H2O_REQUIRE_VULKAN=1, H2O_REQUIRE_CUDA=1).
 inline std::unique_ptr<h2o::Session> session_or_skip(const h2o::Model &model, const h2o::SessionSettings &settings) {
     std::unique_ptr<h2o::Session> session;
     const h2o::Status created = h2o::Session::create(model, settings, &session);
-    if (created.code == H2O_ERR_BACKEND_UNAVAILABLE && !std::getenv("H2O_REQUIRE_VULKAN")) {
+    const char *required = settings.backend == H2O_BACKEND_CUDA ? "H2O_REQUIRE_CUDA" : "H2O_REQUIRE_VULKAN";
+    if (created.code == H2O_ERR_BACKEND_UNAVAILABLE && !std::getenv(required)) {
         std::printf("H2O-SKIP: %s\n", created.message.c_str());
         return nullptr;
     }

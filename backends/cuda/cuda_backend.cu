@@ -337,40 +337,44 @@ __global__ void argmax_kernel(int32_t *out, const float *in, int64_t cols) {
 
 // ---- the KV cache -------------------------------------------------------------------------------
 
-// The device's KV cache. A cell is one (layer, kv head); slot arrays are [cell][slot], a cell of
-// layer l holding KvConfig::slots_in(l) slots from KvConfig::first_slot_of(l) + kv head * them.
+// The device's KV cache. A cell is one (layer, kv head); slot arrays are [cell][slot], cell c
+// holding cell_slots[c] slots from cell_first[c]: KvConfig::slots_in(l) from
+// KvConfig::uniform_cell_first until the heads' budgets move (kv_head_budgets.h). The per-kv-head
+// scratch is laid out by the most slots a cell may hold (KvConfig::max_cell_slots: the stride).
 struct KvDevice {
     uint8_t *keys = nullptr, *values = nullptr;  // rows of key_row / value_row bytes
     int64_t *stream = nullptr;                   // stream index, -1: free
     int32_t *position = nullptr;
     uint8_t *tag = nullptr;         // kv_make_tag: pinned, retention span
     SlotStats *stats = nullptr;     // null when the policy reads none
-    SlotStats *partial = nullptr;   // [n_kv][the layer's n_slots]: the current batch's statistics
+    SlotStats *partial = nullptr;   // [n_kv][stride]: the current batch's statistics
     int32_t *free_list = nullptr;   // per cell, a stack of slots freed by eviction
     int32_t *used = nullptr;        // [cell]: slots [0, used) have held a token
     int32_t *free_count = nullptr;  // [cell]
+    int64_t *cell_first = nullptr;  // [cell]: the cell's first slot (KvImage::cell_first_slot)
+    int32_t *cell_slots = nullptr;  // [cell]: its slots
     uint64_t *rng = nullptr;        // the random policy's xorshift64* state
-    int32_t *batch_slot = nullptr;  // [n_kv][the layer's n_slots]: the slot of each token of the batch
-    int64_t *victims = nullptr;     // [n_kv][the layer's n_slots]: stream indices evicted for the batch
-    int32_t *candidates = nullptr;  // [max_slots]: the random policy's shuffle
+    int32_t *batch_slot = nullptr;  // [n_kv][stride]: the slot of each token of the batch
+    int64_t *victims = nullptr;     // [n_kv][stride]: stream indices evicted for the batch
+    int32_t *candidates = nullptr;  // [stride]: the random policy's shuffle
     double *inv_freq = nullptr;     // rotary inverse frequencies (rolling)
-    float *scores = nullptr;        // [chunk][n_head][the layer's n_slots]: a chunk's attention weights
+    float *scores = nullptr;        // [chunk][n_head][stride]: a chunk's attention weights
     int32_t *visible = nullptr;     // [chunk][n_kv]: slots each query of the chunk sees
 };
 
 // What one layer's eviction and storing needs.
 struct ClaimArgs {
     KvDevice kv;
-    int layer, n_kv, n_slots, head_dim, n, pairs;  // n_slots: the layer's
+    int layer, n_kv, stride, head_dim, n, pairs;  // stride: of the per-kv-head scratch
     RotaryPairing pairing;
-    size_t first_slot;  // the layer's first cell's first slot
     KvRowFormat key_format, value_format;
     size_t key_row, value_row;
     uint32_t policy;
     int64_t first_index, recent_from, stale_before, sinks;
     uint8_t tag;  // the batch's
     bool rolling, random;
-    bool by_proxy;  // kv_ranks_by_proxy: rank by kv_prompt_priority
+    bool positions_per_kv_head;  // positions holds n per kv head (AttentionBatch)
+    bool by_proxy;               // kv_ranks_by_proxy: rank by kv_prompt_priority
     float prompt_share;
     uint32_t prompt_seed;
     int32_t span_min[KV_MAX_SPANS];  // each retention span's minimum per cell
@@ -427,17 +431,16 @@ __device__ int takeable(const ClaimArgs &a, const SpanCounts &c, int plain_candi
     return total;
 }
 
-__device__ float victim_priority(const ClaimArgs &a, size_t at) {
+__device__ float victim_priority(const ClaimArgs &a, size_t at, KV_UINT cell) {
     const SlotStats s = a.kv.stats ? a.kv.stats[at] : kv_stats_zero();
     const int64_t stream = a.kv.stream[at];
-    const auto cell = static_cast<KV_UINT>(a.layer * a.n_kv + static_cast<int>((at - a.first_slot) / static_cast<size_t>(a.n_slots)));
     return kv_batch_priority(a.policy, a.by_proxy, s, stream < a.stale_before, stream, cell, a.prompt_seed, a.prompt_share);
 }
 
 // The slot with the smallest (priority, stream index) among eligible slots, or by_age: the oldest
 // occupied unpinned slot, that their spans allow to go; -1 when there is none. Every thread of
 // the block calls it.
-__device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t base, int used, bool by_age) {
+__device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t cell, size_t base, int used, bool by_age) {
     __shared__ float best_priority[kBlock];
     __shared__ int64_t best_stream[kBlock];
     __shared__ int best_slot[kBlock];
@@ -448,7 +451,7 @@ __device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t b
         const size_t at = base + s;
         const bool candidate = by_age ? kv_slot_evictable_by_age(a.kv.stream[at], kv_tag_pinned(a.kv.tag[at])) : eligible(a, at);
         if (!candidate || !span_allows(a, spans, at)) continue;
-        const float p = by_age ? 0.0f : victim_priority(a, at);
+        const float p = by_age ? 0.0f : victim_priority(a, at, static_cast<KV_UINT>(cell));
         const int64_t st = a.kv.stream[at];
         if (bslot < 0 || kv_victim_before(p, st, bp, bs)) {
             bp = p;
@@ -482,7 +485,8 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
     __shared__ int sh_used, sh_free, sh_count, sh_victims;
     __shared__ SpanCounts spans;
     for (int h = blockIdx.x; h < a.n_kv; h += gridDim.x) {
-        const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = a.first_slot + static_cast<size_t>(h) * a.n_slots;
+        const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = static_cast<size_t>(a.kv.cell_first[cell]);
+        const int cell_slots = a.kv.cell_slots[cell];
         if (threadIdx.x == 0) {
             sh_used = a.kv.used[cell];
             sh_free = a.kv.free_count[cell];
@@ -491,9 +495,9 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
         }
         __syncthreads();
         const int used = sh_used;
-        const int needed = a.n - (a.n_slots - used + sh_free);
+        const int needed = a.n - (cell_slots - used + sh_free);
         __syncthreads();  // every thread has read the counts before thread 0 changes them
-        int64_t *victims = a.kv.victims + static_cast<size_t>(h) * a.n_slots;
+        int64_t *victims = a.kv.victims + static_cast<size_t>(h) * a.stride;
         auto evict = [&](int slot) {  // thread 0 only
             const size_t at = base + slot;
             victims[sh_victims++] = a.kv.stream[at];
@@ -537,7 +541,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                 __syncthreads();
             } else if (enough) {
                 for (int i = 0; i < needed; ++i) {
-                    const int slot = argmin_slot(a, spans, base, used, false);
+                    const int slot = argmin_slot(a, spans, cell, base, used, false);
                     if (threadIdx.x == 0) {
                         leave_span(a, &spans, base + slot);
                         evict(slot);
@@ -550,7 +554,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                 // go, span minimums still kept.
                 count_spans(a, base, used, &spans);
                 for (int i = 0; i < needed; ++i) {
-                    const int slot = argmin_slot(a, spans, base, used, true);
+                    const int slot = argmin_slot(a, spans, cell, base, used, true);
                     if (slot < 0) break;
                     if (threadIdx.x == 0) {
                         leave_span(a, &spans, base + slot);
@@ -584,14 +588,15 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
             }
             __syncthreads();
         }
-        int32_t *batch_slot = a.kv.batch_slot + static_cast<size_t>(h) * a.n_slots;
+        int32_t *batch_slot = a.kv.batch_slot + static_cast<size_t>(h) * a.stride;
+        const int32_t *positions = a.positions + (a.positions_per_kv_head ? static_cast<size_t>(h) * a.n : 0);
         if (threadIdx.x == 0) {
             for (int t = 0; t < a.n; ++t) {
                 const int slot = sh_free > 0 ? a.kv.free_list[base + --sh_free] : sh_used++;
                 batch_slot[t] = slot;
                 const size_t at = base + slot;
                 a.kv.stream[at] = a.first_index + t;
-                a.kv.position[at] = a.positions[t];
+                a.kv.position[at] = positions[t];
                 a.kv.tag[at] = a.tag;
                 if (a.kv.stats) a.kv.stats[at] = kv_stats_zero();
             }
@@ -615,8 +620,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
 
 struct AttentionArgs {
     KvDevice kv;
-    int layer, n_kv, n_head, n_slots, head_dim, n, t0;
-    size_t first_slot;
+    int layer, n_kv, n_head, stride, head_dim, n, t0;  // stride: of the scores' rows
     KvRowFormat key_format, value_format;
     size_t key_row, value_row;
     int64_t first_index;
@@ -657,7 +661,7 @@ __device__ AttentionBlock attention_block(const AttentionArgs &a) {
     b.group = a.n_head / a.n_kv;
     b.h = b.head / b.group;
     b.cell = static_cast<size_t>(a.layer) * a.n_kv + b.h;
-    b.base = a.first_slot + static_cast<size_t>(b.h) * a.n_slots;
+    b.base = static_cast<size_t>(a.kv.cell_first[b.cell]);
     const int used = a.kv.used[b.cell];
     b.begin = min(used, b.split * a.split_len);
     b.end = min(used, b.begin + a.split_len);
@@ -674,7 +678,7 @@ __global__ void __launch_bounds__(kBlock) attention_scores_kernel(AttentionArgs 
     const int64_t query_index = a.first_index + b.t;
     for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) q[d] = a.q[b.t * a.q_cols + b.head * a.head_dim + d];
     __syncthreads();
-    float *weights = a.kv.scores + (static_cast<size_t>(b.c) * a.n_head + b.head) * a.n_slots;
+    float *weights = a.kv.scores + (static_cast<size_t>(b.c) * a.n_head + b.head) * a.stride;
     SoftmaxState state = softmax_empty();
     int visible = 0;
     for (int s = b.begin + threadIdx.x; s < b.end; s += blockDim.x) {
@@ -726,7 +730,7 @@ __global__ void __launch_bounds__(kBlock) attention_values_kernel(AttentionArgs 
         }
     }
     __syncthreads();
-    float *weights = a.kv.scores + (static_cast<size_t>(b.c) * a.n_head + b.head) * a.n_slots;
+    float *weights = a.kv.scores + (static_cast<size_t>(b.c) * a.n_head + b.head) * a.stride;
     for (int s = b.begin + threadIdx.x; s < b.end; s += blockDim.x) weights[s] = softmax_weight(total, weights[s]);
     __syncthreads();
     // Warp w takes the range's slots w, w + kAttentionWarps, ..., its lanes a row's dimensions side
@@ -768,8 +772,7 @@ __global__ void attention_reduce_kernel(AttentionArgs a) {
 
 struct StatsArgs {
     KvDevice kv;
-    int layer, n_kv, n_head, n_slots, n, t0, count;
-    size_t first_slot;
+    int layer, n_kv, n_head, stride, n, t0, count;  // stride: of the per-kv-head scratch
     int64_t first_index;
     float decay;
     int proxy;       // kv_proxy_queries
@@ -780,34 +783,34 @@ struct StatsArgs {
 // blocks (kv head, range of kBlock slots), one thread per slot.
 __global__ void attention_stats_kernel(StatsArgs a) {
     const int h = blockIdx.x, group = a.n_head / a.n_kv;
-    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = a.first_slot + static_cast<size_t>(h) * a.n_slots;
+    const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h, base = static_cast<size_t>(a.kv.cell_first[cell]);
     const int used = a.kv.used[cell];
     for (int s = blockIdx.y * blockDim.x + threadIdx.x; s < used; s += gridDim.y * blockDim.x) {
         const int64_t index = a.kv.stream[base + s];
         if (index < 0) continue;
-        SlotStats partial = a.kv.partial[static_cast<size_t>(h) * a.n_slots + s];
+        SlotStats partial = a.kv.partial[static_cast<size_t>(h) * a.stride + s];
         for (int c = 0; c < a.count; ++c) {
             const int t = a.t0 + c;
             if (!attention_visible(index, a.first_index + t, a.window)) continue;
             float w = 0.0f;
-            for (int g = 0; g < group; ++g) w += a.kv.scores[(static_cast<size_t>(c) * a.n_head + h * group + g) * a.n_slots + s];
+            for (int g = 0; g < group; ++g) w += a.kv.scores[(static_cast<size_t>(c) * a.n_head + h * group + g) * a.stride + s];
             const float threshold = kv_importance_threshold(static_cast<KV_UINT>(group),
                                                             static_cast<KV_UINT>(a.kv.visible[static_cast<size_t>(c) * a.n_kv + h]));
             partial = kv_stats_add_query(
                 partial, w, threshold, kv_persistence_weight(a.decay, static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t)),
                 kv_is_proxy_query(static_cast<KV_UINT>(a.n), static_cast<KV_UINT>(t), static_cast<KV_UINT>(a.proxy)));
         }
-        a.kv.partial[static_cast<size_t>(h) * a.n_slots + s] = partial;
+        a.kv.partial[static_cast<size_t>(h) * a.stride + s] = partial;
     }
 }
 
-__global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int n_slots, size_t first_slot, float old_persistence_weight) {
+__global__ void attention_fold_kernel(KvDevice kv, int layer, int n_kv, int stride, float old_persistence_weight) {
     const int h = blockIdx.x;
-    const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = first_slot + static_cast<size_t>(h) * n_slots;
+    const size_t cell = static_cast<size_t>(layer) * n_kv + h, base = static_cast<size_t>(kv.cell_first[cell]);
     const int used = kv.used[cell];
     for (int s = blockIdx.y * blockDim.x + threadIdx.x; s < used; s += gridDim.y * blockDim.x) {
         kv.stats[base + s] =
-            kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * n_slots + s], old_persistence_weight, true);
+            kv_stats_fold(kv.stats[base + s], kv.partial[static_cast<size_t>(h) * stride + s], old_persistence_weight, true);
     }
 }
 
@@ -876,7 +879,7 @@ public:
         return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     }
 
-    size_t allocated_bytes() const override { return allocated_; }
+    size_t allocated_bytes() const override { return allocated_ + rebalance_host_.bytes(); }
 
     Traffic traffic() const override {
         Traffic t = traffic_;
@@ -998,13 +1001,22 @@ public:
         return download_raw(kv_.stats, out, slot_count() * sizeof(SlotStats));
     }
     Status download_kv_cell_slots(int32_t *out) override {
-        for (int l = 0; l < kv_config_.n_layer; ++l) {
-            for (int h = 0; h < kv_config_.n_head_kv; ++h) *out++ = kv_config_.slots_in(l);
-        }
+        H2O_TRY(failed_);
+        if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
+        return download_raw(kv_.cell_slots, out, static_cast<size_t>(kv_config_.n_layer) * kv_config_.n_head_kv * sizeof(int32_t));
+    }
+    // The rule of kv_head_budgets.h on a host copy of the whole cache: down, rebalanced, up.
+    Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) override {
+        H2O_TRY(failed_);
+        if (!has_kv_ || kv_config_.head_share <= 0.0f) return Status::Ok();
+        KvImage &image = rebalance_host_.image();
+        for (const ImageArray &a : image_arrays(image)) H2O_TRY(download_raw(a.device, a.host, a.bytes));
+        std::copy(span_min_, span_min_ + KV_MAX_SPANS, image.span_minimum);
+        rebalance_host_.rebalance_heads(next_index, incoming);
+        rebalance_host_.cell_fill(held, slots);
+        for (const ImageArray &a : image_arrays(image)) H2O_TRY(copy_to_device_now(a.device, a.host, a.bytes));
         return Status::Ok();
     }
-    // Budgets never move here (cuda_runs_kv refuses head_share).
-    Status rebalance_kv(int64_t, int, int32_t *, int32_t *) override { return failed_; }
     Status download_kv_tags(uint8_t *out) override {
         H2O_TRY(failed_);
         if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
@@ -1124,6 +1136,7 @@ private:
     RotarySpec rope_spec_[2];  // what each of rope_inv_freq_ holds
     int last_rope_slot_ = 0;
     double *local_inv_freq_ = nullptr;  // rolling: the local layers' (KvConfig::local_rope), or null
+    KvCache rebalance_host_;            // rebalance_kv's host copy, when the heads' budgets move
 
     bool has_kv_ = false;
     int32_t span_min_[KV_MAX_SPANS] = {};  // set_kv_span_minimums
@@ -1146,7 +1159,8 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     value_row_ = kv_row_bytes(value_format, config.head_dim);
     kv_config_ = config;
     const size_t cells = static_cast<size_t>(config.n_layer) * config.n_head_kv;
-    const size_t slots = static_cast<size_t>(config.total_slots()), per_head = static_cast<size_t>(config.n_head_kv) * config.max_slots();
+    const size_t slots = static_cast<size_t>(config.total_slots()),
+                 per_head = static_cast<size_t>(config.n_head_kv) * config.max_cell_slots();
     H2O_TRY(device_array(slots * key_row_, &kv_.keys));
     H2O_TRY(device_array(slots * value_row_, &kv_.values));
     H2O_TRY(device_array(slots, &kv_.stream));
@@ -1159,10 +1173,14 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(device_array(slots, &kv_.free_list));
     H2O_TRY(device_array(cells, &kv_.used));
     H2O_TRY(device_array(cells, &kv_.free_count));
+    H2O_TRY(device_array(cells, &kv_.cell_first));
+    H2O_TRY(device_array(cells, &kv_.cell_slots));
     H2O_TRY(device_array(1, &kv_.rng));
     H2O_TRY(device_array(per_head, &kv_.batch_slot));
     H2O_TRY(device_array(per_head, &kv_.victims));
-    H2O_TRY(device_array(static_cast<size_t>(config.max_slots()), &kv_.candidates));
+    H2O_TRY(device_array(static_cast<size_t>(config.max_cell_slots()), &kv_.candidates));
+    // Budgets per kv head move by the rule of kv_head_budgets.h, run on a host copy (rebalance_kv).
+    if (config.head_share > 0.0f) H2O_TRY(rebalance_host_.init(config));
     const int pairs = config.rope.pairs();
     H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &kv_.inv_freq));
     const std::vector<double> inv_freq = config.rope.inv_freqs();
@@ -1187,6 +1205,17 @@ Status CudaBackend::clear_kv() {
     std::fill(span_min_, span_min_ + KV_MAX_SPANS, 0);
     H2O_TRY(check(cudaMemsetAsync(kv_.used, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
     H2O_TRY(check(cudaMemsetAsync(kv_.free_count, 0, cells * sizeof(int32_t), stream_), "cudaMemsetAsync"));
+    // Every cell its layer's budget (KvImage::clear).
+    std::vector<int64_t> first(cells);
+    std::vector<int32_t> sizes(cells);
+    for (size_t c = 0; c < cells; ++c) {
+        const int layer = static_cast<int>(c / static_cast<size_t>(kv_config_.n_head_kv)),
+                  head = static_cast<int>(c % static_cast<size_t>(kv_config_.n_head_kv));
+        first[c] = kv_config_.uniform_cell_first(layer, head);
+        sizes[c] = kv_config_.slots_in(layer);
+    }
+    H2O_TRY(copy_to_device_now(kv_.cell_first, first.data(), cells * sizeof(int64_t)));
+    H2O_TRY(copy_to_device_now(kv_.cell_slots, sizes.data(), cells * sizeof(int32_t)));
     if (kv_.stats) H2O_TRY(check(cudaMemsetAsync(kv_.stats, 0, slot_count() * sizeof(SlotStats), stream_), "cudaMemsetAsync"));
     // KvImage::clear's generator state (the value is on this stack: the copy is waited for).
     const uint64_t rng = kv_initial_random_state(kv_config_.policy.seed);
@@ -1205,6 +1234,8 @@ std::vector<CudaBackend::ImageArray> CudaBackend::image_arrays(KvImage &image) {
         {kv_.free_list, image.free_list.data(), image.free_list.size() * sizeof(int32_t)},
         {kv_.used, image.used.data(), image.used.size() * sizeof(int32_t)},
         {kv_.free_count, image.free_count.data(), image.free_count.size() * sizeof(int32_t)},
+        {kv_.cell_first, image.cell_first_slot.data(), image.cell_first_slot.size() * sizeof(int64_t)},
+        {kv_.cell_slots, image.cell_slots.data(), image.cell_slots.size() * sizeof(int32_t)},
         {kv_.rng, &image.random_state, sizeof image.random_state},
     };
     if (kv_.stats) arrays.push_back({kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)});
@@ -1215,7 +1246,7 @@ Status CudaBackend::save_kv(ByteWriter &out) {
     H2O_TRY(failed_);
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
     KvImage image;
-    H2O_TRY(image.allocate(kv_config_));  // every cell its layer's budget: budgets never move here
+    H2O_TRY(image.allocate(kv_config_));
     for (const ImageArray &a : image_arrays(image)) H2O_TRY(download_raw(a.device, a.host, a.bytes));
     save_kv_image(kv_config_, image, out);
     return Status::Ok();
@@ -1238,15 +1269,16 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: attention without a KV cache");
     const int n = batch.n_tokens;
     if (n <= 0) return Status::Ok();
-    const int n_slots = kv_config_.slots_in(layer);
-    const auto first_slot = static_cast<size_t>(kv_config_.first_slot_of(layer));
-    if (n > n_slots) return make_error(H2O_ERR_INTERNAL, "cuda backend: a batch larger than the KV cache");
+    // Each cell's region is on the device (cell_first, cell_slots); the scratch rows are as long
+    // as the most slots a cell of the layer may hold.
+    const int stride = kv_config_.max_cell_slots(layer);
+    if (n > kv_config_.min_cell_slots(layer)) return make_error(H2O_ERR_INTERNAL, "cuda backend: a batch larger than the KV cache");
     if (shape.n_head_kv != kv_config_.n_head_kv || shape.head_dim != kv_config_.head_dim || shape.n_head % shape.n_head_kv != 0) {
         return make_error(H2O_ERR_INTERNAL, "cuda backend: the model's heads do not match the KV cache");
     }
     if (scratch_heads_ < shape.n_head) {
         // Weights of a chunk of queries, and their visible-slot counts: as many tokens as the budget allows.
-        const size_t per_token = sizeof(float) * static_cast<size_t>(shape.n_head) * kv_config_.max_slots() +
+        const size_t per_token = sizeof(float) * static_cast<size_t>(shape.n_head) * kv_config_.max_cell_slots() +
                                  sizeof(int32_t) * static_cast<size_t>(shape.n_head_kv);
         chunk_ = static_cast<int>(std::clamp<size_t>(kAttentionScratchBudget / per_token, 1, static_cast<size_t>(max_batch_)));
         H2O_TRY(device_array(per_token / sizeof(float) * chunk_, &kv_.scores));
@@ -1267,8 +1299,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     if (kv_config_.is_window_layer(layer)) c.kv.inv_freq = local_inv_freq_;  // rolled keys turn back by the local rotation
     c.layer = layer;
     c.n_kv = shape.n_head_kv;
-    c.n_slots = n_slots;
-    c.first_slot = first_slot;
+    c.stride = stride;
     c.head_dim = shape.head_dim;
     c.n = n;
     c.pairs = kv_config_.rope.pairs();
@@ -1294,15 +1325,16 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     c.k_cols = k.cols;
     c.v_cols = v.cols;
     c.positions = device_ptr<const int32_t>(batch.positions);
+    c.positions_per_kv_head = batch.positions_per_kv_head;
     kv_claim_kernel<<<random ? 1 : shape.n_head_kv, kBlock, 0, stream_>>>(c);
     H2O_TRY(launched("kv_claim"));
 
     const bool statistics = kv_.stats != nullptr;
     if (statistics) {
-        H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * n_slots, stream_),
+        H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * stride, stream_),
                       "cudaMemsetAsync"));
     }
-    const dim3 slot_blocks(static_cast<unsigned>(shape.n_head_kv), static_cast<unsigned>((n_slots + kBlock - 1) / kBlock));
+    const dim3 slot_blocks(static_cast<unsigned>(shape.n_head_kv), static_cast<unsigned>((stride + kBlock - 1) / kBlock));
     for (int t0 = 0; t0 < n; t0 += chunk_) {
         const int count = std::min(chunk_, n - t0);
         AttentionArgs a;
@@ -1310,8 +1342,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         a.layer = layer;
         a.n_kv = shape.n_head_kv;
         a.n_head = shape.n_head;
-        a.n_slots = n_slots;
-        a.first_slot = first_slot;
+        a.stride = stride;
         a.head_dim = shape.head_dim;
         a.n = n;
         a.t0 = t0;
@@ -1327,8 +1358,8 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         a.q_cols = q.cols;
         a.out = device_ptr<float>(out);
         a.out_cols = out.cols;
-        a.n_split = attention_splits(count * shape.n_head, n_slots);
-        a.split_len = (n_slots + a.n_split - 1) / a.n_split;
+        a.n_split = attention_splits(count * shape.n_head, stride);
+        a.split_len = (stride + a.n_split - 1) / a.n_split;
         a.split_state = split_state_;
         a.split_visible = split_visible_;
         a.partial_out = partial_out_;
@@ -1347,8 +1378,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
             s.layer = layer;
             s.n_kv = shape.n_head_kv;
             s.n_head = shape.n_head;
-            s.n_slots = n_slots;
-            s.first_slot = first_slot;
+            s.stride = stride;
             s.n = n;
             s.t0 = t0;
             s.count = count;
@@ -1361,7 +1391,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
         }
     }
     if (statistics) {
-        attention_fold_kernel<<<slot_blocks, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, n_slots, first_slot,
+        attention_fold_kernel<<<slot_blocks, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, stride,
                                                                    kv_power(policy.persistence_decay, static_cast<KV_UINT>(n)));
         H2O_TRY(launched("attention_fold"));
     }
@@ -1381,10 +1411,6 @@ Status cuda_runs_weight_type(TensorType type) {
 
 Status cuda_runs_kv(const KvConfig &config) {
     H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
-    if (config.head_share > 0.0f) {
-        return make_error(H2O_ERR_UNSUPPORTED,
-                          "the CUDA backend keeps every kv head's budget fixed: kv_head_share is not implemented there");
-    }
     if (config.head_dim > kCudaMaxHeadDim) {
         return make_error(H2O_ERR_UNSUPPORTED, "the CUDA attention kernels run heads of up to " + std::to_string(kCudaMaxHeadDim) +
                                                    " dimensions, not " + std::to_string(config.head_dim));

@@ -50,8 +50,8 @@ typedef enum h2o_experimental_key {
      * budget; pinned tokens and span minimums must fit there. Only with the policies that gather
      * statistics; ignored by a full cache. With position_rolling, each head's rotary positions
      * are ranks among its own tokens. On a model with sliding-window layers, slots move within
-     * each global layer (a local layer holds its window). The CPU and Vulkan backends run it
-     * (CUDA refuses it). */
+     * each global layer (a local layer holds its window). Every backend runs it: the CPU on its
+     * cache, Vulkan and CUDA on a host copy of theirs at each rebalancing. */
     H2O_EXP_KV_HEAD_SHARE = 3,
     /** 1: H2O_EXP_KV_HEAD_SHARE's slots move between the kv heads of every layer instead of each
      * layer's own, so a layer whose heads attend to few tokens gives slots to one whose heads

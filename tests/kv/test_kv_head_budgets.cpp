@@ -703,10 +703,9 @@ TEST_CASE("kv_head_share: validation") {
     h2o_model_free(model);
 }
 
-TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as the CPU") {
-    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    std::unique_ptr<Model> model;
-    REQUIRE(Model::load(path, "", &model).ok());
+// On a device backend (Vulkan, CUDA), which runs the rule on a host copy of its cache: the same
+// regions, kept tokens, positions and text as the CPU.
+void check_head_share_on_device(const Model &model, uint32_t device) {
     // The backends' statistics agree to rounding, not bit for bit, so over a long generation two
     // tokens whose priorities are within rounding of each other are ranked differently sooner or
     // later, with fixed budgets as with these (a Scissorhands count of weights above a threshold
@@ -722,17 +721,17 @@ TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as th
             CAPTURE(name);
             CAPTURE(rolling);
             CAPTURE(across_layers);
-            SessionSettings settings = head_share_settings(*model, 0.75f, H2O_BACKEND_VULKAN);
+            SessionSettings settings = head_share_settings(model, 0.75f, device);
             settings.policy.policy = policy;
             settings.rolling = rolling;
             settings.kv_share_across_layers = across_layers;
             settings.kv_layer_slope = policy == KvPolicy::H2O ? 0.5f : 0.0f;
             settings.policy.horizon = 0;  // stale tokens, evicted first, leave the cells' shares even
-            std::unique_ptr<Session> gpu = h2o_test::session_or_skip(*model, settings);
+            std::unique_ptr<Session> gpu = h2o_test::session_or_skip(model, settings);
             if (!gpu) return;
             settings.backend = H2O_BACKEND_CPU;
             std::unique_ptr<Session> cpu;
-            REQUIRE(Session::create(*model, settings, &cpu).ok());
+            REQUIRE(Session::create(model, settings, &cpu).ok());
             std::string gpu_text, cpu_text;
             const TextSink collect = [](const char *piece, size_t size, void *out) {
                 static_cast<std::string *>(out)->append(piece, size);
@@ -764,4 +763,18 @@ TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as th
             CHECK(moved);
             CHECK(layers_moved == across_layers);
         }
+}
+
+TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as the CPU") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    check_head_share_on_device(*model, H2O_BACKEND_VULKAN);
+}
+
+TEST_CASE("kv_head_share on CUDA: the same regions, kept tokens and text as the CPU") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    check_head_share_on_device(*model, H2O_BACKEND_CUDA);
 }

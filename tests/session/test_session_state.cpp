@@ -246,7 +246,6 @@ void check_device_snapshots_of_settings(const std::string &path, uint32_t device
     one_shot.experimental[H2O_EXP_KV_PROMPT_PROXY] = 6;
     one_shot.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 0.3f;
     check_resumption(path, one_shot, 0.9f, device, device);
-    if (device == H2O_BACKEND_CUDA) return;  // its kv heads' budgets never move (kv_head_share is refused there)
     // Budgets per kv head: the device's cell regions travel with the snapshot, both ways; across
     // layers (one region of rows for the whole cache) with rolling.
     for (int rolling : {0, 1}) {
