@@ -129,10 +129,10 @@ struct Options {
     uint32_t prompt_proxy = 0;  // kv_prompt_proxy
     float prompt_random_share = 0.0f;
     float head_share = 0.0f;
-    bool across_layers = false;       // kv_share_across_layers
-    uint32_t rebalance_interval = H2O_KV_REBALANCE_INTERVAL_DEFAULT;
-    bool repeats = false;             // stream mode: the text is shorter than the stream
-    std::vector<uint32_t> retention;  // retention mode: the lengths of other text (empty: off)
+    bool across_layers = false;                                       // kv_share_across_layers
+    uint32_t rebalance_interval = H2O_KV_REBALANCE_INTERVAL_DEFAULT;  // kv_rebalance_interval
+    bool repeats = false;                                             // stream mode: the text is shorter than the stream
+    std::vector<uint32_t> retention;                                  // retention mode: the lengths of other text (empty: off)
     uint32_t trials = 8, passage = 24;
     std::vector<float> min_shares;  // retention mode: the passage as a retention span of these shares
     int rolling = -1;               // -1: the mode's default
@@ -223,7 +223,8 @@ Options parse_options(int argc, char **argv) {
     if (!o.min_shares.empty() && o.retention.empty()) usage_error("--min-shares is for --retention mode");
     if (o.prompt > 0 && (o.stream > 0 || !o.retention.empty())) usage_error("--prompt is for chunk mode");
     if (o.across_layers && o.head_share == 0.0f) usage_error("--across-layers moves the --head-share's slots: give a head share");
-    if (cl.given("--rebalance-interval") && o.head_share == 0.0f) usage_error("--rebalance-interval times the --head-share's moves: give a head share");
+    if (cl.given("--rebalance-interval") && o.head_share == 0.0f)
+        usage_error("--rebalance-interval times the --head-share's moves: give a head share");
     if (o.prompt > 0 && o.prompt + 1 >= o.chunk) usage_error("--prompt must leave tokens of the chunk to score");
     if (o.rolling < 0) o.rolling = o.stream > 0 || !o.retention.empty() ? 1 : 0;
     if (!o.retention.empty()) return o;                             // each trial sizes its own sessions

@@ -301,11 +301,13 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
     // Budgets move between the global layers' cells; a model's local layers hold their windows,
     // and the global layers' cells are not one region of the cache (they lie between local ones).
     if (context.n_local_layers > 0 && evicting && head_share > 0.0 && across_layers != 0) {
-        return bad("kv_share_across_layers is not supported for models with sliding-window layers yet (the global layers' "
-                   "cells lie between the local layers' windows); kv_head_share moves slots within each global layer");
+        return bad(
+            "kv_share_across_layers is not supported for models with sliding-window layers yet (the global layers' "
+            "cells lie between the local layers' windows); kv_head_share moves slots within each global layer");
     }
     s.kv_layer_slope = evicting ? static_cast<float>(layer_slope) : 0.0f;
-    const std::vector<int> layer_budgets = kv_layer_budgets(context.n_layer - context.n_local_layers, s.kv_budget, s.kv_layer_slope, kMinKvLayerSlots);
+    const std::vector<int> layer_budgets =
+        kv_layer_budgets(context.n_layer - context.n_local_layers, s.kv_budget, s.kv_layer_slope, kMinKvLayerSlots);
     const int smallest_budget = layer_budgets.empty() ? s.kv_budget : *std::min_element(layer_budgets.begin(), layer_budgets.end());
     s.kv_sinks_every_policy = !never_evicts && sinks_every_policy != 0;
     const bool keeps_sinks = traits.keeps_sinks || s.kv_sinks_every_policy;

@@ -21,7 +21,7 @@
 #include "rotary.h"
 #include "session.h"
 #include "session_util.h"
-#include "synthetic_model.h"
+#include "gemma_test_model.h"
 #include "test_util.h"
 
 using namespace h2o;
@@ -501,22 +501,8 @@ TEST_CASE("kv_rebalance_interval: a session moves the budgets only in the batche
 }
 
 TEST_CASE("kv_head_share on a model with sliding-window layers: the global layers' heads share slots, local layers keep windows") {
-    SyntheticModelSpec spec;  // Gemma 3: layers 2 and 5 global, the others local with 8-token windows
-    spec.architecture = "gemma3";
-    spec.type = TensorType::F32;
-    spec.n_embd = 64;
-    spec.n_layer = 6;
-    spec.n_head = 4;
-    spec.n_head_kv = 2;
-    spec.head_dim = 32;
-    spec.n_ff = 128;
-    spec.n_vocab = 320;
-    spec.tied_output = true;
-    spec.embedding_scale = 0.125f;
-    spec.sliding_window = 8;
-    spec.sliding_window_pattern = 3;
-    const std::string path = h2o_test::temp_path("gemma3-head-share.gguf");
-    REQUIRE(write_synthetic_model(spec, path).ok());
+    // Layers 2 and 5 global, the others local with 8-token windows; two kv heads.
+    const std::string path = h2o_test::write_small_gemma3("gemma3-head-share.gguf", 2);
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());
     SessionSettings settings = head_share_settings(*model, 0.5f, H2O_BACKEND_CPU);

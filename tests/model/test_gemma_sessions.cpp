@@ -7,31 +7,10 @@
 #include "doctest/doctest.h"
 #include "h2o/h2o.h"
 #include "h2o/h2o_experimental.h"
-#include "synthetic_model.h"
+#include "gemma_test_model.h"
 #include "test_util.h"
 
 namespace {
-
-// A small Gemma 3: two local layers (8-token window) to every global one.
-std::string write_gemma3(const char *name, int n_head_kv = 1) {
-    h2o::SyntheticModelSpec s;
-    s.architecture = "gemma3";
-    s.type = h2o::TensorType::F32;
-    s.n_embd = 64;
-    s.n_layer = 6;
-    s.n_head = 4;
-    s.n_head_kv = n_head_kv;
-    s.head_dim = 32;
-    s.n_ff = 128;
-    s.n_vocab = 320;
-    s.tied_output = true;
-    s.embedding_scale = 0.125f;
-    s.sliding_window = 8;
-    s.sliding_window_pattern = 3;
-    const std::string path = h2o_test::temp_path(name);
-    REQUIRE(h2o::write_synthetic_model(s, path).ok());
-    return path;
-}
 
 h2o_session_params budget_params(uint32_t n_ctx, uint32_t backend = H2O_BACKEND_CPU) {
     h2o_session_params p;
@@ -65,6 +44,24 @@ std::vector<int32_t> greedy(h2o_session *session, int n, int32_t n_vocab) {
         REQUIRE(h2o_session_decode(session, &tokens.back(), 1) == H2O_OK);
     }
     return tokens;
+}
+
+// A snapshot loaded into a new session and a fork each continue with the session's next n greedy
+// tokens.
+void check_continuations(h2o_model *model, h2o_session *session, const h2o_session_params &p, int n, int32_t n_vocab) {
+    size_t bytes = 0;
+    REQUIRE(h2o_session_state_size(session, &bytes) == H2O_OK);
+    std::vector<unsigned char> state(bytes);
+    size_t written = 0;
+    REQUIRE(h2o_session_save_to_buffer(session, state.data(), state.size(), &written) == H2O_OK);
+    h2o_session *forked = nullptr, *loaded = nullptr;
+    REQUIRE(h2o_session_fork(session, &forked) == H2O_OK);
+    REQUIRE_MESSAGE(h2o_session_load_from_buffer(model, state.data(), written, &p, &loaded) == H2O_OK, h2o_last_error());
+    const std::vector<int32_t> expected = greedy(session, n, n_vocab);
+    CHECK(greedy(forked, n, n_vocab) == expected);
+    CHECK(greedy(loaded, n, n_vocab) == expected);
+    h2o_session_free(loaded);
+    h2o_session_free(forked);
 }
 
 }  // namespace
@@ -111,21 +108,7 @@ bool check_gemma_session(h2o_model *model, uint32_t backend) {
     CHECK(memory_of(session).kv_bytes == before.kv_bytes);
 
     // A snapshot, a load and a fork each continue exactly as the session does.
-    size_t bytes = 0;
-    REQUIRE(h2o_session_state_size(session, &bytes) == H2O_OK);
-    std::vector<unsigned char> state(bytes);
-    size_t written = 0;
-    REQUIRE(h2o_session_save_to_buffer(session, state.data(), state.size(), &written) == H2O_OK);
-    h2o_session *forked = nullptr;
-    REQUIRE(h2o_session_fork(session, &forked) == H2O_OK);
-    h2o_session *loaded = nullptr;
-    REQUIRE_MESSAGE(h2o_session_load_from_buffer(model, state.data(), written, &p, &loaded) == H2O_OK, h2o_last_error());
-    const std::vector<int32_t> expected = greedy(session, 40, info.n_vocab);
-    CHECK(greedy(forked, 40, info.n_vocab) == expected);
-    CHECK(greedy(loaded, 40, info.n_vocab) == expected);
-
-    h2o_session_free(loaded);
-    h2o_session_free(forked);
+    check_continuations(model, session, p, 40, info.n_vocab);
     h2o_session_free(session);
     return true;
 }
@@ -133,7 +116,7 @@ bool check_gemma_session(h2o_model *model, uint32_t backend) {
 TEST_CASE(
     "gemma sessions: local layers hold their window in fixed memory, and pins, rolling, snapshots and forks cross both kinds, on "
     "the CPU, Vulkan and CUDA") {
-    const std::string path = write_gemma3("gemma3-sessions.gguf");
+    const std::string path = h2o_test::write_small_gemma3("gemma3-sessions.gguf");
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
     CHECK(check_gemma_session(model, H2O_BACKEND_CPU));
@@ -158,7 +141,7 @@ h2o_session_params moving_params(uint32_t backend) {
 }
 
 TEST_CASE("gemma sessions: budgets move between the global layers and their heads, and local layers keep their windows") {
-    const std::string path = write_gemma3("gemma3-moving.gguf", 2);
+    const std::string path = h2o_test::write_small_gemma3("gemma3-moving.gguf", 2);
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
     h2o_model_info info{};
@@ -195,19 +178,7 @@ TEST_CASE("gemma sessions: budgets move between the global layers and their head
     // A snapshot, a load and a fork continue exactly, between rebalancings as at them.
     for (int step = 0; step < 2; ++step) {
         CAPTURE(step);
-        size_t bytes = 0;
-        REQUIRE(h2o_session_state_size(session, &bytes) == H2O_OK);
-        std::vector<unsigned char> state(bytes);
-        size_t written = 0;
-        REQUIRE(h2o_session_save_to_buffer(session, state.data(), state.size(), &written) == H2O_OK);
-        h2o_session *forked = nullptr, *loaded = nullptr;
-        REQUIRE(h2o_session_fork(session, &forked) == H2O_OK);
-        REQUIRE_MESSAGE(h2o_session_load_from_buffer(model, state.data(), written, &p, &loaded) == H2O_OK, h2o_last_error());
-        const std::vector<int32_t> expected = greedy(session, 21, info.n_vocab);
-        CHECK(greedy(forked, 21, info.n_vocab) == expected);
-        CHECK(greedy(loaded, 21, info.n_vocab) == expected);
-        h2o_session_free(loaded);
-        h2o_session_free(forked);
+        check_continuations(model, session, p, 21, info.n_vocab);
     }
     h2o_session_free(session);
     session = nullptr;
@@ -221,7 +192,7 @@ TEST_CASE("gemma sessions: budgets move between the global layers and their head
 }
 
 TEST_CASE("gemma sessions: budgets that move give the same tokens on Vulkan as on the CPU") {
-    const std::string path = write_gemma3("gemma3-moving-vulkan.gguf", 2);
+    const std::string path = h2o_test::write_small_gemma3("gemma3-moving-vulkan.gguf", 2);
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
     h2o_model_info info{};

@@ -131,9 +131,9 @@ TEST_CASE("kv settings table: the parameters for resolved settings resolve to th
         double slope, proxy, share, head_share, across, sinks_every_policy, interval;
     };
     const Case cases[] = {{H2O_KV_SCISSORHANDS, 32, 0, 0, 0, 0, 0, 0, 0, 16}, {H2O_KV_SCISSORHANDS, 0, 0, 0.5, 0, 0, 0.5, 1, 0, 16},
-                          {H2O_KV_H2O, 48, 1, -0.25, 6, 0.3, 0.5, 1, 1, 0},  {H2O_KV_WINDOW, 40, 1, 0.25, 0, 0, 0, 0, 1, 3},
-                          {H2O_KV_SINK_WINDOW, 64, 0, 0, 0, 0, 0, 0, 0, 16}, {H2O_KV_TOVA, 32, 0, 0, 4, 0, 0.25, 0, 1, 7},
-                          {H2O_KV_RANDOM, 32, 1, 0, 0, 0, 0, 0, 0, 16},      {H2O_KV_MEAN_H2O, 64, 0, 0.5, 0, 0, 0, 0, 0, 16}};
+                          {H2O_KV_H2O, 48, 1, -0.25, 6, 0.3, 0.5, 1, 1, 0},   {H2O_KV_WINDOW, 40, 1, 0.25, 0, 0, 0, 0, 1, 3},
+                          {H2O_KV_SINK_WINDOW, 64, 0, 0, 0, 0, 0, 0, 0, 16},  {H2O_KV_TOVA, 32, 0, 0, 4, 0, 0.25, 0, 1, 7},
+                          {H2O_KV_RANDOM, 32, 1, 0, 0, 0, 0, 0, 0, 16},       {H2O_KV_MEAN_H2O, 64, 0, 0.5, 0, 0, 0, 0, 0, 16}};
     for (const Case &c : cases) {
         CAPTURE(c.policy);
         CAPTURE(c.budget);
