@@ -178,6 +178,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         sp.position_rolling = s.rolling;
         sp.experimental[H2O_EXP_KV_HEAD_SHARE] = s.head_share;
         sp.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = s.across_layers;
+        if (s.across_layers) sp.experimental[H2O_EXP_KV_REBALANCE_INTERVAL] = 3;  // the default 16 for the other share
         if (s.policy == H2O_KV_TOVA) {  // one-shot prompt eviction's settings in the header
             sp.experimental[H2O_EXP_KV_PROMPT_PROXY] = 8;
             sp.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 0.25f;
@@ -206,8 +207,9 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         write_file(dir / ("snapshot-" + std::to_string(n)), whole);
         if (s.policy == H2O_KV_H2O) {
             // The same snapshot in formats 1 (library 0.2), 2 (before retention spans), 4
-            // (library 0.3), 5 (library 0.4), 6 (library 0.5) and 7 (library 0.6), which are still read.
-            for (uint32_t version : {1u, 2u, 4u, 5u, 6u, 7u}) {
+            // (library 0.3), 5 (library 0.4), 6 (library 0.5), 7 (library 0.6) and 8 (library
+            // 0.7), which are still read.
+            for (uint32_t version : {1u, 2u, 4u, 5u, 6u, 7u, 8u}) {
                 Bytes older = h2o_test::snapshot_as_version(snapshot, version);
                 if (older.empty()) die("cannot write an older snapshot format");
                 older.insert(older.begin(), 0);
