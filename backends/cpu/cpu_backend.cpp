@@ -276,8 +276,8 @@ public:
         return Status::Ok();
     }
 
-    Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) override {
-        kv_.rebalance_heads(next_index, incoming);
+    Status rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) override {
+        kv_.rebalance_heads(next_index, incoming, floor);
         kv_.cell_fill(held, slots);
         return Status::Ok();
     }

@@ -1006,13 +1006,13 @@ public:
         return download_raw(kv_.cell_slots, out, static_cast<size_t>(kv_config_.n_layer) * kv_config_.n_head_kv * sizeof(int32_t));
     }
     // The rule of kv_head_budgets.h on a host copy of the whole cache: down, rebalanced, up.
-    Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) override {
+    Status rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) override {
         H2O_TRY(failed_);
         if (!has_kv_ || kv_config_.head_share <= 0.0f) return Status::Ok();
         KvImage &image = rebalance_host_.image();
         for (const ImageArray &a : image_arrays(image)) H2O_TRY(download_raw(a.device, a.host, a.bytes));
         std::copy(span_min_, span_min_ + KV_MAX_SPANS, image.span_minimum);
-        rebalance_host_.rebalance_heads(next_index, incoming);
+        rebalance_host_.rebalance_heads(next_index, incoming, floor);
         rebalance_host_.cell_fill(held, slots);
         for (const ImageArray &a : image_arrays(image)) H2O_TRY(copy_to_device_now(a.device, a.host, a.bytes));
         return Status::Ok();

@@ -301,7 +301,7 @@ public:
     Status download_kv_statistics(SlotStats *out) override;
     Status download_kv_tags(uint8_t *out) override;
     Status download_kv_cell_slots(int32_t *out) override;
-    Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) override;
+    Status rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) override;
     Status set_kv_span_minimums(const int32_t *minimums) override;
     // Snapshots go through a host image of the cache (kv_image.h), whose codec defines the format
     // and checks it.
@@ -1138,10 +1138,10 @@ Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
 
 // The host's rule on a host copy: the cache comes down, is rebalanced and goes back up (a whole
 // cache's traffic before every batch; a device kernel for it is not written yet).
-Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) {
+Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) {
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
     H2O_TRY(cache_to_image(rebalance_host_.image()));
-    rebalance_host_.rebalance_heads(next_index, incoming);
+    rebalance_host_.rebalance_heads(next_index, incoming, floor);
     rebalance_host_.cell_fill(held, slots);
     return cache_from_image(rebalance_host_.image());
 }

@@ -46,8 +46,12 @@ typedef enum h2o_experimental_key {
      * layer's slots that moves between its kv heads by their attention. Before a batch (every
      * H2O_EXP_KV_REBALANCE_INTERVAL stream tokens), a layer that must evict does so across all
      * its kv heads at once, taking the tokens its policy values least, and each head's region of
-     * the layer's slots is resized to what it kept plus an even share of the rest. Each head keeps at least (1 - share) of its layer's
-     * budget; pinned tokens and span minimums must fit there. Only with the policies that gather
+     * the layer's slots is resized to what it kept plus an even share of the rest. Each head keeps
+     * at least (1 - share) of its layer's budget, and more when pinned tokens and span minimums
+     * need it: a head too small to hold them and a slot to evict into is raised at once, taking
+     * slots from the heads above their minimum, so that pins up to the largest size every head
+     * can be given at once, less one, are accepted (kv_budget - 1 within each layer and, with
+     * H2O_EXP_KV_SHARE_ACROSS_LAYERS, mostly across layers too). Only with the policies that gather
      * statistics; ignored by a full cache. With position_rolling, each head's rotary positions
      * are ranks among its own tokens. On a model with sliding-window layers, slots move within
      * each global layer (a local layer holds its window). Every backend runs it: the CPU on its

@@ -68,11 +68,12 @@ public:
     // stream index next_index, evicts in every pool of cells (a layer, or the whole cache with
     // share_across_layers) whose cells cannot all take them, across its cells, the tokens its
     // policies value least, then gives each cell a region that holds what it kept plus a share of
-    // the free slots (at least KvConfig::min_cell_slots(layer)), moving the
+    // the free slots (at least KvConfig::cell_minimum(layer, floor): a pool also rebalances, and
+    // evicts from the cells above their minimum, when a cell is smaller than that), moving the
     // kept slots into the new regions in order (when no size changes, the victims' slots are
     // freed in place instead); with rolling, each cell's kept keys roll back past its victims as
     // make_room's do. Nothing happens when head_share is 0.
-    void rebalance_heads(int64_t next_index, int incoming);
+    void rebalance_heads(int64_t next_index, int incoming, int floor = 0);
 
     // Each cell's tokens held and slots, [layer][kv head] (either may be null).
     void cell_fill(int32_t *held, int32_t *slots) const;
@@ -113,7 +114,7 @@ private:
     size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(image_.cell_first_slot[cell_index(layer, kv_head)]); }
     // rebalance_heads for the pool of layers [first_layer, end_layer), and its last step: moving
     // each cell's kept slots, in order, to the start of its new region (`slots` per cell).
-    void rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming);
+    void rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming, int floor);
     void move_to_regions(int first_layer, int end_layer, const int32_t *kept, const int32_t *slots);
     void move_slot(size_t from, size_t to);
     // make_room's working memory, one per thread.

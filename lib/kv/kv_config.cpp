@@ -44,6 +44,39 @@ int KvConfig::max_cell_slots() const {
     return most;
 }
 
+int KvConfig::cell_minimum(int layer, int floor) const {
+    return is_window_layer(layer) ? min_cell_slots(layer) : std::max(min_cell_slots(layer), floor);
+}
+
+int KvConfig::max_held_from_eviction() const {
+    if (head_share <= 0.0f) return min_cell_slots() - 1;
+    int most = -1;
+    for (int layer = 0; layer < n_layer; layer = pool_end_layer(layer)) {
+        // The largest floor the pool's cells can all have: the cells' minimums, raised to it,
+        // within the pool's slots (a sum that grows with the floor, so found by bisection).
+        auto fits = [&](int64_t floor) {
+            int64_t total = 0;
+            for (int l = layer; l < pool_end_layer(layer); ++l)
+                total += static_cast<int64_t>(n_head_kv) * cell_minimum(l, static_cast<int>(floor));
+            return total <= pool_slots(layer);
+        };
+        bool global = false;
+        for (int l = layer; l < pool_end_layer(layer); ++l) global |= !is_window_layer(l);
+        if (!global) continue;
+        int64_t low = 0, high = pool_slots(layer);  // fits(low); the answer is below high + 1
+        while (low < high) {
+            const int64_t mid = (low + high + 1) / 2;
+            if (fits(mid)) {
+                low = mid;
+            } else {
+                high = mid - 1;
+            }
+        }
+        most = most < 0 ? static_cast<int>(low) : std::min(most, static_cast<int>(low));
+    }
+    return most - 1;
+}
+
 int64_t KvConfig::first_slot_of(int layer) const {
     int64_t slots = 0;
     for (int l = 0; l < layer; ++l) slots += slots_in(l);

@@ -72,6 +72,14 @@ struct KvConfig {
     // fit there); over all layers: at most (the size of per-cell scratch).
     int min_cell_slots() const;
     int max_cell_slots() const;
+    // The most tokens a cell of a global layer may hold from eviction (pins and span minimums)
+    // while keeping a slot to evict into. Fixed budgets: min_cell_slots() - 1. When budgets move,
+    // a cell may be raised above its minimum to hold them (kv_head_budgets.h: a pool's floor):
+    // one less than the largest floor every pool can give all its cells at once.
+    int max_held_from_eviction() const;
+    // A cell's fewest slots for a batch that needs `floor` of them (pins, span minimums and the
+    // batch): min_cell_slots(layer), raised to the floor in a global layer.
+    int cell_minimum(int layer, int floor) const;
     // Slots of all cells before the first cell of `layer` (layer == n_layer: all slots).
     int64_t first_slot_of(int layer) const;
     int64_t total_slots() const { return first_slot_of(n_layer); }

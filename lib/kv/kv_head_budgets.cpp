@@ -9,25 +9,37 @@
 
 namespace h2o {
 
-void KvCache::rebalance_heads(int64_t next_index, int incoming) {
+void KvCache::rebalance_heads(int64_t next_index, int incoming, int floor) {
     if (config_.head_share <= 0.0f || !kv_policy_uses_statistics(config_.policy.policy)) return;
     for (int layer = 0; layer < config_.n_layer; layer = config_.pool_end_layer(layer)) {
         // A local layer's cells are windows of the same tokens (pools span layers only without them).
-        if (!config_.is_window_layer(layer)) rebalance_pool(layer, config_.pool_end_layer(layer), next_index, incoming);
+        if (!config_.is_window_layer(layer)) rebalance_pool(layer, config_.pool_end_layer(layer), next_index, incoming, floor);
     }
 }
 
-void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming) {
+void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index, int incoming, int floor) {
     const int n_kv = config_.n_head_kv;
     const size_t first_cell = cell_index(first_layer, 0);
     const int n_cells = (end_layer - first_layer) * n_kv;
     // The pool's cells are consecutive, in (layer, kv head) order, from its first layer's first slot.
     const int64_t pool_first = layer_first_slot_[static_cast<size_t>(first_layer)];
     const int64_t pool = layer_first_slot_[static_cast<size_t>(end_layer)] - pool_first;
-    int64_t held = 0;
-    for (int i = 0; i < n_cells; ++i) held += image_.used[first_cell + i] - image_.free_count[first_cell + i];
+    // Each cell's fewest slots (its minimum, raised to the floor) and tokens held; the excess is
+    // how far the cells' sizes would pass the pool's slots if each kept what it holds or its
+    // minimum, whichever is more: a cell raised to the floor takes slots that others must free.
+    int32_t *minimum = rebalance_.slots.data(), *cell_held = rebalance_.kept.data();
+    int64_t held = 0, excess = -pool;
+    bool raised = false;
+    for (int i = 0; i < n_cells; ++i) {
+        const size_t c = first_cell + static_cast<size_t>(i);
+        minimum[i] = config_.cell_minimum(first_layer + i / n_kv, floor);
+        cell_held[i] = image_.used[c] - image_.free_count[c];
+        held += cell_held[i];
+        excess += std::max(cell_held[i], minimum[i]);
+        raised |= image_.cell_slots[c] < minimum[i];
+    }
     const int64_t needed = held + static_cast<int64_t>(n_cells) * incoming - pool;
-    if (needed <= 0) return;  // every cell can take the coming tokens: regions stay as they are
+    if (needed <= 0 && !raised) return;  // every cell can take the coming tokens: regions stay as they are
 
     // Candidates of every cell, by their offset in the pool's slots.
     std::vector<int64_t> &candidates = rebalance_.candidates;
@@ -62,28 +74,54 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
         if (priority[a] != priority[b] || ia != ib) return kv_victim_before(priority[a], ia, priority[b], ib);
         return a < b;  // the same token in two cells: the earlier cell first
     };
-    // Span minimums may pass over any number of candidates; without them the first `needed` in
-    // order are the victims.
-    const auto ranked =
-        static_cast<std::ptrdiff_t>(image_.any_span_minimum() ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(needed)));
+    // Span minimums and raised cells may pass over any number of candidates; without them the
+    // first `needed` in order are the victims.
+    const bool passes_over = image_.any_span_minimum() || excess > 0;
+    const auto ranked = static_cast<std::ptrdiff_t>(
+        passes_over ? n_candidates : std::min<size_t>(n_candidates, static_cast<size_t>(std::max<int64_t>(needed, 0))));
     std::partial_sort(candidates.begin(), candidates.begin() + ranked, candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates),
                       before);
     std::vector<int64_t> &victims = rebalance_.destinations;  // pool offsets (move_to_regions reuses it)
     int64_t evicted = 0;
-    for (size_t i = 0; i < static_cast<size_t>(ranked) && evicted < needed; ++i) {
-        const int64_t offset = candidates[i];
+    // Takes the victim at `offset` unless its span keeps it, or it would not lower the excess
+    // once `needed` are taken (its cell holds no more than its minimum).
+    auto take = [&](int64_t offset) {
+        const int cell = cell_of(offset);
+        if (evicted >= needed && cell_held[cell] <= minimum[cell]) return;
         const uint32_t span = kv_tag_span(image_.tags[static_cast<size_t>(pool_first + offset)]);
         if (span != 0) {
-            int32_t &held_now = span_held_by_cell[cell_of(offset) * KV_MAX_SPANS + span - 1];
-            if (!kv_span_allows_eviction(static_cast<uint32_t>(held_now), static_cast<uint32_t>(image_.span_minimum[span - 1]))) continue;
+            int32_t &held_now = span_held_by_cell[cell * KV_MAX_SPANS + span - 1];
+            if (!kv_span_allows_eviction(static_cast<uint32_t>(held_now), static_cast<uint32_t>(image_.span_minimum[span - 1]))) return;
             --held_now;
         }
+        if (cell_held[cell]-- > minimum[cell]) --excess;
         victims[static_cast<size_t>(evicted++)] = offset;
+    };
+    for (size_t i = 0; i < static_cast<size_t>(ranked) && (evicted < needed || excess > 0); ++i) take(candidates[i]);
+    if (excess > 0) {
+        // The protections (the recent window, sinks) left too few: the oldest unpinned tokens of
+        // the cells above their minimum go, as make_room's fallback takes them.
+        std::sort(victims.begin(), victims.begin() + evicted);
+        const int64_t chosen = evicted;
+        n_candidates = 0;
+        for (int64_t offset = 0; offset < pool; ++offset) {
+            const auto at = static_cast<size_t>(pool_first + offset);
+            if (kv_slot_evictable_by_age(image_.stream_index[at], kv_tag_pinned(image_.tags[at])) &&
+                !std::binary_search(victims.begin(), victims.begin() + chosen, offset)) {
+                candidates[n_candidates++] = offset;
+            }
+        }
+        std::sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(n_candidates), [&](int64_t a, int64_t b) {
+            const int64_t ia = image_.stream_index[static_cast<size_t>(pool_first + a)],
+                          ib = image_.stream_index[static_cast<size_t>(pool_first + b)];
+            return ia != ib ? ia < ib : a < b;
+        });
+        for (size_t i = 0; i < n_candidates && excess > 0; ++i) take(candidates[i]);
     }
     // The victims leave, cell by cell (in slot order, each cell's a run of them); with rolling,
     // each cell's kept keys roll back past its own victims.
     std::sort(victims.begin(), victims.begin() + evicted);
-    int32_t *kept = rebalance_.kept.data(), *slots = rebalance_.slots.data();
+    int32_t *kept = cell_held, *slots = minimum;  // each cell's minimum becomes its new size
     int64_t given = 0;
     for (int i = 0, v = 0; i < n_cells; ++i) {
         const size_t c = first_cell + static_cast<size_t>(i);
@@ -103,7 +141,7 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
         kept[i] = 0;
         for (int s = 0; s < image_.used[c]; ++s)
             kept[i] += image_.stream_index[static_cast<size_t>(image_.cell_first_slot[c] + s)] >= 0 ? 1 : 0;
-        slots[i] = std::max(kept[i], config_.min_cell_slots(layer));
+        slots[i] = std::max(kept[i], slots[i]);
         given += slots[i];
     }
     const int64_t left = pool - given;

@@ -19,6 +19,13 @@
 //     the victims' slots go to their cells' free lists as make_room's do; otherwise the kept slots
 //     move, in slot order, to the start of their cell's new region (cells in (layer, kv head)
 //     order), so each backend's cache has the same slots in the same places.
+// Pins and span minimums may need more than a cell's minimum: the session passes a floor (what
+// the batch needs held from eviction, plus the batch) and a cell's minimum is raised to it
+// (KvConfig::cell_minimum). A pool with a cell below its raised minimum rebalances at once,
+// whatever the interval: it also evicts, in the same order, from the cells above their minimum
+// until every cell fits, and when the protections leave too few, their oldest unpinned tokens
+// (make_room's fallback). KvConfig::max_held_from_eviction is the largest floor, less one, that
+// every pool can give all its cells, and what the session lets be pinned.
 // Each cell then takes the batch within its region, evicting by the policy if it must (a cell
 // raised to its minimum may have fewer free slots than n); so do the batches between
 // rebalancings, which keep the regions: a cell then holds min(what it held + n, its slots). The

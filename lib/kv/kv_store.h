@@ -32,10 +32,11 @@ public:
     // heads' budgets move (KvConfig::head_share). The downloads above give each cell that many.
     virtual Status download_kv_cell_slots(int32_t *out) = 0;
     // Moves slots between each layer's kv heads by their attention, for `incoming` more tokens
-    // from stream index next_index (KvCache::rebalance_heads, kv_head_budgets.h), then copies each
-    // cell's tokens held and slots, [layer][kv head], to `held` and `slots` (what rolling ranks
-    // the batch by: kv_batch_positions). Nothing when head_share is 0.
-    virtual Status rebalance_kv(int64_t next_index, int incoming, int32_t *held, int32_t *slots) = 0;
+    // from stream index next_index, every global cell keeping at least `floor` slots
+    // (KvCache::rebalance_heads, kv_head_budgets.h), then copies each cell's tokens held and
+    // slots, [layer][kv head], to `held` and `slots` (either may be null; what rolling ranks the
+    // batch by: kv_batch_positions). Nothing when head_share is 0.
+    virtual Status rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) = 0;
     // Copies every slot's attention statistics (kv_policy.h) to the host, in the same order.
     // For tests and evaluation only.
     virtual Status download_kv_statistics(SlotStats *out) = 0;

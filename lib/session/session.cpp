@@ -124,7 +124,7 @@ Status Session::create(const Model &model, const SessionSettings &settings, std:
     const ModelShape &shape = model.shape();
     s->logits_.assign(shape.n_vocab, 0.0f);
     s->positions_.assign(static_cast<size_t>(settings.n_batch) * s->kv_.position_sets(), 0);
-    const size_t cells = s->kv_.positions_per_kv_head() ? static_cast<size_t>(shape.n_layer) * shape.n_head_kv : 0;
+    const size_t cells = s->kv_.head_share > 0.0f ? static_cast<size_t>(shape.n_layer) * shape.n_head_kv : 0;
     s->cell_held_.resize(cells);
     s->cell_slots_.resize(cells);
     s->clear_cell_fill();
@@ -286,8 +286,8 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         const int32_t n_vocab = model_.shape().n_vocab;
         auto token_ok = [n_vocab](int32_t t) { return t >= -1 && t < n_vocab; };
         if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > kv_.max_slots() || n_pinned_ < 0 ||
-            n_pinned_ > std::min<int64_t>(n_cached_, kv_.min_slots()) || (!settings_.rolling && n_past_ > settings_.n_ctx) ||
-            (n_spans > 0 && n_pinned_ + span_reserved() > kv_.min_cell_slots() - 1)) {
+            n_pinned_ > n_cached_ || (!settings_.rolling && n_past_ > settings_.n_ctx) ||
+            n_pinned_ + span_reserved() > kv_.max_held_from_eviction()) {
             return bad("stream length " + std::to_string(n_past_) + ", " + std::to_string(n_cached_) + " cached, " +
                        std::to_string(n_pinned_) + " pinned");
         }
@@ -349,10 +349,10 @@ Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
                                                     " more tokens do not fit and the policy is 'full' (no eviction)");
     }
     const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
-    const int64_t holdable = kv_.min_cell_slots() - 1;  // every cell keeps one slot to evict into
+    const int64_t holdable = kv_.max_held_from_eviction();  // every cell keeps one slot to evict into
     if (n_pinned_ + pinning + reserved > holdable) {
         const std::string what = pinned ? "pin " + std::to_string(n) + " more tokens" : "hold these retention span minimums";
-        const char *limit = kv_.head_share > 0.0f     ? " (the smallest cell's slots with this kv_head_share - 1)"
+        const char *limit = kv_.head_share > 0.0f     ? " (the most slots every kv head can be given with these budgets - 1)"
                             : kv_.layer_slots.empty() ? " (kv_budget - 1)"
                                                       : " (the smallest layer budget - 1)";
         return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot " + what + ": " + std::to_string(n_pinned_ + pinning) + " pinned tokens and " +
@@ -381,18 +381,28 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         // a quarter of the evictable slots: the rest keep their place by those scores.
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
         const bool evicting = n_cached_ + chunk > min_slots;
-        if (evicting) chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (min_cell - n_pinned_ - reserved) / 4));
+        // Pins and span minimums beyond the smallest cell's minimum (budgets that move raise the
+        // cells to hold them) leave one token at a time.
+        const int64_t held_from_eviction = n_pinned_ + reserved;
+        if (evicting) {
+            chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (std::max(min_cell, held_from_eviction + 1) - held_from_eviction) / 4));
+        }
         // With budgets per kv head, each pool of cells makes room for the batch across its cells
         // first, when the interval schedules it (kv_head_budgets.h); until some pool must evict,
         // every cell has room. With rolling, each cell's ranks then follow from what it holds
         // (its fill: cell_held_, cell_slots_, sized only then).
+        // A cell smaller than what the batch needs held from eviction and room for the batch (the
+        // floor) is raised at once, whatever the interval.
         const bool cells_differ = rebalancing && evicting, by_cell = cells_differ && kv_.positions_per_kv_head();
-        int32_t *held = by_cell ? cell_held_.data() : nullptr, *slots = by_cell ? cell_slots_.data() : nullptr;
-        if (cells_differ && kv_rebalance_due(kv_.rebalance_interval, n_past_, chunk)) {
-            if (Status st = backend_->kv_store().rebalance_kv(n_past_, static_cast<int>(chunk), held, slots); !st.ok())
+        const int64_t floor = held_from_eviction + chunk;
+        if (cells_differ && (kv_rebalance_due(kv_.rebalance_interval, n_past_, chunk) || floor > smallest_global_cell())) {
+            if (Status st = backend_->kv_store().rebalance_kv(n_past_, static_cast<int>(chunk), static_cast<int>(floor), cell_held_.data(),
+                                                              cell_slots_.data());
+                !st.ok())
                 return backend_failed(st);
         }
-        kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), held, slots);
+        kv_batch_positions(kv_, n_past_, n_cached_, chunk, positions_.data(), by_cell ? cell_held_.data() : nullptr,
+                           by_cell ? cell_slots_.data() : nullptr);
         if (Status st = graph_->evaluate(tokens + done, positions_.data(), kv_, static_cast<int>(chunk), n_past_, retention.tag());
             !st.ok()) {
             return backend_failed(st);
@@ -417,6 +427,14 @@ void Session::clear_cell_fill() {
         cell_held_[c] = 0;
         cell_slots_[c] = kv_.slots_in(static_cast<int>(c / static_cast<size_t>(kv_.n_head_kv)));
     }
+}
+
+int64_t Session::smallest_global_cell() const {
+    int64_t smallest = INT64_MAX;
+    for (size_t c = 0; c < cell_slots_.size(); ++c) {
+        if (!kv_.is_window_layer(static_cast<int>(c / static_cast<size_t>(kv_.n_head_kv)))) smallest = std::min<int64_t>(smallest, cell_slots_[c]);
+    }
+    return smallest;
 }
 
 Status Session::read_cell_fill() {

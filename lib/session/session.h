@@ -153,6 +153,8 @@ private:
     // cell_held_ and cell_slots_ of an empty cache, and as the cache holds them (after a load).
     void clear_cell_fill();
     Status read_cell_fill();
+    // The fewest slots a cell of a global layer has now (cell_slots_; with budgets that move).
+    int64_t smallest_global_cell() const;
     // Work is refused while the backend has failed (H2O_ERR_BACKEND_FAILED, naming its error).
     Status check_usable() const;
     // Records a failed backend operation: the cache may be half updated, so the session refuses
@@ -191,8 +193,8 @@ private:
     Status failure_;               // the backend's error (see backend_failed)
     std::vector<float> logits_;
     std::vector<int32_t> positions_;  // scratch for one batch: n_batch per position set (KvConfig::position_sets)
-    // With rolling and budgets per kv head: each cell's tokens held and slots, [layer][kv head], as
-    // the last rebalancing left them (KvStore::rebalance_kv) and every batch since filled them.
+    // With budgets per kv head: each cell's tokens held and slots, [layer][kv head], as the last
+    // rebalancing left them (KvStore::rebalance_kv) and every batch since filled them.
     std::vector<int32_t> cell_held_, cell_slots_;
     std::vector<int32_t> prompt_tokens_;
     h2o_generate_stats stats_{};

@@ -661,14 +661,17 @@ TEST_CASE("kv_head_share: validation") {
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
     CHECK(resolved(session, H2O_EXP_KV_HEAD_SHARE) == 0.0);
     h2o_session_free(session);
-    // The layout reports it and each head's fewest slots; pins must fit there.
+    // The layout reports it and each head's fewest slots; pins beyond them raise the heads that
+    // must hold them, up to the budget - 1 (31 here).
     REQUIRE(create(H2O_KV_H2O, 0.75f, 32, &session) == H2O_OK);
     REQUIRE(h2o_session_get_kv_layout(session, &layout) == H2O_OK);
     CHECK(resolved(session, H2O_EXP_KV_HEAD_SHARE) == 0.75);
     CHECK(layout.min_head_budget == 8);
-    const std::string text = "Once upon a time, there was a little girl named Lily.";
+    const std::string text = "Once upon a time, there was a little girl named Lily.";  // 14 tokens with BOS
+    CHECK(h2o_session_add_text(session, text.data(), text.size(), H2O_TEXT_PIN) == H2O_OK);
+    CHECK(h2o_session_add_text(session, text.data(), text.size(), H2O_TEXT_PIN) == H2O_OK);
     CHECK(h2o_session_add_text(session, text.data(), text.size(), H2O_TEXT_PIN) == H2O_ERR_INVALID_ARGUMENT);
-    CHECK(std::string(h2o_session_last_error(session)).find("kv_head_share") != std::string::npos);
+    CHECK(std::string(h2o_session_last_error(session)).find("the most slots every kv head can be given") != std::string::npos);
     CHECK(resolved(session, H2O_EXP_KV_SHARE_ACROSS_LAYERS) == 0.0);
     h2o_session_free(session);
     // Sharing across layers: 0 or 1, and only a head share's slots move.
@@ -763,4 +766,74 @@ TEST_CASE("kv_head_share on CUDA: the same regions, kept tokens and text as the 
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());
     check_head_share_on_device(*model, H2O_BACKEND_CUDA);
+}
+
+TEST_CASE("budgets that move hold pins up to the budget - 1: the heads that must hold them are raised, on the CPU and Vulkan") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    // The slope leaves the bottom layer 16 slots a head and the share half of them (8): 31 pins
+    // need every head of the bottom layers raised, slots taken from the upper layers.
+    std::vector<int32_t> story;
+    REQUIRE(model->tokenizer()
+                .encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the sun with her "
+                        "friends and her big brown dog, who was called Max.",
+                        true, &story)
+                .ok());
+    REQUIRE(story.size() > 32);
+    std::vector<std::string> texts;
+    for (const uint32_t backend : {uint32_t{H2O_BACKEND_CPU}, uint32_t{H2O_BACKEND_VULKAN}}) {
+        CAPTURE(backend);
+        SessionSettings settings = head_share_settings(*model, 0.5f, backend);
+        settings.kv_layer_slope = 0.5f;
+        settings.kv_share_across_layers = true;
+        settings.kv_rebalance_interval = 16;
+        settings.rolling = true;
+        settings.n_ctx = 256;
+        settings.policy.horizon = 96;
+        std::unique_ptr<Session> session = h2o_test::session_or_skip(*model, settings);
+        if (!session) break;
+        const KvConfig &kv = session->kv_config();
+        REQUIRE(kv.slots_in(0) == 16);
+        REQUIRE(kv.max_held_from_eviction() == 31);
+        REQUIRE(session->decode(story.data(), 31, Retention{true}).ok());
+        // One more pinned token would leave a head of 32 slots none to evict into.
+        CHECK(session->decode(story.data() + 31, 1, Retention{true}).code == H2O_ERR_INVALID_ARGUMENT);
+        std::string text;
+        const TextSink collect = [](const char *piece, size_t size, void *out) {
+            static_cast<std::string *>(out)->append(piece, size);
+            return false;  // go on
+        };
+        REQUIRE(session->generate(" Then", h2o_test::greedy(200), collect, &text).ok());
+        texts.push_back(text);
+        const CacheView view(*session);
+        size_t at = 0;
+        for (int l = 0; l < kv.n_layer; ++l) {
+            for (int h = 0; h < kv.n_head_kv; ++h) {
+                CAPTURE(l);
+                CAPTURE(h);
+                const int32_t slots = view.cell_slots[static_cast<size_t>(l) * kv.n_head_kv + h];
+                CHECK(slots >= 32);  // the pins and a slot to evict into
+                std::vector<int64_t> held;
+                for (int s = 0; s < slots; ++s, ++at) {
+                    if (view.stream[at] >= 0) held.push_back(view.stream[at]);
+                }
+                std::sort(held.begin(), held.end());
+                for (int64_t i = 0; i < 31; ++i) CHECK(std::binary_search(held.begin(), held.end(), i));
+                CHECK(held.back() == session->n_past() - 1);
+            }
+        }
+        // A snapshot continues exactly.
+        std::vector<uint8_t> state;
+        REQUIRE(session->save_state(&state).ok());
+        std::unique_ptr<Session> loaded;
+        REQUIRE(Session::create(*model, settings, &loaded).ok());
+        REQUIRE(loaded->load_state(state.data(), state.size()).ok());
+        std::string a, b;
+        REQUIRE(session->generate("", h2o_test::greedy(24), collect, &a).ok());
+        REQUIRE(loaded->generate("", h2o_test::greedy(24), collect, &b).ok());
+        CHECK(a == b);
+    }
+    // Vulkan's statistics agree with the CPU's to rounding: the first tokens are compared.
+    if (texts.size() == 2) CHECK(texts[0].substr(0, 40) == texts[1].substr(0, 40));
 }
