@@ -388,11 +388,10 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
             chunk = std::max<int64_t>(1, std::min<int64_t>(chunk, (std::max(min_cell, held_from_eviction + 1) - held_from_eviction) / 4));
         }
         // With budgets per kv head, each pool of cells makes room for the batch across its cells
-        // first, when the interval schedules it (kv_head_budgets.h); until some pool must evict,
-        // every cell has room. With rolling, each cell's ranks then follow from what it holds
-        // (its fill: cell_held_, cell_slots_, sized only then).
-        // A cell smaller than what the batch needs held from eviction and room for the batch (the
-        // floor) is raised at once, whatever the interval.
+        // first, when the interval schedules it or a cell is smaller than the floor (what the
+        // batch needs held from eviction, and room for it: kv_head_budgets.h); until some pool
+        // must evict, every cell has room. With rolling, each cell's ranks then follow from what
+        // it holds (its fill: cell_held_, cell_slots_).
         const bool cells_differ = rebalancing && evicting, by_cell = cells_differ && kv_.positions_per_kv_head();
         const int64_t floor = held_from_eviction + chunk;
         if (cells_differ && (kv_rebalance_due(kv_.rebalance_interval, n_past_, chunk) || floor > smallest_global_cell())) {
