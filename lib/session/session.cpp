@@ -89,7 +89,11 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
 }  // namespace
 
 Session::Session(const Model &model, const SessionSettings &settings)
-    : model_(model), settings_(settings), kv_(make_kv_config(model, settings)), sampler_(model.shape().n_vocab, settings.seed) {}
+    : model_(model),
+      settings_(settings),
+      kv_(make_kv_config(model, settings)),
+      holdable_(kv_.max_held_from_eviction()),
+      sampler_(model.shape().n_vocab, settings.seed) {}
 
 namespace {
 
@@ -285,9 +289,8 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         H2O_TRY(history_.load(r));
         const int32_t n_vocab = model_.shape().n_vocab;
         auto token_ok = [n_vocab](int32_t t) { return t >= -1 && t < n_vocab; };
-        if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > kv_.max_slots() || n_pinned_ < 0 ||
-            n_pinned_ > n_cached_ || (!settings_.rolling && n_past_ > settings_.n_ctx) ||
-            n_pinned_ + span_reserved() > kv_.max_held_from_eviction()) {
+        if (n_past_ < 0 || n_cached_ < 0 || n_cached_ > n_past_ || n_cached_ > kv_.max_slots() || n_pinned_ < 0 || n_pinned_ > n_cached_ ||
+            (!settings_.rolling && n_past_ > settings_.n_ctx) || n_pinned_ + span_reserved() > holdable_) {
             return bad("stream length " + std::to_string(n_past_) + ", " + std::to_string(n_cached_) + " cached, " +
                        std::to_string(n_pinned_) + " pinned");
         }
@@ -349,15 +352,15 @@ Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
                                                     " more tokens do not fit and the policy is 'full' (no eviction)");
     }
     const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
-    const int64_t holdable = kv_.max_held_from_eviction();  // every cell keeps one slot to evict into
-    if (n_pinned_ + pinning + reserved > holdable) {
+    // Every cell keeps one slot to evict into.
+    if (n_pinned_ + pinning + reserved > holdable_) {
         const std::string what = pinned ? "pin " + std::to_string(n) + " more tokens" : "hold these retention span minimums";
         const char *limit = kv_.head_share > 0.0f     ? " (the most slots every kv head can be given with these budgets - 1)"
                             : kv_.layer_slots.empty() ? " (kv_budget - 1)"
                                                       : " (the smallest layer budget - 1)";
         return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot " + what + ": " + std::to_string(n_pinned_ + pinning) + " pinned tokens and " +
                                                         std::to_string(reserved) + " slots of span minimums would pass the " +
-                                                        std::to_string(holdable) + limit + " that may be held from eviction");
+                                                        std::to_string(holdable_) + limit + " that may be held from eviction");
     }
     return Status::Ok();
 }
@@ -431,7 +434,8 @@ void Session::clear_cell_fill() {
 int64_t Session::smallest_global_cell() const {
     int64_t smallest = INT64_MAX;
     for (size_t c = 0; c < cell_slots_.size(); ++c) {
-        if (!kv_.is_window_layer(static_cast<int>(c / static_cast<size_t>(kv_.n_head_kv)))) smallest = std::min<int64_t>(smallest, cell_slots_[c]);
+        if (!kv_.is_window_layer(static_cast<int>(c / static_cast<size_t>(kv_.n_head_kv))))
+            smallest = std::min<int64_t>(smallest, cell_slots_[c]);
     }
     return smallest;
 }

@@ -174,6 +174,8 @@ private:
     const Model &model_;
     SessionSettings settings_;
     KvConfig kv_;  // the cache's shape, from the settings
+    // kv_.max_held_from_eviction(): what pins and span minimums may hold (every feed checks it).
+    int64_t holdable_;
     std::unique_ptr<Backend> backend_;
     BackendDevice device_;
     std::unique_ptr<LlamaGraph> graph_;

@@ -32,6 +32,13 @@ h2o_memory_report memory_of(const h2o_session *session) {
     return m;
 }
 
+int32_t vocab_size(const h2o_model *model) {
+    h2o_model_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+    return static_cast<int32_t>(info.n_vocab);
+}
+
 // n greedy tokens, each decoded after it is chosen.
 std::vector<int32_t> greedy(h2o_session *session, int n, int32_t n_vocab) {
     std::vector<float> logits(static_cast<size_t>(n_vocab));
@@ -68,9 +75,7 @@ void check_continuations(h2o_model *model, h2o_session *session, const h2o_sessi
 
 // On `backend`: false when it has no device here.
 bool check_gemma_session(h2o_model *model, uint32_t backend) {
-    h2o_model_info info{};
-    info.struct_size = sizeof info;
-    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+    const int32_t n_vocab = vocab_size(model);
 
     // The cache's memory depends on the budget and the window, never on the stream's length.
     h2o_session_params p = budget_params(64, backend);
@@ -104,11 +109,11 @@ bool check_gemma_session(h2o_model *model, uint32_t backend) {
     REQUIRE(h2o_session_add_text(session, instruction.data(), instruction.size(), H2O_TEXT_PIN) == H2O_OK);
     const std::string story = "Once upon a time there was a little fox who lived by the river and loved to sing.";
     REQUIRE(h2o_session_add_text(session, story.data(), story.size(), 0) == H2O_OK);
-    greedy(session, 150, info.n_vocab);  // far past the budget and the window: both kinds evict
+    greedy(session, 150, n_vocab);  // far past the budget and the window: both kinds evict
     CHECK(memory_of(session).kv_bytes == before.kv_bytes);
 
     // A snapshot, a load and a fork each continue exactly as the session does.
-    check_continuations(model, session, p, 40, info.n_vocab);
+    check_continuations(model, session, p, 40, n_vocab);
     h2o_session_free(session);
     return true;
 }
@@ -144,9 +149,7 @@ TEST_CASE("gemma sessions: budgets move between the global layers and their head
     const std::string path = h2o_test::write_small_gemma3("gemma3-moving.gguf", 2);
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-    h2o_model_info info{};
-    info.struct_size = sizeof info;
-    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+    const int32_t n_vocab = vocab_size(model);
     // The slope spreads 2 x 48 slots over the two global layers (layers 2 and 5): 24 and 72; a
     // quarter of each moves between its two kv heads.
     h2o_session_params p = moving_params(H2O_BACKEND_CPU);
@@ -172,13 +175,13 @@ TEST_CASE("gemma sessions: budgets move between the global layers and their head
     const std::string story = "Once upon a time there was a little fox who lived by the river and loved to sing.";
     REQUIRE(h2o_session_add_text(session, story.data(), story.size(), 0) == H2O_OK);
     const h2o_memory_report before = memory_of(session);
-    greedy(session, 150, info.n_vocab);
+    greedy(session, 150, n_vocab);
     CHECK(memory_of(session).kv_bytes == before.kv_bytes);
 
     // A snapshot, a load and a fork continue exactly, between rebalancings as at them.
     for (int step = 0; step < 2; ++step) {
         CAPTURE(step);
-        check_continuations(model, session, p, 21, info.n_vocab);
+        check_continuations(model, session, p, 21, n_vocab);
     }
     h2o_session_free(session);
     session = nullptr;
@@ -195,9 +198,7 @@ TEST_CASE("gemma sessions: budgets that move give the same tokens on Vulkan as o
     const std::string path = h2o_test::write_small_gemma3("gemma3-moving-vulkan.gguf", 2);
     h2o_model *model = nullptr;
     REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
-    h2o_model_info info{};
-    info.struct_size = sizeof info;
-    REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+    const int32_t n_vocab = vocab_size(model);
     std::vector<std::vector<int32_t>> tokens;
     for (uint32_t backend : {uint32_t{H2O_BACKEND_CPU}, uint32_t{H2O_BACKEND_VULKAN}}) {
         const h2o_session_params p = moving_params(backend);
@@ -210,7 +211,7 @@ TEST_CASE("gemma sessions: budgets that move give the same tokens on Vulkan as o
         REQUIRE_MESSAGE(created == H2O_OK, h2o_last_error());
         const std::string story = "Once upon a time there was a little fox who lived by the river and loved to sing.";
         REQUIRE(h2o_session_add_text(session, story.data(), story.size(), 0) == H2O_OK);
-        tokens.push_back(greedy(session, 60, info.n_vocab));  // past the global layers' budgets: they rebalance
+        tokens.push_back(greedy(session, 60, n_vocab));  // past the global layers' budgets: they rebalance
         h2o_session_free(session);
     }
     if (tokens.size() == 2) CHECK(tokens[0] == tokens[1]);
