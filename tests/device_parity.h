@@ -121,6 +121,8 @@ struct AttentionRun {
     uint32_t seed = 100;
 
     AttentionRun(Backends &backends, const h2o::KvConfig &config, int n_head, int batch) : b(backends), kv(config) {
+        kv.query_group = n_head / config.n_head_kv;
+        kv.attention_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
         shape.n_head = n_head;
         shape.n_head_kv = config.n_head_kv;
         shape.head_dim = config.head_dim;
@@ -239,7 +241,13 @@ inline const PolicyCase kPolicyCases[] = {
     {h2o::KvPolicy::Full, 0, 0, 0},       {h2o::KvPolicy::H2O, 6, 0, 0},           {h2o::KvPolicy::Window, 0, 0, 0},
     {h2o::KvPolicy::SinkWindow, 0, 3, 0}, {h2o::KvPolicy::Scissorhands, 6, 0, 24}, {h2o::KvPolicy::Tova, 0, 0, 0},
     {h2o::KvPolicy::RoCo, 6, 0, 0},       {h2o::KvPolicy::Random, 4, 0, 0},        {h2o::KvPolicy::MeanH2O, 5, 2, 20},
+    {h2o::KvPolicy::KeyNorm, 6, 0, 24},   {h2o::KvPolicy::KeyDiff, 5, 0, 0},       {h2o::KvPolicy::ExpectedAttention, 4, 2, 24},
 };
+
+// Whether the victims of a policy depend on the stored values (the statistics or the keys).
+inline bool victims_read_values(h2o::KvPolicy policy) {
+    return h2o::kv_policy_uses_statistics(policy) || h2o::kv_policy_scores_keys(static_cast<uint32_t>(policy));
+}
 
 // stories260K (or any model) run through one backend by the graph, as Session runs it.
 struct ModelRun {
@@ -266,6 +274,8 @@ struct ModelRun {
         kv.policy = policy;
         kv.rolling = rolling;
         kv.rope = s.rope;
+        kv.query_group = s.n_head / s.n_head_kv;
+        kv.attention_scale = s.attention_scale != 0.0f ? s.attention_scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
         REQUIRE(h2o::LlamaGraph::create(*model, kv.rope, *backend, max_batch, kv.position_sets(), &graph).ok());
         REQUIRE(backend->kv_store().create_kv(kv).ok());
     }

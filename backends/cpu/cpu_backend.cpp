@@ -368,6 +368,8 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
             kv_store_row(format, src, hd, dst);
     };
     auto make_room_and_store = [&](int h, int thread) {
+        kv_.observe_queries(layer, h, host<const float>(q) + static_cast<int64_t>(h) * group * hd, q.cols,
+                            pos + (batch.positions_per_kv_head ? h * n : 0), n, thread);
         kv_.make_room(layer, h, n, batch.first_index, thread);
         KvCache::CellView view = kv_.cell(layer, h);
         for (int t = 0; t < n; ++t) {

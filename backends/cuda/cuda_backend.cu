@@ -357,7 +357,9 @@ struct KvDevice {
     int32_t *batch_slot = nullptr;  // [n_kv][stride]: the slot of each token of the batch
     int64_t *victims = nullptr;     // [n_kv][stride]: stream indices evicted for the batch
     int32_t *candidates = nullptr;  // [stride]: the random policy's shuffle
-    double *inv_freq = nullptr;     // rotary inverse frequencies (rolling)
+    float *key_scores = nullptr;    // [n_kv][stride][2]: the key scorers' scores and key norms (or logits)
+    float *query_stats = nullptr;   // [cell][kv_query_stats_floats]: Expected Attention's (KvImage::query_stats)
+    double *inv_freq = nullptr;     // rotary inverse frequencies (rolling, Expected Attention)
     float *scores = nullptr;        // [chunk][n_head][stride]: a chunk's attention weights
     int32_t *visible = nullptr;     // [chunk][n_kv]: slots each query of the chunk sees
 };
@@ -431,16 +433,66 @@ __device__ int takeable(const ClaimArgs &a, const SpanCounts &c, int plain_candi
     return total;
 }
 
-__device__ float victim_priority(const ClaimArgs &a, size_t at, KV_UINT cell) {
-    const SlotStats s = a.kv.stats ? a.kv.stats[at] : kv_stats_zero();
+// The query-agnostic scorers' scores of a cell's held slots (KvCache::score_keys), into
+// key_scores[h][slot][0], its key norms into [1]; summed in the CPU's order. Every thread of the
+// block calls it.
+__device__ void score_keys(const ClaimArgs &a, size_t base, int used, int h) {
+    __shared__ float anchor[kCudaMaxHeadDim];
+    float *scores = a.kv.key_scores + static_cast<size_t>(h) * a.stride * 2;
+    float key[kCudaMaxHeadDim];
+    auto norm_of = [&](const float *x) {
+        float sum = 0.0f;
+        for (int j = 0; j < a.head_dim; ++j) sum = __fadd_rn(sum, __fmul_rn(x[j], x[j]));
+        return sqrtf(sum);
+    };
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        if (a.kv.stream[base + s] < 0) continue;
+        kv_decode_row(a.key_format, a.kv.keys + (base + s) * a.key_row, a.head_dim, key);
+        const float norm = norm_of(key);
+        scores[2 * s] = kv_key_norm_priority(norm);
+        scores[2 * s + 1] = norm;
+    }
+    if (a.policy != KV_POLICY_KEY_DIFF) {
+        __syncthreads();
+        return;
+    }
+    __syncthreads();
+    // The anchor, the mean of the unit keys (unscaled), a dimension per thread.
+    for (int j = threadIdx.x; j < a.head_dim; j += blockDim.x) {
+        float sum = 0.0f;
+        for (int s = 0; s < used; ++s) {
+            const float norm = scores[2 * s + 1];
+            if (a.kv.stream[base + s] >= 0 && norm > 0.0f)
+                sum = __fadd_rn(sum, __fdiv_rn(kv_row_element(a.key_format, a.kv.keys + (base + s) * a.key_row, j), norm));
+        }
+        anchor[j] = sum;
+    }
+    __syncthreads();
+    const float anchor_norm = norm_of(anchor);
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
+        if (a.kv.stream[base + s] < 0) continue;
+        kv_decode_row(a.key_format, a.kv.keys + (base + s) * a.key_row, a.head_dim, key);
+        float dot = 0.0f;
+        for (int j = 0; j < a.head_dim; ++j) dot = __fadd_rn(dot, __fmul_rn(key[j], anchor[j]));
+        const float norms = __fmul_rn(scores[2 * s + 1], anchor_norm);
+        scores[2 * s] = kv_key_diff_priority(norms > 0.0f ? __fdiv_rn(dot, norms) : 0.0f);
+    }
+    __syncthreads();
+}
+
+__device__ float victim_priority(const ClaimArgs &a, size_t at, KV_UINT cell, size_t base, int h) {
     const int64_t stream = a.kv.stream[at];
+    if (kv_policy_scores_keys(a.policy)) {
+        return kv_scored_priority(a.kv.key_scores[(static_cast<size_t>(h) * a.stride + (at - base)) * 2], stream < a.stale_before);
+    }
+    const SlotStats s = a.kv.stats ? a.kv.stats[at] : kv_stats_zero();
     return kv_batch_priority(a.policy, a.by_proxy, s, stream < a.stale_before, stream, cell, a.prompt_seed, a.prompt_share);
 }
 
 // The slot with the smallest (priority, stream index) among eligible slots, or by_age: the oldest
 // occupied unpinned slot, that their spans allow to go; -1 when there is none. Every thread of
 // the block calls it.
-__device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t cell, size_t base, int used, bool by_age) {
+__device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t cell, size_t base, int used, bool by_age, int h) {
     __shared__ float best_priority[kBlock];
     __shared__ int64_t best_stream[kBlock];
     __shared__ int best_slot[kBlock];
@@ -451,7 +503,7 @@ __device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t c
         const size_t at = base + s;
         const bool candidate = by_age ? kv_slot_evictable_by_age(a.kv.stream[at], kv_tag_pinned(a.kv.tag[at])) : eligible(a, at);
         if (!candidate || !span_allows(a, spans, at)) continue;
-        const float p = by_age ? 0.0f : victim_priority(a, at, static_cast<KV_UINT>(cell));
+        const float p = by_age ? 0.0f : victim_priority(a, at, static_cast<KV_UINT>(cell), base, h);
         const int64_t st = a.kv.stream[at];
         if (bslot < 0 || kv_victim_before(p, st, bp, bs)) {
             bp = p;
@@ -476,6 +528,119 @@ __device__ int argmin_slot(const ClaimArgs &a, const SpanCounts &spans, size_t c
     const int result = best_slot[0];
     __syncthreads();
     return result;
+}
+
+// Expected Attention for one global layer, before kv_claim_kernel ranks by it: per kv head, the
+// batch's queries into the cell's running statistics (KvCache::observe_queries), then each held
+// slot's score into key_scores (KvCache::score_keys), sums in the CPU's order. One block per kv
+// head.
+struct ExpectArgs {
+    KvDevice kv;
+    int layer, n_kv, group, head_dim, n, pairs, stride;
+    RotaryPairing pairing;
+    KvRowFormat key_format, value_format;
+    size_t key_row, value_row;
+    float scale;
+    const float *q;
+    int64_t q_cols;
+    const int32_t *positions;
+    bool positions_per_kv_head;
+};
+
+__global__ void __launch_bounds__(kBlock) kv_expect_kernel(ExpectArgs a) {
+    __shared__ float rotation[kCudaMaxHeadDim];  // (c, s) per rotary pair
+    __shared__ float top, total;
+    const int hd = a.head_dim, dims = 2 * a.pairs, units = a.pairs + (hd - dims);
+    const size_t words = 2 + 2 * static_cast<size_t>(a.group) * hd;
+    for (int h = blockIdx.x; h < a.n_kv; h += gridDim.x) {
+        const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h;
+        float *stats = a.kv.query_stats + cell * words;
+        float *mean = stats + 2, *square = mean + static_cast<size_t>(a.group) * hd;
+        const int32_t *positions = a.positions + (a.positions_per_kv_head ? static_cast<size_t>(h) * a.n : 0);
+        const float count = stats[0], window = kv_expected_attention_queries();
+        // One thread per (query head, rotary pair or unrotated dimension), the tokens in order.
+        for (int u = threadIdx.x; u < a.group * units; u += blockDim.x) {
+            const int g = u / units, i = u % units;
+            const bool rotated = i < a.pairs;
+            const int e0 = rotated ? rotary_pair_first(a.pairing, i) : dims + (i - a.pairs);
+            const int e1 = rotated ? e0 + rotary_pair_offset(a.pairing, a.pairs) : e0;
+            float *m = mean + static_cast<size_t>(g) * hd, *m2 = square + static_cast<size_t>(g) * hd;
+            for (int t = 0; t < a.n; ++t) {
+                const float rate = kv_query_rate(fminf(count + static_cast<float>(t), window), window);
+                const float *q = a.q + t * a.q_cols + static_cast<size_t>(h * a.group + g) * hd;
+                float x = q[e0], y = q[e1];
+                if (rotated) {
+                    float c, sn;
+                    rotary_cos_sin(-positions[t], a.kv.inv_freq[i], &c, &sn);
+                    rotate_pair(&x, &y, c, sn);
+                }
+                m[e0] = kv_query_average(m[e0], x, rate);
+                m2[e0] = kv_query_average(m2[e0], x * x, rate);
+                if (rotated) {
+                    m[e1] = kv_query_average(m[e1], y, rate);
+                    m2[e1] = kv_query_average(m2[e1], y * y, rate);
+                }
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            stats[0] = fminf(count + static_cast<float>(a.n), window);
+            stats[1] = static_cast<float>(positions[0]);
+        }
+        __syncthreads();
+
+        const size_t base = static_cast<size_t>(a.kv.cell_first[cell]);
+        const int used = a.kv.used[cell], cell_slots = a.kv.cell_slots[cell];
+        for (int i = threadIdx.x; i < a.pairs; i += blockDim.x) {
+            kv_expected_rotation(a.kv.inv_freq[i], stats[1], cell_slots, &rotation[2 * i], &rotation[2 * i + 1]);
+        }
+        float *scores = a.kv.key_scores + static_cast<size_t>(h) * a.stride * 2;  // [slot]: score, logit
+        for (int s = threadIdx.x; s < used; s += blockDim.x) scores[2 * s] = 0.0f;
+        __syncthreads();
+        float row[kCudaMaxHeadDim];
+        for (int g = 0; g < a.group; ++g) {
+            const float *m = mean + static_cast<size_t>(g) * hd, *m2 = square + static_cast<size_t>(g) * hd;
+            auto term = [&](int j, float u) { return kv_expected_logit_term(u, m[j], fmaxf(0.0f, m2[j] - m[j] * m[j]), a.scale); };
+            for (int s = threadIdx.x; s < used; s += blockDim.x) {
+                if (a.kv.stream[base + s] < 0) continue;
+                kv_decode_row(a.key_format, a.kv.keys + (base + s) * a.key_row, hd, row);
+                float z = 0.0f;
+                for (int i = 0; i < a.pairs; ++i) {
+                    const int e0 = rotary_pair_first(a.pairing, i), e1 = e0 + rotary_pair_offset(a.pairing, a.pairs);
+                    const float c = rotation[2 * i], sn = rotation[2 * i + 1];
+                    z += term(e0, kv_expected_pair_u_first(row[e0], row[e1], c, sn)) +
+                         term(e1, kv_expected_pair_u_second(row[e0], row[e1], c, sn));
+                }
+                for (int j = dims; j < hd; ++j) z += term(j, row[j]);
+                scores[2 * s + 1] = z;
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {  // the softmax's maximum and sum in slot order
+                float best = -INFINITY, sum = 0.0f;
+                for (int s = 0; s < used; ++s) {
+                    if (a.kv.stream[base + s] >= 0) best = fmaxf(best, scores[2 * s + 1]);
+                }
+                for (int s = 0; s < used; ++s) {
+                    if (a.kv.stream[base + s] >= 0) sum += expf(scores[2 * s + 1] - best);
+                }
+                top = best;
+                total = sum;
+            }
+            __syncthreads();
+            for (int s = threadIdx.x; s < used; s += blockDim.x) {
+                if (a.kv.stream[base + s] >= 0) scores[2 * s] += expf(scores[2 * s + 1] - top) / (total * static_cast<float>(a.group));
+            }
+            __syncthreads();
+        }
+        for (int s = threadIdx.x; s < used; s += blockDim.x) {
+            if (a.kv.stream[base + s] < 0) continue;
+            kv_decode_row(a.value_format, a.kv.values + (base + s) * a.value_row, hd, row);
+            float sum = 0.0f;
+            for (int j = 0; j < hd; ++j) sum += row[j] * row[j];
+            scores[2 * s] = kv_expected_attention_priority(scores[2 * s], sqrtf(sum));
+        }
+        __syncthreads();
+    }
 }
 
 // One layer: for each kv head, make room for the batch (KvCache::make_room), take its slots
@@ -540,8 +705,10 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                 }
                 __syncthreads();
             } else if (enough) {
+                // (Expected Attention's scores come from kv_expect_kernel.)
+                if (a.policy == KV_POLICY_KEY_NORM || a.policy == KV_POLICY_KEY_DIFF) score_keys(a, base, used, h);
                 for (int i = 0; i < needed; ++i) {
-                    const int slot = argmin_slot(a, spans, cell, base, used, false);
+                    const int slot = argmin_slot(a, spans, cell, base, used, false, h);
                     if (threadIdx.x == 0) {
                         leave_span(a, &spans, base + slot);
                         evict(slot);
@@ -554,7 +721,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                 // go, span minimums still kept.
                 count_spans(a, base, used, &spans);
                 for (int i = 0; i < needed; ++i) {
-                    const int slot = argmin_slot(a, spans, cell, base, used, true);
+                    const int slot = argmin_slot(a, spans, cell, base, used, true, h);
                     if (slot < 0) break;
                     if (threadIdx.x == 0) {
                         leave_span(a, &spans, base + slot);
@@ -1179,6 +1346,10 @@ Status CudaBackend::create_kv(const KvConfig &config) {
     H2O_TRY(device_array(per_head, &kv_.batch_slot));
     H2O_TRY(device_array(per_head, &kv_.victims));
     H2O_TRY(device_array(static_cast<size_t>(config.max_cell_slots()), &kv_.candidates));
+    if (kv_policy_scores_keys(static_cast<uint32_t>(config.policy.policy))) {
+        H2O_TRY(device_array(per_head * 2, &kv_.key_scores));
+    }
+    if (kv_query_stats_floats(config) != 0) H2O_TRY(device_array(cells * kv_query_stats_floats(config), &kv_.query_stats));
     // Budgets per kv head move by the rule of kv_head_budgets.h, run on a host copy (rebalance_kv).
     if (config.head_share > 0.0f) H2O_TRY(rebalance_host_.init(config));
     const int pairs = config.rope.pairs();
@@ -1217,6 +1388,10 @@ Status CudaBackend::clear_kv() {
     H2O_TRY(copy_to_device_now(kv_.cell_first, first.data(), cells * sizeof(int64_t)));
     H2O_TRY(copy_to_device_now(kv_.cell_slots, sizes.data(), cells * sizeof(int32_t)));
     if (kv_.stats) H2O_TRY(check(cudaMemsetAsync(kv_.stats, 0, slot_count() * sizeof(SlotStats), stream_), "cudaMemsetAsync"));
+    if (kv_.query_stats) {
+        H2O_TRY(check(cudaMemsetAsync(kv_.query_stats, 0, cells * kv_query_stats_floats(kv_config_) * sizeof(float), stream_),
+                      "cudaMemsetAsync"));
+    }
     // KvImage::clear's generator state (the value is on this stack: the copy is waited for).
     const uint64_t rng = kv_initial_random_state(kv_config_.policy.seed);
     return copy_to_device_now(kv_.rng, &rng, sizeof rng);
@@ -1239,6 +1414,7 @@ std::vector<CudaBackend::ImageArray> CudaBackend::image_arrays(KvImage &image) {
         {kv_.rng, &image.random_state, sizeof image.random_state},
     };
     if (kv_.stats) arrays.push_back({kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)});
+    if (kv_.query_stats) arrays.push_back({kv_.query_stats, image.query_stats.data(), image.query_stats.size() * sizeof(float)});
     return arrays;
 }
 
@@ -1326,6 +1502,29 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     c.v_cols = v.cols;
     c.positions = device_ptr<const int32_t>(batch.positions);
     c.positions_per_kv_head = batch.positions_per_kv_head;
+    if (policy.policy == KvPolicy::ExpectedAttention) {
+        ExpectArgs e;
+        e.kv = kv_;
+        e.layer = layer;
+        e.n_kv = shape.n_head_kv;
+        e.group = kv_config_.query_group;
+        e.head_dim = shape.head_dim;
+        e.n = n;
+        e.pairs = kv_config_.rope.pairs();
+        e.stride = stride;
+        e.pairing = kv_config_.rope.pairing;
+        e.key_format = c.key_format;
+        e.value_format = c.value_format;
+        e.key_row = key_row_;
+        e.value_row = value_row_;
+        e.scale = kv_config_.attention_scale;
+        e.q = device_ptr<const float>(q);
+        e.q_cols = q.cols;
+        e.positions = c.positions;
+        e.positions_per_kv_head = batch.positions_per_kv_head;
+        kv_expect_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(e);
+        H2O_TRY(launched("kv_expect"));
+    }
     kv_claim_kernel<<<random ? 1 : shape.n_head_kv, kBlock, 0, stream_>>>(c);
     H2O_TRY(launched("kv_claim"));
 

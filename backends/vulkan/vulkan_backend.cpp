@@ -203,6 +203,15 @@ struct KvClaimPush {
     uint32_t prompt_seed;
 };
 constexpr uint32_t kKvClaimRolling = 1, kKvClaimByProxy = 2, kKvClaimPositionsPerKvHead = 4, kKvClaimHalvesPairing = 8;
+struct KvExpectPush {
+    uint32_t q_off, q_stride, pos_off, keys_off, values_off, table_off;
+    uint32_t meta_off, n_cells, total_slots, n_kv, max_batch, first_slot;
+    uint32_t query_off;
+    uint32_t layer, head_dim, group, n, pairs;
+    uint32_t flags;    // kKvClaimPositionsPerKvHead | kKvClaimHalvesPairing
+    uint32_t formats;  // key format | value format << 8
+    float scale;
+};
 struct AttentionPush {
     uint32_t first_index[2];
     uint32_t q_off, q_stride, out_off, out_stride;
@@ -444,6 +453,7 @@ private:
     bool has_kv_ = false;
     KvConfig kv_;
     KvLayout layout_{};                  // kv_meta_layout.h
+    uint32_t query_first_ = 0;           // Expected Attention's query statistics: the words after layout_'s
     std::vector<Tensor> keys_, values_;  // per pool of layers, at its first layer: its cells' regions of rows (kv_row.glsl)
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
@@ -1069,7 +1079,9 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
         return VkDeviceSize{4} * static_cast<uint64_t>(slots) * kv_row_words(format, config.head_dim);
     };
     const KvLayout layout = kv_layout(0, n_cells, static_cast<uint32_t>(config.total_slots()), n_kv, static_cast<uint32_t>(max_batch_));
-    const VkDeviceSize meta_bytes = VkDeviceSize{4} * kv_meta_words(layout, max_slots);
+    // Expected Attention's query statistics follow the layout's regions (kv_expect.comp).
+    const uint32_t query_first = kv_meta_words(layout, max_slots);
+    const VkDeviceSize meta_bytes = VkDeviceSize{4} * (query_first + n_cells * kv_query_stats_floats(config));
     // Attention weights of a chunk of queries (weights and group weights per slot) and the
     // visible-slot counts: as many tokens as the budget allows.
     const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * max_slots + n_kv);
@@ -1100,9 +1112,12 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     if (config.head_share > 0.0f) H2O_TRY(rebalance_host_.init(config));
     kv_ = config;
     layout_ = layout;
+    query_first_ = query_first;
     chunk_capacity_ = capacity;
     has_kv_ = true;
-    if (config.rolling && config.rope.dims >= 2) ensure_rope_table(1, config.rope);
+    // Slot 1: the global layers' turn fractions, for rolled keys and Expected Attention's queries.
+    const bool expects = config.policy.policy == KvPolicy::ExpectedAttention;
+    if ((config.rolling || expects) && config.rope.dims >= 2) ensure_rope_table(1, config.rope);
     if (config.rolling && config.rope.dims >= 2 && !config.layer_window.empty()) ensure_rope_table(3, config.local_rope);
     return clear_kv();
 }
@@ -1116,6 +1131,8 @@ Status VulkanBackend::clear_kv() {
     const uint64_t rng = kv_initial_random_state(kv_.policy.seed);
     record_upload(meta, meta_.offset + VkDeviceSize{4} * layout_.rng, &rng, sizeof rng);
     record_fill(meta, meta_.offset + VkDeviceSize{4} * layout_.span_min, VkDeviceSize{4} * KV_MAX_SPANS, 0);
+    const size_t query_words = static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv * kv_query_stats_floats(kv_);
+    if (query_words != 0) record_fill(meta, meta_.offset + VkDeviceSize{4} * query_first_, VkDeviceSize{4} * query_words, 0);
     // Every cell its layer's budget, as KvImage::clear.
     std::vector<uint32_t> cells(2 * static_cast<size_t>(kv_.n_layer) * kv_.n_head_kv);
     const size_t n_cells = cells.size() / 2;
@@ -1212,6 +1229,10 @@ Status VulkanBackend::cache_to_image(KvImage &image) {
     }
     image.random_state = uint64_t{meta[layout_.rng]} | uint64_t{meta[layout_.rng + 1]} << 32;
     std::memcpy(image.span_minimum, &meta[layout_.span_min], sizeof(int32_t) * KV_MAX_SPANS);
+    if (!image.query_stats.empty()) {
+        H2O_TRY(download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * query_first_, image.query_stats.data(),
+                               sizeof(float) * image.query_stats.size()));
+    }
     return Status::Ok();
 }
 
@@ -1253,6 +1274,10 @@ Status VulkanBackend::cache_from_image(const KvImage &image) {
     meta[layout_.rng + 1] = static_cast<uint32_t>(image.random_state >> 32);
     std::memcpy(&meta[layout_.span_min], image.span_minimum, sizeof(int32_t) * KV_MAX_SPANS);
     record_upload(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size());  // staged: copied now
+    if (!image.query_stats.empty()) {
+        record_upload(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * query_first_, image.query_stats.data(),
+                      sizeof(float) * image.query_stats.size());
+    }
     return error_;
 }
 
@@ -1277,6 +1302,11 @@ Status VulkanBackend::download_kv_tags(uint8_t *out) {
 Status VulkanBackend::download_kv_statistics(SlotStats *out) {
     if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "vulkan backend: no KV cache");
     const auto slots = static_cast<VkDeviceSize>(kv_.total_slots());
+    // The policies without statistics have none (the key scorers keep their scores in those words).
+    if (!kv_policy_uses_statistics(kv_.policy.policy)) {
+        std::fill(out, out + slots, kv_stats_zero());
+        return Status::Ok();
+    }
     return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.stats, out, slots * sizeof(SlotStats));
 }
 
@@ -1303,6 +1333,38 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
     const Bound bkeys = bind(keys_[pool], true);
     const Bound bvalues = bind(values_[pool], true);
     const Bound bmeta = bind(meta_, true);
+
+    // 0. Expected Attention: the batch's queries into the cells' statistics, then every held
+    // slot's score (kv_expect.comp), which the claim below ranks by.
+    if (policy.policy == KvPolicy::ExpectedAttention) {
+        const Bound bq = bind(q, false);
+        const Bound bp = bind(batch.positions, false);
+        const Bound bt = bind(rope_table_, false);
+        KvExpectPush push{};
+        push.q_off = bq.word;
+        push.q_stride = static_cast<uint32_t>(q.cols);
+        push.pos_off = bp.word;
+        push.keys_off = bkeys.word;
+        push.values_off = bvalues.word;
+        push.table_off = bt.word / 2 + kRopeTablePairs;  // slot 1 (create_kv), in uvec2 units
+        push.meta_off = bmeta.word;
+        push.n_cells = n_cells;
+        push.total_slots = total_slots;
+        push.n_kv = n_kv;
+        push.max_batch = static_cast<uint32_t>(max_batch_);
+        push.first_slot = first_slot;
+        push.query_off = bmeta.word + query_first_;
+        push.layer = static_cast<uint32_t>(layer);
+        push.head_dim = hd;
+        push.group = static_cast<uint32_t>(kv_.query_group);
+        push.n = static_cast<uint32_t>(n);
+        push.pairs = static_cast<uint32_t>(kv_.rope.pairs());
+        push.flags = (batch.positions_per_kv_head ? kKvClaimPositionsPerKvHead : 0) |
+                     (kv_.rope.pairing == RotaryPairing::Halves ? kKvClaimHalvesPairing : 0);
+        push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
+        push.scale = kv_.attention_scale;
+        dispatch("kv_expect", {bq, bp, bkeys, bvalues, bmeta, bt}, &push, sizeof push, n_kv);
+    }
 
     // 1. Make room, take slots, store the batch's keys and values.
     {

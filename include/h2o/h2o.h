@@ -374,11 +374,22 @@ typedef enum h2o_kv_policy {
     /** A uniformly random unprotected token: a sanity baseline. */
     H2O_KV_RANDOM = 7,
     /** Sinks + recent window + heavy hitters by mean (not accumulated) attention since entry. */
-    H2O_KV_MEAN_H2O = 8
+    H2O_KV_MEAN_H2O = 8,
+    /** Recent window plus the tokens whose keys have the smallest L2 norm (keys of small norm draw
+     * the most attention). Query-agnostic: ranks by the stored keys, gathers no statistics. */
+    H2O_KV_KEY_NORM = 9,
+    /** KeyDiff: recent window plus the tokens whose keys are least similar (by cosine) to the
+     * mean direction of their (layer, kv head)'s keys. Query-agnostic. */
+    H2O_KV_KEY_DIFF = 10,
+    /** Expected Attention: sinks + recent window plus the tokens future queries are expected to
+     * attend to most, in closed form from the running mean and variance of the recent queries of
+     * each (layer, kv head), weighted by the norm of the token's value. */
+    H2O_KV_EXPECTED_ATTENTION = 11
 } h2o_kv_policy;
 
 /** Names of policies as tools print them ("full", "h2o", "window", "sink_window",
- * "scissorhands", "tova", "roco", "random", "mean_h2o"): NULL for a value this library does not
+ * "scissorhands", "tova", "roco", "random", "mean_h2o", "key_norm", "key_diff",
+ * "expected_attention"): NULL for a value this library does not
  * know, so iterating from 0 until NULL lists them all. */
 H2O_API const char *h2o_kv_policy_name(uint32_t policy);
 /** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
@@ -390,7 +401,8 @@ typedef struct h2o_kv_policy_info {
     uint32_t policy;            /**< h2o_kv_policy */
     const char *name;           /**< h2o_kv_policy_name's */
     int32_t gathers_statistics; /**< ranks tokens by attention: kv_horizon and the research settings of
-                                    h2o_experimental.h that move budgets by attention apply */
+                                    h2o_experimental.h that move budgets by attention apply (kv_horizon
+                                    also applies to the query-agnostic scorers, which gather none) */
     int32_t has_recent_window;  /**< protects a recent window: kv_recent and kv_recent_ratio apply */
     int32_t keeps_sinks;        /**< always protects the first kv_sinks tokens of the stream */
     float default_recent_ratio; /**< the window's share of the budget when kv_recent_ratio is negative */
@@ -476,12 +488,13 @@ typedef struct h2o_session_params {
      * session that would need more is refused before anything is allocated, with
      * H2O_ERR_OUT_OF_MEMORY and a message giving the needed and the allowed bytes. */
     uint64_t max_memory_bytes;
-    /** Horizon of the policies that keep tokens for their attention (h2o, scissorhands, tova,
-     * roco, mean_h2o; the others ignore it): a token kv_horizon or more tokens behind the newest
-     * is stale and is evicted before any other unprotected token, however much attention it
-     * had. Over a long stream this stops the cache from filling with tokens of text the stream
-     * has moved past (see docs/EVALUATION.md's long streams). 0 (the default): the policy's own,
-     * 1.5 × kv_budget for H2O_KV_SCISSORHANDS and none for the others; H2O_KV_HORIZON_NONE:
+    /** Horizon of the policies that keep tokens for a score (h2o, scissorhands, tova, roco,
+     * mean_h2o by attention; key_norm, key_diff, expected_attention by their keys; the others
+     * ignore it): a token kv_horizon or more tokens behind the newest is stale and is evicted
+     * before any other unprotected token, however high its score. Over a long stream this stops
+     * the cache from filling with tokens of text the stream has moved past (see
+     * docs/EVALUATION.md's long streams). 0 (the default): the policy's own, 1.5 × kv_budget for
+     * H2O_KV_SCISSORHANDS and the three key scorers, none for the others; H2O_KV_HORIZON_NONE:
      * none. Otherwise at least kv_budget. */
     uint32_t kv_horizon;
     /** Research settings of the KV cache, by key (h2o_experimental.h): set and read them with

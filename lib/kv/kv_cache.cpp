@@ -38,7 +38,14 @@ Status KvCache::init(const KvConfig &config, int threads) {
             scratch.evicted.assign(max_slots, 0);
             // A key as floats, then (halves pairing) its rotated pairs side by side.
             scratch.key.assign(static_cast<size_t>(config.head_dim + config.rope.dims), 0.0f);
+            const bool scores_keys = kv_policy_scores_keys(static_cast<uint32_t>(config.policy.policy));
+            const bool expects = config.policy.policy == KvPolicy::ExpectedAttention;
+            scratch.row.assign(scores_keys ? static_cast<size_t>(config.head_dim) : 0, 0.0f);
+            scratch.anchor.assign(scores_keys ? static_cast<size_t>(config.head_dim) : 0, 0.0f);
+            scratch.logits.assign(expects ? static_cast<size_t>(config.query_group) * max_slots : 0, 0.0f);
+            scratch.rotation.assign(expects ? static_cast<size_t>(config.rope.dims) : 0, 0.0f);
         }
+        if (config.policy.policy == KvPolicy::ExpectedAttention) rope_inv_freq_ = config.rope.inv_freqs();
     } catch (const std::bad_alloc &) {
         return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's working memory");
     }
@@ -70,6 +77,7 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
     const size_t row_bytes =
         kv_row_bytes(kv_key_format(config.type), config.head_dim) + kv_row_bytes(kv_value_format(config.type), config.head_dim);
     const size_t stats = kv_policy_uses_statistics(config.policy.policy) ? sizeof(SlotStats) : 0;
+    const size_t query_stats = static_cast<size_t>(config.n_layer) * config.n_head_kv * kv_query_stats_floats(config) * sizeof(float);
     // Per slot: key and value rows, stream index, position, tag, free-list entry, statistics;
     // when the heads' budgets move, rebalancing's candidates, destinations and priorities of a
     // pool, and per cell of a pool its kept count, new size and span counts.
@@ -77,7 +85,7 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
                                    ? static_cast<size_t>(config.max_pool_slots()) * (2 * sizeof(int64_t) + sizeof(float)) +
                                          static_cast<size_t>(config.max_pool_cells()) * (2 + KV_MAX_SPANS) * sizeof(int32_t)
                                    : 0;
-    return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats) + rebalancing;
+    return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats) + rebalancing + query_stats;
 }
 
 KvCache::CellView KvCache::cell(int layer, int kv_head) {
@@ -192,9 +200,17 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         const auto cell = static_cast<uint32_t>(cell_index(layer, kv_head));
         // Each candidate's priority once, by slot, rather than twice per comparison of the sort.
         std::vector<float> &priority = scratch.priority;
-        for (int i = 0; i < n_candidates; ++i) {
-            const int32_t s = candidates[i];
-            priority[s] = kv_batch_victim_priority(policy, by_proxy, slot_stats(v, s), v.stream_index[s], stale_before, cell);
+        if (kv_policy_scores_keys(static_cast<uint32_t>(policy.policy))) {
+            score_keys(layer, kv_head, used, scratch);
+            for (int i = 0; i < n_candidates; ++i) {
+                const int32_t s = candidates[i];
+                priority[s] = kv_scored_priority(priority[s], v.stream_index[s] < stale_before);
+            }
+        } else {
+            for (int i = 0; i < n_candidates; ++i) {
+                const int32_t s = candidates[i];
+                priority[s] = kv_batch_victim_priority(policy, by_proxy, slot_stats(v, s), v.stream_index[s], stale_before, cell);
+            }
         }
         auto before = [&](int32_t a, int32_t b) {
             return kv_victim_before(priority[a], v.stream_index[a], priority[b], v.stream_index[b]);

@@ -78,6 +78,12 @@ public:
     // Each cell's tokens held and slots, [layer][kv head] (either may be null).
     void cell_fill(int32_t *held, int32_t *slots) const;
 
+    // Expected Attention (kv_policy_spec.h): folds the batch's queries of one cell into its running
+    // statistics, before make_room ranks its tokens. queries: token t's query head g of the cell's
+    // group at queries[t * stride + g * head_dim], rotated by positions[t] as attention reads them.
+    // Does nothing for the other policies and in local layers. `thread` as for make_room.
+    void observe_queries(int layer, int kv_head, const float *queries, int64_t stride, const int32_t *positions, int n, int thread = 0);
+
     // Takes a free slot for a new token and resets its bookkeeping. Returns the slot.
     int claim_slot(int layer, int kv_head, int64_t stream_index, int32_t position, uint8_t tag);
 
@@ -124,6 +130,10 @@ private:
         std::vector<int64_t> evicted;     // max_slots() stream indices
         std::vector<float> key;           // one key as floats (head_dim), then its rotary pairs (rope.dims)
         int32_t span_held[KV_MAX_SPANS] = {};
+        // The query-agnostic scorers' working rows (kv_key_scores.cpp): a value or a query
+        // (head_dim), the key diff's anchor (head_dim), Expected Attention's logits per query
+        // head and slot (query_group * max_slots()) and its average rotation (rope.dims).
+        std::vector<float> row, anchor, logits, rotation;
     };
     // rebalance_heads' working memory: a pool's candidates across its cells, and per cell its
     // kept count, its span counts and its new size.
@@ -134,6 +144,11 @@ private:
         std::vector<int32_t> span_held;     // the largest pool's cells * KV_MAX_SPANS
         std::vector<int32_t> kept, slots;   // the largest pool's cells
     };
+    // The query-agnostic scorers' priorities (kv_policy_spec.h) of a cell's first `used` slots,
+    // into scratch.priority by slot (free slots get none): kv_key_scores.cpp.
+    void score_keys(int layer, int kv_head, int used, EvictionScratch &scratch);
+    // Decodes slot s's key of a cell into scratch.key.
+    const float *decoded_key(const CellView &v, int s, EvictionScratch &scratch) const;
     // Rotates a key of `layer` back by `shift` positions (config_.rope_in(layer)).
     void rotate_back(int layer, uint8_t *key, int shift, float *scratch);
     // With rolling, after a cell of `layer` lost the tokens evicted[0, n_evicted) (stream indices,
@@ -159,6 +174,7 @@ private:
     // each of the rope.pairs() pairs ([shift][pair][cos, sin]; row 0 unused); the second table is
     // the local layers' (config_.local_rope), when there are any.
     std::vector<float> rotate_back_cos_sin_[2];
+    std::vector<double> rope_inv_freq_;  // config_.rope.inv_freqs(), for Expected Attention
 };
 
 }  // namespace h2o

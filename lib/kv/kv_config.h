@@ -40,6 +40,10 @@ struct KvConfig {
     // keys of the tokens after it are rotated back by one position per removed predecessor.
     bool rolling = false;
     RotarySpec rope;  // the model's (ModelShape::rope): how rolled keys are rotated back
+    // Query heads per kv head, and the scale of q·k in attention: what Expected Attention
+    // (kv_policy_spec.h) models the queries of a cell with.
+    int query_group = 1;
+    float attention_scale = 1.0f;
     // Budgets per kv head (kv_head_budgets.h): the share of each layer's slots that rebalancing
     // moves between its kv heads by their attention; 0: every cell keeps slots_in(layer).
     float head_share = 0.0f;

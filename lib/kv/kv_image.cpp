@@ -1,6 +1,7 @@
 #include "kv_image.h"
 
 #include <algorithm>
+#include <cmath>
 #include <new>
 #include <string>
 
@@ -12,6 +13,19 @@ constexpr float SlotStats::*kStatFields[] = {&SlotStats::accumulated, &SlotStats
                                              &SlotStats::persistence};
 
 size_t cell_index(const KvConfig &config, int layer, int kv_head) { return static_cast<size_t>(layer) * config.n_head_kv + kv_head; }
+
+// One cell's query statistics as KvCache::observe_queries leaves them: a whole count, a position,
+// finite means and mean squares that are not negative.
+bool query_stats_valid(const float *stats, const KvConfig &config) {
+    const float count = stats[0], position = stats[1];
+    if (!(count >= 0.0f && count <= 16777216.0f && count == std::floor(count)) || !(position >= 0.0f && position <= 2147483647.0f))
+        return false;
+    const size_t n = static_cast<size_t>(config.query_group) * config.head_dim;
+    for (size_t i = 0; i < 2 * n; ++i) {
+        if (!std::isfinite(stats[2 + i]) || (i >= n && stats[2 + i] < 0.0f)) return false;
+    }
+    return true;
+}
 }  // namespace
 
 Status KvImage::allocate(const KvConfig &config) {
@@ -29,6 +43,7 @@ Status KvImage::allocate(const KvConfig &config) {
         // Attention statistics cost 20 bytes a slot; only policies that read them get them.
         stats.assign(kv_policy_uses_statistics(config.policy.policy) ? slots : 0, kv_stats_zero());
         free_list.assign(slots, 0);
+        query_stats.assign(cells * kv_query_stats_floats(config), 0.0f);
         used.assign(cells, 0);
         free_count.assign(cells, 0);
         cell_slots.assign(cells, 0);
@@ -46,6 +61,7 @@ void KvImage::clear(const KvConfig &config) {
     std::fill(used.begin(), used.end(), 0);
     std::fill(free_count.begin(), free_count.end(), 0);
     std::fill(span_minimum, span_minimum + KV_MAX_SPANS, 0);
+    std::fill(query_stats.begin(), query_stats.end(), 0.0f);
     for (int l = 0; l < config.n_layer; ++l) {
         for (int h = 0; h < config.n_head_kv; ++h) {
             cell_slots[cell_index(config, l, h)] = config.slots_in(l);
@@ -92,6 +108,8 @@ void save_kv_image(const KvConfig &config, const KvImage &image, ByteWriter &out
                 }
             }
             out.put_raw(image.free_list.data() + base, static_cast<size_t>(image.free_count[c]) * sizeof(int32_t));
+            const size_t stats_floats = kv_query_stats_floats(config);
+            out.put_raw(image.query_stats.data() + c * stats_floats, stats_floats * sizeof(float));
         }
     }
 }
@@ -152,6 +170,10 @@ Status load_kv_image(const KvConfig &config, KvImage &image, ByteReader &in, int
                     }
                 }
                 H2O_TRY(in.get_raw("KV free list", image.free_list.data() + base, static_cast<size_t>(free_count) * sizeof(int32_t)));
+                const size_t stats_floats = kv_query_stats_floats(config);
+                float *query_stats = image.query_stats.data() + c * stats_floats;
+                H2O_TRY(in.get_raw("KV query statistics", query_stats, stats_floats * sizeof(float)));
+                if (stats_floats != 0 && !query_stats_valid(query_stats, config)) return bad("query statistics" + where);
                 image.used[c] = used;
                 image.free_count[c] = free_count;
 

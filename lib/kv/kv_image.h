@@ -16,6 +16,11 @@ namespace h2o {
 // The random policy's generator state after clearing (kv_next_random draws from it).
 constexpr uint64_t kv_initial_random_state(uint64_t seed) { return seed ^ 0x9E3779B97F4A7C15ull; }
 
+// The floats of one cell's query statistics (KvImage::query_stats) under `config`'s policy.
+inline size_t kv_query_stats_floats(const KvConfig &config) {
+    return config.policy.policy == KvPolicy::ExpectedAttention ? 2 + 2 * static_cast<size_t>(config.query_group) * config.head_dim : 0;
+}
+
 struct KvImage {
     size_t key_row_bytes = 0, value_row_bytes = 0;  // the cache type's rows (kv_format.h)
     // Per slot, KvConfig::total_slots() of them: each cell's region of cell_slots slots from
@@ -26,6 +31,10 @@ struct KvImage {
     std::vector<uint8_t> tags;          // kv_make_tag: pinned flag and retention span
     std::vector<SlotStats> stats;       // empty when the policy reads none
     std::vector<int32_t> free_list;     // per cell, from its first slot: slots freed and not reused
+    // Expected Attention's running query statistics, kv_query_stats_floats(config) per cell (empty
+    // for the other policies): the queries seen, the first position of the latest batch, then per
+    // query head of the group the mean of each dimension, then per query head the mean square.
+    std::vector<float> query_stats;
     // Per cell, n_layer * n_head_kv of them.
     std::vector<int32_t> used;        // slots [0, used) have been written at least once
     std::vector<int32_t> free_count;  // entries of the cell's free list
@@ -49,7 +58,8 @@ struct KvImage {
 
 // A snapshot's KV section: the generator state, then per layer (when the heads' budgets move)
 // its cells' sizes, and per cell its used and free counts, the used slots' rows, stream indices,
-// positions, tags and statistics, and its free list. A cache that has seen few tokens saves little.
+// positions, tags and statistics, its free list and (Expected Attention) its query statistics. A
+// cache that has seen few tokens saves little.
 void save_kv_image(const KvConfig &config, const KvImage &image, ByteWriter &out);
 // Reads what save_kv_image wrote into an image allocated for the same configuration, checking
 // that every index in it is consistent with a stream of n_past tokens of which every cell holds

@@ -10,10 +10,12 @@
 //   - pinned tokens are never evicted;
 //   - the newest max(0, recent - n) cached tokens are protected (the recent window counts the
 //     incoming tokens, as in the H2O paper): kv_recent_from;
-//   - for sink_window and mean_h2o, the first `sinks` tokens of the stream are protected;
+//   - for sink_window, mean_h2o and expected_attention, the first `sinks` tokens of the stream are
+//     protected;
 //   - among the rest, stale tokens go first, oldest first: with a horizon H, a token is stale when
 //     it lies H or more tokens behind the newest incoming one (kv_stale_before);
-//   - then the token with the smallest kv_victim_priority is evicted (ties: the oldest); with
+//   - then the token with the smallest kv_victim_priority is evicted (ties: the oldest; the
+//     query-agnostic scorers rank by their key priorities of kv_policy_spec.h instead); with
 //     one-shot prompt eviction (prompt_proxy > 0), a batch of more than one token (a prompt being
 //     read) ranks by kv_prompt_priority instead: the attention of the previous batch's last
 //     prompt_proxy queries, a random share of the tokens with a random factor (NACL);
@@ -42,6 +44,9 @@ enum class KvPolicy : uint32_t {
     RoCo = KV_POLICY_ROCO,
     Random = KV_POLICY_RANDOM,
     MeanH2O = KV_POLICY_MEAN_H2O,
+    KeyNorm = KV_POLICY_KEY_NORM,
+    KeyDiff = KV_POLICY_KEY_DIFF,
+    ExpectedAttention = KV_POLICY_EXPECTED_ATTENTION,
 };
 
 constexpr uint32_t kKvPolicyCount = KV_POLICY_COUNT;

@@ -17,6 +17,9 @@
 #define KV_UINT uint
 #define sqrtf sqrt
 #define fmaxf max
+#define fminf min
+#define float_to_bits floatBitsToUint
+#define bits_to_float uintBitsToFloat
 #else
 #include <math.h>
 #include <stdint.h>
@@ -32,16 +35,19 @@ namespace h2o {
 
 // Policy ids, as stored in sessions and snapshots, passed to shaders, and numbered in the public
 // header's h2o_kv_policy (which must agree: lib/kv/kv_policy.cpp checks it at compile time).
-const KV_UINT KV_POLICY_FULL = 0u;          // no eviction: a full cache is an error
-const KV_UINT KV_POLICY_H2O = 1u;           // recent window + heavy hitters by accumulated attention
-const KV_UINT KV_POLICY_WINDOW = 2u;        // most recent tokens only
-const KV_UINT KV_POLICY_SINK_WINDOW = 3u;   // first `sinks` tokens + most recent (StreamingLLM)
-const KV_UINT KV_POLICY_SCISSORHANDS = 4u;  // recent window + tokens that were persistently important
-const KV_UINT KV_POLICY_TOVA = 5u;          // lowest attention at the latest step
-const KV_UINT KV_POLICY_ROCO = 6u;          // recent window + mean attention, ties by its deviation
-const KV_UINT KV_POLICY_RANDOM = 7u;        // a uniformly random unprotected token
-const KV_UINT KV_POLICY_MEAN_H2O = 8u;      // sinks + recent window + mean attention since entry
-const KV_UINT KV_POLICY_COUNT = 9u;
+const KV_UINT KV_POLICY_FULL = 0u;                 // no eviction: a full cache is an error
+const KV_UINT KV_POLICY_H2O = 1u;                  // recent window + heavy hitters by accumulated attention
+const KV_UINT KV_POLICY_WINDOW = 2u;               // most recent tokens only
+const KV_UINT KV_POLICY_SINK_WINDOW = 3u;          // first `sinks` tokens + most recent (StreamingLLM)
+const KV_UINT KV_POLICY_SCISSORHANDS = 4u;         // recent window + tokens that were persistently important
+const KV_UINT KV_POLICY_TOVA = 5u;                 // lowest attention at the latest step
+const KV_UINT KV_POLICY_ROCO = 6u;                 // recent window + mean attention, ties by its deviation
+const KV_UINT KV_POLICY_RANDOM = 7u;               // a uniformly random unprotected token
+const KV_UINT KV_POLICY_MEAN_H2O = 8u;             // sinks + recent window + mean attention since entry
+const KV_UINT KV_POLICY_KEY_NORM = 9u;             // recent window + the keys of smallest norm
+const KV_UINT KV_POLICY_KEY_DIFF = 10u;            // recent window + the keys least like the cell's others (KeyDiff)
+const KV_UINT KV_POLICY_EXPECTED_ATTENTION = 11u;  // sinks + recent window + attention expected of future queries
+const KV_UINT KV_POLICY_COUNT = 12u;
 
 // The statistics of one slot. w is the attention weight a query gives the slot, summed over the
 // query heads that share the kv head (so it lies in [0, group size]). Backends store them as five
@@ -59,6 +65,12 @@ struct SlotStats {
 KV_FN bool kv_policy_uses_statistics(KV_UINT policy) {
     return policy == KV_POLICY_H2O || policy == KV_POLICY_SCISSORHANDS || policy == KV_POLICY_TOVA || policy == KV_POLICY_ROCO ||
            policy == KV_POLICY_MEAN_H2O;
+}
+
+// Whether the policy ranks tokens by what is stored (keys, values and, for Expected Attention, the
+// statistics of the queries seen): the query-agnostic scorers of the section below.
+KV_FN bool kv_policy_scores_keys(KV_UINT policy) {
+    return policy == KV_POLICY_KEY_NORM || policy == KV_POLICY_KEY_DIFF || policy == KV_POLICY_EXPECTED_ATTENTION;
 }
 
 KV_FN SlotStats kv_stats_zero() {
@@ -158,6 +170,77 @@ KV_FN float kv_victim_priority(KV_UINT policy, SlotStats s, bool stale) {
     return 0.0f;
 }
 
+// ---- query-agnostic scorers -------------------------------------------------------------------
+// Three policies rank a cell's tokens by their stored vectors rather than by the attention they
+// were paid, so they need no statistics from attention and hold their ranking whatever the
+// queries to come. A backend computes each slot's inputs from the cell's rows (the key decoded,
+// rotated by its position as stored) and ranks by the priority below, stale slots first
+// (kv_scored_priority).
+
+// A scored slot's priority: -1 when stale, below every score (which is never negative).
+KV_FN float kv_scored_priority(float score, bool stale) { return stale ? -1.0f : score; }
+
+// key_norm (Devoto et al. 2024, "A Simple and Effective L2 Norm-Based Strategy for KV Cache
+// Compression"): keys of small L2 norm draw high attention; the largest norms go first. Norms
+// that agree to 11 bits (5e-4) tie, and the older token goes: a token's key norm does not change
+// with its rotation, so in the first layer, whose keys depend on the token alone, every repeat of
+// a token ties with the others, and rounding (which differs between backends and kernel levels)
+// must not be what breaks such ties.
+KV_FN float kv_key_norm_priority(float key_norm) { return 1.0f / (1.0f + bits_to_float(float_to_bits(key_norm) & 0xFFFFF000u)); }
+
+// key_diff (KeyDiff, Park et al. 2025): a key pointing where the cell's keys point on average is
+// redundant; the anchor is the mean of the cell's keys scaled to unit length, and the keys most
+// similar to it (by cosine) go first.
+KV_FN float kv_key_diff_priority(float cosine) { return fmaxf(0.0f, 1.0f - cosine); }
+
+// expected_attention (Devoto et al. 2025, arXiv 2510.00636): the attention future queries are
+// expected to pay a key, in closed form. A query head's recent queries, taken back to position 0
+// (before rotation), have per dimension a mean m and a variance v; a query T positions ahead is
+// rotated by R(p + t), whose average over the next T positions is, per rotary pair of frequency
+// θ, c·I + s·J with c and s the means of cos θ(p + t) and sin θ(p + t). Modelling the future
+// query as Gaussian q ~ N(R̄m, R̄ diag(v) R̄ᵀ), E[exp(scale q·k)] = exp(z) with
+//   z = scale · m·u + ½ scale² Σ_j v_j u_j²,   u = R̄ᵀ k
+// (the covariance is kept diagonal before the rotation: the paper's full covariance is d² per
+// head). A slot's priority is its softmax of z over the cell's tokens, averaged over the group's
+// query heads, times the norm of its value (the value's weight in the output).
+
+// u = R̄ᵀ k for one rotary pair (x, y) of a key: R̄ᵀ = [[c, s], [-s, c]]. Unrotated dimensions
+// have c = 1, s = 0.
+KV_FN float kv_expected_pair_u_first(float x, float y, float c, float s) { return c * x + s * y; }
+KV_FN float kv_expected_pair_u_second(float x, float y, float c, float s) { return c * y - s * x; }
+
+// One dimension's term of z: scale m u + ½ scale² v u².
+KV_FN float kv_expected_logit_term(float u, float mean, float variance, float scale) {
+    return scale * mean * u + 0.5f * scale * scale * variance * u * u;
+}
+
+// How many queries the statistics average: the first this many with equal weights, later ones
+// exponentially with this length. Long enough that a story's few sentences of queries make the
+// estimate, short enough to follow a stream that changes subject.
+KV_FN float kv_expected_attention_queries() { return 512.0f; }
+
+// A query head's running statistics after one more query value x in one dimension: the first
+// `window` queries are averaged with equal weights, later ones with weight 1 / window (an
+// exponential average of that length). count is the queries seen before this one.
+KV_FN float kv_query_rate(float count, float window) { return 1.0f / fmaxf(1.0f, fminf(count + 1.0f, window)); }
+KV_FN float kv_query_average(float average, float x, float rate) { return average + rate * (x - average); }
+
+// The priority of a slot from its group-averaged expected weight and its value's norm.
+KV_FN float kv_expected_attention_priority(float expected_weight, float value_norm) { return expected_weight * value_norm; }
+
+#if !defined(H2O_GLSL)
+// The average rotation (c, s) of a pair of inverse frequency theta over the T positions from
+// `first`: the means of cos and sin of θ(first + t), t < T, in closed form in double precision:
+// cos and sin of θ(first + (T - 1) / 2) times the Dirichlet kernel sin(θT/2) / (T sin(θ/2)).
+// (kv_expect.comp computes the same from the turn fractions of rotary.glsl, in float.)
+KV_FN void kv_expected_rotation(double theta, double first, double T, float *c, float *s) {
+    const double half = 0.5 * theta, spread = fabs(sin(half)) < 1e-12 ? 1.0 : sin(half * T) / (T * sin(half));
+    const double centre = theta * (first + 0.5 * (T - 1.0));
+    *c = static_cast<float>(cos(centre) * spread);
+    *s = static_cast<float>(sin(centre) * spread);
+}
+#endif
+
 // ---- one-shot prompt eviction (NACL) ----------------------------------------------------------
 // While a prompt is read (a batch of more than one token) with prompt_proxy > 0, victims are
 // ranked by the attention the previous batch's proxy queries gave them (`last`) instead of the
@@ -210,6 +293,9 @@ KV_FN bool kv_span_allows_eviction(KV_UINT held, KV_UINT minimum) { return held 
 #if defined(H2O_GLSL)
 #undef sqrtf
 #undef fmaxf
+#undef fminf
+#undef float_to_bits
+#undef bits_to_float
 #endif
 
 #endif  // H2O_KV_POLICY_SPEC_H

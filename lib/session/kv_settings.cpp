@@ -318,19 +318,21 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
     }
     s.policy.sinks = keeps_sinks ? static_cast<int>(p.kv_sinks) : 0;
 
-    // The horizon ranks tokens by age, so only the policies that rank by attention have one.
+    // The horizon ranks tokens by age, so only the policies that rank by a score (attention
+    // statistics, or the query-agnostic scorers' keys) have one.
     const uint64_t horizon = p.kv_horizon == H2O_KV_HORIZON_NONE ? 0
                              : p.kv_horizon != 0                 ? p.kv_horizon
                                                  // in half budgets: 1.5 budgets is 3 * budget / 2, exactly
                                                  : static_cast<uint64_t>(traits.default_horizon * 2.0f) * s.kv_budget / 2;
-    if (ranks_by_attention && horizon != 0 && horizon < static_cast<uint64_t>(s.kv_budget)) {
+    const bool ranks_by_score = ranks_by_attention || kv_policy_scores_keys(static_cast<uint32_t>(s.policy.policy));
+    if (ranks_by_score && horizon != 0 && horizon < static_cast<uint64_t>(s.kv_budget)) {
         return bad("kv_horizon " + std::to_string(horizon) + " is smaller than kv_budget " + std::to_string(s.kv_budget) +
                    " (it would evict tokens the budget has room for; H2O_KV_HORIZON_NONE: no horizon)");
     }
     if (horizon > static_cast<uint64_t>(kMaxKvHorizon)) {
         return bad("kv_horizon " + std::to_string(horizon) + " exceeds the maximum " + std::to_string(kMaxKvHorizon));
     }
-    s.policy.horizon = ranks_by_attention ? static_cast<int>(horizon) : 0;
+    s.policy.horizon = ranks_by_score ? static_cast<int>(horizon) : 0;
 
     // Ranking by proxy attention and moving budgets by it need the statistics; a full cache never
     // evicts, so it ignores them.

@@ -83,6 +83,8 @@ KvConfig make_kv_config(const Model &model, const SessionSettings &settings) {
     kv.policy = settings.policy;
     kv.rolling = settings.rolling;
     kv.rope = model.rotary_for_context(settings.n_ctx);
+    kv.query_group = shape.n_head / shape.n_head_kv;
+    kv.attention_scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
     return kv;
 }
 

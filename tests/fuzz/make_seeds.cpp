@@ -165,7 +165,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         {H2O_KV_SCISSORHANDS, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0}, {H2O_KV_H2O, H2O_KV_TYPE_F32, 32, 256, 1, 0.0f, 0},
         {H2O_KV_SINK_WINDOW, H2O_KV_TYPE_Q8, 32, 256, 1, 0.0f, 0},   {H2O_KV_TOVA, H2O_KV_TYPE_K8V4, 32, 256, 0, 0.0f, 0},
         {H2O_KV_RANDOM, H2O_KV_TYPE_F16, 48, 256, 0, 0.0f, 0},       {H2O_KV_ROCO, H2O_KV_TYPE_F16, 32, 256, 0, 0.5f, 0},
-        {H2O_KV_MEAN_H2O, H2O_KV_TYPE_F16, 32, 256, 1, 0.5f, 1}};
+        {H2O_KV_MEAN_H2O, H2O_KV_TYPE_F16, 32, 256, 1, 0.5f, 1},     {H2O_KV_EXPECTED_ATTENTION, H2O_KV_TYPE_F16, 32, 256, 1, 0.0f, 0}};
     int n = 0;
     for (const Setting &s : settings) {
         h2o_session_params sp;
@@ -179,7 +179,7 @@ void snapshot_seeds(const fs::path &dir, const fs::path &shared) {
         sp.experimental[H2O_EXP_KV_HEAD_SHARE] = s.head_share;
         sp.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = s.across_layers;
         if (s.across_layers) sp.experimental[H2O_EXP_KV_REBALANCE_INTERVAL] = 3;  // the default 16 for the other share
-        if (s.policy == H2O_KV_TOVA) {  // one-shot prompt eviction's settings in the header
+        if (s.policy == H2O_KV_TOVA) {                                            // one-shot prompt eviction's settings in the header
             sp.experimental[H2O_EXP_KV_PROMPT_PROXY] = 8;
             sp.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = 0.25f;
         }

@@ -679,7 +679,10 @@ TEST_CASE("every KV format works with every policy and with rolling, and its mem
             const size_t slots = 5 * 4 * 32;
             const size_t rows = kv_row_bytes(kv_key_format(type), 8) + kv_row_bytes(kv_value_format(type), 8);
             const size_t statistics = kv_policy_uses_statistics(static_cast<KvPolicy>(p)) ? 5 * 4 : 0;
-            CHECK(session->memory().kv_bytes == slots * (rows + 8 + 4 + 1 + statistics + 4));
+            // Expected Attention's query statistics: per cell, a count, a position, and a mean and
+            // mean square per dimension of each of the group's 2 query heads.
+            const size_t query_statistics = static_cast<KvPolicy>(p) == KvPolicy::ExpectedAttention ? 5 * 4 * (2 + 2 * 2 * 8) * 4 : 0;
+            CHECK(session->memory().kv_bytes == slots * (rows + 8 + 4 + 1 + statistics + 4) + query_statistics);
         }
     }
 }

@@ -193,6 +193,99 @@ TEST_CASE("victim rules: eligibility, order, span arithmetic and the generator o
     }
 }
 
+namespace {
+
+// The query-agnostic scorers' priorities of a cell's slots as their papers define them, computed
+// here in double precision and without the cache's code: a key's norm (to 11 bits); one minus its cosine with
+// the mean of the cell's unit keys; Expected Attention's softmax of the closed-form logit, averaged
+// over the group and times the value's norm, with the average rotation summed term by term.
+// Keys and values are F32 rows; the rotary pairs are adjacent.
+std::map<int64_t, double> paper_key_priorities(const KvConfig &config, KvCache &cache) {
+    const KvCache::CellView view = cache.cell(0, 0);
+    const int hd = config.head_dim, group = config.query_group;
+    std::vector<int> held;
+    for (int s = 0; s < config.n_slots; ++s) {
+        if (view.stream_index[s] >= 0) held.push_back(s);
+    }
+    auto row = [&](const uint8_t *rows, int s) {
+        const float *r = reinterpret_cast<const float *>(rows) + static_cast<size_t>(s) * hd;
+        return std::vector<double>(r, r + hd);
+    };
+    auto norm = [](const std::vector<double> &x) {
+        double sum = 0;
+        for (double e : x) sum += e * e;
+        return std::sqrt(sum);
+    };
+    std::map<int64_t, double> out;
+    if (config.policy.policy == KvPolicy::KeyNorm) {
+        // Norms that agree to 11 bits tie (the low 12 bits of the float cleared).
+        for (int s : held) {
+            uint32_t bits = 0;
+            const float n = static_cast<float>(norm(row(view.keys, s)));
+            std::memcpy(&bits, &n, sizeof bits);
+            bits &= 0xFFFFF000u;
+            float coarse = 0;
+            std::memcpy(&coarse, &bits, sizeof coarse);
+            out[view.stream_index[s]] = 1.0 / (1.0 + coarse);
+        }
+        return out;
+    }
+    if (config.policy.policy == KvPolicy::KeyDiff) {
+        std::vector<double> anchor(hd, 0.0);
+        for (int s : held) {
+            const std::vector<double> k = row(view.keys, s);
+            for (int j = 0; j < hd; ++j) anchor[j] += k[j] / norm(k);
+        }
+        for (int s : held) {
+            const std::vector<double> k = row(view.keys, s);
+            double dot = 0;
+            for (int j = 0; j < hd; ++j) dot += k[j] * anchor[j];
+            out[view.stream_index[s]] = 1.0 - dot / (norm(k) * norm(anchor));
+        }
+        return out;
+    }
+    const float *stats = cache.image().query_stats.data();
+    const double first = stats[1];
+    const int T = config.n_slots, pairs = config.rope.pairs();
+    std::vector<double> c(pairs, 0.0), sn(pairs, 0.0);
+    for (int i = 0; i < pairs; ++i) {
+        const double theta = std::pow(static_cast<double>(config.rope.freq_base), -2.0 * i / config.rope.dims);
+        for (int t = 0; t < T; ++t) {
+            c[i] += std::cos(theta * (first + t)) / T;
+            sn[i] += std::sin(theta * (first + t)) / T;
+        }
+    }
+    std::map<int, double> weight;
+    for (int g = 0; g < group; ++g) {
+        const float *mean = stats + 2 + g * hd, *square = stats + 2 + (group + g) * hd;
+        std::map<int, double> z;
+        double top = -1e300;
+        for (int s : held) {
+            const std::vector<double> k = row(view.keys, s);
+            std::vector<double> u(k);
+            for (int i = 0; i < pairs; ++i) {
+                u[2 * i] = c[i] * k[2 * i] + sn[i] * k[2 * i + 1];
+                u[2 * i + 1] = c[i] * k[2 * i + 1] - sn[i] * k[2 * i];
+            }
+            double logit = 0;
+            for (int j = 0; j < hd; ++j) {
+                const double variance = std::max(0.0, double(square[j]) - double(mean[j]) * mean[j]);
+                logit += config.attention_scale * mean[j] * u[j] +
+                         0.5 * config.attention_scale * config.attention_scale * variance * u[j] * u[j];
+            }
+            z[s] = logit;
+            top = std::max(top, logit);
+        }
+        double sum = 0;
+        for (int s : held) sum += std::exp(z[s] - top);
+        for (int s : held) weight[s] += std::exp(z[s] - top) / sum / group;
+    }
+    for (int s : held) out[view.stream_index[s]] = weight[s] * norm(row(view.values, s));
+    return out;
+}
+
+}  // namespace
+
 TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec ranks lowest") {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -208,7 +301,11 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
             config.policy.policy = static_cast<KvPolicy>(id);
             config.policy.recent = static_cast<int>(8 * unit(rng));
             config.policy.sinks = trial % 3 == 0 ? 2 : 0;
+            const bool scores_keys = kv_policy_scores_keys(id);
             config.policy.horizon = trial % 4 == 0 ? 12 + static_cast<int>(8 * unit(rng)) : 0;
+            config.query_group = 2;
+            config.attention_scale = 0.5f;
+            config.rope.dims = 4;
             KvCache cache;
             REQUIRE(cache.init(config).ok());
             // Slots hold stream indices 0..n_slots-1 in a shuffled order, a few of them pinned; in
@@ -230,6 +327,21 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
                 view.stats[s] = SlotStats{std::round(4 * unit(rng)), std::round(4 * unit(rng)), 1 + std::round(3 * unit(rng)),
                                           std::round(4 * unit(rng)) / 4, std::round(4 * unit(rng))};
             }
+            // The key scorers' inputs: random keys and values, and query statistics (a mean and
+            // a mean square at least its square) from a batch at position `next`.
+            for (size_t i = 0; scores_keys && i < cache.image().keys.size() / sizeof(float); ++i) {
+                const float key = 4 * unit(rng) - 2, value = 4 * unit(rng) - 2;
+                std::memcpy(cache.image().keys.data() + i * sizeof(float), &key, sizeof key);
+                std::memcpy(cache.image().values.data() + i * sizeof(float), &value, sizeof value);
+            }
+            std::vector<float> &query_stats = cache.image().query_stats;
+            const size_t n_means = query_stats.empty() ? 0 : (query_stats.size() - 2) / 2;
+            for (size_t i = 2; i < 2 + n_means; ++i) {
+                query_stats[i] = 3 * unit(rng) - 1.5f;
+                query_stats[i + n_means] = query_stats[i] * query_stats[i] + 2 * unit(rng);
+            }
+            if (!query_stats.empty()) query_stats[1] = static_cast<float>(n_slots + trial);
+            const std::map<int64_t, double> key_priority = scores_keys ? paper_key_priorities(config, cache) : std::map<int64_t, double>{};
             const int n_new = 1 + static_cast<int>(3 * unit(rng));
             const int64_t next = n_slots;
 
@@ -249,7 +361,10 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
                 unpinned.push_back({0.0f, index});
                 if (index >= recent_from || index < config.policy.sinks) continue;
                 const SlotStats stats = view.stats ? view.stats[s] : kv_stats_zero();
-                ranked.push_back({kv_victim_priority(id, stats, index < stale_before), index});
+                const bool stale = index < stale_before;
+                ranked.push_back(
+                    {scores_keys ? (stale ? -1.0f : static_cast<float>(key_priority.at(index))) : kv_victim_priority(id, stats, stale),
+                     index});
             }
             auto take = [&](std::vector<std::pair<float, int64_t>> pool) {
                 std::sort(pool.begin(), pool.end());

@@ -265,7 +265,7 @@ TEST_CASE("policy traits: h2o_kv_policy_get_info describes what resolution does"
         h2o_session_free(session);
         session = nullptr;
     }
-    CHECK(count == 9);
+    CHECK(count == 12);
     h2o_kv_policy_info info{};
     info.struct_size = sizeof info;
     CHECK(h2o_kv_policy_get_info(count, &info) == H2O_ERR_INVALID_ARGUMENT);

@@ -63,9 +63,16 @@ void set_stream(uint at, uvec2 s) {
     meta[L.stream + 2u * at] = s.x;
     meta[L.stream + 2u * at + 1u] = s.y;
 }
+// The query-agnostic scorers (kv_policy_spec.h) gather no statistics: make_room computes their
+// scores into the first statistics word of each slot (score_keys), and priority() reads it.
+float score_word(uint at, uint k) { return uintBitsToFloat(meta[L.stats + 5u * at + k]); }
+void set_score_word(uint at, uint k, float x) { meta[L.stats + 5u * at + k] = floatBitsToUint(x); }
+const uint SCORE = 0u, KEY_NORM = 1u;
+
 // The victim is the eligible slot with the smallest kv_batch_priority, ties going to the oldest.
 float priority(uint at) {
     const uvec2 stream = stream_at(at);
+    if (kv_policy_scores_keys(p.policy)) return kv_scored_priority(score_word(at, SCORE), kv_index_less(stream, p.stale_before));
     return kv_batch_priority(p.policy, (p.flags & FLAG_BY_PROXY) != 0u, load_slot_stats(L, at), kv_index_less(stream, p.stale_before), stream,
                              cell_now, p.prompt_seed, p.prompt_share);
 }
@@ -185,6 +192,14 @@ void load_key(uint row) {
     for (uint j = 0u; j < p.head_dim; ++j) kv_row[j] = kv_element(KEY_FORMAT, header, keys[data + j / per_word], j);
 }
 
+// Element j of the key row starting at word `row`, decoded.
+float key_element(uint row, uint j) {
+    return kv_element(KEY_FORMAT, keys[row], keys[row + kv_header_words(KEY_FORMAT) + j / kv_elements_per_word(KEY_FORMAT)], j);
+}
+
+// The first word of the key row of the slot at index `at`.
+uint key_row_of(uint at) { return p.keys_off + (at - p.first_slot) * kv_row_words(KEY_FORMAT, p.head_dim); }
+
 // Encodes kv_row into the key row starting at word `row`.
 void store_key(uint row) {
     const uint header = kv_encode_header(KEY_FORMAT, p.head_dim), skip = kv_header_words(KEY_FORMAT);
@@ -201,6 +216,61 @@ void store_value(uint row) {
     for (uint w = 0u; w + skip < kv_row_words(VALUE_FORMAT, p.head_dim); ++w) {
         values[row + skip + w] = kv_encode_word(VALUE_FORMAT, p.head_dim, w);
     }
+}
+
+// ---- the query-agnostic scorers' scores (KvCache::score_keys) ---------------------------------
+
+float row_norm() {
+    float sum = 0.0;
+    for (uint j = 0u; j < p.head_dim; ++j) sum += kv_row[j] * kv_row[j];
+    return sqrt(sum);
+}
+
+shared float anchor[MAX_HEAD_DIM];
+
+// The scores of a cell's held slots into their SCORE words; every invocation calls it.
+void score_keys(uint base, uint used) {
+    const uint tid = gl_LocalInvocationIndex;
+    if (p.policy == KV_POLICY_KEY_NORM) {
+        for (uint s = tid; s < used; s += WG) {
+            if (stream_is_free(stream_at(base + s))) continue;
+            load_key(key_row_of(base + s));
+            set_score_word(base + s, SCORE, kv_key_norm_priority(row_norm()));
+        }
+    } else if (p.policy == KV_POLICY_KEY_DIFF) {
+        for (uint s = tid; s < used; s += WG) {
+            if (stream_is_free(stream_at(base + s))) continue;
+            load_key(key_row_of(base + s));
+            set_score_word(base + s, KEY_NORM, row_norm());
+        }
+        memoryBarrierBuffer();
+        barrier();
+        // The anchor, the mean of the unit keys (unscaled), a dimension per invocation, summed in
+        // slot order as the CPU sums it.
+        for (uint j = tid; j < p.head_dim; j += WG) {
+            float sum = 0.0;
+            for (uint s = 0u; s < used; ++s) {
+                if (stream_is_free(stream_at(base + s))) continue;
+                const float norm = score_word(base + s, KEY_NORM);
+                if (norm > 0.0) sum += key_element(key_row_of(base + s), j) / norm;
+            }
+            anchor[j] = sum;
+        }
+        barrier();
+        float anchor_sum = 0.0;
+        for (uint j = 0u; j < p.head_dim; ++j) anchor_sum += anchor[j] * anchor[j];
+        const float anchor_norm = sqrt(anchor_sum);
+        for (uint s = tid; s < used; s += WG) {
+            if (stream_is_free(stream_at(base + s))) continue;
+            load_key(key_row_of(base + s));
+            float dot = 0.0;
+            for (uint j = 0u; j < p.head_dim; ++j) dot += kv_row[j] * anchor[j];
+            const float norms = row_norm() * anchor_norm;
+            set_score_word(base + s, SCORE, kv_key_diff_priority(norms > 0.0 ? dot / norms : 0.0));
+        }
+    }
+    memoryBarrierBuffer();
+    barrier();
 }
 
 // ---- one kv head ------------------------------------------------------------------------------
@@ -289,6 +359,7 @@ void make_room(uint cell, uint h) {
         barrier();
         if (enough) n_victims = uint(needed);
     } else if (enough) {
+        if (kv_policy_scores_keys(p.policy)) score_keys(base, used);
         for (uint i = 0u; i < uint(needed); ++i) {
             const uint slot = argmin_slot(base, used, false);
             if (tid == 0u) {
@@ -330,7 +401,7 @@ void make_room(uint cell, uint h) {
             }
             if (shift == 0) continue;
             meta[L.position + at] = uint(int(meta[L.position + at]) - shift);
-            const uint key = p.keys_off + (at - p.first_slot) * kv_row_words(KEY_FORMAT, p.head_dim);
+            const uint key = key_row_of(at);
             load_key(key);
             const uint pairing = (p.flags & FLAG_HALVES_PAIRING) != 0u ? PAIRING_HALVES : PAIRING_ADJACENT;
             for (uint i = 0u; i < p.pairs; ++i) {

@@ -10,7 +10,8 @@
 //   stream      2 words per slot: the stream index as (low, high); -1 (both words ~0) when free
 //   position    1 word per slot: rotary position (int)
 //   tag         1 word per slot: the token's retention tag (kv_make_tag: pinned, span)
-//   stats       5 floats per slot: SlotStats of kv_policy_spec.h
+//   stats       5 floats per slot: SlotStats of kv_policy_spec.h (for the key scorers, which
+//               gather none, their score and key norm while kv_claim.comp makes room)
 //   free_list   1 word per slot: per cell, a stack of the slots freed by eviction
 //   used        1 word per cell: slots [0, used) have been written at least once
 //   free_count  1 word per cell: entries on the cell's free-list stack

@@ -37,6 +37,12 @@ namespace H2o
         Random = 7,
         /// <summary>Sinks, a recent window and heavy hitters by mean attention.</summary>
         MeanH2o = 8,
+        /// <summary>A recent window and the keys of smallest norm (query-agnostic).</summary>
+        KeyNorm = 9,
+        /// <summary>KeyDiff: a recent window and the keys least like the others (query-agnostic).</summary>
+        KeyDiff = 10,
+        /// <summary>Expected Attention: sinks, a recent window and the tokens future queries are expected to attend to.</summary>
+        ExpectedAttention = 11,
     }
 
     /// <summary>Element formats of the KV cache (h2o_kv_type).</summary>

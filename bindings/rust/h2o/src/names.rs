@@ -92,6 +92,13 @@ named_enum!(
         Random = 7,
         /// Sinks, a recent window and heavy hitters by mean attention.
         MeanH2o = 8,
+        /// A recent window and the keys of smallest norm (query-agnostic).
+        KeyNorm = 9,
+        /// KeyDiff: a recent window and the keys least like the others (query-agnostic).
+        KeyDiff = 10,
+        /// Expected Attention: sinks, a recent window and the tokens future queries are expected to
+        /// attend to.
+        ExpectedAttention = 11,
     }
 );
 
