@@ -62,7 +62,7 @@ std::string usage() {
                   "  --recent N             protected recent window in tokens (default: --recent-ratio)\n"
                   "  --recent-ratio R       recent window as a fraction of the budget (default: the\n"
                   "                         policy's, 0.875 for scissorhands, 0.5 for the others)\n"
-                  "  --sinks N              attention sinks for sink_window, mean_h2o and expected_attention (default 4)\n"
+                  "  --sinks N              attention sinks for sink_window and mean_h2o (default 4)\n"
                   "  --kv-type T            KV cache format: f32 (default), f16, q8, q4, k8v4\n"
                   "  --stream TOKENS        stream mode: one stream of BOS + TOKENS tokens per configuration\n"
                   "  --segment N            stream mode: report perplexity per N tokens (default 1000)\n"

@@ -381,7 +381,7 @@ typedef enum h2o_kv_policy {
     /** KeyDiff: recent window plus the tokens whose keys are least similar (by cosine) to the
      * mean direction of their (layer, kv head)'s keys. Query-agnostic. */
     H2O_KV_KEY_DIFF = 10,
-    /** Expected Attention: sinks + recent window plus the tokens future queries are expected to
+    /** Expected Attention: recent window plus the tokens future queries are expected to
      * attend to most, in closed form from the running mean and variance of the recent queries of
      * each (layer, kv head), weighted by the norm of the token's value. */
     H2O_KV_EXPECTED_ATTENTION = 11

@@ -64,8 +64,8 @@ typedef enum h2o_experimental_key {
      * backend the whole cache's keys (and its values) must then fit one storage buffer binding. */
     H2O_EXP_KV_SHARE_ACROSS_LAYERS = 4,
     /** 1: every evicting policy keeps the first kv_sinks tokens of the stream (attention sinks),
-     * not only sink_window, mean_h2o and expected_attention, which always do. kv_sinks must then
-     * be smaller than the smallest layer's budget. */
+     * not only sink_window and mean_h2o, which always do. kv_sinks must then be smaller than the
+     * smallest layer's budget. */
     H2O_EXP_KV_SINKS_EVERY_POLICY = 5,
     /** How often budgets per kv head move, in stream tokens, in [0, 1048576]: a batch that holds a
      * stream index divisible by N rebalances as H2O_EXP_KV_HEAD_SHARE describes; the batches

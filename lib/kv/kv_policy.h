@@ -10,8 +10,7 @@
 //   - pinned tokens are never evicted;
 //   - the newest max(0, recent - n) cached tokens are protected (the recent window counts the
 //     incoming tokens, as in the H2O paper): kv_recent_from;
-//   - for sink_window, mean_h2o and expected_attention, the first `sinks` tokens of the stream are
-//     protected;
+//   - for sink_window and mean_h2o, the first `sinks` tokens of the stream are protected;
 //   - among the rest, stale tokens go first, oldest first: with a horizon H, a token is stale when
 //     it lies H or more tokens behind the newest incoming one (kv_stale_before);
 //   - then the token with the smallest kv_victim_priority is evicted (ties: the oldest; the

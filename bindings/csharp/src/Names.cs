@@ -41,7 +41,7 @@ namespace H2o
         KeyNorm = 9,
         /// <summary>KeyDiff: a recent window and the keys least like the others (query-agnostic).</summary>
         KeyDiff = 10,
-        /// <summary>Expected Attention: sinks, a recent window and the tokens future queries are expected to attend to.</summary>
+        /// <summary>Expected Attention: a recent window and the tokens future queries are expected to attend to.</summary>
         ExpectedAttention = 11,
     }
 

@@ -96,8 +96,7 @@ named_enum!(
         KeyNorm = 9,
         /// KeyDiff: a recent window and the keys least like the others (query-agnostic).
         KeyDiff = 10,
-        /// Expected Attention: sinks, a recent window and the tokens future queries are expected to
-        /// attend to.
+        /// Expected Attention: a recent window and the tokens future queries are expected to attend to.
         ExpectedAttention = 11,
     }
 );
