@@ -10,8 +10,9 @@ namespace {
 
 constexpr double kWidth = 880, kHeight = 520;
 constexpr double kLeft = 80, kRight = kWidth - 230, kTop = 50, kBottom = kHeight - 60;
-const char *const kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                               "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+// Enough for the evaluation's twelve policies without a repeat.
+const char *const kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                               "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"};
 constexpr size_t kColorCount = sizeof(kColors) / sizeof(kColors[0]);
 
 std::string xml_escape(const std::string &text) {
