@@ -46,7 +46,7 @@ const KV_UINT KV_POLICY_RANDOM = 7u;               // a uniformly random unprote
 const KV_UINT KV_POLICY_MEAN_H2O = 8u;             // sinks + recent window + mean attention since entry
 const KV_UINT KV_POLICY_KEY_NORM = 9u;             // recent window + the keys of smallest norm
 const KV_UINT KV_POLICY_KEY_DIFF = 10u;            // recent window + the keys least like the cell's others (KeyDiff)
-const KV_UINT KV_POLICY_EXPECTED_ATTENTION = 11u;  // sinks + recent window + attention expected of future queries
+const KV_UINT KV_POLICY_EXPECTED_ATTENTION = 11u;  // recent window + attention expected of future queries
 const KV_UINT KV_POLICY_COUNT = 12u;
 
 // The statistics of one slot. w is the attention weight a query gives the slot, summed over the
