@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(kBlock) kv_expect_kernel(ExpectArgs a) {
     for (int h = blockIdx.x; h < a.n_kv; h += gridDim.x) {
         const size_t cell = static_cast<size_t>(a.layer) * a.n_kv + h;
         float *stats = a.kv.query_stats + cell * words;
-        float *mean = stats + 2, *square = mean + static_cast<size_t>(a.group) * hd;
+        float *mean = stats + 2, *variance = mean + static_cast<size_t>(a.group) * hd;
         const int32_t *positions = a.positions + (a.positions_per_kv_head ? static_cast<size_t>(h) * a.n : 0);
         const float count = stats[0], window = kv_expected_attention_queries();
         // One thread per (query head, rotary pair or unrotated dimension), the tokens in order.
@@ -564,7 +564,12 @@ __global__ void __launch_bounds__(kBlock) kv_expect_kernel(ExpectArgs a) {
             const bool rotated = i < a.pairs;
             const int e0 = rotated ? rotary_pair_first(a.pairing, i) : dims + (i - a.pairs);
             const int e1 = rotated ? e0 + rotary_pair_offset(a.pairing, a.pairs) : e0;
-            float *m = mean + static_cast<size_t>(g) * hd, *m2 = square + static_cast<size_t>(g) * hd;
+            float *m = mean + static_cast<size_t>(g) * hd, *v = variance + static_cast<size_t>(g) * hd;
+            auto fold = [&](int j, float x, float rate) {
+                const float d = x - m[j];
+                v[j] = kv_query_variance(v[j], d, rate);
+                m[j] = kv_query_mean(m[j], d, rate);
+            };
             for (int t = 0; t < a.n; ++t) {
                 const float rate = kv_query_rate(fminf(count + static_cast<float>(t), window), window);
                 const float *q = a.q + t * a.q_cols + static_cast<size_t>(h * a.group + g) * hd;
@@ -574,12 +579,8 @@ __global__ void __launch_bounds__(kBlock) kv_expect_kernel(ExpectArgs a) {
                     rotary_cos_sin(-positions[t], a.kv.inv_freq[i], &c, &sn);
                     rotate_pair(&x, &y, c, sn);
                 }
-                m[e0] = kv_query_average(m[e0], x, rate);
-                m2[e0] = kv_query_average(m2[e0], x * x, rate);
-                if (rotated) {
-                    m[e1] = kv_query_average(m[e1], y, rate);
-                    m2[e1] = kv_query_average(m2[e1], y * y, rate);
-                }
+                fold(e0, x, rate);
+                if (rotated) fold(e1, y, rate);
             }
         }
         __syncthreads();
@@ -599,8 +600,8 @@ __global__ void __launch_bounds__(kBlock) kv_expect_kernel(ExpectArgs a) {
         __syncthreads();
         float row[kCudaMaxHeadDim];
         for (int g = 0; g < a.group; ++g) {
-            const float *m = mean + static_cast<size_t>(g) * hd, *m2 = square + static_cast<size_t>(g) * hd;
-            auto term = [&](int j, float u) { return kv_expected_logit_term(u, m[j], fmaxf(0.0f, m2[j] - m[j] * m[j]), a.scale); };
+            const float *m = mean + static_cast<size_t>(g) * hd, *v = variance + static_cast<size_t>(g) * hd;
+            auto term = [&](int j, float u) { return kv_expected_logit_term(u, m[j], v[j], a.scale); };
             for (int s = threadIdx.x; s < used; s += blockDim.x) {
                 if (a.kv.stream[base + s] < 0) continue;
                 kv_decode_row(a.key_format, a.kv.keys + (base + s) * a.key_row, hd, row);

@@ -15,7 +15,7 @@ constexpr float SlotStats::*kStatFields[] = {&SlotStats::accumulated, &SlotStats
 size_t cell_index(const KvConfig &config, int layer, int kv_head) { return static_cast<size_t>(layer) * config.n_head_kv + kv_head; }
 
 // One cell's query statistics as KvCache::observe_queries leaves them: a whole count, a position,
-// finite means and mean squares that are not negative.
+// finite means and variances that are not negative.
 bool query_stats_valid(const float *stats, const KvConfig &config) {
     const float count = stats[0], position = stats[1];
     if (!(count >= 0.0f && count <= 16777216.0f && count == std::floor(count)) || !(position >= 0.0f && position <= 2147483647.0f))

@@ -33,7 +33,7 @@ struct KvImage {
     std::vector<int32_t> free_list;     // per cell, from its first slot: slots freed and not reused
     // Expected Attention's running query statistics, kv_query_stats_floats(config) per cell (empty
     // for the other policies): the queries seen, the first position of the latest batch, then per
-    // query head of the group the mean of each dimension, then per query head the mean square.
+    // query head of the group the mean of each dimension, then per query head the variance.
     std::vector<float> query_stats;
     // Per cell, n_layer * n_head_kv of them.
     std::vector<int32_t> used;        // slots [0, used) have been written at least once

@@ -34,7 +34,7 @@ void KvCache::observe_queries(int layer, int kv_head, const float *queries, int6
     EvictionScratch &scratch = scratch_[static_cast<size_t>(thread)];
     const int hd = config_.head_dim, group = config_.query_group, n_pairs = config_.rope.pairs();
     float *stats = image_.query_stats.data() + cell_index(layer, kv_head) * kv_query_stats_floats(config_);
-    float *mean = stats + 2, *square = mean + static_cast<size_t>(group) * hd;
+    float *mean = stats + 2, *variance = mean + static_cast<size_t>(group) * hd;
     float *query = scratch.row.data();
     stats[1] = static_cast<float>(positions[0]);
     for (int t = 0; t < n; ++t) {
@@ -48,10 +48,11 @@ void KvCache::observe_queries(int layer, int kv_head, const float *queries, int6
             const float *q = queries + t * stride + static_cast<int64_t>(g) * hd;
             for (int j = 0; j < hd; ++j) query[j] = q[j];
             for (int i = 0; i < n_pairs; ++i) rotate_head_pair(query, config_.rope.pairing, i, n_pairs, cos_sin[2 * i], cos_sin[2 * i + 1]);
-            float *m = mean + static_cast<size_t>(g) * hd, *m2 = square + static_cast<size_t>(g) * hd;
+            float *m = mean + static_cast<size_t>(g) * hd, *v = variance + static_cast<size_t>(g) * hd;
             for (int j = 0; j < hd; ++j) {
-                m[j] = kv_query_average(m[j], query[j], rate);
-                m2[j] = kv_query_average(m2[j], query[j] * query[j], rate);
+                const float d = query[j] - m[j];
+                v[j] = kv_query_variance(v[j], d, rate);
+                m[j] = kv_query_mean(m[j], d, rate);
             }
         }
         // The count stops at the window: the rate is constant from there on.
@@ -94,7 +95,7 @@ void KvCache::score_keys(int layer, int kv_head, int used, EvictionScratch &scra
     // that from a kept key, and without it a token kept that long has met that many queries.
     const int group = config_.query_group, n_pairs = config_.rope.pairs();
     const float *stats = image_.query_stats.data() + cell_index(layer, kv_head) * kv_query_stats_floats(config_);
-    const float *mean = stats + 2, *square = mean + static_cast<size_t>(group) * hd;
+    const float *mean = stats + 2, *variance = mean + static_cast<size_t>(group) * hd;
     float *rotation = scratch.rotation.data();
     for (int i = 0; i < n_pairs; ++i) {
         kv_expected_rotation(rope_inv_freq_[static_cast<size_t>(i)], stats[1], cell_slots(layer, kv_head), &rotation[2 * i],
@@ -108,8 +109,8 @@ void KvCache::score_keys(int layer, int kv_head, int used, EvictionScratch &scra
         if (v.stream_index[s] < 0) continue;
         const float *key = decoded_key(v, s, scratch);
         for (int g = 0; g < group; ++g) {
-            const float *m = mean + static_cast<size_t>(g) * hd, *m2 = square + static_cast<size_t>(g) * hd;
-            auto term = [&](int j, float u) { return kv_expected_logit_term(u, m[j], std::fmax(0.0f, m2[j] - m[j] * m[j]), scale); };
+            const float *m = mean + static_cast<size_t>(g) * hd, *v = variance + static_cast<size_t>(g) * hd;
+            auto term = [&](int j, float u) { return kv_expected_logit_term(u, m[j], v[j], scale); };
             float z = 0.0f;
             for (int i = 0; i < n_pairs; ++i) {
                 const int a = rotary_pair_first(config_.rope.pairing, i), b = a + offset;

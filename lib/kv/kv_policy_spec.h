@@ -221,9 +221,13 @@ KV_FN float kv_expected_attention_queries() { return 512.0f; }
 
 // A query head's running statistics after one more query value x in one dimension: the first
 // `window` queries are averaged with equal weights, later ones with weight 1 / window (an
-// exponential average of that length). count is the queries seen before this one.
+// exponential average of that length). count is the queries seen before this one. The variance
+// is updated from the deviation d = x - mean (before the mean moves), not as a mean square less
+// the squared mean: where a dimension's mean is large against its spread, that difference would
+// cancel most of a float's digits, and the backends' roundings would rank tokens differently.
 KV_FN float kv_query_rate(float count, float window) { return 1.0f / fmaxf(1.0f, fminf(count + 1.0f, window)); }
-KV_FN float kv_query_average(float average, float x, float rate) { return average + rate * (x - average); }
+KV_FN float kv_query_mean(float mean, float d, float rate) { return mean + rate * d; }
+KV_FN float kv_query_variance(float variance, float d, float rate) { return (1.0f - rate) * (variance + rate * d * d); }
 
 // The priority of a slot from its group-averaged expected weight and its value's norm.
 KV_FN float kv_expected_attention_priority(float expected_weight, float value_norm) { return expected_weight * value_norm; }

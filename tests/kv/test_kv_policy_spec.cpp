@@ -257,7 +257,7 @@ std::map<int64_t, double> paper_key_priorities(const KvConfig &config, KvCache &
     }
     std::map<int, double> weight;
     for (int g = 0; g < group; ++g) {
-        const float *mean = stats + 2 + g * hd, *square = stats + 2 + (group + g) * hd;
+        const float *mean = stats + 2 + g * hd, *variance = stats + 2 + (group + g) * hd;
         std::map<int, double> z;
         double top = -1e300;
         for (int s : held) {
@@ -269,9 +269,8 @@ std::map<int64_t, double> paper_key_priorities(const KvConfig &config, KvCache &
             }
             double logit = 0;
             for (int j = 0; j < hd; ++j) {
-                const double variance = std::max(0.0, double(square[j]) - double(mean[j]) * mean[j]);
                 logit += config.attention_scale * mean[j] * u[j] +
-                         0.5 * config.attention_scale * config.attention_scale * variance * u[j] * u[j];
+                         0.5 * config.attention_scale * config.attention_scale * variance[j] * u[j] * u[j];
             }
             z[s] = logit;
             top = std::max(top, logit);
@@ -328,7 +327,7 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
                                           std::round(4 * unit(rng)) / 4, std::round(4 * unit(rng))};
             }
             // The key scorers' inputs: random keys and values, and query statistics (a mean and
-            // a mean square at least its square) from a batch at position `next`.
+            // a variance) from a batch at position `next`.
             for (size_t i = 0; scores_keys && i < cache.image().keys.size() / sizeof(float); ++i) {
                 const float key = 4 * unit(rng) - 2, value = 4 * unit(rng) - 2;
                 std::memcpy(cache.image().keys.data() + i * sizeof(float), &key, sizeof key);
@@ -338,7 +337,7 @@ TEST_CASE("policy spec: the CPU cache evicts the unprotected slots the spec rank
             const size_t n_means = query_stats.empty() ? 0 : (query_stats.size() - 2) / 2;
             for (size_t i = 2; i < 2 + n_means; ++i) {
                 query_stats[i] = 3 * unit(rng) - 1.5f;
-                query_stats[i + n_means] = query_stats[i] * query_stats[i] + 2 * unit(rng);
+                query_stats[i + n_means] = 2 * unit(rng);
             }
             if (!query_stats.empty()) query_stats[1] = static_cast<float>(n_slots + trial);
             const std::map<int64_t, double> key_priority = scores_keys ? paper_key_priorities(config, cache) : std::map<int64_t, double>{};

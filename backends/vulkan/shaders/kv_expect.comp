@@ -10,7 +10,7 @@
 //
 // The query statistics are a region of the bookkeeping buffer after kv_meta_layout.h's: per
 // cell, the queries seen, the first position of the latest batch, the means per query head and
-// dimension, then the mean squares (KvImage::query_stats). Sums run in the CPU's order; sine and
+// dimension, then the variances (KvImage::query_stats). Sums run in the CPU's order; sine and
 // cosine come from the turn fractions of rotary.glsl, so scores agree with the CPU to rounding.
 
 #define WG 128
@@ -58,6 +58,13 @@ void load_value(uint row) {
     for (uint j = 0u; j < p.head_dim; ++j) kv_row[j] = kv_element(VALUE_FORMAT, values[row], values[data + j / per_word], j);
 }
 
+// One query value x into a dimension's mean and variance (KvCache::observe_queries).
+void fold(uint mean, uint variance, float x, float rate) {
+    const float d = x - word_float(mean);
+    set_word_float(variance, kv_query_variance(word_float(variance), d, rate));
+    set_word_float(mean, kv_query_mean(word_float(mean), d, rate));
+}
+
 // The cell's running statistics after the batch's queries: one invocation per (query head,
 // rotary pair or unrotated dimension), each walking the tokens in order.
 void observe(uint cell, uint h, uint stats) {
@@ -68,7 +75,7 @@ void observe(uint cell, uint h, uint stats) {
     const float count = word_float(stats), window = kv_expected_attention_queries();
     for (uint u = tid; u < p.group * units; u += WG) {
         const uint g = u / units, i = u % units;
-        const uint mean = stats + 2u + g * hd, square = mean + p.group * hd;
+        const uint mean = stats + 2u + g * hd, variance = mean + p.group * hd;
         const uint q_head = p.q_off + (h * p.group + g) * hd;
         const bool rotated = i < p.pairs;
         const uvec2 e = rotated ? rotary_pair_elements(pairing, i, p.pairs) : uvec2(dims + (i - p.pairs));
@@ -76,12 +83,8 @@ void observe(uint cell, uint h, uint stats) {
             const float rate = kv_query_rate(min(count + float(t), window), window);
             vec2 x = vec2(q_in[q_head + t * p.q_stride + e.x], q_in[q_head + t * p.q_stride + e.y]);
             if (rotated) x = rotate_pair(x, rotary_cos_sin(-positions[p.pos_off + head_positions + t], turn_fractions[p.table_off + i]));
-            set_word_float(mean + e.x, kv_query_average(word_float(mean + e.x), x.x, rate));
-            set_word_float(square + e.x, kv_query_average(word_float(square + e.x), x.x * x.x, rate));
-            if (rotated) {
-                set_word_float(mean + e.y, kv_query_average(word_float(mean + e.y), x.y, rate));
-                set_word_float(square + e.y, kv_query_average(word_float(square + e.y), x.y * x.y, rate));
-            }
+            fold(mean + e.x, variance + e.x, x.x, rate);
+            if (rotated) fold(mean + e.y, variance + e.y, x.y, rate);
         }
     }
     memoryBarrierBuffer();
@@ -118,7 +121,7 @@ void score(uint cell, uint stats) {
     const uint pairing = (p.flags & FLAG_HALVES_PAIRING) != 0u ? PAIRING_HALVES : PAIRING_ADJACENT;
     const uint key_words = kv_row_words(KEY_FORMAT, hd), value_words = kv_row_words(VALUE_FORMAT, hd);
     for (uint g = 0u; g < p.group; ++g) {
-        const uint mean = stats + 2u + g * hd, square = mean + p.group * hd;
+        const uint mean = stats + 2u + g * hd, variance = mean + p.group * hd;
         // Each held slot's logit into its second statistics word.
         for (uint s = tid; s < used; s += WG) {
             const uint at = base + s;
@@ -130,13 +133,11 @@ void score(uint cell, uint stats) {
                 const vec2 r = rotation[i];
                 const float u1 = kv_expected_pair_u_first(kv_row[e.x], kv_row[e.y], r.x, r.y);
                 const float u2 = kv_expected_pair_u_second(kv_row[e.x], kv_row[e.y], r.x, r.y);
-                const float m1 = word_float(mean + e.x), m2 = word_float(mean + e.y);
-                z += kv_expected_logit_term(u1, m1, max(0.0, word_float(square + e.x) - m1 * m1), p.scale) +
-                     kv_expected_logit_term(u2, m2, max(0.0, word_float(square + e.y) - m2 * m2), p.scale);
+                z += kv_expected_logit_term(u1, word_float(mean + e.x), word_float(variance + e.x), p.scale) +
+                     kv_expected_logit_term(u2, word_float(mean + e.y), word_float(variance + e.y), p.scale);
             }
             for (uint j = 2u * p.pairs; j < hd; ++j) {
-                const float m = word_float(mean + j);
-                z += kv_expected_logit_term(kv_row[j], m, max(0.0, word_float(square + j) - m * m), p.scale);
+                z += kv_expected_logit_term(kv_row[j], word_float(mean + j), word_float(variance + j), p.scale);
             }
             set_word_float(L.stats + 5u * at + 1u, z);
         }
