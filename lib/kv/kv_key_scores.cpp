@@ -109,8 +109,8 @@ void KvCache::score_keys(int layer, int kv_head, int used, EvictionScratch &scra
         if (v.stream_index[s] < 0) continue;
         const float *key = decoded_key(v, s, scratch);
         for (int g = 0; g < group; ++g) {
-            const float *m = mean + static_cast<size_t>(g) * hd, *v = variance + static_cast<size_t>(g) * hd;
-            auto term = [&](int j, float u) { return kv_expected_logit_term(u, m[j], v[j], scale); };
+            const float *m = mean + static_cast<size_t>(g) * hd, *spread = variance + static_cast<size_t>(g) * hd;
+            auto term = [&](int j, float u) { return kv_expected_logit_term(u, m[j], spread[j], scale); };
             float z = 0.0f;
             for (int i = 0; i < n_pairs; ++i) {
                 const int a = rotary_pair_first(config_.rope.pairing, i), b = a + offset;
