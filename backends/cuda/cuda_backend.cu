@@ -592,6 +592,8 @@ __global__ void __launch_bounds__(kBlock) kv_expect_kernel(ExpectArgs a) {
 
         const size_t base = static_cast<size_t>(a.kv.cell_first[cell]);
         const int used = a.kv.used[cell], cell_slots = a.kv.cell_slots[cell];
+        // Scores are read only when the batch must evict (kv_claim_kernel).
+        if (a.n <= cell_slots - used + a.kv.free_count[cell]) continue;
         for (int i = threadIdx.x; i < a.pairs; i += blockDim.x) {
             kv_expected_rotation(a.kv.inv_freq[i], stats[1], cell_slots, &rotation[2 * i], &rotation[2 * i + 1]);
         }

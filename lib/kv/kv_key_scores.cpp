@@ -73,19 +73,20 @@ void KvCache::score_keys(int layer, int kv_head, int used, EvictionScratch &scra
     }
     if (policy == KvPolicy::KeyDiff) {
         // The anchor: the mean of the cell's keys at unit length (its length does not matter).
+        // Each key's norm waits in its priority until the second pass reads it.
         float *anchor = scratch.anchor.data();
         std::fill(anchor, anchor + hd, 0.0f);
         for (int s = 0; s < used; ++s) {
             if (v.stream_index[s] < 0) continue;
             const float *key = decoded_key(v, s, scratch);
-            const float norm = norm_of(key, hd);
+            const float norm = priority[s] = norm_of(key, hd);
             for (int j = 0; norm > 0.0f && j < hd; ++j) anchor[j] += key[j] / norm;
         }
         const float anchor_norm = norm_of(anchor, hd);
         for (int s = 0; s < used; ++s) {
             if (v.stream_index[s] < 0) continue;
             const float *key = decoded_key(v, s, scratch);
-            const float norms = norm_of(key, hd) * anchor_norm;
+            const float norms = priority[s] * anchor_norm;
             priority[s] = kv_key_diff_priority(norms > 0.0f ? dot_of(key, anchor, hd) / norms : 0.0f);
         }
         return;

@@ -265,7 +265,7 @@ void score_keys(uint base, uint used) {
             load_key(key_row_of(base + s));
             float dot = 0.0;
             for (uint j = 0u; j < p.head_dim; ++j) dot += kv_row[j] * anchor[j];
-            const float norms = row_norm() * anchor_norm;
+            const float norms = score_word(base + s, KEY_NORM) * anchor_norm;
             set_score_word(base + s, SCORE, kv_key_diff_priority(norms > 0.0 ? dot / norms : 0.0));
         }
     }

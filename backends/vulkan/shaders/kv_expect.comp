@@ -181,7 +181,9 @@ void main() {
     for (uint h = gl_WorkGroupID.x; h < p.n_kv; h += gl_NumWorkGroups.x) {
         const uint cell = p.layer * p.n_kv + h, stats = p.query_off + cell * words;
         observe(cell, h, stats);
-        score(cell, stats);
+        // Scores are read only when the batch must evict (kv_claim.comp's make_room).
+        const uint room = meta[L.cell_slots + cell] - meta[L.used + cell] + meta[L.free_count + cell];
+        if (p.n > room) score(cell, stats);
         memoryBarrierBuffer();
         barrier();
     }
