@@ -68,14 +68,19 @@ class GgufWriter:
             offset += -(-len(data) // ALIGNMENT) * ALIGNMENT
         header += b"\0" * (-len(header) % ALIGNMENT)
         temporary = path + ".partial"
-        with open(temporary, "wb") as f:
-            f.write(header)
-            for _, _, data in self.tensors:
-                f.write(data)
-                f.write(b"\0" * (-len(data) % ALIGNMENT))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as f:
+                f.write(header)
+                for _, _, data in self.tensors:
+                    f.write(data)
+                    f.write(b"\0" * (-len(data) % ALIGNMENT))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
 
 
 class LlamaShape:

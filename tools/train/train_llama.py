@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Trains a small Llama on plain text and writes it as a GGUF file h2o (and llama.cpp) load.
+"""Trains a small Llama on plain text and writes it as a GGUF file in the layout of the "llama"
+architecture, which h2o loads.
 
 The second real model of the KV evaluation (docs/EVALUATION.md): a different text, a different
 shape (grouped-query attention, 32-wide heads, a 2048-token vocabulary) from stories260K.
