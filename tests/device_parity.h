@@ -434,6 +434,27 @@ inline void check_eviction(Backends &b, const PolicyCase &c, bool rolling, h2o::
     CHECK(ok);
 }
 
+// Rolling with sinks + window, which gathers no statistics: after evictions and rolled keys, both
+// caches save the same snapshot bytes, rows included (the device rotates keys back by the host's
+// table: kv_rotate_back_table). rope: as check_eviction's.
+inline void check_rolled_rows(Backends &b, h2o::KvType type, const h2o::RotarySpec *rope = nullptr) {
+    h2o::KvConfig kv = small_kv(16, h2o::KvPolicy::SinkWindow, 0, 3, true, type);
+    if (rope) kv.rope = *rope;
+    AttentionRun run(b, kv, 4, 8);
+    bool ok = true;
+    for (int i = 0; i < 24 && ok; ++i) ok = run.step(i % 3 + 1);
+    REQUIRE(ok);
+    auto saved = [](h2o::Backend &backend) {
+        std::vector<uint8_t> bytes;
+        h2o::ByteWriter out(&bytes);
+        REQUIRE(backend.kv_store().save_kv(out).ok());
+        return bytes;
+    };
+    const std::vector<uint8_t> cpu = saved(*b.cpu), gpu = saved(*b.gpu);
+    CHECK(cpu.size() == gpu.size());
+    CHECK(cpu == gpu);
+}
+
 // A batch of `batch` tokens over 65536 slots of 2 kv heads (1 MiB of scores per query), more than
 // the device's attention scratch holds at once: processed in chunks, as the CPU does in one go.
 // prompt_proxy: the queries summed into `last`, which then span chunks.

@@ -234,8 +234,18 @@ struct StatsPush {
     uint32_t proxy;
     uint32_t window;
 };
+struct KvRebalancePush {
+    uint32_t n;
+    uint32_t edits_off, rows_off, keys_off, values_off, meta_off, table_off;
+    uint32_t first_slot, head_dim, pairs, pairing;
+    uint32_t formats;  // key format | value format << 8
+    uint32_t stream_off, position_off, tag_off, stats_off;
+};
+// The bookkeeping words that move with a token (kv_rebalance.comp's TOKEN_WORDS): stream index,
+// position, tag, statistics.
+constexpr uint32_t kKvTokenWords = 9;
 static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes &&
-                  sizeof(StatsPush) <= vk::kPushConstantBytes,
+                  sizeof(StatsPush) <= vk::kPushConstantBytes && sizeof(KvRebalancePush) <= vk::kPushConstantBytes,
               "push constants are limited to 128 bytes");
 
 void split64(int64_t v, uint32_t out[2]) {
@@ -287,7 +297,10 @@ public:
     }
     // The backend's own tensors and staging: not the weights, which belong to the model's
     // sessions on the device together (as the CPU backend does not count the model file).
-    size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes) + rebalance_host_.bytes(); }
+    size_t allocated_bytes() const override {
+        return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes) + rebalance_books_.bytes() +
+               sizeof(uint32_t) * (rebalance_words_.capacity() + rebalance_patch_.capacity());
+    }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
     Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
@@ -367,6 +380,21 @@ private:
     // The device's cache and a host image of it (allocated for kv_), one into the other.
     Status cache_to_image(KvImage &image);
     Status cache_from_image(const KvImage &image);
+    // The bookkeeping words [0, layout_.batch_slot) of the meta buffer and an image's bookkeeping,
+    // one into the other (rows aside).
+    void meta_words_to_image(const uint32_t *meta, KvImage &image) const;
+    void image_to_meta_words(const KvImage &image, uint32_t *meta) const;
+    // Rebalancing on the device (kv_rebalance.comp): `n` entries of two words through the scratch
+    // buffer, a chunk at a time, for the rows of the pool of layers from `pool`: (slot, shift)
+    // keys rolled back, (from, to) rows moved, or (word, value) bookkeeping words set.
+    enum class RebalanceStep {
+        Roll,
+        Move,
+        Patch
+    };
+    void record_rebalance_step(RebalanceStep step, int pool, const uint32_t *entries, size_t n);
+    // The meta word of a slot's j-th word that moves with its token (kKvTokenWords).
+    size_t token_word(int64_t slot, uint32_t j) const;
 
     // ---- recording
     bool begin();
@@ -439,9 +467,9 @@ private:
     uint64_t weight_bytes_to_device_ = 0;  // of bytes_to_device_: weights this backend uploaded
 
     // Rotary tables: slots 0 and 2 for rope() (a model's global and local layers rotate
-    // differently: rope_slot), slot 1 for re-rotating the global layers' rolled keys and slot 3
-    // the local layers'; what each holds.
-    static constexpr int kRopeSlots = 4;
+    // differently: rope_slot), slot 1 for Expected Attention's queries (kv_expect.comp); what
+    // each holds. Rolled keys rotate back by the host's table instead (rollback_table_).
+    static constexpr int kRopeSlots = 3;
     Tensor rope_table_;
     RotarySpec rope_spec_[kRopeSlots];
     int last_forward_slot_ = 0;  // rope()'s most recently used slot
@@ -458,7 +486,14 @@ private:
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
-    KvCache rebalance_host_;  // rebalance_kv's host copy, when the heads' budgets move
+    // When the heads' budgets move: the bookkeeping the host's rule runs on (no rows), the meta
+    // words before and after it, and the changed words as (word, value) pairs.
+    KvCache rebalance_books_;
+    std::vector<uint32_t> rebalance_words_, rebalance_patch_;
+    // With rolling: kv_rotate_back_table of the global layers, then (from local_rollback_off_, in
+    // (cos, sin) pairs) of the local ones, for kv_claim.comp and kv_rebalance.comp.
+    Tensor rollback_table_;
+    uint32_t local_rollback_off_ = 0;
 };
 
 // ---- set-up -------------------------------------------------------------------------------------
@@ -1086,7 +1121,11 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     // visible-slot counts: as many tokens as the budget allows.
     const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * max_slots + n_kv);
     const auto capacity = static_cast<uint32_t>(std::clamp<VkDeviceSize>(kAttentionScratchBudget / per_token, 1, max_batch_));
-    const VkDeviceSize scratch_bytes = per_token * capacity;
+    // The scratch also carries rebalancing's chunks of entries (kv_rebalance.comp): a move's entry
+    // and rows at least.
+    const VkDeviceSize move_bytes =
+        VkDeviceSize{4} * (2 + kv_row_words(key_format, config.head_dim) + kv_row_words(value_format, config.head_dim) + kKvTokenWords);
+    const VkDeviceSize scratch_bytes = std::max(per_token * capacity, config.head_share > 0.0f ? move_bytes : 0);
     for (VkDeviceSize bytes :
          {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format), meta_bytes, scratch_bytes}) {
         if (bytes + alignment_ > range) {
@@ -1107,18 +1146,42 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     }
     H2O_TRY(allocate(meta_bytes, &meta_));
     H2O_TRY(allocate(scratch_bytes, &scratch_));
-    // Rebalancing the heads' budgets runs the host's rule on a host copy of the cache, kept
-    // allocated (kv_head_budgets.h).
-    if (config.head_share > 0.0f) H2O_TRY(rebalance_host_.init(config));
+    if (config.rolling) {
+        // Rolled keys rotate back by the host's own cosines and sines (kv_rotate_back_table), so
+        // that they keep the CPU's bits: the global layers' table, then the local layers'.
+        std::vector<float> table;
+        try {
+            table = kv_rotate_back_table(config.rope, static_cast<int>(max_slots));
+            if (!config.layer_window.empty()) {
+                const std::vector<float> local = kv_rotate_back_table(config.local_rope, static_cast<int>(max_slots));
+                table.insert(table.end(), local.begin(), local.end());
+            }
+        } catch (const std::bad_alloc &) {
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rotation table");
+        }
+        local_rollback_off_ = config.layer_window.empty() ? 0 : static_cast<uint32_t>(table.size() / 4);  // in (cos, sin) pairs
+        H2O_TRY(allocate(sizeof(float) * table.size(), &rollback_table_));
+        record_upload(block(rollback_table_).buffer, rollback_table_.offset, table.data(), sizeof(float) * table.size());
+    }
+    // Rebalancing the heads' budgets runs the host's rule on a host copy of the bookkeeping, kept
+    // allocated with its words before and after and their differences (kv_head_budgets.h).
+    if (config.head_share > 0.0f) {
+        H2O_TRY(rebalance_books_.init_bookkeeping(config));
+        try {
+            rebalance_words_.assign(2 * static_cast<size_t>(layout.batch_slot), 0);
+            rebalance_patch_.reserve(2 * static_cast<size_t>(layout.batch_slot));
+        } catch (const std::bad_alloc &) {
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rebalancing bookkeeping");
+        }
+    }
     kv_ = config;
     layout_ = layout;
     query_first_ = query_first;
     chunk_capacity_ = capacity;
     has_kv_ = true;
-    // Slot 1: the global layers' turn fractions, for rolled keys and Expected Attention's queries.
+    // Slot 1: the global layers' turn fractions, for Expected Attention's queries.
     const bool expects = config.policy.policy == KvPolicy::ExpectedAttention;
-    if ((config.rolling || expects) && config.rope.dims >= 2) ensure_rope_table(1, config.rope);
-    if (config.rolling && config.rope.dims >= 2 && !config.layer_window.empty()) ensure_rope_table(3, config.local_rope);
+    if (expects && config.rope.dims >= 2) ensure_rope_table(1, config.rope);
     return clear_kv();
 }
 
@@ -1153,14 +1216,97 @@ Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
     return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.cell_slots, out, n_cells * sizeof(int32_t));
 }
 
-// The host's rule on a host copy: the cache comes down, is rebalanced and goes back up (a whole
-// cache's traffic before every batch; a device kernel for it is not written yet).
+// The host's rule on the bookkeeping: it comes down, the rule runs on it and records what it does
+// to the rows, the device does the same to its rows and moves each moved token's bookkeeping
+// with them (kv_rebalance.comp), and the words that still differ go back up. The rows never
+// cross: down go the bookkeeping's words (10 a slot), up two words per rotation, per move and
+// per word the moves leave different (h2o_session_get_device_traffic counts both).
 Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) {
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
-    H2O_TRY(cache_to_image(rebalance_host_.image()));
-    rebalance_host_.rebalance_heads(next_index, incoming, floor);
-    rebalance_host_.cell_fill(held, slots);
-    return cache_from_image(rebalance_host_.image());
+    const size_t words = layout_.batch_slot;
+    uint32_t *before = rebalance_words_.data(), *after = before + words;
+    H2O_TRY(download_range(block(meta_).buffer, meta_.offset, before, VkDeviceSize{4} * words));
+    meta_words_to_image(before, rebalance_books_.image());
+    rebalance_books_.rebalance_heads(next_index, incoming, floor);
+    rebalance_books_.cell_fill(held, slots);
+    const KvRowEdits &edits = rebalance_books_.row_edits();
+    image_to_meta_words(rebalance_books_.image(), after);
+    // Each pool's rows are a buffer of their own: its edits go in turn, rotations before moves,
+    // as the rule made them. The entries reuse the patch's vector, which the words fill last.
+    std::vector<uint32_t> &entries = rebalance_patch_;
+    for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
+        const int64_t first = kv_.first_slot_of(pool), end = kv_.first_slot_of(kv_.pool_end_layer(pool));
+        entries.clear();
+        for (const KvRowEdits::Rotation &r : edits.rotations) {
+            if (r.slot >= first && r.slot < end)
+                entries.insert(entries.end(), {static_cast<uint32_t>(r.slot), static_cast<uint32_t>(r.shift)});
+        }
+        record_rebalance_step(RebalanceStep::Roll, pool, entries.data(), entries.size() / 2);
+        entries.clear();
+        for (const KvRowEdits::Move &m : edits.moves) {
+            if (m.from >= first && m.from < end)
+                entries.insert(entries.end(), {static_cast<uint32_t>(m.from), static_cast<uint32_t>(m.to)});
+        }
+        record_rebalance_step(RebalanceStep::Move, pool, entries.data(), entries.size() / 2);
+    }
+    // What the device's words are once the moves are done (before, moved as they move them), and
+    // the words that still differ from the rule's.
+    for (const KvRowEdits::Move &m : edits.moves) {
+        for (uint32_t j = 0; j < kKvTokenWords; ++j) before[token_word(m.to, j)] = before[token_word(m.from, j)];
+    }
+    entries.clear();
+    for (size_t w = 0; w < words; ++w) {
+        if (after[w] != before[w]) entries.insert(entries.end(), {static_cast<uint32_t>(w), after[w]});
+    }
+    record_rebalance_step(RebalanceStep::Patch, 0, entries.data(), entries.size() / 2);
+    return error_;
+}
+
+size_t VulkanBackend::token_word(int64_t slot, uint32_t j) const {
+    const auto at = static_cast<size_t>(slot);
+    if (j < 2) return layout_.stream + 2 * at + j;
+    if (j == 2) return layout_.position + at;
+    if (j == 3) return layout_.tag + at;
+    return layout_.stats + 5 * at + (j - 4);
+}
+
+void VulkanBackend::record_rebalance_step(RebalanceStep step, int pool, const uint32_t *entries, size_t n) {
+    const bool moves = step == RebalanceStep::Move;
+    const char *kernel = step == RebalanceStep::Roll ? "kv_rebalance_roll" : moves ? "kv_rebalance_gather" : "kv_rebalance_patch";
+    const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
+    const uint32_t row_words = key_words + kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
+    // A chunk's entries, then (moves) their rows: as many as the scratch holds.
+    const VkDeviceSize scratch_words = extent(scratch_) / 4;
+    const size_t capacity = static_cast<size_t>(scratch_words / (2 + (moves ? row_words + kKvTokenWords : 0)));
+    const Bound bkeys = bind(keys_[pool], true), bvalues = bind(values_[pool], true), bmeta = bind(meta_, true);
+    // (Without rolling nothing rolls back: any buffer fills the table's binding.)
+    const Bound bedits = bind(scratch_, true), btable = bind(kv_.rolling ? rollback_table_ : rope_table_, false);
+    KvRebalancePush push{};
+    push.keys_off = bkeys.word;
+    push.values_off = bvalues.word;
+    push.meta_off = bmeta.word;
+    push.edits_off = bedits.word;
+    push.table_off = btable.word / 2;  // in (cos, sin) pairs
+    push.first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool));
+    push.head_dim = static_cast<uint32_t>(kv_.head_dim);
+    push.pairs = static_cast<uint32_t>(kv_.rope.pairs());
+    push.pairing = kv_.rope.pairing == RotaryPairing::Halves ? 1 : 0;  // rotary.glsl's PAIRING_HALVES
+    push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
+    push.stream_off = bmeta.word + layout_.stream;
+    push.position_off = bmeta.word + layout_.position;
+    push.tag_off = bmeta.word + layout_.tag;
+    push.stats_off = bmeta.word + layout_.stats;
+    for (size_t done = 0; done < n && !failed();) {
+        const size_t chunk = std::min(capacity, n - done);
+        push.n = static_cast<uint32_t>(chunk);
+        push.rows_off = bedits.word + static_cast<uint32_t>(2 * chunk);
+        record_upload(block(scratch_).buffer, scratch_.offset, entries + 2 * done, VkDeviceSize{8} * chunk);
+        uint32_t gx, gy;
+        grid_1d(moves ? static_cast<uint64_t>(chunk) * (row_words + kKvTokenWords) : chunk, 64, &gx, &gy);
+        dispatch(kernel, {bkeys, bvalues, bmeta, bedits, btable}, &push, sizeof push, gx, gy);
+        if (moves) dispatch("kv_rebalance_scatter", {bkeys, bvalues, bmeta, bedits, btable}, &push, sizeof push, gx, gy);
+        done += chunk;
+    }
 }
 
 Status VulkanBackend::set_kv_span_minimums(const int32_t *minimums) {
@@ -1199,6 +1345,27 @@ Status VulkanBackend::cache_to_image(KvImage &image) {
     const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. span_min
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size()));
+    meta_words_to_image(meta.data(), image);
+    std::vector<uint32_t> keys, values;
+    for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
+        const auto first_slot = static_cast<size_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<size_t>(kv_.pool_slots(pool));
+        keys.resize(pool_slots * key_words);
+        values.resize(pool_slots * value_words);
+        H2O_TRY(download_range(block(keys_[pool]).buffer, keys_[pool].offset, keys.data(), VkDeviceSize{4} * keys.size()));
+        H2O_TRY(download_range(block(values_[pool]).buffer, values_[pool].offset, values.data(), VkDeviceSize{4} * values.size()));
+        for (size_t row = 0; row < pool_slots; ++row) {
+            std::memcpy(&image.keys[(first_slot + row) * image.key_row_bytes], &keys[row * key_words], image.key_row_bytes);
+            std::memcpy(&image.values[(first_slot + row) * image.value_row_bytes], &values[row * value_words], image.value_row_bytes);
+        }
+    }
+    if (!image.query_stats.empty()) {
+        H2O_TRY(download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * query_first_, image.query_stats.data(),
+                               sizeof(float) * image.query_stats.size()));
+    }
+    return Status::Ok();
+}
+
+void VulkanBackend::meta_words_to_image(const uint32_t *meta, KvImage &image) const {
     const size_t n_cells = image.cell_slots.size();
     for (size_t c = 0; c < n_cells; ++c) {
         image.used[c] = static_cast<int32_t>(meta[layout_.used + c]);
@@ -1215,32 +1382,12 @@ Status VulkanBackend::cache_to_image(KvImage &image) {
         if (!image.stats.empty()) std::memcpy(&image.stats[at], &meta[layout_.stats + 5 * at], sizeof(SlotStats));
         image.free_list[at] = static_cast<int32_t>(meta[layout_.free_list + at]);
     }
-    std::vector<uint32_t> keys, values;
-    for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
-        const auto first_slot = static_cast<size_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<size_t>(kv_.pool_slots(pool));
-        keys.resize(pool_slots * key_words);
-        values.resize(pool_slots * value_words);
-        H2O_TRY(download_range(block(keys_[pool]).buffer, keys_[pool].offset, keys.data(), VkDeviceSize{4} * keys.size()));
-        H2O_TRY(download_range(block(values_[pool]).buffer, values_[pool].offset, values.data(), VkDeviceSize{4} * values.size()));
-        for (size_t row = 0; row < pool_slots; ++row) {
-            std::memcpy(&image.keys[(first_slot + row) * image.key_row_bytes], &keys[row * key_words], image.key_row_bytes);
-            std::memcpy(&image.values[(first_slot + row) * image.value_row_bytes], &values[row * value_words], image.value_row_bytes);
-        }
-    }
     image.random_state = uint64_t{meta[layout_.rng]} | uint64_t{meta[layout_.rng + 1]} << 32;
     std::memcpy(image.span_minimum, &meta[layout_.span_min], sizeof(int32_t) * KV_MAX_SPANS);
-    if (!image.query_stats.empty()) {
-        H2O_TRY(download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * query_first_, image.query_stats.data(),
-                               sizeof(float) * image.query_stats.size()));
-    }
-    return Status::Ok();
 }
 
-Status VulkanBackend::cache_from_image(const KvImage &image) {
-    const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
-    const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
-    // stream .. span_min; zero statistics for the policies without.
-    std::vector<uint32_t> meta(layout_.batch_slot, 0);
+void VulkanBackend::image_to_meta_words(const KvImage &image, uint32_t *meta) const {
+    std::fill(meta, meta + layout_.batch_slot, 0u);  // zero statistics for the policies without
     const size_t n_cells = image.cell_slots.size();
     for (size_t c = 0; c < n_cells; ++c) {
         meta[layout_.used + c] = static_cast<uint32_t>(image.used[c]);
@@ -1258,6 +1405,14 @@ Status VulkanBackend::cache_from_image(const KvImage &image) {
         if (!image.stats.empty()) std::memcpy(&meta[layout_.stats + 5 * at], &image.stats[at], sizeof(SlotStats));
         meta[layout_.free_list + at] = static_cast<uint32_t>(image.free_list[at]);
     }
+    meta[layout_.rng] = static_cast<uint32_t>(image.random_state);
+    meta[layout_.rng + 1] = static_cast<uint32_t>(image.random_state >> 32);
+    std::memcpy(&meta[layout_.span_min], image.span_minimum, sizeof(int32_t) * KV_MAX_SPANS);
+}
+
+Status VulkanBackend::cache_from_image(const KvImage &image) {
+    const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
+    const uint32_t value_words = kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     std::vector<uint32_t> keys, values;
     for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
         const auto first_slot = static_cast<size_t>(kv_.first_slot_of(pool)), pool_slots = static_cast<size_t>(kv_.pool_slots(pool));
@@ -1270,9 +1425,8 @@ Status VulkanBackend::cache_from_image(const KvImage &image) {
         record_upload(block(keys_[pool]).buffer, keys_[pool].offset, keys.data(), VkDeviceSize{4} * keys.size());  // staged: copied now
         record_upload(block(values_[pool]).buffer, values_[pool].offset, values.data(), VkDeviceSize{4} * values.size());
     }
-    meta[layout_.rng] = static_cast<uint32_t>(image.random_state);
-    meta[layout_.rng + 1] = static_cast<uint32_t>(image.random_state >> 32);
-    std::memcpy(&meta[layout_.span_min], image.span_minimum, sizeof(int32_t) * KV_MAX_SPANS);
+    std::vector<uint32_t> meta(layout_.batch_slot);  // stream .. span_min
+    image_to_meta_words(image, meta.data());
     record_upload(block(meta_).buffer, meta_.offset, meta.data(), VkDeviceSize{4} * meta.size());  // staged: copied now
     if (!image.query_stats.empty()) {
         record_upload(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * query_first_, image.query_stats.data(),
@@ -1371,7 +1525,8 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         const Bound bk = bind(k, false);
         const Bound bv = bind(v, false);
         const Bound bp = bind(batch.positions, false);
-        const Bound bt = bind(rope_table_, false);
+        // (Without rolling nothing rolls back: any buffer fills the table's binding.)
+        const Bound bt = bind(kv_.rolling ? rollback_table_ : rope_table_, false);
         KvClaimPush push{};
         split64(batch.first_index, push.first_index);
         // The recent window counts the incoming tokens (KvCache::make_room).
@@ -1384,7 +1539,7 @@ Status VulkanBackend::attention(const Tensor &out, const Tensor &q, const Tensor
         push.v_stride = static_cast<uint32_t>(v.cols);
         push.keys_off = bkeys.word;
         push.values_off = bvalues.word;
-        push.table_off = bt.word / 2 + (kv_.is_window_layer(layer) ? 3 : 1) * kRopeTablePairs;  // slot 1 or 3, in uvec2 units
+        push.table_off = bt.word / 2 + (kv_.is_window_layer(layer) ? local_rollback_off_ : 0);  // in (cos, sin) pairs
         push.meta_off = bmeta.word;
         push.n_cells = n_cells;
         push.n_slots = n_slots;

@@ -9,11 +9,27 @@
 
 namespace h2o {
 
-Status KvCache::init(const KvConfig &config, int threads) {
+std::vector<float> kv_rotate_back_table(const RotarySpec &rope, int max_shift) {
+    const int n_pairs = rope.pairs();
+    const std::vector<double> inv_freq = rope.inv_freqs();
+    std::vector<float> cos_sin((static_cast<size_t>(max_shift) + 1) * n_pairs * 2, 0.0f);
+    for (int shift = 1; shift <= max_shift; ++shift) {
+        float *row = cos_sin.data() + static_cast<size_t>(shift) * n_pairs * 2;
+        for (int i = 0; i < n_pairs; ++i) rotary_cos_sin(-shift, inv_freq[i], &row[2 * i], &row[2 * i + 1]);
+    }
+    return cos_sin;
+}
+
+Status KvCache::init(const KvConfig &config, int threads) { return init_with(config, threads, true); }
+
+Status KvCache::init_bookkeeping(const KvConfig &config) { return init_with(config, 1, false); }
+
+Status KvCache::init_with(const KvConfig &config, int threads, bool rows) {
     config_ = config;
     key_format_ = kv_key_format(config.type);
     value_format_ = kv_value_format(config.type);
-    H2O_TRY(image_.allocate(config));
+    rows_elsewhere_ = !rows;
+    H2O_TRY(image_.allocate(config, rows));
     // A cell holds at most max_cell_slots (max_slots when the heads' budgets stay put).
     max_cell_slots_ = config.max_cell_slots();
     const auto max_slots = static_cast<size_t>(max_cell_slots_);
@@ -46,25 +62,25 @@ Status KvCache::init(const KvConfig &config, int threads) {
             scratch.rotation.assign(expects ? static_cast<size_t>(config.rope.dims) : 0, 0.0f);
         }
         if (config.policy.policy == KvPolicy::ExpectedAttention) rope_inv_freq_ = config.rope.inv_freqs();
+        // A rebalancing rolls back or moves each slot at most once.
+        row_edits_ = KvRowEdits{};
+        if (rows_elsewhere_) {
+            row_edits_.rotations.reserve(static_cast<size_t>(config.total_slots()));
+            row_edits_.moves.reserve(static_cast<size_t>(config.total_slots()));
+        }
     } catch (const std::bad_alloc &) {
         return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's working memory");
     }
     // One eviction of k tokens moves kept keys back by 1..k <= max_slots positions: the rotations
     // for every such shift are computed once here. Evaluating them per key instead (a double
     // sine and cosine per pair) cost rolling sessions 7x their decoding speed at budget 256.
-    const int n_pairs = config.rope.pairs();
     for (int table = 0; table < 2; ++table) {
         const bool wanted = config.rolling && (table == 0 || !config.layer_window.empty());
-        const std::vector<double> inv_freq = (table == 0 ? config.rope : config.local_rope).inv_freqs();
-        std::vector<float> &cos_sin = rotate_back_cos_sin_[table];
         try {
-            cos_sin.assign(wanted ? (max_slots + 1) * n_pairs * 2 : 0, 0.0f);
+            rotate_back_cos_sin_[table] =
+                wanted ? kv_rotate_back_table(table == 0 ? config.rope : config.local_rope, max_cell_slots_) : std::vector<float>{};
         } catch (const std::bad_alloc &) {
             return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rotation table");
-        }
-        for (int shift = 1; wanted && shift <= static_cast<int>(max_slots); ++shift) {
-            float *row = cos_sin.data() + static_cast<size_t>(shift) * n_pairs * 2;
-            for (int i = 0; i < n_pairs; ++i) rotary_cos_sin(-shift, inv_freq[i], &row[2 * i], &row[2 * i + 1]);
         }
     }
     return Status::Ok();
@@ -88,10 +104,18 @@ size_t KvCache::planned_bytes(const KvConfig &config) {
     return slots * (row_bytes + sizeof(int64_t) + sizeof(int32_t) + sizeof(uint8_t) + sizeof(int32_t) + stats) + rebalancing + query_stats;
 }
 
+size_t KvCache::bytes() const {
+    if (!rows_elsewhere_) return planned_bytes(config_);
+    const auto slots = static_cast<size_t>(config_.total_slots());
+    const size_t rows = slots * (image_.key_row_bytes + image_.value_row_bytes);
+    return planned_bytes(config_) - rows + slots * (sizeof(KvRowEdits::Rotation) + sizeof(KvRowEdits::Move));
+}
+
 KvCache::CellView KvCache::cell(int layer, int kv_head) {
     const size_t base = slot_base(layer, kv_head);
-    return CellView{image_.keys.data() + base * image_.key_row_bytes,
-                    image_.values.data() + base * image_.value_row_bytes,
+    // Null rows when they live elsewhere (init_bookkeeping).
+    return CellView{rows_elsewhere_ ? nullptr : image_.keys.data() + base * image_.key_row_bytes,
+                    rows_elsewhere_ ? nullptr : image_.values.data() + base * image_.value_row_bytes,
                     image_.stream_index.data() + base,
                     image_.position.data() + base,
                     image_.tags.data() + base,
@@ -258,7 +282,11 @@ void KvCache::roll_back_kept(int layer, const CellView &v, int used, int64_t *ev
         const int shift = static_cast<int>(std::lower_bound(evicted, evicted + n_evicted, v.stream_index[s]) - evicted);
         if (shift == 0) continue;
         v.position[s] -= shift;
-        rotate_back(layer, v.keys + static_cast<size_t>(s) * image_.key_row_bytes, shift, key_scratch);
+        if (rows_elsewhere_) {
+            row_edits_.rotations.push_back({v.stream_index + s - image_.stream_index.data(), shift});
+        } else {
+            rotate_back(layer, v.keys + static_cast<size_t>(s) * image_.key_row_bytes, shift, key_scratch);
+        }
     }
 }
 

@@ -19,14 +19,50 @@
 
 namespace h2o {
 
+// What rebalancing the heads' budgets did to the key and value rows of a cache whose rows live
+// elsewhere (a device's memory: KvCache::init_bookkeeping), for their owner to do the same: first
+// every rotation (keys rolled back in place), then every move, in order.
+struct KvRowEdits {
+    struct Rotation {
+        int64_t slot;   // the key of this slot (KvImage order)
+        int32_t shift;  // rolls back by this many positions (KvCache::rotate_back)
+    };
+    struct Move {
+        int64_t from, to;  // the key and value rows of slot `from` go to slot `to`
+    };
+    std::vector<Rotation> rotations;
+    // In the rule's order, in which no move reads a slot an earlier move wrote (move_to_regions):
+    // reading the sources of any run of consecutive moves before writing their destinations
+    // gives the same rows as moving one at a time.
+    std::vector<Move> moves;
+    void clear() {
+        rotations.clear();
+        moves.clear();
+    }
+};
+
+// The cosines and sines that roll a key back by each shift of 1..max_shift positions under
+// `rope`: [shift][pair][cos, sin], rope.pairs() pairs, row 0 unused (rotary_cos_sin's values,
+// computed in double and rounded). KvCache::rotate_back reads them, and so does a device that
+// rolls keys back (its own sines and cosines would differ in the last bit, and a quantized key's
+// rounding with them). Throws std::bad_alloc.
+std::vector<float> kv_rotate_back_table(const RotarySpec &rope, int max_shift);
+
 class KvCache {
 public:
     // threads: how many kv heads may make room at once (make_room's `thread` argument).
     Status init(const KvConfig &config, int threads = 1);
+    // The bookkeeping of a cache whose rows another backend keeps (no keys or values here), on
+    // which that backend runs rebalance_heads: the rule then records what it does to the rows in
+    // row_edits() (cleared by each rebalance_heads) instead of doing it. Only rebalance_heads,
+    // cell_fill, image() and row_edits() are meant for such a cache.
+    Status init_bookkeeping(const KvConfig &config);
+    const KvRowEdits &row_edits() const { return row_edits_; }
     void clear();
 
     const KvConfig &config() const { return config_; }
-    size_t bytes() const { return planned_bytes(config_); }
+    // Bytes init allocated (planned_bytes), or init_bookkeeping.
+    size_t bytes() const;
     // Bytes init(config) allocates: keys, values, slot bookkeeping and (for the policies that
     // read them) attention statistics.
     static size_t planned_bytes(const KvConfig &config);
@@ -116,6 +152,7 @@ public:
     KvImage &image() { return image_; }
 
 private:
+    Status init_with(const KvConfig &config, int threads, bool rows);
     size_t cell_index(int layer, int kv_head) const { return static_cast<size_t>(layer) * config_.n_head_kv + kv_head; }
     size_t slot_base(int layer, int kv_head) const { return static_cast<size_t>(image_.cell_first_slot[cell_index(layer, kv_head)]); }
     // rebalance_heads for the pool of layers [first_layer, end_layer), and its last step: moving
@@ -152,7 +189,8 @@ private:
     // Rotates a key of `layer` back by `shift` positions (config_.rope_in(layer)).
     void rotate_back(int layer, uint8_t *key, int shift, float *scratch);
     // With rolling, after a cell of `layer` lost the tokens evicted[0, n_evicted) (stream indices,
-    // sorted here): each kept token moves back one rank per evicted token that preceded it.
+    // sorted here): each kept token moves back one rank per evicted token that preceded it (its
+    // key rotated back, or the rotation recorded when the rows live elsewhere).
     void roll_back_kept(int layer, const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch);
     // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.
     static void count_span_tokens(const CellView &v, int used, EvictionScratch &scratch);
@@ -167,12 +205,13 @@ private:
     KvRowFormat key_format_ = KvRowFormat::F32, value_format_ = KvRowFormat::F32;
     int max_cell_slots_ = 0;  // config_.max_cell_slots()
     KvImage image_;
+    bool rows_elsewhere_ = false;           // init_bookkeeping: row operations are recorded in row_edits_
+    KvRowEdits row_edits_;                  // reserved for a whole cache's slots, so recording never allocates
     RebalanceScratch rebalance_;            // allocated once, when head_share > 0
     std::vector<EvictionScratch> scratch_;  // allocated once
     RotationKernels rotation_kernels_;
-    // With rolling: for each shift 1..max_slots(), the cosine and sine of rotating back by it, for
-    // each of the rope.pairs() pairs ([shift][pair][cos, sin]; row 0 unused); the second table is
-    // the local layers' (config_.local_rope), when there are any.
+    // With rolling: kv_rotate_back_table for shifts up to max_cell_slots_, of the global layers'
+    // rotary spec, then of the local layers' (config_.local_rope), when there are any.
     std::vector<float> rotate_back_cos_sin_[2];
     std::vector<double> rope_inv_freq_;  // config_.rope.inv_freqs(), for Expected Attention
 };

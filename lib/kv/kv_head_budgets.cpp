@@ -10,6 +10,7 @@
 namespace h2o {
 
 void KvCache::rebalance_heads(int64_t next_index, int incoming, int floor) {
+    row_edits_.clear();
     if (config_.head_share <= 0.0f || !kv_policy_uses_statistics(config_.policy.policy)) return;
     for (int layer = 0; layer < config_.n_layer; layer = config_.pool_end_layer(layer)) {
         // A local layer's cells are windows of the same tokens (pools span layers only without them).
@@ -164,9 +165,13 @@ void KvCache::rebalance_pool(int first_layer, int end_layer, int64_t next_index,
 }
 
 void KvCache::move_slot(size_t from, size_t to) {
-    std::memcpy(image_.keys.data() + to * image_.key_row_bytes, image_.keys.data() + from * image_.key_row_bytes, image_.key_row_bytes);
-    std::memcpy(image_.values.data() + to * image_.value_row_bytes, image_.values.data() + from * image_.value_row_bytes,
-                image_.value_row_bytes);
+    if (rows_elsewhere_) {
+        row_edits_.moves.push_back({static_cast<int64_t>(from), static_cast<int64_t>(to)});
+    } else {
+        std::memcpy(image_.keys.data() + to * image_.key_row_bytes, image_.keys.data() + from * image_.key_row_bytes, image_.key_row_bytes);
+        std::memcpy(image_.values.data() + to * image_.value_row_bytes, image_.values.data() + from * image_.value_row_bytes,
+                    image_.value_row_bytes);
+    }
     image_.stream_index[to] = image_.stream_index[from];
     image_.position[to] = image_.position[from];
     image_.tags[to] = image_.tags[from];

@@ -28,15 +28,15 @@ bool query_stats_valid(const float *stats, const KvConfig &config) {
 }
 }  // namespace
 
-Status KvImage::allocate(const KvConfig &config) {
+Status KvImage::allocate(const KvConfig &config, bool rows) {
     H2O_TRY(kv_type_fits_head_dim(config.type, config.head_dim));
     key_row_bytes = kv_row_bytes(kv_key_format(config.type), config.head_dim);
     value_row_bytes = kv_row_bytes(kv_value_format(config.type), config.head_dim);
     const size_t cells = static_cast<size_t>(config.n_layer) * config.n_head_kv;
     const auto slots = static_cast<size_t>(config.total_slots());
     try {
-        keys.assign(slots * key_row_bytes, 0);
-        values.assign(slots * value_row_bytes, 0);
+        keys.assign(rows ? slots * key_row_bytes : 0, 0);
+        values.assign(rows ? slots * value_row_bytes : 0, 0);
         stream_index.assign(slots, -1);
         position.assign(slots, 0);
         tags.assign(slots, 0);

@@ -44,9 +44,10 @@ struct KvImage {
     // Each retention span's minimum per cell, in tokens (set by the session, not saved).
     int32_t span_minimum[KV_MAX_SPANS] = {};
 
-    // Sizes every array for `config` (all of its memory, once), then clear(). Errors:
-    // H2O_ERR_OUT_OF_MEMORY, or H2O_ERR_UNSUPPORTED when the cache type cannot hold the heads.
-    Status allocate(const KvConfig &config);
+    // Sizes every array for `config` (all of its memory, once), then clear(); without `rows`, keys
+    // and values stay empty (the bookkeeping of rows kept elsewhere: KvCache::init_bookkeeping).
+    // Errors: H2O_ERR_OUT_OF_MEMORY, or H2O_ERR_UNSUPPORTED when the cache type cannot hold the heads.
+    Status allocate(const KvConfig &config, bool rows = true);
     // An empty cache: every slot free, every cell its layer's budget, the seed's generator state,
     // no span minimums.
     void clear(const KvConfig &config);

@@ -236,6 +236,19 @@ TEST_CASE("device parity: rolling with rotary pairs of halves and frequency fact
     }
 }
 
+TEST_CASE("device parity: rolled keys keep the CPU's bits in every KV type, with pairs adjacent and of halves") {
+    RotarySpec halves;
+    halves.dims = 8;
+    halves.freq_base = 1000000.0f;
+    halves.pairing = RotaryPairing::Halves;
+    for (KvType type : h2o_test::kKvTypes) {
+        for (const RotarySpec *rope : {static_cast<const RotarySpec *>(nullptr), static_cast<const RotarySpec *>(&halves)}) {
+            INFO("kv " << std::string(kv_type_name(type)) << std::string(rope ? ", pairs of halves" : ""));
+            for_each_device(8, [&](Backends &b, const DeviceKind &) { h2o_test::check_rolled_rows(b, type, rope); });
+        }
+    }
+}
+
 TEST_CASE("device parity: attention and its statistics match the CPU for every KV type (no eviction, GQA)") {
     // The devices store the CPU's rows bit for bit, so quantized caches differ from the CPU only
     // by the order of float additions, as F32 does: same tolerances.
@@ -248,10 +261,8 @@ TEST_CASE("device parity: attention and its statistics match the CPU for every K
 TEST_CASE("device parity: every eviction policy evicts the same tokens as the CPU, with every KV type, rolling or not") {
     // Quantized caches: the stored rows are the CPU's bit for bit, so the statistics differ from
     // the CPU's only by the order of float additions, as with F32, and the victims are the same
-    // (exactly equal priorities are not met with random data). Re-rotated keys pass through the
-    // device's sine and cosine (within about an ulp of the CPU's), so a rolled key may round to a
-    // neighbouring code when its value lies within an ulp of a rounding boundary: not met with
-    // these data. To keep the run short on a software device, F32 runs every policy with and
+    // (exactly equal priorities are not met with random data). Re-rotated keys keep the CPU's
+    // bits (the next case). To keep the run short on a software device, F32 runs every policy with and
     // without rolling; the other types run the policies whose victims depend on the stored values
     // (those reading the statistics or the keys) and sinks + window, each once, rolling for every other one
     // (alternating per type so that each policy meets both).

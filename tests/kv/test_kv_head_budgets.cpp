@@ -754,11 +754,82 @@ void check_head_share_on_device(const Model &model, uint32_t device) {
         }
 }
 
+// The device does what the host's rule did to the rows (kv_rebalance.comp): from one cache, loaded
+// into both backends, rebalancings leave the device's cache byte for byte the CPU's, rows,
+// positions, statistics and free lists included, and the rows never cross to the host.
+void check_rebalancing_on_device_rows(const Model &model, uint32_t device) {
+    for (const KvType type : {KvType::F16, KvType::Q8, KvType::K8V4})
+        for (const bool rolling : {false, true}) {
+            const bool across_layers = rolling == (type == KvType::Q8);
+            CAPTURE(static_cast<int>(type));
+            CAPTURE(rolling);
+            CAPTURE(across_layers);
+            SessionSettings settings = head_share_settings(model, 0.75f, H2O_BACKEND_CPU);
+            settings.kv_type = type;
+            settings.rolling = rolling;
+            settings.kv_share_across_layers = across_layers;
+            settings.kv_rebalance_interval = 1 << 10;  // the session leaves the regions as they are
+            settings.policy.horizon = 0;
+            std::unique_ptr<Session> cpu;
+            REQUIRE(Session::create(model, settings, &cpu).ok());
+            settings.backend = device;
+            std::unique_ptr<Session> gpu = h2o_test::session_or_skip(model, settings);
+            if (!gpu) return;
+            const std::string prompt = "Once upon a time, there was a little dog named Max. He liked to run in the park with his friend.";
+            REQUIRE(cpu->generate(prompt, h2o_test::greedy(24), nullptr, nullptr).ok());
+            auto saved = [](Session &session) {
+                std::vector<uint8_t> bytes;
+                ByteWriter out(&bytes);
+                REQUIRE(session.backend().kv_store().save_kv(out).ok());
+                return bytes;
+            };
+            const std::vector<uint8_t> start = saved(*cpu);
+            ByteReader in(start.data(), start.size());
+            KvStore &store = gpu->backend().kv_store();
+            REQUIRE(store.load_kv(in, cpu->n_past(), 0, 0, 0).ok());
+            const KvConfig &kv = cpu->kv_config();
+            const size_t n_cells = static_cast<size_t>(kv.n_layer) * kv.n_head_kv;
+            // The bookkeeping's words (kv_meta_layout.h): 10 a slot, 4 a cell, the generator and the span minimums.
+            const int64_t bookkeeping_bytes = 4 * (10 * kv.total_slots() + 4 * static_cast<int64_t>(n_cells) + 2 + KV_MAX_SPANS);
+            bool resized = false;
+            // More tokens coming each time (more victims), then cells raised to a floor.
+            const std::array<std::array<int, 2>, 4> steps{{{1, 0}, {6, 0}, {13, 0}, {2, 20}}};
+            for (const auto &[incoming, floor] : steps) {
+                CAPTURE(incoming);
+                CAPTURE(floor);
+                std::vector<int32_t> cpu_held(n_cells), cpu_slots(n_cells), gpu_held(n_cells), gpu_slots(n_cells);
+                REQUIRE(cpu->backend().kv_store().rebalance_kv(cpu->n_past(), incoming, floor, cpu_held.data(), cpu_slots.data()).ok());
+                const Backend::Traffic before = gpu->backend().traffic();
+                REQUIRE(store.rebalance_kv(cpu->n_past(), incoming, floor, gpu_held.data(), gpu_slots.data()).ok());
+                REQUIRE(gpu->backend().synchronize().ok());
+                const Backend::Traffic after = gpu->backend().traffic();
+                CHECK(gpu_held == cpu_held);
+                CHECK(gpu_slots == cpu_slots);
+                const std::vector<uint8_t> expected = saved(*cpu), got = saved(*gpu);
+                CHECK(got.size() == expected.size());
+                CHECK(got == expected);
+                // Down: the bookkeeping; up: two words per rotation, per move (at most one of each
+                // a slot) and per word the moves leave different, less than the bookkeeping.
+                CHECK(static_cast<int64_t>(after.bytes_to_host - before.bytes_to_host) == bookkeeping_bytes);
+                CHECK(static_cast<int64_t>(after.bytes_to_device - before.bytes_to_device) <= bookkeeping_bytes + 16 * kv.total_slots());
+                for (size_t c = 0; c < n_cells; ++c) resized |= cpu_slots[c] != kv.slots_in(static_cast<int>(c / kv.n_head_kv));
+            }
+            CHECK(resized);
+        }
+}
+
 TEST_CASE("kv_head_share on Vulkan: the same regions, kept tokens and text as the CPU") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
     std::unique_ptr<Model> model;
     REQUIRE(Model::load(path, "", &model).ok());
     check_head_share_on_device(*model, H2O_BACKEND_VULKAN);
+}
+
+TEST_CASE("kv_head_share on Vulkan: rebalancing edits the device's rows as the CPU's rule edits its own, byte for byte") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    std::unique_ptr<Model> model;
+    REQUIRE(Model::load(path, "", &model).ok());
+    check_rebalancing_on_device_rows(*model, H2O_BACKEND_VULKAN);
 }
 
 TEST_CASE("kv_head_share on CUDA: the same regions, kept tokens and text as the CPU") {

@@ -25,7 +25,7 @@ layout(binding = 3) buffer Keys { uint keys[]; };
 layout(binding = 4) writeonly buffer Values { uint values[]; };
 // Written by one invocation and read by others of the workgroup after a barrier.
 layout(binding = 5) coherent buffer Meta { uint meta[]; };
-layout(binding = 6) readonly buffer Table { uvec2 turn_fractions[]; };
+layout(binding = 6) readonly buffer Table { vec2 rollback_table[]; };  // kv_rotate_back_table: [shift][pair] (cos, sin)
 
 layout(push_constant) uniform Params {
     uvec2 first_index;  // stream index of the batch's first token
@@ -52,6 +52,8 @@ const uint FLAG_ROLLING = 1u, FLAG_BY_PROXY = 2u, FLAG_POSITIONS_PER_KV_HEAD = 4
 #include "kv_row.glsl"
 #include "kv_victim_rules.h"
 #include "rotary.glsl"
+vec2 rollback_cos_sin(int shift, uint i) { return rollback_table[p.table_off + uint(shift) * p.pairs + i]; }
+#include "kv_key_rows.glsl"
 
 const uint NONE = 0xFFFFFFFFu;
 
@@ -185,29 +187,8 @@ uvec2 next_random() {
 
 // ---- rows of keys and values (kv_row.glsl) ------------------------------------------------------
 
-// Decodes the key row starting at word `row` into kv_row.
-void load_key(uint row) {
-    const uint data = row + kv_header_words(KEY_FORMAT), per_word = kv_elements_per_word(KEY_FORMAT);
-    const uint header = keys[row];  // (a data word for the float formats; unused there)
-    for (uint j = 0u; j < p.head_dim; ++j) kv_row[j] = kv_element(KEY_FORMAT, header, keys[data + j / per_word], j);
-}
-
-// Element j of the key row starting at word `row`, decoded.
-float key_element(uint row, uint j) {
-    return kv_element(KEY_FORMAT, keys[row], keys[row + kv_header_words(KEY_FORMAT) + j / kv_elements_per_word(KEY_FORMAT)], j);
-}
-
 // The first word of the key row of the slot at index `at`.
 uint key_row_of(uint at) { return p.keys_off + (at - p.first_slot) * kv_row_words(KEY_FORMAT, p.head_dim); }
-
-// Encodes kv_row into the key row starting at word `row`.
-void store_key(uint row) {
-    const uint header = kv_encode_header(KEY_FORMAT, p.head_dim), skip = kv_header_words(KEY_FORMAT);
-    if (skip != 0u) keys[row] = header;
-    for (uint w = 0u; w + skip < kv_row_words(KEY_FORMAT, p.head_dim); ++w) {
-        keys[row + skip + w] = kv_encode_word(KEY_FORMAT, p.head_dim, w);
-    }
-}
 
 // Encodes kv_row into the value row starting at word `row`.
 void store_value(uint row) {
@@ -401,16 +382,8 @@ void make_room(uint cell, uint h) {
             }
             if (shift == 0) continue;
             meta[L.position + at] = uint(int(meta[L.position + at]) - shift);
-            const uint key = key_row_of(at);
-            load_key(key);
             const uint pairing = (p.flags & FLAG_HALVES_PAIRING) != 0u ? PAIRING_HALVES : PAIRING_ADJACENT;
-            for (uint i = 0u; i < p.pairs; ++i) {
-                const uvec2 e = rotary_pair_elements(pairing, i, p.pairs);
-                const vec2 r = rotate_pair(vec2(kv_row[e.x], kv_row[e.y]), rotary_cos_sin(-shift, turn_fractions[p.table_off + i]));
-                kv_row[e.x] = r.x;
-                kv_row[e.y] = r.y;
-            }
-            store_key(key);
+            roll_key_back(key_row_of(at), shift, pairing, p.pairs);
         }
     }
 }
