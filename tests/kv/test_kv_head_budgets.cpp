@@ -794,7 +794,8 @@ void check_rebalancing_on_device_rows(const Model &model, uint32_t device) {
             bool resized = false;
             // More tokens coming each time (more victims), then cells raised to a floor.
             const std::array<std::array<int, 2>, 4> steps{{{1, 0}, {6, 0}, {13, 0}, {2, 20}}};
-            for (const auto &[incoming, floor] : steps) {
+            for (const std::array<int, 2> &step : steps) {
+                const int incoming = step[0], floor = step[1];
                 CAPTURE(incoming);
                 CAPTURE(floor);
                 std::vector<int32_t> cpu_held(n_cells), cpu_slots(n_cells), gpu_held(n_cells), gpu_slots(n_cells);
