@@ -646,6 +646,50 @@ __global__ void __launch_bounds__(kBlock) kv_expect_kernel(ExpectArgs a) {
     }
 }
 
+// Rolls the key row back by `shift` positions: decoded, its rotary pairs turned by -shift times
+// each pair's frequency, encoded again (KvCache::rotate_back's arithmetic).
+__device__ void roll_key_back(uint8_t *row, int shift, KvRowFormat format, int head_dim, const double *inv_freq, RotaryPairing pairing,
+                              int pairs) {
+    float key[kCudaMaxHeadDim];
+    kv_decode_row(format, row, head_dim, key);
+    for (int i = 0; i < pairs; ++i) {
+        float c, sn;
+        rotary_cos_sin(-shift, inv_freq[i], &c, &sn);
+        rotate_head_pair(key, pairing, i, pairs, c, sn);
+    }
+    kv_encode_row(format, key, head_dim, row);
+}
+
+// Budgets that move (kv_head_budgets.h) done on the device: what the host's rule did to the rows
+// (KvRowEdits), a chunk of `n` entries of two int64 at a time. (slot, shift): the slot's key rolls
+// back; only global layers rebalance, so by the global rotation.
+__global__ void kv_rebalance_roll_kernel(KvDevice kv, const int64_t *entries, int n, KvRowFormat format, size_t key_row, int head_dim,
+                                         RotaryPairing pairing, int pairs) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        roll_key_back(kv.keys + entries[2 * i] * key_row, static_cast<int>(entries[2 * i + 1]), format, head_dim, kv.inv_freq, pairing,
+                      pairs);
+    }
+}
+
+// (from, to): gathering copies the key and value rows of slot `from` to `area` (entry after
+// entry), scattering copies them from there to slot `to`. A chunk's gather before its scatter
+// moves its rows as one move after another in the rule's order would (KvRowEdits).
+__global__ void kv_rebalance_move_kernel(KvDevice kv, const int64_t *entries, int n, uint8_t *area, size_t key_row, size_t value_row,
+                                         bool gather) {
+    const size_t slot_bytes = key_row + value_row, total = static_cast<size_t>(n) * slot_bytes;
+    for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < total;
+         k += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        const size_t i = k / slot_bytes, b = k % slot_bytes;
+        const auto slot = static_cast<size_t>(entries[2 * i + (gather ? 0 : 1)]);
+        uint8_t *row = b < key_row ? kv.keys + slot * key_row + b : kv.values + slot * value_row + (b - key_row);
+        if (gather) {
+            area[k] = *row;
+        } else {
+            *row = area[k];
+        }
+    }
+}
+
 // One layer: for each kv head, make room for the batch (KvCache::make_room), take its slots
 // (KvCache::claim_slot) and store its keys and values. One block per kv head, or for the random
 // policy one block walking the kv heads in order, its generator being one sequence.
@@ -737,7 +781,6 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
             const int evicted = sh_victims;
             if (a.rolling && evicted > 0) {
                 // Each kept token moves back one rank per evicted token that preceded it.
-                float key[kCudaMaxHeadDim];
                 for (int s = threadIdx.x; s < used; s += blockDim.x) {
                     const size_t at = base + s;
                     const int64_t index = a.kv.stream[at];
@@ -746,14 +789,7 @@ __global__ void __launch_bounds__(kBlock) kv_claim_kernel(ClaimArgs a) {
                     for (int i = 0; i < evicted; ++i) shift += victims[i] < index ? 1 : 0;
                     if (shift == 0) continue;
                     a.kv.position[at] -= shift;
-                    uint8_t *row = a.kv.keys + at * a.key_row;
-                    kv_decode_row(a.key_format, row, a.head_dim, key);
-                    for (int i = 0; i < a.pairs; ++i) {
-                        float c, sn;
-                        rotary_cos_sin(-shift, a.kv.inv_freq[i], &c, &sn);
-                        rotate_head_pair(key, a.pairing, i, a.pairs, c, sn);
-                    }
-                    kv_encode_row(a.key_format, key, a.head_dim, row);
+                    roll_key_back(a.kv.keys + at * a.key_row, shift, a.key_format, a.head_dim, a.kv.inv_freq, a.pairing, a.pairs);
                 }
             }
             __syncthreads();
@@ -1049,7 +1085,9 @@ public:
         return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     }
 
-    size_t allocated_bytes() const override { return allocated_ + rebalance_host_.bytes(); }
+    size_t allocated_bytes() const override {
+        return allocated_ + rebalance_books_.bytes() + rebalance_entries_.capacity() * sizeof(int64_t);
+    }
 
     Traffic traffic() const override {
         Traffic t = traffic_;
@@ -1175,16 +1213,49 @@ public:
         if (!has_kv_) return make_error(H2O_ERR_INTERNAL, "cuda backend: no KV cache");
         return download_raw(kv_.cell_slots, out, static_cast<size_t>(kv_config_.n_layer) * kv_config_.n_head_kv * sizeof(int32_t));
     }
-    // The rule of kv_head_budgets.h on a host copy of the whole cache: down, rebalanced, up.
+    // The rule of kv_head_budgets.h on a host copy of the bookkeeping (no rows): it comes down,
+    // the rule records what it does to the rows, the device does the same to its rows
+    // (kv_rebalance_*_kernel) and the bookkeeping goes back up. The rows never cross.
     Status rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) override {
         H2O_TRY(failed_);
         if (!has_kv_ || kv_config_.head_share <= 0.0f) return Status::Ok();
-        KvImage &image = rebalance_host_.image();
-        for (const ImageArray &a : image_arrays(image)) H2O_TRY(download_raw(a.device, a.host, a.bytes));
+        KvImage &image = rebalance_books_.image();
+        const std::vector<ImageArray> books = image_arrays(image, ImagePart::Bookkeeping);
+        for (const ImageArray &a : books) H2O_TRY(download_raw(a.device, a.host, a.bytes));
         std::copy(span_min_, span_min_ + KV_MAX_SPANS, image.span_minimum);
-        rebalance_host_.rebalance_heads(next_index, incoming, floor);
-        rebalance_host_.cell_fill(held, slots);
-        for (const ImageArray &a : image_arrays(image)) H2O_TRY(copy_to_device_now(a.device, a.host, a.bytes));
+        rebalance_books_.rebalance_heads(next_index, incoming, floor);
+        rebalance_books_.cell_fill(held, slots);
+        const KvRowEdits &edits = rebalance_books_.row_edits();
+        std::vector<int64_t> &entries = rebalance_entries_;
+        for (size_t done = 0; done < edits.rotations.size();) {
+            const size_t n = std::min(edits.rotations.size() - done, kRebalanceChunk);
+            for (size_t i = 0; i < n; ++i) {
+                entries[2 * i] = edits.rotations[done + i].slot;
+                entries[2 * i + 1] = edits.rotations[done + i].shift;
+            }
+            H2O_TRY(copy_to_device_now(rebalance_edits_, entries.data(), 2 * n * sizeof(int64_t)));  // (also waits for the last chunk)
+            kv_rebalance_roll_kernel<<<grid_for(static_cast<int64_t>(n)), kBlock, 0, stream_>>>(
+                kv_, rebalance_edits_, static_cast<int>(n), kv_key_format(kv_config_.type), key_row_, kv_config_.head_dim,
+                kv_config_.rope.pairing, kv_config_.rope.pairs());
+            H2O_TRY(launched("kv_rebalance_roll"));
+            done += n;
+        }
+        for (size_t done = 0; done < edits.moves.size();) {
+            const size_t n = std::min(edits.moves.size() - done, kRebalanceChunk);
+            for (size_t i = 0; i < n; ++i) {
+                entries[2 * i] = edits.moves[done + i].from;
+                entries[2 * i + 1] = edits.moves[done + i].to;
+            }
+            H2O_TRY(copy_to_device_now(rebalance_edits_, entries.data(), 2 * n * sizeof(int64_t)));
+            const unsigned grid = grid_for(static_cast<int64_t>(n * (key_row_ + value_row_)));
+            for (const bool gather : {true, false}) {
+                kv_rebalance_move_kernel<<<grid, kBlock, 0, stream_>>>(kv_, rebalance_edits_, static_cast<int>(n), rebalance_rows_,
+                                                                       key_row_, value_row_, gather);
+                H2O_TRY(launched("kv_rebalance_move"));
+            }
+            done += n;
+        }
+        for (const ImageArray &a : books) H2O_TRY(copy_to_device_now(a.device, a.host, a.bytes));
         return Status::Ok();
     }
     Status download_kv_tags(uint8_t *out) override {
@@ -1217,7 +1288,13 @@ private:
         void *host;
         size_t bytes;
     };
-    std::vector<ImageArray> image_arrays(KvImage &image);
+    // The whole image, or its bookkeeping only (no rows, no Expected Attention statistics: what
+    // the rule of kv_head_budgets.h reads and writes).
+    enum class ImagePart {
+        Whole,
+        Bookkeeping
+    };
+    std::vector<ImageArray> image_arrays(KvImage &image, ImagePart part = ImagePart::Whole);
 
     template <typename T>
     static T *device_ptr(const Tensor &t) {
@@ -1306,7 +1383,13 @@ private:
     RotarySpec rope_spec_[2];  // what each of rope_inv_freq_ holds
     int last_rope_slot_ = 0;
     double *local_inv_freq_ = nullptr;  // rolling: the local layers' (KvConfig::local_rope), or null
-    KvCache rebalance_host_;            // rebalance_kv's host copy, when the heads' budgets move
+    // When the heads' budgets move (rebalance_kv): the bookkeeping the rule runs on, and a chunk of
+    // its edits of the rows on the host and the device, with the rows a chunk of moves carries.
+    static constexpr size_t kRebalanceChunk = 4096;
+    KvCache rebalance_books_;
+    std::vector<int64_t> rebalance_entries_;
+    int64_t *rebalance_edits_ = nullptr;
+    uint8_t *rebalance_rows_ = nullptr;
 
     bool has_kv_ = false;
     int32_t span_min_[KV_MAX_SPANS] = {};  // set_kv_span_minimums
@@ -1353,8 +1436,19 @@ Status CudaBackend::create_kv(const KvConfig &config) {
         H2O_TRY(device_array(per_head * 2, &kv_.key_scores));
     }
     if (kv_query_stats_floats(config) != 0) H2O_TRY(device_array(cells * kv_query_stats_floats(config), &kv_.query_stats));
-    // Budgets per kv head move by the rule of kv_head_budgets.h, run on a host copy (rebalance_kv).
-    if (config.head_share > 0.0f) H2O_TRY(rebalance_host_.init(config));
+    // Budgets per kv head move by the rule of kv_head_budgets.h, run on a host copy of the
+    // bookkeeping, its edits of the rows done here a chunk at a time (rebalance_kv).
+    if (config.head_share > 0.0f) {
+        H2O_TRY(rebalance_books_.init_bookkeeping(config));
+        const size_t chunk = std::min(kRebalanceChunk, slots);
+        H2O_TRY(device_array(2 * chunk, &rebalance_edits_));
+        H2O_TRY(device_array(chunk * (key_row_ + value_row_), &rebalance_rows_));
+        try {
+            rebalance_entries_.assign(2 * chunk, 0);
+        } catch (const std::bad_alloc &) {
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rebalancing entries");
+        }
+    }
     const int pairs = config.rope.pairs();
     H2O_TRY(device_array(static_cast<size_t>(std::max(pairs, 1)), &kv_.inv_freq));
     const std::vector<double> inv_freq = config.rope.inv_freqs();
@@ -1402,10 +1496,8 @@ Status CudaBackend::clear_kv() {
 
 // The device arrays of the cache and their host image's, with their sizes in bytes: the device
 // keeps the image's arrays, array for array (statistics only for the policies that read them).
-std::vector<CudaBackend::ImageArray> CudaBackend::image_arrays(KvImage &image) {
+std::vector<CudaBackend::ImageArray> CudaBackend::image_arrays(KvImage &image, ImagePart part) {
     std::vector<ImageArray> arrays = {
-        {kv_.keys, image.keys.data(), image.keys.size()},
-        {kv_.values, image.values.data(), image.values.size()},
         {kv_.stream, image.stream_index.data(), image.stream_index.size() * sizeof(int64_t)},
         {kv_.position, image.position.data(), image.position.size() * sizeof(int32_t)},
         {kv_.tag, image.tags.data(), image.tags.size()},
@@ -1417,6 +1509,9 @@ std::vector<CudaBackend::ImageArray> CudaBackend::image_arrays(KvImage &image) {
         {kv_.rng, &image.random_state, sizeof image.random_state},
     };
     if (kv_.stats) arrays.push_back({kv_.stats, image.stats.data(), image.stats.size() * sizeof(SlotStats)});
+    if (part == ImagePart::Bookkeeping) return arrays;
+    arrays.push_back({kv_.keys, image.keys.data(), image.keys.size()});
+    arrays.push_back({kv_.values, image.values.data(), image.values.size()});
     if (kv_.query_stats) arrays.push_back({kv_.query_stats, image.query_stats.data(), image.query_stats.size() * sizeof(float)});
     return arrays;
 }
