@@ -262,7 +262,7 @@ TEST_CASE("device parity: every eviction policy evicts the same tokens as the CP
     // Quantized caches: the stored rows are the CPU's bit for bit, so the statistics differ from
     // the CPU's only by the order of float additions, as with F32, and the victims are the same
     // (exactly equal priorities are not met with random data). Re-rotated keys keep the CPU's
-    // bits (the next case). To keep the run short on a software device, F32 runs every policy with and
+    // bits (the case "rolled keys keep the CPU's bits"). To keep the run short on a software device, F32 runs every policy with and
     // without rolling; the other types run the policies whose victims depend on the stored values
     // (those reading the statistics or the keys) and sinks + window, each once, rolling for every other one
     // (alternating per type so that each policy meets both).

@@ -754,7 +754,7 @@ void check_head_share_on_device(const Model &model, uint32_t device) {
         }
 }
 
-// The device does what the host's rule did to the rows (kv_rebalance.comp): from one cache, loaded
+// The device does what the host's rule did to the rows (KvRowEdits): from one cache, loaded
 // into both backends, rebalancings leave the device's cache byte for byte the CPU's, rows,
 // positions, statistics and free lists included, and the rows never cross to the host.
 void check_rebalancing_on_device_rows(const Model &model, uint32_t device) {
