@@ -239,11 +239,8 @@ struct KvRebalancePush {
     uint32_t edits_off, rows_off, keys_off, values_off, meta_off, table_off;
     uint32_t first_slot, head_dim, pairs, pairing;
     uint32_t formats;  // key format | value format << 8
-    uint32_t stream_off, position_off, tag_off, stats_off;
+    uint32_t n_cells, total_slots, n_kv, max_batch;
 };
-// The bookkeeping words that move with a token (kv_rebalance.comp's TOKEN_WORDS): stream index,
-// position, tag, statistics.
-constexpr uint32_t kKvTokenWords = 9;
 static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes &&
                   sizeof(StatsPush) <= vk::kPushConstantBytes && sizeof(KvRebalancePush) <= vk::kPushConstantBytes,
               "push constants are limited to 128 bytes");
@@ -299,7 +296,7 @@ public:
     // sessions on the device together (as the CPU backend does not count the model file).
     size_t allocated_bytes() const override {
         return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes) + rebalance_books_.bytes() +
-               sizeof(uint32_t) * (rebalance_words_.capacity() + rebalance_patch_.capacity());
+               sizeof(uint32_t) * (rebalance_words_.capacity() + rebalance_entries_.capacity());
     }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
@@ -393,8 +390,6 @@ private:
         Patch
     };
     void record_rebalance_step(RebalanceStep step, int pool, const uint32_t *entries, size_t n);
-    // The meta word of a slot's j-th word that moves with its token (kKvTokenWords).
-    size_t token_word(int64_t slot, uint32_t j) const;
 
     // ---- recording
     bool begin();
@@ -487,9 +482,10 @@ private:
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
     // When the heads' budgets move: the bookkeeping the host's rule runs on (no rows), the meta
-    // words before and after it, and the changed words as (word, value) pairs.
+    // words before and after it, and the entries handed to kv_rebalance.comp (its edits of the
+    // rows, then the changed words as (word, value) pairs).
     KvCache rebalance_books_;
-    std::vector<uint32_t> rebalance_words_, rebalance_patch_;
+    std::vector<uint32_t> rebalance_words_, rebalance_entries_;
     // With rolling: kv_rotate_back_table of the global layers, then (from local_rollback_off_, in
     // (cos, sin) pairs) of the local ones, for kv_claim.comp and kv_rebalance.comp.
     Tensor rollback_table_;
@@ -1124,7 +1120,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     // The scratch also carries rebalancing's chunks of entries (kv_rebalance.comp): a move's entry
     // and rows at least.
     const VkDeviceSize move_bytes =
-        VkDeviceSize{4} * (2 + kv_row_words(key_format, config.head_dim) + kv_row_words(value_format, config.head_dim) + kKvTokenWords);
+        VkDeviceSize{4} * (2 + kv_row_words(key_format, config.head_dim) + kv_row_words(value_format, config.head_dim) + KV_TOKEN_WORDS);
     const VkDeviceSize scratch_bytes = std::max(per_token * capacity, config.head_share > 0.0f ? move_bytes : 0);
     for (VkDeviceSize bytes :
          {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format), meta_bytes, scratch_bytes}) {
@@ -1169,7 +1165,7 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
         H2O_TRY(rebalance_books_.init_bookkeeping(config));
         try {
             rebalance_words_.assign(2 * static_cast<size_t>(layout.batch_slot), 0);
-            rebalance_patch_.reserve(2 * static_cast<size_t>(layout.batch_slot));
+            rebalance_entries_.reserve(2 * static_cast<size_t>(layout.batch_slot));
         } catch (const std::bad_alloc &) {
             return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rebalancing bookkeeping");
         }
@@ -1231,28 +1227,30 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
     rebalance_books_.cell_fill(held, slots);
     const KvRowEdits &edits = rebalance_books_.row_edits();
     image_to_meta_words(rebalance_books_.image(), after);
-    // Each pool's rows are a buffer of their own: its edits go in turn, rotations before moves,
-    // as the rule made them. The entries reuse the patch's vector, which the words fill last.
-    std::vector<uint32_t> &entries = rebalance_patch_;
+    // Each pool's rows are a buffer of their own: its edits (the rule's, pool after pool) go in
+    // turn, rotations before moves. Then the bookkeeping words, in the same vector.
+    std::vector<uint32_t> &entries = rebalance_entries_;
+    size_t rotation = 0, move = 0;
     for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
-        const int64_t first = kv_.first_slot_of(pool), end = kv_.first_slot_of(kv_.pool_end_layer(pool));
+        const int64_t end = kv_.first_slot_of(kv_.pool_end_layer(pool));
         entries.clear();
-        for (const KvRowEdits::Rotation &r : edits.rotations) {
-            if (r.slot >= first && r.slot < end)
-                entries.insert(entries.end(), {static_cast<uint32_t>(r.slot), static_cast<uint32_t>(r.shift)});
+        for (; rotation < edits.rotations.size() && edits.rotations[rotation].slot < end; ++rotation) {
+            const KvRowEdits::Rotation &r = edits.rotations[rotation];
+            entries.insert(entries.end(), {static_cast<uint32_t>(r.slot), static_cast<uint32_t>(r.shift)});
         }
         record_rebalance_step(RebalanceStep::Roll, pool, entries.data(), entries.size() / 2);
         entries.clear();
-        for (const KvRowEdits::Move &m : edits.moves) {
-            if (m.from >= first && m.from < end)
-                entries.insert(entries.end(), {static_cast<uint32_t>(m.from), static_cast<uint32_t>(m.to)});
+        for (; move < edits.moves.size() && edits.moves[move].from < end; ++move) {
+            const KvRowEdits::Move &m = edits.moves[move];
+            entries.insert(entries.end(), {static_cast<uint32_t>(m.from), static_cast<uint32_t>(m.to)});
         }
         record_rebalance_step(RebalanceStep::Move, pool, entries.data(), entries.size() / 2);
     }
     // What the device's words are once the moves are done (before, moved as they move them), and
     // the words that still differ from the rule's.
     for (const KvRowEdits::Move &m : edits.moves) {
-        for (uint32_t j = 0; j < kKvTokenWords; ++j) before[token_word(m.to, j)] = before[token_word(m.from, j)];
+        const auto from = static_cast<uint32_t>(m.from), to = static_cast<uint32_t>(m.to);
+        for (uint32_t j = 0; j < KV_TOKEN_WORDS; ++j) before[kv_token_word(layout_, to, j)] = before[kv_token_word(layout_, from, j)];
     }
     entries.clear();
     for (size_t w = 0; w < words; ++w) {
@@ -1262,14 +1260,6 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
     return error_;
 }
 
-size_t VulkanBackend::token_word(int64_t slot, uint32_t j) const {
-    const auto at = static_cast<size_t>(slot);
-    if (j < 2) return layout_.stream + 2 * at + j;
-    if (j == 2) return layout_.position + at;
-    if (j == 3) return layout_.tag + at;
-    return layout_.stats + 5 * at + (j - 4);
-}
-
 void VulkanBackend::record_rebalance_step(RebalanceStep step, int pool, const uint32_t *entries, size_t n) {
     const bool moves = step == RebalanceStep::Move;
     const char *kernel = step == RebalanceStep::Roll ? "kv_rebalance_roll" : moves ? "kv_rebalance_gather" : "kv_rebalance_patch";
@@ -1277,7 +1267,7 @@ void VulkanBackend::record_rebalance_step(RebalanceStep step, int pool, const ui
     const uint32_t row_words = key_words + kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
     // A chunk's entries, then (moves) their rows: as many as the scratch holds.
     const VkDeviceSize scratch_words = extent(scratch_) / 4;
-    const size_t capacity = static_cast<size_t>(scratch_words / (2 + (moves ? row_words + kKvTokenWords : 0)));
+    const size_t capacity = static_cast<size_t>(scratch_words / (2 + (moves ? row_words + KV_TOKEN_WORDS : 0)));
     const Bound bkeys = bind(keys_[pool], true), bvalues = bind(values_[pool], true), bmeta = bind(meta_, true);
     // (Without rolling nothing rolls back: any buffer fills the table's binding.)
     const Bound bedits = bind(scratch_, true), btable = bind(kv_.rolling ? rollback_table_ : rope_table_, false);
@@ -1292,17 +1282,17 @@ void VulkanBackend::record_rebalance_step(RebalanceStep step, int pool, const ui
     push.pairs = static_cast<uint32_t>(kv_.rope.pairs());
     push.pairing = kv_.rope.pairing == RotaryPairing::Halves ? 1 : 0;  // rotary.glsl's PAIRING_HALVES
     push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
-    push.stream_off = bmeta.word + layout_.stream;
-    push.position_off = bmeta.word + layout_.position;
-    push.tag_off = bmeta.word + layout_.tag;
-    push.stats_off = bmeta.word + layout_.stats;
+    push.n_cells = static_cast<uint32_t>(kv_.n_layer * kv_.n_head_kv);
+    push.total_slots = static_cast<uint32_t>(kv_.total_slots());
+    push.n_kv = static_cast<uint32_t>(kv_.n_head_kv);
+    push.max_batch = static_cast<uint32_t>(max_batch_);
     for (size_t done = 0; done < n && !failed();) {
         const size_t chunk = std::min(capacity, n - done);
         push.n = static_cast<uint32_t>(chunk);
         push.rows_off = bedits.word + static_cast<uint32_t>(2 * chunk);
         record_upload(block(scratch_).buffer, scratch_.offset, entries + 2 * done, VkDeviceSize{8} * chunk);
         uint32_t gx, gy;
-        grid_1d(moves ? static_cast<uint64_t>(chunk) * (row_words + kKvTokenWords) : chunk, 64, &gx, &gy);
+        grid_1d(moves ? static_cast<uint64_t>(chunk) * (row_words + KV_TOKEN_WORDS) : chunk, 64, &gx, &gy);
         dispatch(kernel, {bkeys, bvalues, bmeta, bedits, btable}, &push, sizeof push, gx, gy);
         if (moves) dispatch("kv_rebalance_scatter", {bkeys, bvalues, bmeta, bedits, btable}, &push, sizeof push, gx, gy);
         done += chunk;

@@ -21,7 +21,8 @@ namespace h2o {
 
 // What rebalancing the heads' budgets did to the key and value rows of a cache whose rows live
 // elsewhere (a device's memory: KvCache::init_bookkeeping), for their owner to do the same: first
-// every rotation (keys rolled back in place), then every move, in order.
+// every rotation (keys rolled back in place), then every move, in order. Both lists go pool after
+// pool (kv_head_budgets.h), so each pool's entries are a run of them.
 struct KvRowEdits {
     struct Rotation {
         int64_t slot;   // the key of this slot (KvImage order)

@@ -56,6 +56,16 @@ KV_FN KvLayout kv_layout(KV_UINT base, KV_UINT n_cells, KV_UINT slots, KV_UINT n
     return l;
 }
 
+// The words of a slot that go with its token when rebalancing moves it (kv_rebalance.comp): its
+// stream index (2 words), position, tag and statistics (5); the j-th of slot `slot`.
+const KV_UINT KV_TOKEN_WORDS = 9u;
+KV_FN KV_UINT kv_token_word(KvLayout l, KV_UINT slot, KV_UINT j) {
+    if (j < 2u) return l.stream + 2u * slot + j;
+    if (j == 2u) return l.position + slot;
+    if (j == 3u) return l.tag + slot;
+    return l.stats + 5u * slot + j - 4u;
+}
+
 #ifdef __cplusplus
 // Words of the whole buffer, for cells of at most max_slots slots.
 inline KV_UINT kv_meta_words(const KvLayout &l, KV_UINT max_slots) { return l.candidates + max_slots; }

@@ -10,7 +10,7 @@
 //               by the host's cosines and sines (KvCache::rotate_back_table) and encoded: the
 //               bits of KvCache::rotate_back
 //   OP_GATHER   (from, to): the key and value rows of slot `from`, and the bookkeeping words that
-//               go with its token (stream index, position, tag, statistics: TOKEN_WORDS), are
+//               go with its token (KV_TOKEN_WORDS: stream index, position, tag, statistics), are
 //               copied to the chunk's rows area in `edits` (from rows_off, entry after entry)
 //   OP_SCATTER  the same entries: the rows area is copied to slot `to`
 //   OP_PATCH    (word, value): the bookkeeping word is set
@@ -34,21 +34,13 @@ layout(push_constant) uniform Params {
     uint table_off;  // rollback_table's first pair, in vec2 units
     uint first_slot, head_dim, pairs, pairing;
     uint formats;  // KvRowFormat of keys | of values << 8
-    uint stream_off, position_off, tag_off, stats_off;  // the meta buffer's per-slot regions (kv_meta_layout.h), in words
+    uint n_cells, total_slots, n_kv, max_batch;  // the meta buffer's layout (kv_meta_layout.h)
 } p;
-
-// The bookkeeping words of a slot that move with its token, and the meta word of the j-th.
-const uint TOKEN_WORDS = 9u;
-uint token_word(uint slot, uint j) {
-    if (j < 2u) return p.stream_off + 2u * slot + j;
-    if (j == 2u) return p.position_off + slot;
-    if (j == 3u) return p.tag_off + slot;
-    return p.stats_off + 5u * slot + j - 4u;
-}
 
 #define KEY_FORMAT (p.formats & 0xFFu)
 #define VALUE_FORMAT (p.formats >> 8)
 
+#include "kv_layout.glsl"
 #include "kv_row.glsl"
 #include "rotary.glsl"
 vec2 rollback_cos_sin(int shift, uint i) { return rollback_table[p.table_off + uint(shift) * p.pairs + i]; }
@@ -67,7 +59,8 @@ void main() {
 #endif
 #else
     // One invocation per word of a slot's move (key row, value row, token words): entry i, word w.
-    const uint row_words = key_words + value_words, slot_words = row_words + TOKEN_WORDS, k = linear_invocation(WG);
+    const KvLayout L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
+    const uint row_words = key_words + value_words, slot_words = row_words + KV_TOKEN_WORDS, k = linear_invocation(WG);
     if (k >= p.n * slot_words) return;
     const uint i = k / slot_words, w = k % slot_words;
     const uint area = p.rows_off + i * slot_words + w;
@@ -79,7 +72,7 @@ void main() {
     } else if (w < row_words) {
         word = values[p.values_off + (slot - p.first_slot) * value_words + w - key_words];
     } else {
-        word = meta[token_word(slot, w - row_words)];
+        word = meta[kv_token_word(L, slot, w - row_words)];
     }
     edits[area] = word;
 #else
@@ -89,7 +82,7 @@ void main() {
     } else if (w < row_words) {
         values[p.values_off + (slot - p.first_slot) * value_words + w - key_words] = edits[area];
     } else {
-        meta[token_word(slot, w - row_words)] = edits[area];
+        meta[kv_token_word(L, slot, w - row_words)] = edits[area];
     }
 #endif
 #endif
