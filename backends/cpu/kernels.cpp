@@ -129,12 +129,24 @@ float unpack_block(const uint8_t *blk, const float *fp16_table, int8_t lo[16], i
     return fp16_table[load_u16(blk)];
 }
 
-bool is_interleavable(TensorType t) { return t == TensorType::Q4_0 || t == TensorType::Q4_K || t == TensorType::Q6_K; }
+bool is_interleavable(TensorType t) {
+    return t == TensorType::Q4_0 || t == TensorType::Q8_0 || t == TensorType::Q4_K || t == TensorType::Q6_K;
+}
 
-// Bytes of one block (Q4_0: 32 columns; Q4_K, Q6_K: a 256-column super-block) of an 8-row group in
-// the interleaved layouts (kernels.h), and the offset of the group block holding block b of `row`.
+// Bytes of one block (Q4_0, Q8_0: 32 columns; Q4_K, Q6_K: a 256-column super-block) of an 8-row
+// group in the interleaved layouts (kernels.h), and the offset of the group block holding block b
+// of `row`.
 int64_t interleaved_block_bytes(TensorType type) {
-    return type == TensorType::Q4_0 ? detail::kQ4x8Bytes : type == TensorType::Q4_K ? detail::kQ4Kx8Bytes : detail::kQ6Kx8Bytes;
+    switch (type) {
+        case TensorType::Q4_0:
+            return detail::kQ4x8Bytes;
+        case TensorType::Q8_0:
+            return detail::kQ8x8Bytes;
+        case TensorType::Q4_K:
+            return detail::kQ4Kx8Bytes;
+        default:
+            return detail::kQ6Kx8Bytes;
+    }
 }
 int64_t interleaved_block_offset(TensorType type, int64_t cols, int64_t row, int64_t b) {
     const int64_t per_row = cols / static_cast<int64_t>(traits(type).block_elements);
@@ -193,9 +205,10 @@ void copy_interleaved_block(TensorType type, const uint8_t *src, uint8_t *dst, i
         }
         return;
     }
-    if (type == TensorType::Q4_0) {
+    if (type == TensorType::Q4_0 || type == TensorType::Q8_0) {  // 16 bytes of nibbles, or 32 quants
         copy(2 * lane, 0, 2);
-        for (int c = 0; c < 4; ++c) copy(16 + 32 * c + 4 * lane, 2 + 4 * c, 4);
+        const int chunks = type == TensorType::Q4_0 ? 4 : 8;
+        for (int c = 0; c < chunks; ++c) copy(16 + 32 * c + 4 * lane, 2 + 4 * c, 4);
         return;
     }
     copy(2 * lane, 0, 2);       // d
@@ -232,7 +245,7 @@ void dot_quant_row(const MatmulProblem &p, int64_t r, const ActBlockPair *act, i
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
         int8_t lo[16], hi[16];
-        uint8_t gathered[detail::kQ4Bytes];
+        uint8_t gathered[detail::kQ8Bytes];
         const uint8_t *blk = p.w + r * p.w_row_bytes + b * traits(kType).block_bytes;
         if (p.interleaved) {
             gather_interleaved_block(kType, p.w, p.cols, r, b, gathered);
@@ -647,7 +660,7 @@ size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols) {
 }
 
 void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols) {
-    if (!is_interleavable(type)) fatal("interleave_rows: only Q4_0, Q4_K and Q6_K interleave");
+    if (!is_interleavable(type)) fatal("interleave_rows: only Q4_0, Q8_0, Q4_K and Q6_K interleave");
     const int64_t block = traits(type).block_elements;
     if (rows % 8 != 0 || cols % block != 0) fatal("interleave_rows: rows must be a multiple of 8, columns of the block");
     const size_t rb = row_bytes(type, cols);
@@ -678,7 +691,7 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
         if (!matmul_supports(o.wtype)) fatal("matmul: unsupported weight type");
         const bool interleaved = o.layout == WeightLayout::Interleaved8;
         if (interleaved && (!is_interleavable(o.wtype) || o.rows % 8 != 0)) {
-            fatal("matmul: interleaved weights must be Q4_0, Q4_K or Q6_K, rows a multiple of 8");
+            fatal("matmul: interleaved weights must be Q4_0, Q8_0, Q4_K or Q6_K, rows a multiple of 8");
         }
         if (interleaved && kernels().interleaved_support == 0) fatal("matmul: these kernels cannot run interleaved weights");
         if (is_quantized(o.wtype) && cols % traits(o.wtype).block_elements != 0) {
@@ -755,8 +768,8 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
         p.n_pairs = (cols / 32 + 1) / 2;
         p.fp16_table = fp16_table();
         p.act = job.act;
-        // Interleaved chunks are whole 8-row groups.
-        const int64_t chunk_align = p.interleaved ? 8 : 4;
+        // Interleaved chunks are whole pairs of 8-row groups (the AVX-512 kernels take two at once).
+        const int64_t chunk_align = p.interleaved ? 16 : 4;
         job.chunk[i] = std::clamp<int64_t>(static_cast<int64_t>(32768 / p.w_row_bytes) & ~(chunk_align - 1), chunk_align, 64);
         n_chunks[i] = (p.rows + job.chunk[i] - 1) / job.chunk[i];
         all_chunks += n_chunks[i];
@@ -800,7 +813,7 @@ void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t
     const KernelTable &k = kernels();
     const size_t rb = row_bytes(type, cols);
     if (layout == WeightLayout::Interleaved8) {
-        if (!is_interleavable(type)) fatal("dequantize_rows: interleaved weights must be Q4_0, Q4_K or Q6_K");
+        if (!is_interleavable(type)) fatal("dequantize_rows: interleaved weights must be Q4_0, Q8_0, Q4_K or Q6_K");
         const int64_t block = traits(type).block_elements;
         for (int64_t i = 0; i < n_ids; ++i) {
             for (int64_t b = 0; b < cols / block; ++b) {

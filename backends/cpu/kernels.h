@@ -73,7 +73,7 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 // error and aborts with a message: check matmul_supports() when loading a model.
 //
 // layout: how W's rows lie in memory: Rows (the file's layout) for every type, or Interleaved8
-// for Q4_0, Q4_K and Q6_K weights that interleave_rows has rearranged (below).
+// for Q4_0, Q8_0, Q4_K and Q6_K weights that interleave_rows has rearranged (below).
 enum class WeightLayout {
     Rows,
     Interleaved8
@@ -96,7 +96,7 @@ struct MatmulOutput {
 constexpr int kMaxMatmulGroup = 3;
 void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens, void *scratch);
 
-// ---- Q4_0, Q4_K and Q6_K weights, 8 rows interleaved ----------------------------------------
+// ---- Q4_0, Q8_0, Q4_K and Q6_K weights, 8 rows interleaved ----------------------------------
 //
 // A matrix-vector product reads each weight once, so its speed is how few instructions a weight
 // byte costs. In the file's layout a row's block sums to one number, which costs a horizontal
@@ -109,6 +109,10 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
 // Q4_0x8, 144 bytes per block of 32 columns: the 8 rows' fp16 scales (row i at bytes 2i, 2i+1),
 // then 4 chunks of 32 bytes, chunk c holding bytes 4c..4c+3 of each row's 16 quant bytes (row i
 // at 4i..4i+3). The same bytes as the file's Q4_0, rearranged, so the same size.
+//
+// Q8_0x8, 272 bytes per block of 32 columns: the 8 rows' fp16 scales (row i at bytes 2i, 2i+1),
+// then 8 chunks of 32 bytes, chunk c holding quants 4c..4c+3 of each row (row i at 4i..4i+3). The
+// same bytes as the file's Q8_0, rearranged.
 //
 // Q4_Kx8, 1184 bytes per super-block of 256 columns: the 8 rows' fp16 d (bytes 0..15) and dmin
 // (16..31); the sub-block scales unpacked to one byte each, sub-block s of row i at 32 + 8s + i;
@@ -127,13 +131,13 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
 // lie in different places for different columns, is undone once, at conversion.
 
 // Whether the kernels in use run `type` interleaved faster than in the file's layout (AVX2 and
-// AVX-512, for Q4_0, Q4_K and Q6_K). Every level can run interleaved weights except NEON's.
+// AVX-512, for Q4_0, Q8_0, Q4_K and Q6_K). Every level can run interleaved weights except NEON's.
 bool interleaving_preferred(TensorType type);
 
-// Bytes of a rows x cols matrix of `type` (Q4_0, Q4_K or Q6_K) interleaved.
+// Bytes of a rows x cols matrix of `type` (Q4_0, Q8_0, Q4_K or Q6_K) interleaved.
 size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols);
 
-// Rearranges a Q4_0, Q4_K or Q6_K matrix of `rows` (a multiple of 8) rows into the interleaved layout:
+// Rearranges a Q4_0, Q8_0, Q4_K or Q6_K matrix of `rows` (a multiple of 8) rows into the interleaved layout:
 // src holds rows * row_bytes(type, cols) bytes, dst interleaved_bytes(type, rows, cols); no overlap.
 void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols);
 

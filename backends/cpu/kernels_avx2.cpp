@@ -432,6 +432,47 @@ void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
     store_rows<kTokens>(p, rg, g, t0, b0 == 0, acc);
 }
 
+// ---- Q8_0x8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
+//
+// As Q4_0x8, with 8 chunks of signed quants. maddubs takes unsigned by signed bytes, so each chunk
+// goes in as |q|, and the activations as sign(y, q): products q * y, a pair of them at most
+// 2 * 128 * 127 in int16. The block's sum widens to int32 at once (dot32_add).
+template <int kTokens>
+void q8x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ8x8Bytes;
+    __m256 acc[kTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t *blk = w + b * kQ8x8Bytes;
+        if constexpr (kTokens == 1) {
+            for (int k = 0; k < kQ8x8Bytes; k += 64) prefetch_ahead(blk + k);
+        }
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        __m256i sums[kTokens];
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) sums[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+            const __m256i q = load256(blk + 16 + 32 * c), magnitude = _mm256_abs_epi8(q);
+#pragma GCC unroll 4
+            for (int t = 0; t < kTokens; ++t) {
+                const int8_t *y = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 16 * half + 4 * (c % 4);
+                sums[t] = dot32_add(sums[t], magnitude, _mm256_sign_epi8(broadcast4(y), q));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(load128(blk));
+#pragma GCC unroll 4
+        for (int t = 0; t < kTokens; ++t) {
+            const int k = half * kGroupTokens + t0 + t;
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[k])), acc[t]);
+        }
+    }
+    store_rows<kTokens>(p, rg, g, t0, b0 == 0, acc);
+}
+
 // ---- Q4_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
 //
 // Quant chunk 8j + c of a super-block holds bytes 4c..4c+3 of each row's qs group j: low nibbles
@@ -1052,7 +1093,10 @@ void matmul_range_avx2(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
                 quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q8_0:
-            quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                interleaved_range<32, q8x8_rows<kGroupTokens>, q8x8_rows<1>>(p, r0, r1, g0, g1);
+            else
+                quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q4_K:
             if (p.interleaved)
@@ -1521,7 +1565,7 @@ const KernelTable kAvx2Kernels = {
     max_value_avx2,
     rotate_pairs_avx2,
     rotate_half_pairs_avx2,
-    2,  // interleaved Q4_0, Q4_K and Q6_K: faster than the file's layout
+    2,  // interleaved Q4_0, Q8_0, Q4_K and Q6_K: faster than the file's layout
 };
 #endif
 

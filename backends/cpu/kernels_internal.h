@@ -25,9 +25,9 @@ constexpr int kGroupTokens = 4;
 constexpr int64_t kQ4Bytes = 18, kQ8Bytes = 34;
 
 // Bytes of one block of an 8-row group in the interleaved layouts (kernels.h): Q4_0x8 (8 scales,
-// 4 chunks), Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks) and Q6_Kx8 (16 groups of 3
+// 4 chunks), Q8_0x8 (8 scales, 8 chunks), Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks) and Q6_Kx8 (16 groups of 3
 // vectors, 8 d, 128 scales).
-constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ4Kx8Bytes = 160 + 32 * 32, kQ6Kx8Bytes = 16 * 96 + 16 + 128;
+constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ8x8Bytes = 8 * kQ8Bytes, kQ4Kx8Bytes = 160 + 32 * 32, kQ6Kx8Bytes = 16 * 96 + 16 + 128;
 // Where Q6_Kx8's d and scales start within its block.
 constexpr int64_t kQ6Kx8D = 16 * 96, kQ6Kx8Scales = kQ6Kx8D + 16;
 
@@ -51,7 +51,7 @@ struct MatmulProblem {
     TensorType wtype;
     const uint8_t *w;
     size_t w_row_bytes;
-    bool interleaved;  // Q4_0, Q4_K or Q6_K weights, 8 rows interleaved (kernels.h); w_row_bytes unused
+    bool interleaved;  // Q4_0, Q8_0, Q4_K or Q6_K weights, 8 rows interleaved (kernels.h); w_row_bytes unused
     int64_t rows, cols, n_tokens;
     const float *x;  // [n_tokens][cols]
     float *y;        // [n_tokens][rows]
@@ -140,22 +140,33 @@ extern const KernelTable kNeonI8mmKernels;     // kernels_neon_i8mm.cpp; CPUs wi
 // over column slices of 4096, as in quant_range, so their activations stay in L1; single tokens
 // (decoding, the tail of a prompt) take whole rows. No instructions of its own: each level's
 // instantiation (its own row functions, of internal linkage) is its own function.
-template <int64_t kUnitCols, void (*kGroupRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t),
-          void (*kTokenRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t)>
+//
+// A level with wider registers may also give kPairRows, which takes two neighbouring 8-row groups
+// (rg, rg + 1) at once, for kGroupTokens tokens or one (kTokens: the token count, kGroupTokens or
+// 1); the range then goes over pairs of groups, and a lone last group takes kGroupRows/kTokenRows.
+using InterleavedRows = void (*)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t);
+using InterleavedPairRows = void (*)(const MatmulProblem &, int64_t, int64_t, int, int, int64_t, int64_t);
+
+template <int64_t kUnitCols, InterleavedRows kGroupRows, InterleavedRows kTokenRows, InterleavedPairRows kPairRows = nullptr>
 void interleaved_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     constexpr int64_t kSliceUnits = 4096 / kUnitCols;
     const int64_t n_units = p.cols / kUnitCols;
+    // Row groups [r0 / 8, r1 / 8) of token group g, the given tokens, over units [u0, u1).
+    const auto row_groups = [&](int64_t g, int t0, int n_tok, int64_t u0, int64_t u1) {
+        int64_t rg = r0 / 8;
+        if constexpr (kPairRows != nullptr) {
+            for (; rg + 2 <= r1 / 8; rg += 2) kPairRows(p, rg, g, t0, n_tok, u0, u1);
+        }
+        for (; rg < r1 / 8; ++rg) (n_tok == 1 ? kTokenRows : kGroupRows)(p, rg, g, t0, u0, u1);
+    };
     for (int64_t g = g0; g < g1; ++g) {
         const int64_t n_tok = p.n_tokens - g * kGroupTokens;
         if (n_tok >= kGroupTokens) {
             for (int64_t u0 = 0; u0 < n_units; u0 += kSliceUnits) {
-                const int64_t u1 = u0 + kSliceUnits < n_units ? u0 + kSliceUnits : n_units;
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kGroupRows(p, rg, g, 0, u0, u1);
+                row_groups(g, 0, kGroupTokens, u0, u0 + kSliceUnits < n_units ? u0 + kSliceUnits : n_units);
             }
         } else {
-            for (int t = 0; t < n_tok; ++t) {
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, 0, n_units);
-            }
+            for (int t = 0; t < n_tok; ++t) row_groups(g, t, 1, 0, n_units);
         }
     }
 }
@@ -169,26 +180,36 @@ void interleaved_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
 // sums): kGroupRows all kGroupTokens tokens of group g (t0 = 0), whose sums lie kQ6Kx8SliceSums
 // apart; kTokenRows token t0 alone. Both set y for s0 == 0 and add to it otherwise. Single tokens
 // go over slices too, which only bounds the table (a whole row of sums would need the stack to
-// grow with the row length).
+// grow with the row length). kPairRows, where given, takes pairs of row groups as in
+// interleaved_range (with the token count before s0).
 constexpr int64_t kQ6Kx8SliceSupers = 16, kQ6Kx8SliceSums = 16 * kQ6Kx8SliceSupers;
 
-template <void (*kSums)(const MatmulProblem &, int64_t, int, int64_t, int64_t, int32_t *),
-          void (*kGroupRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t, const int32_t *),
-          void (*kTokenRows)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t, const int32_t *)>
+using Q6Kx8Rows = void (*)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t, const int32_t *);
+using Q6Kx8PairRows = void (*)(const MatmulProblem &, int64_t, int64_t, int, int, int64_t, int64_t, const int32_t *);
+
+template <void (*kSums)(const MatmulProblem &, int64_t, int, int64_t, int64_t, int32_t *), Q6Kx8Rows kGroupRows, Q6Kx8Rows kTokenRows,
+          Q6Kx8PairRows kPairRows = nullptr>
 void q6kx8_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
     const int64_t n_super = p.cols / 256;
     alignas(64) int32_t sums[kGroupTokens * kQ6Kx8SliceSums];
+    const auto row_groups = [&](int64_t g, int t0, int n_tok, int64_t s0, int64_t s1) {
+        int64_t rg = r0 / 8;
+        if constexpr (kPairRows != nullptr) {
+            for (; rg + 2 <= r1 / 8; rg += 2) kPairRows(p, rg, g, t0, n_tok, s0, s1, sums);
+        }
+        for (; rg < r1 / 8; ++rg) (n_tok == 1 ? kTokenRows : kGroupRows)(p, rg, g, t0, s0, s1, sums);
+    };
     for (int64_t g = g0; g < g1; ++g) {
         const int64_t n_tok = p.n_tokens - g * kGroupTokens;
         for (int64_t s0 = 0; s0 < n_super; s0 += kQ6Kx8SliceSupers) {
             const int64_t s1 = s0 + kQ6Kx8SliceSupers < n_super ? s0 + kQ6Kx8SliceSupers : n_super;
             if (n_tok >= kGroupTokens) {
                 for (int t = 0; t < kGroupTokens; ++t) kSums(p, g, t, s0, s1, sums + t * kQ6Kx8SliceSums);
-                for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kGroupRows(p, rg, g, 0, s0, s1, sums);
+                row_groups(g, 0, kGroupTokens, s0, s1);
             } else {
                 for (int t = 0; t < n_tok; ++t) {
                     kSums(p, g, t, s0, s1, sums);
-                    for (int64_t rg = r0 / 8; rg < r1 / 8; ++rg) kTokenRows(p, rg, g, t, s0, s1, sums);
+                    row_groups(g, t, 1, s0, s1);
                 }
             }
         }

@@ -893,13 +893,17 @@ std::vector<MatmulCase> matmul_cases() {
             cases.push_back({type, 9, 53, 5});
         }
     }
-    // Q4_0, Q4_K and Q6_K interleaved by 8 rows: one group and several (an odd number, 17, whose
-    // thread chunks end inside the matrix), odd block counts, and a row longer than one
-    // 4096-column slice (Q6_K: also one slice and a lone super-block after it).
+    // Q4_0, Q8_0, Q4_K and Q6_K interleaved by 8 rows: one group and several (an odd number, 17,
+    // whose thread chunks end inside the matrix; the AVX-512 kernels take groups in pairs, and a
+    // lone last one), odd block counts, and a row longer than one 4096-column slice (Q6_K: also
+    // one slice and a lone super-block after it).
     constexpr auto kX8 = cpu::WeightLayout::Interleaved8;
     for (int64_t rows : {8, 136}) {
         for (int64_t n_tokens : {1, 3, 4, 5, 17, 64}) {
-            for (int64_t cols : {32, 96, 320}) cases.push_back({TensorType::Q4_0, rows, cols, n_tokens, kX8});
+            for (int64_t cols : {32, 96, 320}) {
+                cases.push_back({TensorType::Q4_0, rows, cols, n_tokens, kX8});
+                cases.push_back({TensorType::Q8_0, rows, cols, n_tokens, kX8});
+            }
             for (int64_t cols : {256, 768}) {
                 cases.push_back({TensorType::Q4_K, rows, cols, n_tokens, kX8});
                 cases.push_back({TensorType::Q6_K, rows, cols, n_tokens, kX8});
@@ -907,6 +911,7 @@ std::vector<MatmulCase> matmul_cases() {
         }
     }
     cases.push_back({TensorType::Q4_0, 16, 32 * 131, 5, kX8});
+    cases.push_back({TensorType::Q8_0, 24, 32 * 131, 5, kX8});
     cases.push_back({TensorType::Q4_K, 16, 256 * 17, 5, kX8});
     for (int64_t n_tokens : {1, 2, 7}) cases.push_back({TensorType::Q6_K, 24, 256 * 17, n_tokens, kX8});
     cases.push_back({TensorType::Q6_K, 40, 256 * 16, 9, kX8});
@@ -1002,13 +1007,17 @@ TEST_CASE("matmul: AVX2+VNNI path against the reference and the scalar path") {
     if (can_run(cpu::KernelIsa::Avx2Vnni)) check_matmul(cpu::KernelIsa::Avx2Vnni);
 }
 
-TEST_CASE("matmul: the AVX2+VNNI level gives the AVX2 level's bits for every weight type and layout") {
-    // vpdpbusd makes the integer sums maddubs and madd make; everything after is the same code.
-    if (!can_run(cpu::KernelIsa::Avx2Vnni) || !can_run(cpu::KernelIsa::Avx2)) return;
+namespace {
+
+// Checks that level `b` gives level `a`'s bits on every matmul case `wanted` accepts.
+template <typename Wanted>
+void check_same_bits(cpu::KernelIsa a, cpu::KernelIsa b, Wanted wanted) {
+    if (!can_run(a) || !can_run(b)) return;
     IsaGuard guard;
     std::mt19937 rng(43);
     ThreadPool pool(2);
     for (const MatmulCase &c : matmul_cases()) {
+        if (!wanted(c)) continue;
         CAPTURE(std::string(type_name(c.type)));
         CAPTURE(c.rows);
         CAPTURE(c.cols);
@@ -1016,12 +1025,26 @@ TEST_CASE("matmul: the AVX2+VNNI level gives the AVX2 level's bits for every wei
         CAPTURE(c.layout == cpu::WeightLayout::Interleaved8);
         const std::vector<uint8_t> w = quantize_matrix(c.type, random_vector(rng, c.rows * c.cols), c.rows, c.cols);
         const std::vector<float> x = random_vector(rng, c.n_tokens * c.cols);
-        REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2));
-        const std::vector<float> avx2 = run_matmul(pool, c, w, x);
-        REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Avx2Vnni));
-        const std::vector<float> vnni = run_matmul(pool, c, w, x);
-        CHECK(std::memcmp(avx2.data(), vnni.data(), avx2.size() * sizeof(float)) == 0);
+        REQUIRE(cpu::set_kernel_isa(a));
+        const std::vector<float> ya = run_matmul(pool, c, w, x);
+        REQUIRE(cpu::set_kernel_isa(b));
+        const std::vector<float> yb = run_matmul(pool, c, w, x);
+        CHECK(std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float)) == 0);
     }
+}
+
+}  // namespace
+
+TEST_CASE("matmul: the AVX2+VNNI level gives the AVX2 level's bits for every weight type and layout") {
+    // vpdpbusd makes the integer sums maddubs and madd make; everything after is the same code.
+    check_same_bits(cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx2Vnni, [](const MatmulCase &) { return true; });
+}
+
+TEST_CASE("matmul: the AVX-512 level gives the AVX2 level's bits for interleaved weights") {
+    // Its kernels take two 8-row groups per 512-bit register (and a lone last group in 256 bits),
+    // each lane doing the 8-row kernel's operations in the same order.
+    check_same_bits(cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx512,
+                    [](const MatmulCase &c) { return c.layout == cpu::WeightLayout::Interleaved8; });
 }
 
 TEST_CASE("matmul: AVX-512 path against the reference and the scalar path") {
@@ -1124,7 +1147,7 @@ void check_nan_propagation(cpu::KernelIsa isa) {
     }
     if (kernel_table(isa).interleaved_support == 0) return;
     const int64_t x8_rows = 16;
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
         CAPTURE(std::string(type_name(type)));
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, x8_rows * cols), x8_rows, cols);
         std::vector<float> x = random_vector(rng, n_tokens * cols);
@@ -1136,16 +1159,16 @@ void check_nan_propagation(cpu::KernelIsa isa) {
     }
 }
 
-// Interleaving Q4_0, Q4_K and Q6_K by 8 rows rearranges bits (Q4_K: and unpacks the 6-bit scales;
+// Interleaving Q4_0, Q8_0, Q4_K and Q6_K by 8 rows rearranges bits (Q4_K: and unpacks the 6-bit scales;
 // Q6_K: and regroups each quant's bits) and nothing else: every row comes back, and an embedding
 // lookup in the interleaved layout gives the reference's floats.
 void check_interleaved_layout(cpu::KernelIsa isa) {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(isa));
     std::mt19937 rng(17);
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
         CAPTURE(std::string(type_name(type)));
-        const int64_t rows = 24, cols = type == TensorType::Q4_0 ? 96 : 512;
+        const int64_t rows = 24, cols = is_k(type) ? 512 : 96;
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
         std::vector<uint8_t> x8(cpu::interleaved_bytes(type, rows, cols)), row(row_bytes(type, cols));
         CHECK(x8.size() == (type == TensorType::Q4_K ? w.size() / 144 * 148 : w.size()));
@@ -1160,6 +1183,10 @@ void check_interleaved_layout(cpu::KernelIsa isa) {
             const uint8_t *grp = x8.data() + (1 * 3 + 1) * 144;
             CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);                        // scale
             CHECK(std::memcmp(grp + 16 + 32 * 1 + 4 * 2, blk + 2 + 4, 4) == 0);  // quant bytes 4..7
+        } else if (type == TensorType::Q8_0) {
+            const uint8_t *grp = x8.data() + (1 * 3 + 1) * 272;
+            CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);                         // scale
+            CHECK(std::memcmp(grp + 16 + 32 * 6 + 4 * 2, blk + 2 + 24, 4) == 0);  // quants 24..27
         } else if (type == TensorType::Q4_K) {
             const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1184;
             uint8_t sc[8], m[8];
@@ -1454,7 +1481,7 @@ TEST_CASE("matmul: a NaN activation makes its outputs NaN (SIMD levels)") {
     }
 }
 
-TEST_CASE("interleaved Q4_0, Q4_K and Q6_K: only a rearrangement, and lookups read it back (every level that runs it)") {
+TEST_CASE("interleaved Q4_0, Q8_0, Q4_K and Q6_K: only a rearrangement, and lookups read it back (every level that runs it)") {
     check_interleaved_layout(cpu::KernelIsa::Scalar);
     for (cpu::KernelIsa isa : simd_levels()) {
         if (kernel_table(isa).interleaved_support == 0) continue;
@@ -1463,7 +1490,7 @@ TEST_CASE("interleaved Q4_0, Q4_K and Q6_K: only a rearrangement, and lookups re
     }
 }
 
-TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, for Q4_0, Q4_K and Q6_K") {
+TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, for Q4_0, Q8_0, Q4_K and Q6_K") {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
     CHECK_FALSE(cpu::interleaving_preferred(TensorType::Q4_0));
@@ -1473,7 +1500,8 @@ TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, 
         const bool x86 = isa == cpu::KernelIsa::Avx2 || isa == cpu::KernelIsa::Avx2Vnni || isa == cpu::KernelIsa::Avx512;
         for (TensorType type : kAllTypes) {
             CAPTURE(std::string(type_name(type)));
-            const bool x8_type = type == TensorType::Q4_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
+            const bool x8_type =
+                type == TensorType::Q4_0 || type == TensorType::Q8_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
             CHECK(cpu::interleaving_preferred(type) == (x86 && x8_type));
         }
     }
