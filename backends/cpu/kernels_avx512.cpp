@@ -440,7 +440,7 @@ void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ4x8Bytes;
-        if constexpr (kTokens == 1) prefetch_ahead(blk);
+        if constexpr (kTokens == 1) prefetch_block_ahead(blk, kQ4x8Bytes);
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
         __m256i s[kTokens];  // starting at minus the -8 offset's share
@@ -516,8 +516,8 @@ void q4x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ4x8Bytes;
         if constexpr (kTokens == 1) {
-            prefetch_ahead(blk);
-            prefetch_ahead(blk + stride);
+            prefetch_block_ahead(blk, kQ4x8Bytes);
+            prefetch_block_ahead(blk + stride, kQ4x8Bytes);
         }
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
@@ -568,10 +568,8 @@ void q8x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ8x8Bytes;
         if constexpr (kTokens == 1) {
-            for (int k = 0; k < kQ8x8Bytes; k += 64) {
-                prefetch_ahead(blk + k);
-                if constexpr (kPair) prefetch_ahead(blk + stride + k);
-            }
+            prefetch_block_ahead(blk, kQ8x8Bytes);
+            if constexpr (kPair) prefetch_block_ahead(blk + stride, kQ8x8Bytes);
         }
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
@@ -636,7 +634,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ4Kx8Bytes;
         if constexpr (kTokens == 1) {
-            for (int k = 0; k < kQ4Kx8Bytes; k += 64) prefetch_ahead(blk + k);
+            prefetch_block_ahead(blk, kQ4Kx8Bytes);
         }
         const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
         for (int j = 0; j < 4; ++j) {
@@ -691,10 +689,8 @@ void q4kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ4Kx8Bytes;
         if constexpr (kTokens == 1) {
-            for (int k = 0; k < kQ4Kx8Bytes; k += 64) {
-                prefetch_ahead(blk + k);
-                prefetch_ahead(blk + stride + k);
-            }
+            prefetch_block_ahead(blk, kQ4Kx8Bytes);
+            prefetch_block_ahead(blk + stride, kQ4Kx8Bytes);
         }
         const __m512 d = halves_of_group_pair(blk, stride), dmin = halves_of_group_pair(blk + 16, stride);
         for (int j = 0; j < 4; ++j) {
@@ -786,7 +782,7 @@ void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ6Kx8Bytes;
         if constexpr (kTokens == 1) {
-            for (int k = 0; k < kQ6Kx8Bytes; k += 64) prefetch_ahead(blk + k);
+            prefetch_block_ahead(blk, kQ6Kx8Bytes);
         }
         const __m256 d = _mm256_cvtph_ps(load128(blk + kQ6Kx8D));
         const int32_t *ys = sums + 16 * (sb - s0);
@@ -847,10 +843,8 @@ void q6kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ6Kx8Bytes;
         if constexpr (kTokens == 1) {
-            for (int k = 0; k < kQ6Kx8Bytes; k += 64) {
-                prefetch_ahead(blk + k);
-                prefetch_ahead(blk + stride + k);
-            }
+            prefetch_block_ahead(blk, kQ6Kx8Bytes);
+            prefetch_block_ahead(blk + stride, kQ6Kx8Bytes);
         }
         const __m512 d = halves_of_group_pair(blk + kQ6Kx8D, stride);
         const int32_t *ys = sums + 16 * (sb - s0);

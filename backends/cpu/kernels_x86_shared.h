@@ -32,6 +32,13 @@ constexpr int64_t kPrefetchBytes = 2048;
 
 inline void prefetch_ahead(const uint8_t *p) { _mm_prefetch(reinterpret_cast<const char *>(p + kPrefetchBytes), _MM_HINT_T0); }
 
+// Every cache line of the block of `bytes` bytes at p, kPrefetchBytes ahead. Fetching one line per
+// block left the 144-byte Q4_0x8 blocks short: decoding the TinyLlama shape's Q4_0 file ran at 33.5
+// tok/s with one per block and 41.5 with every line (2 threads, three interleaved rounds).
+inline void prefetch_block_ahead(const uint8_t *p, int64_t bytes) {
+    for (int64_t k = 0; k < bytes; k += 64) prefetch_ahead(p + k);
+}
+
 inline float load_f32(const uint8_t *p) {
     float v;
     std::memcpy(&v, p, sizeof v);
