@@ -193,8 +193,9 @@ int main(int argc, char **argv) {
         std::printf("model: %s (%.1f M params, %.1f MiB of weights)\n", model_path.c_str(), info.n_params / 1e6,
                     info.weight_bytes / 1048576.0);
         if (read_bandwidth > 0)
-            std::printf("memory read bandwidth: %.1f GB/s with %d threads (probe: best of 5 reads of 1 GiB, 4 prefetched streams a thread)\n", read_bandwidth / 1e9,
-                        probe_threads);
+            std::printf(
+                "memory read bandwidth: %.1f GB/s with %d threads (probe: best of 5 reads of 1 GiB, 4 prefetched streams a thread)\n",
+                read_bandwidth / 1e9, probe_threads);
     }
     if (!json) {
         std::string kv = "full cache";

@@ -505,6 +505,8 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
         const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
+            float min_scale[2 * kGroupTokens];
+            q4k_min_scales(a, min_scale);
             __m256i dots[2][kTokens];  // [sub-block 2j, 2j+1][token]
 #pragma GCC unroll 4
             for (int t = 0; t < kTokens; ++t) dots[0][t] = dots[1][t] = _mm256_setzero_si256();
@@ -530,7 +532,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
                     const __m256 sums = _mm256_cvtepi32_ps(dot16_sums(dots[h][t]));
                     const __m256 ad = _mm256_set1_ps(a.d[k]);
                     acc[t] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, ad), acc[t]);
-                    acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(a.d[k] * static_cast<float>(a.offset[k] / 8)), acc[t]);
+                    acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(min_scale[k]), acc[t]);
                 }
             }
         }

@@ -639,6 +639,8 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
         const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
+            float min_scale[2 * kGroupTokens];
+            q4k_min_scales(a, min_scale);
             __m256i s[2][kTokens];  // [sub-block 2j, 2j+1][token]
 #pragma GCC unroll 4
             for (int t = 0; t < kTokens; ++t) s[0][t] = s[1][t] = _mm256_setzero_si256();
@@ -662,7 +664,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
                     const int k = h * kGroupTokens + t0 + t;
                     const __m256 ad = _mm256_set1_ps(a.d[k]);
                     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h][t]), _mm256_mul_ps(step, ad), acc[t]);
-                    acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(a.d[k] * static_cast<float>(a.offset[k] / 8)), acc[t]);
+                    acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(min_scale[k]), acc[t]);
                 }
             }
         }
@@ -695,6 +697,8 @@ void q4kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
         const __m512 d = halves_of_group_pair(blk, stride), dmin = halves_of_group_pair(blk + 16, stride);
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
+            float min_scale[2 * kGroupTokens];
+            q4k_min_scales(a, min_scale);
             __m512i s[2][kTokens];  // [sub-block 2j, 2j+1][token]
 #pragma GCC unroll 4
             for (int t = 0; t < kTokens; ++t) s[0][t] = s[1][t] = _mm512_setzero_si512();
@@ -718,7 +722,7 @@ void q4kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
                     const int k = h * kGroupTokens + t0 + t;
                     const __m512 ad = _mm512_set1_ps(a.d[k]);
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[h][t]), _mm512_mul_ps(step, ad), acc[t]);
-                    acc[t] = _mm512_fnmadd_ps(off, _mm512_set1_ps(a.d[k] * static_cast<float>(a.offset[k] / 8)), acc[t]);
+                    acc[t] = _mm512_fnmadd_ps(off, _mm512_set1_ps(min_scale[k]), acc[t]);
                 }
             }
         }

@@ -92,6 +92,14 @@ inline void k_affine_scales(const uint8_t *blk, const float *fp16_table, __m128i
                         _mm256_broadcast_ss(fp16_table + load_u16(blk + 2)));
 }
 
+// The scale of each (block, token)'s mins term in a Q4_K product, a.d * sum(y) (sum(y) =
+// offset / 8, exact), in a.d's order [b: tokens 0..3 | b+1: tokens 0..3]: made together once per
+// activation pair rather than one at a time for every row tile.
+inline void q4k_min_scales(const ActBlockPair &a, float out[2 * kGroupTokens]) {
+    const __m256i sum_y = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.offset)), 3);
+    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_loadu_ps(a.d), _mm256_cvtepi32_ps(sum_y)));
+}
+
 // Sums of the 16 activation quants of each scale group of super-block `a` (its 4 activation
 // pairs), token t, in the super-block's group order: out[0] groups 0..7, out[1] 8..15. Group
 // 4k + m of pair k lies in a.lo (m even) or a.hi (m odd), bytes 16 (m / 2) on.
