@@ -404,108 +404,75 @@ void quant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
     }
 }
 
-// ---- Q4_0x8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
+// ---- interleaved weights (8-row groups; layouts in kernels.h) ------------------------------
 //
-// As in kernels_avx2.cpp (one row per 32-bit lane, activation bytes broadcast), with vpdpbusd on
-// 256-bit registers: one instruction per 32 products instead of maddubs, madd and an add, and the
-// -8 offset as the starting value. The layout fills a 256-bit register with 8 rows; q4x16_rows
-// below takes two groups in a 512-bit register, and this kernel the lone last group of a range.
+// As in kernels_avx2.cpp (one row per 32-bit lane, activation bytes broadcast), with vpdpbusd for
+// the integer sums, and two neighbouring 8-row groups at once: the same chunk of groups rg and
+// rg + 1, which lie `stride` bytes apart, one in each half of a 512-bit register, so every
+// unpacking, vpdpbusd and float step serves 16 rows (a 512-bit vpdpbusd does the work of two
+// 256-bit ones at the same throughput on Zen 4, and at twice it on Intel cores with two 512-bit
+// ports). Rows 8 rg .. 8 rg + 15 are adjacent in y, so one store takes both groups. Without kPair
+// (the lone last group of a range) the high half is loaded as zeros, computed and not stored.
+// Each lane does the AVX2 kernel's operations in its order, and the integer sums are exact, so
+// the results have the AVX2 level's bits (a test compares them).
 
-// The 4 activation bytes at p, in every 32-bit lane.
-inline __m256i broadcast4(const int8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
-// Writes (first) or adds the 8 rows' results of tokens t0.. of group g, one register per token.
-template <int kTokens>
-inline void store_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, bool first, const __m256 *acc) {
-#pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) {
-        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
-        _mm256_storeu_ps(y, first ? acc[t] : _mm256_add_ps(_mm256_loadu_ps(y), acc[t]));
-    }
-}
-
-// kTokens tokens (t0.. of group g) x the 8 rows of group rg over blocks [b0, b1): y is set for
-// b0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for the group.
-template <int kTokens>
-void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
-    const ActBlockPair *act = p.act + g * p.n_pairs;
-    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ4x8Bytes;
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m256 acc[kTokens];
-#pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = b0; b < b1; ++b) {
-        const uint8_t *blk = w + b * kQ4x8Bytes;
-        if constexpr (kTokens == 1) prefetch_block_ahead(blk, kQ4x8Bytes);
-        const ActBlockPair &a = act[b / 2];
-        const int half = static_cast<int>(b & 1);
-        __m256i s[kTokens];  // starting at minus the -8 offset's share
-#pragma GCC unroll 4
-        for (int t = 0; t < kTokens; ++t) s[t] = _mm256_set1_epi32(-a.offset[half * kGroupTokens + t0 + t]);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-            const __m256i v = load256(blk + 16 + 32 * c);
-            const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-#pragma GCC unroll 4
-            for (int t = 0; t < kTokens; ++t) {
-                s[t] = _mm256_dpbusd_epi32(s[t], lo, broadcast4(&a.lo[t0 + t][16 * half + 4 * c]));
-                s[t] = _mm256_dpbusd_epi32(s[t], hi, broadcast4(&a.hi[t0 + t][16 * half + 4 * c]));
-            }
-        }
-        const __m256 dw = _mm256_cvtph_ps(load128(blk));
-#pragma GCC unroll 4
-        for (int t = 0; t < kTokens; ++t) {
-            const float d = a.d[half * kGroupTokens + t0 + t];
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(d)), acc[t]);
-        }
-    }
-    store_rows<kTokens>(p, rg, g, t0, b0 == 0, acc);
-}
-
-// ---- two 8-row groups in one 512-bit register ----------------------------------------------
-//
-// The 8-row kernels above fill 256-bit registers. Taking the same chunk of two neighbouring row
-// groups, one in each half of a 512-bit register, every instruction serves 16 rows: half the
-// unpacking, vpdpbusd and float work per weight (a 512-bit vpdpbusd does the work of two 256-bit
-// ones at the same throughput on Zen 4, and at twice it on Intel cores with two 512-bit ports).
-// The activation bytes are broadcast to all 16 lanes as before. Each lane does exactly the 8-row
-// kernel's operations in its order, so the results have its bits; rows 8 rg .. 8 rg + 15 are
-// adjacent in y, so one store takes both groups.
-
-// The 32 bytes at p (group rg) and at p + stride (group rg + 1), side by side.
-inline __m512i load_group_pair(const uint8_t *p, int64_t stride) {
+// The 32 bytes at p (group rg) and, with kPair, at p + stride (group rg + 1), side by side.
+template <bool kPair>
+inline __m512i load_groups(const uint8_t *p, int64_t stride) {
+    if constexpr (!kPair) return _mm512_zextsi256_si512(load256(p));
     return _mm512_inserti64x4(_mm512_castsi256_si512(load256(p)), load256(p + stride), 1);
 }
 
-// The 16 fp16 values (8 at p, 8 at p + stride) as floats.
-inline __m512 halves_of_group_pair(const uint8_t *p, int64_t stride) {
+// The 8 fp16 values at p and, with kPair, the 8 at p + stride, as floats.
+template <bool kPair>
+inline __m512 halves_of_groups(const uint8_t *p, int64_t stride) {
+    if constexpr (!kPair) return _mm512_cvtph_ps(_mm256_zextsi128_si256(load128(p)));
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load128(p)), load128(p + stride), 1));
 }
 
-// The 4 activation bytes at p, in every 32-bit lane of a 512-bit register.
-inline __m512i broadcast4x16(const int8_t *p) {
+// The 8 unsigned bytes at p and, with kPair, the 8 at p + stride, as floats.
+template <bool kPair>
+inline __m512 bytes_of_groups(const uint8_t *p, int64_t stride) {
+    const __m128i low = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p));
+    const __m128i both = kPair ? _mm_unpacklo_epi64(low, _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p + stride))) : low;
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(both));
+}
+
+// The 4 activation bytes at p, in every 32-bit lane.
+inline __m512i broadcast4(const int8_t *p) {
     int32_t v;
     std::memcpy(&v, p, sizeof v);
     return _mm512_set1_epi32(v);
 }
 
-// Writes (first) or adds the 16 rows' results of tokens t0.. of group g, one register per token.
-template <int kTokens>
-inline void store_row_pairs(const MatmulProblem &p, int64_t rg, int64_t g, int t0, bool first, const __m512 *acc) {
+// Every cache line of block `blk` of group rg and, with kPair, of group rg + 1, ahead.
+template <bool kPair>
+inline void prefetch_groups(const uint8_t *blk, int64_t stride, int64_t bytes) {
+    prefetch_block_ahead(blk, bytes);
+    if constexpr (kPair) prefetch_block_ahead(blk + stride, bytes);
+}
+
+// Writes (first) or adds the rows' results of tokens t0.. of group g, one register per token: 16
+// rows from rg on, or 8 without kPair.
+template <int kTokens, bool kPair>
+inline void store_groups(const MatmulProblem &p, int64_t rg, int64_t g, int t0, bool first, const __m512 *acc) {
 #pragma GCC unroll 4
     for (int t = 0; t < kTokens; ++t) {
         float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
-        _mm512_storeu_ps(y, first ? acc[t] : _mm512_add_ps(_mm512_loadu_ps(y), acc[t]));
+        if constexpr (kPair) {
+            _mm512_storeu_ps(y, first ? acc[t] : _mm512_add_ps(_mm512_loadu_ps(y), acc[t]));
+        } else {
+            const __m256 low = _mm512_castps512_ps256(acc[t]);
+            _mm256_storeu_ps(y, first ? low : _mm256_add_ps(_mm256_loadu_ps(y), low));
+        }
     }
 }
 
-// q4x8_rows for row groups rg and rg + 1.
-template <int kTokens>
-void q4x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+// Q4_0x8: kTokens tokens (t0.. of group g) x row groups rg (and rg + 1) over blocks [b0, b1): y is
+// set for b0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for the
+// group. The -8 offset is the starting value.
+template <int kTokens, bool kPair>
+void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const int64_t stride = (p.cols / 32) * kQ4x8Bytes;
     const uint8_t *w = p.w + rg * stride;
@@ -515,10 +482,7 @@ void q4x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ4x8Bytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ4x8Bytes);
-            prefetch_block_ahead(blk + stride, kQ4x8Bytes);
-        }
+        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kQ4x8Bytes);
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
         __m512i s[kTokens];
@@ -526,38 +490,28 @@ void q4x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b
         for (int t = 0; t < kTokens; ++t) s[t] = _mm512_set1_epi32(-a.offset[half * kGroupTokens + t0 + t]);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
-            const __m512i v = load_group_pair(blk + 16 + 32 * c, stride);
+            const __m512i v = load_groups<kPair>(blk + 16 + 32 * c, stride);
             const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
 #pragma GCC unroll 4
             for (int t = 0; t < kTokens; ++t) {
-                s[t] = _mm512_dpbusd_epi32(s[t], lo, broadcast4x16(&a.lo[t0 + t][16 * half + 4 * c]));
-                s[t] = _mm512_dpbusd_epi32(s[t], hi, broadcast4x16(&a.hi[t0 + t][16 * half + 4 * c]));
+                s[t] = _mm512_dpbusd_epi32(s[t], lo, broadcast4(&a.lo[t0 + t][16 * half + 4 * c]));
+                s[t] = _mm512_dpbusd_epi32(s[t], hi, broadcast4(&a.hi[t0 + t][16 * half + 4 * c]));
             }
         }
-        const __m512 dw = halves_of_group_pair(blk, stride);
+        const __m512 dw = halves_of_groups<kPair>(blk, stride);
 #pragma GCC unroll 4
         for (int t = 0; t < kTokens; ++t) {
             const float d = a.d[half * kGroupTokens + t0 + t];
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(d)), acc[t]);
         }
     }
-    store_row_pairs<kTokens>(p, rg, g, t0, b0 == 0, acc);
+    store_groups<kTokens, kPair>(p, rg, g, t0, b0 == 0, acc);
 }
 
-void q4x16_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t b0, int64_t b1) {
-    if (n_tok == 1)
-        q4x16_rows<1>(p, rg, g, t0, b0, b1);
-    else
-        q4x16_rows<kGroupTokens>(p, rg, g, t0, b0, b1);
-}
-
-// Q8_0x8 (layout in kernels.h) for row groups rg and rg + 1 (kPair), or rg alone: as q4x16_rows
-// with 8 chunks of signed quants, which go into vpdpbusd as q + 128 (the sign bit flipped); the
-// block's sum starts from -128 * sum(y) = -16 * offset to take that back. A lone group takes the
-// low half of each register (the high half's lanes are computed from zeros and never stored).
-// The integer sums are exact, so the results have the AVX2 kernel's bits.
+// Q8_0x8, as Q4_0x8 with 8 chunks of signed quants, which go into vpdpbusd as q + 128 (the sign bit
+// flipped); the block's sum starts from -128 * sum(y) = -16 * offset to take that back.
 template <int kTokens, bool kPair>
-void q8x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+void q8x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const int64_t stride = (p.cols / 32) * kQ8x8Bytes;
     const uint8_t *w = p.w + rg * stride;
@@ -567,10 +521,7 @@ void q8x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
         const uint8_t *blk = w + b * kQ8x8Bytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ8x8Bytes);
-            if constexpr (kPair) prefetch_block_ahead(blk + stride, kQ8x8Bytes);
-        }
+        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kQ8x8Bytes);
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
         __m512i s[kTokens];
@@ -578,109 +529,26 @@ void q8x16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b
         for (int t = 0; t < kTokens; ++t) s[t] = _mm512_set1_epi32(-16 * a.offset[half * kGroupTokens + t0 + t]);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
-            const uint8_t *chunk = blk + 16 + 32 * c;
-            const __m512i q = kPair ? load_group_pair(chunk, stride) : _mm512_zextsi256_si512(load256(chunk));
-            const __m512i u = _mm512_xor_si512(q, sign);
+            const __m512i u = _mm512_xor_si512(load_groups<kPair>(blk + 16 + 32 * c, stride), sign);
 #pragma GCC unroll 4
             for (int t = 0; t < kTokens; ++t) {
                 const int8_t *y = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 16 * half + 4 * (c % 4);
-                s[t] = _mm512_dpbusd_epi32(s[t], u, broadcast4x16(y));
+                s[t] = _mm512_dpbusd_epi32(s[t], u, broadcast4(y));
             }
         }
-        const __m512 dw = kPair ? halves_of_group_pair(blk, stride) : _mm512_cvtph_ps(_mm256_zextsi128_si256(load128(blk)));
+        const __m512 dw = halves_of_groups<kPair>(blk, stride);
 #pragma GCC unroll 4
         for (int t = 0; t < kTokens; ++t) {
             const float d = a.d[half * kGroupTokens + t0 + t];
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(d)), acc[t]);
         }
     }
-    if constexpr (kPair) {
-        store_row_pairs<kTokens>(p, rg, g, t0, b0 == 0, acc);
-    } else {
-        __m256 low[kTokens];
-#pragma GCC unroll 4
-        for (int t = 0; t < kTokens; ++t) low[t] = _mm512_castps512_ps256(acc[t]);
-        store_rows<kTokens>(p, rg, g, t0, b0 == 0, low);
-    }
+    store_groups<kTokens, kPair>(p, rg, g, t0, b0 == 0, acc);
 }
 
-void q8x16_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t b0, int64_t b1) {
-    if (n_tok == 1)
-        q8x16_rows<1, true>(p, rg, g, t0, b0, b1);
-    else
-        q8x16_rows<kGroupTokens, true>(p, rg, g, t0, b0, b1);
-}
-
-// ---- Q4_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
-//
-// As in kernels_avx2.cpp's q4kx8_rows, with vpdpbusd for the integer sums.
-
-// One lane per row: the 8 unsigned bytes at p as floats.
-inline __m256 bytes_to_floats(const uint8_t *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
-}
-
-// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1): y is set
-// for s0 == 0 and added to otherwise.
-template <int kTokens>
+// Q4_Kx8, over super-blocks [s0, s1).
+template <int kTokens, bool kPair>
 void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
-    const ActBlockPair *act = p.act + g * p.n_pairs;
-    const int64_t n_super = p.cols / 256;
-    const uint8_t *w = p.w + rg * n_super * kQ4Kx8Bytes;
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m256 acc[kTokens];
-#pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t sb = s0; sb < s1; ++sb) {
-        const uint8_t *blk = w + sb * kQ4Kx8Bytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ4Kx8Bytes);
-        }
-        const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
-        for (int j = 0; j < 4; ++j) {
-            const ActBlockPair &a = act[4 * sb + j];
-            float min_scale[2 * kGroupTokens];
-            q4k_min_scales(a, min_scale);
-            __m256i s[2][kTokens];  // [sub-block 2j, 2j+1][token]
-#pragma GCC unroll 4
-            for (int t = 0; t < kTokens; ++t) s[0][t] = s[1][t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; ++c) {
-                const __m256i v = load256(blk + 160 + 32 * (8 * j + c));
-                const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-#pragma GCC unroll 4
-                for (int t = 0; t < kTokens; ++t) {
-                    const int8_t *x = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 4 * (c % 4);
-                    s[0][t] = _mm256_dpbusd_epi32(s[0][t], lo, broadcast4(x));
-                    s[1][t] = _mm256_dpbusd_epi32(s[1][t], hi, broadcast4(x + 16));
-                }
-            }
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; ++h) {
-                const __m256 step = _mm256_mul_ps(d, bytes_to_floats(blk + 32 + 8 * (2 * j + h)));
-                const __m256 off = _mm256_mul_ps(dmin, bytes_to_floats(blk + 96 + 8 * (2 * j + h)));
-#pragma GCC unroll 4
-                for (int t = 0; t < kTokens; ++t) {
-                    const int k = h * kGroupTokens + t0 + t;
-                    const __m256 ad = _mm256_set1_ps(a.d[k]);
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h][t]), _mm256_mul_ps(step, ad), acc[t]);
-                    acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(min_scale[k]), acc[t]);
-                }
-            }
-        }
-    }
-    store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
-}
-
-// q4kx8_rows for row groups rg and rg + 1, as q4x16_rows is q4x8_rows.
-inline __m512 bytes_to_floats_pair(const uint8_t *p, int64_t stride) {
-    const __m128i both = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)),
-                                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p + stride)));
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(both));
-}
-
-template <int kTokens>
-void q4kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const int64_t stride = (p.cols / 256) * kQ4Kx8Bytes;
     const uint8_t *w = p.w + rg * stride;
@@ -690,11 +558,8 @@ void q4kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ4Kx8Bytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ4Kx8Bytes);
-            prefetch_block_ahead(blk + stride, kQ4Kx8Bytes);
-        }
-        const __m512 d = halves_of_group_pair(blk, stride), dmin = halves_of_group_pair(blk + 16, stride);
+        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kQ4Kx8Bytes);
+        const __m512 d = halves_of_groups<kPair>(blk, stride), dmin = halves_of_groups<kPair>(blk + 16, stride);
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
             float min_scale[2 * kGroupTokens];
@@ -704,19 +569,19 @@ void q4kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
             for (int t = 0; t < kTokens; ++t) s[0][t] = s[1][t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) {
-                const __m512i v = load_group_pair(blk + 160 + 32 * (8 * j + c), stride);
+                const __m512i v = load_groups<kPair>(blk + 160 + 32 * (8 * j + c), stride);
                 const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     const int8_t *x = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 4 * (c % 4);
-                    s[0][t] = _mm512_dpbusd_epi32(s[0][t], lo, broadcast4x16(x));
-                    s[1][t] = _mm512_dpbusd_epi32(s[1][t], hi, broadcast4x16(x + 16));
+                    s[0][t] = _mm512_dpbusd_epi32(s[0][t], lo, broadcast4(x));
+                    s[1][t] = _mm512_dpbusd_epi32(s[1][t], hi, broadcast4(x + 16));
                 }
             }
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                const __m512 step = _mm512_mul_ps(d, bytes_to_floats_pair(blk + 32 + 8 * (2 * j + h), stride));
-                const __m512 off = _mm512_mul_ps(dmin, bytes_to_floats_pair(blk + 96 + 8 * (2 * j + h), stride));
+                const __m512 step = _mm512_mul_ps(d, bytes_of_groups<kPair>(blk + 32 + 8 * (2 * j + h), stride));
+                const __m512 off = _mm512_mul_ps(dmin, bytes_of_groups<kPair>(blk + 96 + 8 * (2 * j + h), stride));
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     const int k = h * kGroupTokens + t0 + t;
@@ -727,37 +592,29 @@ void q4kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
             }
         }
     }
-    store_row_pairs<kTokens>(p, rg, g, t0, s0 == 0, acc);
+    store_groups<kTokens, kPair>(p, rg, g, t0, s0 == 0, acc);
 }
 
-void q4kx16_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t s0, int64_t s1) {
-    if (n_tok == 1)
-        q4kx16_rows<1>(p, rg, g, t0, s0, s1);
-    else
-        q4kx16_rows<kGroupTokens>(p, rg, g, t0, s0, s1);
-}
+// Q6_Kx8, as in kernels_avx2.cpp's q6kx8_rows: a scale group's 4 chunks add up in int32 from the
+// starting value -32 sum(y) (q6kx8_range's table), which takes back the quants' +32, so the
+// group's sum is already sum((q - 32) * y); one vpmulld by the rows' scales and the two groups of
+// a block sum below 2^24, exact in float. The top bits of chunk 3 are gathered with vpternlogd, an
+// and and an or in one.
 
-// ---- Q6_Kx8 weights (8 rows interleaved; layout in kernels.h) --------------------------------
-//
-// As in kernels_avx2.cpp's q6kx8_rows, with vpdpbusd for the integer sums: a scale group's 4
-// chunks add up in int32 from the starting value -32 sum(y) (q6kx8_range's table), which takes
-// back the quants' +32, so the group's sum is already sum((q - 32) * y); one vpmulld by the rows'
-// scales and the two groups of a block sum below 2^24, exact in float. The top bits of chunk 3
-// are gathered with vpternlogd, an and and an or in one.
-
-// Chunks 0..3 of the scale group at p, unsigned (0..63).
-inline void q6x8_group_quants(const uint8_t *p, __m256i q[4]) {
-    const __m256i low6 = _mm256_set1_epi8(0x3F), top2 = _mm256_set1_epi8(static_cast<char>(0xC0));
-    const __m256i v0 = load256(p), v1 = load256(p + 32), v2 = load256(p + 64);
-    q[0] = _mm256_and_si256(v0, low6);
-    q[1] = _mm256_and_si256(v1, low6);
-    q[2] = _mm256_and_si256(v2, low6);
+// Chunks 0..3 of the scale group at p (and p + stride), unsigned (0..63).
+template <bool kPair>
+inline void q6x8_group_quants(const uint8_t *p, int64_t stride, __m512i q[4]) {
+    const __m512i low6 = _mm512_set1_epi8(0x3F), top2 = _mm512_set1_epi8(static_cast<char>(0xC0));
+    const __m512i v0 = load_groups<kPair>(p, stride), v1 = load_groups<kPair>(p + 32, stride), v2 = load_groups<kPair>(p + 64, stride);
+    q[0] = _mm512_and_si512(v0, low6);
+    q[1] = _mm512_and_si512(v1, low6);
+    q[2] = _mm512_and_si512(v2, low6);
     // Chunk 3's bits 0-1, 2-3 and 4-5 are bits 6-7 of v0, v1 and v2, gathered from the top down;
     // bits 0-1 of every byte are clear before each 16-bit shift, so none crosses bytes.
     // 0xF8 is A | (B & C) for the operands (A, B, C).
-    __m256i top = _mm256_srli_epi16(_mm256_and_si256(v0, top2), 2);
-    top = _mm256_srli_epi16(_mm256_ternarylogic_epi32(top, v1, top2, 0xF8), 2);
-    q[3] = _mm256_srli_epi16(_mm256_ternarylogic_epi32(top, v2, top2, 0xF8), 2);
+    __m512i top = _mm512_srli_epi16(_mm512_and_si512(v0, top2), 2);
+    top = _mm512_srli_epi16(_mm512_ternarylogic_epi32(top, v1, top2, 0xF8), 2);
+    q[3] = _mm512_srli_epi16(_mm512_ternarylogic_epi32(top, v2, top2, 0xF8), 2);
 }
 
 // q6kx8_range's table for token t of group g: -32 sum(y) per scale group.
@@ -774,70 +631,10 @@ void q6x8_sums(const MatmulProblem &p, int64_t g, int t, int64_t s0, int64_t s1,
     }
 }
 
-// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1), with
-// q6kx8_range's sums (token t0 + t's at sums + t * kQ6Kx8SliceSums).
-template <int kTokens>
+// Over super-blocks [s0, s1), with q6kx8_range's sums (token t0 + t's at sums + t *
+// kQ6Kx8SliceSums).
+template <int kTokens, bool kPair>
 void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1, const int32_t *sums) {
-    const ActBlockPair *act = p.act + g * p.n_pairs;
-    const uint8_t *w = p.w + rg * (p.cols / 256) * kQ6Kx8Bytes;
-    __m256 acc[kTokens];
-#pragma GCC unroll 4
-    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t sb = s0; sb < s1; ++sb) {
-        const uint8_t *blk = w + sb * kQ6Kx8Bytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ6Kx8Bytes);
-        }
-        const __m256 d = _mm256_cvtph_ps(load128(blk + kQ6Kx8D));
-        const int32_t *ys = sums + 16 * (sb - s0);
-        for (int j = 0; j < 8; ++j) {
-            // Block 8 sb + j is half h of activation pair k: scale groups 4k + 2h (in a.lo) and
-            // 4k + 2h + 1 (in a.hi), bytes 16 h on.
-            const int k = j / 2, h = j % 2;
-            const ActBlockPair &a = act[4 * sb + k];
-            __m256i bsum[kTokens];
-#pragma GCC unroll 4
-            for (int t = 0; t < kTokens; ++t) bsum[t] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (int m = 2 * h; m < 2 * h + 2; ++m) {
-                const int gi = 4 * k + m;
-                __m256i q[4];
-                q6x8_group_quants(blk + 96 * gi, q);
-                const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk + kQ6Kx8Scales + 8 * gi)));
-#pragma GCC unroll 4
-                for (int t = 0; t < kTokens; ++t) {
-                    const int8_t *y = (m & 1 ? a.hi[t0 + t] : a.lo[t0 + t]) + 16 * h;
-                    __m256i s = _mm256_set1_epi32(ys[t * kQ6Kx8SliceSums + gi]);
-#pragma GCC unroll 4
-                    for (int c = 0; c < 4; ++c) s = _mm256_dpbusd_epi32(s, q[c], broadcast4(y + 4 * c));
-                    s = _mm256_mullo_epi32(s, sc);
-                    bsum[t] = _mm256_add_epi32(bsum[t], s);
-                }
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < kTokens; ++t) {
-                const __m256 ad = _mm256_set1_ps(a.d[h * kGroupTokens + t0 + t]);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bsum[t]), _mm256_mul_ps(d, ad), acc[t]);
-            }
-        }
-    }
-    store_rows<kTokens>(p, rg, g, t0, s0 == 0, acc);
-}
-
-// q6kx8_rows for row groups rg and rg + 1, as q4x16_rows is q4x8_rows.
-inline void q6x16_group_quants(const uint8_t *p, int64_t stride, __m512i q[4]) {
-    const __m512i low6 = _mm512_set1_epi8(0x3F), top2 = _mm512_set1_epi8(static_cast<char>(0xC0));
-    const __m512i v0 = load_group_pair(p, stride), v1 = load_group_pair(p + 32, stride), v2 = load_group_pair(p + 64, stride);
-    q[0] = _mm512_and_si512(v0, low6);
-    q[1] = _mm512_and_si512(v1, low6);
-    q[2] = _mm512_and_si512(v2, low6);
-    __m512i top = _mm512_srli_epi16(_mm512_and_si512(v0, top2), 2);
-    top = _mm512_srli_epi16(_mm512_ternarylogic_epi32(top, v1, top2, 0xF8), 2);
-    q[3] = _mm512_srli_epi16(_mm512_ternarylogic_epi32(top, v2, top2, 0xF8), 2);
-}
-
-template <int kTokens>
-void q6kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1, const int32_t *sums) {
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const int64_t stride = (p.cols / 256) * kQ6Kx8Bytes;
     const uint8_t *w = p.w + rg * stride;
@@ -846,13 +643,12 @@ void q6kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ6Kx8Bytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ6Kx8Bytes);
-            prefetch_block_ahead(blk + stride, kQ6Kx8Bytes);
-        }
-        const __m512 d = halves_of_group_pair(blk + kQ6Kx8D, stride);
+        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kQ6Kx8Bytes);
+        const __m512 d = halves_of_groups<kPair>(blk + kQ6Kx8D, stride);
         const int32_t *ys = sums + 16 * (sb - s0);
         for (int j = 0; j < 8; ++j) {
+            // Block 8 sb + j is half h of activation pair k: scale groups 4k + 2h (in a.lo) and
+            // 4k + 2h + 1 (in a.hi), bytes 16 h on.
             const int k = j / 2, h = j % 2;
             const ActBlockPair &a = act[4 * sb + k];
             __m512i bsum[kTokens];
@@ -862,17 +658,17 @@ void q6kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
             for (int m = 2 * h; m < 2 * h + 2; ++m) {
                 const int gi = 4 * k + m;
                 __m512i q[4];
-                q6x16_group_quants(blk + 96 * gi, stride, q);
+                q6x8_group_quants<kPair>(blk + 96 * gi, stride, q);
                 const uint8_t *scales = blk + kQ6Kx8Scales + 8 * gi;
-                const __m512i sc =
-                    _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales)),
-                                                            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales + stride))));
+                const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales));
+                const __m512i sc = _mm512_cvtepi8_epi32(
+                    kPair ? _mm_unpacklo_epi64(sc8, _mm_loadl_epi64(reinterpret_cast<const __m128i *>(scales + stride))) : sc8);
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     const int8_t *y = (m & 1 ? a.hi[t0 + t] : a.lo[t0 + t]) + 16 * h;
                     __m512i s = _mm512_set1_epi32(ys[t * kQ6Kx8SliceSums + gi]);
 #pragma GCC unroll 4
-                    for (int c = 0; c < 4; ++c) s = _mm512_dpbusd_epi32(s, q[c], broadcast4x16(y + 4 * c));
+                    for (int c = 0; c < 4; ++c) s = _mm512_dpbusd_epi32(s, q[c], broadcast4(y + 4 * c));
                     s = _mm512_mullo_epi32(s, sc);
                     bsum[t] = _mm512_add_epi32(bsum[t], s);
                 }
@@ -884,14 +680,21 @@ void q6kx16_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t 
             }
         }
     }
-    store_row_pairs<kTokens>(p, rg, g, t0, s0 == 0, acc);
+    store_groups<kTokens, kPair>(p, rg, g, t0, s0 == 0, acc);
 }
 
-void q6kx16_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t s0, int64_t s1, const int32_t *sums) {
-    if (n_tok == 1)
-        q6kx16_rows<1>(p, rg, g, t0, s0, s1, sums);
-    else
-        q6kx16_rows<kGroupTokens>(p, rg, g, t0, s0, s1, sums);
+// The pair kernels as interleaved_range and q6kx8_range call them (n_tok: 1 or kGroupTokens).
+void q4x8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t b0, int64_t b1) {
+    (n_tok == 1 ? q4x8_rows<1, true> : q4x8_rows<kGroupTokens, true>)(p, rg, g, t0, b0, b1);
+}
+void q8x8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t b0, int64_t b1) {
+    (n_tok == 1 ? q8x8_rows<1, true> : q8x8_rows<kGroupTokens, true>)(p, rg, g, t0, b0, b1);
+}
+void q4kx8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t s0, int64_t s1) {
+    (n_tok == 1 ? q4kx8_rows<1, true> : q4kx8_rows<kGroupTokens, true>)(p, rg, g, t0, s0, s1);
+}
+void q6kx8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t s0, int64_t s1, const int32_t *sums) {
+    (n_tok == 1 ? q6kx8_rows<1, true> : q6kx8_rows<kGroupTokens, true>)(p, rg, g, t0, s0, s1, sums);
 }
 
 // ---- Q6_K weights against one token (decoding) ----------------------------------------------
@@ -1296,13 +1099,13 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
     switch (p.wtype) {
         case TensorType::Q4_0:
             if (p.interleaved)
-                interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>, q4x16_pair_rows>(p, r0, r1, g0, g1);
+                interleaved_range<32, q4x8_rows<kGroupTokens, false>, q4x8_rows<1, false>, q4x8_pair_rows>(p, r0, r1, g0, g1);
             else
                 quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q8_0:
             if (p.interleaved)
-                interleaved_range<32, q8x16_rows<kGroupTokens, false>, q8x16_rows<1, false>, q8x16_pair_rows>(p, r0, r1, g0, g1);
+                interleaved_range<32, q8x8_rows<kGroupTokens, false>, q8x8_rows<1, false>, q8x8_pair_rows>(p, r0, r1, g0, g1);
             else
                 quant_range<TensorType::Q8_0>(p, r0, r1, g0, g1);
             break;
@@ -1314,13 +1117,13 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             break;
         case TensorType::Q6_K:
             if (p.interleaved)
-                q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>, q6kx16_pair_rows>(p, r0, r1, g0, g1);
+                q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens, false>, q6kx8_rows<1, false>, q6kx8_pair_rows>(p, r0, r1, g0, g1);
             else
                 q6_range(p, r0, r1, g0, g1);
             break;
         case TensorType::Q4_K:
             if (p.interleaved)
-                interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>, q4kx16_pair_rows>(p, r0, r1, g0, g1);
+                interleaved_range<256, q4kx8_rows<kGroupTokens, false>, q4kx8_rows<1, false>, q4kx8_pair_rows>(p, r0, r1, g0, g1);
             else
                 kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
             break;
