@@ -468,6 +468,17 @@ inline void store_groups(const MatmulProblem &p, int64_t rg, int64_t g, int t0, 
     }
 }
 
+// Q4_0x8 and Q8_0x8: adds a block's integer sums s[t], scaled by the rows' scales dw and token
+// t0 + t's activation scale (half `half` of pair a), to acc[t].
+template <int kTokens>
+inline void add_block_sums(const __m512i *s, __m512 dw, const ActBlockPair &a, int half, int t0, __m512 *acc) {
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+        const float d = a.d[half * kGroupTokens + t0 + t];
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(d)), acc[t]);
+    }
+}
+
 // Q4_0x8: kTokens tokens (t0.. of group g) x row groups rg (and rg + 1) over blocks [b0, b1): y is
 // set for b0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for the
 // group. The -8 offset is the starting value.
@@ -498,12 +509,7 @@ void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
                 s[t] = _mm512_dpbusd_epi32(s[t], hi, broadcast4(&a.hi[t0 + t][16 * half + 4 * c]));
             }
         }
-        const __m512 dw = halves_of_groups<kPair>(blk, stride);
-#pragma GCC unroll 4
-        for (int t = 0; t < kTokens; ++t) {
-            const float d = a.d[half * kGroupTokens + t0 + t];
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(d)), acc[t]);
-        }
+        add_block_sums<kTokens>(s, halves_of_groups<kPair>(blk, stride), a, half, t0, acc);
     }
     store_groups<kTokens, kPair>(p, rg, g, t0, b0 == 0, acc);
 }
@@ -536,12 +542,7 @@ void q8x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
                 s[t] = _mm512_dpbusd_epi32(s[t], u, broadcast4(y));
             }
         }
-        const __m512 dw = halves_of_groups<kPair>(blk, stride);
-#pragma GCC unroll 4
-        for (int t = 0; t < kTokens; ++t) {
-            const float d = a.d[half * kGroupTokens + t0 + t];
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(d)), acc[t]);
-        }
+        add_block_sums<kTokens>(s, halves_of_groups<kPair>(blk, stride), a, half, t0, acc);
     }
     store_groups<kTokens, kPair>(p, rg, g, t0, b0 == 0, acc);
 }
