@@ -137,8 +137,9 @@ bool interleaving_preferred(TensorType type);
 // Bytes of a rows x cols matrix of `type` (Q4_0, Q8_0, Q4_K or Q6_K) interleaved.
 size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols);
 
-// Rearranges a Q4_0, Q8_0, Q4_K or Q6_K matrix of `rows` (a multiple of 8) rows into the interleaved layout:
-// src holds rows * row_bytes(type, cols) bytes, dst interleaved_bytes(type, rows, cols); no overlap.
+// Rearranges a Q4_0, Q8_0, Q4_K or Q6_K matrix of `rows` (a multiple of 8) rows into the
+// interleaved layout: src holds rows * row_bytes(type, cols) bytes, dst interleaved_bytes(type,
+// rows, cols); no overlap.
 void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols);
 
 // Row `row` of an interleaved matrix back in the file's layout: row_bytes(type, cols) bytes at dst.

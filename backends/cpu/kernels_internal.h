@@ -25,8 +25,8 @@ constexpr int kGroupTokens = 4;
 constexpr int64_t kQ4Bytes = 18, kQ8Bytes = 34;
 
 // Bytes of one block of an 8-row group in the interleaved layouts (kernels.h): Q4_0x8 (8 scales,
-// 4 chunks), Q8_0x8 (8 scales, 8 chunks), Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks) and Q6_Kx8 (16 groups of 3
-// vectors, 8 d, 128 scales).
+// 4 chunks), Q8_0x8 (8 scales, 8 chunks), Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks) and
+// Q6_Kx8 (16 groups of 3 vectors, 8 d, 128 scales).
 constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ8x8Bytes = 8 * kQ8Bytes, kQ4Kx8Bytes = 160 + 32 * 32, kQ6Kx8Bytes = 16 * 96 + 16 + 128;
 // Where Q6_Kx8's d and scales start within its block.
 constexpr int64_t kQ6Kx8D = 16 * 96, kQ6Kx8Scales = kQ6Kx8D + 16;
@@ -142,8 +142,8 @@ extern const KernelTable kNeonI8mmKernels;     // kernels_neon_i8mm.cpp; CPUs wi
 // instantiation (its own row functions, of internal linkage) is its own function.
 //
 // A level with wider registers may also give kPairRows, which takes two neighbouring 8-row groups
-// (rg, rg + 1) at once, for kGroupTokens tokens or one (kTokens: the token count, kGroupTokens or
-// 1); the range then goes over pairs of groups, and a lone last group takes kGroupRows/kTokenRows.
+// (rg, rg + 1) at once; its argument after t0 is the token count, kGroupTokens or 1. The range
+// then goes over pairs of groups, and a lone last group takes kGroupRows or kTokenRows.
 using InterleavedRows = void (*)(const MatmulProblem &, int64_t, int64_t, int, int64_t, int64_t);
 using InterleavedPairRows = void (*)(const MatmulProblem &, int64_t, int64_t, int, int, int64_t, int64_t);
 

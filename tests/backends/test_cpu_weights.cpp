@@ -1,5 +1,6 @@
-// The CPU backend's Q4_0, Q8_0, Q4_K and Q6_K weights interleaved by 8 rows: one copy per matrix shared
-// by the model's sessions, and sessions that use it compute what the file's layout computes.
+// The CPU backend's Q4_0, Q8_0, Q4_K and Q6_K weights interleaved by 8 rows: one copy per matrix
+// shared by the model's sessions, and sessions that use it compute what the file's layout
+// computes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
