@@ -93,8 +93,10 @@ inline void k_affine_scales(const uint8_t *blk, const float *fp16_table, __m128i
 }
 
 // The scale of each (block, token)'s mins term in a Q4_K product, a.d * sum(y) (sum(y) =
-// offset / 8, exact), in a.d's order [b: tokens 0..3 | b+1: tokens 0..3]: made together once per
-// activation pair rather than one at a time for every row tile.
+// offset / 8, exact), in a.d's order [b: tokens 0..3 | b+1: tokens 0..3]: the 8 products of an
+// activation pair in one vector multiply, where each row tile had made them one scalar product at a
+// time. Each row tile still makes them once per pair (sharing them across tiles would need room
+// in ActBlockPair).
 inline void q4k_min_scales(const ActBlockPair &a, float out[2 * kGroupTokens]) {
     const __m256i sum_y = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.offset)), 3);
     _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_loadu_ps(a.d), _mm256_cvtepi32_ps(sum_y)));
