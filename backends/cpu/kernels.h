@@ -130,8 +130,10 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
 // the last 4 come together with three shifts: the file's split into 4 low and 2 high bits, which
 // lie in different places for different columns, is undone once, at conversion.
 
-// Whether the kernels in use run `type` interleaved faster than in the file's layout (AVX2 and
-// AVX-512, for Q4_0, Q8_0, Q4_K and Q6_K). Every level can run interleaved weights except NEON's.
+// Whether the kernels in use run `type` interleaved rather than in the file's layout: Q4_0, Q8_0,
+// Q4_K and Q6_K at the x86 SIMD levels and the NEON levels with sdot (neon+dotprod, neon+i8mm),
+// where sdot by lane does for one row per 32-bit lane what vpdpbusd does on x86. Every level can
+// run interleaved weights except ARMv8.0 NEON's.
 bool interleaving_preferred(TensorType type);
 
 // Bytes of a rows x cols matrix of `type` (Q4_0, Q8_0, Q4_K or Q6_K) interleaved.

@@ -4,8 +4,11 @@
 // integer dot products:
 //   - ARMv8.0: 8-bit products widened to 16 bits (smull/smlal2), pairs added into 32 (sadalp).
 //   - __ARM_FEATURE_DOTPROD: sdot, four 8-bit products added into each 32-bit lane.
-//   - __ARM_FEATURE_MATMUL_INT8: smmla for groups of 4 tokens (Q4_0, Q8_0): one instruction
-//     multiplies 8 bytes of 2 weight rows by 8 bytes of 2 tokens, giving all 4 (row, token) sums.
+//   - __ARM_FEATURE_MATMUL_INT8: smmla for groups of 4 tokens (Q4_0, Q8_0 in the file's layout):
+//     one instruction multiplies 8 bytes of 2 weight rows by 8 bytes of 2 tokens, giving all 4
+//     (row, token) sums.
+// With dotprod, weights interleaved by 8 rows (Q4_0, Q8_0, Q4_K, Q6_K; kernels.h) run on sdot by
+// lane, and the CPU backend interleaves those types at load as it does on x86.
 // The results are those of the portable kernels in kernels.cpp: the same 8-bit activation quants,
 // the same integer block sums and per-block scales; only the order of float additions differs.
 //
@@ -375,6 +378,233 @@ void kquant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, in
     }
 }
 
+#if defined(__ARM_FEATURE_DOTPROD)
+// ---- interleaved weights (8 rows; layouts in kernels.h): the dotprod and i8mm levels ---------
+//
+// A 32-byte chunk of an interleaved block holds 4 bytes of each of 8 rows, one row per 32-bit
+// lane: rows 0..3 in its first 16 bytes (row half 0), rows 4..7 in the next 16 (row half 1). sdot
+// by lane multiplies every lane's 4 bytes by the same 4 activation bytes (lane c of a 16-byte
+// activation vector), so each row's sum builds up in its own lane and nothing is reduced across
+// lanes, as vpdpbusd does on x86. The kernels take a block one row half at a time: a half's
+// unpacked weights, the int32 sums and the float accumulators of 4 tokens then fit NEON's 32
+// registers. Unsigned quants (Q4_0's and Q4_K's nibbles, Q6_K's q + 32) are below 128, so sdot
+// reads them as signed bytes unchanged; their offsets are taken from the integer sums, which are
+// exact, so the results differ from the scalar path's only in the order of float additions.
+
+// acc + the dot product of w[c] (4 bytes per row) with lane c of y, for c < 4: 16 elements of a
+// block, in 4 chunks, against their 16 activation bytes.
+int32x4_t dot_lanes4(int32x4_t acc, const int8x16_t w[4], int8x16_t y) {
+    acc = vdotq_laneq_s32(acc, w[0], y, 0);
+    acc = vdotq_laneq_s32(acc, w[1], y, 1);
+    acc = vdotq_laneq_s32(acc, w[2], y, 2);
+    return vdotq_laneq_s32(acc, w[3], y, 3);
+}
+
+// The 4 fp16 values at p (one per row of a row half) as floats.
+float32x4_t halves4(const uint8_t *p) { return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p))); }
+
+// The 4 unsigned bytes at p as floats.
+float32x4_t ubytes4_to_floats(const uint8_t *p) {
+    uint32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vcreate_u8(v)))));
+}
+
+// The 4 signed bytes at p as int32.
+int32x4_t sbytes4(const uint8_t *p) {
+    uint32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return vmovl_s16(vget_low_s16(vmovl_s8(vcreate_s8(v))));
+}
+
+// Writes (first) or adds the 8 rows' results of tokens t0.. of group g: acc[t][row half].
+template <int kTokens>
+void store_rows8(const MatmulProblem &p, int64_t rg, int64_t g, int t0, bool first, const float32x4_t acc[][2]) {
+    for (int t = 0; t < kTokens; ++t) {
+        float *y = p.y + (g * kGroupTokens + t0 + t) * p.rows + 8 * rg;
+        for (int rh = 0; rh < 2; ++rh) vst1q_f32(y + 4 * rh, first ? acc[t][rh] : vaddq_f32(vld1q_f32(y + 4 * rh), acc[t][rh]));
+    }
+}
+
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg (rows 8 rg ..) over blocks [b0, b1):
+// y is set for b0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for
+// the group's tokens. A Q4_0 chunk's low nibbles are elements 4c..4c+3 of each row's block, its
+// high nibbles 16 + 4c..; the -8 offset is 8 * sum(y), the activations' offset.
+template <int kTokens>
+[[gnu::noinline]] void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ4x8Bytes;
+    float32x4_t acc[kTokens][2];
+    for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
+    for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t *blk = w + b * kQ4x8Bytes;
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        for (int rh = 0; rh < 2; ++rh) {
+            int8x16_t lo[4], hi[4];
+            for (int c = 0; c < 4; ++c) {
+                const uint8x16_t v = vld1q_u8(blk + 16 + 32 * c + 16 * rh);
+                lo[c] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+                hi[c] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+            }
+            const float32x4_t dw = halves4(blk + 8 * rh);
+            for (int t = 0; t < kTokens; ++t) {
+                const int k = half * kGroupTokens + t0 + t;
+                int32x4_t s = dot_lanes4(vdupq_n_s32(-a.offset[k]), lo, vld1q_s8(&a.lo[t0 + t][16 * half]));
+                s = dot_lanes4(s, hi, vld1q_s8(&a.hi[t0 + t][16 * half]));
+                acc[t][rh] = vfmaq_f32(acc[t][rh], vcvtq_f32_s32(s), vmulq_n_f32(dw, a.d[k]));
+            }
+        }
+    }
+    store_rows8<kTokens>(p, rg, g, t0, b0 == 0, acc);
+}
+
+// As q4x8_rows, with 8 chunks of signed quants: chunks 0..3 meet elements 0..15, 4..7 16..31.
+template <int kTokens>
+[[gnu::noinline]] void q8x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ8x8Bytes;
+    float32x4_t acc[kTokens][2];
+    for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
+    for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t *blk = w + b * kQ8x8Bytes;
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        for (int rh = 0; rh < 2; ++rh) {
+            int8x16_t q[8];
+            for (int c = 0; c < 8; ++c) q[c] = vld1q_s8(reinterpret_cast<const int8_t *>(blk + 16 + 32 * c + 16 * rh));
+            const float32x4_t dw = halves4(blk + 8 * rh);
+            for (int t = 0; t < kTokens; ++t) {
+                const int k = half * kGroupTokens + t0 + t;
+                int32x4_t s = dot_lanes4(vdupq_n_s32(0), q, vld1q_s8(&a.lo[t0 + t][16 * half]));
+                s = dot_lanes4(s, q + 4, vld1q_s8(&a.hi[t0 + t][16 * half]));
+                acc[t][rh] = vfmaq_f32(acc[t][rh], vcvtq_f32_s32(s), vmulq_n_f32(dw, a.d[k]));
+            }
+        }
+    }
+    store_rows8<kTokens>(p, rg, g, t0, b0 == 0, acc);
+}
+
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1), y set for
+// s0 == 0 and added to otherwise. Quant chunk 8j + c holds bytes 4c..4c+3 of each row's qs group
+// j: low nibbles are elements 4c..4c+3 of sub-block 2j, high nibbles those of sub-block 2j + 1,
+// the two blocks of activation pair 4 sb + j; chunks 0..3 meet a.lo, 4..7 a.hi. Per sub-block:
+//   row's share = a_d * (d * sc * sum(q * y) - dmin * m * sum(y)),  sum(y) = offset / 8.
+template <int kTokens>
+[[gnu::noinline]] void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 256) * kQ4Kx8Bytes;
+    float32x4_t acc[kTokens][2];
+    for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const uint8_t *blk = w + sb * kQ4Kx8Bytes;
+        for (int j = 0; j < 4; ++j) {
+            const ActBlockPair &a = act[4 * sb + j];
+            for (int rh = 0; rh < 2; ++rh) {
+                int32x4_t dots[2][kTokens];  // [sub-block 2j, 2j + 1][token]
+                for (int t = 0; t < kTokens; ++t) dots[0][t] = dots[1][t] = vdupq_n_s32(0);
+                for (int ch = 0; ch < 2; ++ch) {
+                    int8x16_t lo[4], hi[4];
+                    for (int c = 0; c < 4; ++c) {
+                        const uint8x16_t v = vld1q_u8(blk + 160 + 32 * (8 * j + 4 * ch + c) + 16 * rh);
+                        lo[c] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+                        hi[c] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+                    }
+                    for (int t = 0; t < kTokens; ++t) {
+                        const int8_t *y = ch == 0 ? a.lo[t0 + t] : a.hi[t0 + t];
+                        dots[0][t] = dot_lanes4(dots[0][t], lo, vld1q_s8(y));
+                        dots[1][t] = dot_lanes4(dots[1][t], hi, vld1q_s8(y + 16));
+                    }
+                }
+                const float32x4_t d = halves4(blk + 8 * rh), dmin = halves4(blk + 16 + 8 * rh);
+                for (int h = 0; h < 2; ++h) {
+                    const float32x4_t step = vmulq_f32(d, ubytes4_to_floats(blk + 32 + 8 * (2 * j + h) + 4 * rh));
+                    const float32x4_t off = vmulq_f32(dmin, ubytes4_to_floats(blk + 96 + 8 * (2 * j + h) + 4 * rh));
+                    for (int t = 0; t < kTokens; ++t) {
+                        const int k = h * kGroupTokens + t0 + t;
+                        const float min_scale = a.d[k] * static_cast<float>(a.offset[k] / 8);
+                        acc[t][rh] = vfmaq_f32(acc[t][rh], vcvtq_f32_s32(dots[h][t]), vmulq_n_f32(step, a.d[k]));
+                        acc[t][rh] = vfmsq_f32(acc[t][rh], off, vdupq_n_f32(min_scale));
+                    }
+                }
+            }
+        }
+    }
+    store_rows8<kTokens>(p, rg, g, t0, s0 == 0, acc);
+}
+
+// q6kx8_range's table for token t of group g: 32 * sum(y) of each scale group, what the stored
+// q + 32 adds to its integer sum. Group 4k + m of pair k lies in a.lo (m even) or a.hi (m odd),
+// bytes 16 (m / 2) on.
+void q6x8_sums(const MatmulProblem &p, int64_t g, int t, int64_t s0, int64_t s1, int32_t *out) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        for (int gi = 0; gi < 16; ++gi) {
+            const ActBlockPair &a = act[4 * sb + gi / 4];
+            const int m = gi % 4;
+            out[16 * (sb - s0) + gi] = 32 * vaddlvq_s8(vld1q_s8((m & 1 ? a.hi[t] : a.lo[t]) + 16 * (m / 2)));
+        }
+    }
+}
+
+// Chunks 0..3 of one row half of the scale group at p (its 3 vectors, row half rh's 16 bytes at
+// p), unsigned (0..63): chunks 0..2 are the low 6 bits of the vectors, chunk 3's bits 0-1, 2-3
+// and 4-5 their bits 6-7.
+void q6x8_quants(const uint8_t *p, int8x16_t q[4]) {
+    const uint8x16_t v0 = vld1q_u8(p), v1 = vld1q_u8(p + 32), v2 = vld1q_u8(p + 64), low6 = vdupq_n_u8(0x3F);
+    q[0] = vreinterpretq_s8_u8(vandq_u8(v0, low6));
+    q[1] = vreinterpretq_s8_u8(vandq_u8(v1, low6));
+    q[2] = vreinterpretq_s8_u8(vandq_u8(v2, low6));
+    // vsli keeps the bits below the shift of its first operand and puts the second above them.
+    const uint8x16_t top01 = vsliq_n_u8(vshrq_n_u8(v0, 6), vshrq_n_u8(v1, 6), 2);
+    q[3] = vreinterpretq_s8_u8(vsliq_n_u8(top01, vshrq_n_u8(v2, 6), 4));
+}
+
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1), with
+// q6kx8_range's sums (token t0 + t's at sums + t * kQ6Kx8SliceSums):
+//   row's share of block b = a_d * d * sum over b's 2 scale groups of sc * (sum(q * y) - 32 sum(y)).
+// |sum((q - 32) y)| <= 16 * 32 * 127 per group, times |sc| <= 128, two groups: below 2^24, so the
+// block's integer sum is exact in float too.
+template <int kTokens>
+[[gnu::noinline]] void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1, const int32_t *sums) {
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 256) * kQ6Kx8Bytes;
+    float32x4_t acc[kTokens][2];
+    for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
+    for (int64_t sb = s0; sb < s1; ++sb) {
+        const uint8_t *blk = w + sb * kQ6Kx8Bytes;
+        const int32_t *ys = sums + 16 * (sb - s0);
+        for (int rh = 0; rh < 2; ++rh) {
+            const float32x4_t d = halves4(blk + kQ6Kx8D + 8 * rh);
+            for (int j = 0; j < 8; ++j) {
+                // Block 8 sb + j is half h of activation pair k: scale groups 4k + 2h (in a.lo)
+                // and 4k + 2h + 1 (in a.hi), bytes 16 h on.
+                const int k = j / 2, h = j % 2;
+                const ActBlockPair &a = act[4 * sb + k];
+                int32x4_t bsum[kTokens];
+                for (int t = 0; t < kTokens; ++t) bsum[t] = vdupq_n_s32(0);
+                for (int m = 2 * h; m < 2 * h + 2; ++m) {
+                    const int gi = 4 * k + m;
+                    int8x16_t q[4];
+                    q6x8_quants(blk + 96 * gi + 16 * rh, q);
+                    const int32x4_t sc = sbytes4(blk + kQ6Kx8Scales + 8 * gi + 4 * rh);
+                    for (int t = 0; t < kTokens; ++t) {
+                        const int8_t *y = (m & 1 ? a.hi[t0 + t] : a.lo[t0 + t]) + 16 * h;
+                        const int32x4_t s = dot_lanes4(vdupq_n_s32(-ys[t * kQ6Kx8SliceSums + gi]), q, vld1q_s8(y));
+                        bsum[t] = vmlaq_s32(bsum[t], s, sc);
+                    }
+                }
+                for (int t = 0; t < kTokens; ++t) {
+                    const float ad = a.d[h * kGroupTokens + t0 + t];
+                    acc[t][rh] = vfmaq_f32(acc[t][rh], vcvtq_f32_s32(bsum[t]), vmulq_n_f32(d, ad));
+                }
+            }
+        }
+    }
+    store_rows8<kTokens>(p, rg, g, t0, s0 == 0, acc);
+}
+#endif  // __ARM_FEATURE_DOTPROD
+
 // ---- float weights --------------------------------------------------------------------------
 
 template <bool kF16>
@@ -425,6 +655,24 @@ void float_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int
 }
 
 void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_t g1) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    if (p.interleaved) {
+        switch (p.wtype) {
+            case TensorType::Q4_0:
+                interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
+                return;
+            case TensorType::Q8_0:
+                interleaved_range<32, q8x8_rows<kGroupTokens>, q8x8_rows<1>>(p, r0, r1, g0, g1);
+                return;
+            case TensorType::Q4_K:
+                interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
+                return;
+            default:  // Q6_K, the last interleaved type
+                q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);
+                return;
+        }
+    }
+#endif
     switch (p.wtype) {
         case TensorType::Q4_0:
             quant_range<TensorType::Q4_0>(p, r0, r1, g0, g1);
@@ -664,7 +912,11 @@ constexpr KernelTable kThisLevelKernels = {
     nullptr,  // max_value: the loop in kernels.cpp
     nullptr,
     nullptr,  // rotate_pairs, rotate_half_pairs: the loops in kernels.cpp
-    0,        // interleaved weights: NEON runs the file's layout
+#if defined(__ARM_FEATURE_DOTPROD)
+    2,  // interleaved weights: preferred, sdot by lane serves 4 rows with no reduction across lanes
+#else
+    0,  // interleaved weights: without sdot the file's layout
+#endif
 };
 
 }  // namespace

@@ -87,7 +87,7 @@ TEST_CASE("interleaved copies: one per matrix while held, with the interleaved b
 
 TEST_CASE("Q4_0, Q8_0, Q4_K and Q6_K models: interleaved sessions compute the file layout's logits, and the file stays readable") {
     cpu::KernelIsa fast = cpu::KernelIsa::Scalar;
-    for (cpu::KernelIsa isa : {cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx512}) {
+    for (cpu::KernelIsa isa : {cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx512, cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm}) {
         if (cpu::cpu_supports(isa)) fast = isa;
     }
     if (fast == cpu::KernelIsa::Scalar) {
