@@ -30,6 +30,7 @@
 static_assert(h2o::cpu::detail::kQ4Bytes == sizeof(h2o::BlockQ4_0) && h2o::cpu::detail::kQ8Bytes == sizeof(h2o::BlockQ8_0),
               "kernels_internal.h: block sizes");
 static_assert(h2o::cpu::detail::kQ6Kx8Bytes == 8 * sizeof(h2o::BlockQ6_K), "Q6_Kx8 is the file's size");
+static_assert(h2o::cpu::detail::kQ5Kx8Bytes == h2o::cpu::detail::kQ4Kx8Bytes + 8 * sizeof(h2o::BlockQ5_K::qh), "Q5_Kx8 is Q4_Kx8 and qh");
 
 namespace h2o::cpu {
 
@@ -130,10 +131,10 @@ float unpack_block(const uint8_t *blk, const float *fp16_table, int8_t lo[16], i
 }
 
 bool is_interleavable(TensorType t) {
-    return t == TensorType::Q4_0 || t == TensorType::Q8_0 || t == TensorType::Q4_K || t == TensorType::Q6_K;
+    return t == TensorType::Q4_0 || t == TensorType::Q8_0 || is_kquant(t);
 }
 
-// Bytes of one block (Q4_0, Q8_0: 32 columns; Q4_K, Q6_K: a 256-column super-block) of an 8-row
+// Bytes of one block (Q4_0, Q8_0: 32 columns; the K-quants: a 256-column super-block) of an 8-row
 // group in the interleaved layouts (kernels.h), and the offset of the group block holding block b
 // of `row`.
 int64_t interleaved_block_bytes(TensorType type) {
@@ -144,6 +145,8 @@ int64_t interleaved_block_bytes(TensorType type) {
             return detail::kQ8x8Bytes;
         case TensorType::Q4_K:
             return detail::kQ4Kx8Bytes;
+        case TensorType::Q5_K:
+            return detail::kQ5Kx8Bytes;
         default:
             return detail::kQ6Kx8Bytes;
     }
@@ -211,9 +214,14 @@ void copy_interleaved_block(TensorType type, const uint8_t *src, uint8_t *dst, i
         for (int c = 0; c < chunks; ++c) copy(16 + 32 * c + 4 * lane, 2 + 4 * c, 4);
         return;
     }
+    // Q4_K and Q5_K: the same header and 4-bit quants (after Q5_K's 32 bytes of qh in the file).
     copy(2 * lane, 0, 2);       // d
     copy(16 + 2 * lane, 2, 2);  // dmin
-    for (int k = 0; k < 32; ++k) copy(160 + 32 * k + 4 * lane, 16 + 4 * k, 4);
+    const size_t qs = type == TensorType::Q5_K ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
+    for (int k = 0; k < 32; ++k) copy(160 + 32 * k + 4 * lane, qs + 4 * k, 4);
+    if (type == TensorType::Q5_K) {
+        for (int c = 0; c < 8; ++c) copy(detail::kQ4Kx8Bytes + 32 * c + 4 * lane, offsetof(BlockQ5_K, qh) + 4 * c, 4);
+    }
     // The 6-bit scales and mins: packed in the file, a byte each in the group block.
     uint8_t sc[8], m[8];
     if (to_file) {
@@ -660,7 +668,7 @@ size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols) {
 }
 
 void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols) {
-    if (!is_interleavable(type)) fatal("interleave_rows: only Q4_0, Q8_0, Q4_K and Q6_K interleave");
+    if (!is_interleavable(type)) fatal("interleave_rows: only Q4_0, Q8_0, Q4_K, Q5_K and Q6_K interleave");
     const int64_t block = traits(type).block_elements;
     if (rows % 8 != 0 || cols % block != 0) fatal("interleave_rows: rows must be a multiple of 8, columns of the block");
     const size_t rb = row_bytes(type, cols);
@@ -691,7 +699,7 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
         if (!matmul_supports(o.wtype)) fatal("matmul: unsupported weight type");
         const bool interleaved = o.layout == WeightLayout::Interleaved8;
         if (interleaved && (!is_interleavable(o.wtype) || o.rows % 8 != 0)) {
-            fatal("matmul: interleaved weights must be Q4_0, Q8_0, Q4_K or Q6_K, rows a multiple of 8");
+            fatal("matmul: interleaved weights must be Q4_0, Q8_0, Q4_K, Q5_K or Q6_K, rows a multiple of 8");
         }
         if (interleaved && kernels().interleaved_support == 0) fatal("matmul: these kernels cannot run interleaved weights");
         if (is_quantized(o.wtype) && cols % traits(o.wtype).block_elements != 0) {
@@ -813,7 +821,7 @@ void dequantize_rows(TensorType type, const void *w, int64_t cols, const int32_t
     const KernelTable &k = kernels();
     const size_t rb = row_bytes(type, cols);
     if (layout == WeightLayout::Interleaved8) {
-        if (!is_interleavable(type)) fatal("dequantize_rows: interleaved weights must be Q4_0, Q8_0, Q4_K or Q6_K");
+        if (!is_interleavable(type)) fatal("dequantize_rows: interleaved weights must be Q4_0, Q8_0, Q4_K, Q5_K or Q6_K");
         const int64_t block = traits(type).block_elements;
         for (int64_t i = 0; i < n_ids; ++i) {
             for (int64_t b = 0; b < cols / block; ++b) {

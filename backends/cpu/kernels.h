@@ -73,7 +73,7 @@ size_t matmul_scratch_bytes(TensorType wtype, int64_t cols, int64_t n_tokens);
 // error and aborts with a message: check matmul_supports() when loading a model.
 //
 // layout: how W's rows lie in memory: Rows (the file's layout) for every type, or Interleaved8
-// for Q4_0, Q8_0, Q4_K and Q6_K weights that interleave_rows has rearranged (below).
+// for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weights that interleave_rows has rearranged (below).
 enum class WeightLayout {
     Rows,
     Interleaved8
@@ -96,7 +96,7 @@ struct MatmulOutput {
 constexpr int kMaxMatmulGroup = 3;
 void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int64_t cols, const float *x, int64_t n_tokens, void *scratch);
 
-// ---- Q4_0, Q8_0, Q4_K and Q6_K weights, 8 rows interleaved ----------------------------------
+// ---- Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weights, 8 rows interleaved ----------------------------
 //
 // A matrix-vector product reads each weight once, so its speed is how few instructions a weight
 // byte costs. In the file's layout a row's block sums to one number, which costs a horizontal
@@ -120,6 +120,12 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
 // 4k..4k+3 of each row's 128 quant bytes (row i at 4i..4i+3). The unpacked 6-bit scales make it
 // 32 bytes (2.8%) larger than the file's 8 blocks of 144.
 //
+// Q5_Kx8, 1440 bytes per super-block: Q4_Kx8's 1184 bytes for the header and the low 4 bits of
+// the quants, then 8 chunks of 32 bytes from byte 1184, chunk c holding bytes 4c..4c+3 of each
+// row's 32 qh bytes (row i at 4i..4i+3), where bit j of qh byte l is bit 4 of element l of
+// sub-block j. So quant chunk 8j + c finds its high bits in qh chunk c, bits 2j (low nibbles) and
+// 2j + 1 (high nibbles). 32 bytes (2.3%) larger than the file's 8 blocks of 176.
+//
 // Q6_Kx8, 1680 bytes per super-block of 256 columns, the same size as the file's 8 blocks of 210:
 // the quants come first, as 16 scale groups of 96 bytes, group s (columns 16s..16s+15, scale s)
 // at byte 96s; then the 8 rows' fp16 d at 1536 + 2i; then the 8-bit scales, scale s of row i at
@@ -131,15 +137,15 @@ void matmul_group(ThreadPool &pool, const MatmulOutput *outputs, int count, int6
 // lie in different places for different columns, is undone once, at conversion.
 
 // Whether the kernels in use run `type` interleaved rather than in the file's layout: Q4_0, Q8_0,
-// Q4_K and Q6_K at the x86 SIMD levels and the NEON levels with sdot (neon+dotprod, neon+i8mm),
+// Q4_K, Q5_K and Q6_K at the x86 SIMD levels and the NEON levels with sdot (neon+dotprod, neon+i8mm),
 // where sdot by lane does for one row per 32-bit lane what vpdpbusd does on x86. Every level can
 // run interleaved weights except ARMv8.0 NEON's.
 bool interleaving_preferred(TensorType type);
 
-// Bytes of a rows x cols matrix of `type` (Q4_0, Q8_0, Q4_K or Q6_K) interleaved.
+// Bytes of a rows x cols matrix of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K) interleaved.
 size_t interleaved_bytes(TensorType type, int64_t rows, int64_t cols);
 
-// Rearranges a Q4_0, Q8_0, Q4_K or Q6_K matrix of `rows` (a multiple of 8) rows into the
+// Rearranges a Q4_0, Q8_0, Q4_K, Q5_K or Q6_K matrix of `rows` (a multiple of 8) rows into the
 // interleaved layout: src holds rows * row_bytes(type, cols) bytes, dst interleaved_bytes(type,
 // rows, cols); no overlap.
 void interleave_rows(TensorType type, const void *src, void *dst, int64_t rows, int64_t cols);

@@ -480,27 +480,43 @@ void q8x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
 // are the two blocks of activation pair 4 sb + j, so each meets one activation scale:
 //   row's share = a_d * (d * sc * sum(q * y) - dmin * m * sum(y)),  sum(y) = offset / 8.
 // sc, m and d, dmin come one per lane (row) from the group block; the integer sums as in Q4_0x8.
+//
+// Q5_Kx8 is the same with a fifth bit: qh chunk c holds, for quant chunk 8j + c, bit 4 of the low
+// nibbles' elements in bit 2j and of the high nibbles' in bit 2j + 1. Quants up to 31 make a
+// maddubs pair up to 2 * 31 * 127, so the sums widen to int32 at once (dot32_add).
+
+// Bit 4 of each byte of Q5_Kx8's low (kHigh false) or high nibbles of quant chunk 8j + c, from
+// its qh chunk h: bit 2j (2j + 1) of each byte moved to bit 4. The 16-bit shifts carry bits across
+// bytes, but never into the bit kept.
+template <bool kHigh>
+inline __m256i q5_bit4(__m256i h, int j) {
+    const __m256i down = _mm256_srli_epi16(h, 2 * j);
+    return _mm256_and_si256(kHigh ? _mm256_slli_epi16(down, 3) : _mm256_slli_epi16(down, 4), _mm256_set1_epi8(0x10));
+}
 
 // One lane per row: the 8 unsigned bytes at p as floats.
 inline __m256 bytes_to_floats(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
 }
 
-// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1): y is set
-// for s0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for a group.
-template <int kTokens>
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1) of Q4_Kx8
+// or Q5_Kx8 (kType): y is set for s0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks
+// each chunk once for a group.
+template <TensorType kType, int kTokens>
 void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
+    constexpr bool kQ5 = kType == TensorType::Q5_K;
+    constexpr int64_t kBlockBytes = kQ5 ? kQ5Kx8Bytes : kQ4Kx8Bytes;
     const ActBlockPair *act = p.act + g * p.n_pairs;
     const int64_t n_super = p.cols / 256;
-    const uint8_t *w = p.w + rg * n_super * kQ4Kx8Bytes;
+    const uint8_t *w = p.w + rg * n_super * kBlockBytes;
     const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256 acc[kTokens];
 #pragma GCC unroll 4
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
-        const uint8_t *blk = w + sb * kQ4Kx8Bytes;
+        const uint8_t *blk = w + sb * kBlockBytes;
         if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ4Kx8Bytes);
+            prefetch_block_ahead(blk, kBlockBytes);
         }
         const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
         for (int j = 0; j < 4; ++j) {
@@ -513,13 +529,23 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
 #pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) {
                 const __m256i v = load256(blk + 160 + 32 * (8 * j + c));
-                const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                if constexpr (kQ5) {
+                    const __m256i h = load256(blk + kQ4Kx8Bytes + 32 * c);
+                    lo = _mm256_or_si256(lo, q5_bit4<false>(h, j));
+                    hi = _mm256_or_si256(hi, q5_bit4<true>(h, j));
+                }
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     // Elements 4c..4c+3 of each block: in a.lo for c < 4, a.hi after; block 2j+1 16 on.
                     const int8_t *x = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 4 * (c % 4);
-                    dots[0][t] = dot16_add(dots[0][t], lo, broadcast4(x));
-                    dots[1][t] = dot16_add(dots[1][t], hi, broadcast4(x + 16));
+                    if constexpr (kQ5) {
+                        dots[0][t] = dot32_add(dots[0][t], lo, broadcast4(x));
+                        dots[1][t] = dot32_add(dots[1][t], hi, broadcast4(x + 16));
+                    } else {
+                        dots[0][t] = dot16_add(dots[0][t], lo, broadcast4(x));
+                        dots[1][t] = dot16_add(dots[1][t], hi, broadcast4(x + 16));
+                    }
                 }
             }
 #pragma GCC unroll 2
@@ -529,7 +555,7 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     const int k = h * kGroupTokens + t0 + t;
-                    const __m256 sums = _mm256_cvtepi32_ps(dot16_sums(dots[h][t]));
+                    const __m256 sums = _mm256_cvtepi32_ps(kQ5 ? dots[h][t] : dot16_sums(dots[h][t]));
                     const __m256 ad = _mm256_set1_ps(a.d[k]);
                     acc[t] = _mm256_fmadd_ps(sums, _mm256_mul_ps(step, ad), acc[t]);
                     acc[t] = _mm256_fnmadd_ps(off, _mm256_set1_ps(min_scale[k]), acc[t]);
@@ -1102,12 +1128,15 @@ void matmul_range_avx2(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
             break;
         case TensorType::Q4_K:
             if (p.interleaved)
-                interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
+                interleaved_range<256, q4kx8_rows<TensorType::Q4_K, kGroupTokens>, q4kx8_rows<TensorType::Q4_K, 1>>(p, r0, r1, g0, g1);
             else
                 kquant_range<TensorType::Q4_K>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q5_K:
-            kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                interleaved_range<256, q4kx8_rows<TensorType::Q5_K, kGroupTokens>, q4kx8_rows<TensorType::Q5_K, 1>>(p, r0, r1, g0, g1);
+            else
+                kquant_range<TensorType::Q5_K>(p, r0, r1, g0, g1);
             break;
         case TensorType::Q6_K:
             if (p.interleaved)

@@ -547,19 +547,28 @@ void q8x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0
     store_groups<kTokens, kPair>(p, rg, g, t0, b0 == 0, acc);
 }
 
-// Q4_Kx8, over super-blocks [s0, s1).
-template <int kTokens, bool kPair>
+// Bit 4 of each byte of Q5_Kx8's low (kHigh false) or high nibbles of quant chunk 8j + c, from
+// its qh chunk h, as kernels_avx2.cpp's q5_bit4 makes it.
+template <bool kHigh>
+inline __m512i q5_bit4(__m512i h, int j) {
+    const __m512i down = _mm512_srli_epi16(h, static_cast<unsigned>(2 * j));
+    return _mm512_and_si512(kHigh ? _mm512_slli_epi16(down, 3) : _mm512_slli_epi16(down, 4), _mm512_set1_epi8(0x10));
+}
+
+// Q4_Kx8 or Q5_Kx8 (kType), over super-blocks [s0, s1).
+template <TensorType kType, int kTokens, bool kPair>
 void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
+    constexpr int64_t kBlockBytes = kType == TensorType::Q5_K ? kQ5Kx8Bytes : kQ4Kx8Bytes;
     const ActBlockPair *act = p.act + g * p.n_pairs;
-    const int64_t stride = (p.cols / 256) * kQ4Kx8Bytes;
+    const int64_t stride = (p.cols / 256) * kBlockBytes;
     const uint8_t *w = p.w + rg * stride;
     const __m512i mask = _mm512_set1_epi8(0x0F);
     __m512 acc[kTokens];
 #pragma GCC unroll 4
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
-        const uint8_t *blk = w + sb * kQ4Kx8Bytes;
-        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kQ4Kx8Bytes);
+        const uint8_t *blk = w + sb * kBlockBytes;
+        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kBlockBytes);
         const __m512 d = halves_of_groups<kPair>(blk, stride), dmin = halves_of_groups<kPair>(blk + 16, stride);
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
@@ -571,7 +580,12 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
 #pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) {
                 const __m512i v = load_groups<kPair>(blk + 160 + 32 * (8 * j + c), stride);
-                const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+                __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+                if constexpr (kType == TensorType::Q5_K) {
+                    const __m512i h = load_groups<kPair>(blk + kQ4Kx8Bytes + 32 * c, stride);
+                    lo = _mm512_or_si512(lo, q5_bit4<false>(h, j));
+                    hi = _mm512_or_si512(hi, q5_bit4<true>(h, j));
+                }
 #pragma GCC unroll 4
                 for (int t = 0; t < kTokens; ++t) {
                     const int8_t *x = (c < 4 ? a.lo[t0 + t] : a.hi[t0 + t]) + 4 * (c % 4);
@@ -691,8 +705,9 @@ void q4x8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n
 void q8x8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t b0, int64_t b1) {
     (n_tok == 1 ? q8x8_rows<1, true> : q8x8_rows<kGroupTokens, true>)(p, rg, g, t0, b0, b1);
 }
+template <TensorType kType>
 void q4kx8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t s0, int64_t s1) {
-    (n_tok == 1 ? q4kx8_rows<1, true> : q4kx8_rows<kGroupTokens, true>)(p, rg, g, t0, s0, s1);
+    (n_tok == 1 ? q4kx8_rows<kType, 1, true> : q4kx8_rows<kType, kGroupTokens, true>)(p, rg, g, t0, s0, s1);
 }
 void q6kx8_pair_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int n_tok, int64_t s0, int64_t s1, const int32_t *sums) {
     (n_tok == 1 ? q6kx8_rows<1, true> : q6kx8_rows<kGroupTokens, true>)(p, rg, g, t0, s0, s1, sums);
@@ -1124,12 +1139,17 @@ void matmul_range_avx512(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t
             break;
         case TensorType::Q4_K:
             if (p.interleaved)
-                interleaved_range<256, q4kx8_rows<kGroupTokens, false>, q4kx8_rows<1, false>, q4kx8_pair_rows>(p, r0, r1, g0, g1);
+                interleaved_range<256, q4kx8_rows<TensorType::Q4_K, kGroupTokens, false>, q4kx8_rows<TensorType::Q4_K, 1, false>,
+                                  q4kx8_pair_rows<TensorType::Q4_K>>(p, r0, r1, g0, g1);
             else
                 kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);
             break;
         case TensorType::Q5_K:
-            q5k_range(p, r0, r1, g0, g1);
+            if (p.interleaved)
+                interleaved_range<256, q4kx8_rows<TensorType::Q5_K, kGroupTokens, false>, q4kx8_rows<TensorType::Q5_K, 1, false>,
+                                  q4kx8_pair_rows<TensorType::Q5_K>>(p, r0, r1, g0, g1);
+            else
+                q5k_range(p, r0, r1, g0, g1);
             break;
         default:
             kAvx2Kernels.matmul_range(p, r0, r1, g0, g1);

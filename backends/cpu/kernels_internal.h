@@ -25,9 +25,11 @@ constexpr int kGroupTokens = 4;
 constexpr int64_t kQ4Bytes = 18, kQ8Bytes = 34;
 
 // Bytes of one block of an 8-row group in the interleaved layouts (kernels.h): Q4_0x8 (8 scales,
-// 4 chunks), Q8_0x8 (8 scales, 8 chunks), Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks) and
-// Q6_Kx8 (16 groups of 3 vectors, 8 d, 128 scales).
-constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ8x8Bytes = 8 * kQ8Bytes, kQ4Kx8Bytes = 160 + 32 * 32, kQ6Kx8Bytes = 16 * 96 + 16 + 128;
+// 4 chunks), Q8_0x8 (8 scales, 8 chunks), Q4_Kx8 (8 d, 8 dmin, 64 scales, 64 mins, 32 chunks),
+// Q5_Kx8 (Q4_Kx8's, then 8 chunks of high bits from byte kQ4Kx8Bytes) and Q6_Kx8 (16 groups of
+// 3 vectors, 8 d, 128 scales).
+constexpr int64_t kQ4x8Bytes = 8 * kQ4Bytes, kQ8x8Bytes = 8 * kQ8Bytes, kQ4Kx8Bytes = 160 + 32 * 32, kQ5Kx8Bytes = kQ4Kx8Bytes + 8 * 32,
+                  kQ6Kx8Bytes = 16 * 96 + 16 + 128;
 // Where Q6_Kx8's d and scales start within its block.
 constexpr int64_t kQ6Kx8D = 16 * 96, kQ6Kx8Scales = kQ6Kx8D + 16;
 
@@ -51,7 +53,7 @@ struct MatmulProblem {
     TensorType wtype;
     const uint8_t *w;
     size_t w_row_bytes;
-    bool interleaved;  // Q4_0, Q8_0, Q4_K or Q6_K weights, 8 rows interleaved (kernels.h); w_row_bytes unused
+    bool interleaved;  // Q4_0, Q8_0 or K-quant weights, 8 rows interleaved (kernels.h); w_row_bytes unused
     int64_t rows, cols, n_tokens;
     const float *x;  // [n_tokens][cols]
     float *y;        // [n_tokens][rows]

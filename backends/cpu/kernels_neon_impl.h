@@ -7,7 +7,7 @@
 //   - __ARM_FEATURE_MATMUL_INT8: smmla for groups of 4 tokens (Q4_0, Q8_0 in the file's layout):
 //     one instruction multiplies 8 bytes of 2 weight rows by 8 bytes of 2 tokens, giving all 4
 //     (row, token) sums.
-// With dotprod, weights interleaved by 8 rows (Q4_0, Q8_0, Q4_K, Q6_K; kernels.h) run on sdot by
+// With dotprod, weights interleaved by 8 rows (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; kernels.h) run on sdot by
 // lane, and the CPU backend interleaves those types at load as it does on x86.
 // The results are those of the portable kernels in kernels.cpp: the same 8-bit activation quants,
 // the same integer block sums and per-block scales; only the order of float additions differs.
@@ -485,19 +485,21 @@ template <int kTokens>
     store_rows8<kTokens>(p, rg, g, t0, b0 == 0, acc);
 }
 
-// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1), y set for
-// s0 == 0 and added to otherwise. Quant chunk 8j + c holds bytes 4c..4c+3 of each row's qs group
-// j: low nibbles are elements 4c..4c+3 of sub-block 2j, high nibbles those of sub-block 2j + 1,
-// the two blocks of activation pair 4 sb + j; chunks 0..3 meet a.lo, 4..7 a.hi. Per sub-block:
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1) of Q4_Kx8
+// or Q5_Kx8 (kType), y set for s0 == 0 and added to otherwise. Quant chunk 8j + c holds bytes
+// 4c..4c+3 of each row's qs group j: low nibbles are elements 4c..4c+3 of sub-block 2j, high
+// nibbles those of sub-block 2j + 1, the two blocks of activation pair 4 sb + j; chunks 0..3 meet
+// a.lo, 4..7 a.hi. Q5_K's bit 4 comes from qh chunk c, bits 2j and 2j + 1. Per sub-block:
 //   row's share = a_d * (d * sc * sum(q * y) - dmin * m * sum(y)),  sum(y) = offset / 8.
-template <int kTokens>
+template <TensorType kType, int kTokens>
 [[gnu::noinline]] void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s0, int64_t s1) {
+    constexpr int64_t kBlockBytes = kType == TensorType::Q5_K ? kQ5Kx8Bytes : kQ4Kx8Bytes;
     const ActBlockPair *act = p.act + g * p.n_pairs;
-    const uint8_t *w = p.w + rg * (p.cols / 256) * kQ4Kx8Bytes;
+    const uint8_t *w = p.w + rg * (p.cols / 256) * kBlockBytes;
     float32x4_t acc[kTokens][2];
     for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
     for (int64_t sb = s0; sb < s1; ++sb) {
-        const uint8_t *blk = w + sb * kQ4Kx8Bytes;
+        const uint8_t *blk = w + sb * kBlockBytes;
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
             for (int rh = 0; rh < 2; ++rh) {
@@ -507,8 +509,16 @@ template <int kTokens>
                     int8x16_t lo[4], hi[4];
                     for (int c = 0; c < 4; ++c) {
                         const uint8x16_t v = vld1q_u8(blk + 160 + 32 * (8 * j + 4 * ch + c) + 16 * rh);
-                        lo[c] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
-                        hi[c] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+                        uint8x16_t l = vandq_u8(v, vdupq_n_u8(0x0F)), h = vshrq_n_u8(v, 4);
+                        if constexpr (kType == TensorType::Q5_K) {
+                            // Bits 2j and 2j + 1 of the qh bytes to bit 4 (a negative count shifts right).
+                            const uint8x16_t bits = vld1q_u8(blk + kQ4Kx8Bytes + 32 * (4 * ch + c) + 16 * rh);
+                            const uint8x16_t bit4 = vdupq_n_u8(0x10);
+                            l = vorrq_u8(l, vandq_u8(vshlq_u8(bits, vdupq_n_s8(static_cast<int8_t>(4 - 2 * j))), bit4));
+                            h = vorrq_u8(h, vandq_u8(vshlq_u8(bits, vdupq_n_s8(static_cast<int8_t>(3 - 2 * j))), bit4));
+                        }
+                        lo[c] = vreinterpretq_s8_u8(l);
+                        hi[c] = vreinterpretq_s8_u8(h);
                     }
                     for (int t = 0; t < kTokens; ++t) {
                         const int8_t *y = ch == 0 ? a.lo[t0 + t] : a.hi[t0 + t];
@@ -665,7 +675,10 @@ void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
                 interleaved_range<32, q8x8_rows<kGroupTokens>, q8x8_rows<1>>(p, r0, r1, g0, g1);
                 return;
             case TensorType::Q4_K:
-                interleaved_range<256, q4kx8_rows<kGroupTokens>, q4kx8_rows<1>>(p, r0, r1, g0, g1);
+                interleaved_range<256, q4kx8_rows<TensorType::Q4_K, kGroupTokens>, q4kx8_rows<TensorType::Q4_K, 1>>(p, r0, r1, g0, g1);
+                return;
+            case TensorType::Q5_K:
+                interleaved_range<256, q4kx8_rows<TensorType::Q5_K, kGroupTokens>, q4kx8_rows<TensorType::Q5_K, 1>>(p, r0, r1, g0, g1);
                 return;
             default:  // Q6_K, the last interleaved type
                 q6kx8_range<q6x8_sums, q6kx8_rows<kGroupTokens>, q6kx8_rows<1>>(p, r0, r1, g0, g1);

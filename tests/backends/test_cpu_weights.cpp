@@ -1,4 +1,4 @@
-// The CPU backend's Q4_0, Q8_0, Q4_K and Q6_K weights interleaved by 8 rows: one copy per matrix
+// The CPU backend's Q4_0, Q8_0 and K-quant weights interleaved by 8 rows: one copy per matrix
 // shared by the model's sessions, and sessions that use it compute what the file's layout
 // computes.
 #include <doctest/doctest.h>
@@ -85,7 +85,7 @@ TEST_CASE("interleaved copies: one per matrix while held, with the interleaved b
     CHECK(std::memcmp(a.get(), want.data(), want.size()) == 0);
 }
 
-TEST_CASE("Q4_0, Q8_0, Q4_K and Q6_K models: interleaved sessions compute the file layout's logits, and the file stays readable") {
+TEST_CASE("Q4_0, Q8_0, Q4_K, Q5_K and Q6_K models: interleaved sessions compute the file layout's logits, and the file stays readable") {
     cpu::KernelIsa fast = cpu::KernelIsa::Scalar;
     for (cpu::KernelIsa isa : {cpu::KernelIsa::Avx2, cpu::KernelIsa::Avx512, cpu::KernelIsa::NeonDotprod, cpu::KernelIsa::NeonI8mm}) {
         if (cpu::cpu_supports(isa)) fast = isa;
@@ -95,7 +95,7 @@ TEST_CASE("Q4_0, Q8_0, Q4_K and Q6_K models: interleaved sessions compute the fi
         return;
     }
     IsaGuard guard;
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
         CAPTURE(std::string(type_name(type)));
         SyntheticModelSpec spec;
         spec.n_embd = 256;

@@ -893,7 +893,7 @@ std::vector<MatmulCase> matmul_cases() {
             cases.push_back({type, 9, 53, 5});
         }
     }
-    // Q4_0, Q8_0, Q4_K and Q6_K interleaved by 8 rows: one group and several (an odd number, 17,
+    // Q4_0, Q8_0 and the K-quants interleaved by 8 rows: one group and several (an odd number, 17,
     // whose thread chunks end inside the matrix; the AVX-512 kernels take groups in pairs, and a
     // lone last one), odd block counts, and a row longer than one 4096-column slice (Q6_K: also
     // one slice and a lone super-block after it).
@@ -906,6 +906,7 @@ std::vector<MatmulCase> matmul_cases() {
             }
             for (int64_t cols : {256, 768}) {
                 cases.push_back({TensorType::Q4_K, rows, cols, n_tokens, kX8});
+                cases.push_back({TensorType::Q5_K, rows, cols, n_tokens, kX8});
                 cases.push_back({TensorType::Q6_K, rows, cols, n_tokens, kX8});
             }
         }
@@ -913,6 +914,7 @@ std::vector<MatmulCase> matmul_cases() {
     cases.push_back({TensorType::Q4_0, 16, 32 * 131, 5, kX8});
     cases.push_back({TensorType::Q8_0, 24, 32 * 131, 5, kX8});
     cases.push_back({TensorType::Q4_K, 16, 256 * 17, 5, kX8});
+    cases.push_back({TensorType::Q5_K, 24, 256 * 17, 5, kX8});
     for (int64_t n_tokens : {1, 2, 7}) cases.push_back({TensorType::Q6_K, 24, 256 * 17, n_tokens, kX8});
     cases.push_back({TensorType::Q6_K, 40, 256 * 16, 9, kX8});
     return cases;
@@ -1147,7 +1149,7 @@ void check_nan_propagation(cpu::KernelIsa isa) {
     }
     if (kernel_table(isa).interleaved_support == 0) return;
     const int64_t x8_rows = 16;
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
         CAPTURE(std::string(type_name(type)));
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, x8_rows * cols), x8_rows, cols);
         std::vector<float> x = random_vector(rng, n_tokens * cols);
@@ -1159,19 +1161,21 @@ void check_nan_propagation(cpu::KernelIsa isa) {
     }
 }
 
-// Interleaving Q4_0, Q8_0, Q4_K and Q6_K by 8 rows rearranges bits (Q4_K: and unpacks the 6-bit scales;
-// Q6_K: and regroups each quant's bits) and nothing else: every row comes back, and an embedding
+// Interleaving Q4_0, Q8_0 and the K-quants by 8 rows rearranges bits (Q4_K and Q5_K: and unpacks the
+// 6-bit scales; Q6_K: and regroups each quant's bits) and nothing else: every row comes back, and an embedding
 // lookup in the interleaved layout gives the reference's floats.
 void check_interleaved_layout(cpu::KernelIsa isa) {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(isa));
     std::mt19937 rng(17);
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
         CAPTURE(std::string(type_name(type)));
         const int64_t rows = 24, cols = is_k(type) ? 512 : 96;
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
         std::vector<uint8_t> x8(cpu::interleaved_bytes(type, rows, cols)), row(row_bytes(type, cols));
-        CHECK(x8.size() == (type == TensorType::Q4_K ? w.size() / 144 * 148 : w.size()));
+        CHECK(x8.size() == (type == TensorType::Q4_K   ? w.size() / 144 * 148
+                            : type == TensorType::Q5_K ? w.size() / 176 * 180
+                                                       : w.size()));
         cpu::interleave_rows(type, w.data(), x8.data(), rows, cols);
         for (int64_t r = 0; r < rows; ++r) {
             cpu::deinterleave_row(type, x8.data(), cols, r, row.data());
@@ -1187,15 +1191,18 @@ void check_interleaved_layout(cpu::KernelIsa isa) {
             const uint8_t *grp = x8.data() + (1 * 3 + 1) * 272;
             CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);                         // scale
             CHECK(std::memcmp(grp + 16 + 32 * 6 + 4 * 2, blk + 2 + 24, 4) == 0);  // quants 24..27
-        } else if (type == TensorType::Q4_K) {
-            const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1184;
+        } else if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
+            const bool q5 = type == TensorType::Q5_K;
+            const uint8_t *grp = x8.data() + (1 * 2 + 1) * (q5 ? 1440 : 1184);
+            const uint8_t *qs = blk + (q5 ? 48 : 16);  // Q5_K: after 32 bytes of qh
             uint8_t sc[8], m[8];
             unpack_k_scales(blk + 4, sc, m);
             CHECK(std::memcmp(grp + 2 * 2, blk, 2) == 0);           // d
             CHECK(std::memcmp(grp + 16 + 2 * 2, blk + 2, 2) == 0);  // dmin
             CHECK(grp[32 + 8 * 5 + 2] == sc[5]);
             CHECK(grp[96 + 8 * 5 + 2] == m[5]);
-            CHECK(std::memcmp(grp + 160 + 32 * 9 + 4 * 2, blk + 16 + 36, 4) == 0);  // quant bytes 36..39
+            CHECK(std::memcmp(grp + 160 + 32 * 9 + 4 * 2, qs + 36, 4) == 0);  // quant bytes 36..39
+            if (q5) CHECK(std::memcmp(grp + 1184 + 32 * 7 + 4 * 2, blk + 16 + 28, 4) == 0);  // qh bytes 28..31
         } else if (type == TensorType::Q6_K) {
             const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1680;
             BlockQ6_K b;
@@ -1481,7 +1488,7 @@ TEST_CASE("matmul: a NaN activation makes its outputs NaN (SIMD levels)") {
     }
 }
 
-TEST_CASE("interleaved Q4_0, Q8_0, Q4_K and Q6_K: only a rearrangement, and lookups read it back (every level that runs it)") {
+TEST_CASE("interleaved Q4_0, Q8_0, Q4_K, Q5_K and Q6_K: only a rearrangement, and lookups read it back (every level that runs it)") {
     check_interleaved_layout(cpu::KernelIsa::Scalar);
     for (cpu::KernelIsa isa : simd_levels()) {
         if (kernel_table(isa).interleaved_support == 0) continue;
@@ -1490,7 +1497,7 @@ TEST_CASE("interleaved Q4_0, Q8_0, Q4_K and Q6_K: only a rearrangement, and look
     }
 }
 
-TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, for Q4_0, Q8_0, Q4_K and Q6_K") {
+TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, for Q4_0, Q8_0 and the K-quants") {
     IsaGuard guard;
     REQUIRE(cpu::set_kernel_isa(cpu::KernelIsa::Scalar));
     CHECK_FALSE(cpu::interleaving_preferred(TensorType::Q4_0));
@@ -1501,8 +1508,7 @@ TEST_CASE("interleaving is preferred exactly by the levels with kernels for it, 
         const bool x8_level = isa != cpu::KernelIsa::Neon;
         for (TensorType type : kAllTypes) {
             CAPTURE(std::string(type_name(type)));
-            const bool x8_type =
-                type == TensorType::Q4_0 || type == TensorType::Q8_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
+            const bool x8_type = type == TensorType::Q4_0 || type == TensorType::Q8_0 || is_k(type);
             CHECK(cpu::interleaving_preferred(type) == (x8_level && x8_type));
         }
     }
