@@ -515,11 +515,9 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kBlockBytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kBlockBytes);
-        }
         const __m256 d = _mm256_cvtph_ps(load128(blk)), dmin = _mm256_cvtph_ps(load128(blk + 16));
         for (int j = 0; j < 4; ++j) {
+            if constexpr (kTokens == 1) prefetch_block_ahead(blk, kBlockBytes, j, 4);
             const ActBlockPair &a = act[4 * sb + j];
             float min_scale[2 * kGroupTokens];
             q4k_min_scales(a, min_scale);
@@ -631,12 +629,10 @@ void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ6Kx8Bytes;
-        if constexpr (kTokens == 1) {
-            prefetch_block_ahead(blk, kQ6Kx8Bytes);
-        }
         const __m256 d = _mm256_cvtph_ps(load128(blk + kQ6Kx8D));
         const int32_t *ys = sums + 16 * (sb - s0);
         for (int j = 0; j < 8; ++j) {
+            if constexpr (kTokens == 1) prefetch_block_ahead(blk, kQ6Kx8Bytes, j, 8);
             // Block 8 sb + j is half h of activation pair k: scale groups 4k + 2h (in a.lo) and
             // 4k + 2h + 1 (in a.hi), bytes 16 h on.
             const int k = j / 2, h = j % 2;

@@ -447,9 +447,9 @@ inline __m512i broadcast4(const int8_t *p) {
 
 // Every cache line of block `blk` of group rg and, with kPair, of group rg + 1, ahead.
 template <bool kPair>
-inline void prefetch_groups(const uint8_t *blk, int64_t stride, int64_t bytes) {
-    prefetch_block_ahead(blk, bytes);
-    if constexpr (kPair) prefetch_block_ahead(blk + stride, bytes);
+inline void prefetch_groups(const uint8_t *blk, int64_t stride, int64_t bytes, int part = 0, int parts = 1) {
+    prefetch_block_ahead(blk, bytes, part, parts);
+    if constexpr (kPair) prefetch_block_ahead(blk + stride, bytes, part, parts);
 }
 
 // Writes (first) or adds the rows' results of tokens t0.. of group g, one register per token: 16
@@ -568,9 +568,9 @@ void q4kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kBlockBytes;
-        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kBlockBytes);
         const __m512 d = halves_of_groups<kPair>(blk, stride), dmin = halves_of_groups<kPair>(blk + 16, stride);
         for (int j = 0; j < 4; ++j) {
+            if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kBlockBytes, j, 4);
             const ActBlockPair &a = act[4 * sb + j];
             float min_scale[2 * kGroupTokens];
             q4k_min_scales(a, min_scale);
@@ -658,10 +658,10 @@ void q6kx8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t s
     for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kQ6Kx8Bytes;
-        if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kQ6Kx8Bytes);
         const __m512 d = halves_of_groups<kPair>(blk + kQ6Kx8D, stride);
         const int32_t *ys = sums + 16 * (sb - s0);
         for (int j = 0; j < 8; ++j) {
+            if constexpr (kTokens == 1) prefetch_groups<kPair>(blk, stride, kQ6Kx8Bytes, j, 8);
             // Block 8 sb + j is half h of activation pair k: scale groups 4k + 2h (in a.lo) and
             // 4k + 2h + 1 (in a.hi), bytes 16 h on.
             const int k = j / 2, h = j % 2;
