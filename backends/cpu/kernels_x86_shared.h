@@ -39,7 +39,7 @@ inline void prefetch_ahead(const uint8_t *p) { _mm_prefetch(reinterpret_cast<con
 // lines over its sub-blocks, a part before each: issued in one burst they waited for free fill
 // buffers while no arithmetic ran (perf put 59% of Q4_Kx8 decoding on the prefetch loop). Spread
 // out, they decode the TinyLlama shape's Q4_K_M file at 35.4 tok/s instead of 33.8 (medians of 4
-// interleaved rounds at 2 threads; each round 1.04-1.08x).
+// interleaved rounds at 2 threads; each round 1.03-1.06x).
 inline void prefetch_block_ahead(const uint8_t *p, int64_t bytes, int part = 0, int parts = 1) {
     const int64_t lines = (bytes + 63) / 64;
     for (int64_t k = lines * part / parts; k < lines * (part + 1) / parts; ++k) prefetch_ahead(p + 64 * k);
