@@ -4,9 +4,9 @@
 // integer dot products:
 //   - ARMv8.0: 8-bit products widened to 16 bits (smull/smlal2), pairs added into 32 (sadalp).
 //   - __ARM_FEATURE_DOTPROD: sdot, four 8-bit products added into each 32-bit lane.
-//   - __ARM_FEATURE_MATMUL_INT8: smmla for groups of 4 tokens (Q4_0, Q8_0 in the file's layout):
-//     one instruction multiplies 8 bytes of 2 weight rows by 8 bytes of 2 tokens, giving all 4
-//     (row, token) sums.
+//   - __ARM_FEATURE_MATMUL_INT8: smmla for groups of 4 tokens (Q4_0, Q8_0, in the file's layout
+//     and interleaved): one instruction multiplies 8 bytes of 2 weight rows by 8 bytes of 2
+//     tokens, giving all 4 (row, token) sums.
 // With dotprod, weights interleaved by 8 rows (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; kernels.h) run on sdot by
 // lane, and the CPU backend interleaves those types at load as it does on x86.
 // The results are those of the portable kernels in kernels.cpp: the same 8-bit activation quants,
@@ -485,6 +485,90 @@ template <int kTokens>
     store_rows8<kTokens>(p, rg, g, t0, b0 == 0, acc);
 }
 
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+// Q4_0x8 and Q8_0x8 for a whole group of 4 tokens with smmla, which multiplies 2 rows of 8 weight
+// bytes by 2 tokens' 8 activation bytes at once: lanes [r t, r t', r' t, r' t']. Zipping the 32-bit
+// lanes of a row half's element chunks x and x + 1 (elements 4x..4x+3 and 4x+4..4x+7 of 4 rows)
+// gives rows 0 and 1 (vzip1q_s32) and rows 2 and 3 (vzip2q_s32) as such operands, elements 8k..
+// 8k+7 of each for x = 2k; the activations' operand takes the same elements of 2 tokens. So a
+// block takes 32 smmla for 8 rows and 4 tokens, where sdot by lane takes 64.
+
+// Elements 8k..8k+7 of a block for tokens 2 tp and 2 tp + 1 side by side, from the activation
+// rows `rows` (a.lo or a.hi) at byte `at`.
+int8x16_t token_pair8(const int8_t (*rows)[32], int tp, int at) {
+    return vcombine_s8(vld1_s8(rows[2 * tp] + at), vld1_s8(rows[2 * tp + 1] + at));
+}
+
+// The kGroupTokens tokens of group g x the 8 rows of group rg over blocks [b0, b1) of Q4_0x8 or
+// Q8_0x8 (kType): y set for b0 == 0 and added to otherwise, as q4x8_rows. Q4_0's -8 offset is
+// the sums' starting value, -8 sum(y) per token.
+template <TensorType kType>
+[[gnu::noinline]] void quant_x8_group_rows_mmla(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+    constexpr bool kQ4 = kType == TensorType::Q4_0;
+    constexpr int64_t kBlockBytes = kQ4 ? kQ4x8Bytes : kQ8x8Bytes;
+    const ActBlockPair *act = p.act + g * p.n_pairs;
+    const uint8_t *w = p.w + rg * (p.cols / 32) * kBlockBytes;
+    float32x4_t acc[4][2];  // [row pair: rows 0-1, 2-3, 4-5, 6-7][token pair 0-1, 2-3]
+    for (int rp = 0; rp < 4; ++rp) acc[rp][0] = acc[rp][1] = vdupq_n_f32(0.0f);
+    for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t *blk = w + b * kBlockBytes;
+        const ActBlockPair &a = act[b / 2];
+        const int half = static_cast<int>(b & 1);
+        // Per token pair: the operands of elements 8k..8k+7 (k < 2 in a.lo, k >= 2 in a.hi), the
+        // activation scales and the sums' starting values, in the lanes' order [t, t', t, t'].
+        int8x16_t y[2][4];
+        float32x4_t ad[2];
+        int32x4_t start[2];
+        for (int tp = 0; tp < 2; ++tp) {
+            for (int k = 0; k < 4; ++k) y[tp][k] = token_pair8(k < 2 ? a.lo : a.hi, tp, 16 * half + 8 * (k % 2));
+            const int at = half * kGroupTokens + 2 * tp;
+            const float32x2_t d2 = vld1_f32(&a.d[at]);
+            const int32x2_t o2 = vneg_s32(vld1_s32(&a.offset[at]));
+            ad[tp] = vcombine_f32(d2, d2);
+            start[tp] = kQ4 ? vcombine_s32(o2, o2) : vdupq_n_s32(0);
+        }
+        for (int rh = 0; rh < 2; ++rh) {
+            int8x16_t e[8];  // e[x]: elements 4x..4x+3 of the row half's 4 rows
+            if constexpr (kQ4) {
+                for (int c = 0; c < 4; ++c) {
+                    const uint8x16_t v = vld1q_u8(blk + 16 + 32 * c + 16 * rh);
+                    e[c] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+                    e[4 + c] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+                }
+            } else {
+                for (int c = 0; c < 8; ++c) e[c] = vld1q_s8(reinterpret_cast<const int8_t *>(blk + 16 + 32 * c + 16 * rh));
+            }
+            const float32x4_t dw = halves4(blk + 8 * rh);
+            for (int rp = 0; rp < 2; ++rp) {
+                int8x16_t op[4];
+                for (int k = 0; k < 4; ++k) {
+                    const int32x4_t lo = vreinterpretq_s32_s8(e[2 * k]), hi = vreinterpretq_s32_s8(e[2 * k + 1]);
+                    op[k] = vreinterpretq_s8_s32(rp == 0 ? vzip1q_s32(lo, hi) : vzip2q_s32(lo, hi));
+                }
+                const float32x4_t dr = rp == 0 ? vzip1q_f32(dw, dw) : vzip2q_f32(dw, dw);  // [d_r, d_r, d_r', d_r']
+                for (int tp = 0; tp < 2; ++tp) {
+                    int32x4_t s = start[tp];
+                    for (int k = 0; k < 4; ++k) s = vmmlaq_s32(s, op[k], y[tp][k]);
+                    acc[2 * rh + rp][tp] = vfmaq_f32(acc[2 * rh + rp][tp], vcvtq_f32_s32(s), vmulq_f32(dr, ad[tp]));
+                }
+            }
+        }
+    }
+    // Row pairs 2 rh and 2 rh + 1 hold rows 4 rh..4 rh + 3: their even lanes are token 2 tp's,
+    // the odd lanes token 2 tp + 1's.
+    for (int tp = 0; tp < 2; ++tp) {
+        for (int rh = 0; rh < 2; ++rh) {
+            const float32x4_t by_token[2] = {vuzp1q_f32(acc[2 * rh][tp], acc[2 * rh + 1][tp]),
+                                             vuzp2q_f32(acc[2 * rh][tp], acc[2 * rh + 1][tp])};
+            for (int u = 0; u < 2; ++u) {
+                float *out = p.y + (g * kGroupTokens + t0 + 2 * tp + u) * p.rows + 8 * rg + 4 * rh;
+                vst1q_f32(out, b0 == 0 ? by_token[u] : vaddq_f32(vld1q_f32(out), by_token[u]));
+            }
+        }
+    }
+}
+#endif  // __ARM_FEATURE_MATMUL_INT8
+
 // kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1) of Q4_Kx8
 // or Q5_Kx8 (kType), y set for s0 == 0 and added to otherwise. Quant chunk 8j + c holds bytes
 // 4c..4c+3 of each row's qs group j: low nibbles are elements 4c..4c+3 of sub-block 2j, high
@@ -668,12 +752,21 @@ void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
 #if defined(__ARM_FEATURE_DOTPROD)
     if (p.interleaved) {
         switch (p.wtype) {
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+            case TensorType::Q4_0:
+                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q4_0>, q4x8_rows<1>>(p, r0, r1, g0, g1);
+                return;
+            case TensorType::Q8_0:
+                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q8_0>, q8x8_rows<1>>(p, r0, r1, g0, g1);
+                return;
+#else
             case TensorType::Q4_0:
                 interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
                 return;
             case TensorType::Q8_0:
                 interleaved_range<32, q8x8_rows<kGroupTokens>, q8x8_rows<1>>(p, r0, r1, g0, g1);
                 return;
+#endif
             case TensorType::Q4_K:
                 interleaved_range<256, q4kx8_rows<TensorType::Q4_K, kGroupTokens>, q4kx8_rows<TensorType::Q4_K, 1>>(p, r0, r1, g0, g1);
                 return;
