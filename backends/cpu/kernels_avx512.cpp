@@ -445,7 +445,8 @@ inline __m512i broadcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-// Every cache line of block `blk` of group rg and, with kPair, of group rg + 1, ahead.
+// Every cache line of block `blk` of group rg and, with kPair, of group rg + 1, ahead (or part
+// `part` of `parts` of their lines: prefetch_block_ahead).
 template <bool kPair>
 inline void prefetch_groups(const uint8_t *blk, int64_t stride, int64_t bytes, int part = 0, int parts = 1) {
     prefetch_block_ahead(blk, bytes, part, parts);
@@ -810,6 +811,9 @@ void q6_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, int64_
 }
 
 // ---- Q5_K weights (the file's layout) -------------------------------------------------------
+//
+// Matrices whose rows are a multiple of 8 run interleaved (q4kx8_rows above); these kernels take
+// the others.
 //
 // The AVX2 kernel unpacks a super-block one block pair at a time, into registers whose lanes hold
 // two blocks in the activations' lo/hi order, so every pair needs its own integer sums and float
