@@ -426,58 +426,46 @@ void store_rows8(const MatmulProblem &p, int64_t rg, int64_t g, int t0, bool fir
     }
 }
 
-// kTokens tokens (t0.. of group g) x the 8 rows of group rg (rows 8 rg ..) over blocks [b0, b1):
-// y is set for b0 == 0 and added to otherwise. kTokens = 1 decodes; 4 unpacks each chunk once for
-// the group's tokens. A Q4_0 chunk's low nibbles are elements 4c..4c+3 of each row's block, its
-// high nibbles 16 + 4c..; the -8 offset is 8 * sum(y), the activations' offset.
-template <int kTokens>
-[[gnu::noinline]] void q4x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
-    const ActBlockPair *act = p.act + g * p.n_pairs;
-    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ4x8Bytes;
-    float32x4_t acc[kTokens][2];
-    for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
-    for (int64_t b = b0; b < b1; ++b) {
-        const uint8_t *blk = w + b * kQ4x8Bytes;
-        const ActBlockPair &a = act[b / 2];
-        const int half = static_cast<int>(b & 1);
-        for (int rh = 0; rh < 2; ++rh) {
-            int8x16_t lo[4], hi[4];
-            for (int c = 0; c < 4; ++c) {
-                const uint8x16_t v = vld1q_u8(blk + 16 + 32 * c + 16 * rh);
-                lo[c] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
-                hi[c] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
-            }
-            const float32x4_t dw = halves4(blk + 8 * rh);
-            for (int t = 0; t < kTokens; ++t) {
-                const int k = half * kGroupTokens + t0 + t;
-                int32x4_t s = dot_lanes4(vdupq_n_s32(-a.offset[k]), lo, vld1q_s8(&a.lo[t0 + t][16 * half]));
-                s = dot_lanes4(s, hi, vld1q_s8(&a.hi[t0 + t][16 * half]));
-                acc[t][rh] = vfmaq_f32(acc[t][rh], vcvtq_f32_s32(s), vmulq_n_f32(dw, a.d[k]));
-            }
+// Row half rh of a Q4_0x8 or Q8_0x8 block as 8 element chunks: e[x] holds elements 4x..4x+3 of
+// the half's 4 rows, one row per lane. A Q4_0 chunk c's low nibbles are elements 4c..4c+3, its
+// high nibbles 16 + 4c..; Q8_0x8's 8 chunks are the elements in order.
+template <TensorType kType>
+void element_chunks(const uint8_t *blk, int rh, int8x16_t e[8]) {
+    if constexpr (kType == TensorType::Q4_0) {
+        for (int c = 0; c < 4; ++c) {
+            const uint8x16_t v = vld1q_u8(blk + 16 + 32 * c + 16 * rh);
+            e[c] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+            e[4 + c] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
         }
+    } else {
+        for (int c = 0; c < 8; ++c) e[c] = vld1q_s8(reinterpret_cast<const int8_t *>(blk + 16 + 32 * c + 16 * rh));
     }
-    store_rows8<kTokens>(p, rg, g, t0, b0 == 0, acc);
 }
 
-// As q4x8_rows, with 8 chunks of signed quants: chunks 0..3 meet elements 0..15, 4..7 16..31.
-template <int kTokens>
-[[gnu::noinline]] void q8x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+// kTokens tokens (t0.. of group g) x the 8 rows of group rg (rows 8 rg ..) over blocks [b0, b1) of
+// Q4_0x8 or Q8_0x8 (kType): y is set for b0 == 0 and added to otherwise. kTokens = 1 decodes; 4
+// unpacks each chunk once for the group's tokens. Element chunks 0..3 meet a.lo, 4..7 a.hi; Q4_0's
+// -8 offset is the sums' starting value, -8 sum(y), the activations' offset.
+template <TensorType kType, int kTokens>
+[[gnu::noinline]] void quant_x8_rows(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
+    constexpr int64_t kBlockBytes = kType == TensorType::Q4_0 ? kQ4x8Bytes : kQ8x8Bytes;
     const ActBlockPair *act = p.act + g * p.n_pairs;
-    const uint8_t *w = p.w + rg * (p.cols / 32) * kQ8x8Bytes;
+    const uint8_t *w = p.w + rg * (p.cols / 32) * kBlockBytes;
     float32x4_t acc[kTokens][2];
     for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
     for (int64_t b = b0; b < b1; ++b) {
-        const uint8_t *blk = w + b * kQ8x8Bytes;
+        const uint8_t *blk = w + b * kBlockBytes;
         const ActBlockPair &a = act[b / 2];
         const int half = static_cast<int>(b & 1);
         for (int rh = 0; rh < 2; ++rh) {
-            int8x16_t q[8];
-            for (int c = 0; c < 8; ++c) q[c] = vld1q_s8(reinterpret_cast<const int8_t *>(blk + 16 + 32 * c + 16 * rh));
+            int8x16_t e[8];
+            element_chunks<kType>(blk, rh, e);
             const float32x4_t dw = halves4(blk + 8 * rh);
             for (int t = 0; t < kTokens; ++t) {
                 const int k = half * kGroupTokens + t0 + t;
-                int32x4_t s = dot_lanes4(vdupq_n_s32(0), q, vld1q_s8(&a.lo[t0 + t][16 * half]));
-                s = dot_lanes4(s, q + 4, vld1q_s8(&a.hi[t0 + t][16 * half]));
+                const int32x4_t start = vdupq_n_s32(kType == TensorType::Q4_0 ? -a.offset[k] : 0);
+                int32x4_t s = dot_lanes4(start, e, vld1q_s8(&a.lo[t0 + t][16 * half]));
+                s = dot_lanes4(s, e + 4, vld1q_s8(&a.hi[t0 + t][16 * half]));
                 acc[t][rh] = vfmaq_f32(acc[t][rh], vcvtq_f32_s32(s), vmulq_n_f32(dw, a.d[k]));
             }
         }
@@ -500,7 +488,7 @@ int8x16_t token_pair8(const int8_t (*rows)[32], int tp, int at) {
 }
 
 // The kGroupTokens tokens of group g x the 8 rows of group rg over blocks [b0, b1) of Q4_0x8 or
-// Q8_0x8 (kType): y set for b0 == 0 and added to otherwise, as q4x8_rows. Q4_0's -8 offset is
+// Q8_0x8 (kType): y set for b0 == 0 and added to otherwise, as quant_x8_rows. Q4_0's -8 offset is
 // the sums' starting value, -8 sum(y) per token.
 template <TensorType kType>
 [[gnu::noinline]] void quant_x8_group_rows_mmla(const MatmulProblem &p, int64_t rg, int64_t g, int t0, int64_t b0, int64_t b1) {
@@ -528,16 +516,8 @@ template <TensorType kType>
             start[tp] = kQ4 ? vcombine_s32(o2, o2) : vdupq_n_s32(0);
         }
         for (int rh = 0; rh < 2; ++rh) {
-            int8x16_t e[8];  // e[x]: elements 4x..4x+3 of the row half's 4 rows
-            if constexpr (kQ4) {
-                for (int c = 0; c < 4; ++c) {
-                    const uint8x16_t v = vld1q_u8(blk + 16 + 32 * c + 16 * rh);
-                    e[c] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
-                    e[4 + c] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
-                }
-            } else {
-                for (int c = 0; c < 8; ++c) e[c] = vld1q_s8(reinterpret_cast<const int8_t *>(blk + 16 + 32 * c + 16 * rh));
-            }
+            int8x16_t e[8];
+            element_chunks<kType>(blk, rh, e);
             const float32x4_t dw = halves4(blk + 8 * rh);
             for (int rp = 0; rp < 2; ++rp) {
                 int8x16_t op[4];
@@ -754,17 +734,17 @@ void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
         switch (p.wtype) {
 #if defined(__ARM_FEATURE_MATMUL_INT8)
             case TensorType::Q4_0:
-                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q4_0>, q4x8_rows<1>>(p, r0, r1, g0, g1);
+                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q4_0>, quant_x8_rows<TensorType::Q4_0, 1>>(p, r0, r1, g0, g1);
                 return;
             case TensorType::Q8_0:
-                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q8_0>, q8x8_rows<1>>(p, r0, r1, g0, g1);
+                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q8_0>, quant_x8_rows<TensorType::Q8_0, 1>>(p, r0, r1, g0, g1);
                 return;
 #else
             case TensorType::Q4_0:
-                interleaved_range<32, q4x8_rows<kGroupTokens>, q4x8_rows<1>>(p, r0, r1, g0, g1);
+                interleaved_range<32, quant_x8_rows<TensorType::Q4_0, kGroupTokens>, quant_x8_rows<TensorType::Q4_0, 1>>(p, r0, r1, g0, g1);
                 return;
             case TensorType::Q8_0:
-                interleaved_range<32, q8x8_rows<kGroupTokens>, q8x8_rows<1>>(p, r0, r1, g0, g1);
+                interleaved_range<32, quant_x8_rows<TensorType::Q8_0, kGroupTokens>, quant_x8_rows<TensorType::Q8_0, 1>>(p, r0, r1, g0, g1);
                 return;
 #endif
             case TensorType::Q4_K:
