@@ -130,9 +130,7 @@ float unpack_block(const uint8_t *blk, const float *fp16_table, int8_t lo[16], i
     return fp16_table[load_u16(blk)];
 }
 
-bool is_interleavable(TensorType t) {
-    return t == TensorType::Q4_0 || t == TensorType::Q8_0 || is_kquant(t);
-}
+bool is_interleavable(TensorType t) { return t == TensorType::Q4_0 || t == TensorType::Q8_0 || is_kquant(t); }
 
 // Bytes of one block (Q4_0, Q8_0: 32 columns; the K-quants: a 256-column super-block) of an 8-row
 // group in the interleaved layouts (kernels.h), and the offset of the group block holding block b

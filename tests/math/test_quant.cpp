@@ -1173,9 +1173,7 @@ void check_interleaved_layout(cpu::KernelIsa isa) {
         const int64_t rows = 24, cols = is_k(type) ? 512 : 96;
         const std::vector<uint8_t> w = quantize_matrix(type, random_vector(rng, rows * cols), rows, cols);
         std::vector<uint8_t> x8(cpu::interleaved_bytes(type, rows, cols)), row(row_bytes(type, cols));
-        CHECK(x8.size() == (type == TensorType::Q4_K   ? w.size() / 144 * 148
-                            : type == TensorType::Q5_K ? w.size() / 176 * 180
-                                                       : w.size()));
+        CHECK(x8.size() == (type == TensorType::Q4_K ? w.size() / 144 * 148 : type == TensorType::Q5_K ? w.size() / 176 * 180 : w.size()));
         cpu::interleave_rows(type, w.data(), x8.data(), rows, cols);
         for (int64_t r = 0; r < rows; ++r) {
             cpu::deinterleave_row(type, x8.data(), cols, r, row.data());
@@ -1201,7 +1199,7 @@ void check_interleaved_layout(cpu::KernelIsa isa) {
             CHECK(std::memcmp(grp + 16 + 2 * 2, blk + 2, 2) == 0);  // dmin
             CHECK(grp[32 + 8 * 5 + 2] == sc[5]);
             CHECK(grp[96 + 8 * 5 + 2] == m[5]);
-            CHECK(std::memcmp(grp + 160 + 32 * 9 + 4 * 2, qs + 36, 4) == 0);  // quant bytes 36..39
+            CHECK(std::memcmp(grp + 160 + 32 * 9 + 4 * 2, qs + 36, 4) == 0);                 // quant bytes 36..39
             if (q5) CHECK(std::memcmp(grp + 1184 + 32 * 7 + 4 * 2, blk + 16 + 28, 4) == 0);  // qh bytes 28..31
         } else if (type == TensorType::Q6_K) {
             const uint8_t *grp = x8.data() + (1 * 2 + 1) * 1680;
