@@ -51,7 +51,7 @@ public:
 
     Status adopt_weight(TensorType type, int64_t cols, int64_t rows, const void *host_data, Tensor *out) override {
         // The mapped file is used in place: weights cost no extra memory and are shared by every
-        // session of the model. Q4_0, Q8_0, Q4_K and Q6_K matrices are the exception where the kernels
+        // session of the model. Q4_0, Q8_0 and K-quant matrices are the exception where the kernels
         // run them interleaved faster: one rearranged copy, shared by the model's CPU sessions.
         *out = Tensor{reinterpret_cast<uintptr_t>(host_data), 0, type, cols, rows};
         if (rows % 8 == 0 && cpu::interleaving_preferred(type)) {
