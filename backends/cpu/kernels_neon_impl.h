@@ -387,9 +387,10 @@ void kquant_range(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g0, in
 // activation vector), so each row's sum builds up in its own lane and nothing is reduced across
 // lanes, as vpdpbusd does on x86. The kernels take a block one row half at a time: a half's
 // unpacked weights, the int32 sums and the float accumulators of 4 tokens then fit NEON's 32
-// registers. Unsigned quants (Q4_0's and Q4_K's nibbles, Q5_K's 5 bits, Q6_K's q + 32) are below 128, so sdot
-// reads them as signed bytes unchanged; their offsets are taken from the integer sums, which are
-// exact, so the results differ from the scalar path's only in the order of float additions.
+// registers. Unsigned quants (Q4_0's and Q4_K's nibbles, Q5_K's 5 bits, Q6_K's q + 32) are below
+// 128, so sdot reads them as signed bytes unchanged; their offsets are taken from the integer
+// sums, which are exact, so the results differ from the scalar path's only in the order of float
+// additions.
 
 // acc + the dot product of w[c] (4 bytes per row) with lane c of y, for c < 4: 16 elements of a
 // block, in 4 chunks, against their 16 activation bytes.
