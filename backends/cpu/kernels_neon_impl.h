@@ -565,8 +565,11 @@ template <TensorType kType, int kTokens>
     for (int t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = vdupq_n_f32(0.0f);
     for (int64_t sb = s0; sb < s1; ++sb) {
         const uint8_t *blk = w + sb * kBlockBytes;
+        const float32x4_t d[2] = {halves4(blk), halves4(blk + 8)}, dmin[2] = {halves4(blk + 16), halves4(blk + 24)};  // [row half]
         for (int j = 0; j < 4; ++j) {
             const ActBlockPair &a = act[4 * sb + j];
+            float min_scale[2 * kGroupTokens];  // a.d * sum(y) per (block, token), in a.d's order; sum(y) = offset / 8
+            for (int k = 0; k < 2 * kGroupTokens; ++k) min_scale[k] = a.d[k] * static_cast<float>(a.offset[k] / 8);
             for (int rh = 0; rh < 2; ++rh) {
                 int32x4_t dots[2][kTokens];  // [sub-block 2j, 2j + 1][token]
                 for (int t = 0; t < kTokens; ++t) dots[0][t] = dots[1][t] = vdupq_n_s32(0);
@@ -591,15 +594,13 @@ template <TensorType kType, int kTokens>
                         dots[1][t] = dot_lanes4(dots[1][t], hi, vld1q_s8(y + 16));
                     }
                 }
-                const float32x4_t d = halves4(blk + 8 * rh), dmin = halves4(blk + 16 + 8 * rh);
                 for (int h = 0; h < 2; ++h) {
-                    const float32x4_t step = vmulq_f32(d, ubytes4_to_floats(blk + 32 + 8 * (2 * j + h) + 4 * rh));
-                    const float32x4_t off = vmulq_f32(dmin, ubytes4_to_floats(blk + 96 + 8 * (2 * j + h) + 4 * rh));
+                    const float32x4_t step = vmulq_f32(d[rh], ubytes4_to_floats(blk + 32 + 8 * (2 * j + h) + 4 * rh));
+                    const float32x4_t off = vmulq_f32(dmin[rh], ubytes4_to_floats(blk + 96 + 8 * (2 * j + h) + 4 * rh));
                     for (int t = 0; t < kTokens; ++t) {
                         const int k = h * kGroupTokens + t0 + t;
-                        const float min_scale = a.d[k] * static_cast<float>(a.offset[k] / 8);
                         acc[t][rh] = vfmaq_f32(acc[t][rh], vcvtq_f32_s32(dots[h][t]), vmulq_n_f32(step, a.d[k]));
-                        acc[t][rh] = vfmsq_f32(acc[t][rh], off, vdupq_n_f32(min_scale));
+                        acc[t][rh] = vfmsq_f32(acc[t][rh], off, vdupq_n_f32(min_scale[k]));
                     }
                 }
             }
