@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -395,6 +396,34 @@ Status read_hf_tokenizer(const std::string &dir, int32_t n_vocab, HfVocabulary *
     Status st = parse_hf_tokenizer(tokenizer, config, model_config, chat_template, n_vocab, out);
     if (!st.ok()) st.message = dir + ": " + st.message;
     return st;
+}
+
+Status read_vocabulary(const std::string &path, int32_t *n_tokens, std::function<void(GgufWriter &)> *write) {
+    const std::filesystem::path file(path);
+    if (file.extension() == ".gguf") {
+        std::unique_ptr<GgufFile> opened;
+        H2O_TRY(GgufFile::open(path, &opened));
+        std::vector<std::string_view> tokens;
+        Status st = opened->get_string_array("tokenizer.ggml.tokens", &tokens);
+        if (!st.ok()) return make_error(H2O_ERR_MODEL_FORMAT, path + ": no vocabulary: " + st.message);
+        *n_tokens = static_cast<int32_t>(tokens.size());
+        std::shared_ptr<const GgufFile> gguf(std::move(opened));  // its keys point into its mapping
+        *write = [gguf](GgufWriter &w) {
+            for (const GgufKeyValue &kv : gguf->metadata()) {
+                if (kv.key.substr(0, 10) == "tokenizer.") w.add_copy(kv);
+            }
+        };
+        return Status::Ok();
+    }
+    const std::string dir = std::filesystem::is_directory(file) ? path : file.parent_path().string();
+    if (!std::filesystem::is_directory(file) && file.filename() != "tokenizer.json") {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "'" + path + "' is not a tokenizer.json, its folder or a GGUF file");
+    }
+    auto vocab = std::make_shared<HfVocabulary>();
+    H2O_TRY(read_hf_tokenizer(dir.empty() ? "." : dir, 0, vocab.get()));
+    *n_tokens = static_cast<int32_t>(vocab->tokens.size());
+    *write = [vocab](GgufWriter &w) { add_hf_vocabulary(*vocab, &w); };
+    return Status::Ok();
 }
 
 void add_hf_vocabulary(const HfVocabulary &vocab, GgufWriter *w) {

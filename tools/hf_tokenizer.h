@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -66,6 +67,14 @@ Status read_hf_tokenizer(const std::string &dir, int32_t n_vocab, HfVocabulary *
 
 // Adds the tokenizer.ggml.* keys (and tokenizer.chat_template) of vocab to a GGUF being written.
 void add_hf_vocabulary(const HfVocabulary &vocab, GgufWriter *writer);
+
+// A real vocabulary for a written model (h2o-synth --vocab, tests): a tokenizer.json or its
+// folder (read_hf_tokenizer), or a GGUF file, a model or a vocabulary-only one such as llama.cpp's
+// ggml-vocab-*.gguf, whose tokenizer.* keys are copied as they are. *n_tokens: its size; *write:
+// adds its keys to a GGUF being written (and keeps what it read alive).
+// Errors: those of read_hf_tokenizer and GgufFile::open; H2O_ERR_MODEL_FORMAT for a GGUF file
+// without tokenizer.ggml.tokens.
+Status read_vocabulary(const std::string &path, int32_t *n_tokens, std::function<void(GgufWriter &)> *write);
 
 // The same vocabulary as the library's tokenizer takes it.
 VocabSpec to_vocab_spec(const HfVocabulary &vocab);

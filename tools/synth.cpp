@@ -1,17 +1,16 @@
 // h2o-synth: writes a random-weight model of any architecture the runtime runs (llama, qwen2,
 // qwen3, phi3, gemma2, gemma3) as GGUF, for benchmarks and tests: a synthetic vocabulary of any size, or a real
-// one read from a Hugging Face tokenizer.json.
+// one read from a Hugging Face tokenizer.json or copied from a GGUF file.
 //
 //   h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3] [--type Q4_0|Q5_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]
 //             [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]
-//             [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--rope-dims N]
+//             [--vocab 32000|tokenizer.json|vocab.gguf] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--rope-dims N]
 //             [--long-rope CONTEXT] [--window N] [--window-pattern N] [--attn-softcap C] [--final-softcap C]
 //             [--tied] [--embd-scale 1] [--seed 1]
 //
 // The defaults give the ~110M-parameter shape used by the benchmarks.
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "gguf.h"
@@ -24,15 +23,16 @@ namespace {
 constexpr const char *kUsage =
     "usage: h2o-synth -o OUT.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3] [--type Q4_0|Q5_0|Q8_0|Q4_K|Q6_K|F16|F32] [--dim 768]\n"
     "                 [--layers 12] [--heads 12] [--kv-heads 12] [--head-dim N] [--ff 2048]\n"
-    "                 [--vocab 32000|tokenizer.json] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--rope-dims N]\n"
+    "                 [--vocab 32000|tokenizer.json|vocab.gguf] [--ctx 2048] [--rope-base 10000] [--rope-freqs] [--rope-dims N]\n"
     "                 [--long-rope CONTEXT] [--window N] [--window-pattern N] [--attn-softcap C] [--final-softcap C]\n"
     "                 [--tied] [--embd-scale 1] [--seed 1]\n"
     "  --arch NAME            the architecture: llama (default), qwen2 (q, k and v biases), qwen3 (per-head\n"
     "                         norms of q and k), phi3 (fused q/k/v and gate/up projections), gemma2, gemma3\n"
     "                         (Gemma's block; gemma3 with per-head norms of q and k)\n"
     "  --head-dim N           the head size (default: dim / heads), written as attention.key_length\n"
-    "  --vocab N|PATH         a synthetic vocabulary of N tokens, or a Hugging Face tokenizer.json (or its\n"
-    "                         folder: tokenizer_config.json and chat_template.jinja are read beside it)\n"
+    "  --vocab N|PATH         a synthetic vocabulary of N tokens, a Hugging Face tokenizer.json (or its folder:\n"
+    "                         tokenizer_config.json and chat_template.jinja are read beside it), or a GGUF file\n"
+    "                         whose tokenizer.* keys are copied (a model, or a vocabulary-only file)\n"
     "  --rope-base B          the rotary frequency base (default 10000)\n"
     "  --rope-freqs           llama: Llama 3.1's per-pair rotary frequency factors (rope_freqs.weight)\n"
     "  --rope-dims N          rotate only the first N dimensions of each head (default: all)\n"
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     cl.count("--heads", 1, kMaxDimension, &spec.n_head);
     cl.count("--kv-heads", 1, kMaxDimension, &spec.n_head_kv);
     cl.count("--ff", 1, kMaxDimension, &spec.n_ff);
-    std::string vocab_path;  // a tokenizer.json, or its folder
+    std::string vocab_path;  // a tokenizer.json, its folder, or a GGUF file
     cl.option("--vocab", [&](const std::string &value) {
         if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
             spec.n_vocab = static_cast<int>(cl.to_count(value, 1, kMaxDimension));
@@ -114,20 +114,15 @@ int main(int argc, char **argv) {
     if (!gemma &&
         (spec.sliding_window != 0 || spec.sliding_window_pattern != 0 || spec.attention_softcap != 0.0f || spec.output_softcap != 0.0f))
         cl.fail("--window, --window-pattern and the soft-caps belong to --arch gemma2 and gemma3");
-    h2o::HfVocabulary vocab;
     if (!vocab_path.empty()) {
-        const std::filesystem::path path(vocab_path);
-        const std::string dir = std::filesystem::is_directory(path) ? path.string() : path.parent_path().string();
-        if (!std::filesystem::is_directory(path) && path.filename() != "tokenizer.json") {
-            cl.fail("--vocab needs a number or a tokenizer.json (or its folder), not '" + vocab_path + "'");
-        }
-        const h2o::Status read = h2o::read_hf_tokenizer(dir.empty() ? "." : dir, 0, &vocab);
+        int32_t n_tokens = 0;
+        const h2o::Status read = h2o::read_vocabulary(vocab_path, &n_tokens, &spec.write_vocabulary);
+        if (read.code == H2O_ERR_INVALID_ARGUMENT) cl.fail("--vocab needs a number, a tokenizer.json (or its folder) or a GGUF file");
         if (!read.ok()) {
             std::fprintf(stderr, "h2o-synth: %s\n", read.message.c_str());
             return 1;
         }
-        spec.n_vocab = static_cast<int>(vocab.tokens.size());
-        spec.write_vocabulary = [&vocab](h2o::GgufWriter &w) { h2o::add_hf_vocabulary(vocab, &w); };
+        spec.n_vocab = n_tokens;
     }
     const h2o::Status st = h2o::write_synthetic_model(spec, out);
     if (!st.ok()) {

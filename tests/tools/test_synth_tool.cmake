@@ -1,5 +1,5 @@
 # h2o-synth writes each architecture the runtime runs, with a synthetic vocabulary or a real one
-# from a tokenizer.json, and what it writes loads and generates: h2o-info shows the shape, h2o-cli
+# from a tokenizer.json or a GGUF file, and what it writes loads and generates: h2o-info shows the shape, h2o-cli
 # generates, and h2o-chat talks to the real-vocabulary ones in their own template's format. Then its
 # usage errors. Arguments: -DSYNTH= -DINFO= -DCLI= -DCHAT= (the programs),
 # -DSHARED=<the shared data folder>, -DWORK=<a scratch folder>.
@@ -53,10 +53,18 @@ if(EXISTS "${SHARED}/vocab/qwen3/tokenizer.json" AND EXISTS "${SHARED}/vocab/lla
     check_model(synth-gemma3-vocab "--arch;gemma3;--dim;128;--heads;4;--kv-heads;1;--head-dim;64;--tied;--window;16;--vocab;${SHARED}/vocab/gemma3"
                 "architecture: gemma3;vocabulary: 262145 tokens;BOS 2;chat format: gemma")
   endif()
+  # Phi-3's sentencepiece vocabulary and chat template, copied from a vocabulary-only GGUF file.
+  if(EXISTS "${SHARED}/vocab/ggml-vocab-phi-3.gguf")
+    check_model(synth-phi3-vocab "--arch;phi3;--dim;128;--heads;4;--kv-heads;4;--vocab;${SHARED}/vocab/ggml-vocab-phi-3.gguf"
+                "architecture: phi3;vocabulary: 32064 tokens;BOS 1;chat format: phi3")
+  endif()
   # h2o-chat talks to each in the format of its own template: one turn, then /quit.
   set(chat_cases "synth-qwen3-vocab=chatml" "synth-llama3-vocab=llama3")
   if(EXISTS "${SHARED}/vocab/gemma3/tokenizer.json")
     list(APPEND chat_cases "synth-gemma3-vocab=gemma")
+  endif()
+  if(EXISTS "${SHARED}/vocab/ggml-vocab-phi-3.gguf")
+    list(APPEND chat_cases "synth-phi3-vocab=phi3")
   endif()
   foreach(case IN LISTS chat_cases)
     string(REPLACE "=" ";" case "${case}")
@@ -76,7 +84,7 @@ endif()
 foreach(case "--arch;gemma4;unknown architecture 'gemma4'" "--arch;qwen2;--rope-freqs;--rope-freqs belongs to --arch llama"
              "--window;8;--window, --window-pattern and the soft-caps belong to --arch gemma2 and gemma3"
              "--long-rope;64;--long-rope belongs to --arch phi3"
-             "--vocab;vocab.txt;--vocab needs a number or a tokenizer.json" "--rope-base;0;--rope-base needs a number > 0"
+             "--vocab;vocab.txt;--vocab needs a number, a tokenizer.json \\(or its folder\\) or a GGUF file" "--rope-base;0;--rope-base needs a number > 0"
              "--head-dim;1;--head-dim needs a whole number from 2" "--embd-scale;-1;--embd-scale needs a number > 0")
   list(POP_BACK case expected)
   execute_process(COMMAND ${SYNTH} -o ${WORK}/never.gguf ${case} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
