@@ -246,6 +246,10 @@ H2O_API h2o_status h2o_model_get_text(const h2o_model *model, uint32_t what, cha
 /** Flags for h2o_tokenize. */
 #define H2O_TOKENIZE_ADD_BOS 1u /**< prepend the BOS token (not doubled if the text begins with "<s>" parsed as special) */
 #define H2O_TOKENIZE_SPECIAL 2u /**< the text of control tokens ("<s>", "</s>", "<|im_end|>", ...) becomes those tokens */
+/** Prepend the BOS token when the vocabulary asks for one (tokenizer.ggml.add_bos_token, else the
+ * default of its kind: sentencepiece vocabularies do, most byte-level BPE ones do not), as a fresh
+ * session's text does and llama.cpp's add_special; H2O_TOKENIZE_ADD_BOS prepends it always (since 0.8). */
+#define H2O_TOKENIZE_VOCAB_BOS 4u
 
 /** Tokenizes UTF-8 text (text_len bytes; text need not be NUL-terminated). A leading space is
  * added as sentencepiece does (with H2O_TOKENIZE_SPECIAL, to each stretch of text between special

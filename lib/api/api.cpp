@@ -375,11 +375,13 @@ H2O_API h2o_status h2o_tokenize(const h2o_model *model, const char *text, size_t
         if (!text && text_len > 0) return invalid("h2o_tokenize: text is NULL");
         if (!tokens && capacity > 0) return invalid("h2o_tokenize: tokens is NULL but capacity is not 0");
         if (!n_tokens) return invalid("h2o_tokenize: n_tokens is NULL");
-        if (flags & ~(H2O_TOKENIZE_ADD_BOS | H2O_TOKENIZE_SPECIAL)) return invalid("h2o_tokenize: unknown flags " + std::to_string(flags));
+        if (flags & ~(H2O_TOKENIZE_ADD_BOS | H2O_TOKENIZE_SPECIAL | H2O_TOKENIZE_VOCAB_BOS)) {
+            return invalid("h2o_tokenize: unknown flags " + std::to_string(flags));
+        }
         std::vector<int32_t> ids;
         const h2o::Tokenizer &tok = model->impl->tokenizer();
         const std::string_view view(text ? text : "", text_len);
-        const bool add_bos = flags & H2O_TOKENIZE_ADD_BOS;
+        const bool add_bos = (flags & H2O_TOKENIZE_ADD_BOS) || ((flags & H2O_TOKENIZE_VOCAB_BOS) && tok.add_bos());
         if (Status s = flags & H2O_TOKENIZE_SPECIAL ? tok.encode_special(view, add_bos, &ids) : tok.encode(view, add_bos, &ids); !s.ok()) {
             return fail(s);
         }

@@ -2,6 +2,7 @@
 // state is left after each failure.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -9,6 +10,8 @@
 
 #include "h2o/h2o.h"
 #include "h2o/h2o_experimental.h"
+#include "hf_tokenizer.h"
+#include "synthetic_model.h"
 #include "test_util.h"
 
 namespace {
@@ -265,6 +268,51 @@ TEST_CASE("a full context returns H2O_ERR_CONTEXT_FULL and keeps what was proces
     REQUIRE(h2o_session_reset(m.session) == H2O_OK);
     REQUIRE(h2o_session_get_stats(m.session, &stats) == H2O_OK);
     CHECK(stats.n_past == 0);
+}
+
+TEST_CASE("H2O_TOKENIZE_VOCAB_BOS prepends BOS exactly when the vocabulary asks for one") {
+    // Both ways a vocabulary says: sentencepiece's default (stories260K: yes) and GPT-2's
+    // byte-level BPE without tokenizer.ggml.add_bos_token (llama.cpp's default for it: no).
+    H2O_SHARED_FILE_OR_SKIP(sentencepiece, "models/stories260K.gguf");
+    H2O_SHARED_FILE_OR_SKIP(gpt2_vocabulary, "vocab/ggml-vocab-gpt-2.gguf");
+    h2o::SyntheticModelSpec spec;
+    spec.n_embd = 32;
+    spec.n_layer = 1;
+    spec.n_head = spec.n_head_kv = 2;
+    spec.n_ff = 32;
+    int32_t n_tokens = 0;
+    REQUIRE(h2o::read_vocabulary(gpt2_vocabulary, &n_tokens, &spec.write_vocabulary).ok());
+    spec.n_vocab = n_tokens;
+    const std::string gpt2 = h2o_test::temp_path("vocab-bos-gpt2.gguf");
+    REQUIRE(h2o::write_synthetic_model(spec, gpt2).ok());
+    struct Case {
+        std::string path;
+        bool vocabulary_adds_bos;
+    };
+    for (const Case &c : {Case{sentencepiece, true}, Case{gpt2, false}}) {
+        INFO(c.path);
+        h2o_model *model = nullptr;
+        REQUIRE(h2o_model_load(c.path.c_str(), nullptr, &model) == H2O_OK);
+        h2o_model_info info;
+        info.struct_size = sizeof info;
+        REQUIRE(h2o_model_get_info(model, &info) == H2O_OK);
+        REQUIRE(info.bos_token >= 0);
+        const auto tokenize = [&](uint32_t flags) {
+            std::vector<int32_t> ids(64);
+            size_t n = 0;
+            REQUIRE(h2o_tokenize(model, "Once upon a time", 16, flags, ids.data(), ids.size(), &n) == H2O_OK);
+            ids.resize(n);
+            return ids;
+        };
+        const std::vector<int32_t> plain = tokenize(0), with_bos = tokenize(H2O_TOKENIZE_ADD_BOS);
+        CHECK(with_bos.front() == info.bos_token);
+        CHECK(tokenize(H2O_TOKENIZE_VOCAB_BOS) == (c.vocabulary_adds_bos ? with_bos : plain));
+        CHECK(tokenize(H2O_TOKENIZE_VOCAB_BOS | H2O_TOKENIZE_ADD_BOS) == with_bos);
+        size_t n = 0;
+        CHECK(h2o_tokenize(model, "a", 1, 8u, nullptr, 0, &n) == H2O_ERR_INVALID_ARGUMENT);
+        h2o_model_free(model);
+    }
+    std::remove(gpt2.c_str());
 }
 
 TEST_CASE("tokenize and detokenize report needed sizes") {

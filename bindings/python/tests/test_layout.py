@@ -52,6 +52,7 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(define("H2O_EXPERIMENTAL_CAPACITY"), _native.EXPERIMENTAL_CAPACITY)
         self.assertEqual(define("H2O_TOKENIZE_ADD_BOS"), _native.TOKENIZE_ADD_BOS)
         self.assertEqual(define("H2O_TOKENIZE_SPECIAL"), _native.TOKENIZE_SPECIAL)
+        self.assertEqual(define("H2O_TOKENIZE_VOCAB_BOS"), _native.TOKENIZE_VOCAB_BOS)
         self.assertEqual(define("H2O_TEXT_PIN"), _native.TEXT_PIN)
         self.assertEqual(define("H2O_TEXT_SPECIAL"), _native.TEXT_SPECIAL)
         self.assertEqual(define("H2O_KV_HORIZON_NONE"), _native.KV_HORIZON_NONE)

@@ -233,6 +233,7 @@ pub struct h2o_generate_stats {
 /// Flags of h2o_tokenize and h2o_session_add_text.
 pub const H2O_TOKENIZE_ADD_BOS: u32 = 1;
 pub const H2O_TOKENIZE_SPECIAL: u32 = 2;
+pub const H2O_TOKENIZE_VOCAB_BOS: u32 = 4;
 
 extern "C" {
     pub fn h2o_version() -> *const c_char;
