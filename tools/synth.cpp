@@ -117,7 +117,9 @@ int main(int argc, char **argv) {
     if (!vocab_path.empty()) {
         int32_t n_tokens = 0;
         const h2o::Status read = h2o::read_vocabulary(vocab_path, &n_tokens, &spec.write_vocabulary);
-        if (read.code == H2O_ERR_INVALID_ARGUMENT) cl.fail("--vocab needs a number, a tokenizer.json (or its folder) or a GGUF file");
+        if (read.code == H2O_ERR_INVALID_ARGUMENT) {
+            cl.fail("--vocab needs a number, a tokenizer.json (or its folder) or a GGUF file, not '" + vocab_path + "'");
+        }
         if (!read.ok()) {
             std::fprintf(stderr, "h2o-synth: %s\n", read.message.c_str());
             return 1;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -733,6 +734,53 @@ uint64_t ids_hash(const std::vector<int32_t> &ids) {
         for (int k = 0; k < 4; ++k) h = (h ^ ((u >> (8 * k)) & 0xFF)) * 0x100000001b3ull;
     }
     return h;
+}
+
+TEST_CASE("bpe tokenizer: read_vocabulary takes a tokenizer.json, its folder or a GGUF file's keys, and names what it refuses") {
+    std::function<void(GgufWriter &)> write;
+    int32_t n = 0;
+    // A GGUF file without a vocabulary, a file that is not GGUF, a path of another kind.
+    GgufWriter empty;
+    empty.add_string("general.name", "no vocabulary");
+    const std::string no_vocab = h2o_test::temp_path("no-vocabulary.gguf"), not_gguf = h2o_test::temp_path("not-gguf.gguf");
+    REQUIRE(empty.write(no_vocab).ok());
+    std::FILE *f = std::fopen(not_gguf.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fputs("plain text", f);
+    std::fclose(f);
+    Status st = read_vocabulary(no_vocab, &n, &write);
+    CHECK(st.code == H2O_ERR_MODEL_FORMAT);
+    CHECK(st.message.find(no_vocab + ": no vocabulary") != std::string::npos);
+    CHECK(read_vocabulary(not_gguf, &n, &write).code == H2O_ERR_MODEL_FORMAT);
+    CHECK(read_vocabulary(h2o_test::temp_path("vocab.txt"), &n, &write).code == H2O_ERR_INVALID_ARGUMENT);
+    std::remove(no_vocab.c_str());
+    std::remove(not_gguf.c_str());
+
+    // Phi-3's vocabulary-only file: its tokenizer.* keys, copied, are the vocabulary of the model written.
+    const std::string phi3 = h2o_test::shared_file("vocab/ggml-vocab-phi-3.gguf");
+    if (phi3.empty()) return;
+    REQUIRE(read_vocabulary(phi3, &n, &write).ok());
+    CHECK(n == 32064);
+    GgufWriter w;
+    write(w);
+    std::unique_ptr<GgufFile> copy, original;
+    const std::vector<uint8_t> bytes = w.serialize();
+    REQUIRE(GgufFile::parse(bytes.data(), bytes.size(), &copy).ok());
+    REQUIRE(GgufFile::open(phi3, &original).ok());
+    size_t tokenizer_keys = 0;
+    for (const GgufKeyValue &kv : original->metadata()) {
+        if (kv.key.substr(0, 10) != "tokenizer.") {
+            CHECK(copy->find(kv.key) == nullptr);
+            continue;
+        }
+        ++tokenizer_keys;
+        const GgufValue *value = copy->find(kv.key);
+        REQUIRE(value != nullptr);
+        CHECK(value->type == kv.value.type);
+        CHECK(value->array_size == kv.value.array_size);
+    }
+    CHECK(tokenizer_keys >= 10);
+    CHECK(copy->metadata().size() == tokenizer_keys);
 }
 
 TEST_CASE("bpe tokenizer: the same ids as llama.cpp on whole texts") {
