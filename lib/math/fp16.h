@@ -36,18 +36,20 @@ H2O_HD uint16_t half_from_float(float f) {
     return static_cast<uint16_t>(sign | m);
 }
 
+// Without branches: every case is computed and masks select one, so that a loop over a row
+// vectorizes.
 H2O_HD float half_to_float(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
     const uint32_t exponent = (h >> 10) & 0x1F;
     const uint32_t mantissa = h & 0x3FF;
-    if (exponent == 0x1F) {  // inf, or NaN made quiet
-        return bits_to_float(sign | 0x7F800000 | (mantissa << 13) | (mantissa ? 0x400000u : 0u));
-    }
-    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
-        const float v = static_cast<float>(mantissa) * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+    // inf, or NaN made quiet (the quiet bit set when the mantissa is not 0: mantissa + 0x3FF
+    // reaches bit 10 exactly then)
+    const uint32_t special = 0x7F800000 | (mantissa << 13) | (((mantissa + 0x3FF) & 0x400) << 12);
+    // zero or subnormal: mantissa * 2^-24, exact in float
+    const uint32_t small = float_to_bits(static_cast<float>(mantissa) * 0x1p-24f);
+    const uint32_t normal = ((exponent + 112) << 23) | (mantissa << 13);
+    const uint32_t is_special = 0u - static_cast<uint32_t>(exponent == 0x1F), is_small = 0u - static_cast<uint32_t>(exponent == 0);
+    return bits_to_float(sign | (special & is_special) | (small & is_small) | (normal & ~(is_special | is_small)));
 }
 
 }  // namespace h2o
