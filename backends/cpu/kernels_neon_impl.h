@@ -550,6 +550,15 @@ template <TensorType kType>
 }
 #endif  // __ARM_FEATURE_MATMUL_INT8
 
+// A group of tokens against interleaved Q4_0 or Q8_0 rows: smmla where the level has it, else
+// sdot by lane.
+template <TensorType kType>
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+constexpr InterleavedRows quant_x8_group_rows = quant_x8_group_rows_mmla<kType>;
+#else
+constexpr InterleavedRows quant_x8_group_rows = quant_x8_rows<kType, kGroupTokens>;
+#endif
+
 // kTokens tokens (t0.. of group g) x the 8 rows of group rg over super-blocks [s0, s1) of Q4_Kx8
 // or Q5_Kx8 (kType), y set for s0 == 0 and added to otherwise. Quant chunk 8j + c holds bytes
 // 4c..4c+3 of each row's qs group j: low nibbles are elements 4c..4c+3 of sub-block 2j, high
@@ -734,21 +743,12 @@ void matmul_range_neon(const MatmulProblem &p, int64_t r0, int64_t r1, int64_t g
 #if defined(__ARM_FEATURE_DOTPROD)
     if (p.interleaved) {
         switch (p.wtype) {
-#if defined(__ARM_FEATURE_MATMUL_INT8)
             case TensorType::Q4_0:
-                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q4_0>, quant_x8_rows<TensorType::Q4_0, 1>>(p, r0, r1, g0, g1);
+                interleaved_range<32, quant_x8_group_rows<TensorType::Q4_0>, quant_x8_rows<TensorType::Q4_0, 1>>(p, r0, r1, g0, g1);
                 return;
             case TensorType::Q8_0:
-                interleaved_range<32, quant_x8_group_rows_mmla<TensorType::Q8_0>, quant_x8_rows<TensorType::Q8_0, 1>>(p, r0, r1, g0, g1);
+                interleaved_range<32, quant_x8_group_rows<TensorType::Q8_0>, quant_x8_rows<TensorType::Q8_0, 1>>(p, r0, r1, g0, g1);
                 return;
-#else
-            case TensorType::Q4_0:
-                interleaved_range<32, quant_x8_rows<TensorType::Q4_0, kGroupTokens>, quant_x8_rows<TensorType::Q4_0, 1>>(p, r0, r1, g0, g1);
-                return;
-            case TensorType::Q8_0:
-                interleaved_range<32, quant_x8_rows<TensorType::Q8_0, kGroupTokens>, quant_x8_rows<TensorType::Q8_0, 1>>(p, r0, r1, g0, g1);
-                return;
-#endif
             case TensorType::Q4_K:
                 interleaved_range<256, q4kx8_rows<TensorType::Q4_K, kGroupTokens>, q4kx8_rows<TensorType::Q4_K, 1>>(p, r0, r1, g0, g1);
                 return;
