@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
+#include "backend_registry.h"
 #include "doctest/doctest.h"
 #include "model.h"
 #include "session.h"
@@ -33,6 +35,27 @@ inline std::unique_ptr<h2o::Session> session_or_skip(const h2o::Model &model, co
     }
     REQUIRE_MESSAGE(created.ok(), created.message);
     return session;
+}
+
+// A backend of a kind on its first device, or null after printing the skip marker when this build
+// or machine has none (unless CI requires that device backend, as session_or_skip).
+inline std::unique_ptr<h2o::Backend> backend_or_skip(h2o_backend_kind kind, int max_batch) {
+    const char *required = kind == H2O_BACKEND_CUDA ? "H2O_REQUIRE_CUDA" : "H2O_REQUIRE_VULKAN";
+    const h2o::BackendEntry *entry = h2o::find_backend(kind);
+    std::vector<h2o::BackendDevice> devices;
+    const h2o::Status listed = entry ? entry->devices(&devices) : h2o::Status::Ok();
+    if (!entry || !listed.ok() || devices.empty()) {
+        REQUIRE_MESSAGE(!std::getenv(required), "no device of the required backend: ", listed.message);
+        std::printf("H2O-SKIP: no %s device: %s\n", h2o::backend_kind_title(kind), listed.message.c_str());
+        return nullptr;
+    }
+    h2o::BackendOptions options;
+    options.max_batch = max_batch;
+    std::unique_ptr<h2o::Backend> backend;
+    h2o::BackendDevice running;
+    const h2o::Status created = entry->create(devices[0], options, &backend, &running);
+    REQUIRE_MESSAGE(created.ok(), created.message);
+    return backend;
 }
 
 }  // namespace h2o_test

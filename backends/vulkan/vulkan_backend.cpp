@@ -235,11 +235,12 @@ struct StatsPush {
     uint32_t window;
 };
 struct KvRebalancePush {
-    uint32_t n;
-    uint32_t edits_off, rows_off, keys_off, values_off, meta_off, table_off;
-    uint32_t first_slot, head_dim, pairs, pairing;
+    uint32_t keys_off, values_off, meta_off, work_off, table_off;
+    uint32_t first_slot, pool, first_layer, end_layer, incoming;
+    uint32_t head_dim, pairs, pairing, rolling;
     uint32_t formats;  // key format | value format << 8
     uint32_t n_cells, total_slots, n_kv, max_batch;
+    uint32_t sort_size, area_moves;
 };
 static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes &&
                   sizeof(StatsPush) <= vk::kPushConstantBytes && sizeof(KvRebalancePush) <= vk::kPushConstantBytes,
@@ -294,10 +295,7 @@ public:
     }
     // The backend's own tensors and staging: not the weights, which belong to the model's
     // sessions on the device together (as the CPU backend does not count the model file).
-    size_t allocated_bytes() const override {
-        return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes) + rebalance_books_.bytes() +
-               sizeof(uint32_t) * (rebalance_words_.capacity() + rebalance_entries_.capacity());
-    }
+    size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes); }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
     Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
@@ -381,15 +379,6 @@ private:
     // one into the other (rows aside).
     void meta_words_to_image(const uint32_t *meta, KvImage &image) const;
     void image_to_meta_words(const KvImage &image, uint32_t *meta) const;
-    // Rebalancing on the device (kv_rebalance.comp): `n` entries of two words through the scratch
-    // buffer, a chunk at a time, for the rows of the pool of layers from `pool`: (slot, shift)
-    // keys rolled back, (from, to) rows moved, or (word, value) bookkeeping words set.
-    enum class RebalanceStep {
-        Roll,
-        Move,
-        Patch
-    };
-    void record_rebalance_step(RebalanceStep step, int pool, const uint32_t *entries, size_t n);
 
     // ---- recording
     bool begin();
@@ -481,11 +470,10 @@ private:
     Tensor meta_, scratch_;
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
-    // When the heads' budgets move: the bookkeeping the host's rule runs on (no rows), the meta
-    // words before and after it, and the entries handed to kv_rebalance.comp (its edits of the
-    // rows, then the changed words as (word, value) pairs).
-    KvCache rebalance_books_;
-    std::vector<uint32_t> rebalance_words_, rebalance_entries_;
+    // When the heads' budgets move: kv_rebalance.comp's work buffer (kv_meta_layout.h), sized for
+    // the largest pool (rebalance_sort_size_ slots) and a chunk of rebalance_area_moves_ moves.
+    Tensor rebalance_work_;
+    uint32_t rebalance_sort_size_ = 0, rebalance_area_moves_ = 0;
     // With rolling: kv_rotate_back_table of the global layers, then (from local_rollback_off_, in
     // (cos, sin) pairs) of the local ones, for kv_claim.comp and kv_rebalance.comp.
     Tensor rollback_table_;
@@ -1117,13 +1105,21 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     // visible-slot counts: as many tokens as the budget allows.
     const VkDeviceSize per_token = VkDeviceSize{4} * (2 * n_kv * max_slots + n_kv);
     const auto capacity = static_cast<uint32_t>(std::clamp<VkDeviceSize>(kAttentionScratchBudget / per_token, 1, max_batch_));
-    // The scratch also carries rebalancing's chunks of entries (kv_rebalance.comp): a move's entry
-    // and rows at least.
-    const VkDeviceSize move_bytes =
-        VkDeviceSize{4} * (2 + kv_row_words(key_format, config.head_dim) + kv_row_words(value_format, config.head_dim) + KV_TOKEN_WORDS);
-    const VkDeviceSize scratch_bytes = std::max(per_token * capacity, config.head_share > 0.0f ? move_bytes : 0);
-    for (VkDeviceSize bytes :
-         {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format), meta_bytes, scratch_bytes}) {
+    const VkDeviceSize scratch_bytes = per_token * capacity;
+    // Rebalancing's work buffer (kv_rebalance.comp), when the heads' budgets move: sorted over the
+    // next power of two of the largest pool, rows moved in chunks of up to 2048 slots.
+    uint32_t sort_size = 1, area_moves = 0;
+    VkDeviceSize work_bytes = 0;
+    if (config.head_share > 0.0f) {
+        while (sort_size < config.max_pool_slots()) sort_size <<= 1;
+        area_moves = static_cast<uint32_t>(std::min<int64_t>(config.max_pool_slots(), 2048));
+        const uint32_t slot_words =
+            kv_row_words(key_format, config.head_dim) + kv_row_words(value_format, config.head_dim) + KV_TOKEN_WORDS;
+        work_bytes =
+            VkDeviceSize{4} * kv_rebalance_work(static_cast<uint32_t>(config.n_layer), n_cells, sort_size, area_moves * slot_words).end;
+    }
+    for (VkDeviceSize bytes : {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format),
+                               meta_bytes, scratch_bytes, work_bytes}) {
         if (bytes + alignment_ > range) {
             return make_error(H2O_ERR_UNSUPPORTED, "the KV cache needs a " + std::to_string(bytes >> 20) +
                                                        " MiB region, more than the device's storage buffer range (" +
@@ -1159,17 +1155,12 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
         H2O_TRY(allocate(sizeof(float) * table.size(), &rollback_table_));
         record_upload(block(rollback_table_).buffer, rollback_table_.offset, table.data(), sizeof(float) * table.size());
     }
-    // Rebalancing the heads' budgets runs the host's rule on a host copy of the bookkeeping, kept
-    // allocated with its words before and after and their differences (kv_head_budgets.h).
-    if (config.head_share > 0.0f) {
-        H2O_TRY(rebalance_books_.init_bookkeeping(config));
-        try {
-            rebalance_words_.assign(2 * static_cast<size_t>(layout.batch_slot), 0);
-            rebalance_entries_.reserve(2 * static_cast<size_t>(layout.batch_slot));
-        } catch (const std::bad_alloc &) {
-            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rebalancing bookkeeping");
-        }
+    if (work_bytes > 0) {
+        H2O_TRY(allocate(work_bytes, &rebalance_work_));
+        kv_bytes_ += work_bytes;
     }
+    rebalance_sort_size_ = sort_size;
+    rebalance_area_moves_ = area_moves;
     kv_ = config;
     layout_ = layout;
     query_first_ = query_first;
@@ -1212,91 +1203,66 @@ Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
     return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.cell_slots, out, n_cells * sizeof(int32_t));
 }
 
-// The host's rule on the bookkeeping: it comes down, the rule runs on it and records what it does
-// to the rows, the device does the same to its rows and moves each moved token's bookkeeping
-// with them (kv_rebalance.comp), and the words that still differ go back up. The rows never
-// cross: down go the bookkeeping's words (10 a slot), up two words per rotation, per move and
-// per word the moves leave different (h2o_session_get_device_traffic counts both).
+// The rule runs on the device (kv_rebalance.comp), a pool of layers per dispatch, on the
+// bookkeeping and rows where they live: up go each layer's parameters (KV_REBALANCE_LAYER_WORDS),
+// down come each cell's four counts (used, free, first slot, slots). No slot's words cross
+// (h2o_session_get_device_traffic counts both).
 Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) {
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
-    const size_t words = layout_.batch_slot;
-    uint32_t *before = rebalance_words_.data(), *after = before + words;
-    H2O_TRY(download_range(block(meta_).buffer, meta_.offset, before, VkDeviceSize{4} * words));
-    meta_words_to_image(before, rebalance_books_.image());
-    rebalance_books_.rebalance_heads(next_index, incoming, floor);
-    rebalance_books_.cell_fill(held, slots);
-    const KvRowEdits &edits = rebalance_books_.row_edits();
-    image_to_meta_words(rebalance_books_.image(), after);
-    // Each pool's rows are a buffer of their own: its edits (the rule's, pool after pool) go in
-    // turn, rotations before moves. Then the bookkeeping words, in the same vector.
-    std::vector<uint32_t> &entries = rebalance_entries_;
-    size_t rotation = 0, move = 0;
-    for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
-        const int64_t end = kv_.first_slot_of(kv_.pool_end_layer(pool));
-        entries.clear();
-        for (; rotation < edits.rotations.size() && edits.rotations[rotation].slot < end; ++rotation) {
-            const KvRowEdits::Rotation &r = edits.rotations[rotation];
-            entries.insert(entries.end(), {static_cast<uint32_t>(r.slot), static_cast<uint32_t>(r.shift)});
+    const auto n_cells = static_cast<uint32_t>(kv_.n_layer * kv_.n_head_kv);
+    if (kv_policy_uses_statistics(kv_.policy.policy)) {
+        std::vector<uint32_t> layers(KV_REBALANCE_LAYER_WORDS * static_cast<size_t>(kv_.n_layer), 0);
+        for (int l = 0; l < kv_.n_layer; ++l) {
+            const KvPolicyConfig policy = kv_.policy_in(l);
+            uint32_t *row = layers.data() + KV_REBALANCE_LAYER_WORDS * static_cast<size_t>(l);
+            row[0] = static_cast<uint32_t>(kv_.cell_minimum(l, floor));
+            row[1] = static_cast<uint32_t>(policy.policy);
+            row[2] = static_cast<uint32_t>(std::max(0, policy.sinks));
+            split64(kv_recent_from(policy, next_index, incoming), row + 3);
+            split64(kv_stale_before(policy, next_index, incoming), row + 5);
         }
-        record_rebalance_step(RebalanceStep::Roll, pool, entries.data(), entries.size() / 2);
-        entries.clear();
-        for (; move < edits.moves.size() && edits.moves[move].from < end; ++move) {
-            const KvRowEdits::Move &m = edits.moves[move];
-            entries.insert(entries.end(), {static_cast<uint32_t>(m.from), static_cast<uint32_t>(m.to)});
+        const Bound bwork = bind(rebalance_work_, true);
+        record_upload(block(rebalance_work_).buffer, rebalance_work_.offset, layers.data(), sizeof(uint32_t) * layers.size());
+        const Bound bmeta = bind(meta_, true);
+        // (Without rolling nothing rolls back: any buffer fills the table's binding.)
+        const Bound btable = bind(kv_.rolling ? rollback_table_ : rope_table_, false);
+        KvRebalancePush push{};
+        push.meta_off = bmeta.word;
+        push.work_off = bwork.word;
+        push.table_off = btable.word / 2;  // in (cos, sin) pairs; pools hold global layers alone
+        push.incoming = static_cast<uint32_t>(incoming);
+        push.head_dim = static_cast<uint32_t>(kv_.head_dim);
+        push.pairs = static_cast<uint32_t>(kv_.rope.pairs());
+        push.pairing = kv_.rope.pairing == RotaryPairing::Halves ? 1 : 0;  // rotary.glsl's PAIRING_HALVES
+        push.rolling = kv_.rolling ? 1 : 0;
+        push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
+        push.n_cells = n_cells;
+        push.total_slots = static_cast<uint32_t>(kv_.total_slots());
+        push.n_kv = static_cast<uint32_t>(kv_.n_head_kv);
+        push.max_batch = static_cast<uint32_t>(max_batch_);
+        push.sort_size = rebalance_sort_size_;
+        push.area_moves = rebalance_area_moves_;
+        for (int pool = 0; pool < kv_.n_layer; pool = kv_.pool_end_layer(pool)) {
+            if (kv_.is_window_layer(pool)) continue;  // a window's slots never move
+            const Bound bkeys = bind(keys_[pool], true), bvalues = bind(values_[pool], true);
+            push.keys_off = bkeys.word;
+            push.values_off = bvalues.word;
+            push.first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool));
+            push.pool = static_cast<uint32_t>(kv_.pool_slots(pool));
+            push.first_layer = static_cast<uint32_t>(pool);
+            push.end_layer = static_cast<uint32_t>(kv_.pool_end_layer(pool));
+            dispatch("kv_rebalance", {bkeys, bvalues, bmeta, bwork, btable}, &push, sizeof push, 1);
         }
-        record_rebalance_step(RebalanceStep::Move, pool, entries.data(), entries.size() / 2);
     }
-    // What the device's words are once the moves are done (before, moved as they move them), and
-    // the words that still differ from the rule's.
-    for (const KvRowEdits::Move &m : edits.moves) {
-        const auto from = static_cast<uint32_t>(m.from), to = static_cast<uint32_t>(m.to);
-        for (uint32_t j = 0; j < KV_TOKEN_WORDS; ++j) before[kv_token_word(layout_, to, j)] = before[kv_token_word(layout_, from, j)];
+    // The cells' counts: used, free_count, cell_first and cell_slots follow one another.
+    std::vector<uint32_t> counts(4 * static_cast<size_t>(n_cells));
+    H2O_TRY(download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.used, counts.data(),
+                           sizeof(uint32_t) * counts.size()));
+    for (uint32_t c = 0; c < n_cells; ++c) {
+        held[c] = static_cast<int32_t>(counts[c] - counts[n_cells + c]);
+        slots[c] = static_cast<int32_t>(counts[3 * n_cells + c]);
     }
-    entries.clear();
-    for (size_t w = 0; w < words; ++w) {
-        if (after[w] != before[w]) entries.insert(entries.end(), {static_cast<uint32_t>(w), after[w]});
-    }
-    record_rebalance_step(RebalanceStep::Patch, 0, entries.data(), entries.size() / 2);
     return error_;
-}
-
-void VulkanBackend::record_rebalance_step(RebalanceStep step, int pool, const uint32_t *entries, size_t n) {
-    const bool moves = step == RebalanceStep::Move;
-    const char *kernel = step == RebalanceStep::Roll ? "kv_rebalance_roll" : moves ? "kv_rebalance_gather" : "kv_rebalance_patch";
-    const uint32_t key_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim);
-    const uint32_t row_words = key_words + kv_row_words(kv_value_format(kv_.type), kv_.head_dim);
-    // A chunk's entries, then (moves) their rows: as many as the scratch holds.
-    const VkDeviceSize scratch_words = extent(scratch_) / 4;
-    const size_t capacity = static_cast<size_t>(scratch_words / (2 + (moves ? row_words + KV_TOKEN_WORDS : 0)));
-    const Bound bkeys = bind(keys_[pool], true), bvalues = bind(values_[pool], true), bmeta = bind(meta_, true);
-    // (Without rolling nothing rolls back: any buffer fills the table's binding.)
-    const Bound bedits = bind(scratch_, true), btable = bind(kv_.rolling ? rollback_table_ : rope_table_, false);
-    KvRebalancePush push{};
-    push.keys_off = bkeys.word;
-    push.values_off = bvalues.word;
-    push.meta_off = bmeta.word;
-    push.edits_off = bedits.word;
-    push.table_off = btable.word / 2;  // in (cos, sin) pairs
-    push.first_slot = static_cast<uint32_t>(kv_.first_slot_of(pool));
-    push.head_dim = static_cast<uint32_t>(kv_.head_dim);
-    push.pairs = static_cast<uint32_t>(kv_.rope.pairs());
-    push.pairing = kv_.rope.pairing == RotaryPairing::Halves ? 1 : 0;  // rotary.glsl's PAIRING_HALVES
-    push.formats = static_cast<uint32_t>(kv_key_format(kv_.type)) | static_cast<uint32_t>(kv_value_format(kv_.type)) << 8;
-    push.n_cells = static_cast<uint32_t>(kv_.n_layer * kv_.n_head_kv);
-    push.total_slots = static_cast<uint32_t>(kv_.total_slots());
-    push.n_kv = static_cast<uint32_t>(kv_.n_head_kv);
-    push.max_batch = static_cast<uint32_t>(max_batch_);
-    for (size_t done = 0; done < n && !failed();) {
-        const size_t chunk = std::min(capacity, n - done);
-        push.n = static_cast<uint32_t>(chunk);
-        push.rows_off = bedits.word + static_cast<uint32_t>(2 * chunk);
-        record_upload(block(scratch_).buffer, scratch_.offset, entries + 2 * done, VkDeviceSize{8} * chunk);
-        uint32_t gx, gy;
-        grid_1d(moves ? static_cast<uint64_t>(chunk) * (row_words + KV_TOKEN_WORDS) : chunk, 64, &gx, &gy);
-        dispatch(kernel, {bkeys, bvalues, bmeta, bedits, btable}, &push, sizeof push, gx, gy);
-        if (moves) dispatch("kv_rebalance_scatter", {bkeys, bvalues, bmeta, bedits, btable}, &push, sizeof push, gx, gy);
-        done += chunk;
-    }
 }
 
 Status VulkanBackend::set_kv_span_minimums(const int32_t *minimums) {

@@ -1,11 +1,12 @@
 // Budgets per kv head (Ada-KV, within the fixed slots): how a pool of cells' slots move between
 // them by their attention. A pool is a layer's kv heads, or with share_across_layers every kv
 // head of every layer (KvConfig::pool_first_layer): budgets across layers from the same
-// statistics. KvCache::rebalance_heads (kv_head_budgets.cpp) is the rule's one implementation;
-// the CPU backend runs it on its cache. The device backends run it on a host copy of their
-// bookkeeping alone (KvCache::init_bookkeeping), which records the rotations and moves the rows
-// need (KvRowEdits) for the device to do them (Vulkan's kv_rebalance.comp, CUDA's
-// kv_rebalance_*_kernel).
+// statistics. KvCache::rebalance_heads (kv_head_budgets.cpp) is the rule's reference
+// implementation; the CPU backend runs it on its cache. The Vulkan backend runs the same steps
+// where its cache lives (kv_rebalance.comp, on the victim rules of kv_victim_rules.h), and its
+// parity tests compare the two byte for byte. The CUDA backend runs the reference on a host copy
+// of its bookkeeping alone (KvCache::init_bookkeeping), which records the rotations and moves
+// the rows need (KvRowEdits) for its kv_rebalance_*_kernel to do them.
 //
 // A layer of n_kv cells of B slots has n_kv * B slots in all, allocated once; with head_share s,
 // each cell keeps at least B - floor(s * B) of them (KvConfig::min_cell_slots) and the rest move

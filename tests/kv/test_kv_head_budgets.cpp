@@ -48,7 +48,8 @@ std::array<float, 4> rolled_key(int h, int i, int rank) {
 struct TwoHeads {
     KvCache cache;
     int layer_of[2] = {0, 0}, head_of[2] = {0, 1};
-    explicit TwoHeads(const uint8_t *tags = nullptr, bool rolling = false, bool two_layers = false, bool across_layers = false) {
+    explicit TwoHeads(const uint8_t *tags = nullptr, bool rolling = false, bool two_layers = false, bool across_layers = false,
+                      int sinks = 0) {
         KvConfig c;
         c.n_layer = two_layers ? 2 : 1;
         c.n_head_kv = two_layers ? 1 : 2;
@@ -61,6 +62,7 @@ struct TwoHeads {
         c.n_slots = 8;
         c.head_share = 0.5f;
         c.policy.policy = KvPolicy::H2O;
+        c.policy.sinks = sinks;
         c.rope.dims = 4;
         c.rolling = rolling;
         REQUIRE(cache.init(c).ok());
@@ -203,6 +205,113 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
             CHECK(st.message.find("cell size") != std::string::npos);
         }
     }
+}
+
+// The device backends run the rule where the cache lives (Vulkan: kv_rebalance.comp). From each
+// hand-made cache above, loaded into the device, a few rebalancings in turn leave the device's
+// cache byte for byte the CPU's (rows, positions, statistics, free lists, cell sizes), each
+// branch of the rule taken: victims across cells, rolling, pins, span minimums, cells at their
+// minimum, regions that stay, nothing to do, a pool across layers, raised cells and the
+// oldest-first fallback. Only each layer's parameters go to the device and each cell's counts
+// come back.
+void check_rule_on_device(h2o_backend_kind kind) {
+    struct Step {
+        int64_t next;
+        int incoming, floor;
+    };
+    struct Case {
+        const char *name;
+        std::vector<Step> steps;
+        std::array<uint8_t, 8> tags{};
+        bool rolling = false, two_layers = false, heads_alike = false;
+        int sinks = 0, span_minimum = 0;
+        // A start of unequal full cells: a cache without sinks rebalances for this many tokens
+        // per cell and takes them, and t's cache (with its sinks) loads it.
+        int prelude_tokens = 0;
+    };
+    const uint8_t pin = kv_make_tag(true, 0), span = kv_make_tag(false, 1);
+    std::vector<Case> cases(9);
+    cases[0] = {"plain", {{8, 2, 0}, {10, 3, 0}, {11, 0, 8}}};
+    cases[1] = {"rolling", {{8, 2, 0}, {10, 3, 0}, {11, 0, 8}}};
+    cases[1].rolling = true;
+    cases[2] = {"pins", {{8, 2, 0}, {10, 3, 0}}, {pin, pin}};
+    cases[3] = {"a span's minimum", {{8, 2, 0}, {10, 3, 0}}, {0, 0, span, span, span}};
+    cases[3].span_minimum = 2;
+    cases[4] = {"a cell at its minimum", {{8, 4, 0}}};
+    cases[5] = {"heads alike: regions stay", {{8, 2, 0}, {8, 2, 0}}};
+    cases[5].heads_alike = true;
+    cases[6] = {"room for the batch", {{0, 0, 0}, {8, 0, 0}}};
+    cases[7] = {"across layers", {{8, 2, 0}, {10, 3, 0}, {11, 0, 8}}};
+    cases[7].two_layers = true;
+    cases[8] = {"raised cells, protected tokens: the oldest go", {{10, 1, 8}}};
+    cases[8].sinks = 10;  // every token: no candidate at all
+    cases[8].prelude_tokens = 2;
+    for (const Case &k : cases) {
+        CAPTURE(k.name);
+        TwoHeads t(k.tags.data(), k.rolling, k.two_layers, k.two_layers, k.sinks);
+        if (k.heads_alike) {
+            KvCache::CellView v = t.cell(1);
+            for (int s = 0; s < 8; ++s) v.stats[s].accumulated = 10.0f + s;
+        }
+        int32_t minimums[KV_MAX_SPANS] = {k.span_minimum};
+        t.cache.set_span_minimums(minimums);
+        auto saved = [](auto save) {
+            std::vector<uint8_t> bytes;
+            ByteWriter out(&bytes);
+            save(out);
+            return bytes;
+        };
+        int64_t n_past = 8;
+        if (k.prelude_tokens > 0) {
+            TwoHeads unequal(k.tags.data(), k.rolling, k.two_layers, k.two_layers);
+            unequal.cache.rebalance_heads(8, k.prelude_tokens);
+            n_past += k.prelude_tokens;
+            for (int h = 0; h < 2; ++h) {
+                for (int64_t i = 8; i < n_past; ++i)
+                    unequal.cache.claim_slot(unequal.layer_of[h], unequal.head_of[h], i, static_cast<int32_t>(i), 0);
+            }
+            const std::vector<uint8_t> bytes = saved([&](ByteWriter &out) { unequal.cache.save(out); });
+            ByteReader in(bytes.data(), bytes.size());
+            REQUIRE(t.cache.load(in, n_past, n_past, 0, 0).ok());
+            REQUIRE(t.cell_slots(0) != t.cell_slots(1));
+        }
+        std::unique_ptr<Backend> device = h2o_test::backend_or_skip(kind, 8);
+        if (!device) return;
+        KvStore &store = device->kv_store();
+        REQUIRE(store.create_kv(t.cache.config()).ok());
+        const std::vector<uint8_t> start = saved([&](ByteWriter &out) { t.cache.save(out); });
+        ByteReader in(start.data(), start.size());
+        const int n_pinned = static_cast<int>(std::count(k.tags.begin(), k.tags.end(), pin));
+        REQUIRE(store.load_kv(in, n_past, n_past, n_pinned, k.span_minimum > 0 ? 1 : 0).ok());
+        REQUIRE(store.set_kv_span_minimums(minimums).ok());
+        const int n_layer = t.cache.config().n_layer;
+        for (const Step &step : k.steps) {
+            CAPTURE(step.next);
+            CAPTURE(step.incoming);
+            CAPTURE(step.floor);
+            int32_t cpu_held[2], cpu_slots[2], held[2], slots[2];
+            t.cache.rebalance_heads(step.next, step.incoming, step.floor);
+            t.cache.cell_fill(cpu_held, cpu_slots);
+            const Backend::Traffic before = device->traffic();
+            REQUIRE(store.rebalance_kv(step.next, step.incoming, step.floor, held, slots).ok());
+            REQUIRE(device->synchronize().ok());
+            const Backend::Traffic after = device->traffic();
+            CHECK(std::vector<int32_t>(held, held + 2) == std::vector<int32_t>(cpu_held, cpu_held + 2));
+            CHECK(std::vector<int32_t>(slots, slots + 2) == std::vector<int32_t>(cpu_slots, cpu_slots + 2));
+            const std::vector<uint8_t> expected = saved([&](ByteWriter &out) { t.cache.save(out); });
+            const std::vector<uint8_t> got = saved([&](ByteWriter &out) { REQUIRE(store.save_kv(out).ok()); });
+            CHECK(got == expected);
+            if (kind == H2O_BACKEND_VULKAN) {
+                // Down: 4 words a cell; up: 8 words a layer (its parameters). Nothing of a slot.
+                CHECK(after.bytes_to_host - before.bytes_to_host == 2 * 4 * sizeof(uint32_t));
+                CHECK(after.bytes_to_device - before.bytes_to_device == static_cast<uint64_t>(n_layer) * 8 * sizeof(uint32_t));
+            }
+        }
+    }
+}
+
+TEST_CASE("the rule's hand-made cases on Vulkan: the device's cache after each rebalancing is the CPU's, byte for byte") {
+    check_rule_on_device(H2O_BACKEND_VULKAN);
 }
 
 TEST_CASE("rebalancing across layers moves slots from a layer whose heads attend to few tokens to one whose heads attend to many") {
@@ -692,8 +801,8 @@ TEST_CASE("kv_head_share: validation") {
     h2o_model_free(model);
 }
 
-// On a device backend (Vulkan, CUDA), which runs the rule on a host copy of its cache: the same
-// regions, kept tokens, positions and text as the CPU.
+// On a device backend (Vulkan, CUDA): the same regions, kept tokens, positions and text as the
+// CPU.
 void check_head_share_on_device(const Model &model, uint32_t device) {
     // The backends' statistics agree to rounding, not bit for bit, so over a long generation two
     // tokens whose priorities are within rounding of each other are ranked differently sooner or
@@ -754,9 +863,9 @@ void check_head_share_on_device(const Model &model, uint32_t device) {
         }
 }
 
-// The device does what the host's rule did to the rows (KvRowEdits): from one cache, loaded
-// into both backends, rebalancings leave the device's cache byte for byte the CPU's, rows,
-// positions, statistics and free lists included, and the rows never cross to the host.
+// From one cache of the real model, loaded into both backends, rebalancings leave the device's
+// cache byte for byte the CPU's, rows, positions, statistics and free lists included, and the
+// rows never cross to the host (Vulkan: nor does any slot's bookkeeping).
 void check_rebalancing_on_device_rows(const Model &model, uint32_t device) {
     for (const KvType type : {KvType::F16, KvType::Q8, KvType::K8V4})
         for (const bool rolling : {false, true}) {
@@ -810,10 +919,18 @@ void check_rebalancing_on_device_rows(const Model &model, uint32_t device) {
                 const std::vector<uint8_t> expected = saved(*cpu), got = saved(*gpu);
                 CHECK(got.size() == expected.size());
                 CHECK(got == expected);
-                // Down: the bookkeeping; up: at most the bookkeeping and an entry of 16 bytes per
-                // rotation and per move (at most one of each a slot). No rows.
-                CHECK(static_cast<int64_t>(after.bytes_to_host - before.bytes_to_host) <= bookkeeping_bytes);
-                CHECK(static_cast<int64_t>(after.bytes_to_device - before.bytes_to_device) <= bookkeeping_bytes + 32 * kv.total_slots());
+                if (device == H2O_BACKEND_VULKAN) {
+                    // The rule runs on the device: down 4 words a cell, up 8 words a layer.
+                    CHECK(after.bytes_to_host - before.bytes_to_host == 4 * sizeof(uint32_t) * n_cells);
+                    CHECK(after.bytes_to_device - before.bytes_to_device == 8 * sizeof(uint32_t) * static_cast<uint64_t>(kv.n_layer));
+                } else {
+                    // The rule runs on a host copy of the bookkeeping. Down: the bookkeeping; up: at
+                    // most the bookkeeping and an entry of 16 bytes per rotation and per move (at
+                    // most one of each a slot). No rows.
+                    CHECK(static_cast<int64_t>(after.bytes_to_host - before.bytes_to_host) <= bookkeeping_bytes);
+                    CHECK(static_cast<int64_t>(after.bytes_to_device - before.bytes_to_device) <=
+                          bookkeeping_bytes + 32 * kv.total_slots());
+                }
                 for (size_t c = 0; c < n_cells; ++c) resized |= cpu_slots[c] != kv.slots_in(static_cast<int>(c / kv.n_head_kv));
             }
             CHECK(resized);

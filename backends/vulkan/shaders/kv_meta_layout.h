@@ -66,6 +66,51 @@ KV_FN KV_UINT kv_token_word(KvLayout l, KV_UINT slot, KV_UINT j) {
     return l.stats + 5u * slot + j - 4u;
 }
 
+// The work buffer of rebalancing on the device (kv_rebalance.comp), in words:
+//   layers        KV_REBALANCE_LAYER_WORDS per layer, from the host before each rebalancing: the
+//                 cells' minimum (KvConfig::cell_minimum), the policy, its sinks, recent_from and
+//                 stale_before (2 words each: kv_recent_from, kv_stale_before)
+//   minimum, held, kept, slots, region, move_base, victim_first, victim_end
+//                 1 word per cell each: the rule's counts of KvCache::rebalance_pool, each cell's
+//                 new first slot, its first move, and its victims' range in `victims`
+//   span_held     KV_MAX_SPANS words per cell: tokens held of each retention span
+//   priority      sort_size floats, by offset in the pool: kv_victim_priority
+//   mark          sort_size words: the victims, for the oldest-first fallback
+//   sorted        sort_size words: the candidates
+//   victims       sort_size words: pool offsets
+//   victim_stream 2 * sort_size words: each victim's stream index
+//   moves         2 * sort_size words: (from, to) of each kept slot
+//   area          area_words: a chunk of moved rows and token words
+// sort_size is a power of two, at least the largest pool's slots (the bitonic sort's length).
+const KV_UINT KV_REBALANCE_LAYER_WORDS = 8u;
+struct KvRebalanceWork {
+    KV_UINT layers, minimum, held, kept, slots, region, move_base, victim_first, victim_end, span_held, priority, mark, sorted, victims,
+        victim_stream, moves, area, end;
+};
+
+KV_FN KvRebalanceWork kv_rebalance_work(KV_UINT n_layer, KV_UINT n_cells, KV_UINT sort_size, KV_UINT area_words) {
+    KvRebalanceWork w;
+    w.layers = 0u;
+    w.minimum = w.layers + KV_REBALANCE_LAYER_WORDS * n_layer;
+    w.held = w.minimum + n_cells;
+    w.kept = w.held + n_cells;
+    w.slots = w.kept + n_cells;
+    w.region = w.slots + n_cells;
+    w.move_base = w.region + n_cells;
+    w.victim_first = w.move_base + n_cells;
+    w.victim_end = w.victim_first + n_cells;
+    w.span_held = w.victim_end + n_cells;
+    w.priority = w.span_held + KV_MAX_SPANS * n_cells;
+    w.mark = w.priority + sort_size;
+    w.sorted = w.mark + sort_size;
+    w.victims = w.sorted + sort_size;
+    w.victim_stream = w.victims + sort_size;
+    w.moves = w.victim_stream + 2u * sort_size;
+    w.area = w.moves + 2u * sort_size;
+    w.end = w.area + area_words;
+    return w;
+}
+
 #ifdef __cplusplus
 // Words of the whole buffer, for cells of at most max_slots slots.
 inline KV_UINT kv_meta_words(const KvLayout &l, KV_UINT max_slots) { return l.candidates + max_slots; }
