@@ -23,6 +23,7 @@
 #include "session_util.h"
 #include "gemma_test_model.h"
 #include "test_util.h"
+#include "vulkan_test_util.h"
 
 using namespace h2o;
 
@@ -275,7 +276,8 @@ void check_rule_on_device(h2o_backend_kind kind) {
             REQUIRE(t.cache.load(in, n_past, n_past, 0, 0).ok());
             REQUIRE(t.cell_slots(0) != t.cell_slots(1));
         }
-        std::unique_ptr<Backend> device = h2o_test::backend_or_skip(kind, 8);
+        // (Vulkan with its validation layer.)
+        std::unique_ptr<Backend> device = kind == H2O_BACKEND_VULKAN ? h2o_test::make_vk(8) : h2o_test::backend_or_skip(kind, 8);
         if (!device) return;
         KvStore &store = device->kv_store();
         REQUIRE(store.create_kv(t.cache.config()).ok());
@@ -307,11 +309,16 @@ void check_rule_on_device(h2o_backend_kind kind) {
                 CHECK(after.bytes_to_device - before.bytes_to_device == static_cast<uint64_t>(n_layer) * 8 * sizeof(uint32_t));
             }
         }
+        if (kind == H2O_BACKEND_VULKAN) h2o_test::check_validation_clean(*device);
     }
 }
 
 TEST_CASE("the rule's hand-made cases on Vulkan: the device's cache after each rebalancing is the CPU's, byte for byte") {
     check_rule_on_device(H2O_BACKEND_VULKAN);
+}
+
+TEST_CASE("the rule's hand-made cases on CUDA: the device's cache after each rebalancing is the CPU's, byte for byte") {
+    check_rule_on_device(H2O_BACKEND_CUDA);
 }
 
 TEST_CASE("rebalancing across layers moves slots from a layer whose heads attend to few tokens to one whose heads attend to many") {
