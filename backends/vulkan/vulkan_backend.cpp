@@ -234,6 +234,8 @@ struct StatsPush {
     uint32_t proxy;
     uint32_t window;
 };
+// kv_rebalance.comp's MOVES_LEFT, MOVES_RIGHT, MOVES_ALL.
+constexpr uint32_t kKvMovesLeft = 1, kKvMovesRight = 2, kKvMovesAll = 3;
 struct KvRebalancePush {
     uint32_t keys_off, values_off, meta_off, work_off, table_off;
     uint32_t first_slot, pool, first_layer, end_layer, incoming;
@@ -241,6 +243,7 @@ struct KvRebalancePush {
     uint32_t formats;  // key format | value format << 8
     uint32_t n_cells, total_slots, n_kv, max_batch;
     uint32_t sort_size, area_moves;
+    uint32_t chunk_first, direction;  // kv_rebalance.comp's MOVES_LEFT, MOVES_RIGHT, MOVES_ALL
 };
 static_assert(sizeof(KvClaimPush) <= vk::kPushConstantBytes && sizeof(AttentionPush) <= vk::kPushConstantBytes &&
                   sizeof(StatsPush) <= vk::kPushConstantBytes && sizeof(KvRebalancePush) <= vk::kPushConstantBytes,
@@ -1112,7 +1115,11 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     VkDeviceSize work_bytes = 0;
     if (config.head_share > 0.0f) {
         while (sort_size < config.max_pool_slots()) sort_size <<= 1;
-        area_moves = static_cast<uint32_t>(std::min<int64_t>(config.max_pool_slots(), 2048));
+        int64_t chunk = 2048;
+        // Test hook: fewer moves per chunk, so that small caches take the order of large pools'.
+        if (const char *moves = std::getenv("H2O_VULKAN_REBALANCE_CHUNK"); moves && *moves)
+            chunk = std::clamp<int64_t>(std::strtoll(moves, nullptr, 10), 1, chunk);
+        area_moves = static_cast<uint32_t>(std::min(config.max_pool_slots(), chunk));
         const uint32_t slot_words =
             kv_row_words(key_format, config.head_dim) + kv_row_words(value_format, config.head_dim) + KV_TOKEN_WORDS;
         work_bytes =
@@ -1203,10 +1210,11 @@ Status VulkanBackend::download_kv_cell_slots(int32_t *out) {
     return download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.cell_slots, out, n_cells * sizeof(int32_t));
 }
 
-// The rule runs on the device (kv_rebalance.comp), a pool of layers per dispatch, on the
-// bookkeeping and rows where they live: up go each layer's parameters (KV_REBALANCE_LAYER_WORDS),
-// down come each cell's four counts (used, free, first slot, slots). No slot's words cross
-// (h2o_session_get_device_traffic counts both).
+// The rule runs on the device (kv_rebalance.comp), a pool of layers at a time, on the bookkeeping
+// and rows where they live: one workgroup decides, then many make its moves (a chunk of the
+// largest move list the pool can have at a time) and clear the slots it left empty. Up go each
+// layer's parameters (KV_REBALANCE_LAYER_WORDS), down come each cell's four counts (used, free,
+// first slot, slots). No slot's words cross (h2o_session_get_device_traffic counts both).
 Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, int32_t *held, int32_t *slots) {
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
     const auto n_cells = static_cast<uint32_t>(kv_.n_layer * kv_.n_head_kv);
@@ -1222,7 +1230,9 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
             split64(kv_stale_before(policy, next_index, incoming), row + 5);
         }
         const Bound bwork = bind(rebalance_work_, true);
-        record_upload(block(rebalance_work_).buffer, rebalance_work_.offset, layers.data(), sizeof(uint32_t) * layers.size());
+        const uint32_t layers_word = kv_rebalance_work(static_cast<uint32_t>(kv_.n_layer), n_cells, rebalance_sort_size_, 0).layers;
+        record_upload(block(rebalance_work_).buffer, rebalance_work_.offset + VkDeviceSize{4} * layers_word, layers.data(),
+                      sizeof(uint32_t) * layers.size());
         const Bound bmeta = bind(meta_, true);
         // (Without rolling nothing rolls back: any buffer fills the table's binding.)
         const Bound btable = bind(kv_.rolling ? rollback_table_ : rope_table_, false);
@@ -1252,6 +1262,26 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
             push.first_layer = static_cast<uint32_t>(pool);
             push.end_layer = static_cast<uint32_t>(kv_.pool_end_layer(pool));
             dispatch("kv_rebalance", {bkeys, bvalues, bmeta, bwork, btable}, &push, sizeof push, 1);
+            // Moves that go left in increasing order, then those that go right in decreasing
+            // order, as the rule makes them; a single chunk takes them all at once.
+            const auto chunks = static_cast<uint32_t>((push.pool + push.area_moves - 1) / push.area_moves);
+            const uint32_t slot_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim) +
+                                        kv_row_words(kv_value_format(kv_.type), kv_.head_dim) + KV_TOKEN_WORDS;
+            const auto groups = static_cast<uint32_t>(std::min<uint64_t>(64, (uint64_t{push.area_moves} * slot_words + 63) / 64));
+            auto move = [&](uint32_t chunk, uint32_t direction) {
+                push.chunk_first = chunk * push.area_moves;
+                push.direction = direction;
+                dispatch("kv_rebalance_gather", {bkeys, bvalues, bmeta, bwork, btable}, &push, sizeof push, groups);
+                dispatch("kv_rebalance_scatter", {bkeys, bvalues, bmeta, bwork, btable}, &push, sizeof push, groups);
+            };
+            if (chunks == 1) {
+                move(0, kKvMovesAll);
+            } else {
+                for (uint32_t c = 0; c < chunks; ++c) move(c, kKvMovesLeft);
+                for (uint32_t c = chunks; c-- > 0;) move(c, kKvMovesRight);
+            }
+            dispatch("kv_rebalance_clear", {bkeys, bvalues, bmeta, bwork, btable}, &push, sizeof push,
+                     static_cast<uint32_t>(std::min<uint64_t>(64, (uint64_t{push.pool} + 63) / 64)));
         }
     }
     // The cells' counts: used, free_count, cell_first and cell_slots follow one another.

@@ -50,7 +50,7 @@ struct TwoHeads {
     KvCache cache;
     int layer_of[2] = {0, 0}, head_of[2] = {0, 1};
     explicit TwoHeads(const uint8_t *tags = nullptr, bool rolling = false, bool two_layers = false, bool across_layers = false,
-                      int sinks = 0) {
+                      int sinks = 0, int horizon = 0) {
         KvConfig c;
         c.n_layer = two_layers ? 2 : 1;
         c.n_head_kv = two_layers ? 1 : 2;
@@ -64,6 +64,7 @@ struct TwoHeads {
         c.head_share = 0.5f;
         c.policy.policy = KvPolicy::H2O;
         c.policy.sinks = sinks;
+        c.policy.horizon = horizon;
         c.rope.dims = 4;
         c.rolling = rolling;
         REQUIRE(cache.init(c).ok());
@@ -208,13 +209,13 @@ TEST_CASE("rebalancing evicts the layer's least attended tokens across heads and
     }
 }
 
-// The device backends run the rule where the cache lives (Vulkan: kv_rebalance.comp). From each
-// hand-made cache above, loaded into the device, a few rebalancings in turn leave the device's
-// cache byte for byte the CPU's (rows, positions, statistics, free lists, cell sizes), each
-// branch of the rule taken: victims across cells, rolling, pins, span minimums, cells at their
-// minimum, regions that stay, nothing to do, a pool across layers, raised cells and the
-// oldest-first fallback. Only each layer's parameters go to the device and each cell's counts
-// come back.
+// On a device backend (Vulkan runs the rule where the cache lives, kv_rebalance.comp; CUDA on a
+// host copy of its bookkeeping): from each hand-made cache above, loaded into the device, a few
+// rebalancings in turn leave the device's cache byte for byte the CPU's (rows, positions,
+// statistics, free lists, cell sizes), each branch of the rule taken: victims across cells,
+// rolling, pins, span minimums, cells at their minimum, regions that stay, nothing to do, a pool
+// across layers, raised cells and the oldest-first fallback, stale tokens' tied priorities. On
+// Vulkan only each layer's parameters go to the device and each cell's counts come back.
 void check_rule_on_device(h2o_backend_kind kind) {
     struct Step {
         int64_t next;
@@ -225,13 +226,14 @@ void check_rule_on_device(h2o_backend_kind kind) {
         std::vector<Step> steps;
         std::array<uint8_t, 8> tags{};
         bool rolling = false, two_layers = false, heads_alike = false;
-        int sinks = 0, span_minimum = 0;
+        bool early_tokens_heavy = false;  // head 1 attends to its first four tokens, not its last
+        int sinks = 0, span_minimum = 0, horizon = 0;
         // A start of unequal full cells: a cache without sinks rebalances for this many tokens
         // per cell and takes them, and t's cache (with its sinks) loads it.
         int prelude_tokens = 0;
     };
     const uint8_t pin = kv_make_tag(true, 0), span = kv_make_tag(false, 1);
-    std::vector<Case> cases(9);
+    std::vector<Case> cases(11);
     cases[0] = {"plain", {{8, 2, 0}, {10, 3, 0}, {11, 0, 8}}};
     cases[1] = {"rolling", {{8, 2, 0}, {10, 3, 0}, {11, 0, 8}}};
     cases[1].rolling = true;
@@ -247,12 +249,19 @@ void check_rule_on_device(h2o_backend_kind kind) {
     cases[8] = {"raised cells, protected tokens: the oldest go", {{10, 1, 8}}};
     cases[8].sinks = 10;  // every token: no candidate at all
     cases[8].prelude_tokens = 2;
+    cases[9] = {"stale tokens first (ties of priority -1)", {{8, 2, 0}, {10, 3, 0}}};
+    cases[9].horizon = 6;
+    // Head 1 keeps its first slots and head 0 grows: head 1's slots move right, each onto the
+    // next one's source.
+    cases[10] = {"a later cell's slots move right", {{8, 2, 0}}};
+    cases[10].early_tokens_heavy = true;
     for (const Case &k : cases) {
-        CAPTURE(k.name);
-        TwoHeads t(k.tags.data(), k.rolling, k.two_layers, k.two_layers, k.sinks);
-        if (k.heads_alike) {
+        const std::string name = k.name;
+        CAPTURE(name);
+        TwoHeads t(k.tags.data(), k.rolling, k.two_layers, k.two_layers, k.sinks, k.horizon);
+        if (k.heads_alike || k.early_tokens_heavy) {
             KvCache::CellView v = t.cell(1);
-            for (int s = 0; s < 8; ++s) v.stats[s].accumulated = 10.0f + s;
+            for (int s = 0; s < 8; ++s) v.stats[s].accumulated = k.heads_alike || s < 4 ? 10.0f + s : 0.1f * s;
         }
         int32_t minimums[KV_MAX_SPANS] = {k.span_minimum};
         t.cache.set_span_minimums(minimums);
@@ -314,6 +323,10 @@ void check_rule_on_device(h2o_backend_kind kind) {
 }
 
 TEST_CASE("the rule's hand-made cases on Vulkan: the device's cache after each rebalancing is the CPU's, byte for byte") {
+    check_rule_on_device(H2O_BACKEND_VULKAN);
+    // Every move a chunk of its own: the chunks' order (left moves in increasing order, right
+    // ones in decreasing order) is what keeps a move from reading a slot another one wrote.
+    const h2o_test::ScopedEnv one_move("H2O_VULKAN_REBALANCE_CHUNK", "1");
     check_rule_on_device(H2O_BACKEND_VULKAN);
 }
 

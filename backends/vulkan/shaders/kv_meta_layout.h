@@ -67,6 +67,7 @@ KV_FN KV_UINT kv_token_word(KvLayout l, KV_UINT slot, KV_UINT j) {
 }
 
 // The work buffer of rebalancing on the device (kv_rebalance.comp), in words:
+//   scalars       2 words: the moves the rule left to make, and whether the regions changed
 //   layers        KV_REBALANCE_LAYER_WORDS per layer, from the host before each rebalancing: the
 //                 cells' minimum (KvConfig::cell_minimum), the policy, its sinks, recent_from and
 //                 stale_before (2 words each: kv_recent_from, kv_stale_before)
@@ -77,6 +78,7 @@ KV_FN KV_UINT kv_token_word(KvLayout l, KV_UINT slot, KV_UINT j) {
 //   priority      sort_size floats, by offset in the pool: kv_victim_priority
 //   mark          sort_size words: the victims, for the oldest-first fallback
 //   sorted        sort_size words: the candidates
+//   selected      sort_size words: those of them up to the k-th smallest priority (select_smallest)
 //   victims       sort_size words: pool offsets
 //   victim_stream 2 * sort_size words: each victim's stream index
 //   moves         2 * sort_size words: (from, to) of each kept slot
@@ -84,13 +86,14 @@ KV_FN KV_UINT kv_token_word(KvLayout l, KV_UINT slot, KV_UINT j) {
 // sort_size is a power of two, at least the largest pool's slots (the bitonic sort's length).
 const KV_UINT KV_REBALANCE_LAYER_WORDS = 8u;
 struct KvRebalanceWork {
-    KV_UINT layers, minimum, held, kept, slots, region, move_base, victim_first, victim_end, span_held, priority, mark, sorted, victims,
-        victim_stream, moves, area, end;
+    KV_UINT scalars, layers, minimum, held, kept, slots, region, move_base, victim_first, victim_end, span_held, priority, mark, sorted, selected,
+        victims, victim_stream, moves, area, end;
 };
 
 KV_FN KvRebalanceWork kv_rebalance_work(KV_UINT n_layer, KV_UINT n_cells, KV_UINT sort_size, KV_UINT area_words) {
     KvRebalanceWork w;
-    w.layers = 0u;
+    w.scalars = 0u;
+    w.layers = 2u;
     w.minimum = w.layers + KV_REBALANCE_LAYER_WORDS * n_layer;
     w.held = w.minimum + n_cells;
     w.kept = w.held + n_cells;
@@ -103,7 +106,8 @@ KV_FN KvRebalanceWork kv_rebalance_work(KV_UINT n_layer, KV_UINT n_cells, KV_UIN
     w.priority = w.span_held + KV_MAX_SPANS * n_cells;
     w.mark = w.priority + sort_size;
     w.sorted = w.mark + sort_size;
-    w.victims = w.sorted + sort_size;
+    w.selected = w.sorted + sort_size;
+    w.victims = w.selected + sort_size;
     w.victim_stream = w.victims + sort_size;
     w.moves = w.victim_stream + 2u * sort_size;
     w.area = w.moves + 2u * sort_size;

@@ -14,13 +14,20 @@
 //      invocation takes victims in that order as the rule does (span minimums, cells at their
 //      minimum); when the protections leave too few, the oldest unpinned tokens follow;
 //   4. the victims leave, and with rolling each cell's kept keys roll back past its own victims;
-//   5. each cell's new size; when one changes, the kept slots move to the start of their cell's
-//      new region (in the rule's order, a chunk at a time through the work buffer's area), else
-//      the victims' slots go to their cells' free lists.
+//   5. each cell's new size; when one changes, the list of moves that take the kept slots to the
+//      start of their cell's new region, and the cells' new places, else the victims' slots go to
+//      their cells' free lists.
+// The moves are made by the STEP_GATHER and STEP_SCATTER variants, many workgroups each, a chunk
+// of moves at a time through the work buffer's area (every word of a chunk read before any is
+// written), and STEP_CLEAR then frees the slots past each cell's kept ones.
 // Sorting is a bitonic network over the work buffer: a pool of P slots takes about
 // log2(P)^2 / 2 passes, each with a barrier.
 
+#if defined(STEP_GATHER) || defined(STEP_SCATTER) || defined(STEP_CLEAR)
+#define WG 64
+#else
 #define WG 256
+#endif
 #define MAX_HEAD_DIM 256
 layout(local_size_x = WG) in;
 
@@ -40,7 +47,12 @@ layout(push_constant) uniform Params {
     uint formats;                  // KvRowFormat of keys | of values << 8
     uint n_cells, total_slots, n_kv, max_batch;  // the meta buffer's layout (kv_meta_layout.h)
     uint sort_size, area_moves;    // the work buffer's layout; moves per chunk of the area
+    uint chunk_first, direction;   // STEP_GATHER, STEP_SCATTER: the chunk's first move; which moves
 } p;
+
+// The moves a chunk makes: those going left (to a smaller slot), right, or (one chunk holds them
+// all) every move.
+const uint MOVES_LEFT = 1u, MOVES_RIGHT = 2u, MOVES_ALL = 3u;
 
 #define KEY_FORMAT (p.formats & 0xFFu)
 #define VALUE_FORMAT (p.formats >> 8)
@@ -129,6 +141,56 @@ void sort_offsets(uint first, uint n, uint mode) {
     }
 }
 
+// ---- the k smallest priorities: a radix select -------------------------------------------------
+// Without span minimums or raised cells the victims are the first k candidates in order, k a few
+// per cell: sorting them all would cost log2(n)^2 / 2 passes over n. Instead the k-th smallest
+// priority is found a byte at a time (4 passes over the candidates, a histogram of 256 bins each),
+// and only the candidates up to it, its ties included, are sorted.
+
+shared uint histogram[256];
+shared uint sh_prefix, sh_rank, sh_selected;
+
+// A priority's bits in an order that unsigned comparison keeps (0 and -0 alike, as == has them).
+uint order_key(uint offset) {
+    const float f = uintBitsToFloat(WORK(priority, offset));
+    const uint u = f == 0.0 ? 0u : floatBitsToUint(f);
+    return (u & 0x80000000u) != 0u ? ~u : u | 0x80000000u;
+}
+
+// Copies the n candidates of `sorted` whose priority is at most the k-th smallest (0 < k <= n) to
+// `selected`, in any order, and returns their number (k, and more with ties).
+uint select_smallest(uint n, uint k) {
+    const uint tid = gl_LocalInvocationIndex;
+    if (tid == 0u) {
+        sh_prefix = 0u;
+        sh_rank = k;
+        sh_selected = 0u;
+    }
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (uint b = tid; b < 256u; b += WG) histogram[b] = 0u;
+        sync();
+        const uint known = shift == 24 ? 0u : 0xFFFFFFFFu << uint(shift + 8);  // the bytes found so far
+        for (uint i = tid; i < n; i += WG) {
+            const uint key = order_key(WORK(sorted, i));
+            if ((key & known) == sh_prefix) atomicAdd(histogram[(key >> uint(shift)) & 0xFFu], 1u);
+        }
+        sync();
+        if (tid == 0u) {
+            uint b = 0u;
+            while (histogram[b] < sh_rank) sh_rank -= histogram[b++];
+            sh_prefix |= b << uint(shift);
+        }
+        sync();
+    }
+    const uint threshold = sh_prefix;
+    for (uint i = tid; i < n; i += WG) {
+        const uint offset = WORK(sorted, i);
+        if (order_key(offset) <= threshold) WORK(selected, atomicAdd(sh_selected, 1u)) = offset;
+    }
+    sync();
+    return sh_selected;
+}
+
 // ---- taking victims (one invocation) -----------------------------------------------------------
 
 shared uint sh_held, sh_raised, sh_count, sh_evicted, sh_resized;
@@ -153,40 +215,65 @@ void take(uint offset, int needed) {
     sh_evicted += 1u;
 }
 
-// ---- moving a chunk of kept slots --------------------------------------------------------------
-
-// Moves [first, first + n) of the move list whose destination lies left of their source (left)
-// or right of it: every word read into the area, then written, so that no move reads what
-// another of the chunk wrote.
-void move_chunk(uint first, uint n, bool left) {
-    const uint tid = gl_LocalInvocationIndex;
-    const uint key_words = kv_row_words(KEY_FORMAT, p.head_dim), row_words = key_words + kv_row_words(VALUE_FORMAT, p.head_dim);
-    const uint slot_words = row_words + KV_TOKEN_WORDS;
-    for (int pass = 0; pass < 2; ++pass) {
-        for (uint k = tid; k < n * slot_words; k += WG) {
-            const uint i = first + k / slot_words, w = k % slot_words;
-            const uint from = WORK(moves, 2u * i), to = WORK(moves, 2u * i + 1u);
-            if (left ? to >= from : to <= from) continue;
-            const uint slot = pass == 0 ? from : to;
-            if (w < key_words) {
-                const uint word = p.keys_off + (slot - p.first_slot) * key_words + w;
-                if (pass == 0) WORK(area, k) = keys[word]; else keys[word] = WORK(area, k);
-            } else if (w < row_words) {
-                const uint word = p.values_off + (slot - p.first_slot) * (row_words - key_words) + w - key_words;
-                if (pass == 0) WORK(area, k) = values[word]; else values[word] = WORK(area, k);
-            } else {
-                const uint word = kv_token_word(L, slot, w - row_words);
-                if (pass == 0) WORK(area, k) = meta[word]; else meta[word] = WORK(area, k);
-            }
+#if defined(STEP_GATHER) || defined(STEP_SCATTER)
+// A chunk of the moves: one invocation per word of a moved slot (key row, value row, token words).
+void main() {
+    L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
+    W = kv_rebalance_work(p.n_cells / p.n_kv, p.n_cells, p.sort_size, 0u);
+    const uint n_moves = WORK(scalars, 0u);
+    if (p.chunk_first >= n_moves) return;
+    const uint n = min(p.area_moves, n_moves - p.chunk_first);
+    const uint key_words = kv_row_words(KEY_FORMAT, p.head_dim), value_words = kv_row_words(VALUE_FORMAT, p.head_dim);
+    const uint row_words = key_words + value_words, slot_words = row_words + KV_TOKEN_WORDS;
+    for (uint k = gl_GlobalInvocationID.x; k < n * slot_words; k += gl_NumWorkGroups.x * WG) {
+        const uint i = p.chunk_first + k / slot_words, w = k % slot_words;
+        const uint from = WORK(moves, 2u * i), to = WORK(moves, 2u * i + 1u);
+        if (to == from || (p.direction == MOVES_LEFT && to > from) || (p.direction == MOVES_RIGHT && to < from)) continue;
+#if defined(STEP_GATHER)
+        uint word;
+        if (w < key_words) {
+            word = keys[p.keys_off + (from - p.first_slot) * key_words + w];
+        } else if (w < row_words) {
+            word = values[p.values_off + (from - p.first_slot) * value_words + w - key_words];
+        } else {
+            word = meta[kv_token_word(L, from, w - row_words)];
         }
-        sync();
+        WORK(area, k) = word;
+#else
+        const uint word = WORK(area, k);
+        if (w < key_words) {
+            keys[p.keys_off + (to - p.first_slot) * key_words + w] = word;
+        } else if (w < row_words) {
+            values[p.values_off + (to - p.first_slot) * value_words + w - key_words] = word;
+        } else {
+            meta[kv_token_word(L, to, w - row_words)] = word;
+        }
+#endif
     }
 }
-
+#elif defined(STEP_CLEAR)
+// After the moves: in a rebalancing that changed the regions, every slot past its cell's kept
+// ones holds nothing.
+void main() {
+    L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
+    W = kv_rebalance_work(p.n_cells / p.n_kv, p.n_cells, p.sort_size, 0u);
+    if (WORK(scalars, 1u) == 0u) return;
+    for (uint offset = gl_GlobalInvocationID.x; offset < p.pool; offset += gl_NumWorkGroups.x * WG) {
+        const uint at = p.first_slot + offset, c = cell_of(at);
+        if (at - meta[L.cell_first + c] < meta[L.used + c]) continue;
+        set_stream(at, uvec2(NONE));
+        meta[L.tag + at] = 0u;
+    }
+}
+#else
 void main() {
     L = kv_layout(p.meta_off, p.n_cells, p.total_slots, p.n_kv, p.max_batch);
     W = kv_rebalance_work(p.n_cells / p.n_kv, p.n_cells, p.sort_size, 0u);
     const uint tid = gl_LocalInvocationIndex, nc = pool_cells(), c0 = first_cell();
+    if (tid == 0u) {
+        WORK(scalars, 0u) = 0u;  // no moves, the regions as they are, unless step 5 says otherwise
+        WORK(scalars, 1u) = 0u;
+    }
 
     // 1. Minimums and tokens held; the excess is how far the cells' sizes would pass the pool's
     //    slots if each kept what it holds or its minimum.
@@ -233,10 +320,16 @@ void main() {
     for (uint k = 0u; k < KV_MAX_SPANS; ++k) any_span_minimum = any_span_minimum || int(meta[L.span_min + k]) > 0;
     const uint n_candidates = sh_count;
     const bool passes_over = any_span_minimum || sh_excess > 0;
-    sort_offsets(W.sorted, n_candidates, BY_PRIORITY);
+    const uint ranked = passes_over ? n_candidates : min(n_candidates, uint(max(needed, 0)));
+    uint order = W.sorted;  // the candidates in order, at least the first `ranked`
+    if (ranked == n_candidates) {
+        sort_offsets(W.sorted, n_candidates, BY_PRIORITY);
+    } else if (ranked > 0u) {
+        order = W.selected;
+        sort_offsets(W.selected, select_smallest(n_candidates, ranked), BY_PRIORITY);
+    }
     if (tid == 0u) {
-        const uint ranked = passes_over ? n_candidates : min(n_candidates, uint(max(needed, 0)));
-        for (uint i = 0u; i < ranked && (int(sh_evicted) < needed || sh_excess > 0); ++i) take(WORK(sorted, i), needed);
+        for (uint i = 0u; i < ranked && (int(sh_evicted) < needed || sh_excess > 0); ++i) take(work[p.work_off + order + i], needed);
     }
     sync();
     if (sh_excess > 0) {
@@ -345,23 +438,17 @@ void main() {
             }
         }
         sync();
-        const uint n_moves = sh_count;
-        for (uint first = 0u; first < n_moves; first += p.area_moves) move_chunk(first, min(p.area_moves, n_moves - first), true);
-        for (uint end = n_moves; end > 0u; end -= min(p.area_moves, end)) {
-            const uint n = min(p.area_moves, end);
-            move_chunk(end - n, n, false);
-        }
-        // The cells take their regions; a region past its kept slots holds nothing.
+        // The cells take their regions (the moves and STEP_CLEAR follow).
         for (uint i = tid; i < nc; i += WG) {
-            const uint c = c0 + i, region = WORK(region, c), kept = WORK(kept, c), slots = WORK(slots, c);
-            meta[L.cell_first + c] = region;
-            meta[L.cell_slots + c] = slots;
-            meta[L.used + c] = kept;
+            const uint c = c0 + i;
+            meta[L.cell_first + c] = WORK(region, c);
+            meta[L.cell_slots + c] = WORK(slots, c);
+            meta[L.used + c] = WORK(kept, c);
             meta[L.free_count + c] = 0u;
-            for (uint s = kept; s < slots; ++s) {
-                set_stream(region + s, uvec2(NONE));
-                meta[L.tag + region + s] = 0u;
-            }
+        }
+        if (tid == 0u) {
+            WORK(scalars, 0u) = sh_count;
+            WORK(scalars, 1u) = 1u;
         }
     } else {
         // The regions stay: the victims' slots are free in place, as make_room frees them.
@@ -376,3 +463,4 @@ void main() {
         }
     }
 }
+#endif
