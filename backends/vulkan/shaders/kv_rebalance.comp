@@ -10,7 +10,7 @@
 //   1. each cell's minimum and tokens held; when every cell can take the coming tokens and none
 //      is below its minimum, nothing changes;
 //   2. the candidates (evictable slots) and their priorities, and each cell's tokens per span;
-//   3. the candidates sorted (priority, then the older, then the earlier slot), and one
+//   3. the candidates in order (priority, then the older, then the earlier slot), and one
 //      invocation takes victims in that order as the rule does (span minimums, cells at their
 //      minimum); when the protections leave too few, the oldest unpinned tokens follow;
 //   4. the victims leave, and with rolling each cell's kept keys roll back past its own victims;
@@ -20,8 +20,9 @@
 // The moves are made by the STEP_GATHER and STEP_SCATTER variants, many workgroups each, a chunk
 // of moves at a time through the work buffer's area (every word of a chunk read before any is
 // written), and STEP_CLEAR then frees the slots past each cell's kept ones.
-// Sorting is a bitonic network over the work buffer: a pool of P slots takes about
-// log2(P)^2 / 2 passes, each with a barrier.
+// Sorting is a bitonic network over the work buffer, n offsets in about log2(n)^2 / 2 passes,
+// each with a barrier; the common case sorts only the few candidates that can be victims
+// (select_smallest).
 
 #if defined(STEP_GATHER) || defined(STEP_SCATTER) || defined(STEP_CLEAR)
 #define WG 64
@@ -75,7 +76,7 @@ void set_stream(uint at, uvec2 s) {
 }
 uint layer_word(uint layer, uint j) { return work[p.work_off + W.layers + KV_REBALANCE_LAYER_WORDS * layer + j]; }
 uvec2 layer_index(uint layer, uint j) { return uvec2(layer_word(layer, j), layer_word(layer, j + 1u)); }
-// Work words by region (the including offset p.work_off).
+// Word i of a region of the work buffer (kv_rebalance_work).
 #define WORK(region, i) work[p.work_off + W.region + (i)]
 
 uint first_cell() { return p.first_layer * p.n_kv; }
