@@ -298,7 +298,10 @@ public:
     }
     // The backend's own tensors and staging: not the weights, which belong to the model's
     // sessions on the device together (as the CPU backend does not count the model file).
-    size_t allocated_bytes() const override { return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes); }
+    size_t allocated_bytes() const override {
+        return static_cast<size_t>(tensor_bytes_ + kHostBufferBytes) +
+               sizeof(uint32_t) * (rebalance_layers_.capacity() + rebalance_counts_.capacity());
+    }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override;
     Status rms_norm(const Tensor &out, const Tensor &in, const Tensor &weight, int n, float eps) override;
@@ -474,9 +477,11 @@ private:
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
     // When the heads' budgets move: kv_rebalance.comp's work buffer (kv_meta_layout.h), sized for
-    // the largest pool (rebalance_sort_size_ slots) and a chunk of rebalance_area_moves_ moves.
+    // the largest pool (rebalance_sort_size_ slots) and a chunk of rebalance_area_moves_ moves;
+    // on the host, the layers' parameters going up and the cells' counts coming back.
     Tensor rebalance_work_;
     uint32_t rebalance_sort_size_ = 0, rebalance_area_moves_ = 0;
+    std::vector<uint32_t> rebalance_layers_, rebalance_counts_;
     // With rolling: kv_rotate_back_table of the global layers, then (from local_rollback_off_, in
     // (cos, sin) pairs) of the local ones, for kv_claim.comp and kv_rebalance.comp.
     Tensor rollback_table_;
@@ -1165,6 +1170,12 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     if (work_bytes > 0) {
         H2O_TRY(allocate(work_bytes, &rebalance_work_));
         kv_bytes_ += work_bytes;
+        try {
+            rebalance_layers_.assign(KV_REBALANCE_LAYER_WORDS * static_cast<size_t>(config.n_layer), 0);
+            rebalance_counts_.assign(4 * static_cast<size_t>(n_cells), 0);
+        } catch (const std::bad_alloc &) {
+            return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rebalancing lists");
+        }
     }
     rebalance_sort_size_ = sort_size;
     rebalance_area_moves_ = area_moves;
@@ -1219,7 +1230,7 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
     if (!has_kv_ || failed() || kv_.head_share <= 0.0f) return error_;
     const auto n_cells = static_cast<uint32_t>(kv_.n_layer * kv_.n_head_kv);
     if (kv_policy_uses_statistics(kv_.policy.policy)) {
-        std::vector<uint32_t> layers(KV_REBALANCE_LAYER_WORDS * static_cast<size_t>(kv_.n_layer), 0);
+        std::vector<uint32_t> &layers = rebalance_layers_;
         for (int l = 0; l < kv_.n_layer; ++l) {
             const KvPolicyConfig policy = kv_.policy_in(l);
             uint32_t *row = layers.data() + KV_REBALANCE_LAYER_WORDS * static_cast<size_t>(l);
@@ -1285,7 +1296,7 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
         }
     }
     // The cells' counts: used, free_count, cell_first and cell_slots follow one another.
-    std::vector<uint32_t> counts(4 * static_cast<size_t>(n_cells));
+    std::vector<uint32_t> &counts = rebalance_counts_;
     H2O_TRY(download_range(block(meta_).buffer, meta_.offset + VkDeviceSize{4} * layout_.used, counts.data(),
                            sizeof(uint32_t) * counts.size()));
     for (uint32_t c = 0; c < n_cells; ++c) {
