@@ -147,7 +147,7 @@ public:
     Status load(ByteReader &in, int64_t n_past, int64_t n_cached, int64_t n_pinned, int n_spans);
 
     // The cache's state (kv_image.h): what a snapshot holds, and what a device backend that
-    // rebalances on a host copy of its cache copies in and out. Whoever changes it keeps the
+    // rebalances on a host copy of its bookkeeping (CUDA) copies in and out. Whoever changes it keeps the
     // image's invariants (each cell's free list names its freed slots, the regions tile the pools).
     const KvImage &image() const { return image_; }
     KvImage &image() { return image_; }
