@@ -477,10 +477,12 @@ private:
     uint32_t chunk_capacity_ = 0;  // tokens whose attention weights the scratch holds
     VkDeviceSize kv_bytes_ = 0;
     // When the heads' budgets move: kv_rebalance.comp's work buffer (kv_meta_layout.h), sized for
-    // the largest pool (rebalance_sort_size_ slots) and a chunk of rebalance_area_moves_ moves;
-    // on the host, the layers' parameters going up and the cells' counts coming back.
+    // the largest pool (rebalance_sort_size_ slots) and a chunk of rebalance_area_moves_ moves
+    // (its regions: rebalance_layout_), which rebalance_move_groups_ workgroups make; on the
+    // host, the layers' parameters going up and the cells' counts coming back.
     Tensor rebalance_work_;
-    uint32_t rebalance_sort_size_ = 0, rebalance_area_moves_ = 0;
+    KvRebalanceWork rebalance_layout_{};
+    uint32_t rebalance_sort_size_ = 0, rebalance_area_moves_ = 0, rebalance_move_groups_ = 0;
     std::vector<uint32_t> rebalance_layers_, rebalance_counts_;
     // With rolling: kv_rotate_back_table of the global layers, then (from local_rollback_off_, in
     // (cos, sin) pairs) of the local ones, for kv_claim.comp and kv_rebalance.comp.
@@ -1116,7 +1118,8 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
     const VkDeviceSize scratch_bytes = per_token * capacity;
     // Rebalancing's work buffer (kv_rebalance.comp), when the heads' budgets move: sorted over the
     // next power of two of the largest pool, rows moved in chunks of up to 2048 slots.
-    uint32_t sort_size = 1, area_moves = 0;
+    uint32_t sort_size = 1, area_moves = 0, move_groups = 0;
+    KvRebalanceWork work{};
     VkDeviceSize work_bytes = 0;
     if (config.head_share > 0.0f) {
         while (sort_size < config.max_pool_slots()) sort_size <<= 1;
@@ -1127,8 +1130,10 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
         area_moves = static_cast<uint32_t>(std::min(config.max_pool_slots(), chunk));
         const uint32_t slot_words =
             kv_row_words(key_format, config.head_dim) + kv_row_words(value_format, config.head_dim) + KV_TOKEN_WORDS;
-        work_bytes =
-            VkDeviceSize{4} * kv_rebalance_work(static_cast<uint32_t>(config.n_layer), n_cells, sort_size, area_moves * slot_words).end;
+        work = kv_rebalance_work(static_cast<uint32_t>(config.n_layer), n_cells, sort_size, area_moves * slot_words);
+        work_bytes = VkDeviceSize{4} * work.end;
+        // The moves' passes: a workgroup of 64 per 64 words of a chunk, at most 64 (they loop).
+        move_groups = static_cast<uint32_t>(std::min<uint64_t>(64, (uint64_t{area_moves} * slot_words + 63) / 64));
     }
     for (VkDeviceSize bytes : {rows_bytes(config.max_pool_slots(), key_format), rows_bytes(config.max_pool_slots(), value_format),
                                meta_bytes, scratch_bytes, work_bytes}) {
@@ -1177,8 +1182,10 @@ Status VulkanBackend::create_kv(const KvConfig &config) {
             return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's rebalancing lists");
         }
     }
+    rebalance_layout_ = work;
     rebalance_sort_size_ = sort_size;
     rebalance_area_moves_ = area_moves;
+    rebalance_move_groups_ = move_groups;
     kv_ = config;
     layout_ = layout;
     query_first_ = query_first;
@@ -1241,8 +1248,7 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
             split64(kv_stale_before(policy, next_index, incoming), row + 5);
         }
         const Bound bwork = bind(rebalance_work_, true);
-        const uint32_t layers_word = kv_rebalance_work(static_cast<uint32_t>(kv_.n_layer), n_cells, rebalance_sort_size_, 0).layers;
-        record_upload(block(rebalance_work_).buffer, rebalance_work_.offset + VkDeviceSize{4} * layers_word, layers.data(),
+        record_upload(block(rebalance_work_).buffer, rebalance_work_.offset + VkDeviceSize{4} * rebalance_layout_.layers, layers.data(),
                       sizeof(uint32_t) * layers.size());
         const Bound bmeta = bind(meta_, true);
         // (Without rolling nothing rolls back: any buffer fills the table's binding.)
@@ -1276,9 +1282,7 @@ Status VulkanBackend::rebalance_kv(int64_t next_index, int incoming, int floor, 
             // Moves that go left in increasing order, then those that go right in decreasing
             // order, as the rule makes them; a single chunk takes them all at once.
             const auto chunks = static_cast<uint32_t>((push.pool + push.area_moves - 1) / push.area_moves);
-            const uint32_t slot_words = kv_row_words(kv_key_format(kv_.type), kv_.head_dim) +
-                                        kv_row_words(kv_value_format(kv_.type), kv_.head_dim) + KV_TOKEN_WORDS;
-            const auto groups = static_cast<uint32_t>(std::min<uint64_t>(64, (uint64_t{push.area_moves} * slot_words + 63) / 64));
+            const uint32_t groups = rebalance_move_groups_;
             auto move = [&](uint32_t chunk, uint32_t direction) {
                 push.chunk_first = chunk * push.area_moves;
                 push.direction = direction;
