@@ -36,6 +36,24 @@ inline TokenizerVectors read_tokenizer_vectors(const std::string &inp_path, cons
     return v;
 }
 
+// A test input as a quoted line: newlines, tabs, carriage returns, quotes and backslashes escaped.
+inline std::string escape_text(const std::string &text) {
+    std::string s = "\"";
+    for (char c : text) {
+        if (c == '\n')
+            s += "\\n";
+        else if (c == '\t')
+            s += "\\t";
+        else if (c == '\r')
+            s += "\\r";
+        else if (c == '"' || c == '\\')
+            s += std::string("\\") + c;
+        else
+            s += c;
+    }
+    return s + "\"";
+}
+
 inline std::string ids_to_string(const std::vector<int32_t> &ids) {
     std::string s;
     for (int32_t id : ids) s += " " + std::to_string(id);

@@ -203,7 +203,13 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     // id -> text, the model's vocabulary first, then the added tokens over it.
     const json &vocab = field(model, "vocab");
     if (!vocab.is_object() || vocab.empty()) return bad("tokenizer.json: model.vocab is not a non-empty object");
-    std::map<int64_t, std::pair<std::string, int32_t>> by_id;
+    struct Token {
+        std::string text;
+        int32_t type = TOKEN_NORMAL;
+        bool added = false;
+        uint8_t strip = 0;  // TokenStrip bits
+    };
+    std::map<int64_t, Token> by_id;
     auto check_id = [&](const json &id, const std::string &text) -> Status {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxVocab)
             return bad("tokenizer.json: token " + describe(json(text)) + " has id " + describe(id) + " (ids are 0.." +
@@ -212,7 +218,7 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     };
     for (const auto &[text, id] : vocab.items()) {
         H2O_TRY(check_id(id, text));
-        by_id[id.get<int64_t>()] = {text, v.sentencepiece && is_byte_token(text) ? TOKEN_BYTE : TOKEN_NORMAL};
+        by_id[id.get<int64_t>()] = {text, v.sentencepiece && is_byte_token(text) ? TOKEN_BYTE : TOKEN_NORMAL, false, 0};
     }
     const json &added = field(tokenizer, "added_tokens");
     if (!added.is_array() && !added.is_null()) return bad("tokenizer.json: added_tokens is not an array");
@@ -226,12 +232,14 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
         int32_t type = TOKEN_CONTROL;
         if (!special && !looks_special(text)) {
             type = TOKEN_USER_DEFINED;
-            // As the converter: a sentencepiece space in a user-defined token of a byte-level
-            // vocabulary is a space (a sentencepiece vocabulary keeps its U+2581).
-            for (size_t at; !v.sentencepiece && (at = text.find("\xE2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
+            // As the converter: a sentencepiece space in a user-defined token is a space, so that
+            // Gemma's runs of spaces are found in the raw text as llama.cpp reads a converted file.
+            for (size_t at; (at = text.find("\xE2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
         }
+        const uint8_t strip =
+            static_cast<uint8_t>((bool_field(a, "lstrip", false) ? kStripLeft : 0) | (bool_field(a, "rstrip", false) ? kStripRight : 0));
         added_ids.emplace(a["content"].get<std::string>(), a["id"].get<int64_t>());
-        by_id[a["id"].get<int64_t>()] = {text, type};
+        by_id[a["id"].get<int64_t>()] = {text, type, true, strip};
     }
 
     const int64_t needed = by_id.rbegin()->first + 1;
@@ -241,15 +249,20 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     const int64_t size = n_vocab != 0 ? n_vocab : needed;
     v.tokens.resize(static_cast<size_t>(size));
     v.types.assign(static_cast<size_t>(size), TOKEN_UNUSED);
+    v.strip.assign(static_cast<size_t>(size), 0);
+    std::vector<bool> added_token(static_cast<size_t>(size), false);
     for (int64_t id = 0; id < size; ++id) {
         const auto it = by_id.find(id);
         if (it == by_id.end()) {
             v.tokens[static_cast<size_t>(id)] = "[PAD" + std::to_string(id) + "]";
         } else {
-            v.tokens[static_cast<size_t>(id)] = it->second.first;
-            v.types[static_cast<size_t>(id)] = it->second.second;
+            v.tokens[static_cast<size_t>(id)] = it->second.text;
+            v.types[static_cast<size_t>(id)] = it->second.type;
+            v.strip[static_cast<size_t>(id)] = it->second.strip;
+            added_token[static_cast<size_t>(id)] = it->second.added;
         }
     }
+    if (std::none_of(v.strip.begin(), v.strip.end(), [](uint8_t s) { return s != 0; })) v.strip.clear();
 
     const json &merges = field(model, "merges");
     if (!merges.is_array() && !merges.is_null()) return bad("tokenizer.json: model.merges is not an array");
@@ -271,8 +284,8 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
     if (v.sentencepiece) {
         // Sentencepiece ranks a merge by the merged piece's score: a piece scores minus the rank of
         // the first merge that makes it, so the earlier merges go first as tokenizer.json orders
-        // them. Pieces no merge makes (characters, bytes, special tokens) score 0; the merges
-        // themselves are not written.
+        // them. Pieces no merge makes (characters, bytes) score 0, added tokens -1000 as the
+        // converter writes them; the merges themselves are not written.
         std::map<std::string, int64_t> piece_id;
         for (int64_t id = 0; id < size; ++id) piece_id.emplace(v.tokens[static_cast<size_t>(id)], id);
         v.scores.assign(static_cast<size_t>(size), 0.0f);
@@ -285,6 +298,8 @@ Status parse_checked(std::string_view tokenizer_json, std::string_view config_js
             v.scores[static_cast<size_t>(it->second)] = -static_cast<float>(rank + 1);
             scored[static_cast<size_t>(it->second)] = true;
         }
+        for (int64_t id = 0; id < size; ++id)
+            if (added_token[static_cast<size_t>(id)]) v.scores[static_cast<size_t>(id)] = -1000.0f;
         v.merges.clear();
     }
 
@@ -463,6 +478,7 @@ VocabSpec to_vocab_spec(const HfVocabulary &vocab) {
     spec.unk = vocab.unk;
     spec.add_bos = vocab.add_bos;
     spec.add_eos = vocab.add_eos;
+    spec.strip = vocab.strip;
     return spec;
 }
 

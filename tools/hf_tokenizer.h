@@ -6,14 +6,16 @@
 //
 // A sentencepiece one becomes a "llama" vocabulary as llama.cpp's converter writes it from the
 // tokenizer.model file, but for the scores, which tokenizer.json does not carry: each piece
-// scores minus the rank of the first merge that makes it (0 for the rest), so that
-// sentencepiece's merging by score follows tokenizer.json's merge order. Byte tokens (<0xXX>)
-// are bytes, the unknown token unknown, add_space_prefix is the normalizer's Prepend of U+2581.
+// scores minus the rank of the first merge that makes it (added tokens -1000 as the converter
+// writes them, 0 for the rest), so that sentencepiece's merging by score follows
+// tokenizer.json's merge order. Byte tokens (<0xXX>) are bytes, the unknown token unknown,
+// add_space_prefix is the normalizer's Prepend of U+2581.
 //
 // The values follow llama.cpp's converter (convert_hf_to_gguf.py and gguf-py's SpecialVocab):
 //   - every id below the vocabulary size has a token; a missing one is "[PAD<id>]", unused;
 //   - tokens of the model's vocabulary are normal; added tokens are control tokens when marked
-//     special or when they look special (<|...|>), user-defined otherwise;
+//     special or when they look special (<|...|>), user-defined otherwise, with each U+2581 of
+//     a user-defined token written as a space (Gemma's "▁▁" is "  ");
 //   - merges are "left right" strings in rank order;
 //   - bos/eos/unk/pad come from tokenizer_config.json's *_token (looked up among the added
 //     tokens), else from the post-processor's template, else from config.json's *_token_id;
@@ -48,6 +50,10 @@ struct HfVocabulary {
     std::vector<std::string> tokens;
     std::vector<int32_t> types;       // TokenType values
     std::vector<std::string> merges;  // byte-level BPE
+    // The added tokens' lstrip / rstrip (TokenStrip bits per token; empty: none strips). A GGUF
+    // file has no key for them (add_hf_vocabulary leaves them out): the library applies
+    // llama.cpp's rules by model name to a file, these to a VocabSpec (to_vocab_spec).
+    std::vector<uint8_t> strip;
     int32_t bos = -1, eos = -1, unk = -1, pad = -1;
     std::optional<bool> add_bos, add_eos;
     std::string chat_template;  // empty: none

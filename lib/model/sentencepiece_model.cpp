@@ -207,12 +207,17 @@ std::string serialize_sentencepiece_model(const VocabSpec &spec, const std::vect
         piece.add_bytes(pb::kPiecePiece, spec.pieces[i]);
         piece.add_float(pb::kPieceScore, spec.scores[i]);
         // Sentencepiece wants exactly one unknown piece: unk, whatever type the file gives it
-        // (Phi-3's <unk> is a control token, and its padding tokens have the unknown type).
+        // (Phi-3's <unk> is a control token, and its padding tokens have the unknown type). A
+        // user-defined piece is an ordinary one to it: the tokenizer finds user-defined tokens in
+        // the raw text itself, and in the text between them llama.cpp merges into any piece by its
+        // score, which sentencepiece does for normal pieces only.
         int32_t type = types[i];
         if (static_cast<int32_t>(i) == spec.unk)
             type = TOKEN_UNKNOWN;
         else if (type == TOKEN_UNKNOWN)
             type = TOKEN_UNUSED;
+        else if (type == TOKEN_USER_DEFINED)
+            type = TOKEN_NORMAL;
         piece.add_varint(pb::kPieceType, static_cast<uint64_t>(type));
         model.add_message(pb::kModelPieces, piece);
     }

@@ -27,7 +27,7 @@ Status parse_sentencepiece_model(std::string_view bytes, VocabSpec *spec, uint64
 // BPE merges by piece score, byte fallback for characters outside the vocabulary, identity
 // normalization, spaces escaped to U+2581, a dummy prefix space, and whitespace kept as is.
 // spec.unk is the one unknown piece; other pieces of the unknown type are given as unused (never
-// produced). types: the pieces' types as the tokenizer uses them (which may differ from
+// produced), user-defined ones as normal (the tokenizer finds those in the raw text itself). types: the pieces' types as the tokenizer uses them (which may differ from
 // spec.types: Tokenizer::from_vocab). spec must have passed the tokenizer's checks.
 std::string serialize_sentencepiece_model(const VocabSpec &spec, const std::vector<int32_t> &types, bool byte_fallback);
 

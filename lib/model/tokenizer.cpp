@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -78,6 +79,8 @@ Status validate_spec(const VocabSpec &spec) {
     if (spec.scores.size() != n && (sentencepiece || !spec.scores.empty()))
         return bad(std::to_string(n) + " tokens but " + std::to_string(spec.scores.size()) + " scores");
     if (spec.types.size() != n) return bad(std::to_string(n) + " tokens but " + std::to_string(spec.types.size()) + " token types");
+    if (!spec.strip.empty() && spec.strip.size() != n)
+        return bad(std::to_string(n) + " tokens but " + std::to_string(spec.strip.size()) + " strip attributes");
     if (sentencepiece && !spec.merges.empty()) return bad("merges are given for a sentencepiece vocabulary");
     const int64_t n_vocab = static_cast<int64_t>(n);
     auto check_id = [&](const char *name, int32_t id, bool required) -> Status {
@@ -136,6 +139,17 @@ Status read_optional_bool(const GgufFile &file, const char *key, std::optional<b
     return Status::Ok();
 }
 
+// llama.cpp's per-model token attributes (its vocabulary loader sets them by general.name, since
+// GGUF files do not carry them): Phi-3's special tokens take the whitespace after them, so that
+// "<|user|>\nHi" reads as "<|user|>" + "Hi", as Hugging Face's tokenizer does.
+bool strips_like_phi3(std::string_view model_name) {
+    std::string name(model_name);
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+}
+
+bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
+
 Status invalid_utf8(std::string_view text) {
     size_t bad = 0;
     if (is_valid_utf8(text, &bad)) return Status::Ok();
@@ -164,6 +178,7 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
         // user-defined </s> so), unless it is a normal token: Qwen's vocabulary has </s> as an
         // ordinary word that merges build, and it must stay one (it still ends generation).
         if (is_end_of_generation_text(e.piece) && e.type != TOKEN_NORMAL) e.type = TOKEN_CONTROL;
+        if (!spec.strip.empty()) e.strip = spec.strip[i] & (kStripLeft | kStripRight);
         switch (e.type) {
             case TOKEN_CONTROL:
                 break;  // renders as nothing
@@ -189,9 +204,14 @@ Status Tokenizer::from_vocab(const VocabSpec &spec, std::unique_ptr<Tokenizer> *
     tok->unk_ = spec.unk;
     tok->add_space_prefix_ = sentencepiece && spec.add_space_prefix;
     tok->add_eos_ = spec.add_eos.value_or(false);
+    const bool phi3_strips = strips_like_phi3(spec.model_name);
     for (int32_t id = 0; id < static_cast<int32_t>(spec.pieces.size()); ++id) {
-        const Entry &e = tok->entries_[static_cast<size_t>(id)];
+        Entry &e = tok->entries_[static_cast<size_t>(id)];
         const bool special = e.type == TOKEN_CONTROL || e.type == TOKEN_USER_DEFINED || e.type == TOKEN_UNKNOWN;
+        if (phi3_strips && (special || e.piece == "</s>")) {
+            const bool keeps = e.piece == "<unk>" || e.piece == "<s>" || e.piece == "<|endoftext|>";
+            e.strip = keeps ? e.strip & ~kStripRight : e.strip | kStripRight;
+        }
         // A piece that is not UTF-8 could match only inside a character of the (valid) text and
         // cut it in two; such a token is never parsed from text (found by fuzzing).
         if (special && !e.piece.empty() && is_valid_utf8(e.piece)) tok->special_by_length_.push_back(id);
@@ -278,6 +298,11 @@ Status Tokenizer::from_gguf(const GgufFile &file, std::unique_ptr<Tokenizer> *ou
     H2O_TRY(read_optional_bool(file, "tokenizer.ggml.add_bos_token", &spec.add_bos));
     H2O_TRY(read_optional_bool(file, "tokenizer.ggml.add_eos_token", &spec.add_eos));
     if (sentencepiece) H2O_TRY(file.get_bool_or("tokenizer.ggml.add_space_prefix", true, &spec.add_space_prefix));
+    if (file.find("general.name")) {
+        std::string_view name;
+        H2O_TRY(file.get_string("general.name", &name));
+        spec.model_name = name;
+    }
     return from_vocab(spec, out);
 }
 
@@ -322,10 +347,16 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
                 continue;
             }
             size_t start = 0;
-            for (size_t at; (at = f.text.find(e.piece, start)) != std::string_view::npos; start = at + e.piece.size()) {
-                if (at > start) next.push_back({-1, f.text.substr(start, at - start)});
+            for (size_t at; (at = f.text.find(e.piece, start)) != std::string_view::npos;) {
+                size_t left_end = at;
+                if (e.strip & kStripLeft)
+                    while (left_end > start && is_ascii_space(f.text[left_end - 1])) --left_end;
+                if (left_end > start) next.push_back({-1, f.text.substr(start, left_end - start)});
                 next.push_back({id, {}});
                 found = true;
+                start = at + e.piece.size();
+                if (e.strip & kStripRight)
+                    while (start < f.text.size() && is_ascii_space(f.text[start])) ++start;
             }
             if (start < f.text.size()) next.push_back({-1, f.text.substr(start)});
         }
@@ -348,17 +379,14 @@ Status Tokenizer::encode(std::string_view text, bool add_bos, std::vector<int32_
     if (add_bos && bos_ < 0) return make_error(H2O_ERR_INVALID_ARGUMENT, "the vocabulary has no BOS token");
     std::vector<int32_t> ids;
     if (add_bos) ids.push_back(bos_);
-    if (bpe_) {
-        // User-defined tokens are found before the pre-tokenizer sees the text.
-        for (const Fragment &f : split_special(text, /*with_control=*/false)) {
-            if (f.token >= 0)
-                ids.push_back(f.token);
-            else
-                H2O_TRY(encode_text(f.text, &ids));
-        }
-    } else {
-        // Sentencepiece finds user-defined pieces itself.
-        H2O_TRY(encode_text(text, &ids));
+    // User-defined tokens are found in the raw text before the pre-tokenizer or sentencepiece's
+    // normalizer sees it, as llama.cpp does: a converted Gemma file holds its runs of spaces as
+    // user-defined tokens spelled with spaces ("  "), which no escaped text could match.
+    for (const Fragment &f : split_special(text, /*with_control=*/false)) {
+        if (f.token >= 0)
+            ids.push_back(f.token);
+        else
+            H2O_TRY(encode_text(f.text, &ids));
     }
     *out = std::move(ids);
     return Status::Ok();

@@ -69,6 +69,18 @@ struct VocabSpec {
     // tokenizer.ggml.add_bos_token / add_eos_token; absent: llama.cpp's defaults (sentencepiece
     // adds BOS, byte-level BPE does not; neither adds EOS).
     std::optional<bool> add_bos, add_eos;
+    // Whitespace a special token swallows where it is found in text: TokenStrip bits per token
+    // (Hugging Face's lstrip / rstrip of added tokens), or empty for none. GGUF files do not carry
+    // them; llama.cpp sets them by the model's name, and so does the tokenizer (model_name).
+    std::vector<uint8_t> strip;
+    // general.name: llama.cpp gives the special tokens of a model named Phi-3 ("phi-3", "phi3", any
+    // case) a right strip (all but <unk>, <s> and <|endoftext|>; </s> too), over `strip`.
+    std::string model_name;
+};
+
+enum TokenStrip : uint8_t {
+    kStripLeft = 1,   // the ASCII whitespace before the token
+    kStripRight = 2,  // the ASCII whitespace after it
 };
 
 class Tokenizer {
@@ -113,19 +125,20 @@ public:
     TokenType type(int32_t id) const;
     const std::string &piece(int32_t id) const;
 
-    // Text must be valid UTF-8 (else H2O_ERR_INVALID_TEXT with the byte offset). Sentencepiece:
-    // a leading space is added when the vocabulary asks for it, as sentencepiece and llama.cpp
-    // do. Byte-level BPE: the text of a user-defined token (Qwen's "<think>") is that token
-    // wherever it appears, as in llama.cpp and Hugging Face; control-token text is spelled out.
+    // Text must be valid UTF-8 (else H2O_ERR_INVALID_TEXT with the byte offset). The text of a
+    // user-defined token (Qwen's "<think>", Gemma's runs of spaces and newlines) is that token
+    // wherever it appears, as in llama.cpp; control-token text is spelled out. Sentencepiece: a
+    // leading space is added to each piece of text between such tokens when the vocabulary asks
+    // for it, as llama.cpp does.
     // Empty text gives no tokens (just BOS when add_bos). add_bos without a BOS token:
     // H2O_ERR_INVALID_ARGUMENT.
     Status encode(std::string_view text, bool add_bos, std::vector<int32_t> *out) const;
     // As encode, but the text of a control, user-defined or unknown token ("<s>", "</s>",
     // "<|im_end|>") becomes that token instead of being spelled out. Tokens are found as
     // llama.cpp finds them: the longest token text first, everywhere in the text, then the next
-    // longest in what is left. The text between them is encoded as above (sentencepiece: each
-    // piece with its own leading space, as llama.cpp does). A BOS at the very start is not
-    // doubled by add_bos.
+    // longest in what is left; a token that strips (VocabSpec::strip) takes the whitespace beside
+    // it. The text between them is encoded as above (sentencepiece: each piece with its own
+    // leading space, as llama.cpp does). A BOS at the very start is not doubled by add_bos.
     Status encode_special(std::string_view text, bool add_bos, std::vector<int32_t> *out) const;
 
     // Whether generation ends at this token, decided as llama.cpp does: EOS, the end-of-turn
@@ -158,6 +171,7 @@ public:
 private:
     struct Entry {
         TokenType type = TOKEN_NORMAL;
+        uint8_t strip = 0;    // TokenStrip bits
         std::string piece;    // as in the vocabulary
         std::string surface;  // what append_piece emits (before the after_bos rule)
     };

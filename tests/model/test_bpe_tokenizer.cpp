@@ -633,8 +633,8 @@ TEST_CASE("bpe tokenizer: tokenizer.json reader on small files") {
     const std::string tokenizer = R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": true}, {"type": "ByteLevel", "use_regex": true}]},
       "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]},
-      "added_tokens": [{"id": 4, "content": "<|im_end|>", "special": true}, {"id": 5, "content": "<tool\u2581x>", "special": false},
-                       {"id": 6, "content": "<s>", "special": true}],
+      "added_tokens": [{"id": 4, "content": "<|im_end|>", "special": true, "rstrip": true},
+                       {"id": 5, "content": "<tool\u2581x>", "special": false, "lstrip": true}, {"id": 6, "content": "<s>", "special": true}],
       "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}]}})";
     HfVocabulary v;
     Status st = parse_hf_tokenizer(tokenizer, R"({"eos_token": {"content": "<|im_end|>"}, "chat_template": [
@@ -644,6 +644,8 @@ TEST_CASE("bpe tokenizer: tokenizer.json reader on small files") {
     CHECK(v.pre == "smollm");
     CHECK(v.tokens == std::vector<std::string>{"a", "b", "ab", "[PAD3]", "<|im_end|>", "<tool x>", "<s>", "[PAD7]"});
     CHECK(v.types == std::vector<int32_t>{1, 1, 1, 5, 3, 4, 3, 5});
+    CHECK(v.strip == std::vector<uint8_t>{0, 0, 0, 0, kStripRight, kStripLeft, 0, 0});
+    CHECK(to_vocab_spec(v).strip == v.strip);
     CHECK(v.merges == std::vector<std::string>{"a b"});
     CHECK(v.bos == 6);  // from the post-processor's template, which also asks for it
     CHECK(v.add_bos == std::optional<bool>(true));
@@ -825,6 +827,46 @@ TEST_CASE("bpe tokenizer: the same ids as llama.cpp on whole texts") {
     const Status st = llama3->encode("ok \xFF bad \xC3( \xED\xA0\x80 end", false, &ids);
     CHECK(st.code == H2O_ERR_INVALID_TEXT);
     CHECK(st.message.find("offset 3") != std::string::npos);
+}
+
+// Runs of whitespace and chat prompts (tokenizer_parity/README.md: whitespace.inp and
+// VOCAB.special.inp), with llama.cpp's ids for every vocabulary of ../shared/vocab/: the three
+// llama.cpp ships as GGUF files read as they are (Phi-3's with its name, which makes its special
+// tokens strip the whitespace after them), the four tokenizer.json ones written as above.
+TEST_CASE("tokenizer: whitespace runs and chat prompts give llama.cpp's ids with every vocabulary") {
+    const std::string data = std::string(H2O_TEST_DATA_DIR) + "/tokenizer_parity/";
+    for (const char *name : {"llama-spm", "phi-3", "gpt-2", "llama3", "qwen3", "gemma3", "gpt4o"}) {
+        CAPTURE(name);
+        std::unique_ptr<Tokenizer> from_file;
+        const Tokenizer *tok = nullptr;
+        if (std::string(name) == "llama-spm" || std::string(name) == "phi-3" || std::string(name) == "gpt-2") {
+            const std::string path = h2o_test::shared_file("vocab/ggml-vocab-" + std::string(name) + ".gguf");
+            if (path.empty()) continue;
+            from_file = gguf_tokenizer(path);
+            tok = from_file.get();
+        } else {
+            tok = hf_tokenizer(name);
+            if (!tok) continue;
+        }
+        for (const bool special : {false, true}) {
+            CAPTURE(special);
+            const std::string inputs = special ? data + name + ".special.inp" : data + "whitespace.inp";
+            const std::string expected = data + name + (special ? ".special.out" : ".whitespace.out");
+            const h2o_test::TokenizerVectors vectors = h2o_test::read_tokenizer_vectors(inputs, expected);
+            REQUIRE(vectors.complete);
+            REQUIRE(vectors.inputs.size() == vectors.ids.size());
+            CHECK(vectors.inputs.size() >= (special ? 32u : 600u));
+            size_t wrong = 0;
+            for (size_t i = 0; i < vectors.inputs.size(); ++i) {
+                const std::vector<int32_t> ids = encode(*tok, vectors.inputs[i], special);
+                if (ids == vectors.ids[i]) continue;
+                if (++wrong <= 3)
+                    FAIL_CHECK("case " << i << " " << h2o_test::escape_text(vectors.inputs[i]) << "\n  got" << ids_to_string(ids)
+                                       << "\n  llama.cpp" << ids_to_string(vectors.ids[i]));
+            }
+            CHECK(wrong == 0);
+        }
+    }
 }
 
 TEST_CASE("bpe tokenizer: one tokenizer shared by many threads") {

@@ -391,15 +391,16 @@ TEST_CASE("tokenizer: vocabulary settings (no byte fallback, no space prefix, us
     CHECK(decode(*tok, {5, 4}) == " aa");
     CHECK(render_stream(*tok, {1, 5, 4}) == " aa");
 
-    // A user-defined piece is always one token, even where no merge could build it.
+    // A user-defined piece is always one token, even where no merge could build it, and the text
+    // after it begins anew with its own dummy prefix, as llama.cpp tokenizes it.
     spec = small_vocab(true, {{"\xE2\x96\x81", -1}, {"<tool>", 0}});
     spec.types.back() = TOKEN_USER_DEFINED;
     REQUIRE(Tokenizer::from_vocab(spec, &tok).ok());
     const int32_t tool = tok->n_vocab() - 1;
     CHECK(tok->type(tool) == TOKEN_USER_DEFINED);
     const std::vector<int32_t> ids = encode(*tok, "x<tool>y");
-    CHECK(ids_to_string(ids) == ids_to_string({tool - 1, 3 + 'x', tool, 3 + 'y'}));
-    CHECK(decode(*tok, ids) == "x<tool>y");
+    CHECK(ids_to_string(ids) == ids_to_string({tool - 1, 3 + 'x', tool, tool - 1, 3 + 'y'}));
+    CHECK(decode(*tok, ids) == "x<tool> y");
 
     // encode replaces the output; BOS needs a BOS token.
     std::vector<int32_t> out = {42, 43};
@@ -409,6 +410,60 @@ TEST_CASE("tokenizer: vocabulary settings (no byte fallback, no space prefix, us
     REQUIRE(Tokenizer::from_vocab(spec, &tok).ok());
     CHECK(tok->bos() == -1);
     CHECK(tok->encode("y", true, &out).code == H2O_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("tokenizer: special tokens strip whitespace by their attributes and by llama.cpp's Phi-3 rule") {
+    // 259 "▁", 260 "▁hi", 261 "hi", then the control token <|u|> (262) and the user-defined <t> (263).
+    VocabSpec spec = small_vocab(true, kHiPieces);
+    spec.add_space_prefix = false;
+    for (const char *piece : {"<|u|>", "<t>"}) {
+        spec.pieces.push_back(piece);
+        spec.scores.push_back(0);
+        spec.types.push_back(std::string(piece) == "<t>" ? TOKEN_USER_DEFINED : TOKEN_CONTROL);
+    }
+    const int32_t u = 262, t = 263;
+    auto ids_of = [](const VocabSpec &vocab, std::string_view text, bool special) {
+        std::unique_ptr<Tokenizer> tok;
+        const Status st = Tokenizer::from_vocab(vocab, &tok);
+        REQUIRE_MESSAGE(st.ok(), st.message);
+        std::vector<int32_t> ids;
+        REQUIRE((special ? tok->encode_special(text, false, &ids) : tok->encode(text, false, &ids)).ok());
+        return ids_to_string(ids);
+    };
+    const int32_t space = 259, newline = 3 + '\n', tab = 3 + '\t';
+    // No attributes: the whitespace beside a token is text.
+    CHECK(ids_of(spec, "<|u|>\n hi <t>\t", true) == ids_to_string({u, newline, 260, space, t, tab}));
+    // rstrip on the control token, lstrip on the user-defined one (found in plain text too); only
+    // ASCII whitespace goes, and only next to the token.
+    spec.strip.assign(spec.pieces.size(), 0);
+    spec.strip[u] = kStripRight;
+    spec.strip[t] = kStripLeft;
+    CHECK(ids_of(spec, "<|u|>\n hi <t>\t", true) == ids_to_string({u, 261, t, tab}));
+    CHECK(ids_of(spec, "hi \r\n<t>", false) == ids_to_string({261, t}));
+    CHECK(ids_of(spec, "<|u|>\xC2\xA0hi", true) == ids_to_string({u, 3 + 0xC2, 3 + 0xA0, 261}));  // NBSP stays
+    CHECK(ids_of(spec, "<|u|>   ", true) == ids_to_string({u}));
+    CHECK(ids_of(spec, "<|u|><|u|>  <|u|>", true) == ids_to_string({u, u, u}));
+    // A strip attribute per token or none at all.
+    spec.strip.pop_back();
+    CHECK(try_vocab(spec).code == H2O_ERR_MODEL_FORMAT);
+    CHECK(try_vocab(spec).message.find("strip attributes") != std::string::npos);
+
+    // A model named Phi-3 (general.name, any case): every control, user-defined and unknown token
+    // strips on its right, but <unk>, <s> and <|endoftext|>; </s> does (here a control token).
+    spec.strip.clear();
+    spec.model_name = "Microsoft PHI3 mini";
+    CHECK(ids_of(spec, "<|u|>\n hi <t>\t", true) == ids_to_string({u, 261, space, t}));
+    CHECK(ids_of(spec, "<s> hi</s> hi", true) == ids_to_string({1, 260, 2, 261}));
+    spec.model_name = "Phi 3.5 mini";  // llama.cpp's rule does not match this spelling
+    CHECK(ids_of(spec, "<|u|>\n hi", true) == ids_to_string({u, newline, 260}));
+
+    // Read from a GGUF file as llama.cpp reads it: by general.name.
+    const std::string phi3 = h2o_test::shared_file("vocab/ggml-vocab-phi-3.gguf");
+    if (phi3.empty()) return;
+    const std::unique_ptr<Tokenizer> tok = load_gguf_tokenizer(phi3);
+    std::vector<int32_t> ids;
+    REQUIRE(tok->encode_special("<|user|>\nHi<|end|>\n<|assistant|>\n", false, &ids).ok());
+    CHECK(ids_to_string(ids) == ids_to_string({32010, 6324, 32007, 32001}));
 }
 
 TEST_CASE("tokenizer: invalid UTF-8 is rejected with its byte offset") {
