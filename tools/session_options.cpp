@@ -72,12 +72,24 @@ void add_session_options(CommandLine &cl, h2o_session_params *params) {
 }
 
 std::string session_options_help(const h2o_session_params &defaults) {
-    char text[2048];
+    // The program's own defaults, which are not always the library's (h2o-server's cache is 512
+    // slots that roll).
+    char budget[256];
+    if (defaults.kv_budget == 0) {
+        std::snprintf(budget, sizeof budget,
+                      "(default 0: a full cache, as long as the\n"
+                      "                         context, that never evicts; the eviction options below need a\n"
+                      "                         budget or --rolling)");
+    } else {
+        std::snprintf(budget, sizeof budget,
+                      "(default %u: a fixed cache that evicts by\n"
+                      "                         the policy when full; 0: a full cache, as long as the context)",
+                      defaults.kv_budget);
+    }
+    char text[3072];
     std::snprintf(text, sizeof(text),
                   "  -t, --threads N        compute threads, 0 to %llu (default 0: the cores, at most 8)\n"
-                  "  --kv-budget N          KV slots per layer and kv head (default 0: a full cache, as long as the\n"
-                  "                         context, that never evicts; the eviction options below need a\n"
-                  "                         budget or --rolling)\n"
+                  "  --kv-budget N          KV slots per layer and kv head %s\n"
                   "  --kv-policy NAME       eviction policy: %s (default %s)\n"
                   "  --kv-recent N          protected recent window in tokens (default 0: the policy's share)\n"
                   "  --kv-prompt-proxy N    one-shot prompt eviction: a long prompt's victims by the attention\n"
@@ -88,11 +100,11 @@ std::string session_options_help(const h2o_session_params &defaults) {
                   "                         --kv-head-share)\n"
                   "  --kv-exp NAME=VALUE    a research setting of h2o_experimental.h by name (repeatable):\n"
                   "                         %s\n"
-                  "  --rolling              position rolling: run past the model's context length\n"
+                  "  --rolling              position rolling: run past the model's context length%s\n"
                   "  --kv-type T            KV cache format: %s (default %s)\n",
-                  static_cast<unsigned long long>(kMaxThreads), kv_policy_names().c_str(), policy_name(defaults.kv_policy),
-                  static_cast<unsigned long long>(kMaxPromptProxy), kMaxHeadShare, experimental_names().c_str(), kv_type_names().c_str(),
-                  kv_type_name(defaults.kv_type));
+                  static_cast<unsigned long long>(kMaxThreads), budget, kv_policy_names().c_str(), policy_name(defaults.kv_policy),
+                  static_cast<unsigned long long>(kMaxPromptProxy), kMaxHeadShare, experimental_names().c_str(),
+                  defaults.position_rolling ? " (on by default)" : "", kv_type_names().c_str(), kv_type_name(defaults.kv_type));
     return text;
 }
 

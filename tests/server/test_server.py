@@ -125,7 +125,10 @@ def errors_have_the_openai_shape():
         expect(*post(b'{"model":"stories260K","messages":' + b"[" * 50 + b"]" * 50 + b"}"), 400, "nests")
         expect(*post(b"x" * 70000), 413, "larger than --max-body")
         user = {"role": "user", "content": "hi"}
-        expect(*srv.chat([user], model="gpt-4"), 404, "no model 'gpt-4'")
+        # One model: a client configured with another name gets it, under its own id.
+        status, body = srv.chat([user], model="gpt-4", max_tokens=2)
+        check(status == 200 and body["model"] == "stories260K", (status, body))
+        check(srv.request("GET", "/v1/models/gpt-4")[1]["id"] == "stories260K", "a model asked by another name")
         expect(*srv.chat([]), 400, "non-empty")
         expect(*srv.chat([{"role": "tool", "content": "x"}]), 400, "role 'tool'")
         expect(*srv.chat([user, {"role": "assistant", "content": "x"}]), 400, "last message")
@@ -142,6 +145,32 @@ def errors_have_the_openai_shape():
         check(srv.chat([user])[0] == 200, "the server still answers")
     finally:
         srv.stop()
+
+
+@test
+def model_names_and_aliases():
+    """One name (or none given): any model asked for is this one. Two or more --alias names: only
+    those, the first being the id."""
+    srv = server("--alias", "tiny-stories", "--alias", "stories")
+    try:
+        user = {"role": "user", "content": "hi"}
+        status, body = srv.chat([user], model="stories", max_tokens=2)
+        check(status == 200 and body["model"] == "tiny-stories", (status, body))
+        status, body = srv.chat([user], model="gpt-4")
+        check(status == 404 and "no model 'gpt-4'" in body["error"]["message"] and "'tiny-stories', 'stories'" in body["error"]["message"],
+              (status, body))
+        check(srv.request("GET", "/v1/models/gpt-4")[0] == 404, "an unknown name with aliases")
+        check(srv.request("GET", "/v1/models/stories")[1]["id"] == "tiny-stories", "an alias")
+    finally:
+        srv.stop()
+
+
+@test
+def help_says_what_the_server_does():
+    """The server's own defaults: a 512-slot cache that rolls."""
+    out = subprocess.run([SERVER, "--help"], capture_output=True, text=True, check=True).stdout
+    check("--kv-budget N          KV slots per layer and kv head (default 512: a fixed cache that evicts" in out, out)
+    check("default 0: a full cache" not in out and "run past the model's context length (on by default)" in out, out)
 
 
 @test

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <ctime>
 #include <memory>
 
@@ -38,8 +39,15 @@ private:
     bool admitted_;
 };
 
-std::string no_such_model(const std::string &asked, const std::string &served) {
-    return "no model '" + asked + "' here (this server has '" + served + "')";
+// Whether a request naming this model is served: any name, unless the server knows several.
+bool serves_model(const Endpoints &e, const std::string &asked) {
+    return e.model_names.size() < 2 || std::find(e.model_names.begin(), e.model_names.end(), asked) != e.model_names.end();
+}
+
+std::string no_such_model(const Endpoints &e, const std::string &asked) {
+    std::string names;
+    for (const std::string &name : e.model_names) names += (names.empty() ? "'" : ", '") + name + "'";
+    return "no model '" + asked + "' here (this server answers to " + names + ")";
 }
 
 json model_json(const Endpoints &e) { return json{{"id", e.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "h2o"}}; }
@@ -113,8 +121,8 @@ void chat_completions(Endpoints &e, const httplib::Request &req, httplib::Respon
                           "too_many_requests"});
     ChatRequest request;
     if (auto error = parse_chat_request(req.body, e.limits, &request)) return send_error(res, *error);
-    if (request.model != e.model_id)
-        return send_error(res, ApiError{404, "not_found_error", no_such_model(request.model, e.model_id), "model", "model_not_found"});
+    if (!serves_model(e, request.model))
+        return send_error(res, ApiError{404, "not_found_error", no_such_model(e, request.model), "model", "model_not_found"});
     std::unique_ptr<ChatTurn> turn;
     if (auto error = ChatTurn::start(*e.context, request, &turn)) return send_error(res, *error);
     const CompletionHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), e.model_id, turn->conversation_id()};
@@ -164,8 +172,8 @@ void add_routes(httplib::Server &server, Endpoints &e) {
         res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_json(e)})}}), "application/json");
     });
     server.Get(R"(/v1/models/(.+))", [&e](const httplib::Request &req, httplib::Response &res) {
-        if (req.matches[1] != e.model_id)
-            return send_error(res, ApiError{404, "not_found_error", no_such_model(req.matches[1], e.model_id), "model", "model_not_found"});
+        if (!serves_model(e, req.matches[1]))
+            return send_error(res, ApiError{404, "not_found_error", no_such_model(e, req.matches[1]), "model", "model_not_found"});
         res.set_content(dump(model_json(e)), "application/json");
     });
     server.Post("/v1/chat/completions", [&e](const httplib::Request &req, httplib::Response &res) { chat_completions(e, req, res); });

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "chat_turn.h"
 #include "memory_plan.h"
@@ -19,6 +20,9 @@ namespace h2o_server {
 struct Endpoints {
     h2o_model *model = nullptr;
     std::string model_id;  // the model's name in the protocol
+    // The names requests may give (--alias, repeatable). With fewer than two the server answers
+    // to any name, as a single-model server should for clients configured with a fixed one.
+    std::vector<std::string> model_names;
     const TurnContext *context = nullptr;
     ConversationStore *store = nullptr;
     MemoryPlan plan;

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "../common.h"
 #include "../options.h"
@@ -25,7 +26,8 @@
 namespace {
 
 struct ServerOptions {
-    std::string model_path, host = "127.0.0.1", state_dir, chat_format, alias, cors;
+    std::string model_path, host = "127.0.0.1", state_dir, chat_format, cors;
+    std::vector<std::string> aliases;
     uint32_t port = 8080, sessions = 4, parallel = 1, queue = 32, max_tokens_default = 256;
     uint32_t session_wait = 30;
     uint64_t max_memory = 0, prefix_cache = 16u << 20, max_body = 8u << 20;
@@ -39,7 +41,9 @@ std::string usage(const h2o_session_params &sp) {
            "  --port N               port (default 8080; 0: any free port, printed at startup)\n"
            "  --cors ORIGIN          let web pages of ORIGIN (e.g. http://localhost:3000, or *) call the\n"
            "                         server from a browser (default: none)\n"
-           "  --alias NAME           the model's id in the protocol (default: the file's name)\n"
+           "  --alias NAME           the model's id in the protocol (default: the file's name). A request\n"
+           "                         for any model gets this one, unless --alias is given more than\n"
+           "                         once: then only those names are served (the first is the id)\n"
            "  --chat-format NAME     llama2, zephyr, chatml, llama3, phi3, mistral, gemma\n"
            "                         (default: the one the model's template describes)\n"
            "  --sessions N           conversations with a live session at once (default 4); the least\n"
@@ -88,14 +92,15 @@ void restart_without_thread_caches(char **argv) {
 ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_generate_params *gen) {
     ServerOptions opt;
     h2o_session_params_init(sp, sizeof *sp);
-    sp->kv_budget = 512;  // a conversation's cache: fixed, whatever its length
+    sp->kv_budget = 512;       // a conversation's cache: fixed, whatever its length
+    sp->position_rolling = 1;  // and never at an end (--no-rolling)
     h2o_generate_params_init(gen, sizeof *gen);
 
     h2o_tools::CommandLine cl("h2o-server", usage(*sp));
     cl.text({"-m", "--model"}, &opt.model_path);
     cl.text("--host", &opt.host);
     cl.count("--port", 0, 65535, &opt.port);
-    cl.text("--alias", &opt.alias);
+    cl.option("--alias", [&opt](const std::string &name) { opt.aliases.push_back(name); });
     cl.text("--cors", &opt.cors);
     cl.text("--chat-format", &opt.chat_format);
     cl.count("--sessions", 1, 4096, &opt.sessions);
@@ -111,7 +116,7 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     h2o_tools::add_session_options(cl, sp);
     cl.flag("--no-rolling", &opt.no_rolling);
     cl.parse(argc, argv);
-    sp->position_rolling = opt.no_rolling ? 0 : 1;
+    if (opt.no_rolling) sp->position_rolling = 0;
     h2o_tools::check_session_options(cl, *sp);
     opt.model_path = h2o_tools::resolve_model_path(opt.model_path);
     if (opt.model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
@@ -149,7 +154,8 @@ int main(int argc, char **argv) {
     }
     // Freed last, after the store's sessions (declared below, so destroyed first).
     const std::unique_ptr<h2o_model, void (*)(h2o_model *)> model_owner(model, h2o_model_free);
-    const std::string model_id = opt.alias.empty() ? base_name(opt.model_path) : opt.alias;
+    const std::vector<std::string> model_names = opt.aliases.empty() ? std::vector<std::string>{base_name(opt.model_path)} : opt.aliases;
+    const std::string &model_id = model_names.front();
 
     h2o_server::TurnContext context;
     context.model = model;
@@ -199,6 +205,7 @@ int main(int argc, char **argv) {
     h2o_server::Endpoints endpoints;
     endpoints.model = model;
     endpoints.model_id = model_id;
+    endpoints.model_names = model_names;
     endpoints.context = &context;
     endpoints.store = &store;
     endpoints.plan = plan;
