@@ -1,6 +1,7 @@
 #include "cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -80,7 +81,7 @@ public:
     Status synchronize() override { return injected_fault(); }
     size_t allocated_bytes() const override {
         return allocated_ + matmul_scratch_.size() + attention_weights_.size() * sizeof(float) + attention_slots_.size() * sizeof(int32_t) +
-               partial_stats_.size() * sizeof(SlotStats) + kv_.bytes();
+               partial_stats_.size() * sizeof(float) + kv_.bytes();
     }
 
     Status get_rows(const Tensor &out, const Tensor &table, const Tensor &ids, int n) override {
@@ -210,9 +211,9 @@ public:
         const size_t threads = pool_.size(), n_slots = static_cast<size_t>(kv_.max_cell_slots());
         try {
             attention_weights_.assign(2 * kTileQueries * n_slots * threads, 0.0f);
-            attention_slots_.assign(n_slots * threads, 0);
-            partial_stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? n_slots * config.n_head_kv * threads : 0,
-                                  kv_stats_zero());
+            attention_slots_.assign(3 * n_slots * threads, 0);
+            partial_stats_.assign(kv_policy_uses_statistics(config.policy.policy) ? kStatFields * n_slots * config.n_head_kv * threads : 0,
+                                  0.0f);
         } catch (const std::bad_alloc &) {
             return make_error(H2O_ERR_OUT_OF_MEMORY, "cannot allocate attention scratch");
         }
@@ -310,17 +311,31 @@ private:
     // row's load, few enough that the kernels keep their outputs in registers.
     static constexpr int kTileQueries = 8;
 
+    // A batch's partial statistics (kv_policy_spec.h's SlotStats), field by field, so that the
+    // loops over a tile's slots run on whole vectors: [field][n_head_kv × max_cell_slots].
+    enum StatField {
+        kAccumulated,
+        kSquared,
+        kSteps,
+        kLast,
+        kPersistence,
+        kStatFields
+    };
     struct AttentionScratch {
         float *weight;        // [kTileQueries × max_cell_slots]: a query's softmax weights
         float *group_weight;  // [kTileQueries × max_cell_slots]: a token's weights summed over its group
         int32_t *unseen;      // [max_cell_slots]: the slots some token of a tile does not see
-        SlotStats *partial;   // [n_head_kv × max_cell_slots]
+        // [max_cell_slots]: the first and last token of a tile (0-based within it) that see a
+        // slot; first > last when none does.
+        int32_t *first_seer, *last_seer;
+        float *partial;  // [kStatFields × n_head_kv × max_cell_slots], or null
     };
     AttentionScratch attention_scratch(int thread) {
         const size_t n_slots = static_cast<size_t>(kv_.max_cell_slots());  // the stride create_kv allocated
         float *weights = attention_weights_.data() + 2 * kTileQueries * n_slots * thread;
-        SlotStats *partial = partial_stats_.empty() ? nullptr : partial_stats_.data() + n_slots * kv_.config().n_head_kv * thread;
-        return AttentionScratch{weights, weights + kTileQueries * n_slots, attention_slots_.data() + n_slots * thread, partial};
+        float *partial = partial_stats_.empty() ? nullptr : partial_stats_.data() + kStatFields * n_slots * kv_.config().n_head_kv * thread;
+        int32_t *slots = attention_slots_.data() + 3 * n_slots * thread;
+        return AttentionScratch{weights, weights + kTileQueries * n_slots, slots, slots + n_slots, slots + 2 * n_slots, partial};
     }
 
     ThreadPool pool_;
@@ -343,7 +358,7 @@ private:
     KvCache kv_;
     std::vector<float> attention_weights_;
     std::vector<int32_t> attention_slots_;
-    std::vector<SlotStats> partial_stats_;
+    std::vector<float> partial_stats_;  // AttentionScratch::partial, per thread
 };
 
 Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
@@ -420,7 +435,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
             if (index == 0) threads_used = threads;
             AttentionScratch scratch = attention_scratch(index);
             if (gather_statistics && !fold_in_place) {
-                std::fill(scratch.partial, scratch.partial + static_cast<size_t>(n_kv) * n_slots, kv_stats_zero());
+                std::fill(scratch.partial, scratch.partial + static_cast<size_t>(kStatFields) * n_kv * n_slots, 0.0f);
             }
             // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
             // tokens see more keys, and contiguous runs gave the last thread most of the work.
@@ -458,6 +473,19 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                         seen_from_end[stream - first] = s + 1;
                     }
                 }
+                if (gather_statistics && !fold_in_place) {
+                    // The tile's tokens that see each slot, as seen() decides: stream index j is
+                    // seen by the tile's token tt when first + tt >= j and, in a local layer,
+                    // first + tt < j + window.
+                    constexpr int64_t kNone = kTileQueries;
+                    for (int s = 0; s < used; ++s) {
+                        const int64_t j = view.stream_index[s];
+                        const int64_t from = j < 0 ? kNone : std::max<int64_t>(0, j - first);
+                        const int64_t to = j < 0 || window == 0 ? kNone : j + window - 1 - first;
+                        scratch.first_seer[s] = static_cast<int32_t>(std::min(from, kNone));
+                        scratch.last_seer[s] = static_cast<int32_t>(std::clamp<int64_t>(to, -1, kNone));
+                    }
+                }
                 int visible[kTileQueries], end[kTileQueries];
                 for (int tt = 0; tt < t1 - t0; ++tt) {
                     visible[tt] = (tt == 0 ? seen_by_all : visible[tt - 1]) + seen_from[tt];
@@ -472,7 +500,7 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                             end[tt] = std::max(end[tt], scratch.unseen[i] + 1);
                         }
                     }
-                    if (!gather_statistics) continue;  // group weights feed the statistics alone
+                    if (!gather_statistics || group == 1) continue;  // group weights feed the statistics alone
                     float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * n_slots;
                     std::fill(group_weight, group_weight + used, 0.0f);
                 }
@@ -509,7 +537,8 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                     }
                     cpu::weighted_kv_row_sum(value_format, outs, m, scratch.weight, n_slots, view.values, value_row, scored, hd);
                     // Each token's weights summed over its query heads, in head order (for the statistics).
-                    for (int j = 0; gather_statistics && j < m; ++j) {
+                    // (A group of one query head: its weights are the group's, the rows of the one chunk.)
+                    for (int j = 0; gather_statistics && group > 1 && j < m; ++j) {
                         const int t = t0 + (r0 + j) / group;
                         const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
                         float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
@@ -519,24 +548,43 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
                 if (!gather_statistics) continue;
                 // Bookkeeping for the eviction policies, token by token.
                 for (int t = t0; t < t1; ++t) {
-                    const float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
+                    const float *group_weight =
+                        (group == 1 ? scratch.weight : scratch.group_weight) + static_cast<size_t>(t - t0) * n_slots;
                     const float threshold = kv_importance_threshold(group, visible[t - t0]);
                     const float persistence_weight = kv_persistence_weight(decay, n, t);
                     if (fold_in_place) {
+                        // kv_stats_fold of one query's kv_stats_add_query, written out: the same
+                        // operations (a zero query adds nothing but the persistence's decay), in a
+                        // loop of locals that a default session runs over every slot of a full
+                        // context at each token (as kv_stats_* it cost a fifth of decoding there).
+                        const int64_t query = batch.first_index + t, oldest = window == 0 ? INT64_MIN : query - window;
+                        const int64_t *stream = view.stream_index;
+                        SlotStats *stats = view.stats;
+                        // Selects, not branches (whether a weight passes the threshold is a coin
+                        // toss to the branch predictor); an unseen slot's weight is 0, which adds
+                        // nothing. s < used lies within the weights' row, whatever it holds there.
                         for (int s = 0; s < used; ++s) {
-                            const SlotStats query =
-                                seen(s, t) ? kv_stats_add_query(kv_stats_zero(), group_weight[s], threshold, persistence_weight, true)
-                                           : kv_stats_zero();
-                            view.stats[s] = kv_stats_fold(view.stats[s], query, old_persistence_weight, true);
+                            SlotStats st = stats[s];
+                            const int64_t j = stream[s];
+                            const bool sees = (j >= 0) & (j <= query) & (j > oldest);
+                            const float w = sees ? group_weight[s] : 0.0f;
+                            st.accumulated += w;
+                            st.squared += w * w;
+                            st.steps += sees ? 1.0f : 0.0f;
+                            st.last = sees ? w : st.last;
+                            st.persistence = st.persistence * old_persistence_weight + (w > threshold ? persistence_weight : 0.0f);
+                            stats[s] = st;
                         }
                         continue;
                     }
-                    SlotStats *partial = scratch.partial + static_cast<size_t>(h) * n_slots;
-                    for (int s = 0; s < end[t - t0]; ++s) {
-                        if (seen(s, t))
-                            partial[s] = kv_stats_add_query(partial[s], group_weight[s], threshold, persistence_weight,
-                                                            kv_is_proxy_query(n, t, proxy));
-                    }
+                    // kv_stats_add_query for the slots the token sees, field by field (the kernels
+                    // run it on vectors).
+                    const size_t cell = static_cast<size_t>(h) * n_slots, field = static_cast<size_t>(n_kv) * n_slots;
+                    float *partial = scratch.partial + cell;
+                    const cpu::QueryStats fields{partial + kAccumulated * field, partial + kSquared * field, partial + kSteps * field,
+                                                 partial + kLast * field, partial + kPersistence * field};
+                    cpu::add_query_stats(fields, group_weight, scratch.first_seer, scratch.last_seer, end[t - t0], t - t0, threshold,
+                                         persistence_weight, kv_is_proxy_query(n, t, proxy));
                 }
             }
         },
@@ -545,12 +593,16 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     for (int h = 0; h < n_kv; ++h) {
         const KvCache::CellView view = kv_.cell(layer, h);
         const int used = kv_.used(layer, h);
-        // Thread th's partial of slot s is partial[th * per_thread + s].
-        const SlotStats *partial = partial_stats_.data() + static_cast<size_t>(h) * n_slots;
-        const size_t per_thread = static_cast<size_t>(n_slots) * n_kv;
+        // Thread th's partial field f of slot s is partial[th * per_thread + f * field + s].
+        const size_t field = static_cast<size_t>(n_slots) * n_kv, per_thread = kStatFields * field;
+        const float *partial = partial_stats_.data() + static_cast<size_t>(h) * n_slots;
+        auto partial_of = [&](int th, int s) {
+            const float *p = partial + th * per_thread + s;
+            return SlotStats{p[kAccumulated * field], p[kSquared * field], p[kSteps * field], p[kLast * field], p[kPersistence * field]};
+        };
         for (int s = 0; s < used; ++s) {
-            SlotStats batch_stats = partial[s];
-            for (int th = 1; th < threads_used; ++th) batch_stats = kv_stats_add(batch_stats, partial[th * per_thread + s]);
+            SlotStats batch_stats = partial_of(0, s);
+            for (int th = 1; th < threads_used; ++th) batch_stats = kv_stats_add(batch_stats, partial_of(th, s));
             view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, old_persistence_weight, true);
         }
     }

@@ -595,6 +595,7 @@ const KernelTable kScalarKernels = {
     nullptr,  // max_value: the loop in kernels.cpp
     nullptr,
     nullptr,  // rotate_pairs, rotate_half_pairs: rotary.h's rotate_pair in a loop
+    nullptr,  // add_query_stats: the loop in kernels.cpp
     1,        // interleaved weights: runs them, the reference the SIMD levels are tested against
 };
 
@@ -943,6 +944,20 @@ void rmsnorm(float *out, const float *in, const float *weight, int64_t n, float 
     const double mean = ((s[0] + s[1]) + (s[2] + s[3])) / static_cast<double>(n);
     const float scale = static_cast<float>(1.0 / std::sqrt(mean + eps));
     for (i = 0; i < n; ++i) out[i] = in[i] * scale * weight[i];
+}
+
+void add_query_stats(const QueryStats &stats, const float *w, const int32_t *first_seer, const int32_t *last_seer, int64_t n, int32_t query,
+                     float threshold, float persistence_weight, bool proxy) {
+    const KernelTable &k = kernels();
+    if (k.add_query_stats) return k.add_query_stats(stats, w, first_seer, last_seer, n, query, threshold, persistence_weight, proxy);
+    for (int64_t s = 0; s < n; ++s) {
+        if (first_seer[s] > query || query > last_seer[s]) continue;
+        stats.accumulated[s] += w[s];
+        stats.squared[s] += w[s] * w[s];
+        stats.steps[s] += 1.0f;
+        if (w[s] > threshold) stats.persistence[s] += persistence_weight;
+        if (proxy) stats.last[s] += w[s];
+    }
 }
 
 void softmax(float *x, int64_t n) {

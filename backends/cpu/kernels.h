@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/query_stats.h"
 #include "kv_row_format.h"
 #include "tensor_types.h"
 #include "thread_pool.h"
@@ -201,6 +202,13 @@ void rotate_pairs(float *x, const float *cos_sin, int64_t n_pairs);
 // rotated and rounded back to halves (to nearest even), as converting the row to floats, rotating
 // and converting back gives.
 void rotate_half_pairs(uint16_t *row, const float *cos_sin, int64_t n_pairs);
+
+// One query's kv_stats_add_query on the slots it sees, with its bits at every level: slot s is
+// seen when first_seer[s] <= query <= last_seer[s], and w[s] (finite, not negative) is its
+// weight; proxy: the query is a proxy query (it adds to `last`). Slots it does not see keep their
+// values. Attention of a default session runs it over every cached slot, query by query.
+void add_query_stats(const QueryStats &stats, const float *w, const int32_t *first_seer, const int32_t *last_seer, int64_t n, int32_t query,
+                     float threshold, float persistence_weight, bool proxy);
 
 // out[i] = a[i] + b[i]; out may alias a or b.
 void add(float *out, const float *a, const float *b, int64_t n);

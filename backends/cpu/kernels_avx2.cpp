@@ -1328,6 +1328,39 @@ void rotate_half_pairs_avx2(uint16_t *row, const float *cos_sin, int64_t n_pairs
     }
 }
 
+// Eight slots a register: the unseen slots' weights masked to zero, which adds nothing to any
+// field (w * w and w * proxy are exact zeros); each product rounded on its own (opaque), as the
+// portable loop rounds it. The tail goes one slot at a time through the low lane the same way.
+void add_query_stats_avx2(const QueryStats &stats, const float *w, const int32_t *first_seer, const int32_t *last_seer, int64_t n,
+                          int32_t query, float threshold, float persistence_weight, bool proxy) {
+    const __m256i q = _mm256_set1_epi32(query);
+    const __m256 thr = _mm256_set1_ps(threshold), pw = _mm256_set1_ps(persistence_weight), one = _mm256_set1_ps(1.0f);
+    const __m256 proxy_factor = _mm256_set1_ps(proxy ? 1.0f : 0.0f);
+    auto update = [&](int64_t s, __m256 unseen, auto load, auto store) {
+        const __m256 weight = _mm256_andnot_ps(unseen, load(w + s));
+        store(stats.accumulated + s, _mm256_add_ps(load(stats.accumulated + s), weight));
+        store(stats.squared + s, _mm256_add_ps(load(stats.squared + s), opaque(_mm256_mul_ps(weight, weight))));
+        store(stats.steps + s, _mm256_add_ps(load(stats.steps + s), _mm256_andnot_ps(unseen, one)));
+        store(stats.persistence + s, _mm256_add_ps(load(stats.persistence + s), _mm256_and_ps(_mm256_cmp_ps(weight, thr, _CMP_GT_OQ), pw)));
+        store(stats.last + s, _mm256_add_ps(load(stats.last + s), opaque(_mm256_mul_ps(weight, proxy_factor))));
+    };
+    int64_t s = 0;
+    for (; s + 8 <= n; s += 8) {
+        const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(first_seer + s));
+        const __m256i last = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(last_seer + s));
+        const __m256 unseen = _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(first, q), _mm256_cmpgt_epi32(q, last)));
+        update(
+            s, unseen, [](const float *p) { return _mm256_loadu_ps(p); }, [](float *p, __m256 v) { _mm256_storeu_ps(p, v); });
+    }
+    for (; s < n; ++s) {
+        const __m256 unseen =
+            first_seer[s] > query || query > last_seer[s] ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : _mm256_setzero_ps();
+        update(
+            s, unseen, [](const float *p) { return _mm256_castps128_ps256(_mm_load_ss(p)); },
+            [](float *p, __m256 v) { _mm_store_ss(p, _mm256_castps256_ps128(v)); });
+    }
+}
+
 inline __m256 silu_mul8(__m256 g, __m256 u) {
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 e = exp_ps(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
@@ -1592,6 +1625,7 @@ const KernelTable kAvx2Kernels = {
     max_value_avx2,
     rotate_pairs_avx2,
     rotate_half_pairs_avx2,
+    add_query_stats_avx2,
     2,  // interleaved Q4_0, Q8_0, Q4_K and Q6_K: faster than the file's layout
 };
 #endif

@@ -1377,6 +1377,10 @@ void rotate_half_pairs_avx512(uint16_t *row, const float *cos_sin, int64_t n_pai
     kAvx2Kernels.rotate_half_pairs(row, cos_sin, n_pairs);
 }
 void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) { kAvx2Kernels.silu_mul(out, gate, up, n); }
+void add_query_stats_avx512(const QueryStats &stats, const float *w, const int32_t *first_seer, const int32_t *last_seer, int64_t n,
+                            int32_t query, float threshold, float persistence_weight, bool proxy) {
+    kAvx2Kernels.add_query_stats(stats, w, first_seer, last_seer, n, query, threshold, persistence_weight, proxy);
+}
 void gelu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) { kAvx2Kernels.gelu_mul(out, gate, up, n); }
 
 }  // namespace
@@ -1399,6 +1403,7 @@ const KernelTable kAvx512Kernels = {
     max_value_avx512,
     rotate_pairs_avx512,
     rotate_half_pairs_avx512,
+    add_query_stats_avx512,
     2,  // interleaved Q4_0, Q8_0, Q4_K and Q6_K: faster than the file's layout
 };
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/query_stats.h"
 #include "kv_row_format.h"
 #include "tensor_types.h"
 
@@ -111,6 +112,9 @@ struct KernelTable {
     // The same for the first 2 * n_pairs halves of an F16 row, rounded back as floats_to_halves
     // rounds. Optional as above.
     void (*rotate_half_pairs)(uint16_t *row, const float *cos_sin, int64_t n_pairs);
+    // add_query_stats (kernels.h). Optional as above.
+    void (*add_query_stats)(const QueryStats &stats, const float *w, const int32_t *first_seer, const int32_t *last_seer, int64_t n,
+                            int32_t query, float threshold, float persistence_weight, bool proxy);
     // What matmul_range does with interleaved weights: 0: cannot run them; 1: runs them (the
     // scalar reference); 2: runs them faster than the file's layout (interleaving_preferred).
     int interleaved_support;

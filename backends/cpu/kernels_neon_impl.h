@@ -1000,6 +1000,7 @@ constexpr KernelTable kThisLevelKernels = {
     nullptr,  // max_value: the loop in kernels.cpp
     nullptr,
     nullptr,  // rotate_pairs, rotate_half_pairs: the loops in kernels.cpp
+    nullptr,  // add_query_stats: the loop in kernels.cpp
 #if defined(__ARM_FEATURE_DOTPROD)
     2,  // interleaved weights: preferred, sdot by lane serves 4 rows with no reduction across lanes
 #else

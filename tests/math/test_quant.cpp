@@ -16,6 +16,7 @@
 #include "cpu/kernels.h"
 #include "cpu/kernels_internal.h"
 #include "kv_format.h"
+#include "kv_policy_spec.h"
 #include "quant.h"
 #include "rotary.h"
 #include "thread_pool.h"
@@ -1559,5 +1560,56 @@ TEST_CASE("half conversions: every kernel level gives fp16.h's halves and floats
         std::vector<float> floats(every_half.size());
         k.halves_to_floats(every_half.data(), floats.data(), static_cast<int64_t>(floats.size()));
         CHECK(std::memcmp(floats.data(), expected_floats.data(), floats.size() * sizeof(float)) == 0);
+    }
+}
+
+// add_query_stats at every level: kv_stats_add_query's bits on the slots the query sees (by the
+// seers' range), nothing on the others, for counts with and without a tail, weights at, above and
+// below the threshold, and a proxy query or not.
+TEST_CASE("add_query_stats: every level gives kv_stats_add_query's bits on the slots a query sees") {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    std::uniform_int_distribution<int> seer(-2, 9);
+    std::vector<cpu::KernelIsa> levels = simd_levels();
+    levels.insert(levels.begin(), cpu::KernelIsa::Scalar);
+    for (int64_t n : {0, 1, 7, 8, 9, 37, 64}) {
+        for (int32_t query : {0, 3, 7}) {
+            for (bool proxy : {false, true}) {
+                CAPTURE(n);
+                CAPTURE(query);
+                CAPTURE(proxy);
+                const float threshold = 0.25f, persistence_weight = 0.81f;
+                std::vector<float> w(static_cast<size_t>(n));
+                std::vector<int32_t> first(w.size()), last(w.size());
+                std::vector<SlotStats> start(w.size()), want(w.size());
+                for (size_t s = 0; s < w.size(); ++s) {
+                    w[s] = s % 5 == 0 ? threshold : unit(rng);
+                    first[s] = seer(rng);
+                    last[s] = std::max(first[s] + seer(rng), -1);
+                    start[s] = SlotStats{unit(rng) * 9, unit(rng), float(s % 11), unit(rng), unit(rng) * 3};
+                    const bool sees = first[s] <= query && query <= last[s];
+                    want[s] = sees ? kv_stats_add_query(start[s], w[s], threshold, persistence_weight, proxy) : start[s];
+                }
+                for (cpu::KernelIsa isa : levels) {
+                    CAPTURE(cpu::kernel_isa_name(isa));
+                    IsaGuard guard;
+                    REQUIRE(cpu::set_kernel_isa(isa));
+                    std::vector<float> fields[5];
+                    for (int f = 0; f < 5; ++f) fields[f].resize(w.size());
+                    for (size_t s = 0; s < w.size(); ++s) {
+                        fields[0][s] = start[s].accumulated, fields[1][s] = start[s].squared, fields[2][s] = start[s].steps;
+                        fields[3][s] = start[s].last, fields[4][s] = start[s].persistence;
+                    }
+                    const cpu::QueryStats stats{fields[0].data(), fields[1].data(), fields[2].data(), fields[3].data(), fields[4].data()};
+                    cpu::add_query_stats(stats, w.data(), first.data(), last.data(), n, query, threshold, persistence_weight, proxy);
+                    size_t wrong = 0;
+                    for (size_t s = 0; s < w.size(); ++s) {
+                        const SlotStats got{fields[0][s], fields[1][s], fields[2][s], fields[3][s], fields[4][s]};
+                        wrong += std::memcmp(&got, &want[s], sizeof got) != 0;
+                    }
+                    CHECK(wrong == 0);
+                }
+            }
+        }
     }
 }
