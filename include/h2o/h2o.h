@@ -357,7 +357,8 @@ H2O_API h2o_status h2o_backend_kind_from_name(const char *name, uint32_t *kind);
  * attention computation gathers as a by-product; under grouped-query attention the query heads
  * of a group add up. Pinned tokens are never evicted by any policy. */
 typedef enum h2o_kv_policy {
-    /** No eviction. When the budget is used up, calls return H2O_ERR_CONTEXT_FULL. */
+    /** No eviction, whatever kv_overflow says: when the budget is used up, calls return
+     * H2O_ERR_CONTEXT_FULL. */
     H2O_KV_FULL = 0,
     /** Heavy-Hitter Oracle: keep a recent window plus the tokens with the largest attention
      * accumulated since they entered. Window: kv_recent (or kv_recent_ratio of the budget). */
@@ -435,15 +436,31 @@ H2O_API const char *h2o_kv_type_name(uint32_t type);
 /** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_kv_type_from_name(const char *name, uint32_t *type);
 
+/** What a session does when its cache is full (h2o_session_params.kv_overflow; since 0.8). */
+typedef enum h2o_kv_overflow {
+    /** The default: the session never runs out. Until its slots are full it computes what a full
+     * cache computes (the same logits, bit for bit); from then on each (layer, kv head) evicts by
+     * kv_policy and rotary positions roll (position_rolling is implied), so decoding and adding
+     * text never fail with H2O_ERR_CONTEXT_FULL, in the memory allocated at creation.
+     * h2o_session_get_kv_usage and h2o_session_set_event_callback say when eviction began. */
+    H2O_KV_OVERFLOW_EVICT = 0,
+    /** The contract of a plain full cache: without position_rolling the stream ends at n_ctx
+     * tokens, and calls that would pass it return H2O_ERR_CONTEXT_FULL (a kv_budget below n_ctx
+     * still evicts within those n_ctx positions). */
+    H2O_KV_OVERFLOW_ERROR = 1
+} h2o_kv_overflow;
+
 /** Room for research settings in h2o_session_params (h2o_experimental.h's keys are below it). */
 #define H2O_EXPERIMENTAL_CAPACITY 16
 
 /** How h2o_session_create makes a session (h2o_session_params_init writes the defaults). */
 typedef struct h2o_session_params {
     uint32_t struct_size; /**< sizeof(h2o_session_params) of the caller (see the conventions above) */
-    /** Longest stream the session accepts when position rolling is off: rotary positions stay below
-     * n_ctx. 0 (the default): the model's context length, but at most 4096, so that a default
-     * session's memory never follows a file's word alone. At least 2. */
+    /** The session's context: its cache has n_ctx slots per (layer, kv head) unless kv_budget is
+     * smaller, and rotary positions stay below it. 0 (the default): the model's context length,
+     * but at most 4096, so that a default session's memory never follows a file's word alone. At
+     * least 2. With kv_overflow = H2O_KV_OVERFLOW_ERROR and no position rolling it is also the
+     * longest stream the session accepts. */
     uint32_t n_ctx;
     /** Worker threads for compute. 0: the number of online cores (at most 8). */
     uint32_t n_threads;
@@ -453,9 +470,11 @@ typedef struct h2o_session_params {
      * model, parameters and input give the same text. */
     uint64_t seed;
     /** KV slots per (layer, kv head), allocated once at creation: the session's KV memory never
-     * grows. 0 or >= n_ctx: n_ctx slots, a full cache that never evicts. */
+     * grows. 0 or >= n_ctx: n_ctx slots. A budget below n_ctx is a smaller cache that starts
+     * evicting sooner. Either way the cache evicts once full (kv_overflow), except under
+     * H2O_KV_FULL or with kv_overflow = H2O_KV_OVERFLOW_ERROR and n_ctx slots, which never evict. */
     uint32_t kv_budget;
-    /** Used when kv_budget < n_ctx (or with position rolling). Default: H2O_KV_SCISSORHANDS, which
+    /** Who is evicted once the cache is full. Default: H2O_KV_SCISSORHANDS, which
      * on our evaluation beats H2O, a window and StreamingLLM on short texts at every budget
      * measured, and H2O and a window on long streams (see docs/EVALUATION.md). */
     uint32_t kv_policy; /**< h2o_kv_policy */
@@ -472,7 +491,9 @@ typedef struct h2o_session_params {
      * not their positions in the stream, so a session can run without end, far past the model's
      * context length. Keys are stored rotated by their rank; evicting a token rotates the keys
      * after it back by one position (O(budget × head_dim) per layer and kv head per eviction).
-     * Off: the stream ends at n_ctx tokens (H2O_ERR_CONTEXT_FULL). Default 0. */
+     * Implied by kv_overflow = H2O_KV_OVERFLOW_EVICT (the default) unless kv_policy is
+     * H2O_KV_FULL; with H2O_KV_OVERFLOW_ERROR, off means the stream ends at n_ctx tokens
+     * (H2O_ERR_CONTEXT_FULL). Default 0 (rolling as kv_overflow implies). */
     int32_t position_rolling;
     /** Compute backend (h2o_backend_kind). Default H2O_BACKEND_AUTO. Asking for a backend this
      * build or machine does not have is H2O_ERR_BACKEND_UNAVAILABLE (auto never fails that way:
@@ -506,6 +527,10 @@ typedef struct h2o_session_params {
      * the key and the value, rather than directly. h2o_session_params_init writes 0 to all of
      * them: every experiment off. (since 0.7) */
     double experimental[H2O_EXPERIMENTAL_CAPACITY];
+    /** What the session does when its cache is full (h2o_kv_overflow). Default
+     * H2O_KV_OVERFLOW_EVICT: it evicts and rolls, and never runs out. (since 0.8; a caller built
+     * against an earlier header gets the default) */
+    uint32_t kv_overflow;
 } h2o_session_params;
 
 /** kv_horizon: keep heavy hitters however far back they lie. */
@@ -560,6 +585,42 @@ H2O_API h2o_status h2o_session_get_device_traffic(const h2o_session *session, h2
 
 /** Fills *layout (set layout->struct_size first). */
 H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_layout *layout);
+
+/** Where the session's stream stands against its cache (h2o_session_get_kv_usage; since 0.8). */
+typedef struct h2o_kv_usage {
+    uint32_t struct_size; /**< sizeof(h2o_kv_usage) of the caller */
+    uint32_t capacity;    /**< slots per (layer, kv head) of the layers with the most */
+    uint64_t n_past;      /**< tokens the stream has had */
+    uint64_t n_held;      /**< of them, the tokens each (layer, kv head) of those layers holds */
+    uint64_t n_evicted;   /**< n_past - n_held: tokens the cache no longer holds */
+    uint64_t n_pinned;    /**< pinned tokens (never evicted) */
+    /** The stream's length when eviction began: the cells with the fewest slots were full and the
+     * next token evicted one (with a layer slope or moving budgets, before the largest cells);
+     * 0: nothing was evicted yet. */
+    uint64_t evicting_since;
+    int32_t evicts; /**< 1 when a full cache evicts (kv_overflow, the policy), 0 when it refuses */
+} h2o_kv_usage;
+
+/** Fills *usage (set usage->struct_size first). */
+H2O_API h2o_status h2o_session_get_kv_usage(const h2o_session *session, h2o_kv_usage *usage);
+
+/** Events a session reports (h2o_session_set_event_callback; since 0.8). New kinds may be added:
+ * ignore the ones you do not know. */
+typedef enum h2o_session_event {
+    /** The cache is full and begins to evict, once per conversation: after a reset (or a snapshot
+     * loaded before its cache filled) the next fill reports it again. The library also logs it at
+     * H2O_LOG_INFO. */
+    H2O_EVENT_KV_FULL = 1
+} h2o_session_event;
+
+/** Receives an event; usage is the session's h2o_kv_usage as the event happens (valid during the
+ * call). Called on the thread running the session, inside the call that caused it: it must not
+ * call functions on that session (other sessions and models are fine). */
+typedef void (*h2o_session_event_callback)(uint32_t event, const h2o_kv_usage *usage, void *user_data);
+
+/** Sets the session's event callback (NULL: none, the default). Snapshots and forks do not carry
+ * it. Errors: H2O_ERR_INVALID_ARGUMENT (NULL session). */
+H2O_API h2o_status h2o_session_set_event_callback(h2o_session *session, h2o_session_event_callback callback, void *user_data);
 
 /** Forgets the conversation (KV cache, positions, sampler history) and reseeds the sampler with
  * the session's seed. No memory is allocated or freed, except after a call failed with

@@ -105,6 +105,8 @@ template <>
 constexpr size_t kFirstVersion<h2o_memory_report> = H2O_SIZE_THROUGH(h2o_memory_report, scratch_bytes);
 template <>
 constexpr size_t kFirstVersion<h2o_generate_stats> = H2O_SIZE_THROUGH(h2o_generate_stats, generate_seconds);
+template <>
+constexpr size_t kFirstVersion<h2o_kv_usage> = H2O_SIZE_THROUGH(h2o_kv_usage, evicts);
 
 Status check_struct_size(size_t size, size_t first, const char *what) {
     if (size >= first) return Status::Ok();
@@ -636,6 +638,23 @@ H2O_API h2o_status h2o_session_get_kv_layout(const h2o_session *session, h2o_kv_
         out.max_layer_budget = static_cast<uint32_t>(kv.max_slots());
         out.min_head_budget = static_cast<uint32_t>(kv.min_cell_slots());
         if (Status st = write_result(out, layout, "h2o_session_get_kv_layout: layout"); !st.ok()) return fail(st, session);
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_session_get_kv_usage(const h2o_session *session, h2o_kv_usage *usage) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_get_kv_usage: session is NULL");
+        if (Status st = write_result(session->impl->kv_usage(), usage, "h2o_session_get_kv_usage: usage"); !st.ok())
+            return fail(st, session);
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_session_set_event_callback(h2o_session *session, h2o_session_event_callback callback, void *user_data) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_session_set_event_callback: session is NULL");
+        session->impl->set_event_callback(callback, user_data);
         return succeed(session);
     });
 }

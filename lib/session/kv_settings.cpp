@@ -85,7 +85,13 @@ const CacheSetting kCacheSettings[] = {
     field("kv_type", SettingWord::U32, 1, 1, kKvTypeCount - 1, [](const S &s) -> uint64_t { return uint64_t(s.kv_type); },
           [](S &s, uint64_t v) { s.kv_type = KvType(v); }, [](const S &s, P *p) { p->kv_type = uint32_t(s.kv_type); }),
     field("position_rolling", SettingWord::U32, 1, 1, 1, [](const S &s) -> uint64_t { return s.rolling ? 1 : 0; },
-          [](S &s, uint64_t v) { s.rolling = v != 0; }, [](const S &s, P *p) { p->position_rolling = s.rolling ? 1 : 0; }),
+          [](S &s, uint64_t v) { s.rolling = v != 0; },
+          [](const S &s, P *p) {
+              p->position_rolling = s.rolling ? 1 : 0;
+              // kv_overflow resolves into rolling (and the policy): a cache that does not roll
+              // asked for the old contract, or never evicts (H2O_KV_FULL), where both agree.
+              p->kv_overflow = s.rolling ? H2O_KV_OVERFLOW_EVICT : H2O_KV_OVERFLOW_ERROR;
+          }),
     field("n_batch", SettingWord::U32, 1, 1, kIntMax, [](const S &s) -> uint64_t { return uint64_t(s.n_batch); },
           [](S &s, uint64_t v) { s.n_batch = int(v); }, [](const S &s, P *p) { p->n_batch = uint32_t(s.n_batch); }),
     field("seed", SettingWord::U64, 1, 1, 0, [](const S &s) -> uint64_t { return s.seed; },
@@ -213,7 +219,8 @@ h2o_session_params default_session_params() {
     p.kv_sinks = 4;
     p.backend = H2O_BACKEND_AUTO;
     p.device_index = -1;
-    p.kv_type = H2O_KV_TYPE_F16;  // h2o.h says why
+    p.kv_type = H2O_KV_TYPE_F16;            // h2o.h says why
+    p.kv_overflow = H2O_KV_OVERFLOW_EVICT;  // a session never runs out
     // Every research setting 0 (off) but the rebalancing interval, whose 0 means every batch.
     p.experimental[H2O_EXP_KV_REBALANCE_INTERVAL] = H2O_KV_REBALANCE_INTERVAL_DEFAULT;
     return p;
@@ -268,6 +275,8 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
     if (p.device_index < -1) return bad("device_index must be -1 (best) or a device index");
     if (p.kv_type >= kKvTypeCount) return bad("kv_type " + std::to_string(p.kv_type) + " is not a known KV format");
     if (p.position_rolling != 0 && p.position_rolling != 1) return bad("position_rolling must be 0 or 1");
+    if (p.kv_overflow > H2O_KV_OVERFLOW_ERROR)
+        return bad("kv_overflow " + std::to_string(p.kv_overflow) + " is not a known overflow behaviour (0: evict, 1: error)");
     double layer_slope = 0, prompt_proxy = 0, prompt_random_share = 0, head_share = 0, across_layers = 0, sinks_every_policy = 0,
            rebalance_interval = 0;
     H2O_TRY(research_value(p, H2O_EXP_KV_LAYER_SLOPE, &layer_slope));
@@ -284,8 +293,11 @@ Status resolve_session_settings(const h2o_session_params &p, const ResolveContex
     s.kv_type = static_cast<KvType>(p.kv_type);
     s.n_ctx = static_cast<int>(p.n_ctx ? p.n_ctx : std::min<uint32_t>(static_cast<uint32_t>(context.n_ctx_train), kDefaultMaxContext));
     s.kv_budget = (p.kv_budget == 0 || p.kv_budget > static_cast<uint32_t>(s.n_ctx)) ? s.n_ctx : static_cast<int>(p.kv_budget);
-    s.rolling = p.position_rolling != 0;
-    if (s.kv_budget < 2) return bad("kv_budget must be at least 2 (0: n_ctx slots, a full cache)");
+    // An endless session (the default) evicts once full and rolls its positions; H2O_KV_FULL
+    // never evicts, whatever kv_overflow says.
+    const bool endless = p.kv_overflow == H2O_KV_OVERFLOW_EVICT && p.kv_policy != H2O_KV_FULL;
+    s.rolling = p.position_rolling != 0 || endless;
+    if (s.kv_budget < 2) return bad("kv_budget must be at least 2 (0: n_ctx slots)");
     const bool evicting = s.kv_budget < s.n_ctx || s.rolling;
     s.policy.policy = evicting ? static_cast<KvPolicy>(p.kv_policy) : KvPolicy::Full;
     const KvPolicyTraits &traits = kv_policy_traits(s.policy.policy);

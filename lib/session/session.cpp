@@ -200,6 +200,7 @@ Status Session::reset() {
     sampler_.reseed(settings_.seed);
     history_.clear();
     n_past_ = n_cached_ = n_pinned_ = 0;
+    announced_full_ = false;
     clear_cell_fill();
     spans_.clear();  // clear_kv() and a new backend hold no span minimums
     last_token_ = pending_token_ = -1;
@@ -307,6 +308,7 @@ Status Session::load_state(const uint8_t *data, size_t size, bool has_span_table
         H2O_TRY(apply_span_minimums());
         H2O_TRY(read_cell_fill());
         if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " unexpected bytes at the end");
+        announced_full_ = n_past_ > kv_.min_slots();  // a conversation whose cache filled before it was saved
         return Status::Ok();
     }();
     if (!st.ok()) {
@@ -346,12 +348,13 @@ Status Session::check_room(size_t n, bool pinned, int64_t reserved) const {
     if (!settings_.rolling && n_past_ + static_cast<int64_t>(n) > settings_.n_ctx) {
         return make_error(H2O_ERR_CONTEXT_FULL, "the context is full: the stream has " + std::to_string(n_past_) + " tokens, " +
                                                     std::to_string(n) + " more would pass n_ctx = " + std::to_string(settings_.n_ctx) +
-                                                    " (turn on position_rolling to continue past it)");
+                                                    " (kv_overflow = H2O_KV_OVERFLOW_ERROR without position_rolling ends the "
+                                                    "stream there; the default evicts and rolls)");
     }
     if (settings_.policy.policy == KvPolicy::Full && n_cached_ + static_cast<int64_t>(n) > budget) {
         return make_error(H2O_ERR_CONTEXT_FULL, "the KV cache is full: " + std::to_string(n_cached_) + " of " + std::to_string(budget) +
                                                     " slots used, " + std::to_string(n) +
-                                                    " more tokens do not fit and the policy is 'full' (no eviction)");
+                                                    " more tokens do not fit and the policy is 'full', which never evicts");
     }
     const int64_t pinning = pinned ? static_cast<int64_t>(n) : 0;
     // Every cell keeps one slot to evict into.
@@ -386,6 +389,7 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
         // a quarter of the evictable slots: the rest keep their place by those scores.
         int64_t chunk = std::min<int64_t>(static_cast<int64_t>(n - done), settings_.n_batch);
         const bool evicting = n_cached_ + chunk > min_slots;
+        if (evicting && !announced_full_) announce_full();
         // Pins and span minimums beyond the smallest cell's minimum (budgets that move raise the
         // cells to hold them) leave one token at a time.
         const int64_t held_from_eviction = n_pinned_ + reserved;
@@ -424,6 +428,36 @@ Status Session::evaluate(const int32_t *tokens, size_t n, Retention retention, s
     }
     finish_evaluation(tokens[n - 1]);
     return Status::Ok();
+}
+
+h2o_kv_usage Session::kv_usage() const {
+    h2o_kv_usage usage{};
+    usage.struct_size = sizeof usage;
+    // The global layers' largest cells: a model's local layers hold their windows, whatever the stream.
+    int capacity = 0;
+    for (int l = 0; l < kv_.n_layer; ++l) {
+        if (!kv_.is_window_layer(l)) capacity = std::max(capacity, kv_.slots_in(l));
+    }
+    usage.capacity = static_cast<uint32_t>(capacity);
+    usage.n_past = static_cast<uint64_t>(n_past_);
+    usage.n_held = static_cast<uint64_t>(std::min<int64_t>(n_cached_, capacity));
+    usage.n_evicted = usage.n_past - usage.n_held;
+    usage.n_pinned = static_cast<uint64_t>(n_pinned_);
+    // Every cell takes tokens until its slots are full, so eviction began when the stream passed
+    // the fewest slots of a global cell (evaluate() chunks by the same count).
+    usage.evicting_since = n_past_ > kv_.min_slots() ? static_cast<uint64_t>(kv_.min_slots()) : 0;
+    usage.evicts = settings_.policy.policy != KvPolicy::Full ? 1 : 0;
+    return usage;
+}
+
+void Session::announce_full() {
+    announced_full_ = true;
+    h2o_kv_usage usage = kv_usage();
+    usage.evicting_since = static_cast<uint64_t>(kv_.min_slots());
+    log(H2O_LOG_INFO, "session: the KV cache is full (" + std::to_string(kv_.min_slots()) +
+                          " slots per kv head): older tokens are now evicted by the " + kv_policy_name(settings_.policy.policy) +
+                          " policy" + (settings_.rolling ? ", positions rolling" : ""));
+    if (event_callback_) event_callback_(H2O_EVENT_KV_FULL, &usage, event_user_data_);
 }
 
 void Session::clear_cell_fill() {

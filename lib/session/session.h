@@ -105,6 +105,13 @@ public:
     const Backend &backend() const { return *backend_; }
     const SessionSettings &settings() const { return settings_; }
     const KvConfig &kv_config() const { return kv_; }
+    // The stream against the cache (h2o_session_get_kv_usage).
+    h2o_kv_usage kv_usage() const;
+    // Receives H2O_EVENT_KV_FULL once per conversation (h2o_session_set_event_callback).
+    void set_event_callback(h2o_session_event_callback callback, void *user_data) {
+        event_callback_ = callback;
+        event_user_data_ = user_data;
+    }
     const BackendDevice &device() const { return device_; }
     h2o_memory_report memory() const;
 
@@ -162,6 +169,8 @@ private:
     Status backend_failed(Status error);
     // Ends the generation in progress with `reason`, moving all text still held back to *piece.
     void finish_generation(h2o_stop_reason reason, std::string *piece);
+    // The first batch that evicts says so: the log, at info level, and the event callback.
+    void announce_full();
 
     // The state of a generation between next_piece calls.
     struct Generation {
@@ -201,6 +210,10 @@ private:
     std::vector<int32_t> prompt_tokens_;
     h2o_generate_stats stats_{};
     Generation generation_;
+    // H2O_EVENT_KV_FULL went out for this conversation (or its cache had filled before it was loaded).
+    bool announced_full_ = false;
+    h2o_session_event_callback event_callback_ = nullptr;
+    void *event_user_data_ = nullptr;
     std::atomic<bool> cancel_requested_{false};
     static_assert(std::atomic<bool>::is_always_lock_free, "h2o_session_cancel must be async-signal-safe");
 };

@@ -42,7 +42,8 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_backend_info, device_type) == 140);
     CHECK(offsetof(h2o_backend_info, memory_bytes) == 160);
 
-    CHECK(sizeof(h2o_session_params) == 208);  // ABI 1
+    CHECK(sizeof(h2o_session_params) == 216);  // ABI 1: 208 bytes, kv_overflow appended in 0.8
+    CHECK(offsetof(h2o_session_params, kv_overflow) == 208);
     CHECK(offsetof(h2o_session_params, n_ctx) == 4);
     CHECK(offsetof(h2o_session_params, n_threads) == 8);
     CHECK(offsetof(h2o_session_params, n_batch) == 12);
@@ -96,6 +97,15 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_generate_params, stop_strings) == 32);
     CHECK(offsetof(h2o_generate_params, n_stop_strings) == 40);
     CHECK(offsetof(h2o_generate_params, stop_at_eos) == 48);
+
+    CHECK(sizeof(h2o_kv_usage) == 56);  // 0.8
+    CHECK(offsetof(h2o_kv_usage, capacity) == 4);
+    CHECK(offsetof(h2o_kv_usage, n_past) == 8);
+    CHECK(offsetof(h2o_kv_usage, n_held) == 16);
+    CHECK(offsetof(h2o_kv_usage, n_evicted) == 24);
+    CHECK(offsetof(h2o_kv_usage, n_pinned) == 32);
+    CHECK(offsetof(h2o_kv_usage, evicting_since) == 40);
+    CHECK(offsetof(h2o_kv_usage, evicts) == 48);
 
     CHECK(sizeof(h2o_generate_stats) == 40);
     CHECK(offsetof(h2o_generate_stats, stop_reason) == 12);

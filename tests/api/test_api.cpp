@@ -18,12 +18,13 @@ namespace {
 
 // The model on the CPU backend with one thread (the tests are about the API, not speed).
 struct ModelAndSession : h2o_test::ApiSession {
-    explicit ModelAndSession(const std::string &path, uint32_t n_ctx = 0) {
+    explicit ModelAndSession(const std::string &path, uint32_t n_ctx = 0, uint32_t overflow = H2O_KV_OVERFLOW_EVICT) {
         h2o_session_params sp;
         h2o_session_params_init(&sp, sizeof sp);
         sp.backend = H2O_BACKEND_CPU;
         sp.n_threads = 1;
         sp.n_ctx = n_ctx;
+        sp.kv_overflow = overflow;
         REQUIRE_MESSAGE(open(path, sp), h2o_last_error());
     }
 };
@@ -248,9 +249,9 @@ TEST_CASE("stop strings end generation and are not delivered") {
     CHECK(stats.stop_reason == H2O_STOP_STRING);
 }
 
-TEST_CASE("a full context returns H2O_ERR_CONTEXT_FULL and keeps what was processed") {
+TEST_CASE("with kv_overflow = error, a full context returns H2O_ERR_CONTEXT_FULL and keeps what was processed") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    ModelAndSession m(path, 16);
+    ModelAndSession m(path, 16, H2O_KV_OVERFLOW_ERROR);
     h2o_generate_params gen;
     h2o_generate_params_init(&gen, sizeof gen);
     gen.max_tokens = 100;

@@ -501,6 +501,7 @@ TEST_CASE("kv_prompt_proxy: validation, and a prompt longer than the budget read
         sp.n_ctx = 256;
         sp.kv_budget = budget;
         sp.kv_policy = policy;
+        if (budget == 0) sp.kv_overflow = H2O_KV_OVERFLOW_ERROR;  // the cache that never evicts
         sp.experimental[H2O_EXP_KV_PROMPT_PROXY] = proxy;
         sp.experimental[H2O_EXP_KV_PROMPT_RANDOM_SHARE] = share;
         return h2o_session_create(model, &sp, out);
@@ -591,6 +592,8 @@ TEST_CASE("kv_layer_slope: each layer holds its own budget and recent window, in
         h2o_session_params_init(&sp, sizeof sp);
         sp.n_threads = 1;
         sp.kv_budget = budget;
+        // Budget 0: the cache that never evicts (n_ctx slots, kv_overflow = error).
+        if (budget == 0) sp.kv_overflow = H2O_KV_OVERFLOW_ERROR;
         sp.experimental[H2O_EXP_KV_LAYER_SLOPE] = slope;
         h2o_session *session = nullptr;
         const h2o_status st = h2o_session_create(model, &sp, &session);

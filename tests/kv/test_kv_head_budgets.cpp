@@ -776,6 +776,8 @@ TEST_CASE("kv_head_share: validation") {
         sp.backend = H2O_BACKEND_CPU;
         sp.kv_budget = budget;
         sp.kv_policy = policy;
+        // Budget 0: the cache that never evicts (n_ctx slots, kv_overflow = error).
+        if (budget == 0) sp.kv_overflow = H2O_KV_OVERFLOW_ERROR;
         sp.experimental[H2O_EXP_KV_HEAD_SHARE] = share;
         sp.experimental[H2O_EXP_KV_SHARE_ACROSS_LAYERS] = across_layers;
         return h2o_session_create(model, &sp, out);

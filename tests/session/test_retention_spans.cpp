@@ -29,6 +29,8 @@ h2o_session_params span_session(uint32_t policy, int rolling = 1) {
     sp.n_batch = 16;
     sp.kv_policy = policy;
     sp.position_rolling = rolling;
+    // Without rolling, the stream ends at n_ctx: the contract of kv_overflow = error.
+    if (!rolling) sp.kv_overflow = H2O_KV_OVERFLOW_ERROR;
     sp.seed = 99;
     return sp;
 }

@@ -50,12 +50,13 @@ expect_usage_error(h2o-cli ${CLI} "--temp needs a value" -m ${missing} --temp)
 expect_usage_error(h2o-cli ${CLI} "--kv-share-across-layers moves the slots of --kv-head-share"
                    -m ${missing} --kv-budget 32 --kv-share-across-layers)
 expect_usage_error(h2o-cli ${CLI} "--kv-share-across-layers moves the slots of --kv-head-share" -m ${missing} --kv-share-across-layers)
-expect_usage_error(h2o-cli ${CLI} "--kv-policy shapes eviction.*never evicts" -m ${missing} --kv-policy h2o)
+expect_usage_error(h2o-cli ${CLI} "--kv-policy shapes eviction.*never evicts" -m ${missing} --kv-policy h2o --kv-overflow error)
+expect_usage_error(h2o-cli ${CLI} "--kv-overflow takes evict or error, not 'wrap'" -m ${missing} --kv-overflow wrap)
 expect_usage_error(h2o-cli ${CLI} "--kv-recent 64 exceeds --kv-budget 32" -m ${missing} --kv-budget 32 --kv-recent 64)
 expect_usage_error(h2o-cli ${CLI} "--json takes no value" -m ${missing} --json=1)
 execute_process(COMMAND ${CLI} --help OUTPUT_VARIABLE out)
-if(NOT out MATCHES "default 0: a full cache")
-  message(FATAL_ERROR "h2o-cli --help does not say what --kv-budget 0 means:\n${out}")
+if(NOT out MATCHES "default 0: as many as the context; when" OR NOT out MATCHES "--kv-overflow MODE")
+  message(FATAL_ERROR "h2o-cli --help does not say what --kv-budget 0 and --kv-overflow mean:\n${out}")
 endif()
 
 # h2o-bench: nothing to measure, and --ttft without the tokens it reads.
