@@ -16,6 +16,26 @@
 
 static h2o_session *volatile g_session = NULL;
 
+/* Set by the session's event callback when its cache filled; said once, after that reply. */
+static int g_cache_filled = 0;
+
+static void on_event(uint32_t event, const h2o_kv_usage *usage, void *user_data) {
+    (void)usage;
+    (void)user_data;
+    if (event == H2O_EVENT_KV_FULL) g_cache_filled = 1;
+}
+
+/* One line, the first time the cache is full: from then on the model no longer sees the whole
+ * conversation (the pinned system prompt stays). */
+static void tell_if_cache_filled(h2o_session *session) {
+    h2o_kv_layout layout;
+    if (!g_cache_filled) return;
+    g_cache_filled = 0;
+    layout.struct_size = sizeof layout;
+    if (h2o_session_get_kv_layout(session, &layout) != H2O_OK) return;
+    printf("[the cache is full: older tokens are now evicted by %s; %u kept]\n", h2o_kv_policy_name(layout.policy), layout.budget);
+}
+
 /* Ctrl-C: cancel the reply being generated. h2o_session_cancel is safe in a signal handler. */
 static void on_interrupt(int sig) {
     (void)sig;
@@ -100,8 +120,7 @@ int main(int argc, char **argv) {
 
     h2o_session_params_init(&sp, sizeof sp);
     h2o_generate_params_init(&gen, sizeof gen);
-    sp.kv_budget = 256;
-    sp.position_rolling = 1; /* the conversation may go on for ever */
+    sp.kv_budget = 256; /* a small cache; like every session's, it evicts when full and never runs out */
     gen.max_tokens = 256;
     for (i = 1; i < argc; ++i) {
         const char *arg = argv[i];
@@ -157,6 +176,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     g_session = session;
+    h2o_session_set_event_callback(session, on_event, NULL);
     signal(SIGINT, on_interrupt);
     printf("Type a message; /save FILE, /load FILE, /quit. Ctrl-C stops a reply.\n");
     for (;;) {
@@ -182,6 +202,7 @@ int main(int argc, char **argv) {
             g_session = loaded;
             h2o_session_free(session);
             session = loaded;
+            h2o_session_set_event_callback(session, on_event, NULL); /* a loaded cache that had filled says nothing */
             printf("loaded\n");
             continue;
         }
@@ -192,6 +213,7 @@ int main(int argc, char **argv) {
         else if (status != H2O_OK)
             printf("\n%s", h2o_session_last_error(session));
         printf("\n");
+        tell_if_cache_filled(session);
     }
     g_session = NULL;
     h2o_session_free(session);

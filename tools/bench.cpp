@@ -162,7 +162,10 @@ int main(int argc, char **argv) {
     }
     model_path = h2o_tools::resolve_model_path(model_path);
     if (model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
-    const bool evicts = base.kv_budget > 0 || base.position_rolling;
+    // Whether the cache evicts once full, and rolls: the default does both (kv_overflow).
+    const bool endless = base.kv_overflow == H2O_KV_OVERFLOW_EVICT && base.kv_policy != H2O_KV_FULL;
+    const bool evicts = endless || base.kv_budget > 0 || base.position_rolling;
+    const bool rolls = endless || base.position_rolling;
 
     // The CPU's decode figures are given as a share of this machine's read bandwidth, probed
     // with the same threads in a child process before the model loads (its buffer would
@@ -201,7 +204,7 @@ int main(int argc, char **argv) {
         std::string kv = "full cache";
         if (evicts) {
             kv = (base.kv_budget ? std::to_string(base.kv_budget) + " slots" : std::string("the context's slots")) + ", policy " +
-                 h2o_tools::policy_name(base.kv_policy) + (base.position_rolling ? ", rolling" : "");
+                 h2o_tools::policy_name(base.kv_policy) + (rolls ? ", rolling" : "");
             // The research settings in use, by name.
             for (uint32_t key = 0; h2o_experimental_name(key); ++key) {
                 double value = 0.0;
@@ -257,6 +260,9 @@ int main(int argc, char **argv) {
         h2o_memory_report mem;
         mem.struct_size = sizeof(mem);
         h2o_session_memory(session, &mem);
+        h2o_kv_usage kv_usage;  // of the last measurement's stream
+        kv_usage.struct_size = sizeof kv_usage;
+        h2o_session_get_kv_usage(session, &kv_usage);
         // What one decoded token read on average: the weights, and the KV rows of the tokens it
         // attended to (the cached ones, at most the budget when the cache evicts).
         h2o_kv_layout layout;
@@ -282,17 +288,17 @@ int main(int argc, char **argv) {
                 "\"model\":\"" + h2o_tools::json_escape(model_path) + "\",\"params\":" + std::to_string(info.n_params) + ",\"backend\":\"" +
                 h2o_tools::json_escape(device.name) + "\",\"threads\":" + std::to_string(base.n_threads) + ",\"kv_type\":\"" +
                 h2o_tools::kv_type_name(base.kv_type) + "\",\"kv_budget\":" + std::to_string(base.kv_budget) + ",\"kv_policy\":\"" +
-                (evicts ? h2o_tools::policy_name(base.kv_policy) : "full") +
-                "\",\"rolling\":" + (base.position_rolling ? "true" : "false") + ",\"repetitions\":" + std::to_string(reps);
+                (evicts ? h2o_tools::policy_name(base.kv_policy) : "full") + "\",\"rolling\":" + (rolls ? "true" : "false") +
+                ",\"repetitions\":" + std::to_string(reps);
             auto line = [&](const char *test, int n, int at_depth, const std::vector<double> &v, const std::string &reads) {
                 std::string samples;
                 for (double sample : v) samples += (samples.empty() ? "" : ",") + std::to_string(sample);
                 std::printf(
                     "{\"test\":\"%s%d\",\"tokens\":%d,\"depth\":%d,%s,\"tokens_per_second\":{\"median\":%.3f,\"min\":%.3f,"
-                    "\"max\":%.3f,\"samples\":[%s]},\"kv_bytes\":%llu,\"scratch_bytes\":%llu%s}\n",
+                    "\"max\":%.3f,\"samples\":[%s]},\"kv_bytes\":%llu,\"scratch_bytes\":%llu,\"evicted_tokens\":%llu%s}\n",
                     test, n, n, at_depth, common.c_str(), median(v), *std::min_element(v.begin(), v.end()),
                     *std::max_element(v.begin(), v.end()), samples.c_str(), static_cast<unsigned long long>(mem.kv_bytes),
-                    static_cast<unsigned long long>(mem.scratch_bytes), reads.c_str());
+                    static_cast<unsigned long long>(mem.scratch_bytes), static_cast<unsigned long long>(kv_usage.n_evicted), reads.c_str());
             };
             if (!pp.empty()) line("pp", n_prompt, 0, pp, "");
             std::string reads;
@@ -314,6 +320,9 @@ int main(int argc, char **argv) {
         if (!tg.empty())
             std::printf("tg%-5d %8.1f tok/s (median; min %.1f, max %.1f) at depth %d\n", n_gen, median(tg),
                         *std::min_element(tg.begin(), tg.end()), *std::max_element(tg.begin(), tg.end()), depth);
+        if (kv_usage.n_evicted > 0)
+            std::printf("the cache filled after %llu tokens: the last run evicted %llu\n",
+                        static_cast<unsigned long long>(kv_usage.evicting_since), static_cast<unsigned long long>(kv_usage.n_evicted));
         if (!tg.empty() && bytes_per_token > 0) {
             std::printf("  reads %.1f MB per token (weights %.1f MB, KV %.1f MB): %.1f GB/s", bytes_per_token / 1e6,
                         weights_per_token / 1e6, (bytes_per_token - static_cast<double>(weights_per_token)) / 1e6, read_rate / 1e9);

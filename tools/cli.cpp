@@ -146,6 +146,9 @@ int main(int argc, char **argv) {
     const double prompt_tps = stats.prompt_seconds > 0 ? stats.n_prompt_tokens / stats.prompt_seconds : 0;
     const double gen_tps = stats.generate_seconds > 0 ? stats.n_generated_tokens / stats.generate_seconds : 0;
     const double rss_mib = h2o_tools::peak_rss_bytes() / 1048576.0;
+    h2o_kv_usage usage;
+    usage.struct_size = sizeof usage;
+    h2o_session_get_kv_usage(session, &usage);
     int rc = 0;
     if (st != H2O_OK) {
         std::fprintf(stderr, "h2o-cli: generation failed: %s (%s)\n", error.c_str(), h2o_status_string(st));
@@ -154,12 +157,20 @@ int main(int argc, char **argv) {
     if (json) {
         std::printf(
             "{\"status\":\"%s\",\"backend\":\"%s\",\"prompt_tokens\":%u,\"generated_tokens\":%u,\"prompt_tokens_per_s\":%.2f,"
-            "\"generation_tokens_per_s\":%.2f,\"peak_rss_mib\":%.2f,\"text\":\"%s\"}\n",
+            "\"generation_tokens_per_s\":%.2f,\"peak_rss_mib\":%.2f,\"kv_capacity\":%u,\"evicted_tokens\":%llu,"
+            "\"evicting_since\":%llu,\"text\":\"%s\"}\n",
             h2o_status_string(st), h2o_tools::json_escape(backend.name).c_str(), stats.n_prompt_tokens, stats.n_generated_tokens,
-            prompt_tps, gen_tps, rss_mib, h2o_tools::json_escape(text).c_str());
+            prompt_tps, gen_tps, rss_mib, usage.capacity, static_cast<unsigned long long>(usage.n_evicted),
+            static_cast<unsigned long long>(usage.evicting_since), h2o_tools::json_escape(text).c_str());
     } else {
-        std::fprintf(stderr, "\n%s | prompt: %u tokens, %.1f tok/s | generation: %u tokens, %.1f tok/s | peak RSS %.1f MiB\n", backend.name,
+        std::fprintf(stderr, "\n%s | prompt: %u tokens, %.1f tok/s | generation: %u tokens, %.1f tok/s | peak RSS %.1f MiB", backend.name,
                      stats.n_prompt_tokens, prompt_tps, stats.n_generated_tokens, gen_tps, rss_mib);
+        // Said plainly when it happened: the model no longer sees the whole stream.
+        if (usage.n_evicted > 0)
+            std::fprintf(stderr, " | cache full after %llu tokens: %llu evicted, %u kept",
+                         static_cast<unsigned long long>(usage.evicting_since), static_cast<unsigned long long>(usage.n_evicted),
+                         usage.capacity);
+        std::fputc('\n', stderr);
     }
     h2o_session_free(session);
     return rc;

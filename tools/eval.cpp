@@ -303,6 +303,9 @@ h2o_session_params session_params(const Options &o, const Config &c) {
         if (h2o_session_params_set_experimental(&p, key, value) != H2O_OK) usage_error(h2o_last_error());
     }
     p.position_rolling = o.rolling;
+    // Absolute positions (--rolling 0) are the evaluations' own protocol: the cache evicts within
+    // n_ctx positions, as it always did, rather than rolling as a default session does.
+    if (!o.rolling) p.kv_overflow = H2O_KV_OVERFLOW_ERROR;
     return p;
 }
 

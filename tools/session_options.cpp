@@ -42,7 +42,7 @@ void add_session_options(CommandLine &cl, h2o_session_params *params) {
     cl.count({"-t", "--threads"}, 0, kMaxThreads, &params->n_threads);
     cl.option("--kv-budget", [&cl, params](const std::string &v) {
         params->kv_budget = static_cast<uint32_t>(cl.to_count(v, 0, kMaxBudget));
-        if (params->kv_budget == 1) cl.fail("--kv-budget must be 0 (a full cache, no eviction) or at least 2, not 1");
+        if (params->kv_budget == 1) cl.fail("--kv-budget must be 0 (the context's slots) or at least 2, not 1");
     });
     cl.option("--kv-policy", [&cl, params](const std::string &name) {
         if (!parse_policy(name, &params->kv_policy)) cl.fail("unknown policy '" + name + "' (known: " + kv_policy_names() + ")");
@@ -66,6 +66,14 @@ void add_session_options(CommandLine &cl, h2o_session_params *params) {
         set_experimental(cl, params, key, cl.to_number(v.substr(eq + 1), closed(-1e9, 1e9)), "--kv-exp " + v);
     });
     cl.flag("--rolling", [params]() { params->position_rolling = 1; });
+    cl.option("--kv-overflow", [&cl, params](const std::string &v) {
+        if (v == "evict")
+            params->kv_overflow = H2O_KV_OVERFLOW_EVICT;
+        else if (v == "error")
+            params->kv_overflow = H2O_KV_OVERFLOW_ERROR;
+        else
+            cl.fail("--kv-overflow takes evict or error, not '" + v + "'");
+    });
     cl.option("--kv-type", [&cl, params](const std::string &name) {
         if (!parse_kv_type(name, &params->kv_type)) cl.fail("unknown KV type '" + name + "' (known: " + kv_type_names() + ")");
     });
@@ -77,13 +85,12 @@ std::string session_options_help(const h2o_session_params &defaults) {
     char budget[256];
     if (defaults.kv_budget == 0) {
         std::snprintf(budget, sizeof budget,
-                      "(default 0: a full cache, as long as the\n"
-                      "                         context, that never evicts; the eviction options below need a\n"
-                      "                         budget or --rolling)");
+                      "(default 0: as many as the context; when\n"
+                      "                         they are full the policy evicts and positions roll, see --kv-overflow)");
     } else {
         std::snprintf(budget, sizeof budget,
                       "(default %u: a fixed cache that evicts by\n"
-                      "                         the policy when full; 0: a full cache, as long as the context)",
+                      "                         the policy when full; 0: as many as the context)",
                       defaults.kv_budget);
     }
     char text[3072];
@@ -101,10 +108,14 @@ std::string session_options_help(const h2o_session_params &defaults) {
                   "  --kv-exp NAME=VALUE    a research setting of h2o_experimental.h by name (repeatable):\n"
                   "                         %s\n"
                   "  --rolling              position rolling: run past the model's context length%s\n"
+                  "  --kv-overflow MODE     when the cache is full: evict (default: evict by the policy, roll\n"
+                  "                         positions, never stop) or error (stop at the context's end, as a\n"
+                  "                         plain full cache does, unless --kv-budget or --rolling say otherwise)\n"
                   "  --kv-type T            KV cache format: %s (default %s)\n",
                   static_cast<unsigned long long>(kMaxThreads), budget, kv_policy_names().c_str(), policy_name(defaults.kv_policy),
                   static_cast<unsigned long long>(kMaxPromptProxy), kMaxHeadShare, experimental_names().c_str(),
-                  defaults.position_rolling ? " (on by default)" : "", kv_type_names().c_str(), kv_type_name(defaults.kv_type));
+                  defaults.position_rolling ? " (on by default)" : " (implied by --kv-overflow evict)", kv_type_names().c_str(),
+                  kv_type_name(defaults.kv_type));
     return text;
 }
 
@@ -112,10 +123,11 @@ void check_session_options(const CommandLine &cl, const h2o_session_params &para
     if (experimental(params, H2O_EXP_KV_SHARE_ACROSS_LAYERS) != 0.0 && experimental(params, H2O_EXP_KV_HEAD_SHARE) == 0.0) {
         cl.fail("--kv-share-across-layers moves the slots of --kv-head-share between layers: give a head share above 0");
     }
-    const bool evicts = params.kv_budget > 0 || params.position_rolling;
+    const bool evicts = params.kv_overflow == H2O_KV_OVERFLOW_EVICT || params.kv_budget > 0 || params.position_rolling;
     for (const char *option : kEvictionOptions) {
         if (!evicts && cl.given(option)) {
-            cl.fail(std::string(option) + " shapes eviction, and without --kv-budget (or --rolling) the cache is full and never evicts");
+            cl.fail(std::string(option) + " shapes eviction, and with --kv-overflow error and no --kv-budget (or --rolling) the " +
+                    "cache never evicts");
         }
     }
     if (params.kv_budget > 0 && params.kv_recent > params.kv_budget) {

@@ -9,14 +9,14 @@
 namespace h2o_tools {
 
 // Declares -t, -c, --kv-budget, --kv-policy, --kv-recent, --kv-prompt-proxy, --kv-head-share,
-// --kv-share-across-layers, --rolling and --kv-type, stored into *params (which must outlive
-// parse()).
+// --kv-share-across-layers, --rolling, --kv-overflow and --kv-type, stored into *params (which
+// must outlive parse()).
 void add_session_options(CommandLine &cl, h2o_session_params *params);
 // Their --help lines, with the defaults of `defaults` (h2o_session_params_init's).
 std::string session_options_help(const h2o_session_params &defaults);
-// After parse(): refuses what would be silently ignored. A full cache (no --kv-budget and no
-// --rolling) never evicts, so the options that shape eviction mean nothing there; moving slots
-// across layers moves the head share's slots, so it needs one.
+// After parse(): refuses what would be silently ignored. A cache that never evicts (--kv-overflow
+// error without --kv-budget or --rolling) gives the options that shape eviction nothing to do;
+// moving slots across layers moves the head share's slots, so it needs one.
 void check_session_options(const CommandLine &cl, const h2o_session_params &params);
 
 }  // namespace h2o_tools

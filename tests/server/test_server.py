@@ -174,6 +174,23 @@ def help_says_what_the_server_does():
 
 
 @test
+def evictions_are_reported_in_usage_and_health():
+    """A conversation longer than its 64 slots goes on; usage says how many of its tokens are
+    evicted (an extension field) and /health counts them."""
+    srv = server()
+    try:
+        replies, last = talk(srv, TURNS, max_tokens=48)
+        check(last["usage"]["evicted_tokens"] > 0 and last["usage"]["prompt_tokens"] > 64, last["usage"])
+        kv = srv.health()["kv_evictions"]
+        check(kv["conversations_filled"] == 1 and kv["tokens"] == last["usage"]["evicted_tokens"], (kv, last["usage"]))
+        # A fresh conversation has evicted nothing.
+        status, body = srv.chat([{"role": "user", "content": "hi"}], max_tokens=2)
+        check(status == 200 and body["usage"]["evicted_tokens"] == 0, body)
+    finally:
+        srv.stop()
+
+
+@test
 def a_million_messages_get_413():
     srv = server()  # the default --max-body, 8 MiB
     try:

@@ -206,7 +206,8 @@ json usage_json(const Usage &usage) {
     return json{{"prompt_tokens", usage.prompt_tokens},
                 {"completion_tokens", usage.completion_tokens},
                 {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-                {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+                {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
+                {"evicted_tokens", usage.evicted_tokens}};
 }
 
 json completion_json(const CompletionHeader &header, const std::string &text, const std::string &finish_reason, const Usage &usage) {

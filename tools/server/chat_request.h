@@ -65,6 +65,9 @@ struct Usage {
     uint64_t prompt_tokens = 0;      // the whole conversation the reply follows
     uint64_t cached_tokens = 0;      // of those, the ones not processed again for this request
     uint64_t completion_tokens = 0;  // the reply's
+    // An h2o extension: of the conversation's tokens, those its session no longer holds (its
+    // cache filled and evicted them; the pinned system message is never among them).
+    uint64_t evicted_tokens = 0;
 };
 nlohmann::json usage_json(const Usage &usage);
 

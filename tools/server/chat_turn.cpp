@@ -81,8 +81,19 @@ std::optional<ApiError> ChatTurn::start(const TurnContext &context, const ChatRe
     return std::nullopt;
 }
 
+namespace {
+
+uint64_t evicted_tokens(const h2o_session *session) {
+    h2o_kv_usage usage;
+    usage.struct_size = sizeof usage;
+    return h2o_session_get_kv_usage(session, &usage) == H2O_OK ? usage.n_evicted : 0;
+}
+
+}  // namespace
+
 std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
     h2o_session *session = lease_->session();
+    evicted_before_ = evicted_tokens(session);
     std::string rest = formatted_;
     if (held_messages_ > 0) {
         rest = formatted_.substr(held_bytes_);  // the session holds what comes before
@@ -178,7 +189,6 @@ TurnOutcome ChatTurn::generate(const PieceSink &sink) {
     stats.struct_size = sizeof stats;
     h2o_session_get_stats(session, &stats);
     usage_.completion_tokens = stats.n_generated_tokens;
-    outcome.usage = usage_;
     if (!client_gone && !outcome.error) {
         if (reason == H2O_STOP_MAX_TOKENS)
             outcome.finish_reason = "length";
@@ -189,6 +199,13 @@ TurnOutcome ChatTurn::generate(const PieceSink &sink) {
     // session agree; the client may send it back or not (then the next request starts afresh).
     HistoryRecord record;
     record.known = close_turn(outcome.text, reason == H2O_STOP_EOS);
+    // What the cache no longer holds, the closed turn included (its end may evict too).
+    usage_.evicted_tokens = evicted_tokens(session);
+    if (context_.evictions && usage_.evicted_tokens > evicted_before_) {
+        context_.evictions->tokens += usage_.evicted_tokens - evicted_before_;
+        if (evicted_before_ == 0) ++context_.evictions->conversations_filled;
+    }
+    outcome.usage = usage_;
     record.history = extend_history(history_, "assistant", outcome.text);
     record.n_messages = static_cast<uint32_t>(messages_.size() + 1);
     generated_ = true;

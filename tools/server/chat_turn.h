@@ -4,6 +4,7 @@
 // session holds exactly the conversation a client sends back next time.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -23,6 +24,12 @@ struct TurnContext {
     ConversationStore *store = nullptr;
     ComputeGate *gate = nullptr;
     h2o_generate_params defaults{};  // sampling when the request does not say
+    // What the sessions' caches evicted, over the server's life (/health).
+    struct Evictions {
+        std::atomic<uint64_t> conversations_filled{0};  // turns in which a conversation's cache first evicted
+        std::atomic<uint64_t> tokens{0};                // tokens evicted by every turn
+    };
+    Evictions *evictions = nullptr;
 };
 
 struct TurnOutcome {
@@ -61,8 +68,9 @@ private:
     uint32_t held_messages_ = 0;  // of messages_, those the session held before this turn,
     size_t held_bytes_ = 0;       // and the bytes of formatted_ they take
     Usage usage_;
-    bool touched_ = false;    // the session was changed: until committed, its record is unknown
-    bool generated_ = false;  // generate() ran: the record is committed
+    uint64_t evicted_before_ = 0;  // the session's evicted tokens when the turn began
+    bool touched_ = false;         // the session was changed: until committed, its record is unknown
+    bool generated_ = false;       // generate() ran: the record is committed
 };
 
 // The conversation formatted as the model's chat format writes it (h2o_chat_format).

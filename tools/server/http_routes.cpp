@@ -70,6 +70,9 @@ void health(Endpoints &e, httplib::Response &res) {
         {"memory", to_json(e.plan)},
         {"rss_bytes", h2o_tools::current_rss_bytes()},
         {"prefix_cache", {{"entries", cache.entries}, {"bytes", cache.bytes}, {"hits", cache.hits}, {"misses", cache.misses}}},
+        {"kv_evictions",
+         {{"conversations_filled", e.context->evictions ? e.context->evictions->conversations_filled.load() : 0},
+          {"tokens", e.context->evictions ? e.context->evictions->tokens.load() : 0}}},
         {"requests", {{"in_flight", e.in_flight.load()}, {"completed", e.completions.load()}, {"client_gone", e.client_gone.load()}}}};
     res.set_content(dump(body), "application/json");
 }

@@ -116,7 +116,10 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     h2o_tools::add_session_options(cl, sp);
     cl.flag("--no-rolling", &opt.no_rolling);
     cl.parse(argc, argv);
-    if (opt.no_rolling) sp->position_rolling = 0;
+    if (opt.no_rolling) {
+        sp->position_rolling = 0;
+        sp->kv_overflow = H2O_KV_OVERFLOW_ERROR;  // the old contract: the conversation ends at the context
+    }
     h2o_tools::check_session_options(cl, *sp);
     opt.model_path = h2o_tools::resolve_model_path(opt.model_path);
     if (opt.model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
@@ -161,6 +164,8 @@ int main(int argc, char **argv) {
     context.model = model;
     context.chat_format = opt.chat_format;
     context.defaults = gen;
+    h2o_server::TurnContext::Evictions evictions;
+    context.evictions = &evictions;
     // The chat format is checked now rather than at the first request.
     {
         std::string probe;
