@@ -26,6 +26,11 @@ namespace H2o
             }
         }
 
-        internal void RethrowIfFailed() => caught?.Throw();
+        internal void RethrowIfFailed()
+        {
+            ExceptionDispatchInfo failed = caught;
+            caught = null;
+            failed?.Throw();
+        }
     }
 }

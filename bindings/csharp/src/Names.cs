@@ -16,6 +16,22 @@ namespace H2o
         Cuda = 3,
     }
 
+    /// <summary>What a session does when its cache is full (h2o_kv_overflow).</summary>
+    public enum KvOverflow : uint
+    {
+        /// <summary>Evict by the policy and roll positions: the session never runs out (the default).</summary>
+        Evict = 0,
+        /// <summary>A plain full cache: the stream ends at the context (H2O_ERR_CONTEXT_FULL).</summary>
+        Error = 1,
+    }
+
+    /// <summary>Events a session reports (h2o_session_event).</summary>
+    public enum SessionEvent : uint
+    {
+        /// <summary>The cache is full and begins to evict (once per conversation).</summary>
+        KvFull = 1,
+    }
+
     /// <summary>KV eviction policies (h2o_kv_policy); the header documents each.</summary>
     public enum KvPolicy : uint
     {

@@ -12,6 +12,9 @@ namespace H2o
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
     internal delegate int ProgressCallback(float fraction, IntPtr userData);
 
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void EventCallback(uint sessionEvent, ref NativeKvUsage usage, IntPtr userData);
+
     [StructLayout(LayoutKind.Sequential)]
     internal struct NativeModelParams
     {
@@ -63,6 +66,7 @@ namespace H2o
         public uint kv_horizon;
         /// <summary>Research settings by key (h2o_experimental.h): set through h2o_session_params_set_experimental.</summary>
         public fixed double experimental[16];
+        public uint kv_overflow;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -72,6 +76,14 @@ namespace H2o
         public int position_rolling;
         public uint type, n_ctx, horizon;
         public uint min_layer_budget, max_layer_budget, min_head_budget;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeKvUsage
+    {
+        public uint struct_size, capacity;
+        public ulong n_past, n_held, n_evicted, n_pinned, evicting_since;
+        public int evicts;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -180,6 +192,10 @@ namespace H2o
         internal static extern int h2o_session_get_backend(SessionHandle s, ref NativeBackendInfo info);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_get_kv_layout(SessionHandle s, ref NativeKvLayout layout);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_get_kv_usage(SessionHandle s, ref NativeKvUsage usage);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_session_set_event_callback(SessionHandle s, EventCallback callback, IntPtr userData);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_reset(SessionHandle s);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_set_seed(SessionHandle s, ulong seed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_cancel(SessionHandle s);

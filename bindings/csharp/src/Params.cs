@@ -28,7 +28,7 @@ namespace H2o
             Check.Status(Native.h2o_session_params_init(ref Raw, (UIntPtr)Raw.struct_size));
         }
 
-        /// <summary>Longest stream without position rolling; 0: the model's (at most 4096).</summary>
+        /// <summary>The context: slots per (layer, kv head) unless KvBudget is smaller; 0: the model's (at most 4096).</summary>
         public uint NCtx { get => Raw.n_ctx; set => Raw.n_ctx = value; }
         /// <summary>Compute threads; 0: the cores (at most 8).</summary>
         public uint Threads { get => Raw.n_threads; set => Raw.n_threads = value; }
@@ -46,7 +46,11 @@ namespace H2o
         public float KvRecentRatio { get => Raw.kv_recent_ratio; set => Raw.kv_recent_ratio = value; }
         /// <summary>First tokens of the stream never evicted, for the policies with sinks (default 4).</summary>
         public uint KvSinks { get => Raw.kv_sinks; set => Raw.kv_sinks = value; }
-        /// <summary>Rotary positions from cache ranks: a conversation without end.</summary>
+        /// <summary>What a full cache does (default Evict: the session evicts, rolls and never
+        /// runs out; Error: a plain full cache's H2O_ERR_CONTEXT_FULL at the context's end).</summary>
+        public KvOverflow KvOverflow { get => (KvOverflow)Raw.kv_overflow; set => Raw.kv_overflow = (uint)value; }
+        /// <summary>Rotary positions from cache ranks: a conversation without end (implied by
+        /// KvOverflow.Evict, the default).</summary>
         public bool PositionRolling { get => Raw.position_rolling != 0; set => Raw.position_rolling = value ? 1 : 0; }
         /// <summary>The compute backend (default Auto).</summary>
         public Backend Backend { get => (Backend)Raw.backend; set => Raw.backend = (uint)value; }

@@ -34,6 +34,31 @@ namespace H2o
         public bool PositionRolling;
     }
 
+    /// <summary>Where the stream stands against the cache (h2o_kv_usage).</summary>
+    public struct KvUsage
+    {
+        /// <summary>Slots per (layer, kv head) of the layers with the most.</summary>
+        public uint Capacity;
+        /// <summary>Tokens the stream has had.</summary>
+        public ulong NPast;
+        /// <summary>Of them, the tokens each (layer, kv head) of those layers holds.</summary>
+        public ulong NHeld;
+        /// <summary>Tokens the cache no longer holds.</summary>
+        public ulong NEvicted;
+        /// <summary>Pinned tokens.</summary>
+        public ulong NPinned;
+        /// <summary>The stream's length when eviction began; 0: nothing evicted yet.</summary>
+        public ulong EvictingSince;
+        /// <summary>Whether a full cache evicts (false: it refuses more tokens).</summary>
+        public bool Evicts;
+
+        internal static KvUsage From(NativeKvUsage u) => new KvUsage
+        {
+            Capacity = u.capacity, NPast = u.n_past, NHeld = u.n_held, NEvicted = u.n_evicted, NPinned = u.n_pinned,
+            EvictingSince = u.evicting_since, Evicts = u.evicts != 0,
+        };
+    }
+
     /// <summary>Bytes of memory a session uses, by part (h2o_memory_report).</summary>
     public struct MemoryReport
     {
@@ -152,7 +177,48 @@ namespace H2o
         /// <summary>Throws for a failed status, with the session's own message.</summary>
         private void Check(int code)
         {
+            // An exception of the event callback comes out here, once the call has returned.
+            eventGuard.RethrowIfFailed();
             if (code != 0) throw new H2oException((Status)code, Utf8.FromNative(Native.h2o_session_last_error(handle)));
+        }
+
+        private CallbackGuard eventGuard = new CallbackGuard();
+#pragma warning disable CS0414  // never read: the field keeps the delegate alive while the library may call it
+        private EventCallback eventCallback;
+#pragma warning restore CS0414
+
+        /// <summary>Calls handler(event, usage) when the session reports an event: KvFull once per
+        /// conversation, when its cache fills and starts to evict. It runs inside the call that
+        /// caused it and must not use this session; an exception it throws is rethrown when that
+        /// call returns. null removes it.</summary>
+        public void SetEventHandler(Action<SessionEvent, KvUsage> handler)
+        {
+            eventGuard = new CallbackGuard();
+            if (handler == null)
+            {
+                Check(Native.h2o_session_set_event_callback(handle, null, IntPtr.Zero));
+                eventCallback = null;
+                return;
+            }
+            CallbackGuard guard = eventGuard;
+            EventCallback callback = (uint e, ref NativeKvUsage u, IntPtr _) =>
+            {
+                KvUsage usage = KvUsage.From(u);
+                guard.Run(() => { handler((SessionEvent)e, usage); return 0; }, 0);
+            };
+            Check(Native.h2o_session_set_event_callback(handle, callback, IntPtr.Zero));
+            eventCallback = callback;
+        }
+
+        /// <summary>How many tokens the stream has had, the cache holds and has evicted, and since when.</summary>
+        public KvUsage KvUsage
+        {
+            get
+            {
+                var u = new NativeKvUsage { struct_size = (uint)Marshal.SizeOf<NativeKvUsage>() };
+                Check(Native.h2o_session_get_kv_usage(handle, ref u));
+                return KvUsage.From(u);
+            }
         }
 
         /// <summary>Appends text without generating; pin: its tokens are never evicted.</summary>

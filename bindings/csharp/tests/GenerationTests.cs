@@ -43,6 +43,37 @@ namespace H2o.Tests
         }
 
         [Test]
+        public static void TheDefaultSessionNeverRunsOutAndSaysWhenItBeganToEvict()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model, new SessionParams { NCtx = 128, Threads = 1, Backend = Backend.Cpu }))
+            {
+                int events = 0;
+                KvUsage atEvent = new KvUsage();
+                session.SetEventHandler((e, usage) => { if (e == SessionEvent.KvFull) { ++events; atEvent = usage; } });
+                Collect(session, Prompt, new GenerateParams { MaxTokens = 400, Temperature = 0, StopAtEos = false });
+                KvUsage u = session.KvUsage;
+                Assert.Equal(128u, u.Capacity, "capacity");
+                Assert.True(u.NPast > 400, "past the context: " + u.NPast);
+                Assert.Equal(u.NPast - 128, u.NEvicted, "evicted");
+                Assert.Equal(128ul, u.EvictingSince, "since");
+                Assert.Equal(1, events, "one event");
+                Assert.True(atEvent.NPast <= 128, "at the fill");
+                // An exception in the handler comes out of the call that raised the event.
+                session.Reset();
+                session.SetEventHandler((e, usage) => throw new InvalidOperationException("from the handler"));
+                Assert.Throws<InvalidOperationException>(() => Collect(session, Prompt, new GenerateParams { MaxTokens = 200, Temperature = 0, StopAtEos = false }));
+                session.SetEventHandler(null);
+            }
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model, new SessionParams { NCtx = 64, Threads = 1, KvOverflow = KvOverflow.Error }))
+            {
+                var e = Assert.Throws<H2oException>(() => Collect(session, Prompt, new GenerateParams { MaxTokens = 100, Temperature = 0, StopAtEos = false }));
+                Assert.Equal(Status.ContextFull, e.Status, "the old contract");
+            }
+        }
+
+        [Test]
         public static void SetSeedSamplesAsASessionMadeWithThatSeed()
         {
             using (var model = Model.Load(Runner.ModelPath()))

@@ -20,6 +20,7 @@ namespace H2o.Tests
             { typeof(NativeKvLayout), "h2o_kv_layout" }, { typeof(NativeMemoryReport), "h2o_memory_report" },
             { typeof(NativeSpanInfo), "h2o_span_info" }, { typeof(NativeKvPolicyInfo), "h2o_kv_policy_info" },
             { typeof(NativeGenerateParams), "h2o_generate_params" }, { typeof(NativeGenerateStats), "h2o_generate_stats" },
+            { typeof(NativeKvUsage), "h2o_kv_usage" },
         };
 
         [Test]

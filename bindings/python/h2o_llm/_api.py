@@ -3,6 +3,7 @@ does; the docstrings here say what is particular to Python)."""
 
 import ctypes
 import os
+import traceback
 from ctypes import byref, c_double, c_float, c_int32, c_size_t, c_uint32, c_void_p
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
@@ -140,6 +141,29 @@ class KvLayout:
     min_layer_budget: int
     max_layer_budget: int
     min_head_budget: int
+
+
+@dataclass(frozen=True)
+class KvUsage:
+    """Where the stream stands against the cache (h2o_kv_usage)."""
+
+    capacity: int
+    n_past: int
+    n_held: int
+    n_evicted: int
+    n_pinned: int
+    evicting_since: int  # the stream's length when eviction began; 0: none yet
+    evicts: bool
+
+
+def _kv_usage(usage: "_native.KvUsage") -> KvUsage:
+    f = _fields(usage)
+    f["evicts"] = bool(f["evicts"])
+    return KvUsage(**f)
+
+
+_EVENTS = {1: "kv_full"}
+_OVERFLOWS = {"evict": 0, "error": 1}
 
 
 @dataclass(frozen=True)
@@ -350,7 +374,8 @@ class Model(_Native):
     def session(self, **params: object) -> "Session":
         """A new session. Keyword arguments are h2o_session_params' fields (n_ctx, n_threads,
         n_batch, seed, kv_budget, kv_policy, kv_recent, kv_recent_ratio, kv_sinks,
-        position_rolling, backend, device_index, kv_type, max_memory_bytes, kv_horizon), policies,
+        position_rolling, backend, device_index, kv_type, max_memory_bytes, kv_horizon, kv_overflow:
+        "evict", the default, or "error"), policies,
         formats and backends by name or number, and experimental={name: value}."""
         sp = _session_params(params)
         handle = c_void_p()
@@ -403,6 +428,10 @@ def _session_params(params: Mapping[str, object]) -> _native.SessionParams:
             sp.kv_recent_ratio = float(value)  # type: ignore[arg-type]
         elif key == "position_rolling":
             sp.position_rolling = int(bool(value))
+        elif key == "kv_overflow":
+            if value not in _OVERFLOWS:
+                raise ValueError(f"kv_overflow must be 'evict' or 'error', not {value!r}")
+            sp.kv_overflow = _OVERFLOWS[value]  # type: ignore[index]
         elif key == "kv_policy":
             sp.kv_policy = _enum_value(value, lib.h2o_kv_policy_from_name, key)
         elif key == "kv_type":
@@ -428,6 +457,7 @@ class Session(_Native):
     def __init__(self, model: Model, handle: Optional[int]):
         self._model = model  # for tokenizing; the native session keeps the native model alive
         self._n_vocab = model.info.n_vocab
+        self._event_callback: Any = None  # the ctypes callback on_event set, kept alive
         self._handle = handle
 
     @staticmethod
@@ -571,6 +601,33 @@ class Session(_Native):
         f["type"] = lib.h2o_kv_type_name(f["type"]).decode()
         f["position_rolling"] = bool(f["position_rolling"])
         return KvLayout(**f)
+
+    @property
+    def kv_usage(self) -> KvUsage:
+        """How many tokens the stream has had, the cache holds and has evicted, and since when."""
+        usage = _native.KvUsage(struct_size=ctypes.sizeof(_native.KvUsage))
+        self._check(lib.h2o_session_get_kv_usage(self.handle, byref(usage)))
+        return _kv_usage(usage)
+
+    def on_event(self, callback: Optional[Callable[[str, KvUsage], None]]) -> None:
+        """Calls callback(event, usage) when the session reports an event: "kv_full" once per
+        conversation, when its cache fills and starts to evict. It runs inside the call that
+        caused it and must not use this session; an exception it raises is printed and dropped
+        (it cannot cross the library). None removes it."""
+        if callback is None:
+            self._check(lib.h2o_session_set_event_callback(self.handle, _native.EventCallback(), None))
+            self._event_callback = None
+            return
+
+        def trampoline(event: int, usage: Any, _user: Any) -> None:
+            try:
+                callback(_EVENTS.get(event, str(event)), _kv_usage(usage.contents))
+            except Exception:  # noqa: BLE001 - it must not unwind into C
+                traceback.print_exc()
+
+        native = _native.EventCallback(trampoline)
+        self._check(lib.h2o_session_set_event_callback(self.handle, native, None))
+        self._event_callback = native  # kept alive as long as the session may call it
 
     @property
     def memory(self) -> MemoryReport:

@@ -160,6 +160,7 @@ class SessionParams(Structure):
         ("max_memory_bytes", c_uint64),
         ("kv_horizon", c_uint32),
         ("experimental", c_double * EXPERIMENTAL_CAPACITY),
+        ("kv_overflow", c_uint32),
     ]
 
 
@@ -230,6 +231,19 @@ class GenerateParams(Structure):
     ]
 
 
+class KvUsage(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("capacity", c_uint32),
+        ("n_past", c_uint64),
+        ("n_held", c_uint64),
+        ("n_evicted", c_uint64),
+        ("n_pinned", c_uint64),
+        ("evicting_since", c_uint64),
+        ("evicts", c_int32),
+    ]
+
+
 class GenerateStats(Structure):
     _fields_ = [
         ("struct_size", c_uint32),
@@ -252,6 +266,7 @@ STRUCTS = {
     "h2o_kv_policy_info": KvPolicyInfo,
     "h2o_session_params": SessionParams,
     "h2o_kv_layout": KvLayout,
+    "h2o_kv_usage": KvUsage,
     "h2o_device_traffic": DeviceTraffic,
     "h2o_memory_report": MemoryReport,
     "h2o_span_info": SpanInfo,
@@ -260,6 +275,7 @@ STRUCTS = {
 }
 
 ProgressCallback = CFUNCTYPE(c_int, c_float, c_void_p)
+EventCallback = CFUNCTYPE(None, c_uint32, POINTER(KvUsage), c_void_p)
 
 status = c_int  # h2o_status
 model_p = c_void_p
@@ -309,6 +325,8 @@ _declare("h2o_session_get_experimental", status, session_p, c_uint32, POINTER(c_
 _declare("h2o_session_get_backend", status, session_p, POINTER(BackendInfo))
 _declare("h2o_session_get_device_traffic", status, session_p, POINTER(DeviceTraffic))
 _declare("h2o_session_get_kv_layout", status, session_p, POINTER(KvLayout))
+_declare("h2o_session_get_kv_usage", status, session_p, POINTER(KvUsage))
+_declare("h2o_session_set_event_callback", status, session_p, EventCallback, c_void_p)
 _declare("h2o_session_reset", status, session_p)
 _declare("h2o_session_cancel", status, session_p)
 _declare("h2o_session_set_seed", status, session_p, c_uint64)

@@ -171,6 +171,33 @@ class ModelTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             closed.generate("x")
 
+    def test_the_default_session_never_runs_out_and_says_when_it_began_to_evict(self) -> None:
+        # The library's defaults (no settings of this file's helper): 128 slots, then eviction.
+        with self.model.session(n_ctx=128, n_threads=1, backend="cpu") as s:
+            events = []
+            s.on_event(lambda event, usage: events.append((event, usage)))
+            self.assertEqual(s.kv_usage.capacity, 128)
+            self.assertEqual(s.kv_usage.evicting_since, 0)
+            s.generate("Once upon a time", max_tokens=400, temperature=0, stop_at_eos=False)
+            usage = s.kv_usage
+            self.assertGreater(usage.n_past, 400)
+            self.assertEqual(usage.n_held, 128)
+            self.assertEqual(usage.n_evicted, usage.n_past - 128)
+            self.assertEqual(usage.evicting_since, 128)
+            self.assertTrue(usage.evicts)
+            self.assertEqual(len(events), 1)
+            self.assertEqual(events[0][0], "kv_full")
+            self.assertLessEqual(events[0][1].n_past, 128)
+            s.on_event(None)
+        # The old contract on request.
+        with self.model.session(n_ctx=64, n_threads=1, backend="cpu", kv_overflow="error") as s:
+            with self.assertRaises(h2o.H2oError) as e:
+                s.generate("Once upon a time", max_tokens=100, temperature=0, stop_at_eos=False)
+            self.assertEqual(e.exception.status, h2o.Status.CONTEXT_FULL)
+            self.assertEqual(s.kv_usage.n_evicted, 0)
+        with self.assertRaises(ValueError):
+            self.model.session(kv_overflow="wrap")
+
     def test_progress_can_cancel_a_load(self) -> None:
         seen = []
         with h2o.Model(MODEL, progress=seen.append) as m:

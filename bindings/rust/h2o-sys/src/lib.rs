@@ -136,7 +136,32 @@ pub struct h2o_session_params {
     pub kv_horizon: u32,
     /// Research settings by key (h2o_experimental.h): use `h2o_session_params_set_experimental`.
     pub experimental: [f64; H2O_EXPERIMENTAL_CAPACITY],
+    /// What a full cache does: H2O_KV_OVERFLOW_EVICT (the default) or H2O_KV_OVERFLOW_ERROR.
+    pub kv_overflow: u32,
 }
+
+/// h2o_kv_overflow.
+pub const H2O_KV_OVERFLOW_EVICT: u32 = 0;
+pub const H2O_KV_OVERFLOW_ERROR: u32 = 1;
+
+/// h2o_session_event.
+pub const H2O_EVENT_KV_FULL: u32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct h2o_kv_usage {
+    pub struct_size: u32,
+    pub capacity: u32,
+    pub n_past: u64,
+    pub n_held: u64,
+    pub n_evicted: u64,
+    pub n_pinned: u64,
+    pub evicting_since: u64,
+    pub evicts: i32,
+}
+
+pub type h2o_session_event_callback =
+    Option<unsafe extern "C" fn(event: u32, usage: *const h2o_kv_usage, user_data: *mut c_void)>;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -289,6 +314,9 @@ extern "C" {
     pub fn h2o_session_get_backend(session: *const h2o_session, info: *mut h2o_backend_info) -> h2o_status;
     pub fn h2o_session_get_device_traffic(session: *const h2o_session, traffic: *mut h2o_device_traffic) -> h2o_status;
     pub fn h2o_session_get_kv_layout(session: *const h2o_session, layout: *mut h2o_kv_layout) -> h2o_status;
+    pub fn h2o_session_get_kv_usage(session: *const h2o_session, usage: *mut h2o_kv_usage) -> h2o_status;
+    pub fn h2o_session_set_event_callback(session: *mut h2o_session, callback: h2o_session_event_callback,
+                                          user_data: *mut c_void) -> h2o_status;
 
     // h2o_experimental.h: research settings by key, outside the stable interface.
     pub fn h2o_experimental_name(key: u32) -> *const c_char;

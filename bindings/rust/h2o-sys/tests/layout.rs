@@ -80,7 +80,8 @@ fn rust_layouts() -> Vec<Layout> {
             kv_type,
             max_memory_bytes,
             kv_horizon,
-            experimental
+            experimental,
+            kv_overflow
         }),
         layout!(h2o_kv_layout { struct_size, budget, policy, recent, sinks, heavy, position_rolling,
                                 type_ = "type", n_ctx, horizon, min_layer_budget, max_layer_budget, min_head_budget }),
@@ -120,6 +121,7 @@ fn rust_layouts() -> Vec<Layout> {
             n_stop_strings,
             stop_at_eos
         }),
+        layout!(h2o_kv_usage { struct_size, capacity, n_past, n_held, n_evicted, n_pinned, evicting_since, evicts }),
         layout!(h2o_generate_stats {
             struct_size,
             n_prompt_tokens,

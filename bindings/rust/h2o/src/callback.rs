@@ -29,6 +29,11 @@ impl<F> Guarded<F> {
         }
     }
 
+    /// The message of a panic since the last take, if any; the closure runs again after it.
+    pub(crate) fn take_panic(&mut self) -> Option<String> {
+        self.panic.take()
+    }
+
     /// The call's result, unless the closure panicked.
     pub(crate) fn finish<T>(self, result: Result<T>) -> Result<T> {
         match self.panic {

@@ -19,9 +19,9 @@ mod session;
 
 pub use error::{Error, Result, Status};
 pub use model::{Model, ModelInfo, ModelLoader, PrefixCacheStats};
-pub use names::{Backend, KvPolicy, KvPolicyInfo, KvType, StopReason};
+pub use names::{Backend, KvOverflow, KvPolicy, KvPolicyInfo, KvType, SessionEvent, StopReason};
 pub use params::{experimental_names, GenerateParams, SessionParams};
-pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, MemoryReport, Session, SpanInfo, Stream};
+pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, KvUsage, MemoryReport, Session, SpanInfo, Stream};
 
 /// Retention spans a session may hold (`Session::add_span_text`).
 pub const MAX_SPANS: u32 = h2o_sys::H2O_MAX_SPANS;

@@ -192,3 +192,41 @@ impl StopReason {
         }
     }
 }
+
+/// What a session does when its cache is full (h2o_kv_overflow).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvOverflow {
+    /// Evict by the policy and roll positions: the session never runs out (the default).
+    Evict,
+    /// A plain full cache: the stream ends at the context (`Status::ContextFull`).
+    Error,
+}
+
+impl KvOverflow {
+    /// The C enumeration's number.
+    pub fn to_raw(self) -> u32 {
+        match self {
+            KvOverflow::Evict => h2o_sys::H2O_KV_OVERFLOW_EVICT,
+            KvOverflow::Error => h2o_sys::H2O_KV_OVERFLOW_ERROR,
+        }
+    }
+}
+
+/// Events a session reports (h2o_session_event).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// The cache is full and begins to evict (once per conversation).
+    KvFull,
+    /// A value of a newer library.
+    Other(u32),
+}
+
+impl SessionEvent {
+    /// The value of the C enumeration's number.
+    pub fn from_raw(value: u32) -> SessionEvent {
+        match value {
+            h2o_sys::H2O_EVENT_KV_FULL => SessionEvent::KvFull,
+            other => SessionEvent::Other(other),
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! (h2o_*_params_init) and changes only what is asked for; the library validates the values
 //! when they are used.
 use crate::error::{c_string, check, cstr, Result};
-use crate::names::{Backend, KvPolicy, KvType};
+use crate::names::{Backend, KvOverflow, KvPolicy, KvType};
 use std::ffi::CString;
 use std::os::raw::c_char;
 
@@ -40,8 +40,11 @@ impl SessionParams {
     }
 
     setters! {
-        /// Longest stream without position rolling; 0: the model's (at most 4096).
+        /// The context: slots per (layer, kv head) unless `kv_budget` is smaller; 0: the model's
+        /// (at most 4096).
         n_ctx: u32 => n_ctx;
+        /// What a full cache does (default Evict: the session evicts, rolls and never runs out).
+        kv_overflow: KvOverflow => kv_overflow as raw;
         /// Compute threads; 0: the online cores (at most 8).
         threads: u32 => n_threads;
         /// Prompt tokens per batch; 0: 256.
@@ -58,7 +61,7 @@ impl SessionParams {
         kv_recent_ratio: f32 => kv_recent_ratio;
         /// First tokens of the stream never evicted, for the policies with sinks (default 4).
         kv_sinks: u32 => kv_sinks;
-        /// Rotary positions from cache ranks: a stream without end.
+        /// Rotary positions from cache ranks: a stream without end (implied by `KvOverflow::Evict`).
         position_rolling: bool => position_rolling as flag;
         /// The compute backend (default Auto).
         backend: Backend => backend as raw;

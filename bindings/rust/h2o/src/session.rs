@@ -1,7 +1,7 @@
 use crate::callback::Guarded;
 use crate::error::{c_string, check, cstr, Error, Result, Status};
 use crate::model::{path_text, Model};
-use crate::names::{Backend, KvPolicy, KvType, StopReason};
+use crate::names::{Backend, KvPolicy, KvType, SessionEvent, StopReason};
 use crate::params::{GenerateParams, SessionParams};
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -32,7 +32,43 @@ impl Drop for RawSession {
 pub struct Session {
     raw: Arc<RawSession>,
     n_vocab: usize,
+    events: EventSlot,
     _not_sync: PhantomData<Cell<()>>,
+}
+
+/// The closure `Session::set_event_callback` gave, behind the C callback's user data.
+type EventHandler = Box<dyn FnMut(SessionEvent, KvUsage) + Send>;
+
+/// Owns the boxed handler (null: none); freed with the session or when replaced.
+struct EventSlot(*mut Guarded<EventHandler>);
+
+// SAFETY: the handler is Send, and the library calls it only on the thread running the session.
+unsafe impl Send for EventSlot {}
+
+impl Drop for EventSlot {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: made by Box::into_raw in set_event_callback; the session no longer calls it.
+            drop(unsafe { Box::from_raw(self.0) });
+        }
+    }
+}
+
+unsafe extern "C" fn on_event(event: u32, usage: *const h2o_sys::h2o_kv_usage, user_data: *mut c_void) {
+    // SAFETY: user_data is the live handler set_event_callback registered; usage is valid for the call.
+    let handler = &mut *(user_data as *mut Guarded<EventHandler>);
+    let usage = KvUsage::from_raw(&*usage);
+    handler.call((), |f| f(SessionEvent::from_raw(event), usage));
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A CancelHandle may keep the native session: it must not call a freed handler.
+        if !self.events.0.is_null() {
+            // SAFETY: a live session.
+            unsafe { h2o_sys::h2o_session_set_event_callback(self.ptr(), None, std::ptr::null_mut()) };
+        }
+    }
 }
 
 /// Cancels what a session is running, from any thread; see `Session::cancel_handle`.
@@ -79,6 +115,39 @@ pub struct KvLayout {
     /// The fewest slots a kv head of the smallest layer keeps (less than its layer's budget when
     /// budgets move between kv heads).
     pub min_head_budget: u32,
+}
+
+/// Where the stream stands against the cache (h2o_kv_usage).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvUsage {
+    /// Slots per (layer, kv head) of the layers with the most.
+    pub capacity: u32,
+    /// Tokens the stream has had.
+    pub n_past: u64,
+    /// Of them, the tokens each (layer, kv head) of those layers holds.
+    pub n_held: u64,
+    /// Tokens the cache no longer holds.
+    pub n_evicted: u64,
+    /// Pinned tokens.
+    pub n_pinned: u64,
+    /// The stream's length when eviction began; 0: nothing evicted yet.
+    pub evicting_since: u64,
+    /// Whether a full cache evicts (false: it refuses more tokens).
+    pub evicts: bool,
+}
+
+impl KvUsage {
+    fn from_raw(u: &h2o_sys::h2o_kv_usage) -> KvUsage {
+        KvUsage {
+            capacity: u.capacity,
+            n_past: u.n_past,
+            n_held: u.n_held,
+            n_evicted: u.n_evicted,
+            n_pinned: u.n_pinned,
+            evicting_since: u.evicting_since,
+            evicts: u.evicts != 0,
+        }
+    }
 }
 
 /// Bytes the session uses, by part (h2o_memory_report); fixed at creation.
@@ -195,7 +264,7 @@ impl Session {
     fn wrap(raw: *mut h2o_sys::h2o_session, n_vocab: usize, call: &str) -> Result<Session> {
         let raw =
             NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, format!("{call} returned no session")))?;
-        Ok(Session { raw: Arc::new(RawSession(raw)), n_vocab, _not_sync: PhantomData })
+        Ok(Session { raw: Arc::new(RawSession(raw)), n_vocab, events: EventSlot(std::ptr::null_mut()), _not_sync: PhantomData })
     }
 
     /// Writes a snapshot of the whole conversation to `path` (atomically: the file holds its old
@@ -236,6 +305,13 @@ impl Session {
 
     /// Ok, or the error with the session's own message.
     fn check(&self, code: i32) -> Result<()> {
+        // A panic of the event handler comes out of the call that raised the event.
+        if !self.events.0.is_null() {
+            // SAFETY: the live handler; no library call is running, so nothing else reaches it.
+            if let Some(message) = unsafe { (*self.events.0).take_panic() } {
+                return Err(Error::CallbackPanicked { message });
+            }
+        }
         if code == h2o_sys::H2O_OK {
             return Ok(());
         }
@@ -385,6 +461,28 @@ impl Session {
             prompt_seconds: s.prompt_seconds,
             generate_seconds: s.generate_seconds,
         })
+    }
+
+    /// How many tokens the stream has had, the cache holds and has evicted, and since when.
+    pub fn kv_usage(&self) -> Result<KvUsage> {
+        let u = output!(h2o_sys::h2o_kv_usage, |p| self.check(unsafe { h2o_sys::h2o_session_get_kv_usage(self.ptr(), p) }))?;
+        Ok(KvUsage::from_raw(&u))
+    }
+
+    /// Calls `handler(event, usage)` when the session reports an event: `SessionEvent::KvFull`
+    /// once per conversation, when its cache fills and starts to evict. It runs inside the call
+    /// that caused it (which cannot be using the session from elsewhere: the session is borrowed);
+    /// a panic in it is caught and makes that call return `Error::CallbackPanicked`. None removes it.
+    pub fn set_event_callback(&mut self, handler: Option<impl FnMut(SessionEvent, KvUsage) + Send + 'static>) -> Result<()> {
+        let slot = match handler {
+            Some(f) => EventSlot(Box::into_raw(Box::new(Guarded::new(Box::new(f) as EventHandler)))),
+            None => EventSlot(std::ptr::null_mut()),
+        };
+        let callback: h2o_sys::h2o_session_event_callback = if slot.0.is_null() { None } else { Some(on_event) };
+        // SAFETY: a live session; the handler lives until replaced or the session is dropped.
+        self.check(unsafe { h2o_sys::h2o_session_set_event_callback(self.ptr(), callback, slot.0 as *mut c_void) })?;
+        self.events = slot;  // the previous handler is freed here, no longer registered
+        Ok(())
     }
 
     /// The KV cache the session runs with.

@@ -326,3 +326,35 @@ fn decode_gives_logits_for_the_vocabulary() {
     assert_eq!(logits.len(), model.info().n_vocab as usize);
     assert!(logits.iter().all(|l| l.is_finite()));
 }
+
+#[test]
+fn the_default_session_never_runs_out_and_says_when_it_began_to_evict() {
+    let model = model_or_skip!();
+    let params = SessionParams::new().n_ctx(128).threads(1).backend(h2o::Backend::Cpu);
+    let mut session = Session::new(&model, &params).unwrap();
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&events);
+    session.set_event_callback(Some(move |event, usage: h2o::KvUsage| seen.lock().unwrap().push((event, usage)))).unwrap();
+    collect(&mut session, PROMPT, &greedy(400).stop_at_eos(false));
+    let usage = session.kv_usage().unwrap();
+    assert_eq!(usage.capacity, 128);
+    assert!(usage.n_past > 400, "{usage:?}");
+    assert_eq!(usage.n_evicted, usage.n_past - 128);
+    assert_eq!(usage.evicting_since, 128);
+    let events = events.lock().unwrap().clone();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, h2o::SessionEvent::KvFull);
+    assert!(events[0].1.n_past <= 128);
+    // A panic in the handler comes out of the call that raised the event.
+    session.reset().unwrap();
+    session.set_event_callback(Some(|_: h2o::SessionEvent, _: h2o::KvUsage| panic!("from the handler"))).unwrap();
+    let failed = session.generate(PROMPT, &greedy(200).stop_at_eos(false), |_| true);
+    assert!(matches!(failed, Err(Error::CallbackPanicked { .. })), "{failed:?}");
+    session.set_event_callback(None::<fn(h2o::SessionEvent, h2o::KvUsage)>).unwrap();
+
+    // The old contract on request.
+    let old = SessionParams::new().n_ctx(64).threads(1).kv_overflow(h2o::KvOverflow::Error);
+    let mut session = Session::new(&model, &old).unwrap();
+    let full = session.generate(PROMPT, &greedy(100).stop_at_eos(false), |_| true);
+    assert_eq!(full.unwrap_err().status(), Some(Status::ContextFull));
+}
