@@ -60,7 +60,7 @@ fuzz_one() {
 }
 mkdir -p "$fuzz/artifacts"
 pids=()
-for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer chat_request; do
+for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer chat_request grammar; do
   if [ "${#pids[@]}" -ge "$jobs" ]; then
     wait "${pids[0]}"
     pids=("${pids[@]:1}")

@@ -9,12 +9,12 @@ build="${1:-$root/build}"
 shift || true
 "$root/scripts/install-deps.sh" --test
 "$root/scripts/build.sh" "$build" "$@"
-# The official OpenAI client for Node, which h2o-server's end-to-end test drives the server with
-# (Node.js and npm as the machine has them; without them that part of the test says it is skipped).
-# Version 6: version 7 needs Node.js 22.
-if command -v npm >/dev/null && [ ! -d "$build/npm/node_modules/openai" ]; then
-  echo "h2o: installing the openai npm package into $build/npm" >&2
-  npm install --silent --no-audit --no-fund --prefix "$build/npm" openai@6.49.0 >/dev/null \
-    || echo "h2o: the openai npm package could not be installed: the server test will say that part is skipped" >&2
+# The official OpenAI client for Node, which h2o-server's end-to-end test drives the server with,
+# and Ajv, the JSON-schema validator that checks constrained replies (Node.js and npm as the
+# machine has them; without them those tests say what they skipped). openai 6: 7 needs Node.js 22.
+if command -v npm >/dev/null && { [ ! -d "$build/npm/node_modules/openai" ] || [ ! -d "$build/npm/node_modules/ajv-formats" ]; }; then
+  echo "h2o: installing the openai, ajv and ajv-formats npm packages into $build/npm" >&2
+  npm install --silent --no-audit --no-fund --prefix "$build/npm" openai@6.49.0 ajv@8.17.1 ajv-formats@3.0.1 >/dev/null \
+    || echo "h2o: the npm packages could not be installed: the tests that use them will say they are skipped" >&2
 fi
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)"

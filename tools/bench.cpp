@@ -100,10 +100,103 @@ void measure_ttft(const std::string &model_path, uint32_t threads, uint32_t budg
     }
 }
 
+// Tokens per second of sampled generation (temperature 1, the library's other defaults) with and
+// without a JSON schema, interleaved over `reps` rounds of n tokens each: a constrained reply that
+// ends (its grammar complete) starts over from the same prompt until n tokens are made. The
+// difference per token is what the grammar costs: its mask and its state.
+void measure_constrained(h2o_session *session, const std::string &schema, int n, int reps) {
+    std::vector<double> free_tps, constrained_tps;
+    for (int r = 0; r < reps; ++r) {
+        for (const bool constrained : {false, true}) {
+            h2o_generate_params gen;
+            h2o_generate_params_init(&gen, sizeof gen);
+            gen.temperature = 1.0f;
+            gen.stop_at_eos = 0;
+            if (constrained) {
+                gen.json_schema = schema.data();
+                gen.json_schema_len = schema.size();
+            }
+            int made = 0;
+            double seconds = 0.0;
+            while (made < n) {
+                h2o_session_reset(session);
+                gen.max_tokens = static_cast<uint32_t>(n - made);
+                h2o_status st = h2o_generate(session, "Reply in JSON:", 14, &gen, nullptr, nullptr);
+                if (st != H2O_OK) die("constrained generation failed", st, h2o_session_last_error(session));
+                h2o_generate_stats stats;
+                stats.struct_size = sizeof stats;
+                h2o_session_get_stats(session, &stats);
+                made += static_cast<int>(stats.n_generated_tokens);
+                seconds += stats.generate_seconds;
+                if (stats.n_generated_tokens == 0) die("constrained generation made no token", H2O_ERR_INTERNAL, "");
+            }
+            (constrained ? constrained_tps : free_tps).push_back(made / seconds);
+        }
+    }
+    const double f = median(free_tps), c = median(constrained_tps);
+    std::printf(
+        "generation at temperature 1: %.1f tok/s free (min %.1f, max %.1f), %.1f with the schema (min %.1f, max %.1f): "
+        "the grammar takes %.1f%% of a token\n",
+        f, *std::min_element(free_tps.begin(), free_tps.end()), *std::max_element(free_tps.begin(), free_tps.end()), c,
+        *std::min_element(constrained_tps.begin(), constrained_tps.end()),
+        *std::max_element(constrained_tps.begin(), constrained_tps.end()), 100.0 * (1.0 / c - 1.0 / f) / (1.0 / c));
+}
+
+// What a custom sampler pays for the grammar's whole-vocabulary mask (h2o_grammar_apply) against
+// a decoded token, on n tokens of a greedy constrained reply (started again when complete): the
+// upper bound of the mask's cost, since h2o_generate checks fewer tokens where it can.
+void measure_full_mask(h2o_session *session, h2o_model *model, const std::string &schema, int n) {
+    h2o_model_info info;
+    info.struct_size = sizeof info;
+    h2o_model_get_info(model, &info);
+    h2o_grammar *grammar = nullptr;
+    h2o_status st = h2o_grammar_create(model, nullptr, 0, schema.data(), schema.size(), &grammar);
+    if (st != H2O_OK) die("the schema is refused", st, h2o_last_error());
+    const std::string prompt = "Reply in JSON:";
+    std::vector<float> logits(info.n_vocab);
+    std::vector<double> mask_s, decode_s;
+    bool fresh = true;
+    while (static_cast<int>(mask_s.size()) < n) {
+        if (fresh) {
+            h2o_session_reset(session);
+            h2o_grammar_reset(grammar);
+            st = h2o_session_add_text(session, prompt.data(), prompt.size(), 0);
+            if (st != H2O_OK) die("cannot process the prompt", st, h2o_session_last_error(session));
+            fresh = false;
+        }
+        h2o_session_get_logits(session, logits.data(), logits.size());
+        double t0 = h2o_tools::now_seconds();
+        h2o_grammar_apply(grammar, logits.data(), logits.size());
+        mask_s.push_back(seconds_since(t0));
+        const int32_t token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        if (h2o_grammar_accept(grammar, token) != H2O_OK) die("the mask let a refused token through", H2O_ERR_INTERNAL, "");
+        if (h2o_grammar_state(grammar) == 2) {
+            fresh = true;
+            continue;
+        }
+        t0 = h2o_tools::now_seconds();
+        st = h2o_session_decode(session, &token, 1);
+        if (st != H2O_OK) die("cannot decode", st, h2o_session_last_error(session));
+        decode_s.push_back(seconds_since(t0));
+    }
+    h2o_grammar_free(grammar);
+    if (decode_s.empty()) die("the schema's replies end after one token: nothing to measure", H2O_ERR_INVALID_ARGUMENT, "");
+    double mean = 0.0;
+    for (double t : mask_s) mean += t / static_cast<double>(mask_s.size());
+    const double decode = median(decode_s);
+    std::sort(mask_s.begin(), mask_s.end());
+    // The mean is the cost over a reply; the median and p90 tell structure from string contents.
+    std::printf(
+        "whole-vocabulary mask (%u tokens): %.2f ms per token on average (median %.2f, p90 %.2f, max %.2f), %.1f ms per "
+        "decoded token (median): the mask is %.1f%% of a constrained token\n",
+        info.n_vocab, 1e3 * mean, 1e3 * mask_s[mask_s.size() / 2], 1e3 * mask_s[mask_s.size() * 9 / 10], 1e3 * mask_s.back(), 1e3 * decode,
+        100.0 * mean / (mean + decode));
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
-    std::string model_path;
+    std::string model_path, schema_path;
     int n_prompt = 512, n_gen = 128, reps = 5, depth = 0, n_ctx = 0, ttft = 0;
     bool state = false, json = false;
     h2o_session_params base;  // every measured session's settings but n_ctx, n_batch and the backend
@@ -112,7 +205,7 @@ int main(int argc, char **argv) {
     const std::string usage =
         "usage: h2o-bench -m MODEL [-p 512] [-n 128] [-r 5] [-t THREADS] [--depth D] [--kv-budget B] [--kv-policy NAME]\n"
         "                 [--rolling] [--kv-type T] [--kv-head-share S [--kv-share-across-layers]] [--backend B[,B...]]\n"
-        "                 [-c CTX] [--state] [--ttft N] [--json]\n"
+        "                 [-c CTX] [--state] [--ttft N] [--json-schema FILE] [--json]\n"
         "  -m, --model FILE       GGUF model (default: $H2O_MODEL)\n"
         "  -p N                   prompt tokens read in one batch, 0 to skip (default 512)\n"
         "  -n N                   tokens decoded one at a time, 0 to skip (default 128)\n"
@@ -125,6 +218,8 @@ int main(int argc, char **argv) {
         "  --state                size and speed of a snapshot of the session (save and load)\n"
         "  --ttft N               time to first token after a shared N-token system prompt, prefix cache\n"
         "                         off and on (needs -p, or --depth, plus -n of at least N + 1)\n"
+        "  --json-schema FILE     sampled generation of -n tokens with and without this schema, and the\n"
+        "                         share of a token its grammar takes\n"
         "  --json                 one JSON object per line and measurement (pp, tg) instead of text\n"
         "  --version              print the library's version\n" +
         h2o_tools::session_options_help(base);
@@ -149,10 +244,18 @@ int main(int argc, char **argv) {
         }
     });
     cl.flag("--state", &state);
+    cl.text("--json-schema", &schema_path);
     cl.flag("--json", &json);
     cl.parse(argc, argv);
     h2o_tools::check_session_options(cl, base);
-    if (json && (state || ttft > 0)) cl.fail("--json reports the -p and -n measurements; run --state and --ttft without it");
+    if (json && (state || ttft > 0 || !schema_path.empty()))
+        cl.fail("--json reports the -p and -n measurements; run --state, --ttft and --json-schema without it");
+    std::string schema;
+    if (!schema_path.empty()) {
+        std::string error;
+        if (!h2o_tools::read_file(schema_path, &schema, &error)) cl.fail(error);
+        if (n_gen == 0) cl.fail("--json-schema measures -n generated tokens: give -n a count");
+    }
     if (n_prompt == 0 && n_gen == 0 && ttft == 0) cl.fail("-p 0 and -n 0 leave nothing to measure: give -p or -n a count");
     // The token ids the measurements read: the longer of the prompt and the depth, then -n more.
     const size_t n_tokens = static_cast<size_t>(std::max(n_prompt, depth)) + static_cast<size_t>(n_gen);
@@ -340,6 +443,10 @@ int main(int argc, char **argv) {
                 after.device_memory_bytes / 1048576.0);
         }
         if (state) measure_state(session, model, reps);
+        if (!schema.empty()) {
+            measure_constrained(session, schema, n_gen, reps);
+            measure_full_mask(session, model, schema, n_gen);
+        }
         h2o_session_free(session);
     }
     if (ttft > 0) measure_ttft(model_path, base.n_threads, base.kv_budget, tokens, ttft, reps);

@@ -48,6 +48,8 @@ std::string usage(const h2o_generate_params &gen, const h2o_session_params &sp) 
            "                         h2o-info lists the devices)\n"
            "  --device N             device index of that backend (default: the best)\n"
            "  --tokenizer FILE       sentencepiece .model file instead of the embedded vocab\n"
+           "  --grammar FILE         constrain the reply to a GBNF grammar (its rule root)\n"
+           "  --json-schema FILE     constrain the reply to JSON that the schema in FILE accepts\n"
            "  --json                 print one JSON summary line instead of streaming\n"
            "  --version              print the library's version\n";
 }
@@ -55,7 +57,7 @@ std::string usage(const h2o_generate_params &gen, const h2o_session_params &sp) 
 }  // namespace
 
 int main(int argc, char **argv) {
-    std::string model_path, prompt, tokenizer_path;
+    std::string model_path, prompt, tokenizer_path, grammar_path, schema_path;
     bool json = false, pin_prompt = false;
     h2o_generate_params gen;
     h2o_generate_params_init(&gen, sizeof gen);
@@ -67,6 +69,8 @@ int main(int argc, char **argv) {
     cl.text({"-m", "--model"}, &model_path);
     cl.text({"-p", "--prompt"}, &prompt);
     cl.text("--tokenizer", &tokenizer_path);
+    cl.text("--grammar", &grammar_path);
+    cl.text("--json-schema", &schema_path);
     cl.count({"-n", "--n-predict"}, 1, UINT32_MAX, &gen.max_tokens);
     cl.number("--temp", h2o_tools::at_least(0), &gen.temperature);
     cl.count("--top-k", 0, UINT32_MAX, &gen.top_k);
@@ -91,6 +95,16 @@ int main(int argc, char **argv) {
     h2o_tools::check_session_options(cl, sp);
     model_path = h2o_tools::resolve_model_path(model_path);
     if (model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
+    if (!grammar_path.empty() && !schema_path.empty()) cl.fail("--grammar and --json-schema exclude each other");
+    // The grammar's text is read before the model loads, so a missing file is said at once.
+    std::string constraint;
+    if (!grammar_path.empty() || !schema_path.empty()) {
+        const std::string &path = grammar_path.empty() ? schema_path : grammar_path;
+        std::string error;
+        if (!h2o_tools::read_file(path, &constraint, &error)) cl.fail(error);
+        (grammar_path.empty() ? gen.json_schema : gen.grammar) = constraint.c_str();
+        (grammar_path.empty() ? gen.json_schema_len : gen.grammar_len) = constraint.size();
+    }
 
     h2o_model_params mp;
     h2o_model_params_init(&mp, sizeof mp);

@@ -782,6 +782,24 @@ typedef struct h2o_generate_params {
     size_t n_stop_strings; /**< entries of stop_strings */
     /** Stop at an end-of-generation token (h2o_token_is_end_of_generation). Default 1. */
     int32_t stop_at_eos;
+    /** Constrains the reply to a grammar in GBNF (docs: the README's structured output; the rule
+     * "root" is the reply): grammar_len bytes, or NULL/0 for none. Every token whose text cannot
+     * continue it is masked after the logits and before temperature, top-k, top-p and min-p, so
+     * the reply is drawn from the model's distribution over what the grammar allows;
+     * end-of-generation tokens are allowed only where the grammar may end, and generation stops
+     * (H2O_STOP_GRAMMAR) when nothing more may follow. A malformed grammar is
+     * H2O_ERR_INVALID_ARGUMENT naming the byte and the reason. (since 0.8) */
+    const char *grammar;
+    size_t grammar_len;
+    /** Or a JSON schema the reply must satisfy (h2o_json_schema_to_grammar says which subset),
+     * json_schema_len bytes; at most one of grammar and json_schema. (since 0.8) */
+    const char *json_schema;
+    size_t json_schema_len;
+    /** Added to the logits of these n_logit_bias tokens before sampling (OpenAI's logit_bias:
+     * -INFINITY bans a token). Token ids are checked against the vocabulary. (since 0.8) */
+    const int32_t *logit_bias_tokens;
+    const float *logit_bias_values;
+    size_t n_logit_bias;
 } h2o_generate_params;
 
 /** Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
@@ -793,7 +811,8 @@ typedef enum h2o_stop_reason {
     H2O_STOP_MAX_TOKENS = 1, /**< max_tokens were generated */
     H2O_STOP_EOS = 2,        /**< an end-of-generation token (stop_at_eos) */
     H2O_STOP_STRING = 3,     /**< a stop string was generated */
-    H2O_STOP_CALLBACK = 4    /**< the token callback returned non-zero */
+    H2O_STOP_CALLBACK = 4,   /**< the token callback returned non-zero */
+    H2O_STOP_GRAMMAR = 5     /**< the grammar (or schema) is complete and nothing may follow (since 0.8) */
 } h2o_stop_reason;
 
 /** Appends prompt (prompt_len bytes of UTF-8; may be empty) to the session and generates up to
@@ -842,6 +861,42 @@ H2O_API h2o_status h2o_session_decode(h2o_session *session, const int32_t *token
 
 /** Copies the logits (n_vocab floats) of the last processed token into logits. */
 H2O_API h2o_status h2o_session_get_logits(const h2o_session *session, float *logits, size_t capacity);
+
+/* ---------------------------------------------------------------------------------------------
+ * Grammars for custom samplers (h2o_generate_params.grammar does this inside h2o_generate)
+ * ------------------------------------------------------------------------------------------- */
+
+/** A grammar's state over a model's vocabulary (since 0.8). It keeps the model alive; one thread
+ * at a time. */
+typedef struct h2o_grammar h2o_grammar;
+
+/** Makes one from a GBNF grammar or a JSON schema (exactly one of the two non-NULL), at its start.
+ * Errors: H2O_ERR_INVALID_ARGUMENT (the parse error, with its byte offset). */
+H2O_API h2o_status h2o_grammar_create(h2o_model *model, const char *grammar, size_t grammar_len, const char *json_schema,
+                                      size_t json_schema_len, h2o_grammar **out_grammar);
+H2O_API void h2o_grammar_free(h2o_grammar *grammar);
+/** Sets to -INFINITY the logits (n_logits = the vocabulary's size) of every token that cannot come
+ * next. Walks the whole vocabulary: use it once per sampled token. */
+H2O_API h2o_status h2o_grammar_apply(h2o_grammar *grammar, float *logits, size_t n_logits);
+/** Takes the token chosen next. Errors: H2O_ERR_INVALID_ARGUMENT (the grammar does not allow it:
+ * the state is kept). */
+H2O_API h2o_status h2o_grammar_accept(h2o_grammar *grammar, int32_t token);
+/** 0: the text so far cannot end here; 1: it may end (or go on); 2: it must end (nothing may
+ * follow). -1: NULL grammar. */
+H2O_API int32_t h2o_grammar_state(const h2o_grammar *grammar);
+/** Back to the start. */
+H2O_API h2o_status h2o_grammar_reset(h2o_grammar *grammar);
+
+/** The GBNF grammar of a JSON schema's texts, as h2o_generate_params.json_schema uses it, into
+ * text (capacity bytes; *n_bytes: its length; NUL-terminated when there is room). The subset:
+ * type (or a list of types), properties with required and additionalProperties (false, the
+ * default here, or true or a schema), enum, const, anyOf, oneOf, items with minItems and
+ * maxItems, minLength and maxLength, the formats date, time, date-time and uuid, local $ref
+ * (#/$defs/..., #/definitions/...). Required properties come first, then the optional ones.
+ * Keywords it cannot enforce (pattern, minimum, maximum, multipleOf, allOf, not, uniqueItems,
+ * ...) are refused, never ignored. Errors: H2O_ERR_INVALID_ARGUMENT (naming the keyword and where
+ * it is, or the JSON error's offset), H2O_ERR_BUFFER_TOO_SMALL. (since 0.8) */
+H2O_API h2o_status h2o_json_schema_to_grammar(const char *schema, size_t schema_len, char *text, size_t capacity, size_t *n_bytes);
 
 #ifdef __cplusplus
 }

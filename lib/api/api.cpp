@@ -13,6 +13,9 @@
 #include "h2o/h2o_experimental.h"
 #include "backend_registry.h"
 #include "chat_format.h"
+#include "grammar.h"
+#include "grammar_matcher.h"
+#include "json_schema.h"
 #include "model.h"
 #include "file_io.h"
 #include "log.h"
@@ -922,7 +925,24 @@ H2O_API h2o_status h2o_generate_params_init(h2o_generate_params *params, size_t 
 
 namespace {
 
-Status to_generate_settings(const h2o_generate_params &p, h2o::GenerateSettings *out) {
+// A grammar from a GBNF text or a JSON schema (one of the two; neither: none).
+Status compile_grammar(const char *grammar, size_t grammar_len, const char *schema, size_t schema_len, const char *what,
+                       std::shared_ptr<const h2o::Grammar> *out) {
+    auto bad = [&](const std::string &m) { return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + m); };
+    if (!grammar && grammar_len > 0) return bad("grammar is NULL but grammar_len is not 0");
+    if (!schema && schema_len > 0) return bad("json_schema is NULL but json_schema_len is not 0");
+    out->reset();
+    if (grammar_len == 0 && schema_len == 0) return Status::Ok();
+    if (grammar_len > 0 && schema_len > 0) return bad("grammar and json_schema are both given (one of them at most)");
+    std::string text;
+    if (schema_len > 0) H2O_TRY(h2o::json_schema_to_grammar(std::string_view(schema, schema_len), &text));
+    auto g = std::make_shared<h2o::Grammar>();
+    H2O_TRY(h2o::parse_grammar(schema_len > 0 ? std::string_view(text) : std::string_view(grammar, grammar_len), g.get()));
+    *out = std::move(g);
+    return Status::Ok();
+}
+
+Status to_generate_settings(const h2o_generate_params &p, int32_t n_vocab, h2o::GenerateSettings *out) {
     auto bad = [](const std::string &m) { return make_error(H2O_ERR_INVALID_ARGUMENT, "h2o_generate_params." + m); };
     if (p.max_tokens == 0) return bad("max_tokens must be at least 1");
     if (!std::isfinite(p.temperature) || p.temperature < 0) return bad("temperature must be a finite number >= 0");
@@ -950,7 +970,19 @@ Status to_generate_settings(const h2o_generate_params &p, h2o::GenerateSettings 
     out->sampler.repeat_penalty = p.repeat_penalty;
     out->sampler.repeat_last_n = p.repeat_last_n;
     out->stop_at_eos = p.stop_at_eos != 0;
-    return Status::Ok();
+    if (p.n_logit_bias > 0 && (!p.logit_bias_tokens || !p.logit_bias_values))
+        return bad("logit_bias_tokens and logit_bias_values must not be NULL when n_logit_bias is not 0");
+    if (p.n_logit_bias > static_cast<size_t>(n_vocab)) return bad("n_logit_bias exceeds the vocabulary");
+    out->sampler.logit_bias.clear();
+    for (size_t i = 0; i < p.n_logit_bias; ++i) {
+        const int32_t token = p.logit_bias_tokens[i];
+        const float bias = p.logit_bias_values[i];
+        if (token < 0 || token >= n_vocab)
+            return bad("logit_bias_tokens[" + std::to_string(i) + "] = " + std::to_string(token) + " is outside the vocabulary");
+        if (std::isnan(bias) || bias == INFINITY) return bad("logit_bias_values[" + std::to_string(i) + "] must be a number or -infinity");
+        out->sampler.logit_bias.emplace_back(token, bias);
+    }
+    return compile_grammar(p.grammar, p.grammar_len, p.json_schema, p.json_schema_len, "h2o_generate_params: ", &out->grammar);
 }
 
 struct CallbackBridge {
@@ -975,7 +1007,7 @@ Status read_generate_call(h2o_session *session, const char *prompt, size_t promp
     }
     h2o_generate_params p = default_generate_params();
     H2O_TRY(read_params(params, "h2o_generate_params", &p));
-    return to_generate_settings(p, settings);
+    return to_generate_settings(p, session->impl->model().shape().n_vocab, settings);
 }
 
 std::string_view text_view(const char *text, size_t length) { return length ? std::string_view(text, length) : std::string_view(); }
@@ -1122,5 +1154,82 @@ H2O_API h2o_status h2o_session_get_logits(const h2o_session *session, float *log
         if (!session->impl->has_logits()) return invalid("no token has been processed yet", session);
         std::memcpy(logits, src.data(), src.size() * sizeof(float));
         return succeed(session);
+    });
+}
+
+// ---- grammars for custom samplers ------------------------------------------------------------
+
+struct h2o_grammar {
+    std::shared_ptr<const h2o::Model> model;  // the vocabulary the matcher walks
+    std::unique_ptr<h2o::GrammarMatcher> matcher;
+    std::vector<uint8_t> allowed;
+};
+
+H2O_API h2o_status h2o_grammar_create(h2o_model *model, const char *grammar, size_t grammar_len, const char *json_schema,
+                                      size_t json_schema_len, h2o_grammar **out_grammar) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!model) return invalid("h2o_grammar_create: model is NULL");
+        if (!out_grammar) return invalid("h2o_grammar_create: out_grammar is NULL");
+        *out_grammar = nullptr;
+        std::shared_ptr<const h2o::Grammar> compiled;
+        if (Status s = compile_grammar(grammar, grammar_len, json_schema, json_schema_len, "h2o_grammar_create: ", &compiled); !s.ok())
+            return fail(s);
+        if (!compiled) return invalid("h2o_grammar_create: give a grammar or a json_schema");
+        auto g = std::make_unique<h2o_grammar>();
+        g->model = model->impl;
+        g->matcher = std::make_unique<h2o::GrammarMatcher>(compiled, h2o::TokenSurfaces::build(model->impl->tokenizer()));
+        if (!g->matcher->failure().ok()) return fail(g->matcher->failure());
+        *out_grammar = g.release();
+        return succeed();
+    });
+}
+
+H2O_API void h2o_grammar_free(h2o_grammar *grammar) { delete grammar; }
+
+H2O_API h2o_status h2o_grammar_apply(h2o_grammar *grammar, float *logits, size_t n_logits) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!grammar || !logits) return invalid("h2o_grammar_apply: grammar and logits must not be NULL");
+        const auto n_vocab = static_cast<size_t>(grammar->model->shape().n_vocab);
+        if (n_logits != n_vocab)
+            return invalid("h2o_grammar_apply: n_logits is " + std::to_string(n_logits) + ", the vocabulary has " +
+                           std::to_string(n_vocab));
+        grammar->matcher->mask(&grammar->allowed, 0);
+        if (!grammar->matcher->failure().ok()) return fail(grammar->matcher->failure());
+        for (size_t t = 0; t < n_vocab; ++t) {
+            if (!grammar->allowed[t]) logits[t] = -INFINITY;
+        }
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_grammar_accept(h2o_grammar *grammar, int32_t token) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!grammar) return invalid("h2o_grammar_accept: grammar is NULL");
+        if (Status s = grammar->matcher->accept(token); !s.ok()) return fail(s);
+        return succeed();
+    });
+}
+
+H2O_API int32_t h2o_grammar_state(const h2o_grammar *grammar) {
+    if (!grammar) return -1;
+    return grammar->matcher->must_end() ? 2 : grammar->matcher->can_end() ? 1 : 0;
+}
+
+H2O_API h2o_status h2o_grammar_reset(h2o_grammar *grammar) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!grammar) return invalid("h2o_grammar_reset: grammar is NULL");
+        grammar->matcher->reset();
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_json_schema_to_grammar(const char *schema, size_t schema_len, char *text, size_t capacity, size_t *n_bytes) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!schema || !n_bytes) return invalid("h2o_json_schema_to_grammar: schema and n_bytes must not be NULL");
+        if (!text && capacity > 0) return invalid("h2o_json_schema_to_grammar: text is NULL but capacity is not 0");
+        std::string grammar;
+        if (Status s = h2o::json_schema_to_grammar(std::string_view(schema, schema_len), &grammar); !s.ok()) return fail(s);
+        if (Status s = write_text(grammar, text, capacity, n_bytes); !s.ok()) return fail(s);
+        return succeed();
     });
 }

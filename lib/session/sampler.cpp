@@ -37,7 +37,8 @@ double Sampler::next_uniform() {
     return static_cast<double>(result >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::sample(float *logits, const SamplerSettings &settings, const TokenHistory &history) {
+int32_t Sampler::sample(float *logits, const SamplerSettings &settings, const TokenHistory &history, const TokenFilter *filter) {
+    for (const auto &[token, bias] : settings.logit_bias) logits[token] += bias;
     if (settings.repeat_penalty != 1.0f && settings.repeat_last_n > 0) {
         // Penalise each distinct recent token once, as is customary: shrink positive logits and
         // grow negative ones, so the penalty always lowers the token's probability.
@@ -52,6 +53,11 @@ int32_t Sampler::sample(float *logits, const SamplerSettings &settings, const To
         }
     }
 
+    if (filter) {
+        // Greedy needs the best allowed token, top-k the k best; top-k off, every allowed one.
+        const size_t wanted = settings.temperature <= 0.0f ? 1 : settings.top_k > 0 ? settings.top_k : SIZE_MAX;
+        if (!apply_filter(logits, *filter, wanted)) return -1;
+    }
     if (settings.temperature <= 0.0f) {
         return greedy_index(logits, n_vocab_);
     }
@@ -64,6 +70,44 @@ int32_t Sampler::sample(float *logits, const SamplerSettings &settings, const To
         if (r < 0.0) return candidates_[i].token;
     }
     return candidates_[n - 1].token;
+}
+
+bool Sampler::apply_filter(float *logits, const TokenFilter &filter, size_t wanted) {
+    // The whole mask when it is cheap (few tokens fit: the walk stops at their first bytes) or
+    // needed (every allowed token takes part in the draw).
+    constexpr size_t kMaskBudget = 1u << 16;
+    if (filter.mask(&allowed_, wanted == SIZE_MAX ? 0 : kMaskBudget)) {
+        bool any = false;
+        for (int32_t t = 0; t < n_vocab_; ++t) {
+            if (!allowed_[static_cast<size_t>(t)]) logits[t] = -INFINITY;
+            any = any || allowed_[static_cast<size_t>(t)];
+        }
+        return any;
+    }
+    // Most tokens fit: the best ones by logit are checked one at a time, in growing steps of a
+    // partial sort, until `wanted` are allowed (ties: lower id first, as greedy_index).
+    for (int32_t t = 0; t < n_vocab_; ++t)
+        candidates_[static_cast<size_t>(t)] = Candidate{logits[t] == logits[t] ? logits[t] : -INFINITY, 0.0f, t};
+    auto better = [](const Candidate &a, const Candidate &b) { return a.logit > b.logit || (a.logit == b.logit && a.token < b.token); };
+    const auto first = candidates_.begin(), last = first + n_vocab_;
+    size_t found = 0, sorted = 0;
+    for (size_t step = 64; found < wanted && sorted < static_cast<size_t>(n_vocab_); step *= 8) {
+        const size_t end = std::min(static_cast<size_t>(n_vocab_), sorted + step);
+        std::partial_sort(first + static_cast<std::ptrdiff_t>(sorted), first + static_cast<std::ptrdiff_t>(end), last, better);
+        for (; sorted < end && found < wanted; ++sorted) {
+            Candidate &c = candidates_[sorted];
+            if (c.logit == -INFINITY || !filter.allows(c.token)) continue;
+            candidates_[found++].token = c.token;  // the allowed ones gather at the front
+        }
+    }
+    if (found == 0) return false;
+    // Every token but the allowed ones found becomes impossible.
+    allowed_.assign(static_cast<size_t>(n_vocab_), 0);
+    for (size_t i = 0; i < found; ++i) allowed_[static_cast<size_t>(candidates_[i].token)] = 1;
+    for (int32_t t = 0; t < n_vocab_; ++t) {
+        if (!allowed_[static_cast<size_t>(t)]) logits[t] = -INFINITY;
+    }
+    return true;
 }
 
 std::vector<std::pair<float, int32_t>> Sampler::kept(const float *logits, const SamplerSettings &settings) {

@@ -12,6 +12,8 @@
 namespace h2o {
 
 struct SamplerSettings {
+    // Added to these tokens' logits first (h2o_generate_params.logit_bias_*).
+    std::vector<std::pair<int32_t, float>> logit_bias;
     float temperature = 0.8f;  // <= 0: greedy
     uint32_t top_k = 40;       // 0: off
     float top_p = 0.95f;       // >= 1: off
@@ -55,6 +57,18 @@ private:
     uint32_t next_ = 0, size_ = 0;
 };
 
+// What a constraint (a grammar) lets through. The sampler asks for the whole vocabulary within a
+// budget of work; where that is too much (most tokens fit), it asks token by token in the order
+// of the logits, as far as the draw needs (greedy: the best allowed; top-k: the k best allowed),
+// which gives the same distribution as masking everything first.
+class TokenFilter {
+public:
+    virtual ~TokenFilter() = default;
+    virtual bool allows(int32_t token) const = 0;
+    // allowed[t] for every token; false when that would take more than `budget` steps (0: no bound).
+    virtual bool mask(std::vector<uint8_t> *allowed, size_t budget) const = 0;
+};
+
 class Sampler {
 public:
     Sampler(int n_vocab, uint64_t seed);
@@ -67,8 +81,9 @@ public:
         for (uint64_t &s : state_) H2O_TRY(in.get("sampler state", &s));
         return Status::Ok();
     }
-    // Picks a token from logits (modified in place by the penalty).
-    int32_t sample(float *logits, const SamplerSettings &settings, const TokenHistory &history);
+    // Picks a token from logits (modified in place: the bias, the penalty and the filter's mask,
+    // -infinity for each token it refuses). -1: the filter allows no token at all.
+    int32_t sample(float *logits, const SamplerSettings &settings, const TokenHistory &history, const TokenFilter *filter = nullptr);
     // The tokens sample() draws from for these logits (after the penalty) and a temperature above
     // 0: best first, each with its probability among the top-k candidates (the draw scales them to
     // sum to 1). For tests.
@@ -78,6 +93,9 @@ private:
     double next_uniform();  // in [0, 1)
     // Leaves what kept() returns at the front of candidates_; returns how many.
     size_t keep_candidates(const float *logits, const SamplerSettings &settings);
+    // Sets -infinity on the tokens the filter refuses, or, where finding them all costs too much,
+    // on every token but the `wanted` best allowed ones by logit. False: none is allowed.
+    bool apply_filter(float *logits, const TokenFilter &filter, size_t wanted);
 
     int n_vocab_;
     uint64_t state_[4];
@@ -87,6 +105,7 @@ private:
         int32_t token;
     };
     std::vector<Candidate> candidates_;  // sized n_vocab once
+    std::vector<uint8_t> allowed_;       // a filter's mask, sized n_vocab on first use
 };
 
 }  // namespace h2o

@@ -636,6 +636,31 @@ Status Session::span_report(uint32_t span_id, SpanReport *out) {
     return Status::Ok();
 }
 
+namespace {
+
+// A generation's grammar as the sampler's filter (sampler.h). Right after BOS a sentencepiece
+// piece loses its leading space, which the walk over the sorted pieces does not know: that one
+// token is found by checking tokens one at a time.
+class GrammarFilter final : public TokenFilter {
+public:
+    GrammarFilter(const GrammarMatcher &matcher, bool after_bos, int32_t n_vocab) : m_(matcher), after_bos_(after_bos), n_vocab_(n_vocab) {}
+    bool allows(int32_t token) const override { return m_.allows(token, after_bos_); }
+    bool mask(std::vector<uint8_t> *allowed, size_t budget) const override {
+        if (!after_bos_) return m_.mask(allowed, budget);
+        if (budget != 0) return false;
+        allowed->assign(static_cast<size_t>(n_vocab_), 0);
+        for (int32_t t = 0; t < n_vocab_; ++t) (*allowed)[static_cast<size_t>(t)] = m_.allows(t, true);
+        return true;
+    }
+
+private:
+    const GrammarMatcher &m_;
+    bool after_bos_;
+    int32_t n_vocab_;
+};
+
+}  // namespace
+
 Status Session::begin_generation(std::string_view prompt, const GenerateSettings &settings) {
     const Tokenizer &tok = model_.tokenizer();
     const auto start = std::chrono::steady_clock::now();
@@ -656,6 +681,11 @@ Status Session::begin_generation(std::string_view prompt, const GenerateSettings
     stats_.n_past = static_cast<uint64_t>(n_past_);
     generation_.settings = settings;
     generation_.held.clear();
+    generation_.grammar.reset();
+    if (settings.grammar) {
+        if (!token_surfaces_) token_surfaces_ = TokenSurfaces::build(tok);
+        generation_.grammar = std::make_unique<GrammarMatcher>(settings.grammar, token_surfaces_);
+    }
     generation_.start = std::chrono::steady_clock::now();
     generation_.active = true;
     return Status::Ok();
@@ -686,6 +716,11 @@ Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
             finish_generation(*reason = H2O_STOP_MAX_TOKENS, piece);
             return Status::Ok();
         }
+        GrammarMatcher *grammar = generation_.grammar.get();
+        if (grammar && grammar->must_end()) {
+            finish_generation(*reason = H2O_STOP_GRAMMAR, piece);
+            return Status::Ok();
+        }
         if (pending_token_ >= 0) {
             // Feeds the token sampled before. On failure (cancel, full context) the generation
             // ends; the token stays pending, so the conversation can continue later.
@@ -699,15 +734,33 @@ Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
         // Greedy sampling without a penalty takes the argmax where the logits are, reading back
         // 4 bytes (the same token: Sampler::sample's greedy choice is the first maximum too).
         const SamplerSettings &sampling = settings.sampler;
-        const bool greedy_on_backend =
-            sampling.temperature <= 0.0f && (sampling.repeat_penalty == 1.0f || sampling.repeat_last_n == 0) && !logits_on_host_;
+        const bool greedy_on_backend = sampling.temperature <= 0.0f && (sampling.repeat_penalty == 1.0f || sampling.repeat_last_n == 0) &&
+                                       !logits_on_host_ && !grammar && sampling.logit_bias.empty();
         int32_t token = 0;
         Status fetched = greedy_on_backend ? graph_->greedy_token(&token) : fetch_logits();
         if (!fetched.ok()) {
             generation_.active = false;
             return greedy_on_backend ? backend_failed(fetched) : fetched;
         }
-        if (!greedy_on_backend) token = sampler_.sample(logits_.data(), sampling, history_);
+        const bool after_bos = last_token_ == tok.bos();
+        if (!greedy_on_backend && grammar) {
+            const GrammarFilter filter(*grammar, after_bos, tok.n_vocab());
+            token = sampler_.sample(logits_.data(), sampling, history_, &filter);
+        } else if (!greedy_on_backend) {
+            token = sampler_.sample(logits_.data(), sampling, history_);
+        }
+        if (token < 0 || (grammar && !grammar->failure().ok())) {
+            generation_.active = false;
+            if (grammar && !grammar->failure().ok()) return grammar->failure();
+            return make_error(H2O_ERR_INVALID_ARGUMENT, "the grammar allows no token of this vocabulary here (after " +
+                                                            std::to_string(stats_.n_generated_tokens) + " generated tokens)");
+        }
+        if (grammar) {
+            if (Status st = grammar->accept(token, after_bos); !st.ok()) {
+                generation_.active = false;
+                return st;
+            }
+        }
         ++stats_.n_generated_tokens;
         history_.push(token);
         pending_token_ = token;

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "backend_registry.h"
+#include "grammar_matcher.h"
 #include "kv_settings.h"
 #include "llama_graph.h"
 #include "model.h"
@@ -19,6 +20,7 @@ namespace h2o {
 
 struct GenerateSettings {
     uint32_t max_tokens = 256;
+    std::shared_ptr<const Grammar> grammar;  // the reply's grammar (h2o_generate_params.grammar), or none
     SamplerSettings sampler;
     std::vector<std::string> stop_strings;
     bool stop_at_eos = true;
@@ -176,7 +178,8 @@ private:
     struct Generation {
         bool active = false;
         GenerateSettings settings;
-        std::string held;  // decoded bytes not yet given out (incomplete UTF-8, possible stop-string prefix)
+        std::string held;                         // decoded bytes not yet given out (incomplete UTF-8, possible stop-string prefix)
+        std::unique_ptr<GrammarMatcher> grammar;  // the state of settings.grammar, if any
         std::chrono::steady_clock::time_point start;
     };
 
@@ -208,6 +211,7 @@ private:
     // rebalancing left them (KvStore::rebalance_kv) and every batch since filled them.
     std::vector<int32_t> cell_held_, cell_slots_;
     std::vector<int32_t> prompt_tokens_;
+    std::shared_ptr<const TokenSurfaces> token_surfaces_;  // made by the first generation with a grammar
     h2o_generate_stats stats_{};
     Generation generation_;
     // H2O_EVENT_KV_FULL went out for this conversation (or its cache had filled before it was loaded).

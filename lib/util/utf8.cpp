@@ -62,4 +62,15 @@ void take_complete_utf8(std::string *pending, std::string *out, bool flush) {
     pending->erase(0, i);
 }
 
+bool decode_utf8(std::string_view text, uint32_t *cp, size_t *length) {
+    const int n = text.empty() ? 0 : utf8_sequence_length(text, 0);
+    if (n <= 0) return false;
+    const auto byte = [&](int i) { return static_cast<uint32_t>(static_cast<unsigned char>(text[static_cast<size_t>(i)])); };
+    uint32_t v = n == 1 ? byte(0) : n == 2 ? byte(0) & 0x1F : n == 3 ? byte(0) & 0x0F : byte(0) & 0x07;
+    for (int i = 1; i < n; ++i) v = (v << 6) | (byte(i) & 0x3F);
+    *cp = v;
+    *length = static_cast<size_t>(n);
+    return true;
+}
+
 }  // namespace h2o

@@ -407,16 +407,44 @@ void chat_request_seeds(const fs::path &dir) {
 
 }  // namespace
 
+// Grammars and schemas (fuzz_grammar.cpp): byte 0 even for GBNF, odd for a JSON schema.
+void grammar_seeds(const fs::path &dir) {
+    const char *const grammars[] = {
+        "root ::= \"{\" ws (pair (\",\" ws pair)*)? \"}\"\npair ::= \"\\\"\" [a-z]+ \"\\\":\" ws (\"true\" | [0-9]{1,3})\nws ::= [ "
+        "\\n]{0,2}\n",
+        "root ::= (\"a\" | \"b\"* | [^\\x00-\\x1F]?){2,5} . # comment\n",
+        "root ::= [\\u00e9\\u20ac] \"!\"\n",
+        "root ::= x\nx ::= \"(\" x? \")\"\n",
+    };
+    const char *const schemas[] = {
+        R"({"type":"object","properties":{"a":{"type":"string","maxLength":3},"b":{"enum":[1,"x",null]}},"required":["a"]})",
+        R"({"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"$ref":"#/$defs/n"})",
+        R"({"anyOf":[{"type":"integer"},{"type":"string","format":"date"},{"const":{"k":[true]}}]})",
+    };
+    int index = 0;
+    for (const char *g : grammars) {
+        Bytes bytes{0};
+        bytes.insert(bytes.end(), g, g + std::strlen(g));
+        write_file(dir / ("grammar_" + std::to_string(index++)), bytes);
+    }
+    for (const char *s : schemas) {
+        Bytes bytes{1};
+        bytes.insert(bytes.end(), s, s + std::strlen(s));
+        write_file(dir / ("schema_" + std::to_string(index++)), bytes);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) die("usage: h2o-fuzz-seeds OUT_DIR DEFAULT_SHARED_DIR ($H2O_SHARED_DIR wins when set)");
     const char *env = std::getenv("H2O_SHARED_DIR");
     const fs::path out = argv[1], shared = env && *env ? env : argv[2];
-    for (const char *target : {"gguf_load", "text", "snapshot_read", "bpe_tokenizer", "hf_tokenizer", "chat_request"}) {
+    for (const char *target : {"gguf_load", "text", "snapshot_read", "bpe_tokenizer", "hf_tokenizer", "chat_request", "grammar"}) {
         fs::remove_all(out / target);
         fs::create_directories(out / target);
     }
     synthetic_seeds(out / "gguf_load");
     chat_request_seeds(out / "chat_request");
+    grammar_seeds(out / "grammar");
     bpe_tokenizer_seeds(out / "bpe_tokenizer", shared / "data/tinystories_val.txt");  // stories when present
     hf_tokenizer_seeds(out / "hf_tokenizer", shared);                                 // real ones when present
     const fs::path needed[] = {shared / "models/stories260K.gguf", shared / "vocab/ggml-vocab-llama-spm.gguf",
