@@ -89,6 +89,8 @@ namespace H2o
         StopString = 3,
         /// <summary>The callback asked to stop.</summary>
         Callback = 4,
+        /// <summary>The grammar or schema is complete and nothing may follow.</summary>
+        Grammar = 5,
     }
 
     /// <summary>What a policy keeps (h2o_kv_policy_info).</summary>
@@ -112,6 +114,18 @@ namespace H2o
     /// ...): null for a value the library does not know; parsing an unknown name throws.</summary>
     public static class Names
     {
+        /// <summary>The GBNF grammar the library makes of a JSON schema (the subset h2o.h documents).
+        /// Throws H2oException naming what it refuses.</summary>
+        public static string JsonSchemaToGrammar(string schema)
+        {
+            byte[] bytes = Utf8.Bytes(schema);
+            int code = Native.h2o_json_schema_to_grammar(bytes, (UIntPtr)bytes.Length, null, UIntPtr.Zero, out UIntPtr needed);
+            if (code != 0 && code != Native.BufferTooSmall) Check.Status(code);
+            var text = new byte[(int)needed + 1];
+            Check.Status(Native.h2o_json_schema_to_grammar(bytes, (UIntPtr)bytes.Length, text, (UIntPtr)text.Length, out needed));
+            return System.Text.Encoding.UTF8.GetString(text, 0, (int)needed);
+        }
+
         /// <summary>The library's name of a backend ("cpu", "vulkan", ...).</summary>
         public static string Of(Backend v) => Name(Native.h2o_backend_kind_name((uint)v));
         /// <summary>The library's name of a policy ("h2o", "sink_window", ...).</summary>

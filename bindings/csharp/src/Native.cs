@@ -124,6 +124,12 @@ namespace H2o
         public IntPtr stop_strings;
         public UIntPtr n_stop_strings;
         public int stop_at_eos;
+        public IntPtr grammar;
+        public UIntPtr grammar_len;
+        public IntPtr json_schema;
+        public UIntPtr json_schema_len;
+        public IntPtr logit_bias_tokens, logit_bias_values;
+        public UIntPtr n_logit_bias;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -194,6 +200,8 @@ namespace H2o
         internal static extern int h2o_session_get_kv_layout(SessionHandle s, ref NativeKvLayout layout);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_get_kv_usage(SessionHandle s, ref NativeKvUsage usage);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_json_schema_to_grammar(byte[] schema, UIntPtr len, byte[] text, UIntPtr capacity, out UIntPtr needed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_set_event_callback(SessionHandle s, EventCallback callback, IntPtr userData);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_reset(SessionHandle s);

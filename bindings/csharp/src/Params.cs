@@ -114,6 +114,14 @@ namespace H2o
         public bool StopAtEos { get => Raw.stop_at_eos != 0; set => Raw.stop_at_eos = value ? 1 : 0; }
         /// <summary>Generation stops when the text contains one of these (not delivered).</summary>
         public string[] StopStrings { get; set; } = new string[0];
+        /// <summary>A GBNF grammar the reply must follow (its rule root); null: none. Generation
+        /// stops with StopReason.Grammar when nothing more may follow.</summary>
+        public string Grammar { get; set; }
+        /// <summary>A JSON schema the reply must satisfy (the subset h2o.h documents); null: none.
+        /// At most one of Grammar and JsonSchema.</summary>
+        public string JsonSchema { get; set; }
+        /// <summary>Added to these tokens' logits (float.NegativeInfinity bans one).</summary>
+        public System.Collections.Generic.IDictionary<int, float> LogitBias { get; set; }
 
         /// <summary>The native struct with its stop strings in unmanaged memory, valid until the
         /// returned object is disposed (the library copies them during the call).</summary>
@@ -123,7 +131,7 @@ namespace H2o
         {
             internal NativeGenerateParams Raw;
             private readonly IntPtr[] strings;
-            private IntPtr array;
+            private IntPtr array, grammar, biasTokens, biasValues;
 
             internal Pinned(GenerateParams p)
             {
@@ -151,13 +159,46 @@ namespace H2o
                 }
                 Raw.stop_strings = array;
                 Raw.n_stop_strings = (UIntPtr)stops.Length;
+                try
+                {
+                    if (p.Grammar != null && p.JsonSchema != null) throw new ArgumentException("give Grammar or JsonSchema, not both");
+                    string constraint = p.Grammar ?? p.JsonSchema;
+                    if (constraint != null)
+                    {
+                        byte[] bytes = Utf8.Bytes(constraint);
+                        grammar = Marshal.AllocHGlobal(Math.Max(1, bytes.Length));
+                        Marshal.Copy(bytes, 0, grammar, bytes.Length);
+                        if (p.Grammar != null) { Raw.grammar = grammar; Raw.grammar_len = (UIntPtr)bytes.Length; }
+                        else { Raw.json_schema = grammar; Raw.json_schema_len = (UIntPtr)bytes.Length; }
+                    }
+                    if (p.LogitBias != null && p.LogitBias.Count > 0)
+                    {
+                        var tokens = new int[p.LogitBias.Count];
+                        var values = new float[p.LogitBias.Count];
+                        int i = 0;
+                        foreach (var pair in p.LogitBias) { tokens[i] = pair.Key; values[i++] = pair.Value; }
+                        biasTokens = Marshal.AllocHGlobal(sizeof(int) * tokens.Length);
+                        biasValues = Marshal.AllocHGlobal(sizeof(float) * values.Length);
+                        Marshal.Copy(tokens, 0, biasTokens, tokens.Length);
+                        Marshal.Copy(values, 0, biasValues, values.Length);
+                        Raw.logit_bias_tokens = biasTokens;
+                        Raw.logit_bias_values = biasValues;
+                        Raw.n_logit_bias = (UIntPtr)tokens.Length;
+                    }
+                }
+                catch
+                {
+                    Dispose();
+                    throw;
+                }
             }
 
             public void Dispose()
             {
                 foreach (IntPtr s in strings) if (s != IntPtr.Zero) Marshal.FreeHGlobal(s);
-                if (array != IntPtr.Zero) Marshal.FreeHGlobal(array);
-                array = IntPtr.Zero;
+                foreach (IntPtr block in new[] { array, grammar, biasTokens, biasValues })
+                    if (block != IntPtr.Zero) Marshal.FreeHGlobal(block);
+                array = grammar = biasTokens = biasValues = IntPtr.Zero;
                 Array.Clear(strings, 0, strings.Length);
             }
         }

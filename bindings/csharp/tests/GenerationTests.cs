@@ -74,6 +74,38 @@ namespace H2o.Tests
         }
 
         [Test]
+        public static void AGrammarAndASchemaShapeTheReplyAndLogitBiasForcesAToken()
+        {
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model))
+            {
+                string reply = Collect(session, "Once", new GenerateParams { Temperature = 0, Grammar = "root ::= \" upon a \" [a-z]+ \".\"" });
+                Assert.True(System.Text.RegularExpressions.Regex.IsMatch(reply, "^ upon a [a-z]+\\.$"), "the grammar's shape: " + reply);
+                Assert.Equal(StopReason.Grammar, session.Stats.StopReason);
+                string schema = "{\"type\": \"object\", \"properties\": {\"ok\": {\"type\": \"boolean\"}}, \"required\": [\"ok\"]}";
+                for (ulong seed = 1; seed <= 3; ++seed)
+                {
+                    session.Reset();
+                    session.SetSeed(seed);
+                    string json = Collect(session, "Lily", new GenerateParams { Temperature = 1, JsonSchema = schema });
+                    string compact = json.Replace(" ", "").Replace("\n", "").Replace("\t", "");
+                    Assert.True(compact == "{\"ok\":true}" || compact == "{\"ok\":false}", "the schema's shape: " + json);
+                }
+                Assert.True(Names.JsonSchemaToGrammar(schema).StartsWith("root ::= "), "the schema's grammar");
+                Assert.Throws<H2oException>(() => Names.JsonSchemaToGrammar("{\"pattern\": \"x\"}"));
+                session.Reset();
+                var e = Assert.Throws<H2oException>(() => Collect(session, "x", new GenerateParams { Grammar = "root ::= [a-" }));
+                Assert.Equal(Status.InvalidArgument, e.Status, "a malformed grammar");
+                int token = model.Tokenize(" cat", false).Last();
+                session.Reset();
+                string forced = Collect(session, "Once", new GenerateParams { Temperature = 0, MaxTokens = 3,
+                                                                               LogitBias = new System.Collections.Generic.Dictionary<int, float> { { token, 100f } } });
+                string piece = model.Detokenize(new[] { token }).Trim();
+                Assert.Equal(piece + piece + piece, forced.Replace(" ", ""), "a forced token");
+            }
+        }
+
+        [Test]
         public static void SetSeedSamplesAsASessionMadeWithThatSeed()
         {
             using (var model = Model.Load(Runner.ModelPath()))

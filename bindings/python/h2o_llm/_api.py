@@ -2,6 +2,7 @@
 does; the docstrings here say what is particular to Python)."""
 
 import ctypes
+import json
 import os
 import traceback
 from ctypes import byref, c_double, c_float, c_int32, c_size_t, c_uint32, c_void_p
@@ -195,7 +196,7 @@ class GenerateStats:
     generate_seconds: float
 
 
-_STOP_REASONS = ("none", "max_tokens", "eos", "string", "callback")
+_STOP_REASONS = ("none", "max_tokens", "eos", "string", "callback", "grammar")
 
 
 def _fields(struct: ctypes.Structure) -> Dict[str, Any]:
@@ -504,12 +505,17 @@ class Session(_Native):
         repeat_last_n: Optional[int] = None,
         stop: Sequence[Text] = (),
         stop_at_eos: Optional[bool] = None,
+        grammar: Optional[Text] = None,
+        json_schema: Union[None, Text, Mapping[str, Any]] = None,
+        logit_bias: Optional[Mapping[int, float]] = None,
     ) -> Iterator[str]:
         """Appends the prompt and yields the generated text piece by piece (whole characters);
         None: the library's default (max_tokens 256, temperature 0.8, top_k 40, top_p 0.95,
         min_p 0.05, no repeat penalty, stopping at end-of-generation tokens). `stop` strings end
         the generation and are not yielded. Leaving the loop early leaves the rest ungenerated.
-        Session.stats tells why it stopped."""
+        `grammar` (GBNF) or `json_schema` (its text or a dict) constrain the reply;
+        `logit_bias` adds to tokens' logits (float("-inf") bans one). Session.stats tells why it
+        stopped (stop_reason "grammar" when the grammar is complete)."""
         gp = _native.GenerateParams()
         check(lib.h2o_generate_params_init(byref(gp), ctypes.sizeof(gp)))
         for name, value in (
@@ -529,6 +535,19 @@ class Session(_Native):
         stop_array = (ctypes.c_char_p * max(1, len(stops)))(*stops)  # copied by h2o_generate_begin
         gp.stop_strings = ctypes.cast(stop_array, ctypes.POINTER(ctypes.c_char_p))
         gp.n_stop_strings = len(stops)
+        if grammar is not None and json_schema is not None:
+            raise ValueError("give grammar or json_schema, not both")
+        constraint = b""
+        if grammar is not None:
+            constraint = _utf8(grammar)
+            gp.grammar, gp.grammar_len = constraint, len(constraint)
+        elif json_schema is not None:
+            constraint = _utf8(json_schema if isinstance(json_schema, (str, bytes)) else json.dumps(json_schema))
+            gp.json_schema, gp.json_schema_len = constraint, len(constraint)
+        bias = dict(logit_bias or {})
+        bias_tokens = (c_int32 * max(1, len(bias)))(*bias.keys())
+        bias_values = (c_float * max(1, len(bias)))(*bias.values())
+        gp.logit_bias_tokens, gp.logit_bias_values, gp.n_logit_bias = bias_tokens, bias_values, len(bias)
         data = _utf8(prompt)
         self._check(lib.h2o_generate_begin(self.handle, data, len(data), byref(gp)))
         return self._pieces()
@@ -615,13 +634,16 @@ class Session(_Native):
         caused it and must not use this session; an exception it raises is printed and dropped
         (it cannot cross the library). None removes it."""
         if callback is None:
-            self._check(lib.h2o_session_set_event_callback(self.handle, _native.EventCallback(), None))
+            no_callback = _native.EventCallback(0)  # the NULL function pointer
+            self._check(lib.h2o_session_set_event_callback(self.handle, no_callback, None))
             self._event_callback = None
             return
 
+        handler = callback  # not None from here on (a closure does not keep the narrowing)
+
         def trampoline(event: int, usage: Any, _user: Any) -> None:
             try:
-                callback(_EVENTS.get(event, str(event)), _kv_usage(usage.contents))
+                handler(_EVENTS.get(event, str(event)), _kv_usage(usage.contents))
             except Exception:  # noqa: BLE001 - it must not unwind into C
                 traceback.print_exc()
 
@@ -657,3 +679,9 @@ class Session(_Native):
         value = c_double(0)
         self._check(lib.h2o_session_get_experimental(self.handle, key.value, byref(value)))
         return value.value
+
+
+def json_schema_to_grammar(schema: Union[Text, Mapping[str, Any]]) -> str:
+    """The GBNF grammar the library makes of a JSON schema (the subset h2o.h documents)."""
+    data = _utf8(schema if isinstance(schema, (str, bytes)) else json.dumps(schema))
+    return _text_out(lambda buf, cap, n: lib.h2o_json_schema_to_grammar(data, len(data), buf, cap, byref(n))).decode("utf-8")

@@ -228,6 +228,13 @@ class GenerateParams(Structure):
         ("stop_strings", POINTER(c_char_p)),
         ("n_stop_strings", c_size_t),
         ("stop_at_eos", c_int32),
+        ("grammar", c_char_p),
+        ("grammar_len", c_size_t),
+        ("json_schema", c_char_p),
+        ("json_schema_len", c_size_t),
+        ("logit_bias_tokens", POINTER(c_int32)),
+        ("logit_bias_values", POINTER(c_float)),
+        ("n_logit_bias", c_size_t),
     ]
 
 
@@ -347,3 +354,4 @@ _declare("h2o_generate_next", status, session_p, POINTER(ctypes.c_void_p), sizep
 _declare("h2o_session_get_stats", status, session_p, POINTER(GenerateStats))
 _declare("h2o_session_decode", status, session_p, POINTER(c_int32), c_size_t)
 _declare("h2o_session_get_logits", status, session_p, POINTER(c_float), c_size_t)
+_declare("h2o_json_schema_to_grammar", status, c_char_p, c_size_t, c_void_p, c_size_t, sizep)

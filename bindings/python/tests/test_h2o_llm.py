@@ -1,6 +1,7 @@
 """The binding on stories260K (../shared/models, or $H2O_SHARED_DIR/models): generation,
 streaming, cancelling from another thread, snapshots, forks, pinning and bad input."""
 
+import json
 import os
 import tempfile
 import threading
@@ -197,6 +198,31 @@ class ModelTest(unittest.TestCase):
             self.assertEqual(s.kv_usage.n_evicted, 0)
         with self.assertRaises(ValueError):
             self.model.session(kv_overflow="wrap")
+
+    def test_grammar_schema_and_logit_bias_constrain_the_reply(self) -> None:
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "ok": {"type": "boolean"}},
+                  "required": ["name", "ok"]}
+        with session(self.model) as s:
+            for seed in range(5):
+                s.reset()
+                s.set_seed(seed)
+                reply = json.loads(s.generate("Lily", json_schema=schema, max_tokens=200, temperature=1.0))
+                self.assertEqual(set(reply), {"name", "ok"})
+                self.assertIsInstance(reply["ok"], bool)
+            s.reset()
+            self.assertRegex(s.generate("Once", grammar='root ::= " upon a " [a-z]+ "."', temperature=0), r"^ upon a [a-z]+\.$")
+            self.assertEqual(s.stats.stop_reason, "grammar")
+            with self.assertRaises(h2o.H2oError) as e:
+                s.generate("x", grammar="root ::= [a-")
+            self.assertEqual(e.exception.status, h2o.Status.INVALID_ARGUMENT)
+            s.reset()
+            forced = self.model.tokenize(" cat")[-1]
+            piece = self.model.token_to_piece(forced).decode().strip()
+            again = s.generate("Once upon a time", max_tokens=3, temperature=0, logit_bias={forced: 100.0})
+            self.assertEqual(again.replace(" ", ""), piece * 3)
+        self.assertTrue(h2o.json_schema_to_grammar(schema).startswith("root ::= "))
+        with self.assertRaises(h2o.H2oError):
+            h2o.json_schema_to_grammar({"type": "string", "pattern": "x"})
 
     def test_progress_can_cancel_a_load(self) -> None:
         seen = []

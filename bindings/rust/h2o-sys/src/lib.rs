@@ -45,6 +45,7 @@ pub const H2O_STOP_MAX_TOKENS: u32 = 1;
 pub const H2O_STOP_EOS: u32 = 2;
 pub const H2O_STOP_STRING: u32 = 3;
 pub const H2O_STOP_CALLBACK: u32 = 4;
+pub const H2O_STOP_GRAMMAR: u32 = 5;
 
 pub const H2O_TEXT_PIN: u32 = 1;
 /// Retention spans a session may hold (h2o_session_add_span_text).
@@ -241,6 +242,13 @@ pub struct h2o_generate_params {
     pub stop_strings: *const *const c_char,
     pub n_stop_strings: usize,
     pub stop_at_eos: i32,
+    pub grammar: *const c_char,
+    pub grammar_len: usize,
+    pub json_schema: *const c_char,
+    pub json_schema_len: usize,
+    pub logit_bias_tokens: *const i32,
+    pub logit_bias_values: *const f32,
+    pub n_logit_bias: usize,
 }
 
 #[repr(C)]
@@ -314,6 +322,8 @@ extern "C" {
     pub fn h2o_session_get_backend(session: *const h2o_session, info: *mut h2o_backend_info) -> h2o_status;
     pub fn h2o_session_get_device_traffic(session: *const h2o_session, traffic: *mut h2o_device_traffic) -> h2o_status;
     pub fn h2o_session_get_kv_layout(session: *const h2o_session, layout: *mut h2o_kv_layout) -> h2o_status;
+    pub fn h2o_json_schema_to_grammar(schema: *const c_char, schema_len: usize, text: *mut c_char, capacity: usize,
+                                      n_bytes: *mut usize) -> h2o_status;
     pub fn h2o_session_get_kv_usage(session: *const h2o_session, usage: *mut h2o_kv_usage) -> h2o_status;
     pub fn h2o_session_set_event_callback(session: *mut h2o_session, callback: h2o_session_event_callback,
                                           user_data: *mut c_void) -> h2o_status;

@@ -119,7 +119,14 @@ fn rust_layouts() -> Vec<Layout> {
             repeat_last_n,
             stop_strings,
             n_stop_strings,
-            stop_at_eos
+            stop_at_eos,
+            grammar,
+            grammar_len,
+            json_schema,
+            json_schema_len,
+            logit_bias_tokens,
+            logit_bias_values,
+            n_logit_bias
         }),
         layout!(h2o_kv_usage { struct_size, capacity, n_past, n_held, n_evicted, n_pinned, evicting_since, evicts }),
         layout!(h2o_generate_stats {

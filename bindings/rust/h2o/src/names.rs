@@ -175,6 +175,8 @@ pub enum StopReason {
     StopString,
     /// The callback asked to stop.
     Callback,
+    /// The grammar or schema is complete and nothing may follow.
+    Grammar,
     /// A value of a newer library.
     Other(u32),
 }
@@ -188,6 +190,7 @@ impl StopReason {
             h2o_sys::H2O_STOP_EOS => StopReason::Eos,
             h2o_sys::H2O_STOP_STRING => StopReason::StopString,
             h2o_sys::H2O_STOP_CALLBACK => StopReason::Callback,
+            h2o_sys::H2O_STOP_GRAMMAR => StopReason::Grammar,
             other => StopReason::Other(other),
         }
     }

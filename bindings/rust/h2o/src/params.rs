@@ -121,6 +121,9 @@ pub fn experimental_names() -> Vec<String> {
 pub struct GenerateParams {
     raw: h2o_sys::h2o_generate_params,
     stop_strings: Vec<String>,
+    grammar: Option<String>,
+    json_schema: Option<String>,
+    logit_bias: Vec<(i32, f32)>,
 }
 
 impl Default for GenerateParams {
@@ -128,7 +131,7 @@ impl Default for GenerateParams {
         let mut raw = unsafe { std::mem::zeroed::<h2o_sys::h2o_generate_params>() };
         // SAFETY: as for SessionParams.
         unsafe { h2o_sys::h2o_generate_params_init(&mut raw, std::mem::size_of_val(&raw)) };
-        GenerateParams { raw, stop_strings: Vec::new() }
+        GenerateParams { raw, stop_strings: Vec::new(), grammar: None, json_schema: None, logit_bias: Vec::new() }
     }
 }
 
@@ -168,6 +171,26 @@ impl GenerateParams {
         self
     }
 
+    /// Constrains the reply to a GBNF grammar (its rule `root`); generation ends with
+    /// `StopReason::Grammar` when nothing more may follow. The library checks it when generating.
+    pub fn grammar(mut self, gbnf: impl Into<String>) -> Self {
+        self.grammar = Some(gbnf.into());
+        self
+    }
+
+    /// Constrains the reply to JSON the schema accepts (the subset `json_schema_to_grammar`
+    /// documents); at most one of a grammar and a schema.
+    pub fn json_schema(mut self, schema: impl Into<String>) -> Self {
+        self.json_schema = Some(schema.into());
+        self
+    }
+
+    /// Adds each bias to its token's logit before sampling (`f32::NEG_INFINITY` bans a token).
+    pub fn logit_bias(mut self, bias: impl IntoIterator<Item = (i32, f32)>) -> Self {
+        self.logit_bias = bias.into_iter().collect();
+        self
+    }
+
     /// The C struct with the stop strings it points to; valid while the result lives.
     pub(crate) fn to_c(&self) -> Result<CGenerateParams> {
         let strings = self.stop_strings.iter().map(|s| c_string("stop string", s)).collect::<Result<Vec<_>>>()?;
@@ -175,7 +198,21 @@ impl GenerateParams {
         let mut raw = self.raw;
         raw.stop_strings = if pointers.is_empty() { std::ptr::null() } else { pointers.as_ptr() };
         raw.n_stop_strings = pointers.len();
-        Ok(CGenerateParams { raw, _strings: strings, _pointers: pointers })
+        if let Some(g) = &self.grammar {
+            raw.grammar = g.as_ptr() as *const c_char;
+            raw.grammar_len = g.len();
+        }
+        if let Some(s) = &self.json_schema {
+            raw.json_schema = s.as_ptr() as *const c_char;
+            raw.json_schema_len = s.len();
+        }
+        let tokens: Vec<i32> = self.logit_bias.iter().map(|b| b.0).collect();
+        let values: Vec<f32> = self.logit_bias.iter().map(|b| b.1).collect();
+        raw.logit_bias_tokens = tokens.as_ptr();
+        raw.logit_bias_values = values.as_ptr();
+        raw.n_logit_bias = tokens.len();
+        // The grammar and schema texts are self's, which outlives the call through `&self`.
+        Ok(CGenerateParams { raw, _strings: strings, _pointers: pointers, _bias: (tokens, values) })
     }
 }
 
@@ -184,4 +221,25 @@ pub(crate) struct CGenerateParams {
     // Owned here so that raw's pointers stay valid (moving a Vec does not move its buffer).
     _strings: Vec<CString>,
     _pointers: Vec<*const c_char>,
+    _bias: (Vec<i32>, Vec<f32>),
+}
+
+/// The GBNF grammar the library makes of a JSON schema (h2o_json_schema_to_grammar: types,
+/// properties with required and additionalProperties, enum, const, anyOf, oneOf, items with
+/// minItems and maxItems, string lengths and formats, local $ref; what it cannot enforce is
+/// refused by name). Errors: the keyword refused, or the JSON error's offset.
+pub fn json_schema_to_grammar(schema: &str) -> Result<String> {
+    let mut n = 0usize;
+    // SAFETY: a valid text and an output pointer; the size query writes nothing else.
+    let code = unsafe { h2o_sys::h2o_json_schema_to_grammar(schema.as_ptr() as *const c_char, schema.len(), std::ptr::null_mut(), 0, &mut n) };
+    if code != h2o_sys::H2O_ERR_BUFFER_TOO_SMALL {
+        check(code)?;
+    }
+    let mut buffer = vec![0u8; n + 1];
+    // SAFETY: a buffer of the reported size and one more byte.
+    check(unsafe {
+        h2o_sys::h2o_json_schema_to_grammar(schema.as_ptr() as *const c_char, schema.len(), buffer.as_mut_ptr() as *mut c_char, buffer.len(), &mut n)
+    })?;
+    buffer.truncate(n);
+    String::from_utf8(buffer).map_err(|_| crate::error::Error::new(crate::error::Status::Internal, "the grammar is not UTF-8"))
 }

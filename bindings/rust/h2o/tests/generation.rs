@@ -358,3 +358,30 @@ fn the_default_session_never_runs_out_and_says_when_it_began_to_evict() {
     let full = session.generate(PROMPT, &greedy(100).stop_at_eos(false), |_| true);
     assert_eq!(full.unwrap_err().status(), Some(Status::ContextFull));
 }
+
+#[test]
+fn a_grammar_and_a_schema_shape_the_reply_and_logit_bias_forces_a_token() {
+    let model = model_or_skip!();
+    let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+    let (text, reason) = collect(&mut session, "Once", &greedy(60).grammar(r#"root ::= " upon a " [a-z]+ ".""#));
+    assert!(text.starts_with(" upon a ") && text.ends_with('.'), "{text}");
+    assert_eq!(reason, StopReason::Grammar);
+    let schema = r#"{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}"#;
+    for seed in 1..4 {
+        session.reset().unwrap();
+        session.set_seed(seed).unwrap();
+        let (json, _) = collect(&mut session, "Lily", &GenerateParams::new().temperature(1.0).json_schema(schema));
+        let compact: String = json.chars().filter(|c| !c.is_whitespace()).collect();
+        assert!(compact == r#"{"ok":true}"# || compact == r#"{"ok":false}"#, "{json}");
+    }
+    assert!(h2o::json_schema_to_grammar(schema).unwrap().starts_with("root ::= "));
+    assert!(h2o::json_schema_to_grammar(r#"{"pattern": "x"}"#).is_err());
+    session.reset().unwrap();
+    let bad = session.generate("x", &GenerateParams::new().grammar("root ::= [a-"), |_| true);
+    assert_eq!(bad.unwrap_err().status(), Some(Status::InvalidArgument));
+    let token = *model.tokenize(" cat", false).unwrap().last().unwrap();
+    let piece = model.detokenize(&[token]).unwrap();
+    session.reset().unwrap();
+    let (forced, _) = collect(&mut session, "Once", &greedy(3).logit_bias([(token, 100.0)]));
+    assert_eq!(forced.replace(' ', ""), piece.trim().repeat(3));
+}
