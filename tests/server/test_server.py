@@ -165,6 +165,57 @@ def model_names_and_aliases():
         srv.stop()
 
 
+PET = {"type": "object", "additionalProperties": False, "required": ["age", "happy", "pet"],
+       "properties": {"age": {"type": "integer"}, "happy": {"type": "boolean"}, "pet": {"enum": ["cat", "dog"]}}}
+
+
+@test
+def structured_output_and_logit_bias():
+    """response_format json_schema: the reply is JSON that satisfies the schema and ends the turn
+    (plain and streamed alike); json_object: a JSON object; a schema the library cannot enforce, a
+    bad logit_bias: 400 naming the field. logit_bias +100 on one token: only that token."""
+    srv = server()
+    try:
+        user = [SYSTEM, {"role": "user", "content": "Tell me about your pet."}]
+        schema_format = {"type": "json_schema", "json_schema": {"name": "pet", "strict": True, "schema": PET}}
+        status, body = srv.chat(user, max_tokens=200, response_format=schema_format)
+        check(status == 200 and body["choices"][0]["finish_reason"] == "stop", body)
+        reply = json.loads(body["choices"][0]["message"]["content"])
+        check(set(reply) == {"age", "happy", "pet"} and isinstance(reply["age"], int) and isinstance(reply["happy"], bool) and
+              reply["pet"] in ("cat", "dog"), reply)
+        events = srv.stream(user, max_tokens=200, response_format=schema_format)
+        streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in events[:-1] if c["choices"])
+        check(streamed == body["choices"][0]["message"]["content"], (streamed, body))
+        status, body = srv.chat(user, max_tokens=200, response_format={"type": "json_object"})
+        check(status == 200, body)
+        if body["choices"][0]["finish_reason"] == "stop":
+            check(isinstance(json.loads(body["choices"][0]["message"]["content"]), dict), body)
+        else:  # the reply ran out of tokens inside the object: it is at least one's beginning
+            check(body["choices"][0]["message"]["content"].lstrip().startswith("{"), body)
+
+        def refused(status, body, param, fragment):
+            check(status == 400 and body["error"]["param"] == param and fragment in body["error"]["message"], (status, body))
+
+        pattern = {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "string", "pattern": "^a+$"}}}
+        refused(*srv.chat(user, response_format=pattern), "response_format", "pattern")
+        refused(*srv.chat(user, response_format={"type": "xml"}), "response_format.type", "json_schema")
+        refused(*srv.chat(user, response_format={"type": "json_schema"}), "response_format.json_schema", "schema")
+        refused(*srv.chat(user, logit_bias={"x": 1}), "logit_bias", "token ids")
+        refused(*srv.chat(user, logit_bias={"5": 101}), "logit_bias", "-100 to 100")
+        refused(*srv.chat(user, logit_bias={"100000": 5}), "logit_bias", "logit_bias")
+        # +100 on one ordinary token (of the 512): the reply is that token's text, again and again.
+        status, body = srv.chat(user, max_tokens=6, logit_bias={"300": 100})
+        text = body["choices"][0]["message"]["content"]
+        check(status == 200 and body["usage"]["completion_tokens"] == 6, body)
+        piece = next(text[:n] for n in range(1, len(text) + 1) if text[:n] * (len(text) // n) == text)
+        check(len(piece) * 6 >= len(text) - 1 and len(piece) < len(text), (piece, text))
+        # Banned (-100) with the same +100 elsewhere: the banned token never comes.
+        status, body = srv.chat(user, max_tokens=6, logit_bias={"300": -100, "301": 100})
+        check(status == 200 and piece not in body["choices"][0]["message"]["content"], (piece, body))
+    finally:
+        srv.stop()
+
+
 @test
 def help_says_what_the_server_does():
     """The server's own defaults: a 512-slot cache that rolls."""
@@ -467,7 +518,7 @@ def openai_npm_client():
     if not package or not os.path.isdir(package) or not shutil.which("node"):
         print("  the openai npm package is not installed (scripts/test.sh installs it): skipped")
         return "skipped"
-    srv = server()
+    srv = server("--alias", "stories260K", "--alias", "stories")
     try:
         env = dict(os.environ, NODE_PATH=NODE_MODULES, H2O_SERVER_URL=srv.base + "/v1")
         result = subprocess.run(["node", os.path.join(HERE, "openai_client.cjs")], env=env, capture_output=True, text=True, timeout=120)

@@ -4,7 +4,9 @@
 // that kept every session live.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,23 @@ TEST_CASE("server: a chat request is read field by field") {
     CHECK(r.stream);
     CHECK(r.include_usage);
     CHECK(r.conversation_id == "a-b_C");
+    CHECK(r.json_schema.empty());
+    // response_format and logit_bias: the schema as text for the library, -100 as a ban.
+    REQUIRE_FALSE(parse(R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"17":-100,"3":2.5},
+        "response_format":{"type":"json_schema","json_schema":{"name":"c","strict":true,"schema":{"type":"object"}}}})",
+                        &r));
+    CHECK(r.json_schema == R"({"type":"object"})");
+    REQUIRE(r.logit_bias.size() == 2);
+    const auto bias = std::map<int32_t, float>(r.logit_bias.begin(), r.logit_bias.end());
+    CHECK(std::isinf(bias.at(17)));
+    CHECK(bias.at(17) < 0);
+    CHECK(bias.at(3) == doctest::Approx(2.5));
+    ChatRequest object;
+    REQUIRE_FALSE(parse(R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", &object));
+    CHECK(object.json_schema.find("\"object\"") != std::string::npos);
+    ChatRequest text;
+    REQUIRE_FALSE(parse(R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})", &text));
+    CHECK(text.json_schema.empty());
 }
 
 TEST_CASE("server: bad requests are refused with the field at fault") {
@@ -96,6 +115,16 @@ TEST_CASE("server: bad requests are refused with the field at fault") {
         {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", 400, "n"},
         {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})", 400, "tools"},
         {R"({"model":"m","messages":[{"role":"user","content":"x"}],"presence_penalty":1})", 400, "presence_penalty"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":"json"})", 400, "response_format"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}})", 400, "response_format.type"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", 400,
+         "response_format.json_schema"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":3}}})",
+         400, "response_format.json_schema.schema"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":[1]})", 400, "logit_bias"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"-1":1}})", 400, "logit_bias"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"1":-101}})", 400, "logit_bias"},
+        {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"1":"x"}})", 400, "logit_bias"},
         {R"({"model":"m","messages":[{"role":"user","content":"x"}],"conversation_id":"a/b"})", 400, "conversation_id"},
         {R"({"model":"m","messages":[{"role":"user","content":"x"}],"conversation_id":""})", 400, "conversation_id"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xC3\x28\"}]}", 400, ""},  // not UTF-8

@@ -1,6 +1,8 @@
 #include "chat_request.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 
 namespace h2o_server {
 
@@ -134,7 +136,7 @@ std::optional<ApiError> read_stop(const json &request, std::vector<std::string> 
 // Fields a front-end may send whose non-default values this server cannot honour.
 std::optional<ApiError> refuse_unsupported(const json &request) {
     if (request.contains("n") && !request["n"].is_null() && request["n"] != 1) return bad_request("only n = 1 is supported", "n");
-    for (const char *name : {"tools", "functions", "logit_bias"}) {
+    for (const char *name : {"tools", "functions"}) {
         if (request.contains(name) && !request[name].is_null() && !request[name].empty())
             return bad_request(std::string(name) + " is not supported", name);
     }
@@ -143,9 +145,46 @@ std::optional<ApiError> refuse_unsupported(const json &request) {
             return bad_request(std::string(name) + " is not supported (only 0)", name);
     }
     if (request.contains("logprobs") && request["logprobs"] == true) return bad_request("logprobs is not supported", "logprobs");
-    if (request.contains("response_format") && request["response_format"].is_object() &&
-        request["response_format"].value("type", "text") != "text")
-        return bad_request("only the text response format is supported", "response_format");
+    return std::nullopt;
+}
+
+// response_format: text, json_object (any JSON object) or json_schema (its "schema").
+std::optional<ApiError> read_response_format(const json &request, std::string *schema) {
+    if (!request.contains("response_format") || request["response_format"].is_null()) return std::nullopt;
+    const json &format = request["response_format"];
+    if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
+        return bad_request("response_format must be an object with a type", "response_format");
+    const std::string type = format["type"].get<std::string>();
+    if (type == "text") return std::nullopt;
+    if (type == "json_object") {
+        *schema = R"({"type": "object", "additionalProperties": true})";
+        return std::nullopt;
+    }
+    if (type != "json_schema") return bad_request("response_format.type must be text, json_object or json_schema", "response_format.type");
+    if (!format.contains("json_schema") || !format["json_schema"].is_object() || !format["json_schema"].contains("schema"))
+        return bad_request("response_format.json_schema.schema is required", "response_format.json_schema");
+    const json &s = format["json_schema"]["schema"];
+    if (!s.is_object() && !s.is_boolean())
+        return bad_request("response_format.json_schema.schema must be a JSON schema", "response_format.json_schema.schema");
+    *schema = s.dump();
+    return std::nullopt;
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}; -100 bans the token, as OpenAI's does.
+std::optional<ApiError> read_logit_bias(const json &request, std::vector<std::pair<int32_t, float>> *out) {
+    if (!request.contains("logit_bias") || request["logit_bias"].is_null()) return std::nullopt;
+    const json &bias = request["logit_bias"];
+    if (!bias.is_object()) return bad_request("logit_bias must be an object of token ids and biases", "logit_bias");
+    if (bias.size() > 1024) return bad_request("logit_bias holds at most 1024 tokens", "logit_bias");
+    for (const auto &[key, value] : bias.items()) {
+        char *end = nullptr;
+        const long id = std::strtol(key.c_str(), &end, 10);
+        if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX) return bad_request("logit_bias keys must be token ids", "logit_bias");
+        if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100)
+            return bad_request("logit_bias values must be numbers from -100 to 100", "logit_bias");
+        const double b = value.get<double>();
+        out->emplace_back(static_cast<int32_t>(id), b <= -100 ? -INFINITY : static_cast<float>(b));
+    }
     return std::nullopt;
 }
 
@@ -167,6 +206,8 @@ std::optional<ApiError> parse_chat_request(const std::string &body, const Reques
     if (!request.contains("messages")) return bad_request("messages is required", "messages");
     if (auto e = read_messages(request["messages"], limits, &r.messages)) return e;
     if (auto e = refuse_unsupported(request)) return e;
+    if (auto e = read_response_format(request, &r.json_schema)) return e;
+    if (auto e = read_logit_bias(request, &r.logit_bias)) return e;
     for (const char *name : {"max_tokens", "max_completion_tokens"}) {
         if (!request.contains(name) || request[name].is_null()) continue;
         const json &v = request[name];

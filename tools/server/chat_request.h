@@ -39,6 +39,11 @@ struct ChatRequest {
     bool stream = false;
     bool include_usage = false;   // stream_options.include_usage
     std::string conversation_id;  // the extension; "" when not given
+    // response_format: the JSON schema the reply must satisfy ("" for text; json_object: any
+    // object), as text for h2o_generate_params.json_schema.
+    std::string json_schema;
+    // logit_bias: token id -> bias (-100 bans the token: -infinity).
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // Limits a request must keep (the server's settings).
@@ -50,7 +55,8 @@ struct RequestLimits {
 
 // Parses and checks a request body. Bad JSON, a field of the wrong type or out of range, an
 // unsupported feature (n > 1, tools, a role other than system/user/assistant, content parts that
-// are not text) give a 400 naming the field; nothing else is done with the request.
+// are not text) give a 400 naming the field; nothing else is done with the request. (A schema
+// the library cannot enforce, or a token outside the vocabulary, is refused when the turn starts.)
 std::optional<ApiError> parse_chat_request(const std::string &body, const RequestLimits &limits, ChatRequest *out);
 
 // Whether body nests objects and arrays deeper than max_depth (checked before parsing, so that

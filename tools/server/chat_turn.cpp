@@ -126,6 +126,19 @@ std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
     for (const std::string &s : request.stop) stops.push_back(s.c_str());
     gen.stop_strings = stops.empty() ? nullptr : stops.data();
     gen.n_stop_strings = stops.size();
+    if (!request.json_schema.empty()) {
+        gen.json_schema = request.json_schema.data();
+        gen.json_schema_len = request.json_schema.size();
+    }
+    std::vector<int32_t> bias_tokens;
+    std::vector<float> bias_values;
+    for (const auto &[token, bias] : request.logit_bias) {
+        bias_tokens.push_back(token);
+        bias_values.push_back(bias);
+    }
+    gen.logit_bias_tokens = bias_tokens.data();
+    gen.logit_bias_values = bias_values.data();
+    gen.n_logit_bias = bias_tokens.size();
     h2o_status st;
     {
         ComputeGate::Hold hold(*context_.gate);
@@ -135,6 +148,11 @@ std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
         const std::string message = h2o_session_last_error(session);
         if (st == H2O_ERR_CONTEXT_FULL) return ApiError{400, "invalid_request_error", message, "messages", "context_length_exceeded"};
         if (st == H2O_ERR_INVALID_TEXT) return bad_request(message, "messages");
+        // What the library refuses of the request's own settings: a schema it cannot enforce, a
+        // token outside the vocabulary.
+        if (st == H2O_ERR_INVALID_ARGUMENT && message.find("json schema") != std::string::npos)
+            return bad_request(message, "response_format");
+        if (st == H2O_ERR_INVALID_ARGUMENT && message.find("logit_bias") != std::string::npos) return bad_request(message, "logit_bias");
         return library_error("cannot process the messages", message.c_str());
     }
     h2o_generate_stats stats;
