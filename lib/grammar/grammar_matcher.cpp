@@ -13,9 +13,12 @@ namespace {
 // time without consuming a character).
 constexpr size_t kMaxStackNodes = 1u << 22;
 constexpr size_t kMaxExpansionVisits = 1u << 16;
-// The bound on the cache of states: a row of 256 transitions each, 8 MiB in all at most (a JSON
-// schema's walks over a 150k-token vocabulary reach a few hundred).
-constexpr size_t kMaxCachedStates = 1u << 13;
+// The bounds on the cache of states: a state between characters has a row of 256 transitions, one
+// inside a character 64 (its continuation bytes: any other byte ends it), 8 MiB of rows in all
+// at most. The characters a vocabulary's pieces begin make most states: a bounded string of a
+// JSON schema has a few hundred per position on a 150k-token vocabulary.
+constexpr size_t kMaxCachedStates = 1u << 16;
+constexpr size_t kMaxTransitionEntries = 1u << 21;
 // A transition as stored: 0 not known yet, 1 dead, else the state + 2.
 constexpr int32_t kUnknownTransition = 0, kDeadTransition = 1;
 
@@ -172,10 +175,12 @@ int32_t GrammarMatcher::state_id(State &&state) const {
     key.append(reinterpret_cast<const char *>(&state.code), sizeof state.code);
     const auto it = state_ids_.find(key);
     if (it != state_ids_.end()) return it->second;
-    if (states_.size() >= kMaxCachedStates) return kUncached;
+    const size_t row = state.need > 0 ? 64 : 256;
+    if (states_.size() >= kMaxCachedStates || transitions_.size() + row > kMaxTransitionEntries) return kUncached;
     const auto id = static_cast<int32_t>(states_.size());
     states_.push_back(std::move(state));
-    transitions_.resize(states_.size() * 256, kUnknownTransition);
+    row_start_.push_back(static_cast<uint32_t>(transitions_.size()));
+    transitions_.resize(transitions_.size() + row, kUnknownTransition);
     state_ids_.emplace(std::move(key), id);
     return id;
 }
@@ -186,7 +191,9 @@ int32_t GrammarMatcher::current_state() const {
 }
 
 int32_t GrammarMatcher::next_state(int32_t id, uint8_t b) const {
-    const size_t at = static_cast<size_t>(id) * 256 + b;
+    const bool inside = states_[static_cast<size_t>(id)].need > 0;
+    if (inside && (b & 0xC0) != 0x80) return kDead;  // a character begun takes only continuation bytes
+    const size_t at = row_start_[static_cast<size_t>(id)] + (inside ? b & 0x3F : b);
     if (transitions_[at] != kUnknownTransition) return transitions_[at] == kDeadTransition ? kDead : transitions_[at] - 2;
     State next;
     int32_t to = kDead;
@@ -207,11 +214,13 @@ int32_t GrammarMatcher::walk_cached(std::string_view bytes, int32_t id) const {
 }
 
 void GrammarMatcher::trim_cache() const {
-    if (states_.size() < kMaxCachedStates) return;
+    if (states_.size() < kMaxCachedStates && transitions_.size() + 256 <= kMaxTransitionEntries) return;
     states_.clear();
+    row_start_.clear();
     state_ids_.clear();
     transitions_.clear();
     transitions_.shrink_to_fit();
+    kept_masks_.clear();
     current_id_ = kUncached;
 }
 
@@ -324,6 +333,7 @@ Status GrammarMatcher::accept(int32_t token, bool after_bos) {
         return make_error(H2O_ERR_INVALID_ARGUMENT, "token " + std::to_string(token) + " does not continue the grammar here");
     if (vocab_->kind[static_cast<size_t>(token)] == TokenSurfaces::kEndOfGeneration) {
         stacks_.clear();  // the end: nothing may follow
+        current_id_ = kUncached;
         return failure_;
     }
     State s{stacks_, complete_, partial_need_, partial_length_, partial_code_};
@@ -344,10 +354,22 @@ bool GrammarMatcher::mask(std::vector<uint8_t> *allowed, size_t budget) const {
         if (v.kind[t] == TokenSurfaces::kEndOfGeneration) (*allowed)[t] = can_end();
     }
     trim_cache();
+    const int32_t state = current_state();
+    for (size_t i = 0; i < kept_masks_.size(); ++i) {
+        if (kept_masks_[i].first != state) continue;
+        *allowed = kept_masks_[i].second;
+        std::rotate(kept_masks_.begin() + static_cast<std::ptrdiff_t>(i), kept_masks_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                    kept_masks_.end());
+        return true;
+    }
     int done = mask_walk(allowed, budget, true);
     if (done < 0) {
         trim_cache();
         done = mask_walk(allowed, budget, false);
+    }
+    if (done == 1 && state >= 0 && current_state() == state) {
+        if (kept_masks_.size() == kKeptMasks) kept_masks_.erase(kept_masks_.begin());
+        kept_masks_.emplace_back(state, *allowed);
     }
     return done == 1;
 }

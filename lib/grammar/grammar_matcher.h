@@ -101,7 +101,7 @@ private:
     // The states a walk reaches, interned, and their transitions by byte, so that walking the
     // vocabulary takes each (state, byte) once: inside a string, most tokens' bytes leave the
     // state as it was, and the next mask finds every step done. The cache is bounded
-    // (kMaxCachedStates); a walk that fills it is done again without it.
+    // (grammar_matcher.cpp); a walk that fills it is done again without it.
     static constexpr int32_t kDead = -1, kUncached = -2;
     // The current state's id (interned on first use after accept or a trim).
     int32_t current_state() const;
@@ -135,9 +135,15 @@ private:
 
     mutable std::vector<State> states_;
     mutable std::unordered_map<std::string, int32_t> state_ids_;
-    // transitions_[id * 256 + b]: the state after byte b (+ kOffset: 0 not known yet, 1 dead)
+    // transitions_[row_start_[id] + b] (b & 0x3F inside a character): the state after byte b,
+    // stored + 2 (0: not known yet, 1: dead).
     mutable std::vector<int32_t> transitions_;
+    mutable std::vector<uint32_t> row_start_;
     mutable int32_t current_id_ = kUncached;  // kUncached: not interned yet
+    // The last few whole masks by state (a state recurs token after token inside a string):
+    // most recent last.
+    static constexpr size_t kKeptMasks = 4;
+    mutable std::vector<std::pair<int32_t, std::vector<uint8_t>>> kept_masks_;
     mutable std::vector<int32_t> scratch_ids_;
 };
 

@@ -91,12 +91,19 @@ TEST_CASE("abi: public struct layouts are pinned") {
     CHECK(offsetof(h2o_span_info, kept_mean) == 32);
     CHECK(offsetof(h2o_span_info, attention_share) == 40);
 
-    CHECK(sizeof(h2o_generate_params) == 56);
+    CHECK(sizeof(h2o_generate_params) == 112);  // ABI 1: 56 bytes, the constraints appended in 0.8
     CHECK(offsetof(h2o_generate_params, temperature) == 8);
     CHECK(offsetof(h2o_generate_params, repeat_last_n) == 28);
     CHECK(offsetof(h2o_generate_params, stop_strings) == 32);
     CHECK(offsetof(h2o_generate_params, n_stop_strings) == 40);
     CHECK(offsetof(h2o_generate_params, stop_at_eos) == 48);
+    CHECK(offsetof(h2o_generate_params, grammar) == 56);
+    CHECK(offsetof(h2o_generate_params, grammar_len) == 64);
+    CHECK(offsetof(h2o_generate_params, json_schema) == 72);
+    CHECK(offsetof(h2o_generate_params, json_schema_len) == 80);
+    CHECK(offsetof(h2o_generate_params, logit_bias_tokens) == 88);
+    CHECK(offsetof(h2o_generate_params, logit_bias_values) == 96);
+    CHECK(offsetof(h2o_generate_params, n_logit_bias) == 104);
 
     CHECK(sizeof(h2o_kv_usage) == 56);  // 0.8
     CHECK(offsetof(h2o_kv_usage, capacity) == 4);
