@@ -284,7 +284,7 @@ H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token
 
 /** One message of a conversation (h2o_chat_format): text as pointer and length, UTF-8. */
 typedef struct h2o_chat_message {
-    const char *role;    /**< "system", "user" or "assistant" */
+    const char *role;    /**< "system", "user" or "assistant" ("ipython": Llama 3's tool results) */
     size_t role_len;     /**< bytes of role */
     const char *content; /**< the message's text */
     size_t content_len;  /**< bytes of content */
@@ -311,6 +311,57 @@ typedef struct h2o_chat_message {
  * H2O_ERR_BUFFER_TOO_SMALL. */
 H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages, size_t n_messages,
                                    int add_assistant_prefix, char *text, size_t capacity, size_t *n_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tool calls (since 0.8)
+ *
+ * The functions a conversation offers are written into the prompt as the model's family was
+ * trained to read them, a grammar constrains the reply to calls of them, and the reply is read
+ * back into calls. The chat format (format_name, or NULL for the model's template) decides the
+ * syntax: "chatml" (Qwen 2.5/3, SmolLM2, Hermes): "<tool_call>\n{"name": N, "arguments": A}\n
+ * </tool_call>" per call, one per line, the tools in the system message; "llama3" (Llama 3.1 to
+ * 3.3): one call {"name": N, "parameters": A}, the tools in the first user message, results in
+ * "ipython" turns; every other format (its template has no tools): the tools described in the
+ * system message and calls as {"tool_calls": [{"name": N, "arguments": A}, ...]}. Tools, messages
+ * and calls are OpenAI's JSON shapes. Use:
+ *   h2o_chat_format_tools(...) -> h2o_session_add_text(..., H2O_TEXT_SPECIAL);
+ *   h2o_tool_call_grammar(...) -> h2o_generate_params.grammar; h2o_generate(...);
+ *   h2o_parse_tool_calls(reply) -> the calls; run them; append role "tool" messages; repeat.
+ * A call is written in one exact layout and its arguments keep the JSON text generated, so the
+ * history written again holds the text the session already has.
+ * ------------------------------------------------------------------------------------------- */
+
+/** h2o_chat_format for a conversation with tools. messages_json: an array of {"role": "system",
+ * "developer", "user", "assistant" or "tool", "content": a string, null or text parts}, an
+ * assistant's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": a
+ * string of JSON}}], a tool message's "tool_call_id". tools_json: [{"type": "function",
+ * "function": {"name" (1-64 of A-Z a-z 0-9 _ -), "description"?, "parameters"? (a JSON schema)}}]
+ * (at most 128), or NULL/0 for none. Output and errors as h2o_chat_format's, and
+ * H2O_ERR_INVALID_ARGUMENT naming the field of malformed JSON. */
+H2O_API h2o_status h2o_chat_format_tools(const h2o_model *model, const char *format_name, const char *messages_json, size_t messages_len,
+                                         const char *tools_json, size_t tools_len, int add_assistant_prefix, char *text, size_t capacity,
+                                         size_t *n_bytes);
+
+/** The GBNF grammar (for h2o_generate_params.grammar) of a reply under tool_choice: "auto" (calls,
+ * or text that does not begin as a call does), "required" (calls) or a function's name (calls
+ * of it). parallel != 0: one or more calls (the llama3 syntax makes one whatever it says), else
+ * one. The arguments follow each function's parameters (the subset of h2o_json_schema_to_grammar;
+ * a schema outside it is H2O_ERR_INVALID_ARGUMENT naming the tool). For tool_choice "none" give no
+ * grammar. Output as h2o_chat_format's. */
+H2O_API h2o_status h2o_tool_call_grammar(const h2o_model *model, const char *format_name, const char *tools_json, size_t tools_len,
+                                         const char *tool_choice, int parallel, char *grammar, size_t capacity, size_t *n_bytes);
+
+/** What a reply that begins with `reply` is, for streaming: *kind 1 tool calls, 0 text, -1 not
+ * known yet (it is a prefix of what opens a call: hold the text back). */
+H2O_API h2o_status h2o_tool_reply_kind(const h2o_model *model, const char *format_name, const char *reply, size_t reply_len, int *kind);
+
+/** Reads a reply back: writes {"content": the text or null, "tool_calls": [{"id", "type":
+ * "function", "function": {"name", "arguments"}}]} (an empty array for a text reply). Ids are
+ * "call_" and 24 letters and digits made from the reply, the call's place and id_salt (give each
+ * turn its own, such as its message count). A reply that opens a call but is not one in the
+ * syntax's layout is H2O_ERR_INVALID_ARGUMENT naming the byte. Output as h2o_chat_format's. */
+H2O_API h2o_status h2o_parse_tool_calls(const h2o_model *model, const char *format_name, const char *reply, size_t reply_len,
+                                        uint64_t id_salt, char *json, size_t capacity, size_t *n_bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * Sessions

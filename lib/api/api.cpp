@@ -16,6 +16,7 @@
 #include "grammar.h"
 #include "grammar_matcher.h"
 #include "json_schema.h"
+#include "json_value.h"
 #include "model.h"
 #include "file_io.h"
 #include "log.h"
@@ -23,6 +24,7 @@
 #include "kv_layer_budgets.h"
 #include "session.h"
 #include "session_snapshot.h"
+#include "tool_calls.h"
 
 #include <zstd.h>
 #include "utf8.h"
@@ -439,6 +441,16 @@ H2O_API int h2o_token_is_end_of_generation(const h2o_model *model, int32_t token
     return model && model->impl->tokenizer().is_end_of_generation(token) ? 1 : 0;
 }
 
+namespace {
+
+// The format a name gives, or the model's template when the name is NULL.
+Status resolve_chat_format(const h2o_model *model, const char *format_name, h2o::ChatFormat *format) {
+    return format_name ? h2o::chat_format_from_name(format_name, format)
+                       : h2o::chat_format_from_template(model->impl->chat_template(), format);
+}
+
+}  // namespace
+
 H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_name, const h2o_chat_message *messages, size_t n_messages,
                                    int add_assistant_prefix, char *text, size_t capacity, size_t *n_bytes) {
     return guarded(nullptr, [&]() -> h2o_status {
@@ -447,8 +459,7 @@ H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_na
         if (!text && capacity > 0) return invalid("h2o_chat_format: text is NULL but capacity is not 0");
         if (!n_bytes) return invalid("h2o_chat_format: n_bytes is NULL");
         h2o::ChatFormat format;
-        Status s = format_name ? h2o::chat_format_from_name(format_name, &format)
-                               : h2o::chat_format_from_template(model->impl->chat_template(), &format);
+        Status s = resolve_chat_format(model, format_name, &format);
         if (!s.ok()) return fail(s);
         std::vector<h2o::ChatMessage> list;
         for (size_t i = 0; i < n_messages; ++i) {
@@ -466,6 +477,133 @@ H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_na
         if (s = h2o::format_chat(format, list, add_assistant_prefix != 0, tok.piece(tok.bos()), tok.piece(tok.eos()), &out); !s.ok())
             return fail(s);
         if (s = write_text(out, text, capacity, n_bytes); !s.ok()) return fail(s);
+        return succeed();
+    });
+}
+
+// ---- tool calls ------------------------------------------------------------------------------
+
+namespace {
+
+// The model's chat format (named, or its template's) and the tool syntax it implies.
+Status tool_syntax_of(const h2o_model *model, const char *format_name, const char *what, h2o::ToolSyntax *syntax,
+                      h2o::ChatFormat *format_out = nullptr) {
+    if (!model) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": model is NULL");
+    h2o::ChatFormat format;
+    H2O_TRY(resolve_chat_format(model, format_name, &format));
+    *syntax = h2o::tool_syntax_for(format);
+    if (format_out) *format_out = format;
+    return Status::Ok();
+}
+
+Status text_argument(const char *text, size_t length, const char *what, std::string_view *out) {
+    if (!text && length > 0) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL but its length is not 0");
+    *out = std::string_view(text ? text : "", length);
+    if (!h2o::is_valid_utf8(*out)) return make_error(H2O_ERR_INVALID_TEXT, std::string(what) + " is not valid UTF-8");
+    return Status::Ok();
+}
+
+Status check_output(const char *text, size_t capacity, const size_t *n_bytes, const char *what) {
+    if (!text && capacity > 0)
+        return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": the output is NULL but capacity is not 0");
+    if (!n_bytes) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": n_bytes is NULL");
+    return Status::Ok();
+}
+
+std::string json_string_text(const std::string &text) {
+    h2o::JsonValue v;
+    v.kind = h2o::JsonValue::kString;
+    v.text = text;
+    return h2o::json_text(v);
+}
+
+}  // namespace
+
+H2O_API h2o_status h2o_chat_format_tools(const h2o_model *model, const char *format_name, const char *messages_json, size_t messages_len,
+                                         const char *tools_json, size_t tools_len, int add_assistant_prefix, char *text, size_t capacity,
+                                         size_t *n_bytes) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        h2o::ToolSyntax syntax;
+        h2o::ChatFormat format;
+        std::string_view messages_text, tools_text;
+        if (Status s = tool_syntax_of(model, format_name, "h2o_chat_format_tools", &syntax, &format); !s.ok()) return fail(s);
+        if (Status s = text_argument(messages_json, messages_len, "messages_json", &messages_text); !s.ok()) return fail(s);
+        if (Status s = text_argument(tools_json, tools_len, "tools_json", &tools_text); !s.ok()) return fail(s);
+        if (Status s = check_output(text, capacity, n_bytes, "h2o_chat_format_tools"); !s.ok()) return fail(s);
+        std::vector<h2o::ToolMessage> messages;
+        std::vector<h2o::ToolFunction> tools;
+        if (Status s = h2o::parse_tool_messages(messages_text, &messages); !s.ok()) return fail(s);
+        if (!tools_text.empty()) {
+            if (Status s = h2o::parse_tools(tools_text, &tools); !s.ok()) return fail(s);
+        }
+        std::vector<std::pair<std::string, std::string>> lowered;
+        if (Status s = h2o::lower_tool_conversation(syntax, tools, messages, &lowered); !s.ok()) return fail(s);
+        std::vector<h2o::ChatMessage> list;
+        for (const auto &[role, content] : lowered) list.push_back({role, content});
+        const h2o::Tokenizer &tok = model->impl->tokenizer();
+        std::string out;
+        if (Status s = h2o::format_chat(format, list, add_assistant_prefix != 0, tok.piece(tok.bos()), tok.piece(tok.eos()), &out); !s.ok())
+            return fail(s);
+        if (Status s = write_text(out, text, capacity, n_bytes); !s.ok()) return fail(s);
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_tool_call_grammar(const h2o_model *model, const char *format_name, const char *tools_json, size_t tools_len,
+                                         const char *tool_choice, int parallel, char *grammar, size_t capacity, size_t *n_bytes) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        h2o::ToolSyntax syntax;
+        std::string_view tools_text;
+        if (Status s = tool_syntax_of(model, format_name, "h2o_tool_call_grammar", &syntax); !s.ok()) return fail(s);
+        if (Status s = text_argument(tools_json, tools_len, "tools_json", &tools_text); !s.ok()) return fail(s);
+        if (Status s = check_output(grammar, capacity, n_bytes, "h2o_tool_call_grammar"); !s.ok()) return fail(s);
+        if (!tool_choice) return invalid("h2o_tool_call_grammar: tool_choice is NULL (auto, required, or a function's name)");
+        const std::string_view choice_text = tool_choice;
+        const h2o::ToolChoice choice = choice_text == "auto"       ? h2o::ToolChoice::Auto
+                                       : choice_text == "required" ? h2o::ToolChoice::Required
+                                                                   : h2o::ToolChoice::Named;
+        std::vector<h2o::ToolFunction> tools;
+        if (Status s = h2o::parse_tools(tools_text, &tools); !s.ok()) return fail(s);
+        std::string out;
+        if (Status s = h2o::tool_call_grammar(syntax, tools, choice, choice_text, parallel != 0, &out); !s.ok()) return fail(s);
+        if (Status s = write_text(out, grammar, capacity, n_bytes); !s.ok()) return fail(s);
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_tool_reply_kind(const h2o_model *model, const char *format_name, const char *reply, size_t reply_len, int *kind) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        h2o::ToolSyntax syntax;
+        std::string_view text;
+        if (Status s = tool_syntax_of(model, format_name, "h2o_tool_reply_kind", &syntax); !s.ok()) return fail(s);
+        if (!reply && reply_len > 0) return invalid("h2o_tool_reply_kind: reply is NULL but reply_len is not 0");
+        if (!kind) return invalid("h2o_tool_reply_kind: kind is NULL");
+        text = std::string_view(reply ? reply : "", reply_len);
+        *kind = h2o::tool_reply_kind(syntax, text);
+        return succeed();
+    });
+}
+
+H2O_API h2o_status h2o_parse_tool_calls(const h2o_model *model, const char *format_name, const char *reply, size_t reply_len,
+                                        uint64_t id_salt, char *json, size_t capacity, size_t *n_bytes) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        h2o::ToolSyntax syntax;
+        std::string_view text;
+        if (Status s = tool_syntax_of(model, format_name, "h2o_parse_tool_calls", &syntax); !s.ok()) return fail(s);
+        if (Status s = text_argument(reply, reply_len, "reply", &text); !s.ok()) return fail(s);
+        if (Status s = check_output(json, capacity, n_bytes, "h2o_parse_tool_calls"); !s.ok()) return fail(s);
+        std::string content;
+        std::vector<h2o::ToolCall> calls;
+        if (Status s = h2o::parse_tool_reply(syntax, text, id_salt, &content, &calls); !s.ok()) return fail(s);
+        std::string out = "{\"content\": " + (calls.empty() ? json_string_text(content) : std::string("null")) + ", \"tool_calls\": [";
+        for (size_t i = 0; i < calls.size(); ++i) {
+            if (i > 0) out += ", ";
+            out += "{\"id\": " + json_string_text(calls[i].id) +
+                   ", \"type\": \"function\", \"function\": {\"name\": " + json_string_text(calls[i].name) +
+                   ", \"arguments\": " + json_string_text(calls[i].arguments) + "}}";
+        }
+        out += "]}";
+        if (Status s = write_text(out, json, capacity, n_bytes); !s.ok()) return fail(s);
         return succeed();
     });
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "grammar.h"
@@ -49,18 +50,15 @@ std::string literal(const std::string &text) {
 
 class Converter {
 public:
-    explicit Converter(const JsonValue &root) : root_(root) {}
+    Converter(const JsonValue &root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-    Status convert(std::string *grammar) {
-        std::string top;
-        H2O_TRY(visit(root_, "#", 0, &top));
-        std::string out = "root ::= " + top + "\n";
-        out += kCommonRules;
-        for (const auto &[name, body] : rules_) out += name + " ::= " + body + "\n";
-        if (out.size() > kMaxGrammarBytes)
+    // The expression of the schema's texts into *top, its rules' lines appended to *rules.
+    Status convert(std::string *top, std::string *rules) {
+        H2O_TRY(visit(root_, "#", 0, top));
+        for (const auto &[name, body] : rules_) *rules += name + " ::= " + body + "\n";
+        if (rules->size() > kMaxGrammarBytes)
             return make_error(H2O_ERR_INVALID_ARGUMENT,
                               "json schema: its grammar would be larger than " + std::to_string(kMaxGrammarBytes) + " bytes");
-        *grammar = std::move(out);
         return Status::Ok();
     }
 
@@ -71,7 +69,7 @@ private:
 
     // A rule for `body`, named after `hint` (its pointer's last part); returns the name.
     std::string add_rule(const std::string &hint, const std::string &body) {
-        std::string base = "s";
+        std::string base = prefix_ + "s";
         for (char c : hint) base.push_back((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ? c : '-');
         if (base.size() > 40) base.resize(40);
         std::string name = base + "-" + std::to_string(rules_.size());
@@ -326,17 +324,25 @@ private:
     }
 
     const JsonValue &root_;
+    const std::string prefix_;  // of every rule's name: schemas side by side in one grammar
     std::vector<std::pair<std::string, std::string>> rules_;
     std::map<std::string, std::string> refs_;
 };
 
 }  // namespace
 
+const char *json_common_rules() { return kCommonRules; }
+
+Status json_schema_rules(const JsonValue &schema, const std::string &prefix, std::string *expression, std::string *rules) {
+    return Converter(schema, prefix).convert(expression, rules);
+}
+
 Status json_schema_to_grammar(std::string_view schema, std::string *grammar) {
     JsonValue root;
     H2O_TRY(parse_json(schema, "json schema", &root));
-    std::string text;
-    H2O_TRY(Converter(root).convert(&text));
+    std::string top, rules;
+    H2O_TRY(json_schema_rules(root, "", &top, &rules));
+    std::string text = "root ::= " + top + "\n" + kCommonRules + rules;
     // The grammar made is checked as a user's would be (limits included).
     Grammar parsed;
     if (Status st = parse_grammar(text, &parsed); !st.ok()) return make_error(H2O_ERR_INVALID_ARGUMENT, "json schema: " + st.message);

@@ -20,8 +20,16 @@
 
 namespace h2o {
 
+struct JsonValue;
+
 // The GBNF grammar of the schema's JSON texts. Errors: H2O_ERR_INVALID_ARGUMENT, "json schema:
 // ..." naming the offending keyword and where it is (a JSON pointer), or the JSON error's offset.
 Status json_schema_to_grammar(std::string_view schema, std::string *grammar);
+
+// For grammars that hold several schemas (tool calls): the rules of one schema, each named with
+// `prefix` (letters, digits and '-'), appended to *rules, and the expression of its texts into
+// *expression. They use the rules of json_common_rules(), which the grammar must hold once.
+Status json_schema_rules(const JsonValue &schema, const std::string &prefix, std::string *expression, std::string *rules);
+const char *json_common_rules();
 
 }  // namespace h2o

@@ -165,7 +165,9 @@ Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, 
                    std::string_view eos, std::string *out) {
     out->clear();
     for (size_t i = 0; i < messages.size(); ++i) {
-        if (!known_role(messages[i].role)) return bad_role(messages[i].role, i);
+        // Llama 3's tool results are "ipython" turns.
+        if (!known_role(messages[i].role) && !(format == ChatFormat::Llama3 && messages[i].role == "ipython"))
+            return bad_role(messages[i].role, i);
     }
     switch (format) {
         case ChatFormat::Llama2:

@@ -434,17 +434,41 @@ void grammar_seeds(const fs::path &dir) {
     }
 }
 
+// Tool calls (fuzz_tool_calls.cpp): byte 0 picks tools (0), messages (1) or a reply (2).
+void tool_call_seeds(const fs::path &dir) {
+    const std::pair<uint8_t, const char *> seeds[] = {
+        {0, R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city":
+            {"enum": ["Paris", "Rome"]}}, "required": ["city"]}}}, {"type": "function", "function": {"name": "now"}}])"},
+        {1, R"([{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "u"}]}, {"role": "assistant",
+            "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": \"x\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"}])"},
+        {2,
+         "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"x\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", "
+         "\"arguments\": {}}\n</tool_call>"},
+        {2, "{\"name\": \"f\", \"parameters\": {\"a\": [1, {\"b\": \"}\"}]}}"},
+        {2, "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"arguments\": {\"k\": null}}]}"},
+    };
+    int index = 0;
+    for (const auto &[part, text] : seeds) {
+        Bytes bytes{part};
+        bytes.insert(bytes.end(), text, text + std::strlen(text));
+        write_file(dir / ("tool_calls_" + std::to_string(index++)), bytes);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) die("usage: h2o-fuzz-seeds OUT_DIR DEFAULT_SHARED_DIR ($H2O_SHARED_DIR wins when set)");
     const char *env = std::getenv("H2O_SHARED_DIR");
     const fs::path out = argv[1], shared = env && *env ? env : argv[2];
-    for (const char *target : {"gguf_load", "text", "snapshot_read", "bpe_tokenizer", "hf_tokenizer", "chat_request", "grammar"}) {
+    for (const char *target :
+         {"gguf_load", "text", "snapshot_read", "bpe_tokenizer", "hf_tokenizer", "chat_request", "grammar", "tool_calls"}) {
         fs::remove_all(out / target);
         fs::create_directories(out / target);
     }
     synthetic_seeds(out / "gguf_load");
     chat_request_seeds(out / "chat_request");
     grammar_seeds(out / "grammar");
+    tool_call_seeds(out / "tool_calls");
     bpe_tokenizer_seeds(out / "bpe_tokenizer", shared / "data/tinystories_val.txt");  // stories when present
     hf_tokenizer_seeds(out / "hf_tokenizer", shared);                                 // real ones when present
     const fs::path needed[] = {shared / "models/stories260K.gguf", shared / "vocab/ggml-vocab-llama-spm.gguf",

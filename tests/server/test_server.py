@@ -130,7 +130,7 @@ def errors_have_the_openai_shape():
         check(status == 200 and body["model"] == "stories260K", (status, body))
         check(srv.request("GET", "/v1/models/gpt-4")[1]["id"] == "stories260K", "a model asked by another name")
         expect(*srv.chat([]), 400, "non-empty")
-        expect(*srv.chat([{"role": "tool", "content": "x"}]), 400, "role 'tool'")
+        expect(*srv.chat([{"role": "robot", "content": "x"}]), 400, "role 'robot'")
         expect(*srv.chat([user, {"role": "assistant", "content": "x"}]), 400, "last message")
         expect(*srv.chat([user], temperature=3), 400, "temperature")
         expect(*srv.chat([user], max_tokens=0), 400, "max_tokens")
@@ -212,6 +212,79 @@ def structured_output_and_logit_bias():
         # Banned (-100) with the same +100 elsewhere: the banned token never comes.
         status, body = srv.chat(user, max_tokens=6, logit_bias={"300": -100, "301": 100})
         check(status == 200 and piece not in body["choices"][0]["message"]["content"], (piece, body))
+    finally:
+        srv.stop()
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                   "properties": {"city": {"enum": ["Paris", "Rome"]}, "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+
+
+@test
+def tool_calls_round_trip():
+    """tools with tool_choice required: the reply is a call (finish_reason tool_calls, content
+    null, an id, JSON arguments of the schema), plain and streamed alike; sent back with the
+    tool's result, the conversation continues from the session (cached tokens), across a restart
+    too; tool_choice none answers in text; malformed tools, choices and tool messages are 400s."""
+    for chat_format in ("zephyr", "chatml", "llama3"):
+        state = os.path.join(WORK, "tools-" + chat_format)
+        srv = server("--chat-format", chat_format, "--kv-budget", "1024", "--state-dir", state)
+        messages = [SYSTEM, {"role": "user", "content": "What is the weather in Paris?"}]
+        try:
+            status, body = srv.chat(messages, max_tokens=400, tools=[WEATHER_TOOL], tool_choice="required", parallel_tool_calls=False)
+            check(status == 200 and body["choices"][0]["finish_reason"] == "tool_calls", (chat_format, body))
+            message = body["choices"][0]["message"]
+            check(message["content"] is None and len(message["tool_calls"]) >= 1, message)
+            call = message["tool_calls"][0]
+            check(call["type"] == "function" and call["id"].startswith("call_") and call["function"]["name"] == "get_weather", call)
+            arguments = json.loads(call["function"]["arguments"])
+            check(arguments["city"] in ("Paris", "Rome") and set(arguments) <= {"city", "unit"}, arguments)
+            events = srv.stream(messages, max_tokens=400, tools=[WEATHER_TOOL], tool_choice="required", parallel_tool_calls=False)
+            deltas = [c["choices"][0]["delta"] for c in events[:-1] if c["choices"]]
+            streamed = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+            check(not any(d.get("content") for d in deltas), deltas)
+            check([(c["index"], c["function"]) for c in streamed] ==
+                  [(i, c["function"]) for i, c in enumerate(message["tool_calls"])], (streamed, message))
+            check([c for c in events[:-1] if c["choices"]][-1]["choices"][0]["finish_reason"] == "tool_calls", events)
+            messages.append({"role": "assistant", "content": None, "tool_calls": message["tool_calls"]})
+            for c in message["tool_calls"]:
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"sky": "clear", "celsius": 21})})
+            status, body = srv.chat(messages, max_tokens=12, tools=[WEATHER_TOOL], tool_choice="none")
+            check(status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length"), body)
+            check(isinstance(body["choices"][0]["message"]["content"], str) and "tool_calls" not in body["choices"][0]["message"], body)
+            check(body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, "continued, not processed again: %s" % body["usage"])
+            messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+        finally:
+            check(srv.stop() == 0, "exit status after SIGTERM")
+        srv = server("--chat-format", chat_format, "--kv-budget", "1024", "--state-dir", state)
+        try:
+            messages.append({"role": "user", "content": "And in Rome?"})
+            status, body = srv.chat(messages, max_tokens=400, tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False)
+            check(status == 200 and body["choices"][0]["finish_reason"] == "tool_calls", body)
+            check(body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, "restored, not processed again: %s" % body["usage"])
+        finally:
+            srv.stop()
+
+    srv = server("--kv-budget", "1024")  # the tools' description is pinned with the system message
+    try:
+        user = [SYSTEM, {"role": "user", "content": "Weather?"}]
+
+        def refused(status, body, param, fragment):
+            check(status == 400 and body["error"]["param"] == param and fragment in body["error"]["message"], (status, body))
+
+        refused(*srv.chat(user, tool_choice="required"), "tool_choice", "needs tools")
+        refused(*srv.chat(user, tools=[WEATHER_TOOL], tool_choice="sometimes"), "tool_choice", "none, auto, required")
+        refused(*srv.chat(user, tools=[{"type": "function", "function": {"name": "bad name"}}]), "tools", "name")
+        refused(*srv.chat(user, tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "nope"}}),
+                "tool_choice", "nope")
+        refused(*srv.chat(user, tools=[WEATHER_TOOL], response_format={"type": "json_object"}), "response_format", "tools")
+        refused(*srv.chat(user + [{"role": "tool", "content": "21"}]), "messages[2].tool_call_id", "tool_call_id")
+        refused(*srv.chat(user, tools=[WEATHER_TOOL], parallel_tool_calls="yes"), "parallel_tool_calls", "true or false")
+        # auto: a call or text, and either way a whole reply.
+        status, body = srv.chat(user, max_tokens=60, tools=[WEATHER_TOOL], temperature=1, seed=3)
+        check(status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls"), body)
     finally:
         srv.stop()
 

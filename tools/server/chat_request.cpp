@@ -50,7 +50,32 @@ bool valid_conversation_id(const std::string &id) {
     return true;
 }
 
+std::string Message::digest_content() const {
+    if (tool_calls.empty() && tool_call_id.empty()) return content;
+    return content + std::string(1, '\0') + tool_calls + std::string(1, '\0') + tool_call_id;
+}
+
 namespace {
+
+// An assistant's tool_calls in the layout the server writes them back in: what it returned and
+// what a client sends back digest alike.
+std::optional<ApiError> read_tool_calls(const json &calls, const std::string &param, std::string *out) {
+    if (!calls.is_array()) return bad_request("tool_calls must be an array", param);
+    json canonical = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        const json &c = calls[i];
+        const std::string where = param + "[" + std::to_string(i) + "]";
+        if (!c.is_object() || !c.contains("id") || !c["id"].is_string() || !c.contains("function") || !c["function"].is_object())
+            return bad_request("each tool call needs an id and a function", where);
+        const json &f = c["function"];
+        if (!f.contains("name") || !f["name"].is_string() || !f.contains("arguments") || !f["arguments"].is_string())
+            return bad_request("a tool call's function needs a name and arguments (a string of JSON)", where + ".function");
+        canonical.push_back(
+            json{{"id", c["id"]}, {"type", "function"}, {"function", {{"name", f["name"]}, {"arguments", f["arguments"]}}}});
+    }
+    if (!canonical.empty()) *out = canonical.dump();
+    return std::nullopt;
+}
 
 // A message's content: a string, or an array of text parts (joined), or null (empty).
 std::optional<ApiError> read_content(const json &content, const std::string &param, std::string *out) {
@@ -88,16 +113,28 @@ std::optional<ApiError> read_messages(const json &messages, const RequestLimits 
         Message message;
         message.role = m["role"].get<std::string>();
         if (message.role == "developer") message.role = "system";
-        if (message.role != "system" && message.role != "user" && message.role != "assistant") {
-            return bad_request("role '" + message.role + "' is not supported (system, developer, user, assistant are)", param + ".role");
+        if (message.role != "system" && message.role != "user" && message.role != "assistant" && message.role != "tool") {
+            return bad_request("role '" + message.role + "' is not supported (system, developer, user, assistant, tool are)",
+                               param + ".role");
         }
-        if (m.contains("tool_calls") && !m["tool_calls"].is_null())
-            return bad_request("tool calls are not supported", param + ".tool_calls");
-        if (!m.contains("content")) return bad_request("a message needs content", param + ".content");
-        if (auto e = read_content(m["content"], param + ".content", &message.content)) return e;
+        if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+            if (message.role != "assistant") return bad_request("only an assistant's message has tool calls", param + ".tool_calls");
+            if (auto e = read_tool_calls(m["tool_calls"], param + ".tool_calls", &message.tool_calls)) return e;
+        }
+        if (message.role == "tool") {
+            if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string() || m["tool_call_id"].get<std::string>().empty())
+                return bad_request("a tool message needs the tool_call_id it answers", param + ".tool_call_id");
+            message.tool_call_id = m["tool_call_id"].get<std::string>();
+        }
+        // An assistant's message that only calls tools may leave its content out.
+        if (!m.contains("content") && message.tool_calls.empty()) return bad_request("a message needs content", param + ".content");
+        if (m.contains("content")) {
+            if (auto e = read_content(m["content"], param + ".content", &message.content)) return e;
+        }
         out->push_back(std::move(message));
     }
-    if (out->back().role != "user") return bad_request("the last message must be the user's", "messages");
+    if (out->back().role != "user" && out->back().role != "tool")
+        return bad_request("the last message must be the user's or a tool's result", "messages");
     return std::nullopt;
 }
 
@@ -136,10 +173,8 @@ std::optional<ApiError> read_stop(const json &request, std::vector<std::string> 
 // Fields a front-end may send whose non-default values this server cannot honour.
 std::optional<ApiError> refuse_unsupported(const json &request) {
     if (request.contains("n") && !request["n"].is_null() && request["n"] != 1) return bad_request("only n = 1 is supported", "n");
-    for (const char *name : {"tools", "functions"}) {
-        if (request.contains(name) && !request[name].is_null() && !request[name].empty())
-            return bad_request(std::string(name) + " is not supported", name);
-    }
+    if (request.contains("functions") && !request["functions"].is_null() && !request["functions"].empty())
+        return bad_request("functions is not supported: give tools", "functions");
     for (const char *name : {"presence_penalty", "frequency_penalty"}) {
         if (request.contains(name) && !request[name].is_null() && request[name] != 0)
             return bad_request(std::string(name) + " is not supported (only 0)", name);
@@ -188,6 +223,38 @@ std::optional<ApiError> read_logit_bias(const json &request, std::vector<std::pa
     return std::nullopt;
 }
 
+// tools, tool_choice and parallel_tool_calls. The library checks each tool when the turn starts.
+std::optional<ApiError> read_tools(const json &request, ChatRequest *r) {
+    const bool has_tools = request.contains("tools") && !request["tools"].is_null() && !request["tools"].empty();
+    if (has_tools) {
+        if (!request["tools"].is_array()) return bad_request("tools must be an array of functions", "tools");
+        r->tools = request["tools"].dump();
+        r->tool_choice = "auto";
+    }
+    if (request.contains("tool_choice") && !request["tool_choice"].is_null()) {
+        const json &choice = request["tool_choice"];
+        if (choice.is_string() && (choice == "none" || choice == "auto" || choice == "required")) {
+            r->tool_choice = choice.get<std::string>();
+        } else if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("function") &&
+                   choice["function"].is_object() && choice["function"].contains("name") && choice["function"]["name"].is_string()) {
+            r->tool_choice = choice["function"]["name"].get<std::string>();
+        } else {
+            return bad_request("tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                               "tool_choice");
+        }
+        if (!has_tools && r->tool_choice != "none") return bad_request("tool_choice needs tools", "tool_choice");
+    }
+    if (request.contains("parallel_tool_calls") && !request["parallel_tool_calls"].is_null()) {
+        if (!request["parallel_tool_calls"].is_boolean())
+            return bad_request("parallel_tool_calls must be true or false", "parallel_tool_calls");
+        r->parallel_tool_calls = request["parallel_tool_calls"].get<bool>();
+    }
+    if (has_tools && r->tool_choice != "none" && !r->json_schema.empty())
+        return bad_request("response_format and tools cannot both shape one reply: give tool_choice none, or no response_format",
+                           "response_format");
+    return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_chat_request(const std::string &body, const RequestLimits &limits, ChatRequest *out) {
@@ -208,6 +275,7 @@ std::optional<ApiError> parse_chat_request(const std::string &body, const Reques
     if (auto e = refuse_unsupported(request)) return e;
     if (auto e = read_response_format(request, &r.json_schema)) return e;
     if (auto e = read_logit_bias(request, &r.logit_bias)) return e;
+    if (auto e = read_tools(request, &r)) return e;
     for (const char *name : {"max_tokens", "max_completion_tokens"}) {
         if (!request.contains(name) || request[name].is_null()) continue;
         const json &v = request[name];
@@ -251,9 +319,11 @@ json usage_json(const Usage &usage) {
                 {"evicted_tokens", usage.evicted_tokens}};
 }
 
-json completion_json(const CompletionHeader &header, const std::string &text, const std::string &finish_reason, const Usage &usage) {
-    json choice = {
-        {"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+json completion_json(const CompletionHeader &header, const std::string &text, const std::string &finish_reason, const Usage &usage,
+                     const json &tool_calls) {
+    json message = {{"role", "assistant"}, {"content", tool_calls.empty() ? json(text) : json(nullptr)}};
+    if (!tool_calls.empty()) message["tool_calls"] = tool_calls;
+    json choice = {{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
     return json{{"id", header.id},
                 {"object", "chat.completion"},
                 {"created", header.created},

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,8 +25,18 @@ std::string error_body(const ApiError &error);
 ApiError bad_request(const std::string &message, const std::string &param = "");
 
 struct Message {
-    std::string role;  // "system", "user" or "assistant" ("developer" is read as "system")
+    Message() = default;
+    Message(std::string role_, std::string content_, std::string tool_calls_ = "", std::string tool_call_id_ = "")
+        : role(std::move(role_)),
+          content(std::move(content_)),
+          tool_calls(std::move(tool_calls_)),
+          tool_call_id(std::move(tool_call_id_)) {}
+    std::string role;  // "system", "user", "assistant" or "tool" ("developer" is read as "system")
     std::string content;
+    std::string tool_calls;    // an assistant's calls: a JSON array in one canonical layout; "" none
+    std::string tool_call_id;  // a tool result's call
+    // What the conversation's digest hashes for the content: the calls and the call id count.
+    std::string digest_content() const;
 };
 
 // What a request asks for, every field checked.
@@ -44,6 +55,11 @@ struct ChatRequest {
     std::string json_schema;
     // logit_bias: token id -> bias (-100 bans the token: -infinity).
     std::vector<std::pair<int32_t, float>> logit_bias;
+    // tools: the JSON array as given ("" for none), tool_choice ("auto", "none", "required" or a
+    // function's name) and parallel_tool_calls.
+    std::string tools;
+    std::string tool_choice;
+    bool parallel_tool_calls = true;
 };
 
 // Limits a request must keep (the server's settings).
@@ -54,8 +70,8 @@ struct RequestLimits {
 };
 
 // Parses and checks a request body. Bad JSON, a field of the wrong type or out of range, an
-// unsupported feature (n > 1, tools, a role other than system/user/assistant, content parts that
-// are not text) give a 400 naming the field; nothing else is done with the request. (A schema
+// unsupported feature (n > 1, functions, an unknown role, content parts that are not text,
+// response_format with tools) give a 400 naming the field; nothing else is done with the request. (A schema
 // the library cannot enforce, or a token outside the vocabulary, is refused when the turn starts.)
 std::optional<ApiError> parse_chat_request(const std::string &body, const RequestLimits &limits, ChatRequest *out);
 
@@ -84,9 +100,10 @@ struct CompletionHeader {
     std::string model;
     std::string conversation_id;  // the extension: where the conversation lives now
 };
-// The non-streaming reply (object "chat.completion"). finish_reason: "stop" or "length".
+// The non-streaming reply (object "chat.completion"). finish_reason: "stop", "length" or
+// "tool_calls" (then tool_calls holds them and the content is null).
 nlohmann::json completion_json(const CompletionHeader &header, const std::string &text, const std::string &finish_reason,
-                               const Usage &usage);
+                               const Usage &usage, const nlohmann::json &tool_calls = nlohmann::json::array());
 // One streamed chunk (object "chat.completion.chunk"): delta is {"role"}, {"content"} or {};
 // finish_reason null until the last; usage only on the extra chunk of include_usage.
 nlohmann::json chunk_json(const CompletionHeader &header, const nlohmann::json &delta, const char *finish_reason,

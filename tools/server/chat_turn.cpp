@@ -28,44 +28,89 @@ std::string trim(const std::string &text) {
 
 }  // namespace
 
-std::optional<ApiError> format_conversation(const TurnContext &context, const std::vector<Message> &messages, size_t count, bool open_reply,
-                                            std::string *out) {
-    std::vector<h2o_chat_message> list(count);
-    for (size_t i = 0; i < count; ++i) {
-        list[i].role = messages[i].role.data();
-        list[i].role_len = messages[i].role.size();
-        list[i].content = messages[i].content.data();
-        list[i].content_len = messages[i].content.size();
-    }
-    const char *format = context.chat_format.empty() ? nullptr : context.chat_format.c_str();
+namespace {
+
+// A library call that writes text (h2o_chat_format and its kind): asked for the size, then called.
+template <typename Call>
+h2o_status written_text(const Call &call, std::string *out) {
     size_t needed = 0;
-    h2o_status st = h2o_chat_format(context.model, format, list.data(), count, open_reply ? 1 : 0, nullptr, 0, &needed);
+    h2o_status st = call(nullptr, 0, &needed);
     if (st == H2O_ERR_BUFFER_TOO_SMALL || st == H2O_OK) {
         out->assign(needed + 1, '\0');
-        st = h2o_chat_format(context.model, format, list.data(), count, open_reply ? 1 : 0, out->data(), out->size(), &needed);
+        st = call(out->data(), out->size(), &needed);
         out->resize(needed);
     }
-    if (st == H2O_ERR_INVALID_ARGUMENT)
-        return bad_request(std::string("the chat format refuses the messages: ") + h2o_last_error(), "messages");
+    return st;
+}
+
+// The messages as OpenAI's JSON, for h2o_chat_format_tools.
+std::string messages_json(const std::vector<Message> &messages, size_t count) {
+    nlohmann::json list = nlohmann::json::array();
+    for (size_t i = 0; i < count; ++i) {
+        const Message &m = messages[i];
+        nlohmann::json item = {{"role", m.role}, {"content", m.content}};
+        if (!m.tool_calls.empty()) item["tool_calls"] = nlohmann::json::parse(m.tool_calls);
+        if (!m.tool_call_id.empty()) item["tool_call_id"] = m.tool_call_id;
+        list.push_back(std::move(item));
+    }
+    return dump(list);
+}
+
+}  // namespace
+
+std::optional<ApiError> format_conversation(const TurnContext &context, const std::vector<Message> &messages, size_t count, bool open_reply,
+                                            const std::string &tools, std::string *out) {
+    const char *format = context.chat_format.empty() ? nullptr : context.chat_format.c_str();
+    const int open = open_reply ? 1 : 0;
+    bool plain = tools.empty();
+    for (size_t i = 0; i < count; ++i) plain = plain && messages[i].tool_calls.empty() && messages[i].role != "tool";
+    h2o_status st;
+    if (plain) {
+        std::vector<h2o_chat_message> list(count);
+        for (size_t i = 0; i < count; ++i) {
+            list[i].role = messages[i].role.data();
+            list[i].role_len = messages[i].role.size();
+            list[i].content = messages[i].content.data();
+            list[i].content_len = messages[i].content.size();
+        }
+        st = written_text([&](char *text, size_t capacity,
+                              size_t *n) { return h2o_chat_format(context.model, format, list.data(), count, open, text, capacity, n); },
+                          out);
+    } else {
+        const std::string json = messages_json(messages, count);
+        st = written_text(
+            [&](char *text, size_t capacity, size_t *n) {
+                return h2o_chat_format_tools(context.model, format, json.data(), json.size(), tools.data(), tools.size(), open, text,
+                                             capacity, n);
+            },
+            out);
+    }
+    if (st == H2O_ERR_INVALID_ARGUMENT) {
+        const std::string message = h2o_last_error();
+        return bad_request("the chat format refuses the messages: " + message, message.rfind("tools", 0) == 0 ? "tools" : "messages");
+    }
     if (st != H2O_OK) return library_error("cannot format the conversation", h2o_last_error());
     return std::nullopt;
 }
 
 std::optional<ApiError> ChatTurn::start(const TurnContext &context, const ChatRequest &request, std::unique_ptr<ChatTurn> *out) {
     std::vector<Digest> prefixes{empty_history()};
-    for (const Message &m : request.messages) prefixes.push_back(extend_history(prefixes.back(), m.role, m.content));
+    for (const Message &m : request.messages) prefixes.push_back(extend_history(prefixes.back(), m.role, m.digest_content()));
     std::unique_ptr<Lease> lease;
     if (auto error = context.store->acquire(request.conversation_id, prefixes, &lease)) return error;
     std::unique_ptr<ChatTurn> turn(new ChatTurn(context, std::move(lease)));
     turn->messages_ = request.messages;
+    turn->tools_ = request.tools;
+    turn->tool_choice_ = request.tool_choice;
     turn->history_ = prefixes.back();
     // prefixes[k] is checked against what the session holds.
     const HistoryRecord held = turn->lease_->conversation().record;
     const bool continues = held.known && held.n_messages < prefixes.size() - 1 && prefixes[held.n_messages] == held.history;
-    if (auto error = format_conversation(context, turn->messages_, turn->messages_.size(), true, &turn->formatted_)) return error;
+    if (auto error = format_conversation(context, turn->messages_, turn->messages_.size(), true, turn->tools_, &turn->formatted_))
+        return error;
     std::string held_text;
     if (continues && held.n_messages > 0) {
-        if (auto error = format_conversation(context, turn->messages_, held.n_messages, false, &held_text)) return error;
+        if (auto error = format_conversation(context, turn->messages_, held.n_messages, false, turn->tools_, &held_text)) return error;
     }
     h2o_session *session = turn->lease_->session();
     const bool fresh = !continues || held.n_messages == 0 || turn->formatted_.compare(0, held_text.size(), held_text) != 0;
@@ -100,7 +145,7 @@ std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
     } else if (messages_.front().role == "system") {
         // A new conversation pins its system message: eviction never drops the instructions.
         std::string system_text;
-        if (auto error = format_conversation(context_, messages_, 1, false, &system_text)) return error;
+        if (auto error = format_conversation(context_, messages_, 1, false, tools_, &system_text)) return error;
         const std::string pinned = formatted_.substr(0, common_prefix(system_text, formatted_));
         h2o_status st = H2O_OK;
         if (!pinned.empty()) {
@@ -136,6 +181,23 @@ std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
         bias_tokens.push_back(token);
         bias_values.push_back(bias);
     }
+    std::string tool_grammar;
+    if (!tools_.empty() && tool_choice_ != "none") {
+        const char *format = context_.chat_format.empty() ? nullptr : context_.chat_format.c_str();
+        const h2o_status gst = written_text(
+            [&](char *text, size_t capacity, size_t *n) {
+                return h2o_tool_call_grammar(context_.model, format, tools_.data(), tools_.size(), tool_choice_.c_str(),
+                                             request.parallel_tool_calls ? 1 : 0, text, capacity, n);
+            },
+            &tool_grammar);
+        if (gst == H2O_ERR_INVALID_ARGUMENT) {
+            const std::string message = h2o_last_error();
+            return bad_request(message, message.find("tool_choice") != std::string::npos ? "tool_choice" : "tools");
+        }
+        if (gst != H2O_OK) return library_error("cannot make the tool calls' grammar", h2o_last_error());
+        gen.grammar = tool_grammar.data();
+        gen.grammar_len = tool_grammar.size();
+    }
     gen.logit_bias_tokens = bias_tokens.data();
     gen.logit_bias_values = bias_values.data();
     gen.n_logit_bias = bias_tokens.size();
@@ -165,9 +227,24 @@ std::optional<ApiError> ChatTurn::process_prompt(const ChatRequest &request) {
     return std::nullopt;
 }
 
-TurnOutcome ChatTurn::generate(const PieceSink &sink) {
+TurnOutcome ChatTurn::generate(const PieceSink &client_sink) {
     TurnOutcome outcome;
     h2o_session *session = lease_->session();
+    // With tools, the text waits while it may still open a call (h2o_tool_reply_kind), and a
+    // call's text is never sent as content.
+    const bool may_call = !tools_.empty() && tool_choice_ != "none";
+    const char *format = context_.chat_format.empty() ? nullptr : context_.chat_format.c_str();
+    int kind = may_call ? -1 : 0;
+    std::string held;
+    const PieceSink sink = [&](const std::string &piece) {
+        if (kind == 0) return client_sink(piece);
+        held += piece;
+        if (kind == -1 && h2o_tool_reply_kind(context_.model, format, held.data(), held.size(), &kind) != H2O_OK) kind = 0;
+        if (kind != 0) return true;
+        const std::string text = std::move(held);
+        held.clear();
+        return client_sink(text);
+    };
     uint32_t reason = H2O_STOP_NONE;
     bool client_gone = false;
     // The compute is taken for slices of kComputeSlice rather than token by token (8 streams on
@@ -212,11 +289,16 @@ TurnOutcome ChatTurn::generate(const PieceSink &sink) {
             outcome.finish_reason = "length";
         else if (reason != H2O_STOP_NONE)
             outcome.finish_reason = "stop";
+        if (may_call) read_tool_calls(&outcome);
+        // What was held back and is not a call is text after all (a reply cut short mid-call).
+        if (outcome.tool_calls.empty() && !held.empty()) client_gone = !client_sink(held);
     }
     // The turn is closed with the text delivered, whatever ended it, so that the record and the
     // session agree; the client may send it back or not (then the next request starts afresh).
     HistoryRecord record;
-    record.known = close_turn(outcome.text, reason == H2O_STOP_EOS);
+    Message reply{"assistant", outcome.tool_calls.empty() ? outcome.text : "", outcome.tool_calls.empty() ? "" : outcome.tool_calls.dump(),
+                  ""};
+    record.known = close_turn(reply, outcome.text, reason == H2O_STOP_EOS);
     // What the cache no longer holds, the closed turn included (its end may evict too).
     usage_.evicted_tokens = evicted_tokens(session);
     if (context_.evictions && usage_.evicted_tokens > evicted_before_) {
@@ -224,7 +306,7 @@ TurnOutcome ChatTurn::generate(const PieceSink &sink) {
         if (evicted_before_ == 0) ++context_.evictions->conversations_filled;
     }
     outcome.usage = usage_;
-    record.history = extend_history(history_, "assistant", outcome.text);
+    record.history = extend_history(history_, "assistant", reply.digest_content());
     record.n_messages = static_cast<uint32_t>(messages_.size() + 1);
     generated_ = true;
     if (auto error = context_.store->commit(*lease_, record)) {
@@ -233,11 +315,25 @@ TurnOutcome ChatTurn::generate(const PieceSink &sink) {
     return outcome;
 }
 
-bool ChatTurn::close_turn(const std::string &reply, bool ended_by_eog) {
+void ChatTurn::read_tool_calls(TurnOutcome *outcome) const {
+    const char *format = context_.chat_format.empty() ? nullptr : context_.chat_format.c_str();
+    std::string json;
+    const h2o_status st = written_text(
+        [&](char *text, size_t capacity, size_t *n) {
+            return h2o_parse_tool_calls(context_.model, format, outcome->text.data(), outcome->text.size(), messages_.size(), text,
+                                        capacity, n);
+        },
+        &json);
+    if (st != H2O_OK) return;  // not a whole call (cut short): the reply stays text
+    outcome->tool_calls = nlohmann::json::parse(json)["tool_calls"];
+    if (!outcome->tool_calls.empty()) outcome->finish_reason = "tool_calls";
+}
+
+bool ChatTurn::close_turn(const Message &message, const std::string &reply, bool ended_by_eog) {
     std::vector<Message> closed_messages = messages_;
-    closed_messages.push_back(Message{"assistant", reply});
+    closed_messages.push_back(message);
     std::string closed;
-    if (format_conversation(context_, closed_messages, closed_messages.size(), false, &closed) ||
+    if (format_conversation(context_, closed_messages, closed_messages.size(), false, tools_, &closed) ||
         closed.compare(0, formatted_.size(), formatted_) != 0)
         return false;
     // What follows the reply: the chat format may trim the reply, so it is found by its text.

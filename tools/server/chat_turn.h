@@ -33,8 +33,9 @@ struct TurnContext {
 };
 
 struct TurnOutcome {
-    std::string text;           // the reply, as delivered
-    std::string finish_reason;  // "stop" or "length"; "" when cancelled or failed
+    std::string text;                                     // the reply, as generated (a call's text too)
+    std::string finish_reason;                            // "stop", "length" or "tool_calls"; "" when cancelled or failed
+    nlohmann::json tool_calls = nlohmann::json::array();  // the reply's calls, when it made them
     Usage usage;
     std::optional<ApiError> error;  // generation failed partway
 };
@@ -48,8 +49,9 @@ public:
 
     const std::string &conversation_id() { return lease_->conversation().id; }
 
-    // Receives each piece of the reply; false when the client is gone (the turn then stops and is
-    // closed with the text delivered so far).
+    // Receives each piece of the reply's text; false when the client is gone (the turn then stops
+    // and is closed with the text generated so far). A reply that may be a tool call is held back
+    // until it is known not to be one; calls are given in TurnOutcome, not as pieces.
     using PieceSink = std::function<bool(const std::string &piece)>;
     // Generates the reply, closes the turn and commits the conversation.
     TurnOutcome generate(const PieceSink &sink);
@@ -57,12 +59,18 @@ public:
 private:
     ChatTurn(const TurnContext &context, std::unique_ptr<Lease> lease) : context_(context), lease_(std::move(lease)) {}
     std::optional<ApiError> process_prompt(const ChatRequest &request);
-    // Adds what follows the reply in the formatted conversation (the end of the assistant's turn).
-    bool close_turn(const std::string &reply, bool ended_by_eog);
+    // Adds what follows the reply in the formatted conversation (the end of the assistant's turn):
+    // message is the assistant's message as the history holds it, reply the text generated.
+    bool close_turn(const Message &message, const std::string &reply, bool ended_by_eog);
+
+    // The reply read back as tool calls (TurnOutcome.tool_calls), when the request offered tools.
+    void read_tool_calls(TurnOutcome *outcome) const;
 
     const TurnContext &context_;
     std::unique_ptr<Lease> lease_;
     std::vector<Message> messages_;
+    std::string tools_;           // the request's tools ("" none)
+    std::string tool_choice_;     // "auto", "none", "required" or a function's name
     std::string formatted_;       // the request's conversation with the assistant's opening
     Digest history_{};            // digest of the request's messages
     uint32_t held_messages_ = 0;  // of messages_, those the session held before this turn,
@@ -73,8 +81,9 @@ private:
     bool generated_ = false;       // generate() ran: the record is committed
 };
 
-// The conversation formatted as the model's chat format writes it (h2o_chat_format).
+// The first `count` messages formatted as the model's chat format writes them, with the tools
+// ("" none: h2o_chat_format, else h2o_chat_format_tools).
 std::optional<ApiError> format_conversation(const TurnContext &context, const std::vector<Message> &messages, size_t count, bool open_reply,
-                                            std::string *out);
+                                            const std::string &tools, std::string *out);
 
 }  // namespace h2o_server

@@ -105,6 +105,12 @@ void stream_reply(Endpoints &e, std::unique_ptr<ChatTurn> turn, std::shared_ptr<
         if (outcome.error) {
             send(json::parse(error_body(*outcome.error)));
         } else if (!outcome.finish_reason.empty()) {
+            // Each call in one delta of OpenAI's shape: its index, id, name and whole arguments.
+            for (size_t i = 0; i < outcome.tool_calls.size(); ++i) {
+                json call = outcome.tool_calls[i];
+                call["index"] = i;
+                send(chunk_json(header, json{{"tool_calls", json::array({call})}}, nullptr));
+            }
             send(chunk_json(header, json::object(), outcome.finish_reason.c_str()));
             if (include_usage) send(chunk_json(header, json(), nullptr, &outcome.usage));
         }
@@ -134,7 +140,8 @@ void chat_completions(Endpoints &e, const httplib::Request &req, httplib::Respon
     turn.reset();
     if (outcome.error) return send_error(res, *outcome.error);
     ++e.completions;
-    res.set_content(dump(completion_json(header, outcome.text, outcome.finish_reason, outcome.usage)), "application/json");
+    res.set_content(dump(completion_json(header, outcome.text, outcome.finish_reason, outcome.usage, outcome.tool_calls)),
+                    "application/json");
 }
 
 }  // namespace

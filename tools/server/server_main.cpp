@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
     {
         std::string probe;
         std::vector<h2o_server::Message> one{{"user", "hi"}};
-        if (auto error = h2o_server::format_conversation(context, one, 1, true, &probe)) {
+        if (auto error = h2o_server::format_conversation(context, one, 1, true, "", &probe)) {
             std::fprintf(stderr, "h2o-server: %s%s\n", error->message.c_str(),
                          opt.chat_format.empty() ? " (give one with --chat-format)" : "");
             return 1;
