@@ -289,7 +289,7 @@ private:
             if (!props || !props->find(name))
                 return bad(where + "/required", "the required property '" + name + "' has no schema in properties");
         }
-        for (const auto &[name, schema] : props ? props->members : std::vector<std::pair<std::string, JsonValue>>{}) {
+        for (const auto &[name, schema] : props ? props->members : std::vector<JsonMember>{}) {
             std::string value;
             H2O_TRY(visit(schema, where + "/properties/" + name, depth + 1, &value));
             JsonValue key;

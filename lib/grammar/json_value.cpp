@@ -79,7 +79,7 @@ private:
             if (!take(":")) return error("expected ':'");
             JsonValue member;
             H2O_TRY(value(&member, depth + 1));
-            out->members.emplace_back(std::move(key), std::move(member));
+            out->members.push_back(JsonMember{std::move(key), std::move(member)});
             skip_space();
             if (take("}")) return Status::Ok();
             if (!take(",")) return error("expected ',' or '}'");

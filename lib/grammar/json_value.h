@@ -16,6 +16,8 @@ namespace h2o {
 constexpr size_t kMaxJsonBytes = 1u << 20;
 constexpr int kMaxJsonDepth = 64;
 
+struct JsonMember;
+
 struct JsonValue {
     enum Kind {
         kNull,
@@ -29,11 +31,17 @@ struct JsonValue {
     double number = 0.0;
     std::string text;  // a string's value, or a number as written
     std::vector<JsonValue> items;
-    std::vector<std::pair<std::string, JsonValue>> members;
+    std::vector<JsonMember> members;  // (a pair would need JsonValue complete here)
 
     // The member `key` of an object, or null.
     const JsonValue *find(std::string_view key) const;
     bool is(Kind k) const { return kind == k; }
+};
+
+// One member of an object: its key and value.
+struct JsonMember {
+    std::string first;
+    JsonValue second;
 };
 
 // Errors: H2O_ERR_INVALID_ARGUMENT, "what: ..." with the byte offset.

@@ -300,7 +300,7 @@ Status parse_tools(std::string_view json, std::vector<ToolFunction> *out) {
             f.parameters = *parameters;
         } else {
             f.parameters.kind = JsonValue::kObject;
-            f.parameters.members.emplace_back("type", json_string("object"));
+            f.parameters.members.push_back(JsonMember{"type", json_string("object")});
         }
         out->push_back(std::move(f));
     }
