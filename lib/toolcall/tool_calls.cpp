@@ -25,37 +25,39 @@ JsonValue json_string(std::string text) {
     return v;
 }
 
-// What opens a call, and how its members are named.
+// How a reply of calls is laid out: reply_open, then each call as call_open NAME arguments_key
+// ARGUMENTS call_close with separators between, then reply_close.
 struct CallLayout {
-    std::string_view opening;        // the reply begins so exactly when it calls
+    std::string_view opening;        // a reply begins so exactly when it calls
+    std::string_view reply_open;     // before the first call
     std::string_view call_open;      // before each call's name
     std::string_view arguments_key;  // between the name and the arguments
     std::string_view call_close;     // after each call's arguments
     std::string_view separator;      // between calls
-    std::string_view closing;        // after the last call
+    std::string_view reply_close;    // after the last call
     bool single = false;             // one call per reply
 };
 
 CallLayout layout_of(ToolSyntax syntax) {
     switch (syntax) {
         case ToolSyntax::Hermes:
-            return {"<tool_call>", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "", false};
+            return {"<tool_call>", "", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "", false};
         case ToolSyntax::Llama3:
-            return {"{\"name\": \"", "{\"name\": \"", "\", \"parameters\": ", "}", "", "", true};
+            return {"{\"name\": \"", "", "{\"name\": \"", "\", \"parameters\": ", "}", "", "", true};
         case ToolSyntax::Json:
-            return {"{\"tool_calls\": [", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]}", false};
+            return {"{\"tool_calls\": [", "{\"tool_calls\": [", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]}", false};
     }
     return {};
 }
 
 std::string write_calls(ToolSyntax syntax, const std::vector<ToolCall> &calls) {
     const CallLayout l = layout_of(syntax);
-    std::string out = syntax == ToolSyntax::Json ? std::string("{\"tool_calls\": [") : std::string();
+    std::string out(l.reply_open);
     for (size_t i = 0; i < calls.size(); ++i) {
         if (i > 0) out.append(l.separator);
         out.append(l.call_open).append(calls[i].name).append(l.arguments_key).append(calls[i].arguments).append(l.call_close);
     }
-    return out.append(l.closing);
+    return out.append(l.reply_close);
 }
 
 // The end of the JSON value that begins at `at` (strings and nesting followed; the value itself
@@ -407,8 +409,8 @@ Status tool_call_grammar(ToolSyntax syntax, const std::vector<ToolFunction> &too
     if (functions.empty()) return bad("tool_choice names '" + std::string(name) + "', which is not one of the tools");
     std::string out = "call ::= " + literal(l.call_open) + " (" + functions + ") " + literal(l.call_close) + "\n";
     const std::string more = parallel && !l.single ? " (" + literal(l.separator) + " call)*" : "";
-    out += "calls ::= " + (syntax == ToolSyntax::Json ? literal("{\"tool_calls\": [") + " " : std::string()) + "call" + more +
-           (l.closing.empty() ? "" : " " + literal(l.closing)) + "\n";
+    out += "calls ::= " + (l.reply_open.empty() ? "" : literal(l.reply_open) + " ") + "call" + more +
+           (l.reply_close.empty() ? "" : " " + literal(l.reply_close)) + "\n";
     out += choice == ToolChoice::Auto ? "root ::= calls | " + not_beginning_with(l.opening) + "\n" : "root ::= calls\n";
     *grammar = out + json_common_rules() + rules;
     return Status::Ok();
@@ -428,7 +430,7 @@ Status parse_tool_reply(ToolSyntax syntax, std::string_view reply, uint64_t id_s
         return Status::Ok();
     }
     const CallLayout l = layout_of(syntax);
-    size_t at = syntax == ToolSyntax::Json ? std::string_view("{\"tool_calls\": [").size() : 0;
+    size_t at = l.reply_open.size();
     auto expect = [&](std::string_view what) -> Status {
         if (reply.substr(at, what.size()) != what)
             return bad("the tool call does not continue with " + json_text(json_string(std::string(what))) + " at byte " +
@@ -463,7 +465,7 @@ Status parse_tool_reply(ToolSyntax syntax, std::string_view reply, uint64_t id_s
             break;
         at += l.separator.size();
     }
-    H2O_TRY(expect(l.closing));
+    H2O_TRY(expect(l.reply_close));
     const std::string_view rest = reply.substr(at);
     if (rest.find_first_not_of(" \t\r\n") != std::string_view::npos)
         return bad("text follows the tool calls at byte " + std::to_string(at));

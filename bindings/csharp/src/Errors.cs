@@ -63,8 +63,21 @@ namespace H2o
         public static string StatusName(Status status) => Utf8.FromNative(Native.h2o_status_string((int)status));
     }
 
+    /// <summary>A C call that writes text the h2o way (capacity 0 asks for the size).</summary>
+    internal delegate int TextCall(byte[] text, UIntPtr capacity, out UIntPtr needed);
+
     internal static class Utf8
     {
+        /// <summary>The text a TextCall writes: its size asked first, then written.</summary>
+        internal static string Out(TextCall call)
+        {
+            int code = call(null, UIntPtr.Zero, out UIntPtr needed);
+            if (code != 0 && code != Native.BufferTooSmall) Check.Status(code);
+            var text = new byte[(int)needed + 1];
+            Check.Status(call(text, (UIntPtr)text.Length, out needed));
+            return Encoding.UTF8.GetString(text, 0, (int)needed);
+        }
+
         /// <summary>UTF-8 bytes without a terminator (text passed with its length).</summary>
         internal static byte[] Bytes(string text) => Encoding.UTF8.GetBytes(text ?? throw new ArgumentNullException());
 

@@ -146,6 +146,40 @@ namespace H2o
             return System.Text.Encoding.UTF8.GetString(text, 0, (int)needed);
         }
 
+        /// <summary>A conversation with tools as the model's family writes it (h2o_chat_format_tools):
+        /// messagesJson and toolsJson (null: none) in OpenAI's shapes; format null: the model's own
+        /// template. Feed it with Session.AddChatText.</summary>
+        public string FormatChatWithTools(string messagesJson, string toolsJson, string format = null, bool addAssistantPrefix = true)
+        {
+            byte[] messages = Utf8.Bytes(messagesJson), tools = toolsJson == null ? null : Utf8.Bytes(toolsJson);
+            byte[] name = format == null ? null : Utf8.CString("format", format);
+            return Utf8.Out((byte[] text, UIntPtr capacity, out UIntPtr needed) =>
+                                Native.h2o_chat_format_tools(Handle, name, messages, (UIntPtr)messages.Length, tools,
+                                                             (UIntPtr)(tools?.Length ?? 0), addAssistantPrefix ? 1 : 0, text, capacity,
+                                                             out needed));
+        }
+
+        /// <summary>The grammar (GenerateParams.Grammar) of a reply under toolChoice: "auto",
+        /// "required" or a function's name; parallel false: one call (h2o_tool_call_grammar).</summary>
+        public string ToolCallGrammar(string toolsJson, string toolChoice = "auto", bool parallel = true, string format = null)
+        {
+            byte[] tools = Utf8.Bytes(toolsJson), choice = Utf8.CString("toolChoice", toolChoice);
+            byte[] name = format == null ? null : Utf8.CString("format", format);
+            return Utf8.Out((byte[] text, UIntPtr capacity, out UIntPtr needed) =>
+                                Native.h2o_tool_call_grammar(Handle, name, tools, (UIntPtr)tools.Length, choice, parallel ? 1 : 0, text,
+                                                             capacity, out needed));
+        }
+
+        /// <summary>A reply read back as JSON: {"content": text or null, "tool_calls": [{"id",
+        /// "type", "function": {"name", "arguments"}}]} (h2o_parse_tool_calls).</summary>
+        public string ParseToolCalls(string reply, ulong idSalt = 0, string format = null)
+        {
+            byte[] bytes = Utf8.Bytes(reply);
+            byte[] name = format == null ? null : Utf8.CString("format", format);
+            return Utf8.Out((byte[] text, UIntPtr capacity, out UIntPtr needed) =>
+                                Native.h2o_parse_tool_calls(Handle, name, bytes, (UIntPtr)bytes.Length, idSalt, text, capacity, out needed));
+        }
+
         /// <summary>Releases the model; sessions made from it keep working.</summary>
         public void Dispose() => Handle.Dispose();
     }

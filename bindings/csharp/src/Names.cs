@@ -119,11 +119,8 @@ namespace H2o
         public static string JsonSchemaToGrammar(string schema)
         {
             byte[] bytes = Utf8.Bytes(schema);
-            int code = Native.h2o_json_schema_to_grammar(bytes, (UIntPtr)bytes.Length, null, UIntPtr.Zero, out UIntPtr needed);
-            if (code != 0 && code != Native.BufferTooSmall) Check.Status(code);
-            var text = new byte[(int)needed + 1];
-            Check.Status(Native.h2o_json_schema_to_grammar(bytes, (UIntPtr)bytes.Length, text, (UIntPtr)text.Length, out needed));
-            return System.Text.Encoding.UTF8.GetString(text, 0, (int)needed);
+            return Utf8.Out((byte[] text, UIntPtr capacity, out UIntPtr needed) =>
+                                Native.h2o_json_schema_to_grammar(bytes, (UIntPtr)bytes.Length, text, capacity, out needed));
         }
 
         /// <summary>The library's name of a backend ("cpu", "vulkan", ...).</summary>

@@ -145,6 +145,7 @@ namespace H2o
         // Resolved as libh2o-llm.so: see Library.cs for where it is looked for.
         internal const string Lib = "h2o-llm";
         internal const uint TextPin = 1;
+        internal const uint TextSpecial = 2;
         internal const int BufferTooSmall = 9;
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern IntPtr h2o_version();
@@ -202,6 +203,16 @@ namespace H2o
         internal static extern int h2o_session_get_kv_usage(SessionHandle s, ref NativeKvUsage usage);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_json_schema_to_grammar(byte[] schema, UIntPtr len, byte[] text, UIntPtr capacity, out UIntPtr needed);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_chat_format_tools(ModelHandle model, byte[] format, byte[] messages, UIntPtr messagesLen, byte[] tools,
+                                                         UIntPtr toolsLen, int addAssistantPrefix, byte[] text, UIntPtr capacity,
+                                                         out UIntPtr needed);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_tool_call_grammar(ModelHandle model, byte[] format, byte[] tools, UIntPtr toolsLen, byte[] toolChoice,
+                                                         int parallel, byte[] grammar, UIntPtr capacity, out UIntPtr needed);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_parse_tool_calls(ModelHandle model, byte[] format, byte[] reply, UIntPtr replyLen, ulong idSalt,
+                                                        byte[] json, UIntPtr capacity, out UIntPtr needed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_set_event_callback(SessionHandle s, EventCallback callback, IntPtr userData);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] internal static extern int h2o_session_reset(SessionHandle s);

@@ -228,6 +228,14 @@ namespace H2o
             Check(Native.h2o_session_add_text(handle, bytes, (UIntPtr)bytes.Length, pin ? Native.TextPin : 0));
         }
 
+        /// <summary>Appends chat-formatted text (Model.FormatChatWithTools): the spellings of
+        /// control tokens become those tokens; pin as in AddText.</summary>
+        public void AddChatText(string text, bool pin = false)
+        {
+            byte[] bytes = Utf8.Bytes(text);
+            Check(Native.h2o_session_add_text(handle, bytes, (UIntPtr)bytes.Length, Native.TextSpecial | (pin ? Native.TextPin : 0)));
+        }
+
         /// <summary>Retention spans a session may hold (AddSpanText).</summary>
         public const uint MaxSpans = 32;
 

@@ -106,6 +106,27 @@ namespace H2o.Tests
         }
 
         [Test]
+        public static void ARequiredToolCallIsGeneratedReadBackAndWrittenAgain()
+        {
+            const string tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": " +
+                                 "\"object\", \"properties\": {\"city\": {\"enum\": [\"Paris\", \"Rome\"]}}, \"required\": [\"city\"]}}}]";
+            using (var model = Model.Load(Runner.ModelPath()))
+            using (var session = new Session(model))
+            {
+                string prompt = model.FormatChatWithTools("[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}]", tools, "chatml");
+                Assert.True(prompt.Contains("<tools>\n{\"type\": \"function\""), "the tools in the prompt: " + prompt);
+                session.AddChatText(prompt);
+                string grammar = model.ToolCallGrammar(tools, "required", false, "chatml");
+                string reply = Collect(session, "", new GenerateParams { Temperature = 0, MaxTokens = 300, Grammar = grammar });
+                string parsed = model.ParseToolCalls(reply, 1, "chatml");
+                Assert.True(parsed.StartsWith("{\"content\": null, \"tool_calls\": [{\"id\": \"call_") &&
+                                parsed.Contains("\"name\": \"get_weather\""), "the call read back: " + parsed);
+                Assert.Equal("{\"content\": \"Text.\", \"tool_calls\": []}", model.ParseToolCalls("Text.", 0, "chatml"), "text stays text");
+                Assert.Throws<H2oException>(() => model.ToolCallGrammar(tools, "nope", true, "chatml"));
+            }
+        }
+
+        [Test]
         public static void SetSeedSamplesAsASessionMadeWithThatSeed()
         {
             using (var model = Model.Load(Runner.ModelPath()))

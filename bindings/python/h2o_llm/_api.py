@@ -372,6 +372,49 @@ class Model(_Native):
         )
         return out.decode("utf-8", errors="replace")
 
+    def format_chat_with_tools(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        *,
+        format: Optional[str] = None,
+        add_assistant_prefix: bool = True,
+    ) -> str:
+        """A conversation with tools (OpenAI's shapes: "tools", an assistant's "tool_calls",
+        role "tool" results with "tool_call_id") as the model's family writes it
+        (h2o_chat_format_tools). Feed it with Session.add_text(..., special=True)."""
+        data = _utf8(json.dumps(list(messages)))
+        tools_data = _utf8(json.dumps(list(tools))) if tools else b""
+        name = format.encode() if format is not None else None
+        out = _text_out(
+            lambda buf, cap, n: lib.h2o_chat_format_tools(
+                self.handle, name, data, len(data), tools_data or None, len(tools_data), int(add_assistant_prefix), buf, cap, byref(n)
+            )
+        )
+        return out.decode("utf-8", errors="replace")
+
+    def tool_call_grammar(
+        self, tools: Sequence[Mapping[str, Any]], tool_choice: str = "auto", *, parallel: bool = True, format: Optional[str] = None
+    ) -> str:
+        """The grammar (generate(grammar=...)) of a reply under tool_choice: "auto", "required" or
+        a function's name (h2o_tool_call_grammar)."""
+        data = _utf8(json.dumps(list(tools)))
+        name = format.encode() if format is not None else None
+        choice = tool_choice.encode()
+        out = _text_out(
+            lambda buf, cap, n: lib.h2o_tool_call_grammar(self.handle, name, data, len(data), choice, int(parallel), buf, cap, byref(n))
+        )
+        return out.decode("utf-8")
+
+    def parse_tool_calls(self, reply: Text, *, id_salt: int = 0, format: Optional[str] = None) -> Dict[str, Any]:
+        """A reply read back: {"content": text or None, "tool_calls": [{"id", "type", "function":
+        {"name", "arguments"}}]} (h2o_parse_tool_calls)."""
+        data = _utf8(reply)
+        name = format.encode() if format is not None else None
+        out = _text_out(lambda buf, cap, n: lib.h2o_parse_tool_calls(self.handle, name, data, len(data), id_salt, buf, cap, byref(n)))
+        parsed: Dict[str, Any] = json.loads(out.decode("utf-8"))
+        return parsed
+
     def session(self, **params: object) -> "Session":
         """A new session. Keyword arguments are h2o_session_params' fields (n_ctx, n_threads,
         n_batch, seed, kv_budget, kv_policy, kv_recent, kv_recent_ratio, kv_sinks,

@@ -6,6 +6,7 @@ import os
 import tempfile
 import threading
 import unittest
+from typing import Any, Dict, List
 from pathlib import Path
 
 import h2o_llm as h2o
@@ -223,6 +224,29 @@ class ModelTest(unittest.TestCase):
         self.assertTrue(h2o.json_schema_to_grammar(schema).startswith("root ::= "))
         with self.assertRaises(h2o.H2oError):
             h2o.json_schema_to_grammar({"type": "string", "pattern": "x"})
+
+    def test_tool_calls_round_trip(self) -> None:
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}}}]
+        messages: List[Dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+        prompt = self.model.format_chat_with_tools(messages, tools, format="chatml")
+        self.assertIn("<tools>\n" + json.dumps(tools[0]) + "\n</tools>", prompt)
+        grammar = self.model.tool_call_grammar(tools, "required", parallel=False, format="chatml")
+        with session(self.model) as s:
+            s.add_text(prompt, special=True)
+            reply = s.generate("", grammar=grammar, max_tokens=300, temperature=0)
+        parsed = self.model.parse_tool_calls(reply, id_salt=1, format="chatml")
+        self.assertIsNone(parsed["content"])
+        call = parsed["tool_calls"][0]
+        self.assertEqual(call["function"]["name"], "get_weather")
+        self.assertIn(json.loads(call["function"]["arguments"])["city"], ("Paris", "Rome"))
+        messages += [{"role": "assistant", "content": None, "tool_calls": parsed["tool_calls"]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+        history = self.model.format_chat_with_tools(messages, tools, format="chatml")
+        self.assertIn(reply + "<|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response>", history)
+        self.assertEqual(self.model.parse_tool_calls("Just text.", format="chatml"), {"content": "Just text.", "tool_calls": []})
+        with self.assertRaises(h2o.H2oError):
+            self.model.tool_call_grammar(tools, "nope", format="chatml")
 
     def test_progress_can_cancel_a_load(self) -> None:
         seen = []

@@ -48,6 +48,7 @@ pub const H2O_STOP_CALLBACK: u32 = 4;
 pub const H2O_STOP_GRAMMAR: u32 = 5;
 
 pub const H2O_TEXT_PIN: u32 = 1;
+pub const H2O_TEXT_SPECIAL: u32 = 2;
 /// Retention spans a session may hold (h2o_session_add_span_text).
 pub const H2O_MAX_SPANS: u32 = 32;
 
@@ -324,6 +325,16 @@ extern "C" {
     pub fn h2o_session_get_kv_layout(session: *const h2o_session, layout: *mut h2o_kv_layout) -> h2o_status;
     pub fn h2o_json_schema_to_grammar(schema: *const c_char, schema_len: usize, text: *mut c_char, capacity: usize,
                                       n_bytes: *mut usize) -> h2o_status;
+    pub fn h2o_chat_format_tools(model: *const h2o_model, format_name: *const c_char, messages_json: *const c_char,
+                                 messages_len: usize, tools_json: *const c_char, tools_len: usize, add_assistant_prefix: c_int,
+                                 text: *mut c_char, capacity: usize, n_bytes: *mut usize) -> h2o_status;
+    pub fn h2o_tool_call_grammar(model: *const h2o_model, format_name: *const c_char, tools_json: *const c_char, tools_len: usize,
+                                 tool_choice: *const c_char, parallel: c_int, grammar: *mut c_char, capacity: usize,
+                                 n_bytes: *mut usize) -> h2o_status;
+    pub fn h2o_tool_reply_kind(model: *const h2o_model, format_name: *const c_char, reply: *const c_char, reply_len: usize,
+                               kind: *mut c_int) -> h2o_status;
+    pub fn h2o_parse_tool_calls(model: *const h2o_model, format_name: *const c_char, reply: *const c_char, reply_len: usize,
+                                id_salt: u64, json: *mut c_char, capacity: usize, n_bytes: *mut usize) -> h2o_status;
     pub fn h2o_session_get_kv_usage(session: *const h2o_session, usage: *mut h2o_kv_usage) -> h2o_status;
     pub fn h2o_session_set_event_callback(session: *mut h2o_session, callback: h2o_session_event_callback,
                                           user_data: *mut c_void) -> h2o_status;

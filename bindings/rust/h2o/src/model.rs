@@ -136,7 +136,65 @@ pub(crate) fn path_text(path: &Path) -> Result<String> {
         .ok_or_else(|| Error::new(Status::InvalidArgument, format!("path is not UTF-8: {}", path.display())))
 }
 
+/// The text a C call writes the h2o way: asked for its size (`BUFFER_TOO_SMALL` with the size),
+/// then written into a buffer of that size.
+pub(crate) fn text_out(call: impl Fn(*mut c_char, usize, *mut usize) -> i32) -> Result<String> {
+    let mut n = 0usize;
+    let code = call(std::ptr::null_mut(), 0, &mut n);
+    if code != h2o_sys::H2O_ERR_BUFFER_TOO_SMALL {
+        check(code)?;
+    }
+    let mut buffer = vec![0u8; n + 1];
+    check(call(buffer.as_mut_ptr() as *mut c_char, buffer.len(), &mut n))?;
+    buffer.truncate(n);
+    String::from_utf8(buffer).map_err(|_| Error::new(Status::Internal, "the library wrote text that is not UTF-8"))
+}
+
+// A format name for the C API: None is the model's own template.
+fn format_name(format: Option<&str>) -> Result<Option<std::ffi::CString>> {
+    format.map(|f| c_string("the format name", f)).transpose()
+}
+
 impl Model {
+    /// Writes a conversation with tools as the model's family reads them (h2o_chat_format_tools):
+    /// `messages_json` and `tools_json` are OpenAI's JSON shapes (an assistant's `tool_calls`,
+    /// role `tool` results with `tool_call_id`); `format` None is the model's own template.
+    pub fn format_chat_with_tools(&self, messages_json: &str, tools_json: Option<&str>, format: Option<&str>,
+                                  add_assistant_prefix: bool) -> Result<String> {
+        let name = format_name(format)?;
+        let name_ptr = name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr());
+        let tools = tools_json.unwrap_or("");
+        // SAFETY: texts with their lengths; text_out passes a buffer of the capacity it gives.
+        text_out(|text, capacity, n| unsafe {
+            h2o_sys::h2o_chat_format_tools(self.as_ptr(), name_ptr, messages_json.as_ptr() as *const c_char, messages_json.len(),
+                                           tools.as_ptr() as *const c_char, tools.len(), add_assistant_prefix as c_int, text, capacity, n)
+        })
+    }
+
+    /// The grammar (`GenerateParams::grammar`) of a reply under `tool_choice`: "auto",
+    /// "required" or a function's name; `parallel` false: one call (h2o_tool_call_grammar).
+    pub fn tool_call_grammar(&self, tools_json: &str, tool_choice: &str, parallel: bool, format: Option<&str>) -> Result<String> {
+        let name = format_name(format)?;
+        let name_ptr = name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr());
+        let choice = c_string("tool_choice", tool_choice)?;
+        // SAFETY: as above.
+        text_out(|text, capacity, n| unsafe {
+            h2o_sys::h2o_tool_call_grammar(self.as_ptr(), name_ptr, tools_json.as_ptr() as *const c_char, tools_json.len(), choice.as_ptr(),
+                                           parallel as c_int, text, capacity, n)
+        })
+    }
+
+    /// A reply read back, as JSON: {"content": text or null, "tool_calls": [{"id", "type",
+    /// "function": {"name", "arguments"}}]} (h2o_parse_tool_calls; ids from the reply and id_salt).
+    pub fn parse_tool_calls(&self, reply: &str, id_salt: u64, format: Option<&str>) -> Result<String> {
+        let name = format_name(format)?;
+        let name_ptr = name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr());
+        // SAFETY: as above.
+        text_out(|text, capacity, n| unsafe {
+            h2o_sys::h2o_parse_tool_calls(self.as_ptr(), name_ptr, reply.as_ptr() as *const c_char, reply.len(), id_salt, text, capacity, n)
+        })
+    }
+
     /// Loads a GGUF model with default options.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
         ModelLoader::new(path).load()

@@ -229,17 +229,8 @@ pub(crate) struct CGenerateParams {
 /// minItems and maxItems, string lengths and formats, local $ref; what it cannot enforce is
 /// refused by name). Errors: the keyword refused, or the JSON error's offset.
 pub fn json_schema_to_grammar(schema: &str) -> Result<String> {
-    let mut n = 0usize;
-    // SAFETY: a valid text and an output pointer; the size query writes nothing else.
-    let code = unsafe { h2o_sys::h2o_json_schema_to_grammar(schema.as_ptr() as *const c_char, schema.len(), std::ptr::null_mut(), 0, &mut n) };
-    if code != h2o_sys::H2O_ERR_BUFFER_TOO_SMALL {
-        check(code)?;
-    }
-    let mut buffer = vec![0u8; n + 1];
-    // SAFETY: a buffer of the reported size and one more byte.
-    check(unsafe {
-        h2o_sys::h2o_json_schema_to_grammar(schema.as_ptr() as *const c_char, schema.len(), buffer.as_mut_ptr() as *mut c_char, buffer.len(), &mut n)
-    })?;
-    buffer.truncate(n);
-    String::from_utf8(buffer).map_err(|_| crate::error::Error::new(crate::error::Status::Internal, "the grammar is not UTF-8"))
+    // SAFETY: a valid text; text_out passes a buffer of the capacity it gives.
+    crate::model::text_out(|text, capacity, n| unsafe {
+        h2o_sys::h2o_json_schema_to_grammar(schema.as_ptr() as *const c_char, schema.len(), text, capacity, n)
+    })
 }

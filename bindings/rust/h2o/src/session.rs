@@ -333,6 +333,16 @@ impl Session {
         })
     }
 
+    /// Appends chat-formatted text (`Model::format_chat_with_tools`): the spellings of control
+    /// tokens ("<|im_start|>", ...) become those tokens; `pin` as in `add_text`.
+    pub fn add_chat_text(&mut self, text: &str, pin: bool) -> Result<()> {
+        let flags = h2o_sys::H2O_TEXT_SPECIAL | if pin { h2o_sys::H2O_TEXT_PIN } else { 0 };
+        // SAFETY: as in add_text.
+        self.check(unsafe {
+            h2o_sys::h2o_session_add_text(self.ptr(), text.as_ptr() as *const c_char, text.len(), flags)
+        })
+    }
+
     /// Appends text to the retention span `span_id` (any nonzero id; the same id again appends to
     /// the span, up to `MAX_SPANS` spans). Every (layer, kv head) keeps at least
     /// floor(min_share * kv_budget) of the span's tokens, those its policy ranks highest; the
