@@ -321,9 +321,13 @@ H2O_API h2o_status h2o_chat_format(const h2o_model *model, const char *format_na
  * syntax: "chatml" (Qwen 2.5/3, SmolLM2, Hermes): "<tool_call>\n{"name": N, "arguments": A}\n
  * </tool_call>" per call, one per line, the tools in the system message; "llama3" (Llama 3.1 to
  * 3.3): one call {"name": N, "parameters": A}, the tools in the first user message, results in
- * "ipython" turns; every other format (its template has no tools): the tools described in the
- * system message and calls as {"tool_calls": [{"name": N, "arguments": A}, ...]}. Tools, messages
- * and calls are OpenAI's JSON shapes. Use:
+ * "ipython" turns; "mistral" with a vocabulary that has the control token [TOOL_CALLS] (v0.3 and
+ * later): "[AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS]" before the last user turn, calls as
+ * "[TOOL_CALLS] [{"name": N, "arguments": A, "id": ID}, ...]" with the 9-character ids the model
+ * writes, results in [TOOL_RESULTS] blocks; every other format (its template has no tools): the
+ * tools described in the system message and calls as {"tool_calls": [{"name": N, "arguments": A},
+ * ...]}. Tools, messages and calls are OpenAI's JSON shapes. A control token a grammar spells out
+ * (as these grammars spell [TOOL_CALLS]) may be generated, and is delivered as that text. Use:
  *   h2o_chat_format_tools(...) -> h2o_session_add_text(..., H2O_TEXT_SPECIAL);
  *   h2o_tool_call_grammar(...) -> h2o_generate_params.grammar; h2o_generate(...);
  *   h2o_parse_tool_calls(reply) -> the calls; run them; append role "tool" messages; repeat.

@@ -491,7 +491,12 @@ Status tool_syntax_of(const h2o_model *model, const char *format_name, const cha
     if (!model) return make_error(H2O_ERR_INVALID_ARGUMENT, std::string(what) + ": model is NULL");
     h2o::ChatFormat format;
     H2O_TRY(resolve_chat_format(model, format_name, &format));
-    *syntax = h2o::tool_syntax_for(format);
+    // Mistral's own syntax where its vocabulary has the control token that opens a call.
+    const h2o::Tokenizer &tok = model->impl->tokenizer();
+    std::vector<int32_t> opener;
+    const bool mistral_tokens = format == h2o::ChatFormat::Mistral && tok.encode_special("[TOOL_CALLS]", false, &opener).ok() &&
+                                opener.size() == 1 && tok.is_control(opener[0]);
+    *syntax = h2o::tool_syntax_for(format, mistral_tokens);
     if (format_out) *format_out = format;
     return Status::Ok();
 }
@@ -1315,7 +1320,9 @@ H2O_API h2o_status h2o_grammar_create(h2o_model *model, const char *grammar, siz
         if (!compiled) return invalid("h2o_grammar_create: give a grammar or a json_schema");
         auto g = std::make_unique<h2o_grammar>();
         g->model = model->impl;
-        g->matcher = std::make_unique<h2o::GrammarMatcher>(compiled, h2o::TokenSurfaces::build(model->impl->tokenizer()));
+        const h2o::Tokenizer &tok = model->impl->tokenizer();
+        g->matcher = std::make_unique<h2o::GrammarMatcher>(
+            compiled, h2o::TokenSurfaces::build(tok, h2o::TokenSurfaces::spelled_controls(tok, *compiled)));
         if (!g->matcher->failure().ok()) return fail(g->matcher->failure());
         *out_grammar = g.release();
         return succeed();

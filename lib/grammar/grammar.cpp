@@ -447,6 +447,7 @@ Status parse_grammar(std::string_view text, Grammar *out) {
                                                         std::to_string(kMaxGrammarBytes) + " allowed");
     Grammar g;
     H2O_TRY(Parser(text, &g).parse());
+    g.source = std::string(text);
     *out = std::move(g);
     return Status::Ok();
 }

@@ -55,6 +55,7 @@ struct Grammar {
     std::vector<Charset> charsets;
     std::vector<std::string> rule_names;  // rules the text named (generated ones: "name_1", ...)
     uint32_t root = 0;
+    std::string source;  // the text parsed: the control tokens it spells may be generated (TokenSurfaces)
 };
 
 // Parses and checks a GBNF grammar. Errors: H2O_ERR_INVALID_ARGUMENT with "grammar: ..." and the

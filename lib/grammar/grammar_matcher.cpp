@@ -34,7 +34,17 @@ void pending_range(uint32_t code, uint8_t need, uint8_t length, uint32_t *lo, ui
 
 }  // namespace
 
-std::shared_ptr<const TokenSurfaces> TokenSurfaces::build(const Tokenizer &tokenizer) {
+std::vector<int32_t> TokenSurfaces::spelled_controls(const Tokenizer &tokenizer, const Grammar &grammar) {
+    std::vector<int32_t> out;
+    for (int32_t id = 0; id < tokenizer.n_vocab(); ++id) {
+        if (!tokenizer.is_control(id) || tokenizer.is_end_of_generation(id)) continue;
+        const std::string &piece = tokenizer.piece(id);
+        if (!piece.empty() && grammar.source.find(piece) != std::string::npos) out.push_back(id);
+    }
+    return out;
+}
+
+std::shared_ptr<const TokenSurfaces> TokenSurfaces::build(const Tokenizer &tokenizer, const std::vector<int32_t> &spelled) {
     const int32_t n = tokenizer.n_vocab();
     std::vector<std::string> texts(static_cast<size_t>(n));
     std::vector<uint8_t> kinds(static_cast<size_t>(n), kNever), drops(static_cast<size_t>(n), 0);
@@ -42,6 +52,11 @@ std::shared_ptr<const TokenSurfaces> TokenSurfaces::build(const Tokenizer &token
         const auto i = static_cast<size_t>(id);
         if (tokenizer.is_end_of_generation(id)) {
             kinds[i] = kEndOfGeneration;
+            continue;
+        }
+        if (std::binary_search(spelled.begin(), spelled.end(), id)) {
+            texts[i] = tokenizer.piece(id);
+            kinds[i] = kText;
             continue;
         }
         tokenizer.append_piece(id, false, &texts[i]);

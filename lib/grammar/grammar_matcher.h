@@ -47,7 +47,12 @@ struct TokenSurfaces {
     std::vector<uint8_t> suffix_bytes;
     std::vector<uint32_t> suffix_start;  // sorted.size() + 1 entries
 
-    static std::shared_ptr<const TokenSurfaces> build(const Tokenizer &tokenizer);
+    // Control tokens render as nothing and are never generated under a grammar, except those of
+    // `spelled` (spelled_controls): they add their own spelling, "[TOOL_CALLS]", as a literal of
+    // the grammar asks for it.
+    static std::shared_ptr<const TokenSurfaces> build(const Tokenizer &tokenizer, const std::vector<int32_t> &spelled = {});
+    // The control tokens (not end-of-generation ones) whose spelling the grammar's text holds.
+    static std::vector<int32_t> spelled_controls(const Tokenizer &tokenizer, const Grammar &grammar);
     // From each token's text and kind directly (tests; build() ends here): drops_space stays 0
     // unless given.
     static std::shared_ptr<TokenSurfaces> from_texts(std::vector<std::string> texts, std::vector<uint8_t> kinds,

@@ -13,6 +13,13 @@ Status bad_role(std::string_view role, size_t index) {
 
 bool known_role(std::string_view role) { return role == "system" || role == "user" || role == "assistant"; }
 
+// The turns tool calls add: Llama 3's results are "ipython" turns; Mistral's tools, calls and
+// results are blocks outside its [INST] turns, written as given.
+bool tool_role(ChatFormat format, std::string_view role) {
+    if (format == ChatFormat::Llama3) return role == "ipython";
+    return format == ChatFormat::Mistral && (role == "available_tools" || role == "tool_calls" || role == "tool_results");
+}
+
 // Leading and trailing whitespace removed, as Llama-2's template does with .strip().
 std::string_view strip(std::string_view s) {
     const char *space = " \t\n\r\f\v";
@@ -78,6 +85,12 @@ Status format_gemma(const std::vector<ChatMessage> &messages, bool add_assistant
 void format_mistral(const std::vector<ChatMessage> &messages, std::string_view eos, std::string *out) {
     bool in_turn = false;
     for (const ChatMessage &m : messages) {
+        if (m.role == "available_tools" || m.role == "tool_results" || m.role == "tool_calls") {
+            out->append(m.content);  // tool_calls: the assistant's turn, ended as any
+            if (m.role == "tool_calls") out->append(eos);
+            in_turn = false;
+            continue;
+        }
         if (!in_turn && m.role != "assistant") {
             out->append("[INST] ");
             in_turn = true;
@@ -165,9 +178,7 @@ Status format_chat(ChatFormat format, const std::vector<ChatMessage> &messages, 
                    std::string_view eos, std::string *out) {
     out->clear();
     for (size_t i = 0; i < messages.size(); ++i) {
-        // Llama 3's tool results are "ipython" turns.
-        if (!known_role(messages[i].role) && !(format == ChatFormat::Llama3 && messages[i].role == "ipython"))
-            return bad_role(messages[i].role, i);
+        if (!known_role(messages[i].role) && !tool_role(format, messages[i].role)) return bad_role(messages[i].role, i);
     }
     switch (format) {
         case ChatFormat::Llama2:

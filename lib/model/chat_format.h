@@ -22,7 +22,9 @@ enum class ChatFormat {
 };
 
 struct ChatMessage {
-    std::string_view role;  // "system", "user" or "assistant"
+    // "system", "user" or "assistant"; the tool turns: "ipython" (Llama 3), "available_tools",
+    // "tool_calls", "tool_results" (Mistral)
+    std::string_view role;
     std::string_view content;
 };
 

@@ -683,7 +683,11 @@ Status Session::begin_generation(std::string_view prompt, const GenerateSettings
     generation_.held.clear();
     generation_.grammar.reset();
     if (settings.grammar) {
-        if (!token_surfaces_) token_surfaces_ = TokenSurfaces::build(tok);
+        std::vector<int32_t> spelled = TokenSurfaces::spelled_controls(tok, *settings.grammar);
+        if (!token_surfaces_ || spelled != surfaces_spelled_) {
+            token_surfaces_ = TokenSurfaces::build(tok, spelled);
+            surfaces_spelled_ = std::move(spelled);
+        }
         generation_.grammar = std::make_unique<GrammarMatcher>(settings.grammar, token_surfaces_);
     }
     generation_.start = std::chrono::steady_clock::now();
@@ -768,7 +772,11 @@ Status Session::next_piece(std::string *piece, h2o_stop_reason *reason) {
             finish_generation(*reason = H2O_STOP_EOS, piece);
             return Status::Ok();
         }
-        tok.append_piece(token, last_token_ == tok.bos(), &held);
+        // A control token a grammar asked for by its spelling is delivered as that spelling.
+        if (grammar && tok.is_control(token))
+            held += tok.piece(token);
+        else
+            tok.append_piece(token, last_token_ == tok.bos(), &held);
 
         if (!settings.stop_strings.empty()) {
             size_t found = std::string::npos;

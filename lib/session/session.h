@@ -211,7 +211,9 @@ private:
     // rebalancing left them (KvStore::rebalance_kv) and every batch since filled them.
     std::vector<int32_t> cell_held_, cell_slots_;
     std::vector<int32_t> prompt_tokens_;
-    std::shared_ptr<const TokenSurfaces> token_surfaces_;  // made by the first generation with a grammar
+    std::shared_ptr<const TokenSurfaces> token_surfaces_;  // made by the first generation with a grammar,
+    std::vector<int32_t> surfaces_spelled_;                // with these control tokens spelled
+
     h2o_generate_stats stats_{};
     Generation generation_;
     // H2O_EVENT_KV_FULL went out for this conversation (or its cache had filled before it was loaded).

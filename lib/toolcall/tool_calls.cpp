@@ -32,7 +32,8 @@ struct CallLayout {
     std::string_view reply_open;     // before the first call
     std::string_view call_open;      // before each call's name
     std::string_view arguments_key;  // between the name and the arguments
-    std::string_view call_close;     // after each call's arguments
+    std::string_view id_key;         // after the arguments, before an id the model writes ("": none)
+    std::string_view call_close;     // after each call's arguments (or id)
     std::string_view separator;      // between calls
     std::string_view reply_close;    // after the last call
     bool single = false;             // one call per reply
@@ -41,11 +42,13 @@ struct CallLayout {
 CallLayout layout_of(ToolSyntax syntax) {
     switch (syntax) {
         case ToolSyntax::Hermes:
-            return {"<tool_call>", "", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "", false};
+            return {"<tool_call>", "", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "", "}\n</tool_call>", "\n", "", false};
         case ToolSyntax::Llama3:
-            return {"{\"name\": \"", "", "{\"name\": \"", "\", \"parameters\": ", "}", "", "", true};
+            return {"{\"name\": \"", "", "{\"name\": \"", "\", \"parameters\": ", "", "}", "", "", true};
+        case ToolSyntax::Mistral:
+            return {"[TOOL_CALLS]", "[TOOL_CALLS] [", "{\"name\": \"", "\", \"arguments\": ", ", \"id\": \"", "\"}", ", ", "]", false};
         case ToolSyntax::Json:
-            return {"{\"tool_calls\": [", "{\"tool_calls\": [", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]}", false};
+            return {"{\"tool_calls\": [", "{\"tool_calls\": [", "{\"name\": \"", "\", \"arguments\": ", "", "}", ", ", "]}", false};
     }
     return {};
 }
@@ -55,7 +58,9 @@ std::string write_calls(ToolSyntax syntax, const std::vector<ToolCall> &calls) {
     std::string out(l.reply_open);
     for (size_t i = 0; i < calls.size(); ++i) {
         if (i > 0) out.append(l.separator);
-        out.append(l.call_open).append(calls[i].name).append(l.arguments_key).append(calls[i].arguments).append(l.call_close);
+        out.append(l.call_open).append(calls[i].name).append(l.arguments_key).append(calls[i].arguments);
+        if (!l.id_key.empty()) out.append(l.id_key).append(calls[i].id);
+        out.append(l.call_close);
     }
     return out.append(l.reply_close);
 }
@@ -88,6 +93,16 @@ size_t json_value_end(std::string_view s, size_t at) {
         }
     }
     return depth == 0 && !in_string ? s.size() : std::string_view::npos;
+}
+
+// Mistral's call ids: 9 letters and digits.
+constexpr size_t kMistralIdLength = 9;
+bool valid_mistral_id(std::string_view id) {
+    if (id.size() != kMistralIdLength) return false;
+    for (char c : id) {
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) return false;
+    }
+    return true;
 }
 
 std::string base62_id(uint64_t hash, size_t length) {
@@ -184,6 +199,10 @@ std::string tools_block(ToolSyntax syntax, const std::vector<ToolFunction> &tool
                 "dictionary of argument name and its value}.Do not use variables.\n\n";
             for (const ToolFunction &t : tools) out += python_json(t.definition, 4) + "\n\n";
             return out;
+        case ToolSyntax::Mistral:
+            out = "[AVAILABLE_TOOLS] [";
+            for (size_t i = 0; i < tools.size(); ++i) out += (i > 0 ? ", " : "") + python_json(tools[i].definition);
+            return out + "][/AVAILABLE_TOOLS]";
         case ToolSyntax::Json:
             out = "You can call these tools (each with the JSON schema of its arguments):\n";
             for (const ToolFunction &t : tools) out += python_json(t.definition) + "\n";
@@ -252,9 +271,10 @@ Status read_call(const JsonValue &c, const std::string &where, ToolCall *out) {
 
 }  // namespace
 
-ToolSyntax tool_syntax_for(ChatFormat format) {
+ToolSyntax tool_syntax_for(ChatFormat format, bool mistral_tokens) {
     if (format == ChatFormat::ChatML) return ToolSyntax::Hermes;
     if (format == ChatFormat::Llama3) return ToolSyntax::Llama3;
+    if (format == ChatFormat::Mistral && mistral_tokens) return ToolSyntax::Mistral;
     return ToolSyntax::Json;
 }
 
@@ -264,6 +284,8 @@ const char *tool_syntax_name(ToolSyntax syntax) {
             return "hermes";
         case ToolSyntax::Llama3:
             return "llama3";
+        case ToolSyntax::Mistral:
+            return "mistral";
         case ToolSyntax::Json:
             return "json";
     }
@@ -347,18 +369,33 @@ Status lower_tool_conversation(ToolSyntax syntax, const std::vector<ToolFunction
                                std::vector<std::pair<std::string, std::string>> *out) {
     out->clear();
     const std::string block = tools.empty() ? "" : tools_block(syntax, tools);
-    // Where the tools go: the system message (made when there is none), or Llama 3's first user
-    // message.
-    if (!block.empty() && syntax != ToolSyntax::Llama3 && (messages.empty() || messages[0].role != "system"))
-        out->emplace_back("system", block);
+    // Where the tools go: Hermes's and Json's in the system message (made when there is none),
+    // Llama 3's in the first user message, Mistral's before the last user turn (and the system
+    // message that opens it).
+    const bool in_system = !block.empty() && (syntax == ToolSyntax::Hermes || syntax == ToolSyntax::Json);
+    if (in_system && (messages.empty() || messages[0].role != "system")) out->emplace_back("system", block);
     if (!tools.empty() && syntax == ToolSyntax::Llama3 && (messages.empty() || messages[0].role != "system"))
         out->emplace_back("system", "Environment: ipython");
+    size_t mistral_at = messages.size();
+    for (size_t k = 0; k < messages.size(); ++k) {
+        if (messages[k].role == "user") mistral_at = k;
+    }
+    if (mistral_at > 0 && mistral_at < messages.size() && messages[mistral_at - 1].role == "system") --mistral_at;
     bool tools_written = block.empty();
     for (size_t i = 0; i < messages.size(); ++i) {
         const ToolMessage &m = messages[i];
+        if (syntax == ToolSyntax::Mistral && !block.empty() && i == mistral_at) {
+            out->emplace_back("available_tools", block);
+            tools_written = true;
+        }
         if (m.role == "tool") {
             if (syntax == ToolSyntax::Llama3) {
                 out->emplace_back("ipython", m.content);
+                continue;
+            }
+            if (syntax == ToolSyntax::Mistral) {
+                out->emplace_back("tool_results", "[TOOL_RESULTS] {\"content\": " + m.content + ", \"call_id\": \"" + m.tool_call_id +
+                                                      "\"}[/TOOL_RESULTS]");
                 continue;
             }
             std::vector<const ToolMessage *> results;  // this run of results is one user turn
@@ -371,23 +408,30 @@ Status lower_tool_conversation(ToolSyntax syntax, const std::vector<ToolFunction
         if (m.role == "system" && i == 0 && !tools.empty()) {
             if (syntax == ToolSyntax::Llama3)
                 content = "Environment: ipython\n\n" + content;
-            else
+            else if (in_system)
                 content += "\n\n" + block;
         }
         if (m.role == "user" && syntax == ToolSyntax::Llama3 && !tools_written) {
             content = block + content;
             tools_written = true;
         }
+        std::string role = m.role;
         if (!m.tool_calls.empty()) {
+            const std::string where = "messages[" + std::to_string(i) + "]";
             if (syntax == ToolSyntax::Llama3 && m.tool_calls.size() > 1)
-                return bad("messages[" + std::to_string(i) + "]: Llama 3 makes one tool call per turn, this message has " +
-                           std::to_string(m.tool_calls.size()));
+                return bad(where + ": Llama 3 makes one tool call per turn, this message has " + std::to_string(m.tool_calls.size()));
+            for (const ToolCall &c : m.tool_calls) {
+                if (syntax == ToolSyntax::Mistral && !valid_mistral_id(c.id))
+                    return bad(where + ": Mistral's tool call ids are 9 letters and digits, not '" + c.id + "'");
+            }
             const std::string calls = write_calls(syntax, m.tool_calls);
             // Hermes writes text before the calls (Qwen's template); the others a call alone.
             content = syntax == ToolSyntax::Hermes && !content.empty() ? content + "\n" + calls : calls;
+            if (syntax == ToolSyntax::Mistral) role = "tool_calls";
         }
-        out->emplace_back(m.role, std::move(content));
+        out->emplace_back(role, std::move(content));
     }
+    if (syntax == ToolSyntax::Mistral && !tools_written) out->emplace_back("available_tools", block);
     return Status::Ok();
 }
 
@@ -407,7 +451,8 @@ Status tool_call_grammar(ToolSyntax syntax, const std::vector<ToolFunction> &too
         functions += "(" + literal(std::string(t.name) + std::string(l.arguments_key)) + " " + arguments + ")";
     }
     if (functions.empty()) return bad("tool_choice names '" + std::string(name) + "', which is not one of the tools");
-    std::string out = "call ::= " + literal(l.call_open) + " (" + functions + ") " + literal(l.call_close) + "\n";
+    const std::string id = l.id_key.empty() ? "" : literal(l.id_key) + " [a-zA-Z0-9]{" + std::to_string(kMistralIdLength) + "} ";
+    std::string out = "call ::= " + literal(l.call_open) + " (" + functions + ") " + id + literal(l.call_close) + "\n";
     const std::string more = parallel && !l.single ? " (" + literal(l.separator) + " call)*" : "";
     out += "calls ::= " + (l.reply_open.empty() ? "" : literal(l.reply_open) + " ") + "call" + more +
            (l.reply_close.empty() ? "" : " " + literal(l.reply_close)) + "\n";
@@ -456,9 +501,16 @@ Status parse_tool_reply(ToolSyntax syntax, std::string_view reply, uint64_t id_s
                        " are not a JSON object");
         call.arguments = std::string(reply.substr(at, end - at));
         at = end;
+        if (!l.id_key.empty()) {
+            H2O_TRY(expect(l.id_key));
+            call.id = std::string(reply.substr(at, kMistralIdLength));
+            if (!valid_mistral_id(call.id)) return bad("the tool call's id at byte " + std::to_string(at) + " is not 9 letters and digits");
+            at += kMistralIdLength;
+        } else {
+            const uint64_t h = fnv1a(reply, fnv1a(std::to_string(calls->size()) + ":" + std::to_string(id_salt), 1469598103934665603ull));
+            call.id = "call_" + base62_id(h, 24);
+        }
         H2O_TRY(expect(l.call_close));
-        const uint64_t h = fnv1a(reply, fnv1a(std::to_string(calls->size()) + ":" + std::to_string(id_salt), 1469598103934665603ull));
-        call.id = "call_" + base62_id(h, 24);
         calls->push_back(std::move(call));
         if (l.single || reply.substr(at, l.separator.size()) != l.separator || l.separator.empty() ||
             reply.substr(at + l.separator.size(), l.call_open.size()) != l.call_open)

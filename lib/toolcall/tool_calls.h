@@ -23,15 +23,21 @@ namespace h2o {
 //     one per line; results in a user turn, each inside <tool_response></tool_response>.
 //   Llama3: Llama 3.1 to 3.3. "Environment: ipython" in the system message, the tools in the first
 //     user message; one call per turn, {"name": N, "parameters": A}; results in "ipython" turns.
-//   Json: the formats whose templates have no tools (Llama 2, Zephyr, Phi-3, Mistral, Gemma): the
-//     tools described in the system message, calls as {"tool_calls": [{"name": N, "arguments": A}]},
-//     results in a user turn.
+//   Mistral: Mistral v0.3 and later, whose vocabulary has [TOOL_CALLS]. "[AVAILABLE_TOOLS] [...]
+//     [/AVAILABLE_TOOLS]" before the last user turn; "[TOOL_CALLS] [{"name": N, "arguments": A,
+//     "id": ID}, ...]" with ids of 9 letters and digits the model writes; results as
+//     "[TOOL_RESULTS] {"content": C, "call_id": ID}[/TOOL_RESULTS]".
+//   Json: the formats whose templates have no tools (Llama 2, Zephyr, Phi-3, older Mistrals,
+//     Gemma): the tools described in the system message, calls as {"tool_calls": [{"name": N,
+//     "arguments": A}]}, results in a user turn.
 enum class ToolSyntax {
     Hermes,
     Llama3,
+    Mistral,
     Json
 };
-ToolSyntax tool_syntax_for(ChatFormat format);
+// mistral_tokens: the vocabulary has Mistral's [TOOL_CALLS] control token.
+ToolSyntax tool_syntax_for(ChatFormat format, bool mistral_tokens);
 const char *tool_syntax_name(ToolSyntax syntax);
 
 struct ToolFunction {
@@ -82,7 +88,8 @@ Status tool_call_grammar(ToolSyntax syntax, const std::vector<ToolFunction> &too
 // What a reply that begins with `text` is: 1 calls, 0 text, -1 not known yet (a prefix of what
 // opens a call).
 int tool_reply_kind(ToolSyntax syntax, std::string_view text);
-// A reply read back: its calls (ids made from the reply, the call's place and id_salt), or none
+// A reply read back: its calls (ids made from the reply, the call's place and id_salt; Mistral's
+// are the model's own), or none
 // and *content the reply. A reply that opens a call but is not one in the syntax's layout is
 // H2O_ERR_INVALID_ARGUMENT naming the byte.
 Status parse_tool_reply(ToolSyntax syntax, std::string_view reply, uint64_t id_salt, std::string *content, std::vector<ToolCall> *calls);

@@ -14,7 +14,7 @@
 
 namespace {
 
-constexpr h2o::ToolSyntax kSyntaxes[] = {h2o::ToolSyntax::Hermes, h2o::ToolSyntax::Llama3, h2o::ToolSyntax::Json};
+constexpr h2o::ToolSyntax kSyntaxes[] = {h2o::ToolSyntax::Hermes, h2o::ToolSyntax::Llama3, h2o::ToolSyntax::Mistral, h2o::ToolSyntax::Json};
 
 const std::vector<h2o::ToolFunction> &fixed_tools() {
     static const std::vector<h2o::ToolFunction> tools = [] {

@@ -447,6 +447,7 @@ void tool_call_seeds(const fs::path &dir) {
          "\"arguments\": {}}\n</tool_call>"},
         {2, "{\"name\": \"f\", \"parameters\": {\"a\": [1, {\"b\": \"}\"}]}}"},
         {2, "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"arguments\": {\"k\": null}}]}"},
+        {2, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": \"x\"}, \"id\": \"a1B2c3D4e\"}]"},
     };
     int index = 0;
     for (const auto &[part, text] : seeds) {

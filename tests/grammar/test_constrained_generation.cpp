@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <regex>
 #include <string>
@@ -13,6 +14,7 @@
 #include "hf_tokenizer.h"
 #include "json_schema.h"
 #include "json_value.h"
+#include "synthetic_model.h"
 #include "test_util.h"
 #include "tokenizer.h"
 
@@ -256,4 +258,45 @@ TEST_CASE("constrained generation: on a real vocabulary the mask equals token-by
     }
     CHECK(m.can_end());
     CHECK(checked == reply.size() + 1);
+}
+
+TEST_CASE("constrained generation: a control token the grammar spells may be generated, and is delivered as its spelling") {
+    // Mistral's [TOOL_CALLS] is such a token; here one of Llama 3's reserved control tokens.
+    if (h2o_test::shared_file("vocab/llama3/tokenizer.json").empty()) return;
+    h2o::SyntheticModelSpec spec;
+    spec.n_embd = 32;
+    spec.n_layer = 1;
+    spec.n_head = spec.n_head_kv = 2;
+    spec.n_ff = 32;
+    int32_t n_tokens = 0;
+    REQUIRE(h2o::read_vocabulary(h2o_test::shared_dir() + "/vocab/llama3", &n_tokens, &spec.write_vocabulary).ok());
+    spec.n_vocab = n_tokens;
+    const std::string path = h2o_test::temp_path("spelled-control.gguf");
+    REQUIRE(h2o::write_synthetic_model(spec, path).ok());
+    h2o_model *model = nullptr;
+    REQUIRE(h2o_model_load(path.c_str(), nullptr, &model) == H2O_OK);
+    const int32_t control = 128010;  // <|reserved_special_token_5|>
+    const std::string spelling = "<|reserved_special_token_5|>";
+    const float push = 100.0f;
+    h2o_generate_params gen = gen_params(1, 0.0f);
+    gen.logit_bias_tokens = &control;
+    gen.logit_bias_values = &push;
+    gen.n_logit_bias = 1;
+    // Spelled by the grammar: the token itself (one token gives the whole spelling).
+    const std::string spelled = "root ::= \"" + spelling + "\" [a-z]{1,3}";
+    gen.grammar = spelled.data();
+    gen.grammar_len = spelled.size();
+    std::string text;
+    REQUIRE(generate(model, "Hi", gen, &text) == H2O_OK);
+    CHECK(text == spelling);
+    // Not spelled: never, however strongly it is pushed (the grammar's "<" comes from text tokens).
+    const std::string other = "root ::= \"<\" [a-z]{1,3}";
+    gen.grammar = other.data();
+    gen.grammar_len = other.size();
+    gen.max_tokens = 4;
+    REQUIRE(generate(model, "Hi", gen, &text) == H2O_OK);
+    CHECK(text.find(spelling) == std::string::npos);
+    CHECK(text.starts_with("<"));
+    h2o_model_free(model);
+    std::remove(path.c_str());
 }

@@ -29,8 +29,8 @@ std::vector<ToolFunction> golden_tools() {
     return tools;
 }
 
-// The golden conversation `name`, written in `format` with its syntax.
-// one_call: the first call of each message only (Llama 3 makes one per turn).
+// The golden conversation `name`, written in `format` with its syntax. one_call: the first call of
+// each message only (Llama 3 makes one per turn).
 std::string written(ChatFormat format, const std::string &name, const std::vector<ToolFunction> &tools, bool one_call = false) {
     JsonValue all;
     REQUIRE(parse_json(golden("conversations.json"), "conversations", &all).ok());
@@ -43,7 +43,8 @@ std::string written(ChatFormat format, const std::string &name, const std::vecto
         if (one_call && m.tool_calls.size() > 1) m.tool_calls.resize(1);
     }
     std::vector<std::pair<std::string, std::string>> lowered;
-    REQUIRE(lower_tool_conversation(tool_syntax_for(format), tools, messages, &lowered).ok());
+    const Status lowered_status = lower_tool_conversation(tool_syntax_for(format, false), tools, messages, &lowered);
+    REQUIRE_MESSAGE(lowered_status.ok(), lowered_status.message);
     std::vector<ChatMessage> list;
     for (const auto &[role, content] : lowered) list.push_back({role, content});
     std::string out;
@@ -120,10 +121,40 @@ TEST_CASE("tool calls: Llama 3 and the plain-JSON syntax write the tools, one ca
                        "call call_2:\n14:05[/INST]") != std::string::npos);
 }
 
+TEST_CASE("tool calls: Mistral's tools, calls and results are its v0.3 template's blocks, outside the [INST] turns") {
+    const auto tools = golden_tools();
+    std::vector<ToolMessage> messages;
+    REQUIRE(parse_tool_messages(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "abcDEF123", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "abcDEF123", "content": "{\"temp\": 21}"}])",
+                                &messages)
+                .ok());
+    std::vector<std::pair<std::string, std::string>> lowered;
+    REQUIRE(lower_tool_conversation(ToolSyntax::Mistral, tools, messages, &lowered).ok());
+    std::vector<ChatMessage> list;
+    for (const auto &[role, content] : lowered) list.push_back({role, content});
+    std::string out;
+    REQUIRE(format_chat(ChatFormat::Mistral, list, true, "<s>", "</s>", &out).ok());
+    std::string definitions;
+    for (const ToolFunction &t : tools) definitions += (definitions.empty() ? "" : ", ") + python_json(t.definition);
+    CHECK(out == "[AVAILABLE_TOOLS] [" + definitions +
+                     "][/AVAILABLE_TOOLS][INST] Be brief.\n\nWeather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", "
+                     "\"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}]</s>[TOOL_RESULTS] {\"content\": {\"temp\": 21}, "
+                     "\"call_id\": \"abcDEF123\"}[/TOOL_RESULTS]");
+    messages[2].tool_calls[0].id = "call_1";
+    CHECK(lower_tool_conversation(ToolSyntax::Mistral, tools, messages, &lowered).message.find("9 letters and digits") !=
+          std::string::npos);
+    CHECK(tool_syntax_for(ChatFormat::Mistral, true) == ToolSyntax::Mistral);
+    CHECK(tool_syntax_for(ChatFormat::Mistral, false) == ToolSyntax::Json);  // older Mistrals have no [TOOL_CALLS]
+}
+
 TEST_CASE("tool calls: every syntax's grammar takes the calls it writes, and its replies read back to the same calls") {
     const auto tools = golden_tools();
-    const std::vector<ToolCall> calls = {{"", "get_weather", "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}, {"", "get_time", "{}"}};
-    for (ToolSyntax syntax : {ToolSyntax::Hermes, ToolSyntax::Llama3, ToolSyntax::Json}) {
+    // Ids of 9 letters and digits, as Mistral's are (the other syntaxes write none).
+    const std::vector<ToolCall> calls = {{"abcDEF123", "get_weather", "{\"city\": \"Paris\", \"unit\": \"celsius\"}"},
+                                         {"xyz789ABC", "get_time", "{}"}};
+    for (ToolSyntax syntax : {ToolSyntax::Hermes, ToolSyntax::Llama3, ToolSyntax::Mistral, ToolSyntax::Json}) {
         CAPTURE(tool_syntax_name(syntax));
         std::vector<ToolMessage> messages = {{"user", "hi", {}, ""}, {"assistant", "", calls, ""}};
         if (syntax == ToolSyntax::Llama3) messages[1].tool_calls.pop_back();
@@ -149,8 +180,12 @@ TEST_CASE("tool calls: every syntax's grammar takes the calls it writes, and its
         for (size_t i = 0; i < parsed.size(); ++i) {
             CHECK(parsed[i].name == calls[i].name);
             CHECK(parsed[i].arguments == calls[i].arguments);
-            CHECK(parsed[i].id.size() == 29);
-            CHECK(parsed[i].id.starts_with("call_"));
+            if (syntax == ToolSyntax::Mistral) {
+                CHECK(parsed[i].id == calls[i].id);  // the model's own
+            } else {
+                CHECK(parsed[i].id.size() == 29);
+                CHECK(parsed[i].id.starts_with("call_"));
+            }
         }
         // The calls written again are the reply.
         messages[1].tool_calls = parsed;
@@ -158,7 +193,7 @@ TEST_CASE("tool calls: every syntax's grammar takes the calls it writes, and its
         CHECK(lowered.back().second == reply);
         std::vector<ToolCall> other;
         REQUIRE(parse_tool_reply(syntax, reply, 8, &content, &other).ok());
-        CHECK(other[0].id != parsed[0].id);  // another salt, another id
+        if (syntax != ToolSyntax::Mistral) CHECK(other[0].id != parsed[0].id);  // another salt, another id
         // Text stays text; a broken call is an error naming the byte.
         REQUIRE(parse_tool_reply(syntax, "It is sunny.", 0, &content, &parsed).ok());
         CHECK(parsed.empty());
