@@ -1,9 +1,10 @@
 """Constrained generations validated by a JSON-schema validator that is not h2o's: Ajv, the npm
 package (installed by scripts/test.sh into BUILD/npm).
 
-    python3 validate_schema_replies.py H2O_SYNTH LIB_DIR SHARED_DIR NODE_MODULES WORK_DIR
+    python3 validate_schema_replies.py H2O_SYNTH LIB_DIR SHARED_DIR NODE_MODULES WORK_DIR [VOCAB]
 
-For each real vocabulary (Llama 3, Qwen3, GPT-4o) a small random-weight model is written with
+For each real vocabulary (Llama 3, Qwen3, GPT-4o; or VOCAB alone, so that a test runner may run
+them side by side) a small random-weight model is written with
 h2o-synth; for each schema of schemas/, 100 replies are generated through the Python binding
 (seed 0 greedy, the others sampled at temperature 1), each must parse as JSON, and Ajv (strict
 mode off for the $comment keyword, formats checked by ajv-formats) must find every one valid."""
@@ -13,12 +14,12 @@ import subprocess
 import sys
 
 SYNTH, LIB_DIR, SHARED, NODE_MODULES, WORK = sys.argv[1:6]
+VOCABS = tuple(sys.argv[6:]) or ("llama3", "qwen3", "gpt4o")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
 os.environ["H2O_LIB_DIR"] = LIB_DIR
 import h2o_llm as h2o  # noqa: E402
 
-VOCABS = ("llama3", "qwen3", "gpt4o")
 REPLIES = 100
 
 VALIDATE = r"""
@@ -42,7 +43,7 @@ def main():
         print("H2O-SKIP: the npm packages ajv and ajv-formats are not in %s (scripts/test.sh installs them)" % NODE_MODULES)
         return 0
     os.makedirs(WORK, exist_ok=True)
-    validator = os.path.join(WORK, "validate.cjs")
+    validator = os.path.join(WORK, "validate-%d.cjs" % os.getpid())
     with open(validator, "w") as f:
         f.write(VALIDATE)
     schemas = sorted(os.path.join(HERE, "schemas", n) for n in os.listdir(os.path.join(HERE, "schemas")) if n.endswith(".json"))

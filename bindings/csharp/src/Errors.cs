@@ -4,7 +4,7 @@ using System.Text;
 
 namespace H2o
 {
-    /// <summary>h2o status codes. A newer library may return a code not named here: the
+    /// <summary>h2o status codes (h2o_status). A newer library may return a code not named here: the
     /// exception then carries it as an unnamed Status value (see H2oException.Code).</summary>
     public enum Status
     {

@@ -41,6 +41,22 @@ namespace H2o
     }
 
     [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeChatMessage
+    {
+        public IntPtr role;
+        public UIntPtr role_len;
+        public IntPtr content;
+        public UIntPtr content_len;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeDeviceTraffic
+    {
+        public uint struct_size;
+        public ulong bytes_to_device, bytes_to_host, submissions, device_memory_bytes;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
     internal unsafe struct NativeBackendInfo
     {
         public uint struct_size, kind;

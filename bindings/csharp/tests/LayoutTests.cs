@@ -20,7 +20,8 @@ namespace H2o.Tests
             { typeof(NativeKvLayout), "h2o_kv_layout" }, { typeof(NativeMemoryReport), "h2o_memory_report" },
             { typeof(NativeSpanInfo), "h2o_span_info" }, { typeof(NativeKvPolicyInfo), "h2o_kv_policy_info" },
             { typeof(NativeGenerateParams), "h2o_generate_params" }, { typeof(NativeGenerateStats), "h2o_generate_stats" },
-            { typeof(NativeKvUsage), "h2o_kv_usage" },
+            { typeof(NativeKvUsage), "h2o_kv_usage" }, { typeof(NativeChatMessage), "h2o_chat_message" },
+            { typeof(NativeDeviceTraffic), "h2o_device_traffic" },
         };
 
         [Test]

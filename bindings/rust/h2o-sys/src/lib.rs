@@ -106,6 +106,16 @@ pub struct h2o_prefix_cache_stats {
     pub misses: u64,
 }
 
+/// One message of h2o_chat_format: UTF-8 text as pointer and length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct h2o_chat_message {
+    pub role: *const c_char,
+    pub role_len: usize,
+    pub content: *const c_char,
+    pub content_len: usize,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct h2o_backend_info {
@@ -148,6 +158,49 @@ pub const H2O_KV_OVERFLOW_ERROR: u32 = 1;
 
 /// h2o_session_event.
 pub const H2O_EVENT_KV_FULL: u32 = 1;
+
+/// h2o_model_text: what h2o_model_get_text reads.
+pub const H2O_MODEL_TEXT_NAME: u32 = 0;
+pub const H2O_MODEL_TEXT_CHAT_FORMAT: u32 = 1;
+pub const H2O_MODEL_TEXT_ARCHITECTURE: u32 = 2;
+
+/// h2o_backend_kind.
+pub const H2O_BACKEND_AUTO: u32 = 0;
+pub const H2O_BACKEND_CPU: u32 = 1;
+pub const H2O_BACKEND_VULKAN: u32 = 2;
+pub const H2O_BACKEND_CUDA: u32 = 3;
+
+/// h2o_kv_policy.
+pub const H2O_KV_FULL: u32 = 0;
+pub const H2O_KV_H2O: u32 = 1;
+pub const H2O_KV_WINDOW: u32 = 2;
+pub const H2O_KV_SINK_WINDOW: u32 = 3;
+pub const H2O_KV_SCISSORHANDS: u32 = 4;
+pub const H2O_KV_TOVA: u32 = 5;
+pub const H2O_KV_ROCO: u32 = 6;
+pub const H2O_KV_RANDOM: u32 = 7;
+pub const H2O_KV_MEAN_H2O: u32 = 8;
+pub const H2O_KV_KEY_NORM: u32 = 9;
+pub const H2O_KV_KEY_DIFF: u32 = 10;
+pub const H2O_KV_EXPECTED_ATTENTION: u32 = 11;
+
+/// h2o_kv_type.
+pub const H2O_KV_TYPE_F32: u32 = 0;
+pub const H2O_KV_TYPE_F16: u32 = 1;
+pub const H2O_KV_TYPE_Q8: u32 = 2;
+pub const H2O_KV_TYPE_Q4: u32 = 3;
+pub const H2O_KV_TYPE_K8V4: u32 = 4;
+
+/// h2o_experimental_key (h2o_experimental.h): the research settings' keys.
+pub const H2O_EXP_KV_LAYER_SLOPE: u32 = 0;
+pub const H2O_EXP_KV_PROMPT_PROXY: u32 = 1;
+pub const H2O_EXP_KV_PROMPT_RANDOM_SHARE: u32 = 2;
+pub const H2O_EXP_KV_HEAD_SHARE: u32 = 3;
+pub const H2O_EXP_KV_SHARE_ACROSS_LAYERS: u32 = 4;
+pub const H2O_EXP_KV_SINKS_EVERY_POLICY: u32 = 5;
+pub const H2O_EXP_KV_REBALANCE_INTERVAL: u32 = 6;
+/// H2O_EXP_KV_REBALANCE_INTERVAL's default.
+pub const H2O_KV_REBALANCE_INTERVAL_DEFAULT: u32 = 16;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -62,6 +62,7 @@ fn rust_layouts() -> Vec<Layout> {
             weight_bytes
         }),
         layout!(h2o_prefix_cache_stats { struct_size, entries, bytes, hits, misses }),
+        layout!(h2o_chat_message { role, role_len, content, content_len }),
         layout!(h2o_backend_info { struct_size, kind, device_index, name, device_type, memory_bytes }),
         layout!(h2o_session_params {
             struct_size,
