@@ -39,6 +39,7 @@
 #include "common.h"
 #include "eval_retention.h"
 #include "options.h"
+#include "session_options.h"
 #include "h2o/h2o.h"
 #include "h2o/h2o_experimental.h"
 #include "svg_plot.h"
@@ -71,7 +72,7 @@ std::string usage() {
                   "  --tail N               stream mode: segments compared with the reference (default 2)\n"
                   "  --horizon N|none       kv_horizon: heavy hitters N or more tokens back go first\n"
                   "                         (default: the policy's, 1.5 budgets for scissorhands)\n"
-                  "  --layer-slope S        kv_layer_slope in [-0.9, 0.9]: the budget's slope across layers,\n"
+                  "  --layer-slope S        kv_layer_slope in %s: the budget's slope across layers,\n"
                   "                         the same memory (default: the library's)\n"
                   "  --prompt N             chunk mode: read each chunk's first N tokens as one prompt and\n"
                   "                         score the tokens after them\n"
@@ -79,8 +80,8 @@ std::string usage() {
                   "                         library's 256 with --prompt; retention mode reads its text so)\n"
                   "  --prompt-proxy W       kv_prompt_proxy: one-shot prompt eviction by the attention of\n"
                   "                         the last W queries of the previous batch (default 0: off)\n"
-                  "  --prompt-random-share R  kv_prompt_random_share in [0, 1] (default 0)\n"
-                  "  --head-share S         kv_head_share in [0, 0.9]: the share of each layer's slots that\n"
+                  "  --prompt-random-share R  kv_prompt_random_share in %s (default 0)\n"
+                  "  --head-share S         kv_head_share in %s: the share of each layer's slots that\n"
                   "                         moves between its kv heads, for the policies that gather\n"
                   "                         attention statistics (default 0: fixed budgets per head)\n"
                   "  --across-layers        kv_share_across_layers: the head share's slots move between\n"
@@ -102,7 +103,9 @@ std::string usage() {
                   "  --svg FILE             write a perplexity chart as SVG\n"
                   "  --quiet                no progress (a line every 5 s of a long run) or library messages on stderr\n"
                   "  --version              print the library's version\n",
-                  h2o_tools::kv_policy_names().c_str());
+                  h2o_tools::kv_policy_names().c_str(), h2o_tools::experimental_range(H2O_EXP_KV_LAYER_SLOPE).text().c_str(),
+                  h2o_tools::experimental_range(H2O_EXP_KV_PROMPT_RANDOM_SHARE).text().c_str(),
+                  h2o_tools::experimental_range(H2O_EXP_KV_HEAD_SHARE).text().c_str());
     return text;
 }
 
@@ -196,13 +199,14 @@ Options parse_options(int argc, char **argv) {
     });
     cl.option("--layer-slope", [&](const std::string &v) {
         o.has_layer_slope = true;
-        o.layer_slope = static_cast<float>(cl.to_number(v, h2o_tools::closed(-0.9, 0.9)));
+        o.layer_slope = static_cast<float>(cl.to_number(v, h2o_tools::experimental_range(H2O_EXP_KV_LAYER_SLOPE)));
     });
     cl.count("--prompt", 1, 1u << 22, &o.prompt);
     cl.count("--n-batch", 1, 4096, &o.n_batch);
-    cl.count("--prompt-proxy", 0, 4096, &o.prompt_proxy);
-    cl.number("--prompt-random-share", h2o_tools::closed(0, 1), &o.prompt_random_share);
-    cl.number("--head-share", h2o_tools::closed(0, 0.9), &o.head_share);
+    const h2o_tools::Range proxy = h2o_tools::experimental_range(H2O_EXP_KV_PROMPT_PROXY);
+    cl.count("--prompt-proxy", static_cast<uint64_t>(proxy.min), static_cast<uint64_t>(proxy.max), &o.prompt_proxy);
+    cl.number("--prompt-random-share", h2o_tools::experimental_range(H2O_EXP_KV_PROMPT_RANDOM_SHARE), &o.prompt_random_share);
+    cl.number("--head-share", h2o_tools::experimental_range(H2O_EXP_KV_HEAD_SHARE), &o.head_share);
     cl.flag("--across-layers", &o.across_layers);
     cl.count("--rebalance-interval", 1, 1u << 20, &o.rebalance_interval);
     cl.count("--rolling", 0, 1, &o.rolling);

@@ -9,11 +9,10 @@ namespace h2o_tools {
 
 namespace {
 
-// The library's limits on these settings (h2o.h); it checks them again when the session is made.
+// The library's limits on these fields of h2o_session_params (h2o.h); it checks them again when
+// the session is made. The research settings' limits come from h2o_experimental_bounds.
 constexpr uint64_t kMaxThreads = 256;
 constexpr uint64_t kMaxBudget = 1u << 22;  // no cache is longer than the longest n_ctx
-constexpr uint64_t kMaxPromptProxy = 4096;
-constexpr double kMaxHeadShare = 0.9;
 
 // The options that only change how a cache evicts.
 const char *const kEvictionOptions[] = {"--kv-policy", "--kv-recent", "--kv-prompt-proxy", "--kv-head-share", "--kv-share-across-layers",
@@ -30,6 +29,12 @@ std::string experimental_names() {
     return names;
 }
 
+// Reads a research setting's value within its bounds, then sets it (the library checks whole
+// numbers where it needs them).
+void read_experimental(CommandLine &cl, h2o_session_params *params, uint32_t key, const std::string &value, const std::string &option) {
+    set_experimental(cl, params, key, cl.to_number(value, experimental_range(key)), option);
+}
+
 double experimental(const h2o_session_params &params, uint32_t key) {
     double value = 0.0;
     h2o_session_params_get_experimental(&params, key, &value);
@@ -37,6 +42,12 @@ double experimental(const h2o_session_params &params, uint32_t key) {
 }
 
 }  // namespace
+
+Range experimental_range(uint32_t key) {
+    double min = 0.0, max = 0.0;
+    h2o_experimental_bounds(key, &min, &max);
+    return closed(min, max);
+}
 
 void add_session_options(CommandLine &cl, h2o_session_params *params) {
     cl.count({"-t", "--threads"}, 0, kMaxThreads, &params->n_threads);
@@ -48,12 +59,10 @@ void add_session_options(CommandLine &cl, h2o_session_params *params) {
         if (!parse_policy(name, &params->kv_policy)) cl.fail("unknown policy '" + name + "' (known: " + kv_policy_names() + ")");
     });
     cl.count("--kv-recent", 0, kMaxBudget, &params->kv_recent);
-    cl.option("--kv-prompt-proxy", [&cl, params](const std::string &v) {
-        set_experimental(cl, params, H2O_EXP_KV_PROMPT_PROXY, static_cast<double>(cl.to_count(v, 0, kMaxPromptProxy)), "--kv-prompt-proxy");
-    });
-    cl.option("--kv-head-share", [&cl, params](const std::string &v) {
-        set_experimental(cl, params, H2O_EXP_KV_HEAD_SHARE, cl.to_number(v, closed(0, kMaxHeadShare)), "--kv-head-share");
-    });
+    cl.option("--kv-prompt-proxy",
+              [&cl, params](const std::string &v) { read_experimental(cl, params, H2O_EXP_KV_PROMPT_PROXY, v, "--kv-prompt-proxy"); });
+    cl.option("--kv-head-share",
+              [&cl, params](const std::string &v) { read_experimental(cl, params, H2O_EXP_KV_HEAD_SHARE, v, "--kv-head-share"); });
     cl.flag("--kv-share-across-layers",
             [&cl, params]() { set_experimental(cl, params, H2O_EXP_KV_SHARE_ACROSS_LAYERS, 1, "--kv-share-across-layers"); });
     // Any research setting by its name: the library lists and checks them.
@@ -63,7 +72,7 @@ void add_session_options(CommandLine &cl, h2o_session_params *params) {
         if (eq == std::string::npos || h2o_experimental_from_name(v.substr(0, eq).c_str(), &key) != H2O_OK) {
             cl.fail("--kv-exp takes NAME=VALUE with NAME one of: " + experimental_names());
         }
-        set_experimental(cl, params, key, cl.to_number(v.substr(eq + 1), closed(-1e9, 1e9)), "--kv-exp " + v);
+        read_experimental(cl, params, key, v.substr(eq + 1), "--kv-exp " + v);
     });
     cl.flag("--rolling", [params]() { params->position_rolling = 1; });
     cl.option("--kv-overflow", [&cl, params](const std::string &v) {
@@ -113,7 +122,8 @@ std::string session_options_help(const h2o_session_params &defaults) {
                   "                         plain full cache does, unless --kv-budget or --rolling say otherwise)\n"
                   "  --kv-type T            KV cache format: %s (default %s)\n",
                   static_cast<unsigned long long>(kMaxThreads), budget, kv_policy_names().c_str(), policy_name(defaults.kv_policy),
-                  static_cast<unsigned long long>(kMaxPromptProxy), kMaxHeadShare, experimental_names().c_str(),
+                  static_cast<unsigned long long>(experimental_range(H2O_EXP_KV_PROMPT_PROXY).max),
+                  experimental_range(H2O_EXP_KV_HEAD_SHARE).max, experimental_names().c_str(),
                   defaults.position_rolling ? " (on by default)" : " (implied by --kv-overflow evict)", kv_type_names().c_str(),
                   kv_type_name(defaults.kv_type));
     return text;

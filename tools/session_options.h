@@ -12,6 +12,8 @@ namespace h2o_tools {
 // --kv-share-across-layers, --rolling, --kv-overflow and --kv-type, stored into *params (which
 // must outlive parse()).
 void add_session_options(CommandLine &cl, h2o_session_params *params);
+// The values a research setting (h2o_experimental.h) accepts, as the library checks them.
+Range experimental_range(uint32_t key);
 // Their --help lines, with the defaults of `defaults` (h2o_session_params_init's).
 std::string session_options_help(const h2o_session_params &defaults);
 // After parse(): refuses what would be silently ignored. A cache that never evicts (--kv-overflow

@@ -86,6 +86,12 @@ typedef enum h2o_experimental_key {
 H2O_API const char *h2o_experimental_name(uint32_t key);
 /** Parses such a name. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments or an unknown name). */
 H2O_API h2o_status h2o_experimental_from_name(const char *name, uint32_t *key);
+/** The values a key accepts: [*min, *max] (the keys documented above as counts, flags or
+ * intervals also need a whole number), as h2o_session_params_set_experimental checks them, so
+ * that tools and bindings need not repeat the limits. The ends of a setting the session holds as
+ * a float are that float's value (0.9 as 0.89999997...). Errors: H2O_ERR_INVALID_ARGUMENT (NULL
+ * min or max), H2O_ERR_UNSUPPORTED (a key this library does not know). Since 0.8. */
+H2O_API h2o_status h2o_experimental_bounds(uint32_t key, double *min, double *max);
 
 /** Sets a research setting in *params (after h2o_session_params_init). Errors:
  * H2O_ERR_INVALID_ARGUMENT (NULL params, a struct_size too small to hold the settings, or a value

@@ -817,6 +817,19 @@ H2O_API h2o_status h2o_experimental_from_name(const char *name, uint32_t *key) {
     return succeed();
 }
 
+H2O_API h2o_status h2o_experimental_bounds(uint32_t key, double *min, double *max) {
+    return guarded(nullptr, [&]() -> h2o_status {
+        if (!min || !max) return invalid("h2o_experimental_bounds: min and max must not be NULL");
+        const h2o::CacheSetting *row = h2o::experimental_setting(key);
+        if (!row)
+            return fail(make_error(H2O_ERR_UNSUPPORTED,
+                                   "h2o_experimental_bounds: key " + std::to_string(key) + " is not a research setting of this library"));
+        *min = row->min;
+        *max = row->max;
+        return succeed();
+    });
+}
+
 namespace {
 
 // The row of a research key that a params struct of params->struct_size bytes holds.

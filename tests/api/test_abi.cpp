@@ -1,6 +1,8 @@
 // The C ABI contract that bindings rely on: struct layouts, struct_size versioning, name
 // functions, model lifetime, log callbacks, cancellation, load progress and pull-style generation.
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
@@ -238,6 +240,36 @@ TEST_CASE("abi: name functions list and parse every policy, KV type and backend"
     CHECK(std::string(h2o_kv_policy_name(H2O_KV_SCISSORHANDS)) == "scissorhands");
     CHECK(std::string(h2o_kv_type_name(H2O_KV_TYPE_K8V4)) == "k8v4");
     CHECK(std::string(h2o_backend_kind_name(H2O_BACKEND_VULKAN)) == "vulkan");
+}
+
+TEST_CASE("abi: h2o_experimental_bounds gives the values each research setting accepts, and the documented ones") {
+    h2o_session_params params;
+    REQUIRE(h2o_session_params_init(&params, sizeof params) == H2O_OK);
+    for (uint32_t key = 0; h2o_experimental_name(key); ++key) {
+        CAPTURE(h2o_experimental_name(key));
+        double min = 1, max = 0;
+        REQUIRE(h2o_experimental_bounds(key, &min, &max) == H2O_OK);
+        REQUIRE(min <= max);
+        // The ends are accepted and what lies just outside them is not.
+        CHECK(h2o_session_params_set_experimental(&params, key, min) == H2O_OK);
+        CHECK(h2o_session_params_set_experimental(&params, key, max) == H2O_OK);
+        const double step = std::max(1.0, std::abs(max)) * 1e-6;
+        CHECK(h2o_session_params_set_experimental(&params, key, max + step) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(h2o_session_params_set_experimental(&params, key, min - step) == H2O_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(h2o_last_error()).find(h2o_experimental_name(key)) != std::string::npos);
+    }
+    // Two of the header's documented ranges, as it states them.
+    double min = 0, max = 0;
+    REQUIRE(h2o_experimental_bounds(H2O_EXP_KV_LAYER_SLOPE, &min, &max) == H2O_OK);
+    // Held as a float, as the session holds the setting.
+    CHECK(static_cast<float>(min) == -0.9f);
+    CHECK(static_cast<float>(max) == 0.9f);
+    REQUIRE(h2o_experimental_bounds(H2O_EXP_KV_PROMPT_PROXY, &min, &max) == H2O_OK);
+    CHECK(min == 0);
+    CHECK(max == 4096);
+    CHECK(h2o_experimental_bounds(0xFFFFFFFFu, &min, &max) == H2O_ERR_UNSUPPORTED);
+    CHECK(h2o_experimental_bounds(H2O_EXP_KV_HEAD_SHARE, nullptr, &max) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_experimental_bounds(H2O_EXP_KV_HEAD_SHARE, &min, nullptr) == H2O_ERR_INVALID_ARGUMENT);
 }
 
 TEST_CASE("abi: out-of-range status and log level values are handled without undefined behaviour") {

@@ -154,6 +154,13 @@ namespace H2o
 
         internal static uint ParseExperimental(string name) => Parse(name, Native.h2o_experimental_from_name);
 
+        /// <summary>The values a research setting accepts, [min, max], as SetExperimental checks them
+        /// (h2o_experimental_bounds); throws H2oException for an unknown name.</summary>
+        public static void ExperimentalBounds(string name, out double min, out double max)
+        {
+            Check.Status(Native.h2o_experimental_bounds(ParseExperimental(name), out min, out max));
+        }
+
         /// <summary>What a policy keeps, and so which settings apply to it (h2o_kv_policy_get_info).</summary>
         public static KvPolicyInfo Info(KvPolicy policy)
         {

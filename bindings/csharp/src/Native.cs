@@ -197,6 +197,8 @@ namespace H2o
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_experimental_from_name(byte[] name, out uint key);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
+        internal static extern int h2o_experimental_bounds(uint key, out double min, out double max);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_params_set_experimental(ref NativeSessionParams p, uint key, double value);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)]
         internal static extern int h2o_session_params_get_experimental(ref NativeSessionParams p, uint key, out double value);

@@ -292,6 +292,17 @@ namespace H2o.Tests
                 Assert.H2oError(Status.InvalidArgument, () => proxy().SetExperimental("no_such_setting", 1));
                 Assert.Equal(16.0, proxy().GetExperimental("kv_prompt_proxy"), "params hold the value");
                 Assert.True(Array.IndexOf(Names.Experimental, "kv_sinks_every_policy") >= 0, "names are listed");
+                // The bounds are the library's: their ends are accepted, just past them is not.
+                foreach (string name in Names.Experimental)
+                {
+                    Names.ExperimentalBounds(name, out double min, out double max);
+                    Assert.True(min <= max, name + " bounds");
+                    proxy().SetExperimental(name, max);
+                    Assert.H2oError(Status.InvalidArgument, () => proxy().SetExperimental(name, max + 1));
+                }
+                Names.ExperimentalBounds("kv_prompt_proxy", out double proxyMin, out double proxyMax);
+                Assert.Equal(4096.0, proxyMax, "kv_prompt_proxy's maximum");
+                Assert.H2oError(Status.InvalidArgument, () => Names.ExperimentalBounds("no_such_setting", out double a, out double b));
             }
         }
 

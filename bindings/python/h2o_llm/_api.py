@@ -80,6 +80,15 @@ def experimental_names() -> List[str]:
     return _names(lib.h2o_experimental_name)
 
 
+def experimental_bounds(name: str) -> Tuple[float, float]:
+    """The values a research setting accepts, (min, max), as Model.session checks them
+    (h2o_experimental_bounds). Raises H2oError for an unknown name."""
+    key, low, high = c_uint32(), c_double(), c_double()
+    check(lib.h2o_experimental_from_name(name.encode(), byref(key)))
+    check(lib.h2o_experimental_bounds(key, byref(low), byref(high)))
+    return (low.value, high.value)
+
+
 @dataclass(frozen=True)
 class BackendInfo:
     kind: str  # "cpu", "vulkan", "cuda"

@@ -269,6 +269,12 @@ class LibraryTest(unittest.TestCase):
         self.assertIn("scissorhands", h2o.kv_policies())
         self.assertEqual(h2o.kv_types(), ["f32", "f16", "q8", "q4", "k8v4"])
         self.assertIn("kv_head_share", h2o.experimental_names())
+        self.assertEqual(h2o.experimental_bounds("kv_prompt_proxy"), (0.0, 4096.0))
+        for name in h2o.experimental_names():
+            low, high = h2o.experimental_bounds(name)
+            self.assertLessEqual(low, high, name)
+        with self.assertRaises(h2o.H2oError):
+            h2o.experimental_bounds("no_such_setting")
         self.assertEqual(h2o.backends()[0].kind, "cpu")
 
 

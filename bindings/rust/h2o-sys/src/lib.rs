@@ -395,6 +395,7 @@ extern "C" {
     // h2o_experimental.h: research settings by key, outside the stable interface.
     pub fn h2o_experimental_name(key: u32) -> *const c_char;
     pub fn h2o_experimental_from_name(name: *const c_char, key: *mut u32) -> h2o_status;
+    pub fn h2o_experimental_bounds(key: u32, min: *mut f64, max: *mut f64) -> h2o_status;
     pub fn h2o_session_params_set_experimental(params: *mut h2o_session_params, key: u32, value: f64) -> h2o_status;
     pub fn h2o_session_params_get_experimental(params: *const h2o_session_params, key: u32, value: *mut f64) -> h2o_status;
     pub fn h2o_session_get_experimental(session: *const h2o_session, key: u32, value: *mut f64) -> h2o_status;

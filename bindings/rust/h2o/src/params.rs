@@ -116,6 +116,16 @@ pub fn experimental_names() -> Vec<String> {
         .collect()
 }
 
+/// The values a research setting accepts, `(min, max)`, as `SessionParams::experimental` checks
+/// them (h2o_experimental_bounds). Errors: a name this library does not know.
+pub fn experimental_bounds(name: &str) -> Result<(f64, f64)> {
+    let key = experimental_key(name)?;
+    let (mut min, mut max) = (0.0f64, 0.0f64);
+    // SAFETY: both pointers are valid for the call.
+    check(unsafe { h2o_sys::h2o_experimental_bounds(key, &mut min, &mut max) })?;
+    Ok((min, max))
+}
+
 /// How text is generated (h2o_generate_params); see the header for every field.
 #[derive(Clone, Debug)]
 pub struct GenerateParams {

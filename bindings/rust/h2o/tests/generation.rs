@@ -249,6 +249,15 @@ fn prompt_proxy_eviction_reads_a_prompt_longer_than_the_budget() {
     let err = params.experimental("no_such_setting", 1.0).err().unwrap();
     assert!(err.message().contains("kv_head_share"), "the known names are listed: {}", err.message());
     assert!(h2o::experimental_names().iter().any(|n| n == "kv_sinks_every_policy"));
+    // The bounds are the library's: their ends are accepted, just past them is not.
+    for name in h2o::experimental_names() {
+        let (min, max) = h2o::experimental_bounds(&name).unwrap();
+        assert!(min <= max, "{}", name);
+        assert!(SessionParams::new().experimental(&name, max).is_ok(), "{} {}", name, max);
+        assert!(SessionParams::new().experimental(&name, max + 1.0).is_err(), "{} {}", name, max + 1.0);
+    }
+    assert_eq!(h2o::experimental_bounds("kv_prompt_proxy").unwrap(), (0.0, 4096.0));
+    assert!(h2o::experimental_bounds("no_such_setting").is_err());
     assert_eq!(params.get_experimental("kv_prompt_proxy").unwrap(), 16.0);
 }
 
