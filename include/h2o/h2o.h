@@ -837,7 +837,7 @@ typedef struct h2o_generate_params {
     size_t n_stop_strings; /**< entries of stop_strings */
     /** Stop at an end-of-generation token (h2o_token_is_end_of_generation). Default 1. */
     int32_t stop_at_eos;
-    /** Constrains the reply to a grammar in GBNF (docs: the README's structured output; the rule
+    /** Constrains the reply to a grammar in GBNF (docs/STRUCTURED_OUTPUT.md; the rule
      * "root" is the reply): grammar_len bytes, or NULL/0 for none. Every token whose text cannot
      * continue it is masked after the logits and before temperature, top-k, top-p and min-p, so
      * the reply is drawn from the model's distribution over what the grammar allows;
