@@ -40,8 +40,9 @@ void check_request(const std::string &body) {
     // What the server writes back from an accepted request is JSON.
     const Usage usage;
     const CompletionHeader header{"chatcmpl-x", 0, r.model, r.conversation_id};
-    h2o_fuzz::check(nlohmann::json::parse(dump(completion_json(header, r.messages.back().content, "stop", usage)), nullptr, false).is_object(),
-                    "a reply that is not JSON");
+    h2o_fuzz::check(
+        nlohmann::json::parse(dump(completion_json(header, r.messages.back().content, "stop", usage)), nullptr, false).is_object(),
+        "a reply that is not JSON");
 }
 
 void check_file(const std::string &bytes) {
@@ -56,7 +57,10 @@ void check_file(const std::string &bytes) {
     size_t again_offset = 0;
     const std::string written = conversation_header(id, record);
     h2o_fuzz::check(parse_conversation_header(written, &again_id, &again, &again_offset), "a head written again does not read");
-    h2o_fuzz::check(again_id == id && again.history == record.history && again.n_messages == record.n_messages, "a head reads back otherwise");
+    h2o_fuzz::check(again_id == id && again.history == record.history && again.n_messages == record.n_messages &&
+                        again.title == record.title && again.n_turns == record.n_turns && again.n_tokens == record.n_tokens &&
+                        again.last_used == record.last_used,
+                    "a head reads back otherwise");
 }
 
 }  // namespace

@@ -433,6 +433,62 @@ def lru_eviction_to_disk_and_back():
         srv.stop()
 
 
+@test
+def conversations_are_listed_shown_and_deleted():
+    state = os.path.join(WORK, "manage")
+    srv = server("--state-dir", state)
+    thread = None
+    try:
+        status, empty = srv.request("GET", "/v1/conversations")
+        check(status == 200 and empty == {"object": "list", "data": []}, empty)
+        talk(srv, ["Once upon a time\nthere was a very long first line about a cat named Tom who lived in a house by the sea."],
+             conversation_id="first")
+        talk(srv, TURNS[:2], conversation_id="second")
+        status, listing = srv.request("GET", "/v1/conversations")
+        check(status == 200 and sorted(c["id"] for c in listing["data"]) == ["first", "second"], listing)
+        check([c["last_used"] for c in listing["data"]] == sorted((c["last_used"] for c in listing["data"]), reverse=True),
+              "the most recently used first: %s" % listing)
+        by_id = {c["id"]: c for c in listing["data"]}
+        first, second = by_id["first"], by_id["second"]
+        # The title: the first user message's beginning, on one line, at most 64 bytes.
+        check(first["title"].startswith("Once upon a time there was") and len(first["title"].encode()) <= 64, first)
+        check(first["turns"] == 1 and second["turns"] == 2 and second["messages"] == 5, listing)
+        check(second["tokens_held"] > 0 and second["bytes_on_disk"] == os.path.getsize(os.path.join(state, "second.conv")), second)
+        check(second["last_used"] >= first["last_used"] > 0 and not second["in_use"], listing)
+        status, one = srv.request("GET", "/v1/conversations/second")
+        check(status == 200 and one["id"] == "second" and one["object"] == "conversation", one)
+        for method, path, code in (("GET", "/v1/conversations/nobody", 404), ("DELETE", "/v1/conversations/nobody", 404),
+                                   ("GET", "/v1/conversations/bad%21id", 404)):
+            status, body = srv.request(method, path)
+            check(status == code and body["error"]["code"] == "conversation_not_found", (method, path, status, body))
+        status, gone = srv.request("DELETE", "/v1/conversations/first")
+        check(status == 200 and gone == {"id": "first", "object": "conversation.deleted", "deleted": True}, gone)
+        check(not os.path.exists(os.path.join(state, "first.conv")), "the file is removed")
+        status, listing = srv.request("GET", "/v1/conversations")
+        check([c["id"] for c in listing["data"]] == ["second"], listing)
+        # A conversation that a request is using is not deleted under it.
+        thread = start_long_reply(srv, "busy")
+        status, body = srv.request("DELETE", "/v1/conversations/busy")
+        check(status == 409 and body["error"]["code"] == "conversation_in_use", body)
+    finally:
+        srv.stop()
+        if thread:
+            thread.join()
+    # After a restart the saved ones are listed again, with their titles; the deleted one is not.
+    srv = server("--state-dir", state)
+    try:
+        status, listing = srv.request("GET", "/v1/conversations")
+        ids = {c["id"]: c for c in listing["data"]}
+        check(status == 200 and "first" not in ids and ids["second"]["title"] == TURNS[0] and not ids["second"]["live"], listing)
+        status, gone = srv.request("DELETE", "/v1/conversations/second")
+        check(status == 200 and not os.path.exists(os.path.join(state, "second.conv")), gone)
+        # Deleted, a conversation named again starts afresh.
+        _, again = talk(srv, TURNS[:1], conversation_id="second")
+        check(again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, again["usage"])
+    finally:
+        srv.stop()
+
+
 def start_long_reply(srv, conversation_id):
     """Starts a long streamed reply on another thread; returns the thread once the reply has begun
     (so the conversation holds its session and its request is admitted). The stream may end with

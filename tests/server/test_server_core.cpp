@@ -177,6 +177,10 @@ TEST_CASE("server: conversation files: the head reads back, and foreign or broke
     HistoryRecord record;
     record.history = extend_history(empty_history(), "user", "hi");
     record.n_messages = 1;
+    record.title = "hi \xC3\xA9";
+    record.n_turns = 3;
+    record.n_tokens = 77;
+    record.last_used = 1796233414;
     const std::string head = conversation_header("c-12", record);
     std::string id;
     HistoryRecord back;
@@ -185,16 +189,39 @@ TEST_CASE("server: conversation files: the head reads back, and foreign or broke
     CHECK(id == "c-12");
     CHECK(back.history == record.history);
     CHECK(back.n_messages == 1);
+    CHECK(back.title == record.title);
+    CHECK(back.n_turns == 3);
+    CHECK(back.n_tokens == 77);
+    CHECK(back.last_used == record.last_used);
     CHECK(offset == head.size());
+    // The head an earlier server wrote: no title, turns, tokens nor time.
+    const std::string earlier =
+        "h2o-server conversation 1\n{\"history\":\"" + to_hex(record.history) + "\",\"id\":\"c-12\",\"messages\":1}\n";
+    REQUIRE(parse_conversation_header(earlier, &id, &back, &offset));
+    CHECK(back.title.empty());
+    CHECK(back.n_turns == 0);
+    CHECK(back.last_used == 0);
     for (const std::string &bad :
          {std::string(""), std::string("h2o-server conversation 2\n{}\n"), head.substr(0, head.size() - 1),
           std::string("h2o-server conversation 1\n{\"id\":\"../x\",\"history\":\"") + to_hex(record.history) + "\",\"messages\":1}\n",
           std::string("h2o-server conversation 1\n{\"id\":\"a\",\"history\":\"00\",\"messages\":1}\n"),
           std::string("h2o-server conversation 1\n{\"id\":\"a\",\"history\":\"") + to_hex(record.history) + "\",\"messages\":-1}\n",
-          std::string("h2o-server conversation 1\n") + std::string(5000, ' ') + "\n"}) {
+          std::string("h2o-server conversation 1\n") + std::string(5000, ' ') + "\n",
+          earlier.substr(0, earlier.size() - 2) + ",\"title\":7}\n", earlier.substr(0, earlier.size() - 2) + ",\"turns\":-2}\n",
+          earlier.substr(0, earlier.size() - 2) + ",\"tokens\":\"x\"}\n",
+          earlier.substr(0, earlier.size() - 2) + ",\"last_used\":1.5}\n"}) {
         CAPTURE(bad);
         CHECK_FALSE(parse_conversation_header(bad, &id, &back, &offset));
     }
+}
+
+TEST_CASE("server: a conversation's title is its first user message's beginning, on one line, cut at a character") {
+    CHECK(conversation_title("Hello") == "Hello");
+    CHECK(conversation_title("  Two\nlines\t ") == "Two lines");
+    CHECK(conversation_title("").empty());
+    const std::string long_text = std::string(63, 'a') + "\xC3\xA9" + "tail";  // the é would end at byte 65
+    CHECK(conversation_title(long_text) == std::string(63, 'a'));
+    CHECK(conversation_title(std::string(100, 'b')).size() == 64);
 }
 
 TEST_CASE("server: files are replaced whole, and a write that cannot happen leaves nothing") {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <vector>
 
 namespace h2o_server {
@@ -128,11 +129,14 @@ std::optional<ApiError> ChatTurn::start(const TurnContext &context, const ChatRe
 
 namespace {
 
-uint64_t evicted_tokens(const h2o_session *session) {
-    h2o_kv_usage usage;
+h2o_kv_usage kv_usage(const h2o_session *session) {
+    h2o_kv_usage usage{};
     usage.struct_size = sizeof usage;
-    return h2o_session_get_kv_usage(session, &usage) == H2O_OK ? usage.n_evicted : 0;
+    h2o_session_get_kv_usage(session, &usage);
+    return usage;
 }
+
+uint64_t evicted_tokens(const h2o_session *session) { return kv_usage(session).n_evicted; }
 
 }  // namespace
 
@@ -308,11 +312,25 @@ TurnOutcome ChatTurn::generate(const PieceSink &client_sink) {
     outcome.usage = usage_;
     record.history = extend_history(history_, "assistant", reply.digest_content());
     record.n_messages = static_cast<uint32_t>(messages_.size() + 1);
+    describe(session, &record);
     generated_ = true;
     if (auto error = context_.store->commit(*lease_, record)) {
         std::fprintf(stderr, "h2o-server: conversation %s is not saved: %s\n", conversation_id().c_str(), error->message.c_str());
     }
     return outcome;
+}
+
+void ChatTurn::describe(const h2o_session *session, HistoryRecord *record) const {
+    for (const Message &m : messages_) {
+        if (m.role == "user") {
+            record->title = conversation_title(m.content);
+            break;
+        }
+    }
+    record->n_turns = 1;  // this reply
+    for (const Message &m : messages_) record->n_turns += m.role == "assistant" ? 1 : 0;
+    record->n_tokens = kv_usage(session).n_held;
+    record->last_used = static_cast<int64_t>(std::time(nullptr));
 }
 
 void ChatTurn::read_tool_calls(TurnOutcome *outcome) const {

@@ -65,6 +65,8 @@ private:
 
     // The reply read back as tool calls (TurnOutcome.tool_calls), when the request offered tools.
     void read_tool_calls(TurnOutcome *outcome) const;
+    // What the conversations' listing shows of the turn just closed: title, turns, tokens held.
+    void describe(const h2o_session *session, HistoryRecord *record) const;
 
     const TurnContext &context_;
     std::unique_ptr<Lease> lease_;

@@ -17,8 +17,33 @@ constexpr std::string_view kMagic = "h2o-server conversation 1\n";
 
 }  // namespace
 
+std::string conversation_title(const std::string &first_user_message) {
+    constexpr size_t kMaxTitle = 64;
+    std::string title;
+    for (size_t i = 0; i < first_user_message.size(); ++i) {
+        const auto c = static_cast<unsigned char>(first_user_message[i]);
+        // A character's bytes go in together, or none of them (messages are valid UTF-8).
+        const size_t length = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        if (title.size() + length > kMaxTitle) break;
+        if (c < 0x20 || c == 0x7F)
+            title += ' ';
+        else
+            title.append(first_user_message, i, length);
+        i += length - 1;
+    }
+    const size_t end = title.find_last_not_of(' ');
+    return end == std::string::npos ? "" : title.substr(title.find_first_not_of(' '), end + 1 - title.find_first_not_of(' '));
+}
+
 std::string conversation_header(const std::string &id, const HistoryRecord &record) {
-    return std::string(kMagic) + dump(nlohmann::json{{"id", id}, {"history", to_hex(record.history)}, {"messages", record.n_messages}}) +
+    return std::string(kMagic) +
+           dump(nlohmann::json{{"id", id},
+                               {"history", to_hex(record.history)},
+                               {"messages", record.n_messages},
+                               {"title", record.title},
+                               {"turns", record.n_turns},
+                               {"tokens", record.n_tokens},
+                               {"last_used", record.last_used}}) +
            "\n";
 }
 
@@ -34,6 +59,23 @@ bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryR
     HistoryRecord read;
     if (!from_hex(header["history"].get<std::string>(), &read.history)) return false;
     read.n_messages = header["messages"].get<uint32_t>();
+    // What the listing shows; files of earlier servers have none of it.
+    if (header.contains("title")) {
+        if (!header["title"].is_string() || header["title"].get<std::string>().size() > 256) return false;
+        read.title = header["title"].get<std::string>();
+    }
+    if (header.contains("turns")) {
+        if (!header["turns"].is_number_unsigned() || header["turns"].get<uint64_t>() > UINT32_MAX) return false;
+        read.n_turns = header["turns"].get<uint32_t>();
+    }
+    if (header.contains("tokens")) {
+        if (!header["tokens"].is_number_unsigned()) return false;
+        read.n_tokens = header["tokens"].get<uint64_t>();
+    }
+    if (header.contains("last_used")) {
+        if (!header["last_used"].is_number_integer()) return false;
+        read.last_used = header["last_used"].get<int64_t>();
+    }
     *id = header["id"].get<std::string>();
     if (!valid_conversation_id(*id)) return false;
     *record = read;

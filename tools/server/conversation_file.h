@@ -12,10 +12,15 @@
 
 namespace h2o_server {
 
-// What a conversation's session holds, as messages: their digest and count.
+// What a conversation's session holds, as messages: their digest and count; and what
+// GET /v1/conversations shows of it.
 struct HistoryRecord {
     Digest history = empty_history();
     uint32_t n_messages = 0;
+    std::string title;      // the first user message's beginning (conversation_title)
+    uint32_t n_turns = 0;   // the assistant's replies
+    uint64_t n_tokens = 0;  // tokens the session's cache holds (per layer and kv head)
+    int64_t last_used = 0;  // when the last turn ended, in seconds since 1970
     // false after a turn failed partway: the session holds text no record describes, and is
     // reset before its next use.
     bool known = true;
@@ -24,6 +29,10 @@ struct HistoryRecord {
 constexpr const char *kConversationSuffix = ".conv";
 // The most bytes a file's head (the magic line and the header line) may take.
 constexpr size_t kMaxConversationHeader = 4096;
+
+// A conversation's title: the beginning of its first user message, at most 64 bytes cut at a
+// character, its line breaks and other control characters as spaces.
+std::string conversation_title(const std::string &first_user_message);
 
 // The file's head: the magic line and the header line, which ends where the snapshot begins.
 std::string conversation_header(const std::string &id, const HistoryRecord &record);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -257,6 +258,61 @@ void ConversationStore::save_all() {
         conversation->session = nullptr;
         --live_;
     }
+}
+
+ConversationInfo ConversationStore::info_of(const Conversation &conversation) const {
+    ConversationInfo info;
+    info.id = conversation.id;
+    info.title = conversation.record.title;
+    info.turns = conversation.record.n_turns;
+    info.messages = conversation.record.n_messages;
+    info.tokens = conversation.record.n_tokens;
+    info.last_used = conversation.record.last_used;
+    info.live = conversation.session != nullptr;
+    info.in_use = conversation.leases > 0;
+    struct stat file;
+    if (!settings_.state_dir.empty() && ::stat(path_of(conversation.id).c_str(), &file) == 0)
+        info.bytes_on_disk = static_cast<uint64_t>(file.st_size);
+    return info;
+}
+
+std::vector<ConversationInfo> ConversationStore::list() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<ConversationInfo> out;
+    for (auto &[id, conversation] : by_id_) out.push_back(info_of(*conversation));
+    std::stable_sort(out.begin(), out.end(),
+                     [](const ConversationInfo &a, const ConversationInfo &b) { return a.last_used > b.last_used; });
+    return out;
+}
+
+std::optional<ConversationInfo> ConversationStore::info(const std::string &id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) return std::nullopt;
+    return info_of(*it->second);
+}
+
+std::optional<ApiError> ConversationStore::remove(const std::string &id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end())
+        return ApiError{404, "not_found_error", "no conversation '" + id + "'", "conversation_id", "conversation_not_found"};
+    const std::shared_ptr<Conversation> keep = it->second;  // alive until forget() has erased it
+    Conversation &conversation = *keep;
+    // A request holding it may be saving it: refused rather than waited for.
+    if (conversation.leases > 0)
+        return ApiError{409, "invalid_request_error", "conversation '" + id + "' is in use by a request; try again when it ends",
+                        "conversation_id", "conversation_in_use"};
+    if (!settings_.state_dir.empty() && ::unlink(path_of(id).c_str()) != 0 && errno != ENOENT)
+        return server_error("cannot delete " + path_of(id) + ": " + std::strerror(errno));
+    if (conversation.session) {
+        h2o_session_free(conversation.session);
+        conversation.session = nullptr;
+        --live_;
+    }
+    forget(conversation);
+    released_.notify_all();
+    return std::nullopt;
 }
 
 StoreCounts ConversationStore::counts() {

@@ -46,6 +46,17 @@ struct StoreCounts {
     uint64_t evictions = 0, restores = 0;
 };
 
+// One conversation as GET /v1/conversations shows it.
+struct ConversationInfo {
+    std::string id, title;
+    uint32_t turns = 0, messages = 0;
+    uint64_t tokens = 0;         // held by its session's cache (per layer and kv head)
+    uint64_t bytes_on_disk = 0;  // its file in the state directory (0: none)
+    int64_t last_used = 0;       // seconds since 1970 (0: no turn yet)
+    bool live = false;           // it holds a session now
+    bool in_use = false;         // a request is using it or waiting for it
+};
+
 class ConversationStore;
 
 // A request's hold on one conversation: its turn lock and a live session. Released on destruction.
@@ -92,6 +103,12 @@ public:
     void save_all();
 
     StoreCounts counts();
+    // The conversations it knows (live or saved), the most recently used first.
+    std::vector<ConversationInfo> list();
+    std::optional<ConversationInfo> info(const std::string &id);
+    // Deletes a conversation: frees its session and removes its file (one unlink: a crash leaves
+    // the conversation whole or gone). 404 for an unknown id, 409 while a request uses it.
+    std::optional<ApiError> remove(const std::string &id);
     const StoreSettings &settings() const { return settings_; }
 
 private:
@@ -105,6 +122,7 @@ private:
     std::optional<ApiError> save(Conversation &conversation);
     std::optional<ApiError> restore(Conversation &conversation);
     void forget(Conversation &conversation);
+    ConversationInfo info_of(const Conversation &conversation) const;  // with mutex_ held
 
     StoreSettings settings_;
     std::mutex mutex_;

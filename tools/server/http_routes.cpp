@@ -77,6 +77,44 @@ void health(Endpoints &e, httplib::Response &res) {
     res.set_content(dump(body), "application/json");
 }
 
+json conversation_json(const ConversationInfo &c) {
+    return json{{"id", c.id},
+                {"object", "conversation"},
+                {"title", c.title},
+                {"turns", c.turns},
+                {"messages", c.messages},
+                {"tokens_held", c.tokens},
+                {"bytes_on_disk", c.bytes_on_disk},
+                {"last_used", c.last_used},
+                {"live", c.live},
+                {"in_use", c.in_use}};
+}
+
+// GET /v1/conversations[/{id}] and DELETE /v1/conversations/{id}: the conversations the server
+// keeps, in memory or in its state directory.
+void conversation_routes(httplib::Server &server, Endpoints &e) {
+    server.Get("/v1/conversations", [&e](const httplib::Request &, httplib::Response &res) {
+        json data = json::array();
+        for (const ConversationInfo &c : e.store->list()) data.push_back(conversation_json(c));
+        res.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
+    });
+    auto unknown = [](const std::string &id) {
+        return ApiError{404, "not_found_error", "no conversation '" + id + "'", "conversation_id", "conversation_not_found"};
+    };
+    server.Get(R"(/v1/conversations/([^/]+))", [&e, unknown](const httplib::Request &req, httplib::Response &res) {
+        const std::string id = req.matches[1];
+        const std::optional<ConversationInfo> c = valid_conversation_id(id) ? e.store->info(id) : std::nullopt;
+        if (!c) return send_error(res, unknown(id));
+        res.set_content(dump(conversation_json(*c)), "application/json");
+    });
+    server.Delete(R"(/v1/conversations/([^/]+))", [&e, unknown](const httplib::Request &req, httplib::Response &res) {
+        const std::string id = req.matches[1];
+        if (!valid_conversation_id(id)) return send_error(res, unknown(id));
+        if (auto error = e.store->remove(id)) return send_error(res, *error);
+        res.set_content(dump(json{{"id", id}, {"object", "conversation.deleted"}, {"deleted", true}}), "application/json");
+    });
+}
+
 // A streamed reply: the chunks go out as the pieces come; a failed write means the client left.
 void stream_reply(Endpoints &e, std::unique_ptr<ChatTurn> turn, std::shared_ptr<Admission> admission, const CompletionHeader &header,
                   bool include_usage, httplib::Response &res) {
@@ -152,7 +190,7 @@ void add_routes(httplib::Server &server, Endpoints &e) {
         // A chat front-end served as a web page calls the server from the browser, which asks
         // first (a preflight OPTIONS request) and reads the reply only when the origin is allowed.
         server.set_default_headers({{"Access-Control-Allow-Origin", e.cors_origin},
-                                    {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                                    {"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
                                     {"Access-Control-Allow-Headers", "Content-Type, Authorization"}});
         server.Options(R"(/.*)", [](const httplib::Request &, httplib::Response &res) { res.status = 204; });
     }
@@ -187,6 +225,7 @@ void add_routes(httplib::Server &server, Endpoints &e) {
         res.set_content(dump(model_json(e)), "application/json");
     });
     server.Post("/v1/chat/completions", [&e](const httplib::Request &req, httplib::Response &res) { chat_completions(e, req, res); });
+    conversation_routes(server, e);
 }
 
 }  // namespace h2o_server

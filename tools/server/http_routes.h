@@ -1,5 +1,5 @@
-// h2o-server's HTTP side: the endpoints (/v1/chat/completions, /v1/models, /health) and the
-// protocol's error shape for what HTTP itself refuses (404, 413), on a cpp-httplib server.
+// h2o-server's HTTP side: the endpoints (/v1/chat/completions, /v1/models, /v1/conversations,
+// /health) and the protocol's error shape for what HTTP itself refuses (404, 413), on a cpp-httplib server.
 #pragma once
 
 #include <atomic>
