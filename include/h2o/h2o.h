@@ -845,16 +845,16 @@ typedef struct h2o_generate_params {
      * (H2O_STOP_GRAMMAR) when nothing more may follow. A malformed grammar is
      * H2O_ERR_INVALID_ARGUMENT naming the byte and the reason. (since 0.8) */
     const char *grammar;
-    size_t grammar_len;
+    size_t grammar_len; /**< bytes of grammar */
     /** Or a JSON schema the reply must satisfy (h2o_json_schema_to_grammar says which subset),
      * json_schema_len bytes; at most one of grammar and json_schema. (since 0.8) */
     const char *json_schema;
-    size_t json_schema_len;
+    size_t json_schema_len; /**< bytes of json_schema */
     /** Added to the logits of these n_logit_bias tokens before sampling (OpenAI's logit_bias:
      * -INFINITY bans a token). Token ids are checked against the vocabulary. (since 0.8) */
     const int32_t *logit_bias_tokens;
-    const float *logit_bias_values;
-    size_t n_logit_bias;
+    const float *logit_bias_values; /**< the bias of each of logit_bias_tokens */
+    size_t n_logit_bias;            /**< entries of logit_bias_tokens and logit_bias_values */
 } h2o_generate_params;
 
 /** Writes the defaults into the first struct_size bytes of *params (see h2o_model_params_init). */
@@ -929,6 +929,7 @@ typedef struct h2o_grammar h2o_grammar;
  * Errors: H2O_ERR_INVALID_ARGUMENT (the parse error, with its byte offset). */
 H2O_API h2o_status h2o_grammar_create(h2o_model *model, const char *grammar, size_t grammar_len, const char *json_schema,
                                       size_t json_schema_len, h2o_grammar **out_grammar);
+/** Frees a grammar (NULL is allowed). */
 H2O_API void h2o_grammar_free(h2o_grammar *grammar);
 /** Sets to -INFINITY the logits (n_logits = the vocabulary's size) of every token that cannot come
  * next. Walks the whole vocabulary: use it once per sampled token. */
