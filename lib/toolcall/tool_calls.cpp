@@ -394,6 +394,10 @@ Status lower_tool_conversation(ToolSyntax syntax, const std::vector<ToolFunction
                 continue;
             }
             if (syntax == ToolSyntax::Mistral) {
+                // The id goes into the block as it is: one of the 9-character ids calls have.
+                if (!valid_mistral_id(m.tool_call_id))
+                    return bad("messages[" + std::to_string(i) +
+                               "]: Mistral's tool results answer a call id of 9 letters and digits, not '" + m.tool_call_id + "'");
                 out->emplace_back("tool_results", "[TOOL_RESULTS] {\"content\": " + m.content + ", \"call_id\": \"" + m.tool_call_id +
                                                       "\"}[/TOOL_RESULTS]");
                 continue;
