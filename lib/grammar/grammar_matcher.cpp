@@ -13,6 +13,10 @@ namespace {
 // time without consuming a character).
 constexpr size_t kMaxStackNodes = 1u << 22;
 constexpr size_t kMaxExpansionVisits = 1u << 16;
+// And the stacks one character may open before they are merged: a repetition of something that
+// may match nothing, such as ("a" | "b"*){300}, opens one per later copy after every copy, so each
+// byte would cost the square of the count.
+constexpr size_t kMaxStepStacks = 1u << 14;
 // The bounds on the cache of states: a state between characters has a row of 256 transitions, one
 // inside a character 64 (its continuation bytes: any other byte ends it), 8 MiB of rows in all
 // at most. The characters a vocabulary's pieces begin make most states: a bounded string of a
@@ -256,11 +260,18 @@ bool GrammarMatcher::advance_code_point(const State &state, uint32_t cp, State *
     next->complete = false;
     next->need = next->length = 0;
     next->code = 0;
+    if (!failure_.ok()) return false;  // a bound was hit: nothing more is computed
     const Grammar &g = *grammar_;
     for (int32_t s : state.stacks) {
         const uint32_t e = node_element_[static_cast<size_t>(s)];
         if (!g.charsets[g.elements[e].index].contains(cp)) continue;
         push_expanded(advanced(s), next);
+        if (next->stacks.size() > kMaxStepStacks) {
+            failure_ = make_error(H2O_ERR_INVALID_ARGUMENT, "grammar: one character leaves more than " + std::to_string(kMaxStepStacks) +
+                                                                " alternatives open (a long repetition of something that may match nothing?)");
+            next->stacks.clear();
+            return false;
+        }
     }
     if (next->stacks.size() > 1) {
         std::sort(next->stacks.begin(), next->stacks.end());
@@ -382,6 +393,7 @@ bool GrammarMatcher::mask(std::vector<uint8_t> *allowed, size_t budget) const {
         trim_cache();
         done = mask_walk(allowed, budget, false);
     }
+    if (!failure_.ok()) return false;
     if (done == 1 && state >= 0 && current_state() == state) {
         if (kept_masks_.size() == kKeptMasks) kept_masks_.erase(kept_masks_.begin());
         kept_masks_.emplace_back(state, *allowed);

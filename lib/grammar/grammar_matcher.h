@@ -75,7 +75,8 @@ public:
     bool must_end() const { return can_end() && stacks_.empty(); }
     // allowed[token] = allows(token) for every token, walking the sorted pieces. With a budget of
     // steps (code-point or byte advances; 0: none), returns false, leaving allowed unspecified,
-    // once the walk takes more. Errors: none but the arena's bound (H2O_ERR_OUT_OF_MEMORY).
+    // once the walk takes more, or when a bound on the work was hit (failure() says which:
+    // the arena's, H2O_ERR_OUT_OF_MEMORY; too many alternatives, H2O_ERR_INVALID_ARGUMENT).
     bool mask(std::vector<uint8_t> *allowed, size_t budget = 0) const;
     // An error the arena hit (too many distinct stacks), or Ok.
     const Status &failure() const { return failure_; }

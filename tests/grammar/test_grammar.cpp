@@ -286,6 +286,23 @@ TEST_CASE("grammar: the mask's budget stops a walk that would touch most of the 
     CHECK_FALSE(mask[257]);
 }
 
+TEST_CASE("grammar: a long repetition of something that may match nothing is stopped with a message, not walked for minutes") {
+    // Found by the fuzzer: every copy may be empty, so after each character every later copy is
+    // open, and each byte would cost the square of the count.
+    const auto vocab = byte_vocab({"ab", "ba", "#"});
+    GrammarMatcher m(grammar_of(R"(root ::= ("a" | . "b"* | [#^$/ ]?){295} .)"), vocab);
+    std::vector<uint8_t> mask;
+    CHECK_FALSE(m.mask(&mask));
+    CHECK(m.failure().code == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(m.failure().message.find("alternatives open") != std::string::npos);
+    CHECK_FALSE(m.accept('a').ok());  // and it stays stopped
+    // The same repetition of something that cannot be empty is an ordinary grammar.
+    GrammarMatcher plain(grammar_of(R"(root ::= ("a" | "b"){295})"), vocab);
+    REQUIRE(plain.mask(&mask));
+    CHECK(mask['a']);
+    CHECK(plain.failure().ok());
+}
+
 TEST_CASE("grammar: masks from the state cache, warm, cold or filled mid-walk, agree with fresh matchers taking each token") {
     // Every position of the repetition is a state of its own: the 9000-letter token alone walks
     // past the cache's bound, so that walk is done again without it.
