@@ -60,7 +60,7 @@ fuzz_one() {
 }
 mkdir -p "$fuzz/artifacts"
 pids=()
-for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer chat_request grammar; do
+for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer chat_request grammar tool_calls; do
   if [ "${#pids[@]}" -ge "$jobs" ]; then
     wait "${pids[0]}"
     pids=("${pids[@]:1}")
@@ -69,7 +69,7 @@ for target in gguf_load text snapshot_read bpe_tokenizer hf_tokenizer chat_reque
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-stage "fuzzing (gguf_load, text, snapshot_read, bpe_tokenizer, hf_tokenizer, chat_request)"
+stage "fuzzing (gguf_load, text, snapshot_read, bpe_tokenizer, hf_tokenizer, chat_request, grammar, tool_calls)"
 
 echo "== ThreadSanitizer: eight sessions on one model, h2o-server's store under concurrent requests"
 tsan="$prefix-tsan"
