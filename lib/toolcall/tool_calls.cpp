@@ -479,7 +479,7 @@ Status parse_tool_reply(ToolSyntax syntax, std::string_view reply, uint64_t id_s
         return Status::Ok();
     }
     const CallLayout l = layout_of(syntax);
-    size_t at = l.reply_open.size();
+    size_t at = 0;  // never past the reply: only what was found moves it
     auto expect = [&](std::string_view what) -> Status {
         if (reply.substr(at, what.size()) != what)
             return bad("the tool call does not continue with " + json_text(json_string(std::string(what))) + " at byte " +
@@ -487,6 +487,9 @@ Status parse_tool_reply(ToolSyntax syntax, std::string_view reply, uint64_t id_s
         at += what.size();
         return Status::Ok();
     };
+    // What makes a reply a call may be shorter than what opens its calls (Mistral's
+    // "[TOOL_CALLS]" and "[TOOL_CALLS] [").
+    H2O_TRY(expect(l.reply_open));
     while (true) {
         H2O_TRY(expect(l.call_open));
         const size_t name_end = reply.find('"', at);

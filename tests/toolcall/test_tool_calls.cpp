@@ -147,6 +147,12 @@ TEST_CASE("tool calls: Mistral's tools, calls and results are its v0.3 template'
     messages[2].tool_calls[0].id = "call_1";
     CHECK(lower_tool_conversation(ToolSyntax::Mistral, tools, messages, &lowered).message.find("9 letters and digits") !=
           std::string::npos);
+    // A reply that is only the opening token, or breaks off after it, is not read past its end.
+    for (const char *cut : {"[TOOL_CALLS]", "[TOOL_CALLS] ", "[TOOL_CALLS] [{\"name\": \"get_weather\""}) {
+        std::string content;
+        std::vector<ToolCall> calls;
+        CHECK(parse_tool_reply(ToolSyntax::Mistral, cut, 1, &content, &calls).code == H2O_ERR_INVALID_ARGUMENT);
+    }
     CHECK(tool_syntax_for(ChatFormat::Mistral, true) == ToolSyntax::Mistral);
     CHECK(tool_syntax_for(ChatFormat::Mistral, false) == ToolSyntax::Json);  // older Mistrals have no [TOOL_CALLS]
 }
