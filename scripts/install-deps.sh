@@ -25,11 +25,12 @@ build_packages=(
 )
 # Testing: Mesa's lavapipe, a Vulkan device on the CPU (it brings LLVM, ~115 MB), and the Khronos
 # validation layer, so that the Vulkan backend's tests run on any machine; curl, one of the clients
-# h2o-server's test drives it with.
+# h2o-server's test drives it with; Chromium, the browser its chat page is tested in (headless).
 test_packages=(
   mesa-vulkan-drivers
   vulkan-validationlayers
   curl
+  chromium
 )
 
 packages=("${build_packages[@]}")

@@ -48,15 +48,20 @@ void check_request(const std::string &body) {
 void check_file(const std::string &bytes) {
     std::string id;
     HistoryRecord record;
-    size_t offset = 0;
-    if (!parse_conversation_header(bytes, &id, &record, &offset)) return;
-    h2o_fuzz::check(offset <= bytes.size() && offset <= kMaxConversationHeader, "a head past the file or the limit");
+    ConversationFileLayout layout;
+    if (!parse_conversation_header(bytes, &id, &record, &layout)) return;
+    h2o_fuzz::check(layout.transcript_offset <= bytes.size() && layout.transcript_offset <= kMaxConversationHeader,
+                    "a head past the file or the limit");
+    h2o_fuzz::check(layout.transcript_bytes <= kMaxTranscriptBytes &&
+                        layout.snapshot_offset == layout.transcript_offset + layout.transcript_bytes,
+                    "a transcript past the limit, or a snapshot not after it");
     h2o_fuzz::check(valid_conversation_id(id), "a head naming an id that names no file");
     std::string again_id;
     HistoryRecord again;
-    size_t again_offset = 0;
-    const std::string written = conversation_header(id, record);
-    h2o_fuzz::check(parse_conversation_header(written, &again_id, &again, &again_offset), "a head written again does not read");
+    ConversationFileLayout again_layout;
+    const std::string written = conversation_header(id, record, layout.transcript_bytes);
+    h2o_fuzz::check(parse_conversation_header(written, &again_id, &again, &again_layout), "a head written again does not read");
+    h2o_fuzz::check(again_layout.transcript_bytes == layout.transcript_bytes, "a transcript's size reads back otherwise");
     h2o_fuzz::check(again_id == id && again.history == record.history && again.n_messages == record.n_messages &&
                         again.title == record.title && again.n_turns == record.n_turns && again.n_tokens == record.n_tokens &&
                         again.last_used == record.last_used,

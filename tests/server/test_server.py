@@ -7,6 +7,7 @@ their history again, restarts (SIGTERM and kill -9), LRU eviction to disk and ba
 leaves mid-stream, memory over 1000 turns and 100 conversations, curl, and the official `openai`
 npm package when NODE_MODULES_DIR has it (else that test says it is skipped)."""
 import json
+import re
 import os
 import shutil
 import signal
@@ -485,6 +486,63 @@ def conversations_are_listed_shown_and_deleted():
         # Deleted, a conversation named again starts afresh.
         _, again = talk(srv, TURNS[:1], conversation_id="second")
         check(again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, again["usage"])
+    finally:
+        srv.stop()
+
+
+@test
+def messages_are_kept_with_the_conversation():
+    """GET /v1/conversations/{id}/messages: what a chat page shows again after a reload or a restart."""
+    state = os.path.join(WORK, "transcripts")
+    srv = server("--state-dir", state)
+    try:
+        replies, _ = talk(srv, TURNS[:2], conversation_id="kept")
+        expected = [SYSTEM, {"role": "user", "content": TURNS[0]}, {"role": "assistant", "content": replies[0]},
+                    {"role": "user", "content": TURNS[1]}, {"role": "assistant", "content": replies[1]}]
+        status, body = srv.request("GET", "/v1/conversations/kept/messages")
+        check(status == 200 and body == {"object": "list", "conversation_id": "kept", "data": expected}, body)
+        status, body = srv.request("GET", "/v1/conversations/nobody/messages")
+        check(status == 404 and body["error"]["code"] == "conversation_not_found", body)
+    finally:
+        srv.stop()
+    srv = server("--state-dir", state)
+    try:
+        status, body = srv.request("GET", "/v1/conversations/kept/messages")
+        check(status == 200 and body["data"] == expected, "after a restart: %s" % body)
+        # The conversation goes on from its snapshot, and its messages with it.
+        messages = expected + [{"role": "user", "content": TURNS[2]}]
+        status, reply = srv.chat(messages, conversation_id="kept")
+        check(status == 200 and reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, reply)
+        status, body = srv.request("GET", "/v1/conversations/kept/messages")
+        check(body["data"] == messages + [reply["choices"][0]["message"]], body)
+    finally:
+        srv.stop()
+    # Without a state directory the server keeps no messages (its memory would grow with them).
+    srv = server()
+    try:
+        talk(srv, TURNS[:1], conversation_id="unkept")
+        status, body = srv.request("GET", "/v1/conversations/unkept/messages")
+        check(status == 404 and "--state-dir" in body["error"]["message"], body)
+    finally:
+        srv.stop()
+
+
+@test
+def the_chat_page_is_served_with_a_strict_policy():
+    srv = server()
+    try:
+        for path, kind in (("/", "text/html"), ("/index.html", "text/html"), ("/chat.js", "text/javascript")):
+            with urllib.request.urlopen(srv.base + path, timeout=10) as response:
+                body = response.read().decode()
+                check(response.headers["Content-Type"] == kind + "; charset=utf-8", (path, response.headers["Content-Type"]))
+                policy = response.headers["Content-Security-Policy"]
+                check("default-src 'none'" in policy and "script-src 'self'" in policy and "connect-src 'self'" in policy, policy)
+                check(response.headers["X-Content-Type-Options"] == "nosniff", response.headers)
+                check(("<script src=\"/chat.js\">" in body) if kind == "text/html" else "textContent" in body, body[:200])
+        # Nothing on the page loads from elsewhere.
+        with urllib.request.urlopen(srv.base + "/", timeout=10) as response:
+            page = response.read().decode()
+        check(not re.search(r"(src|href)=\"(https?:)?//", page), "the page refers to another host")
     finally:
         srv.stop()
 

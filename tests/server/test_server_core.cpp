@@ -181,11 +181,12 @@ TEST_CASE("server: conversation files: the head reads back, and foreign or broke
     record.n_turns = 3;
     record.n_tokens = 77;
     record.last_used = 1796233414;
-    const std::string head = conversation_header("c-12", record);
+    const std::string transcript = R"([{"role":"user","content":"hi"}])";
+    const std::string head = conversation_header("c-12", record, transcript.size());
     std::string id;
     HistoryRecord back;
-    size_t offset = 0;
-    REQUIRE(parse_conversation_header(head + "SNAPSHOT", &id, &back, &offset));
+    ConversationFileLayout layout;
+    REQUIRE(parse_conversation_header(head + transcript + "SNAPSHOT", &id, &back, &layout));
     CHECK(id == "c-12");
     CHECK(back.history == record.history);
     CHECK(back.n_messages == 1);
@@ -193,14 +194,18 @@ TEST_CASE("server: conversation files: the head reads back, and foreign or broke
     CHECK(back.n_turns == 3);
     CHECK(back.n_tokens == 77);
     CHECK(back.last_used == record.last_used);
-    CHECK(offset == head.size());
-    // The head an earlier server wrote: no title, turns, tokens nor time.
+    CHECK(layout.transcript_offset == head.size());
+    CHECK(layout.transcript_bytes == transcript.size());
+    CHECK(layout.snapshot_offset == head.size() + transcript.size());
+    // The head an earlier server wrote: no title, turns, tokens, time nor transcript.
     const std::string earlier =
         "h2o-server conversation 1\n{\"history\":\"" + to_hex(record.history) + "\",\"id\":\"c-12\",\"messages\":1}\n";
-    REQUIRE(parse_conversation_header(earlier, &id, &back, &offset));
+    REQUIRE(parse_conversation_header(earlier, &id, &back, &layout));
     CHECK(back.title.empty());
     CHECK(back.n_turns == 0);
     CHECK(back.last_used == 0);
+    CHECK(layout.transcript_bytes == 0);
+    CHECK(layout.snapshot_offset == earlier.size());
     for (const std::string &bad :
          {std::string(""), std::string("h2o-server conversation 2\n{}\n"), head.substr(0, head.size() - 1),
           std::string("h2o-server conversation 1\n{\"id\":\"../x\",\"history\":\"") + to_hex(record.history) + "\",\"messages\":1}\n",
@@ -209,9 +214,11 @@ TEST_CASE("server: conversation files: the head reads back, and foreign or broke
           std::string("h2o-server conversation 1\n") + std::string(5000, ' ') + "\n",
           earlier.substr(0, earlier.size() - 2) + ",\"title\":7}\n", earlier.substr(0, earlier.size() - 2) + ",\"turns\":-2}\n",
           earlier.substr(0, earlier.size() - 2) + ",\"tokens\":\"x\"}\n",
-          earlier.substr(0, earlier.size() - 2) + ",\"last_used\":1.5}\n"}) {
+          earlier.substr(0, earlier.size() - 2) + ",\"last_used\":1.5}\n",
+          earlier.substr(0, earlier.size() - 2) + ",\"transcript_bytes\":-1}\n",
+          earlier.substr(0, earlier.size() - 2) + ",\"transcript_bytes\":" + std::to_string(kMaxTranscriptBytes + 1) + "}\n"}) {
         CAPTURE(bad);
-        CHECK_FALSE(parse_conversation_header(bad, &id, &back, &offset));
+        CHECK_FALSE(parse_conversation_header(bad, &id, &back, &layout));
     }
 }
 
@@ -230,13 +237,13 @@ TEST_CASE("server: files are replaced whole, and a write that cannot happen leav
     std::filesystem::create_directories(dir);
     const std::string path = (dir / "a.conv").string();
     std::string error, read;
-    REQUIRE(write_file_atomically(path, "head\n", "first", &error));
-    REQUIRE(write_file_atomically(path, "head\n", "second", &error));
+    REQUIRE(write_file_atomically(path, "head\n", "[]", "first", &error));
+    REQUIRE(write_file_atomically(path, "head\n", "", "second", &error));
     REQUIRE(read_file_prefix(path, 1 << 20, &read));
     CHECK(read == "head\nsecond");
     CHECK(read_file_prefix(path, 4, &read));
     CHECK(read == "head");
-    CHECK_FALSE(write_file_atomically((dir / "missing" / "b.conv").string(), "h", "b", &error));
+    CHECK_FALSE(write_file_atomically((dir / "missing" / "b.conv").string(), "h", "", "b", &error));
     CHECK(error.find("missing") != std::string::npos);
     CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
     std::filesystem::remove_all(dir);

@@ -55,6 +55,20 @@ std::string Message::digest_content() const {
     return content + std::string(1, '\0') + tool_calls + std::string(1, '\0') + tool_call_id;
 }
 
+std::string transcript_json(const std::vector<Message> &messages) {
+    json out = json::array();
+    for (const Message &m : messages) {
+        json message{{"role", m.role}, {"content", m.content}};
+        if (!m.tool_calls.empty()) {
+            message["content"] = nullptr;
+            message["tool_calls"] = json::parse(m.tool_calls);
+        }
+        if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+        out.push_back(std::move(message));
+    }
+    return dump(out);
+}
+
 namespace {
 
 // An assistant's tool_calls in the layout the server writes them back in: what it returned and

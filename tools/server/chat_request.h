@@ -62,6 +62,10 @@ struct ChatRequest {
     bool parallel_tool_calls = true;
 };
 
+// Messages in the protocol's shape (role, content; an assistant's tool_calls with a null
+// content; a tool result's tool_call_id), as a JSON array: a conversation's transcript.
+std::string transcript_json(const std::vector<Message> &messages);
+
 // Limits a request must keep (the server's settings).
 struct RequestLimits {
     uint32_t max_tokens = 4096;    // the most a request may ask for

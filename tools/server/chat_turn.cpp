@@ -314,7 +314,9 @@ TurnOutcome ChatTurn::generate(const PieceSink &client_sink) {
     record.n_messages = static_cast<uint32_t>(messages_.size() + 1);
     describe(session, &record);
     generated_ = true;
-    if (auto error = context_.store->commit(*lease_, record)) {
+    std::vector<Message> transcript = messages_;
+    transcript.push_back(reply);
+    if (auto error = context_.store->commit(*lease_, record, transcript_json(transcript))) {
         std::fprintf(stderr, "h2o-server: conversation %s is not saved: %s\n", conversation_id().c_str(), error->message.c_str());
     }
     return outcome;

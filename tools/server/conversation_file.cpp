@@ -35,7 +35,7 @@ std::string conversation_title(const std::string &first_user_message) {
     return end == std::string::npos ? "" : title.substr(title.find_first_not_of(' '), end + 1 - title.find_first_not_of(' '));
 }
 
-std::string conversation_header(const std::string &id, const HistoryRecord &record) {
+std::string conversation_header(const std::string &id, const HistoryRecord &record, size_t transcript_bytes) {
     return std::string(kMagic) +
            dump(nlohmann::json{{"id", id},
                                {"history", to_hex(record.history)},
@@ -43,11 +43,12 @@ std::string conversation_header(const std::string &id, const HistoryRecord &reco
                                {"title", record.title},
                                {"turns", record.n_turns},
                                {"tokens", record.n_tokens},
-                               {"last_used", record.last_used}}) +
+                               {"last_used", record.last_used},
+                               {"transcript_bytes", transcript_bytes}}) +
            "\n";
 }
 
-bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryRecord *record, size_t *snapshot_offset) {
+bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryRecord *record, ConversationFileLayout *layout) {
     if (bytes.substr(0, kMagic.size()) != kMagic) return false;
     const size_t end = bytes.find('\n', kMagic.size());
     if (end == std::string_view::npos || end >= kMaxConversationHeader) return false;
@@ -76,14 +77,23 @@ bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryR
         if (!header["last_used"].is_number_integer()) return false;
         read.last_used = header["last_used"].get<int64_t>();
     }
+    size_t transcript_bytes = 0;
+    if (header.contains("transcript_bytes")) {
+        if (!header["transcript_bytes"].is_number_unsigned() || header["transcript_bytes"].get<uint64_t>() > kMaxTranscriptBytes)
+            return false;
+        transcript_bytes = header["transcript_bytes"].get<size_t>();
+    }
     *id = header["id"].get<std::string>();
     if (!valid_conversation_id(*id)) return false;
     *record = read;
-    *snapshot_offset = end + 1;
+    layout->transcript_offset = end + 1;
+    layout->transcript_bytes = transcript_bytes;
+    layout->snapshot_offset = end + 1 + transcript_bytes;
     return true;
 }
 
-bool write_file_atomically(const std::string &path, std::string_view head, std::string_view body, std::string *error) {
+bool write_file_atomically(const std::string &path, std::string_view head, std::string_view transcript, std::string_view body,
+                           std::string *error) {
     const std::string temporary = path + ".tmp";
     const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -99,7 +109,7 @@ bool write_file_atomically(const std::string &path, std::string_view head, std::
         }
         return true;
     };
-    const bool written = write_all(head) && write_all(body) && ::fsync(fd) == 0;
+    const bool written = write_all(head) && write_all(transcript) && write_all(body) && ::fsync(fd) == 0;
     const int write_errno = errno;
     ::close(fd);
     if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {

@@ -1,6 +1,8 @@
 // A saved conversation: one file, "<id>.conv" in the state directory, holding a header line that
-// says what the session holds (the conversation's id, the digest and count of its messages) and
-// the session's snapshot (h2o_session_save_to_buffer). Files are replaced atomically, so a kill
+// says what the session holds (the conversation's id, the digest and count of its messages), the
+// conversation's messages as JSON (its transcript: what GET /v1/conversations/{id}/messages
+// gives, so that a chat page finds a conversation again after a reload or a restart), and the
+// session's snapshot (h2o_session_save_to_buffer). Files are replaced atomically, so a kill
 // leaves the previous turn's file or the new one, never a mix.
 #pragma once
 
@@ -34,15 +36,27 @@ constexpr size_t kMaxConversationHeader = 4096;
 // character, its line breaks and other control characters as spaces.
 std::string conversation_title(const std::string &first_user_message);
 
-// The file's head: the magic line and the header line, which ends where the snapshot begins.
-std::string conversation_header(const std::string &id, const HistoryRecord &record);
-// Reads a file's head; false when it is not a conversation this server wrote (any bytes are
-// safe to give). *snapshot_offset: where the snapshot begins.
-bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryRecord *record, size_t *snapshot_offset);
+// The largest transcript a file may hold (a longer conversation's file keeps none).
+constexpr size_t kMaxTranscriptBytes = size_t{64} << 20;
 
-// Writes head and body to path through a synced temporary file (path + ".tmp") and a rename.
+// Where a file's parts begin: the transcript right after the head, then the snapshot.
+struct ConversationFileLayout {
+    size_t transcript_offset = 0;
+    size_t transcript_bytes = 0;  // 0: none (files of earlier servers, or too long a conversation)
+    size_t snapshot_offset = 0;
+};
+
+// The file's head: the magic line and the header line, which ends where the transcript (of
+// transcript_bytes) begins; the snapshot follows it.
+std::string conversation_header(const std::string &id, const HistoryRecord &record, size_t transcript_bytes);
+// Reads a file's head; false when it is not a conversation this server wrote (any bytes are
+// safe to give).
+bool parse_conversation_header(std::string_view bytes, std::string *id, HistoryRecord *record, ConversationFileLayout *layout);
+
+// Writes head, transcript and body to path through a synced temporary file (path + ".tmp") and a rename.
 // false with *error (the temporary removed) on failure; path is then unchanged.
-bool write_file_atomically(const std::string &path, std::string_view head, std::string_view body, std::string *error);
+bool write_file_atomically(const std::string &path, std::string_view head, std::string_view transcript, std::string_view body,
+                           std::string *error);
 // Reads at most limit bytes of path.
 bool read_file_prefix(const std::string &path, size_t limit, std::string *out);
 

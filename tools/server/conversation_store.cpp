@@ -68,8 +68,8 @@ bool ConversationStore::open_state_dir(std::string *error) {
         if (!ends_with(name, kConversationSuffix)) continue;
         std::string bytes, id;
         HistoryRecord record;
-        size_t header_bytes = 0;
-        if (!read_file_prefix(path, kMaxConversationHeader, &bytes) || !parse_conversation_header(bytes, &id, &record, &header_bytes) ||
+        ConversationFileLayout layout;
+        if (!read_file_prefix(path, kMaxConversationHeader, &bytes) || !parse_conversation_header(bytes, &id, &record, &layout) ||
             name != id + kConversationSuffix) {
             std::fprintf(stderr, "h2o-server: %s is not a conversation this server wrote; left alone\n", path.c_str());
             continue;
@@ -177,14 +177,14 @@ std::optional<ApiError> ConversationStore::restore(Conversation &conversation) {
     std::lock_guard<std::mutex> one_at_a_time(snapshot_mutex_);
     std::string bytes, id;
     HistoryRecord record;
-    size_t header_bytes = 0;
+    ConversationFileLayout layout;
     const std::string path = path_of(conversation.id);
     if (!read_file_prefix(path, SIZE_MAX, &bytes)) return server_error("cannot read " + path + ": " + std::strerror(errno));
-    if (!parse_conversation_header(bytes, &id, &record, &header_bytes) || id != conversation.id)
+    if (!parse_conversation_header(bytes, &id, &record, &layout) || id != conversation.id || layout.snapshot_offset > bytes.size())
         return server_error(path + " has no valid header");
     h2o_session *session = nullptr;
-    if (h2o_session_load_from_buffer(settings_.model, bytes.data() + header_bytes, bytes.size() - header_bytes, &settings_.session_params,
-                                     &session) != H2O_OK)
+    if (h2o_session_load_from_buffer(settings_.model, bytes.data() + layout.snapshot_offset, bytes.size() - layout.snapshot_offset,
+                                     &settings_.session_params, &session) != H2O_OK)
         return server_error(path + ": " + h2o_last_error());
     std::lock_guard<std::mutex> lock(mutex_);
     conversation.session = session;
@@ -201,14 +201,20 @@ std::optional<ApiError> ConversationStore::save(Conversation &conversation) {
     if (h2o_session_save_to_buffer(conversation.session, buffer.data(), buffer.size(), &size) != H2O_OK)
         return server_error(h2o_session_last_error(conversation.session));
     buffer.resize(size);
+    // A conversation too long for its transcript keeps its snapshot: it continues, unlisted messages and all.
+    const std::string_view transcript =
+        conversation.transcript_to_save.size() <= kMaxTranscriptBytes ? std::string_view(conversation.transcript_to_save) : "";
     std::string error;
-    if (!write_file_atomically(path_of(conversation.id), conversation_header(conversation.id, conversation.record), buffer, &error))
+    if (!write_file_atomically(path_of(conversation.id), conversation_header(conversation.id, conversation.record, transcript.size()),
+                               transcript, buffer, &error))
         return server_error(error);
+    conversation.transcript_to_save = std::string();
     return std::nullopt;
 }
 
-std::optional<ApiError> ConversationStore::commit(Lease &lease, const HistoryRecord &record) {
+std::optional<ApiError> ConversationStore::commit(Lease &lease, const HistoryRecord &record, std::string transcript) {
     Conversation &conversation = lease.conversation();
+    conversation.transcript_to_save = settings_.state_dir.empty() ? std::string() : std::move(transcript);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (auto it = by_history_.find(conversation.record.history); it != by_history_.end() && it->second == conversation.id)
@@ -290,6 +296,28 @@ std::optional<ConversationInfo> ConversationStore::info(const std::string &id) {
     auto it = by_id_.find(id);
     if (it == by_id_.end()) return std::nullopt;
     return info_of(*it->second);
+}
+
+std::optional<ApiError> ConversationStore::messages(const std::string &id, std::string *transcript) {
+    auto unknown = [&id](const std::string &why) {
+        return ApiError{404, "not_found_error", "no messages of conversation '" + id + "' are kept" + why, "conversation_id",
+                        "conversation_not_found"};
+    };
+    if (!info(id)) return unknown("");
+    if (settings_.state_dir.empty()) return unknown(" (the server keeps messages only with --state-dir)");
+    // The file is replaced by a rename: this reads one whole version of it, whatever a turn does.
+    std::string bytes, file_id;
+    HistoryRecord record;
+    ConversationFileLayout layout;
+    const std::string path = path_of(id);
+    if (!read_file_prefix(path, kMaxConversationHeader + kMaxTranscriptBytes, &bytes) ||
+        !parse_conversation_header(bytes, &file_id, &record, &layout) || file_id != id ||
+        layout.transcript_offset + layout.transcript_bytes > bytes.size())
+        return unknown(" (it has no saved file yet)");
+    if (layout.transcript_bytes == 0) return unknown(" (its file was saved without them)");
+    *transcript = bytes.substr(layout.transcript_offset, layout.transcript_bytes);
+    if (!nlohmann::json::parse(*transcript, nullptr, false).is_array()) return unknown(" (its file's messages do not read)");
+    return std::nullopt;
 }
 
 std::optional<ApiError> ConversationStore::remove(const std::string &id) {

@@ -27,6 +27,9 @@ struct Conversation {
     const std::string id;
     std::mutex turn;                 // held by the request using the conversation (its Lease)
     HistoryRecord record;            // guarded by turn
+    // The record's messages as JSON (transcript_json), until the state directory's file holds
+    // them (guarded by turn; empty without a state directory).
+    std::string transcript_to_save;
     h2o_session *session = nullptr;  // live session, or none; changed with the store's mutex and turn held
     bool saved = false;              // a snapshot file holds the record's state (store's mutex)
     uint32_t leases = 0;             // requests using or waiting for it (store's mutex)
@@ -93,9 +96,10 @@ public:
     std::optional<ApiError> acquire(const std::string &conversation_id, const std::vector<Digest> &prefix_digests,
                                     std::unique_ptr<Lease> *out);
 
-    // After a turn: the session now holds `record`. Saves the conversation when there is a state
-    // directory; the index follows the new history.
-    std::optional<ApiError> commit(Lease &lease, const HistoryRecord &record);
+    // After a turn: the session now holds `record`, whose messages `transcript` gives
+    // (transcript_json). Saves the conversation when there is a state directory; the index
+    // follows the new history.
+    std::optional<ApiError> commit(Lease &lease, const HistoryRecord &record, std::string transcript = "");
 
     // Cancels every running generation (h2o_session_cancel; shutdown).
     void cancel_all();
@@ -106,6 +110,10 @@ public:
     // The conversations it knows (live or saved), the most recently used first.
     std::vector<ConversationInfo> list();
     std::optional<ConversationInfo> info(const std::string &id);
+    // A conversation's messages as its file holds them (transcript_json), for
+    // GET /v1/conversations/{id}/messages: 404 for an unknown id, and when the server keeps no
+    // messages (no state directory, or a conversation saved by an earlier server or too long).
+    std::optional<ApiError> messages(const std::string &id, std::string *transcript);
     // Deletes a conversation: frees its session and removes its file (one unlink: a crash leaves
     // the conversation whole or gone). 404 for an unknown id, 409 while a request uses it.
     std::optional<ApiError> remove(const std::string &id);

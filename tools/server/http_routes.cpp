@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "../common.h"
+#include "chat_page.h"
 
 namespace h2o_server {
 
@@ -107,6 +108,13 @@ void conversation_routes(httplib::Server &server, Endpoints &e) {
         if (!c) return send_error(res, unknown(id));
         res.set_content(dump(conversation_json(*c)), "application/json");
     });
+    server.Get(R"(/v1/conversations/([^/]+)/messages)", [&e, unknown](const httplib::Request &req, httplib::Response &res) {
+        const std::string id = req.matches[1];
+        std::string transcript;
+        if (!valid_conversation_id(id)) return send_error(res, unknown(id));
+        if (auto error = e.store->messages(id, &transcript)) return send_error(res, *error);
+        res.set_content(R"({"object":"list","conversation_id":")" + id + R"(","data":)" + transcript + "}", "application/json");
+    });
     server.Delete(R"(/v1/conversations/([^/]+))", [&e, unknown](const httplib::Request &req, httplib::Response &res) {
         const std::string id = req.matches[1];
         if (!valid_conversation_id(id)) return send_error(res, unknown(id));
@@ -182,6 +190,23 @@ void chat_completions(Endpoints &e, const httplib::Request &req, httplib::Respon
                     "application/json");
 }
 
+// The chat page's files (GET / and /chat.js). Its policy lets it run only its own script and talk
+// only to this server: markup a model's output slipped past the page's escaping would still
+// neither run nor load anything.
+void page_routes(httplib::Server &server) {
+    auto serve = [](const httplib::Request &req, httplib::Response &res) {
+        const PageFile *file = find_page_file(req.path == "/index.html" ? "/" : req.path);
+        res.set_header("Content-Security-Policy",
+                       "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src data:; "
+                       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        res.set_header("X-Content-Type-Options", "nosniff");
+        res.set_header("Referrer-Policy", "no-referrer");
+        res.set_header("Cache-Control", "no-cache");
+        res.set_content(reinterpret_cast<const char *>(file->bytes), file->size, file->content_type);
+    };
+    for (const char *path : {"/", "/index.html", "/chat.js"}) server.Get(path, serve);
+}
+
 }  // namespace
 
 void add_routes(httplib::Server &server, Endpoints &e) {
@@ -226,6 +251,7 @@ void add_routes(httplib::Server &server, Endpoints &e) {
     });
     server.Post("/v1/chat/completions", [&e](const httplib::Request &req, httplib::Response &res) { chat_completions(e, req, res); });
     conversation_routes(server, e);
+    page_routes(server);
 }
 
 }  // namespace h2o_server

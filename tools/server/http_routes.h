@@ -1,4 +1,4 @@
-// h2o-server's HTTP side: the endpoints (/v1/chat/completions, /v1/models, /v1/conversations,
+// h2o-server's HTTP side: the endpoints (/v1/chat/completions, /v1/models, /v1/conversations, the chat page at /,
 // /health) and the protocol's error shape for what HTTP itself refuses (404, 413), on a cpp-httplib server.
 #pragma once
 
