@@ -528,6 +528,89 @@ def messages_are_kept_with_the_conversation():
 
 
 @test
+def state_bounds_remove_the_least_recently_used():
+    state = os.path.join(WORK, "bounded")
+    names = ["oldest", "older", "newer", "newest"]
+    # One conversation's file, to size the bound: two and a half of them.
+    srv = server("--state-dir", state)
+    try:
+        talk(srv, TURNS[:1], conversation_id="probe")
+        size = srv.request("GET", "/v1/conversations/probe")[1]["bytes_on_disk"]
+    finally:
+        srv.stop()
+    shutil.rmtree(state)
+    srv = server("--state-dir", state, "--sessions", "1", "--state-max-bytes", str(size * 5 // 2))
+    try:
+        for name in names:
+            talk(srv, TURNS[:1], conversation_id=name)
+            time.sleep(1.1)  # last_used is in seconds
+        listing = srv.request("GET", "/v1/conversations")[1]["data"]
+        # The two oldest went; the newest holds the one session, and a file, like the one before it.
+        check([c["id"] for c in listing] == ["newest", "newer"], listing)
+        check(sorted(os.listdir(state)) == ["newer.conv", "newest.conv"], os.listdir(state))
+        sessions = srv.health()["sessions"]
+        check(sessions["state_removed"] == 2 and sessions["state_bytes"] == sum(c["bytes_on_disk"] for c in listing), sessions)
+        check(any("conversation oldest removed from the state directory (--state-max-bytes)" in line for line in srv.log), srv.log)
+    finally:
+        srv.stop()
+    # The age bound, at startup: a conversation last used a day ago goes, a recent one stays.
+    path = os.path.join(state, "newer.conv")
+    with open(path, "rb") as f:
+        data = f.read()
+    data = re.sub(rb'"last_used":\d+', b'"last_used":%d' % (int(time.time()) - 86400), data, count=1)
+    with open(path, "wb") as f:
+        f.write(data)
+    srv = server("--state-dir", state, "--state-max-age", "3600")
+    try:
+        listing = srv.request("GET", "/v1/conversations")[1]["data"]
+        check([c["id"] for c in listing] == ["newest"] and os.listdir(state) == ["newest.conv"], listing)
+    finally:
+        srv.stop()
+    status = subprocess.run([SERVER, "-m", MODEL, "--state-max-bytes", "100"], capture_output=True, text=True)
+    check(status.returncode != 0 and "give --state-dir too" in status.stderr, status.stderr)
+
+
+@test
+def a_kill_during_a_delete_leaves_the_conversation_whole_or_gone():
+    state = os.path.join(WORK, "kill-delete")
+    outcomes = set()
+    for attempt in range(6):
+        srv = server("--state-dir", state)
+        try:
+            replies, _ = talk(srv, TURNS[:1], conversation_id="doomed")
+            # The DELETE and a SIGKILL at once: the kill lands before, during or after the unlink.
+            def delete(srv=srv):
+                try:
+                    srv.request("DELETE", "/v1/conversations/doomed", timeout=5)
+                except OSError:
+                    pass  # killed before it answered
+            threading.Thread(target=delete, daemon=True).start()
+            time.sleep(0.0005 * attempt)
+        finally:
+            srv.stop(signal.SIGKILL)
+        files = sorted(os.listdir(state))
+        check(files in ([], ["doomed.conv"]), files)
+        srv = server("--state-dir", state)
+        try:
+            listing = srv.request("GET", "/v1/conversations")[1]["data"]
+            if files:
+                # Whole: it continues from its snapshot, its messages intact.
+                outcomes.add("whole")
+                check([c["id"] for c in listing] == ["doomed"], listing)
+                messages = srv.request("GET", "/v1/conversations/doomed/messages")[1]["data"]
+                check(messages == [SYSTEM, {"role": "user", "content": TURNS[0]}, {"role": "assistant", "content": replies[0]}], messages)
+                status, reply = srv.chat(messages + [{"role": "user", "content": TURNS[1]}], conversation_id="doomed")
+                check(status == 200 and reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, reply)
+                srv.request("DELETE", "/v1/conversations/doomed")
+            else:
+                outcomes.add("gone")
+                check(listing == [], listing)
+        finally:
+            srv.stop()
+    print("  after a kill during a delete: %s" % ", ".join(sorted(outcomes)))
+
+
+@test
 def the_chat_page_is_served_with_a_strict_policy():
     srv = server()
     try:

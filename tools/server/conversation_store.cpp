@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <random>
 
 namespace h2o_server {
@@ -74,13 +75,16 @@ bool ConversationStore::open_state_dir(std::string *error) {
             std::fprintf(stderr, "h2o-server: %s is not a conversation this server wrote; left alone\n", path.c_str());
             continue;
         }
+        struct stat file;
         auto made = std::make_shared<Conversation>(id);
         made->record = record;
         made->saved = true;
+        made->file_bytes = ::stat(path.c_str(), &file) == 0 ? static_cast<uint64_t>(file.st_size) : 0;
         by_id_[id] = made;
         by_history_[record.history] = id;
     }
     ::closedir(dir);
+    keep_state_bounds();
     return true;
 }
 
@@ -193,7 +197,7 @@ std::optional<ApiError> ConversationStore::restore(Conversation &conversation) {
     return std::nullopt;
 }
 
-std::optional<ApiError> ConversationStore::save(Conversation &conversation) {
+std::optional<ApiError> ConversationStore::save(Conversation &conversation, uint64_t *file_bytes) {
     std::lock_guard<std::mutex> one_at_a_time(snapshot_mutex_);
     size_t size = 0;
     if (h2o_session_state_size(conversation.session, &size) != H2O_OK) return server_error(h2o_session_last_error(conversation.session));
@@ -204,10 +208,10 @@ std::optional<ApiError> ConversationStore::save(Conversation &conversation) {
     // A conversation too long for its transcript keeps its snapshot: it continues, unlisted messages and all.
     const std::string_view transcript =
         conversation.transcript_to_save.size() <= kMaxTranscriptBytes ? std::string_view(conversation.transcript_to_save) : "";
+    const std::string head = conversation_header(conversation.id, conversation.record, transcript.size());
     std::string error;
-    if (!write_file_atomically(path_of(conversation.id), conversation_header(conversation.id, conversation.record, transcript.size()),
-                               transcript, buffer, &error))
-        return server_error(error);
+    if (!write_file_atomically(path_of(conversation.id), head, transcript, buffer, &error)) return server_error(error);
+    *file_bytes = head.size() + transcript.size() + buffer.size();
     conversation.transcript_to_save = std::string();
     return std::nullopt;
 }
@@ -224,9 +228,12 @@ std::optional<ApiError> ConversationStore::commit(Lease &lease, const HistoryRec
         if (record.known) by_history_[record.history] = conversation.id;
     }
     if (settings_.state_dir.empty() || !record.known) return std::nullopt;
-    std::optional<ApiError> error = save(conversation);
+    uint64_t file_bytes = 0;
+    std::optional<ApiError> error = save(conversation, &file_bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     conversation.saved = !error;
+    if (!error) conversation.file_bytes = file_bytes;
+    keep_state_bounds();
     return error;
 }
 
@@ -256,10 +263,13 @@ void ConversationStore::save_all() {
     }
     for (auto &conversation : live) {
         std::lock_guard<std::mutex> turn(conversation->turn);
-        if (!settings_.state_dir.empty() && conversation->record.known && !conversation->saved) {
-            if (auto error = save(*conversation)) std::fprintf(stderr, "h2o-server: %s\n", error->message.c_str());
+        uint64_t file_bytes = 0;
+        const bool saved = !settings_.state_dir.empty() && conversation->record.known && !conversation->saved;
+        if (saved) {
+            if (auto error = save(*conversation, &file_bytes)) std::fprintf(stderr, "h2o-server: %s\n", error->message.c_str());
         }
         std::lock_guard<std::mutex> lock(mutex_);
+        if (saved && file_bytes) conversation->file_bytes = file_bytes;
         h2o_session_free(conversation->session);
         conversation->session = nullptr;
         --live_;
@@ -276,9 +286,7 @@ ConversationInfo ConversationStore::info_of(const Conversation &conversation) co
     info.last_used = conversation.record.last_used;
     info.live = conversation.session != nullptr;
     info.in_use = conversation.leases > 0;
-    struct stat file;
-    if (!settings_.state_dir.empty() && ::stat(path_of(conversation.id).c_str(), &file) == 0)
-        info.bytes_on_disk = static_cast<uint64_t>(file.st_size);
+    info.bytes_on_disk = conversation.file_bytes;
     return info;
 }
 
@@ -331,16 +339,55 @@ std::optional<ApiError> ConversationStore::remove(const std::string &id) {
     if (conversation.leases > 0)
         return ApiError{409, "invalid_request_error", "conversation '" + id + "' is in use by a request; try again when it ends",
                         "conversation_id", "conversation_in_use"};
-    if (!settings_.state_dir.empty() && ::unlink(path_of(id).c_str()) != 0 && errno != ENOENT)
-        return server_error("cannot delete " + path_of(id) + ": " + std::strerror(errno));
     if (conversation.session) {
         h2o_session_free(conversation.session);
         conversation.session = nullptr;
         --live_;
+        released_.notify_all();
     }
-    forget(conversation);
-    released_.notify_all();
+    std::string error;
+    if (!remove_file_and_forget(conversation, &error)) return server_error(error);
     return std::nullopt;
+}
+
+bool ConversationStore::remove_file_and_forget(Conversation &conversation, std::string *error) {
+    if (!settings_.state_dir.empty() && ::unlink(path_of(conversation.id).c_str()) != 0 && errno != ENOENT) {
+        *error = "cannot delete " + path_of(conversation.id) + ": " + std::strerror(errno);
+        return false;
+    }
+    conversation.file_bytes = 0;
+    conversation.saved = false;
+    forget(conversation);
+    return true;
+}
+
+void ConversationStore::keep_state_bounds() {
+    if (settings_.state_dir.empty() || (settings_.state_max_bytes == 0 && settings_.state_max_age.count() == 0)) return;
+    uint64_t total = 0;
+    std::vector<std::shared_ptr<Conversation>> removable;  // held: forget() erases them from by_id_
+    for (auto &[id, conversation] : by_id_) {
+        total += conversation->file_bytes;
+        if (conversation->saved && !conversation->session && conversation->leases == 0) removable.push_back(conversation);
+    }
+    // The least recently used first (by the end of their last turn, which survives restarts).
+    std::stable_sort(removable.begin(), removable.end(),
+                     [](const auto &a, const auto &b) { return a->record.last_used < b->record.last_used; });
+    const int64_t now = static_cast<int64_t>(std::time(nullptr));
+    for (const std::shared_ptr<Conversation> &conversation : removable) {
+        const bool too_old = settings_.state_max_age.count() > 0 && now - conversation->record.last_used > settings_.state_max_age.count();
+        const bool too_much = settings_.state_max_bytes > 0 && total > settings_.state_max_bytes;
+        if (!too_old && !too_much) continue;
+        const uint64_t bytes = conversation->file_bytes;
+        std::string error;
+        if (!remove_file_and_forget(*conversation, &error)) {
+            std::fprintf(stderr, "h2o-server: %s\n", error.c_str());
+            continue;
+        }
+        total -= bytes;
+        ++state_removed_;
+        std::fprintf(stderr, "h2o-server: conversation %s removed from the state directory (%s)\n", conversation->id.c_str(),
+                     too_old ? "--state-max-age" : "--state-max-bytes");
+    }
 }
 
 StoreCounts ConversationStore::counts() {
@@ -348,7 +395,11 @@ StoreCounts ConversationStore::counts() {
     StoreCounts c;
     c.conversations = static_cast<uint32_t>(by_id_.size());
     c.live_sessions = live_;
-    for (auto &[id, conversation] : by_id_) c.saved += conversation->saved ? 1 : 0;
+    for (auto &[id, conversation] : by_id_) {
+        c.saved += conversation->saved ? 1 : 0;
+        c.state_bytes += conversation->file_bytes;
+    }
+    c.state_removed = state_removed_;
     c.evictions = evictions_;
     c.restores = restores_;
     return c;

@@ -32,6 +32,7 @@ struct Conversation {
     std::string transcript_to_save;
     h2o_session *session = nullptr;  // live session, or none; changed with the store's mutex and turn held
     bool saved = false;              // a snapshot file holds the record's state (store's mutex)
+    uint64_t file_bytes = 0;         // the size of its file in the state directory, 0 for none (store's mutex)
     uint32_t leases = 0;             // requests using or waiting for it (store's mutex)
     uint64_t last_used = 0;          // store's clock of its last release (store's mutex)
 };
@@ -42,11 +43,18 @@ struct StoreSettings {
     uint32_t max_sessions = 4;
     std::string state_dir;                          // "" : nothing is saved
     std::chrono::milliseconds session_wait{30000};  // the longest a request waits for a free session
+    // Bounds on the state directory (0: none), kept at startup and after each turn: past one,
+    // the least recently used conversations that hold no session and no request go, until the
+    // files' sum is within max_bytes and none was last used more than max_age ago.
+    uint64_t state_max_bytes = 0;
+    std::chrono::seconds state_max_age{0};
 };
 
 struct StoreCounts {
     uint32_t conversations = 0, live_sessions = 0, saved = 0;
     uint64_t evictions = 0, restores = 0;
+    uint64_t state_bytes = 0;    // the conversations' files in the state directory
+    uint64_t state_removed = 0;  // conversations the state directory's bounds removed
 };
 
 // One conversation as GET /v1/conversations shows it.
@@ -127,7 +135,12 @@ private:
     bool evict_one();
     std::optional<ApiError> bring_live(Conversation &conversation);
     std::string path_of(const std::string &id) const;
-    std::optional<ApiError> save(Conversation &conversation);
+    std::optional<ApiError> save(Conversation &conversation, uint64_t *file_bytes);
+    // Removes what the state directory's bounds allow no more (with mutex_ held).
+    void keep_state_bounds();
+    // Unlinks a conversation's file and forgets it (mutex_ held; no session, no lease). false
+    // when the file cannot be removed: the conversation stays.
+    bool remove_file_and_forget(Conversation &conversation, std::string *error);
     std::optional<ApiError> restore(Conversation &conversation);
     void forget(Conversation &conversation);
     ConversationInfo info_of(const Conversation &conversation) const;  // with mutex_ held
@@ -139,7 +152,7 @@ private:
     std::map<Digest, std::string> by_history_;  // history digest -> conversation id
     uint32_t live_ = 0;                         // sessions live or being made
     uint64_t clock_ = 0;
-    uint64_t evictions_ = 0, restores_ = 0;
+    uint64_t evictions_ = 0, restores_ = 0, state_removed_ = 0;
     std::mutex snapshot_mutex_;  // one snapshot buffer at a time (saved or restored)
 };
 

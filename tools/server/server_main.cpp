@@ -31,6 +31,7 @@ struct ServerOptions {
     uint32_t port = 8080, sessions = 4, parallel = 1, queue = 32, max_tokens_default = 256;
     uint32_t session_wait = 30;
     uint64_t max_memory = 0, prefix_cache = 16u << 20, max_body = 8u << 20;
+    uint64_t state_max_bytes = 0, state_max_age = 0;
     bool no_rolling = false;
 };
 
@@ -50,6 +51,10 @@ std::string usage(const h2o_session_params &sp) {
            "                         recently used idle one gives its session up\n"
            "  --state-dir DIR        save every conversation there after each turn and restore it\n"
            "                         when it continues, also after a restart (default: none)\n"
+           "  --state-max-bytes BYTES  keep the state directory's files within BYTES: past it the least\n"
+           "                         recently used conversations that hold no session and serve no\n"
+           "                         request are removed, at startup and after each turn (default: none)\n"
+           "  --state-max-age SECONDS  remove conversations not used for that long, likewise (default: none)\n"
            "  --max-memory BYTES     refuse to start when weights, sessions, prefix cache and the\n"
            "                         snapshot buffer could need more (default: no limit)\n"
            "  --session-wait SECONDS how long a request waits for a session when all are busy before\n"
@@ -105,6 +110,8 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     cl.text("--chat-format", &opt.chat_format);
     cl.count("--sessions", 1, 4096, &opt.sessions);
     cl.text("--state-dir", &opt.state_dir);
+    cl.count("--state-max-bytes", 1, UINT64_MAX, &opt.state_max_bytes);
+    cl.count("--state-max-age", 1, UINT64_MAX / 2, &opt.state_max_age);
     cl.count("--max-memory", 1, UINT64_MAX, &opt.max_memory);
     cl.count("--session-wait", 0, 3600, &opt.session_wait);
     cl.count("--parallel", 1, 256, &opt.parallel);
@@ -124,6 +131,8 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     opt.model_path = h2o_tools::resolve_model_path(opt.model_path);
     if (opt.model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
     if (!opt.state_dir.empty() && opt.state_dir.back() == '/') opt.state_dir.pop_back();
+    if (opt.state_dir.empty() && (opt.state_max_bytes || opt.state_max_age))
+        cl.fail("--state-max-bytes and --state-max-age bound the state directory: give --state-dir too");
     gen->max_tokens = opt.max_tokens_default;
     return opt;
 }
@@ -195,6 +204,8 @@ int main(int argc, char **argv) {
     store_settings.max_sessions = opt.sessions;
     store_settings.state_dir = opt.state_dir;
     store_settings.session_wait = std::chrono::seconds(opt.session_wait);
+    store_settings.state_max_bytes = opt.state_max_bytes;
+    store_settings.state_max_age = std::chrono::seconds(opt.state_max_age);
     h2o_server::ConversationStore store(store_settings);
     if (!store.open_state_dir(&error)) {
         std::fprintf(stderr, "h2o-server: %s\n", error.c_str());
