@@ -20,7 +20,7 @@ struct TestStore {
 
     // model: the caller's, alive as long as the store.
     TestStore(h2o_model *model, uint32_t sessions, uint32_t compute_slots, const std::string &state_dir, uint32_t kv_budget,
-              uint32_t max_tokens)
+              uint32_t max_tokens, h2o_server::CachePolicy policy = h2o_server::CachePolicy::kReuse)
         : gate(new h2o_server::ComputeGate(compute_slots)) {
         h2o_server::StoreSettings settings;
         settings.model = model;
@@ -31,6 +31,7 @@ struct TestStore {
         settings.max_sessions = sessions;
         settings.state_dir = state_dir;
         settings.session_wait = std::chrono::seconds(120);
+        settings.cache_policy = policy;
         store = std::make_unique<h2o_server::ConversationStore>(settings);
         std::string error;
         REQUIRE_MESSAGE(store->open_state_dir(&error), error);

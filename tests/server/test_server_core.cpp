@@ -256,9 +256,9 @@ struct Server {
     h2o_model *model = nullptr;
     std::unique_ptr<h2o_test::TestStore> test_store;
 
-    Server(const std::string &model_path, uint32_t sessions, const std::string &state_dir) {
+    Server(const std::string &model_path, uint32_t sessions, const std::string &state_dir, CachePolicy policy = CachePolicy::kReuse) {
         REQUIRE(h2o_model_load(model_path.c_str(), nullptr, &model) == H2O_OK);
-        test_store = std::make_unique<h2o_test::TestStore>(model, sessions, 1, state_dir, 48, 10);
+        test_store = std::make_unique<h2o_test::TestStore>(model, sessions, 1, state_dir, 48, 10, policy);
     }
     ~Server() {
         test_store.reset();
@@ -323,6 +323,89 @@ TEST_CASE("server: conversations continue, give their session up, come back from
     }
     CHECK(replies == expected);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("server: the reuse estimator starts even, learns each category's share and reuse time, and follows a change") {
+    ReuseEstimator estimator;
+    const size_t chat = reuse_category(true, 5), one_shot = reuse_category(false, 1);
+    CHECK(reuse_category(false, 0) == reuse_category(false, 1));
+    CHECK(reuse_category(true, 2) == reuse_category(true, 3));
+    CHECK(reuse_category(true, 3) != reuse_category(true, 4));
+    CHECK(reuse_category(true, 1) != one_shot);
+    CHECK(estimator.probability(chat, 0) == doctest::Approx(0.5));
+    CHECK(estimator.mean_reuse_seconds(chat) == doctest::Approx(600));
+    CHECK(estimator.probability(chat, 600) < estimator.probability(chat, 60));
+    for (int i = 0; i < 200; ++i) {
+        estimator.reused(chat, 30);
+        estimator.ended(one_shot);
+    }
+    CHECK(estimator.reuse_share(chat) > 0.99);
+    CHECK(estimator.mean_reuse_seconds(chat) == doctest::Approx(30).epsilon(0.15));
+    CHECK(estimator.reuse_share(one_shot) < 0.01);
+    CHECK(estimator.probability(chat, 10) > 0.95);
+    CHECK(estimator.probability(one_shot, 10) < 0.01);
+    // Long idle: past a few mean reuse times even a chat is unlikely to come back.
+    CHECK(estimator.probability(chat, 600) < 0.05);
+    CHECK(estimator.horizon_seconds(chat) == 3600);
+    // Counts fade: after a few thousand reuses the one-shots are thought to come back.
+    for (int i = 0; i < 5000; ++i) estimator.reused(one_shot, 5);
+    CHECK(estimator.reuse_share(one_shot) > 0.9);
+    for (const char *name : {"lru", "reuse"}) {
+        CachePolicy policy;
+        REQUIRE(parse_cache_policy(name, &policy));
+        CHECK(std::string(cache_policy_name(policy)) == name);
+    }
+    CachePolicy policy;
+    CHECK_FALSE(parse_cache_policy("lfu", &policy));
+}
+
+TEST_CASE("server: the give-up order: LRU by release, reuse by expected saving per byte freed") {
+    ReuseEstimator estimator;
+    for (int i = 0; i < 100; ++i) {
+        estimator.reused(reuse_category(true, 5), 60);
+        estimator.ended(reuse_category(false, 1));
+    }
+    // 0: a long named conversation, released first; 1: a one-shot request, released later;
+    // 2: a named one idle for a day; 3: like 0, with half its tokens.
+    std::vector<CacheCandidate> candidates(4);
+    candidates[0] = {1, 120, reuse_category(true, 6), 400, 1};
+    candidates[1] = {2, 5, reuse_category(false, 1), 300, 1};
+    candidates[2] = {3, 86400, reuse_category(true, 6), 400, 1};
+    candidates[3] = {4, 120, reuse_category(true, 6), 200, 1};
+    CHECK(give_up_order(CachePolicy::kLru, estimator, candidates) == std::vector<size_t>{0, 1, 2, 3});
+    CHECK(give_up_order(CachePolicy::kReuse, estimator, candidates) == std::vector<size_t>{2, 1, 3, 0});
+    // Per byte freed: a file twice the size with the same expected saving goes first.
+    candidates[3].tokens = 400;
+    candidates[0].bytes = 2;
+    candidates[3].bytes = 1;
+    const std::vector<size_t> by_bytes = give_up_order(CachePolicy::kReuse, estimator, candidates);
+    CHECK(std::find(by_bytes.begin(), by_bytes.end(), size_t{0}) < std::find(by_bytes.begin(), by_bytes.end(), size_t{3}));
+}
+
+TEST_CASE("server: with the reuse policy a long conversation keeps its session through one-shot requests, where LRU gives it up") {
+    H2O_SHARED_FILE_OR_SKIP(model_path, "models/stories260K.gguf");
+    for (const CachePolicy policy : {CachePolicy::kLru, CachePolicy::kReuse}) {
+        const std::string name = cache_policy_name(policy);
+        CAPTURE(name);
+        Server server(model_path, 2, "", policy);
+        std::vector<Message> chat{{"system", "You tell stories."}};
+        for (const char *user : {"Tom had a dog.", "Where did it go?", "And then?"}) server.turn(chat, user, "chat");
+        // Two one-shot requests: the second needs a session, and one of the idle two goes.
+        for (const char *user : {"Hi", "Hello"}) {
+            std::vector<Message> one;
+            server.turn(one, user);
+        }
+        const auto [reply, usage] = server.turn(chat, "The end.", "chat");
+        // Without a state directory a conversation that lost its session starts again from its
+        // messages (and takes a session from another once more).
+        if (policy == CachePolicy::kLru) {
+            CHECK(usage.cached_tokens == 0);
+            CHECK(server.store().counts().evictions == 2);
+        } else {
+            CHECK(usage.cached_tokens > 0);
+            CHECK(server.store().counts().evictions == 1);
+        }
+    }
 }
 
 TEST_CASE("server: a client that leaves mid-reply leaves the conversation consistent") {

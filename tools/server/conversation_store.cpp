@@ -100,6 +100,14 @@ std::shared_ptr<Conversation> ConversationStore::find_or_make(const std::string 
     }
     std::shared_ptr<Conversation> &conversation = by_id_[id];
     if (!conversation) conversation = std::make_shared<Conversation>(id);
+    if (conversation->leases == 0 && conversation->record.n_turns > 0) {
+        // An idle conversation used again: what the estimator learns from (no request holds its
+        // turn, so its record is not being written).
+        const CacheCandidate seen = candidate(*conversation, false);
+        estimator_.reused(seen.category, seen.idle_seconds);
+        conversation->counted_gone = false;
+    }
+    conversation->named = conversation->named || !conversation_id.empty();
     ++conversation->leases;
     return conversation;
 }
@@ -119,18 +127,44 @@ std::optional<ApiError> ConversationStore::acquire(const std::string &conversati
     return std::nullopt;
 }
 
-bool ConversationStore::evict_one() {
-    Conversation *oldest = nullptr;
+CacheCandidate ConversationStore::candidate(const Conversation &conversation, bool file) const {
+    CacheCandidate c;
+    c.last_used = conversation.last_used;
+    const int64_t now = static_cast<int64_t>(std::time(nullptr));
+    c.idle_seconds = conversation.record.last_used > 0 ? static_cast<double>(std::max<int64_t>(0, now - conversation.record.last_used)) : 0;
+    c.category = reuse_category(conversation.named, conversation.record.n_turns);
+    c.tokens = conversation.record.n_tokens;
+    c.bytes = file ? std::max<uint64_t>(conversation.file_bytes, 1) : 1;  // every session is the same size
+    return c;
+}
+
+void ConversationStore::count_long_idle() {
     for (auto &[id, conversation] : by_id_) {
-        if (conversation->leases == 0 && conversation->session && (!oldest || conversation->last_used < oldest->last_used))
-            oldest = conversation.get();
+        if (conversation->leases > 0 || conversation->counted_gone || conversation->record.n_turns == 0) continue;
+        const CacheCandidate c = candidate(*conversation, false);
+        if (c.idle_seconds > estimator_.horizon_seconds(c.category)) {
+            estimator_.ended(c.category);
+            conversation->counted_gone = true;
+        }
     }
-    if (!oldest) return false;
-    h2o_session_free(oldest->session);
-    oldest->session = nullptr;
+}
+
+bool ConversationStore::evict_one() {
+    std::vector<Conversation *> idle;
+    std::vector<CacheCandidate> candidates;
+    for (auto &[id, conversation] : by_id_) {
+        if (conversation->leases == 0 && conversation->session) {
+            idle.push_back(conversation.get());
+            candidates.push_back(candidate(*conversation, false));
+        }
+    }
+    if (idle.empty()) return false;
+    Conversation *victim = idle[give_up_order(settings_.cache_policy, estimator_, candidates).front()];
+    h2o_session_free(victim->session);
+    victim->session = nullptr;
     --live_;
     ++evictions_;
-    if (!oldest->saved) forget(*oldest);
+    if (!victim->saved) forget(*victim);
     return true;
 }
 
@@ -243,6 +277,7 @@ void ConversationStore::release(Conversation &conversation) {
         --conversation.leases;
         conversation.last_used = ++clock_;
         if (conversation.leases == 0 && !conversation.session && !conversation.saved) forget(conversation);
+        count_long_idle();
     }
     released_.notify_all();
 }
@@ -347,6 +382,8 @@ std::optional<ApiError> ConversationStore::remove(const std::string &id) {
     }
     std::string error;
     if (!remove_file_and_forget(conversation, &error)) return server_error(error);
+    // Deleted by its client: gone without reuse.
+    if (conversation.record.n_turns > 0 && !conversation.counted_gone) estimator_.ended(candidate(conversation, false).category);
     return std::nullopt;
 }
 
@@ -365,15 +402,19 @@ void ConversationStore::keep_state_bounds() {
     if (settings_.state_dir.empty() || (settings_.state_max_bytes == 0 && settings_.state_max_age.count() == 0)) return;
     uint64_t total = 0;
     std::vector<std::shared_ptr<Conversation>> removable;  // held: forget() erases them from by_id_
+    std::vector<CacheCandidate> candidates;
     for (auto &[id, conversation] : by_id_) {
         total += conversation->file_bytes;
-        if (conversation->saved && !conversation->session && conversation->leases == 0) removable.push_back(conversation);
+        if (conversation->saved && !conversation->session && conversation->leases == 0) {
+            removable.push_back(conversation);
+            // Ordered by the end of their last turn, which survives restarts (the store's clock does not).
+            candidates.push_back(candidate(*conversation, true));
+            candidates.back().last_used = static_cast<uint64_t>(std::max<int64_t>(0, conversation->record.last_used));
+        }
     }
-    // The least recently used first (by the end of their last turn, which survives restarts).
-    std::stable_sort(removable.begin(), removable.end(),
-                     [](const auto &a, const auto &b) { return a->record.last_used < b->record.last_used; });
     const int64_t now = static_cast<int64_t>(std::time(nullptr));
-    for (const std::shared_ptr<Conversation> &conversation : removable) {
+    for (const size_t i : give_up_order(settings_.cache_policy, estimator_, candidates)) {
+        const std::shared_ptr<Conversation> &conversation = removable[i];
         const bool too_old = settings_.state_max_age.count() > 0 && now - conversation->record.last_used > settings_.state_max_age.count();
         const bool too_much = settings_.state_max_bytes > 0 && total > settings_.state_max_bytes;
         if (!too_old && !too_much) continue;
@@ -388,6 +429,11 @@ void ConversationStore::keep_state_bounds() {
         std::fprintf(stderr, "h2o-server: conversation %s removed from the state directory (%s)\n", conversation->id.c_str(),
                      too_old ? "--state-max-age" : "--state-max-bytes");
     }
+}
+
+ReuseEstimator ConversationStore::estimates() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return estimator_;
 }
 
 StoreCounts ConversationStore::counts() {

@@ -19,6 +19,7 @@
 #include "chat_request.h"
 #include "h2o/h2o.h"
 #include "conversation_file.h"
+#include "reuse_policy.h"
 
 namespace h2o_server {
 
@@ -35,6 +36,8 @@ struct Conversation {
     uint64_t file_bytes = 0;         // the size of its file in the state directory, 0 for none (store's mutex)
     uint32_t leases = 0;             // requests using or waiting for it (store's mutex)
     uint64_t last_used = 0;          // store's clock of its last release (store's mutex)
+    bool named = false;              // a request named it (conversation_id) (store's mutex)
+    bool counted_gone = false;       // the estimator counted it gone without reuse (store's mutex)
 };
 
 struct StoreSettings {
@@ -48,6 +51,8 @@ struct StoreSettings {
     // files' sum is within max_bytes and none was last used more than max_age ago.
     uint64_t state_max_bytes = 0;
     std::chrono::seconds state_max_age{0};
+    // Which idle conversation gives up its session, or its file past state_max_bytes.
+    CachePolicy cache_policy = CachePolicy::kReuse;
 };
 
 struct StoreCounts {
@@ -115,6 +120,8 @@ public:
     void save_all();
 
     StoreCounts counts();
+    // What the reuse estimator has learned (for /health).
+    ReuseEstimator estimates();
     // The conversations it knows (live or saved), the most recently used first.
     std::vector<ConversationInfo> list();
     std::optional<ConversationInfo> info(const std::string &id);
@@ -131,8 +138,13 @@ private:
     friend class Lease;
     void release(Conversation &conversation);
     std::shared_ptr<Conversation> find_or_make(const std::string &conversation_id, const std::vector<Digest> &prefix_digests);
-    // Frees the least recently used idle session; false when every live session is in use.
+    // Frees the idle session the cache policy gives up first; false when every live session is in use.
     bool evict_one();
+    // Idle conversations as the cache policy sees them (mutex_ held); file: what giving one up frees
+    // is its file, not its session.
+    CacheCandidate candidate(const Conversation &conversation, bool file) const;
+    // Counts the conversations idle past the estimator's horizon as gone without reuse (mutex_ held).
+    void count_long_idle();
     std::optional<ApiError> bring_live(Conversation &conversation);
     std::string path_of(const std::string &id) const;
     std::optional<ApiError> save(Conversation &conversation, uint64_t *file_bytes);
@@ -153,6 +165,7 @@ private:
     uint32_t live_ = 0;                         // sessions live or being made
     uint64_t clock_ = 0;
     uint64_t evictions_ = 0, restores_ = 0, state_removed_ = 0;
+    ReuseEstimator estimator_;  // mutex_
     std::mutex snapshot_mutex_;  // one snapshot buffer at a time (saved or restored)
 };
 

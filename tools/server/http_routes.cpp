@@ -77,6 +77,13 @@ void health(Endpoints &e, httplib::Response &res) {
          {{"conversations_filled", e.context->evictions ? e.context->evictions->conversations_filled.load() : 0},
           {"tokens", e.context->evictions ? e.context->evictions->tokens.load() : 0}}},
         {"requests", {{"in_flight", e.in_flight.load()}, {"completed", e.completions.load()}, {"client_gone", e.client_gone.load()}}}};
+    const ReuseEstimator estimates = e.store->estimates();
+    json categories = json::array();
+    for (size_t c = 0; c < kReuseCategories; ++c)
+        categories.push_back({{"category", reuse_category_name(c)},
+                              {"reuse_share", estimates.reuse_share(c)},
+                              {"mean_reuse_seconds", estimates.mean_reuse_seconds(c)}});
+    body["cache_policy"] = {{"name", cache_policy_name(e.store->settings().cache_policy)}, {"estimates", categories}};
     res.set_content(dump(body), "application/json");
 }
 

@@ -32,6 +32,7 @@ struct ServerOptions {
     uint32_t session_wait = 30;
     uint64_t max_memory = 0, prefix_cache = 16u << 20, max_body = 8u << 20;
     uint64_t state_max_bytes = 0, state_max_age = 0;
+    std::string cache_policy = "reuse";
     bool no_rolling = false;
 };
 
@@ -55,6 +56,10 @@ std::string usage(const h2o_session_params &sp) {
            "                         recently used conversations that hold no session and serve no\n"
            "                         request are removed, at startup and after each turn (default: none)\n"
            "  --state-max-age SECONDS  remove conversations not used for that long, likewise (default: none)\n"
+           "  --cache-policy NAME    which idle conversation gives up its session first, or its file past\n"
+           "                         --state-max-bytes: reuse (the lowest expected saving: its chance of\n"
+           "                         coming back, learned per kind of conversation, times the tokens it\n"
+           "                         holds) or lru (the least recently used) (default reuse)\n"
            "  --max-memory BYTES     refuse to start when weights, sessions, prefix cache and the\n"
            "                         snapshot buffer could need more (default: no limit)\n"
            "  --session-wait SECONDS how long a request waits for a session when all are busy before\n"
@@ -112,6 +117,7 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     cl.text("--state-dir", &opt.state_dir);
     cl.count("--state-max-bytes", 1, UINT64_MAX, &opt.state_max_bytes);
     cl.count("--state-max-age", 1, UINT64_MAX / 2, &opt.state_max_age);
+    cl.text("--cache-policy", &opt.cache_policy);
     cl.count("--max-memory", 1, UINT64_MAX, &opt.max_memory);
     cl.count("--session-wait", 0, 3600, &opt.session_wait);
     cl.count("--parallel", 1, 256, &opt.parallel);
@@ -131,6 +137,8 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     opt.model_path = h2o_tools::resolve_model_path(opt.model_path);
     if (opt.model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
     if (!opt.state_dir.empty() && opt.state_dir.back() == '/') opt.state_dir.pop_back();
+    h2o_server::CachePolicy policy;
+    if (!h2o_server::parse_cache_policy(opt.cache_policy, &policy)) cl.fail("--cache-policy must be reuse or lru");
     if (opt.state_dir.empty() && (opt.state_max_bytes || opt.state_max_age))
         cl.fail("--state-max-bytes and --state-max-age bound the state directory: give --state-dir too");
     gen->max_tokens = opt.max_tokens_default;
@@ -206,6 +214,7 @@ int main(int argc, char **argv) {
     store_settings.session_wait = std::chrono::seconds(opt.session_wait);
     store_settings.state_max_bytes = opt.state_max_bytes;
     store_settings.state_max_age = std::chrono::seconds(opt.state_max_age);
+    h2o_server::parse_cache_policy(opt.cache_policy, &store_settings.cache_policy);
     h2o_server::ConversationStore store(store_settings);
     if (!store.open_state_dir(&error)) {
         std::fprintf(stderr, "h2o-server: %s\n", error.c_str());

@@ -6,7 +6,7 @@
 
 const $ = (id) => document.getElementById(id);
 const state = {
-  id: null,        // the current conversation's id; null until the server files a new one
+  id: null,        // the current conversation's id; null for a new one until its first message
   messages: [],    // its messages, as the protocol writes them
   controller: null // the streaming request's AbortController while a reply comes
 };
@@ -170,8 +170,14 @@ async function send(text) {
   const reply = messageElement("assistant", "");
   $("messages").append(reply);
   const replyText = reply.querySelector(".text");
-  const body = { model: status.model || "default", messages: state.messages, stream: true, stream_options: { include_usage: true } };
-  if (state.id) body.conversation_id = state.id;
+  // The page names its conversations from the first turn (the conversation_id extension): the
+  // server then knows a client that comes back to them from one-shot requests.
+  if (!state.id) {
+    state.id = "p-" + Array.from(crypto.getRandomValues(new Uint8Array(12)), (b) => b.toString(16).padStart(2, "0")).join("");
+    localStorage.setItem("h2o-chat.current", state.id);
+  }
+  const body = { model: status.model || "default", messages: state.messages, stream: true, stream_options: { include_usage: true },
+                 conversation_id: state.id };
   state.controller = new AbortController();
   setBusy(true);
   status.note = "";
@@ -190,10 +196,6 @@ async function send(text) {
       if (data === "[DONE]") return;
       const chunk = JSON.parse(data);
       if (chunk.error) { failure = chunk.error.message; return; }
-      if (chunk.conversation_id && !state.id) {
-        state.id = chunk.conversation_id;
-        localStorage.setItem("h2o-chat.current", state.id);
-      }
       if (chunk.usage) usage = chunk.usage;
       const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
       if (delta && delta.content) {
