@@ -124,7 +124,7 @@ for doc in "$root"/docs/*.md; do
     where="${doc#"$root"/}:${lines[$i]}"
     bash -n -c "$text" || { echo "h2o: $where: not valid shell" >&2; exit 1; }
     help=""
-    for tool in $(printf '%s' "$text" | grep -o 'build/tools/h2o-[a-z]*' | sort -u); do
+    for tool in $(printf '%s' "$text" | grep -o 'build/tools/h2o-[a-z-]*' | sort -u); do
       [ -x "$copy/$tool" ] || { echo "h2o: $where: $tool is not a program the build makes" >&2; exit 1; }
       help+="$("$copy/$tool" --help 2>&1 || true)"$'\n'
     done

@@ -1,13 +1,16 @@
 // Fuzz target: what h2o-server reads from outside, below HTTP: a chat-completions request body
-// (parse_chat_request) and the head of a conversation file in its state directory
-// (parse_conversation_header).
+// (parse_chat_request), the head of a conversation file in its state directory
+// (parse_conversation_header), and a line of a request trace for h2o-cache-replay
+// (parse_trace_request).
 //
-// Input layout: byte 0 < 128 reads the rest as a request body, else as a conversation file. A
-// request is accepted whole with every field in range, or refused with a 400 or 413 whose body is
-// JSON; a head is read back the same when written again.
+// Input layout: byte 0 < 128 reads the rest as a request body, 128-191 as a conversation file,
+// 192 and above as a trace line. A request is accepted whole with every field in range, or
+// refused with a 400 or 413 whose body is JSON; a head is read back the same when written again;
+// a trace line is read or refused with a reason.
 #include <cstdint>
 #include <string>
 
+#include "cache_trace.h"
 #include "chat_request.h"
 #include "conversation_file.h"
 #include "fuzz_common.h"
@@ -68,6 +71,18 @@ void check_file(const std::string &bytes) {
                     "a head reads back otherwise");
 }
 
+void check_trace_line(const std::string &line) {
+    TraceRequest request;
+    std::string error;
+    if (!parse_trace_request(line, &request, &error)) {
+        h2o_fuzz::check(!error.empty(), "a trace line refused without a reason");
+        return;
+    }
+    h2o_fuzz::check(request.t >= 0 && request.system_tokens <= UINT32_MAX && request.history_tokens <= UINT32_MAX &&
+                        request.new_tokens <= UINT32_MAX && request.reply_tokens <= UINT32_MAX,
+                    "a trace line read out of range");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -75,7 +90,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const std::string rest(reinterpret_cast<const char *>(data + 1), size - 1);
     if (data[0] < 128)
         check_request(rest);
-    else
+    else if (data[0] < 192)
         check_file(rest);
+    else
+        check_trace_line(rest);
     return 0;
 }

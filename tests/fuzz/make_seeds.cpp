@@ -380,8 +380,8 @@ void hf_tokenizer_seeds(const fs::path &dir, const fs::path &shared) {
     }
 }
 
-// h2o-server's inputs (fuzz_chat_request.cpp): byte 0 below 128 and a request body, or 128 and the
-// head of a conversation file.
+// h2o-server's inputs (fuzz_chat_request.cpp): byte 0 below 128 and a request body, 128 and the
+// head of a conversation file, or 192 and a line of a request trace.
 void chat_request_seeds(const fs::path &dir) {
     const char *const requests[] = {
         R"({"model":"m","messages":[{"role":"user","content":"Hello"}]})",
@@ -403,6 +403,17 @@ void chat_request_seeds(const fs::path &dir) {
     Bytes bytes{128};
     bytes.insert(bytes.end(), head.begin(), head.end());
     write_file(dir / "conversation_file", bytes);
+    const std::string with_messages = std::string("h2o-server conversation 1\n{\"history\":\"") + std::string(64, 'a') +
+                                      "\",\"id\":\"c-3\",\"messages\":1,\"transcript_bytes\":32}\n" +
+                                      R"([{"role":"user","content":"Hi"}])" + "SNAPSHOT";
+    Bytes file_bytes{128};
+    file_bytes.insert(file_bytes.end(), with_messages.begin(), with_messages.end());
+    write_file(dir / "conversation_file_with_messages", file_bytes);
+    const std::string line = R"({"t": 12.5, "conversation": "chat-1", "named": true, "system": "sys-0", "system_tokens": 300,)"
+                             R"( "history_tokens": 420, "new_tokens": 40, "reply_tokens": 120})";
+    Bytes trace{192};
+    trace.insert(trace.end(), line.begin(), line.end());
+    write_file(dir / "trace_line", trace);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The server's conversations: at most `max_sessions` of them hold a live session (a fixed-size
-// KV cache); the least recently used idle one gives its session up when another needs one. With
+// KV cache); an idle one gives its session up when another needs one, chosen by the cache policy
+// (reuse_policy.h). With
 // a state directory every conversation is saved after each turn (atomically: a kill loses at most
 // the reply in progress), so one that lost its session, or lived before a restart, continues from
 // its snapshot exactly where it was. Without one, a conversation that loses its session is
@@ -47,8 +48,8 @@ struct StoreSettings {
     std::string state_dir;                          // "" : nothing is saved
     std::chrono::milliseconds session_wait{30000};  // the longest a request waits for a free session
     // Bounds on the state directory (0: none), kept at startup and after each turn: past one,
-    // the least recently used conversations that hold no session and no request go, until the
-    // files' sum is within max_bytes and none was last used more than max_age ago.
+    // conversations that hold no session and no request go (in the cache policy's order), until
+    // the files' sum is within max_bytes and none was last used more than max_age ago.
     uint64_t state_max_bytes = 0;
     std::chrono::seconds state_max_age{0};
     // Which idle conversation gives up its session, or its file past state_max_bytes.
