@@ -239,7 +239,8 @@ std::optional<ApiError> ConversationStore::save(Conversation &conversation, uint
     if (h2o_session_save_to_buffer(conversation.session, buffer.data(), buffer.size(), &size) != H2O_OK)
         return server_error(h2o_session_last_error(conversation.session));
     buffer.resize(size);
-    // A conversation too long for its transcript keeps its snapshot: it continues, unlisted messages and all.
+    // Messages past the bound are not kept: the conversation is saved and continues, and
+    // GET /v1/conversations/{id}/messages has none for it.
     const std::string_view transcript =
         conversation.transcript_to_save.size() <= kMaxTranscriptBytes ? std::string_view(conversation.transcript_to_save) : "";
     const std::string head = conversation_header(conversation.id, conversation.record, transcript.size());
