@@ -55,11 +55,14 @@ model="$root/../shared/models/stories260K.gguf"
 [ -n "${H2O_SHARED_DIR:-}" ] && model="$H2O_SHARED_DIR/models/stories260K.gguf"
 
 # On the emulated CPU with every feature: the whole suite except the Vulkan tests (that backend is
-# not built) and the tests that stream tens of thousands of tokens or generate models, which take
-# minutes under emulation and exercise nothing architecture-specific that the rest does not.
+# not built) and the tests that stream tens of thousands of tokens, generate models or sample
+# thousands of tokens with grammars, which take minutes under emulation (the tool-call sampling
+# test took 982 s, more than all the others together) and exercise nothing architecture-specific
+# that the rest does not.
 # On CPUs without i8mm, and without dotprod: the kernel tests and the golden-parity tests.
-slow='*tens of thousands*,*long document*,*position rolling runs far*,*session memory is fixed*'
+slow='*tens of thousands*,*long document*,*position rolling runs far*,*session memory is fixed*,*runs far past its context*'
 slow="$slow,*a synthetic model to every preset*,*tok512.model tokenizes exactly*,*shared by many threads*"
+slow="$slow,*required calls sampled from a model*"
 # This one starts a second ARM64 program itself, which the host cannot run outside the emulator.
 slow="$slow,*a fresh process continues*"
 kernels='*kernel selection*,*activation quantization*,*matmul*,*dequantize*,*vector operations*'
@@ -82,18 +85,22 @@ run_tests() {
   } >"$log" 2>&1
 }
 # The emulator runs one thread of work: on two cores, the long run on the newest CPU goes in two
-# halves side by side (doctest's --first and --last count the cases passing the filters from 1),
-# then the two short runs side by side. The Vulkan backend is not built here: a golden test that
-# also checks Vulkan is left out by name.
+# halves side by side (doctest's --first and --last count the cases passing the filters from 1,
+# in an order shuffled alike in both, so that the slow cases, which sit together in the files,
+# split between the halves), then the two short runs side by side. The Vulkan backend is not
+# built here: a golden test that also checks Vulkan is left out by name.
 all="--test-case-exclude=$slow,*vulkan*,*Vulkan*"
+shuffled="--order-by=rand --rand-seed=1"
 count=$(QEMU_CPU=max qemu-aarch64 "$tests" --count "$all" | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
 [ -n "$count" ] || { echo "h2o: could not count the ARM64 test cases" >&2; exit 1; }
 half=$((count / 2))
 rm -f "$build"/qemu-*.log
 status=0
-run_tests max neon+i8mm -part1 "$all" --first=1 --last=$half &
+# shellcheck disable=SC2086  # $shuffled is two options
+run_tests max neon+i8mm -part1 "$all" $shuffled --first=1 --last=$half &
 first=$!
-run_tests max neon+i8mm -part2 "$all" --first=$((half + 1)) --last="$count" || status=1
+# shellcheck disable=SC2086
+run_tests max neon+i8mm -part2 "$all" $shuffled --first=$((half + 1)) --last="$count" || status=1
 wait "$first" || status=1
 short="--test-case-exclude=*vulkan*,*Vulkan*"
 run_tests neoverse-n1 neon+dotprod "" --test-case="$kernels,$golden" "$short" &
