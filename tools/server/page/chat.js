@@ -212,6 +212,9 @@ async function send(text) {
   const assistant = calls.length ? { role: "assistant", content: null, tool_calls: calls } : { role: "assistant", content: replyText.textContent };
   if (calls.length) replyText.textContent = contentOf(assistant);
   if (failure) {
+    // The message stays on the page with its error but leaves the history the next request sends,
+    // so that the conversation goes on from what the server answered.
+    state.messages.pop();
     reply.classList.add("error");
     replyText.textContent += (replyText.textContent ? "\n" : "") + failure;
   } else {
