@@ -283,6 +283,25 @@ public:
         return Status::Ok();
     }
 
+    Status discard_kv(int64_t n, int64_t keep) override {
+        const KvConfig &c = kv_.config();
+        // Every cell is checked before any changes.
+        for (int l = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h) {
+                if (const int held = kv_.discardable(l, h, keep); held < n) {
+                    return make_error(H2O_ERR_INVALID_ARGUMENT, "cannot discard " + std::to_string(n) + " tokens: (layer " +
+                                                                    std::to_string(l) + ", kv head " + std::to_string(h) + ") holds " +
+                                                                    std::to_string(held) + " unpinned tokens after the first " +
+                                                                    std::to_string(keep));
+                }
+            }
+        }
+        for (int l = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h) kv_.discard_oldest(l, h, static_cast<int>(n), keep);
+        }
+        return Status::Ok();
+    }
+
     Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
                      const ModelShape &shape) override;
 

@@ -106,6 +106,19 @@ H2O_API h2o_status h2o_session_params_get_experimental(const h2o_session_params 
  * unknown key). */
 H2O_API h2o_status h2o_session_get_experimental(const h2o_session *session, uint32_t key, double *value);
 
+/** llama.cpp's context shift, for comparing the eviction policies with the strategy most
+ * runtimes use at a full context (h2o-eval's `shift`): evicts, from every (layer, kv head) at once,
+ * the n_discard oldest tokens that are not pinned among those from stream index n_keep on; with
+ * position_rolling the tokens after them move back n_discard positions (their keys rotated back),
+ * so the cache holds n_discard free slots. The evicted tokens count in h2o_kv_usage's n_evicted;
+ * evicting_since stays the length at which the cache itself filled. Needs a cache whose cells all
+ * have the same slots (no kv_layer_slope, no kv_head_share, no sliding-window layers), no
+ * retention spans, a policy other than H2O_KV_FULL, and the CPU backend. Errors:
+ * H2O_ERR_INVALID_ARGUMENT (NULL session, a full-cache policy, or a (layer, kv head) holding fewer
+ * than n_discard such tokens: the message names it, and nothing changes), H2O_ERR_UNSUPPORTED (a
+ * cache or backend that cannot). Since 0.8. */
+H2O_API h2o_status h2o_experimental_session_discard(h2o_session *session, uint64_t n_keep, uint64_t n_discard);
+
 #ifdef __cplusplus
 }
 #endif

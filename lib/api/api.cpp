@@ -880,6 +880,21 @@ H2O_API h2o_status h2o_session_get_experimental(const h2o_session *session, uint
     });
 }
 
+H2O_API h2o_status h2o_experimental_session_discard(h2o_session *session, uint64_t n_keep, uint64_t n_discard) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_experimental_session_discard: session is NULL");
+        // Past these no cell holds that many tokens (nor a stream reaches that index).
+        constexpr uint64_t kLimit = uint64_t{1} << 62;
+        if (n_discard > kLimit || n_keep > kLimit) return invalid("h2o_experimental_session_discard: a count past 2^62", session);
+        session->impl->begin_call();
+        session->impl->abandon_generation();
+        if (Status s = session->impl->discard_oldest(static_cast<int64_t>(n_keep), static_cast<int64_t>(n_discard)); !s.ok()) {
+            return fail(s, session);
+        }
+        return succeed(session);
+    });
+}
+
 H2O_API h2o_status h2o_session_reset(h2o_session *session) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_reset: session is NULL");

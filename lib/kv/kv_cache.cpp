@@ -194,7 +194,6 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
     CellView v = cell(layer, kv_head);
     EvictionScratch &scratch = scratch_[thread];
     std::vector<int32_t> &candidates = scratch.candidates;
-    std::vector<int64_t> &evicted = scratch.evicted;
     const KvPolicyConfig &policy = layer_policy_[static_cast<size_t>(layer)];
     const int used = image_.used[cell_index(layer, kv_head)];
     // The recent window counts the incoming tokens: protect the newest (recent - n) cached ones.
@@ -263,16 +262,46 @@ int KvCache::make_room(int layer, int kv_head, int n, int64_t next_index, int th
         }
     }
 
+    free_victims(layer, kv_head, v, used, n_victims, scratch);
+    return n_victims;
+}
+
+void KvCache::free_victims(int layer, int kv_head, const CellView &v, int used, int n_victims, EvictionScratch &scratch) {
     const size_t h = cell_index(layer, kv_head);
     int32_t *free_list = image_.free_list.data() + slot_base(layer, kv_head);
     for (int i = 0; i < n_victims; ++i) {
-        const int s = candidates[i];
-        evicted[i] = v.stream_index[s];
+        const int s = scratch.candidates[i];
+        scratch.evicted[i] = v.stream_index[s];
         v.stream_index[s] = -1;
         free_list[image_.free_count[h]++] = s;
     }
-    if (config_.rolling && n_victims > 0) roll_back_kept(layer, v, used, evicted.data(), n_victims, scratch.key.data());
-    return n_victims;
+    if (config_.rolling && n_victims > 0) roll_back_kept(layer, v, used, scratch.evicted.data(), n_victims, scratch.key.data());
+}
+
+int KvCache::discardable(int layer, int kv_head, int64_t keep) const {
+    const size_t h = cell_index(layer, kv_head), base = slot_base(layer, kv_head);
+    int count = 0;
+    for (int s = 0; s < image_.used[h]; ++s) {
+        const int64_t index = image_.stream_index[base + s];
+        count += kv_slot_evictable_by_age(index, kv_tag_pinned(image_.tags[base + s])) && index >= keep;
+    }
+    return count;
+}
+
+void KvCache::discard_oldest(int layer, int kv_head, int n, int64_t keep) {
+    CellView v = cell(layer, kv_head);
+    EvictionScratch &scratch = scratch_[0];
+    std::vector<int32_t> &candidates = scratch.candidates;
+    const int used = image_.used[cell_index(layer, kv_head)];
+    int n_candidates = 0;
+    for (int s = 0; s < used; ++s) {
+        const int64_t index = v.stream_index[s];
+        if (kv_slot_evictable_by_age(index, kv_tag_pinned(v.tag[s])) && index >= keep) candidates[n_candidates++] = s;
+    }
+    const int n_victims = std::min(n, n_candidates);
+    std::partial_sort(candidates.begin(), candidates.begin() + n_victims, candidates.begin() + n_candidates,
+                      [&](int32_t a, int32_t b) { return kv_index_less(v.stream_index[a], v.stream_index[b]); });
+    free_victims(layer, kv_head, v, used, n_victims, scratch);
 }
 
 void KvCache::roll_back_kept(int layer, const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch) {

@@ -101,6 +101,12 @@ public:
     // threads), except under the random policy, whose one generator draws for the heads in order.
     int make_room(int layer, int kv_head, int n, int64_t next_index, int thread = 0);
 
+    // llama.cpp's context shift: evicts the cell's n oldest tokens that are not pinned and whose
+    // stream index is at least `keep` (at most discardable() of them), at once, rolling the kept
+    // keys back as make_room does. For comparing the policies with it (h2o-eval's `shift`).
+    int discardable(int layer, int kv_head, int64_t keep) const;
+    void discard_oldest(int layer, int kv_head, int n, int64_t keep);
+
     // Budgets per kv head (kv_head_budgets.h): before `incoming` more tokens whose first has
     // stream index next_index, evicts in every pool of cells (a layer, or the whole cache with
     // share_across_layers) whose cells cannot all take them, across its cells, the tokens its
@@ -193,6 +199,9 @@ private:
     // sorted here): each kept token moves back one rank per evicted token that preceded it (its
     // key rotated back, or the rotation recorded when the rows live elsewhere).
     void roll_back_kept(int layer, const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch);
+    // Frees the slots scratch.candidates[0, n_victims) of a cell and, with rolling, rolls its
+    // kept keys back past them.
+    void free_victims(int layer, int kv_head, const CellView &v, int used, int n_victims, EvictionScratch &scratch);
     // Counts each span's tokens among the first `used` slots of a head into scratch.span_held.
     static void count_span_tokens(const CellView &v, int used, EvictionScratch &scratch);
     // Whether the unpinned token in slot s may go now (its span, if any, holds more than its

@@ -46,6 +46,16 @@ public:
     // eviction keeps a cell's tokens of span s while it holds no more than minimums[s] of them.
     // clear_kv() and load_kv() set them all to zero.
     virtual Status set_kv_span_minimums(const int32_t *minimums) = 0;
+    // Evicts from every cell its n oldest tokens that are not pinned and whose stream index is at
+    // least `keep`, rolling kept keys back with position rolling (KvCache::discard_oldest):
+    // llama.cpp's context shift, which the evaluation compares the policies with. Every cell must
+    // hold that many (else H2O_ERR_INVALID_ARGUMENT, nothing changed). Only the CPU backend runs
+    // it; the others answer H2O_ERR_UNSUPPORTED.
+    virtual Status discard_kv(int64_t n, int64_t keep) {
+        (void)n;
+        (void)keep;
+        return make_error(H2O_ERR_UNSUPPORTED, "this backend cannot discard cached tokens (the CPU backend can)");
+    }
     // The whole KV cache as a snapshot holds it (save_kv_image, load_kv_image: kv_image.h), and
     // back (H2O_ERR_STATE_FORMAT, naming what is inconsistent, for a refused one).
     virtual Status save_kv(ByteWriter &out) = 0;

@@ -450,6 +450,30 @@ h2o_kv_usage Session::kv_usage() const {
     return usage;
 }
 
+Status Session::discard_oldest(int64_t keep, int64_t n) {
+    H2O_TRY(check_usable());
+    if (settings_.policy.policy == KvPolicy::Full) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "a full cache (kv_policy H2O_KV_FULL) keeps every token: nothing may be discarded");
+    }
+    // The session counts one number of held tokens for every cell (n_cached_): a discard keeps it
+    // true only where every cell has the same slots and no span holds a minimum.
+    bool window_layers = false;
+    for (int l = 0; l < kv_.n_layer; ++l) window_layers = window_layers || kv_.is_window_layer(l);
+    if (!kv_.layer_slots.empty() || kv_.head_share > 0.0f || window_layers || !spans_.empty()) {
+        return make_error(H2O_ERR_UNSUPPORTED,
+                          "discarding needs a cache whose cells all have the same slots and no retention spans (no kv_layer_slope, "
+                          "kv_head_share or sliding-window layers)");
+    }
+    if (n == 0) return Status::Ok();
+    if (Status st = backend_->kv_store().discard_kv(n, keep); !st.ok()) {
+        // Refused before anything changed: the cache is as it was.
+        if (st.code == H2O_ERR_INVALID_ARGUMENT || st.code == H2O_ERR_UNSUPPORTED) return st;
+        return backend_failed(st);
+    }
+    n_cached_ -= n;
+    return Status::Ok();
+}
+
 void Session::announce_full() {
     announced_full_ = true;
     h2o_kv_usage usage = kv_usage();

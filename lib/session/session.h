@@ -109,6 +109,9 @@ public:
     const KvConfig &kv_config() const { return kv_; }
     // The stream against the cache (h2o_session_get_kv_usage).
     h2o_kv_usage kv_usage() const;
+    // Evicts the n oldest unpinned tokens at or after stream index `keep` from every (layer, kv
+    // head) at once (h2o_experimental_session_discard: llama.cpp's context shift).
+    Status discard_oldest(int64_t keep, int64_t n);
     // Receives H2O_EVENT_KV_FULL once per conversation (h2o_session_set_event_callback).
     void set_event_callback(h2o_session_event_callback callback, void *user_data) {
         event_callback_ = callback;
