@@ -26,6 +26,9 @@
 // fresh prompt of --context - 1 tokens per scored token, hence only for the tail.
 //
 // Retention mode (--retention LIST): see eval_retention.h.
+//
+// Besides the library's policies, `shift` is llama.cpp's context shift (eval_shift.h): the
+// strategy most runtimes use at a full context, as a baseline.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -38,6 +41,7 @@
 
 #include "common.h"
 #include "eval_retention.h"
+#include "eval_shift.h"
 #include "options.h"
 #include "session_options.h"
 #include "h2o/h2o.h"
@@ -46,7 +50,7 @@
 
 namespace {
 
-using h2o_tools::policy_name;
+using h2o_tools::eval_policy_name;
 
 std::string usage() {
     char text[8192];
@@ -56,6 +60,7 @@ std::string usage() {
                   "  -f, --file FILE        UTF-8 text to score\n"
                   "  --policies LIST        comma-separated policies (default full,h2o,window,sink_window):\n"
                   "                         %s\n"
+                  "                         (shift: llama.cpp's context shift, BOS kept, always rolling)\n"
                   "  --budgets LIST         KV slots per (layer, kv head), comma-separated (default 32,64,128);\n"
                   "                         'full' ignores them\n"
                   "  --chunk N              chunk length with BOS (default 512)\n"
@@ -103,7 +108,7 @@ std::string usage() {
                   "  --svg FILE             write a perplexity chart as SVG\n"
                   "  --quiet                no progress (a line every 5 s of a long run) or library messages on stderr\n"
                   "  --version              print the library's version\n",
-                  h2o_tools::kv_policy_names().c_str(), h2o_tools::experimental_range(H2O_EXP_KV_LAYER_SLOPE).text().c_str(),
+                  h2o_tools::eval_policy_names().c_str(), h2o_tools::experimental_range(H2O_EXP_KV_LAYER_SLOPE).text().c_str(),
                   h2o_tools::experimental_range(H2O_EXP_KV_PROMPT_RANDOM_SHARE).text().c_str(),
                   h2o_tools::experimental_range(H2O_EXP_KV_HEAD_SHARE).text().c_str());
     return text;
@@ -153,7 +158,7 @@ Options parse_options(int argc, char **argv) {
         o.policies.clear();
         for (const std::string &name : h2o_tools::split(list, ',')) {
             uint32_t p;
-            if (!h2o_tools::parse_policy(name, &p)) cl.fail("unknown policy '" + name + "' (known: " + h2o_tools::kv_policy_names() + ")");
+            if (!h2o_tools::parse_eval_policy(name, &p)) cl.fail("unknown policy '" + name + "' (known: " + h2o_tools::eval_policy_names() + ")");
             if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end()) o.policies.push_back(p);
         }
     });
@@ -274,7 +279,7 @@ Split budget_split(const h2o_kv_layout &layout) {
     return s;
 }
 
-std::string config_label(const Config &c) { return std::string(policy_name(c.policy)) + "/" + std::to_string(c.budget); }
+std::string config_label(const Config &c) { return std::string(eval_policy_name(c.policy)) + "/" + std::to_string(c.budget); }
 
 h2o_session_params session_params(const Options &o, const Config &c) {
     h2o_session_params p;
@@ -310,6 +315,7 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     // Absolute positions (--rolling 0) are the evaluations' own protocol: the cache evicts within
     // n_ctx positions, as it always did, rather than rolling as a default session does.
     if (!o.rolling) p.kv_overflow = H2O_KV_OVERFLOW_ERROR;
+    if (c.policy == h2o_tools::kShiftPolicy) h2o_tools::make_shift_params(&p, c.budget);
     return p;
 }
 
@@ -475,7 +481,7 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
         st = h2o_session_reset(session);
         size_t first = 0;  // the first token fed alone
         if (o.prompt > 0 && st == H2O_OK) {
-            st = h2o_session_decode(session, seq.data(), o.prompt);
+            st = h2o_tools::decode_as(config.policy, session, seq.data(), o.prompt);
             if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
             first = o.prompt;
         }
@@ -486,7 +492,7 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
                 run.argmax.push_back(argmax);
             }
             if (i + 1 == seq.size()) break;  // the last token predicts nothing we score
-            st = h2o_session_decode(session, &seq[i], 1);
+            st = h2o_tools::decode_as(config.policy, session, &seq[i], 1);
             if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
             if (ticker.due()) {
                 char buf[160];
@@ -525,6 +531,7 @@ double mean_of(const std::vector<double> &values, size_t first, size_t end) {
 
 Summary summarize(const Options &o, const Config &config, const Run &run, const Run *baseline, const InContext *reference) {
     Summary s{config, budget_split(run.layout), &run, 0, 0, NAN, {}};
+    if (config.policy == h2o_tools::kShiftPolicy) s.split.text = "BOS + newest half to all, shifted";
     s.mean_nll = sum(run.nll) / static_cast<double>(run.nll.size());
     s.ppl = std::exp(s.mean_nll);
     if (baseline) {
@@ -557,7 +564,7 @@ std::string json_number(double v, const char *fmt = "%.6f") {
 void print_json(const Options &o, const std::vector<Summary> &rows, const Summary *full, const InContext *reference) {
     for (const Summary &r : rows) {
         std::string line = "{\"mode\":\"" + std::string(o.stream ? "stream" : "chunks") + "\"";
-        line += ",\"policy\":\"" + std::string(policy_name(r.config.policy)) + "\"";
+        line += ",\"policy\":\"" + std::string(eval_policy_name(r.config.policy)) + "\"";
         line += ",\"budget\":" + std::to_string(r.config.budget);
         line += ",\"sinks\":" + std::to_string(r.split.sinks) + ",\"recent\":" + std::to_string(r.split.recent) +
                 ",\"heavy\":" + std::to_string(r.split.rest);
@@ -594,7 +601,7 @@ void print_table(const Options &o, const std::vector<Summary> &rows, const Summa
         char vs_full[32] = "-", agree[32] = "-";
         if (full) std::snprintf(vs_full, sizeof(vs_full), "%+.2f%%", 100 * (r.ppl / full->ppl - 1));
         if (std::isfinite(r.agreement)) std::snprintf(agree, sizeof(agree), "%.4f", r.agreement);
-        std::printf("%-13s %7u  %-31s %9.1f %7zu %9.4f %9.4f %8s %7s\n", policy_name(r.config.policy), r.config.budget,
+        std::printf("%-13s %7u  %-31s %9.1f %7zu %9.4f %9.4f %8s %7s\n", eval_policy_name(r.config.policy), r.config.budget,
                     r.split.text.c_str(), r.run->kv_bytes / 1024.0, r.run->nll.size(), r.mean_nll, r.ppl, vs_full, agree);
     }
     if (!o.stream) return;
@@ -670,7 +677,7 @@ h2o_tools::Plot make_plot(const Options &o, const std::vector<Summary> &rows, co
     for (uint32_t policy : o.policies) {
         if (policy == H2O_KV_FULL) continue;
         h2o_tools::PlotSeries series;
-        series.label = policy_name(policy);
+        series.label = eval_policy_name(policy);
         for (const Summary &r : rows) {
             if (r.config.policy != policy) continue;
             series.x.push_back(r.config.budget);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common.h"
+#include "eval_shift.h"
 
 namespace h2o_tools {
 
@@ -29,7 +30,7 @@ struct Row {
         if (kind == Unseen) return "unseen (no 1st passage)";
         char share[32] = "";
         if (min_share > 0.0f) std::snprintf(share, sizeof(share), " share %.3g", min_share);
-        return std::string(policy_name(policy)) + "/" + std::to_string(budget) + (pinned ? " pinned" : "") + share;
+        return std::string(eval_policy_name(policy)) + "/" + std::to_string(budget) + (pinned ? " pinned" : "") + share;
     }
 };
 
@@ -84,14 +85,15 @@ double run_trial(h2o_model *model, const h2o_model_info &info, const RetentionOp
                  ? h2o_session_add_span_text(session, 1, row.min_share, trial.passage_text.data(), trial.passage_text.size(), flags)
                  : h2o_session_add_text(session, trial.passage_text.data(), trial.passage_text.size(), flags);
     }
-    if (st == H2O_OK) st = h2o_session_decode(session, filler.data(), filler.size());
+    const uint32_t policy = row.kind == Row::Policy ? row.policy : uint32_t{H2O_KV_FULL};
+    if (st == H2O_OK) st = decode_as(policy, session, filler.data(), filler.size());
     std::vector<float> logits(static_cast<size_t>(info.n_vocab));
     double total = 0;
     for (size_t i = 0; i < trial.passage.size() && st == H2O_OK; ++i) {
         st = h2o_session_get_logits(session, logits.data(), logits.size());
         int32_t argmax = 0;
         if (st == H2O_OK) total += negative_log_prob(logits, trial.passage[i], &argmax);
-        if (st == H2O_OK) st = h2o_session_decode(session, &trial.passage[i], 1);
+        if (st == H2O_OK) st = decode_as(policy, session, &trial.passage[i], 1);
     }
     if (st != H2O_OK)
         *error = std::string(session ? h2o_session_last_error(session) : h2o_last_error()) + " (" + h2o_status_string(st) + ")";
@@ -117,6 +119,8 @@ int run_retention(h2o_model *model, const std::string &text, const RetentionOpti
         if (policy == H2O_KV_FULL) continue;
         for (uint32_t budget : o.budgets) {
             for (bool pinned : {false, true}) rows.push_back({Row::Policy, policy, budget, pinned});
+            // A shift cannot keep a span's minimum (h2o_experimental_session_discard).
+            if (policy == kShiftPolicy) continue;
             for (float share : o.min_shares) rows.push_back({Row::Policy, policy, budget, false, share});
         }
     }
@@ -158,7 +162,7 @@ int run_retention(h2o_model *model, const std::string &text, const RetentionOpti
                 std::printf(
                     "{\"mode\":\"retention\",\"row\":\"%s\",\"policy\":\"%s\",\"budget\":%u,\"pinned\":%s,\"min_share\":%g,"
                     "\"other_tokens\":%u,\"trials\":%zu,\"repeat_nll\":%s,\"vs_full_pct\":%s}\n",
-                    json_escape(rows[r].label()).c_str(), rows[r].kind == Row::Policy ? policy_name(rows[r].policy) : "full",
+                    json_escape(rows[r].label()).c_str(), rows[r].kind == Row::Policy ? eval_policy_name(rows[r].policy) : "full",
                     rows[r].budget, rows[r].pinned ? "true" : "false", static_cast<double>(rows[r].min_share), o.lengths[l], trials.size(),
                     std::isfinite(v) ? std::to_string(v).c_str() : "null",
                     std::isfinite(v) ? std::to_string(100 * (v / full - 1)).c_str() : "null");

@@ -111,6 +111,23 @@ if(NOT rc EQUAL 1 OR NOT err MATCHES "kv_horizon 20 is smaller than kv_budget 32
   message(FATAL_ERROR "h2o-eval --horizon 20 --budgets 32: expected exit 1 and the library's message, got ${rc}: ${err}")
 endif()
 
+# llama.cpp's context shift as a policy: until 128 slots fill (BOS and the first segment's 100
+# tokens) it computes what a window computes; from its first shift on (half the cache at once)
+# it does not.
+run_eval(--shift -m ${MODEL} -f ${short_text} --stream 300 --segment 100 --budgets 128 --policies window,shift --json --quiet -t 1)
+read_json("${lines}" shift-window policy segment_ppl)
+set(window_segments "${segment_ppl}")
+list(GET lines 1 shift_line)
+read_json("${shift_line}" shift policy tokens segment_ppl)
+string(JSON window_first GET "${window_segments}" 0)
+string(JSON shift_first GET "${segment_ppl}" 0)
+string(JSON window_last GET "${window_segments}" 2)
+string(JSON shift_last GET "${segment_ppl}" 2)
+if(NOT policy STREQUAL "shift" OR NOT tokens EQUAL 300 OR NOT shift_first STREQUAL window_first OR shift_last STREQUAL window_last
+   OR NOT (shift_last GREATER 1 AND shift_last LESS 20))
+  message(FATAL_ERROR "h2o-eval shift: expected the window's first segment and a plausible, different last one: ${lines}")
+endif()
+
 # The prompt protocol: each chunk's first 64 tokens read as one prompt, ranked by a proxy of 16
 # queries while evicting; the other 64 scored.
 run_eval(--prompt -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies full,h2o --prompt 64
@@ -147,6 +164,21 @@ foreach(line IN LISTS lines)
 endforeach()
 if(NOT seen STREQUAL "full cache;unseen (no 1st passage);window/32;window/32 pinned")
   message(FATAL_ERROR "unexpected retention rows: ${seen}")
+endif()
+# The shift keeps the pinned passage through its shifts; a span's minimum it cannot keep, so it has
+# no rows of shares.
+run_eval(--retention-shift -m ${MODEL} -f ${TEXT} --retention 60 --trials 2 --passage 12 --budgets 32 --policies shift --min-shares 0.5
+         --json --quiet -t 1)
+set(seen "")
+foreach(line IN LISTS lines)
+  read_json("${line}" retention-shift row repeat_nll)
+  if(NOT (repeat_nll GREATER 0 AND repeat_nll LESS 10))
+    message(FATAL_ERROR "implausible retention line: ${line}")
+  endif()
+  list(APPEND seen "${row}")
+endforeach()
+if(NOT seen STREQUAL "full cache;unseen (no 1st passage);shift/32;shift/32 pinned")
+  message(FATAL_ERROR "unexpected retention rows for shift: ${seen}")
 endif()
 
 # Usage errors: exit code 2 and a message naming the problem.
