@@ -302,6 +302,26 @@ public:
         return Status::Ok();
     }
 
+    Status evict_kv_tokens(const int64_t *stream_index) override {
+        const KvConfig &c = kv_.config();
+        std::vector<int> slots(static_cast<size_t>(c.n_layer) * c.n_head_kv);
+        // Every cell is checked before any changes.
+        for (int l = 0, i = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h, ++i) {
+                slots[i] = kv_.unpinned_slot_of(l, h, stream_index[i]);
+                if (slots[i] < 0) {
+                    return make_error(H2O_ERR_INVALID_ARGUMENT, "(layer " + std::to_string(l) + ", kv head " + std::to_string(h) +
+                                                                    ") holds no unpinned token of stream index " +
+                                                                    std::to_string(stream_index[i]));
+                }
+            }
+        }
+        for (int l = 0, i = 0; l < c.n_layer; ++l) {
+            for (int h = 0; h < c.n_head_kv; ++h, ++i) kv_.evict_slot(l, h, slots[i]);
+        }
+        return Status::Ok();
+    }
+
     Status attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
                      const ModelShape &shape) override;
 

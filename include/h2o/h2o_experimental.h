@@ -119,6 +119,24 @@ H2O_API h2o_status h2o_session_get_experimental(const h2o_session *session, uint
  * cache or backend that cannot). Since 0.8. */
 H2O_API h2o_status h2o_experimental_session_discard(h2o_session *session, uint64_t n_keep, uint64_t n_discard);
 
+/** What an offline reference that chooses its own victims reads (h2o-eval's `oracle`): for every
+ * slot, [layer][kv head][slot] with h2o_kv_usage's capacity slots per (layer, kv head), n =
+ * n_layer * n_head_kv * capacity in all, the stream index of the token it holds (-1: free) and,
+ * unless attention is NULL, the attention weight the last query decoded gave it (summed over the
+ * kv head's query heads; 0 for a free slot). The weights need a policy that gathers attention
+ * statistics (h2o_kv_policy_info). The cache as h2o_experimental_session_discard needs it; any
+ * backend. Errors: H2O_ERR_INVALID_ARGUMENT (NULL session or stream_index, another n, weights
+ * asked of a policy without statistics), H2O_ERR_UNSUPPORTED (such a cache). Since 0.8. */
+H2O_API h2o_status h2o_experimental_session_kv_attention(h2o_session *session, int64_t *stream_index, float *attention, size_t n);
+
+/** Evicts from each (layer, kv head) the token of stream index stream_index[c], c = layer *
+ * n_head_kv + kv head (n = n_layer * n_head_kv entries), rolling the kept keys as the policy's own
+ * evictions do: victims chosen by the caller. The cache, backend and policy as
+ * h2o_experimental_session_discard needs them. Errors: H2O_ERR_INVALID_ARGUMENT (NULL arguments,
+ * another n, a full-cache policy, or a (layer, kv head) that does not hold its token or holds it
+ * pinned: the message names it, and nothing changes), H2O_ERR_UNSUPPORTED. Since 0.8. */
+H2O_API h2o_status h2o_experimental_session_evict(h2o_session *session, const int64_t *stream_index, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

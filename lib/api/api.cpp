@@ -895,6 +895,38 @@ H2O_API h2o_status h2o_experimental_session_discard(h2o_session *session, uint64
     });
 }
 
+// Whether n is one entry per slot (per_slot) or per (layer, kv head) of the session's cache.
+static bool cache_entries(const h2o_session *session, size_t n, bool per_slot) {
+    const h2o::KvConfig &kv = session->impl->kv_config();
+    const int64_t expected = per_slot ? kv.total_slots() : static_cast<int64_t>(kv.n_layer) * kv.n_head_kv;
+    return n == static_cast<uint64_t>(expected);
+}
+
+H2O_API h2o_status h2o_experimental_session_kv_attention(h2o_session *session, int64_t *stream_index, float *attention, size_t n) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_experimental_session_kv_attention: session is NULL");
+        if (!stream_index) return invalid("h2o_experimental_session_kv_attention: stream_index is NULL", session);
+        if (!cache_entries(session, n, true)) {
+            return invalid("h2o_experimental_session_kv_attention: n is not n_layer * n_head_kv * capacity", session);
+        }
+        session->impl->begin_call();
+        if (Status s = session->impl->kv_attention(stream_index, attention); !s.ok()) return fail(s, session);
+        return succeed(session);
+    });
+}
+
+H2O_API h2o_status h2o_experimental_session_evict(h2o_session *session, const int64_t *stream_index, size_t n) {
+    return guarded(session, [&]() -> h2o_status {
+        if (!session) return invalid("h2o_experimental_session_evict: session is NULL");
+        if (!stream_index) return invalid("h2o_experimental_session_evict: stream_index is NULL", session);
+        if (!cache_entries(session, n, false)) return invalid("h2o_experimental_session_evict: n is not n_layer * n_head_kv", session);
+        session->impl->begin_call();
+        session->impl->abandon_generation();
+        if (Status s = session->impl->evict_tokens(stream_index); !s.ok()) return fail(s, session);
+        return succeed(session);
+    });
+}
+
 H2O_API h2o_status h2o_session_reset(h2o_session *session) {
     return guarded(session, [&]() -> h2o_status {
         if (!session) return invalid("h2o_session_reset: session is NULL");

@@ -304,6 +304,20 @@ void KvCache::discard_oldest(int layer, int kv_head, int n, int64_t keep) {
     free_victims(layer, kv_head, v, used, n_victims, scratch);
 }
 
+int KvCache::unpinned_slot_of(int layer, int kv_head, int64_t stream_index) const {
+    const size_t h = cell_index(layer, kv_head), base = slot_base(layer, kv_head);
+    for (int s = 0; s < image_.used[h]; ++s) {
+        if (image_.stream_index[base + s] == stream_index && stream_index >= 0) return kv_tag_pinned(image_.tags[base + s]) ? -1 : s;
+    }
+    return -1;
+}
+
+void KvCache::evict_slot(int layer, int kv_head, int slot) {
+    EvictionScratch &scratch = scratch_[0];
+    scratch.candidates[0] = slot;
+    free_victims(layer, kv_head, cell(layer, kv_head), image_.used[cell_index(layer, kv_head)], 1, scratch);
+}
+
 void KvCache::roll_back_kept(int layer, const CellView &v, int used, int64_t *evicted, int n_evicted, float *key_scratch) {
     std::sort(evicted, evicted + n_evicted);
     for (int s = 0; s < used; ++s) {

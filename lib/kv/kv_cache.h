@@ -106,6 +106,10 @@ public:
     // keys back as make_room does. For comparing the policies with it (h2o-eval's `shift`).
     int discardable(int layer, int kv_head, int64_t keep) const;
     void discard_oldest(int layer, int kv_head, int n, int64_t keep);
+    // The slot of the cell that holds the unpinned token of this stream index, or -1; and evicting
+    // it as make_room would (h2o-eval's `oracle`, which chooses its victims itself).
+    int unpinned_slot_of(int layer, int kv_head, int64_t stream_index) const;
+    void evict_slot(int layer, int kv_head, int slot);
 
     // Budgets per kv head (kv_head_budgets.h): before `incoming` more tokens whose first has
     // stream index next_index, evicts in every pool of cells (a layer, or the whole cache with

@@ -56,6 +56,14 @@ public:
         (void)keep;
         return make_error(H2O_ERR_UNSUPPORTED, "this backend cannot discard cached tokens (the CPU backend can)");
     }
+    // Evicts from each cell, [layer][kv head], the unpinned token of stream index stream_index[c]
+    // (rolling kept keys back with position rolling): victims chosen by the caller, the
+    // evaluation's oracle. Every cell must hold its token unpinned (else H2O_ERR_INVALID_ARGUMENT,
+    // nothing changed). Only the CPU backend runs it; the others answer H2O_ERR_UNSUPPORTED.
+    virtual Status evict_kv_tokens(const int64_t *stream_index) {
+        (void)stream_index;
+        return make_error(H2O_ERR_UNSUPPORTED, "this backend cannot evict chosen tokens (the CPU backend can)");
+    }
     // The whole KV cache as a snapshot holds it (save_kv_image, load_kv_image: kv_image.h), and
     // back (H2O_ERR_STATE_FORMAT, naming what is inconsistent, for a refused one).
     virtual Status save_kv(ByteWriter &out) = 0;

@@ -450,27 +450,59 @@ h2o_kv_usage Session::kv_usage() const {
     return usage;
 }
 
-Status Session::discard_oldest(int64_t keep, int64_t n) {
+Status Session::check_uniform_cells(const char *what) const {
     H2O_TRY(check_usable());
-    if (settings_.policy.policy == KvPolicy::Full) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "a full cache (kv_policy H2O_KV_FULL) keeps every token: nothing may be discarded");
-    }
-    // The session counts one number of held tokens for every cell (n_cached_): a discard keeps it
-    // true only where every cell has the same slots and no span holds a minimum.
+    // The session counts one number of held tokens for every cell (n_cached_): evicting from
+    // outside the policy keeps it true only where every cell has the same slots and no span
+    // holds a minimum.
     bool window_layers = false;
     for (int l = 0; l < kv_.n_layer; ++l) window_layers = window_layers || kv_.is_window_layer(l);
     if (!kv_.layer_slots.empty() || kv_.head_share > 0.0f || window_layers || !spans_.empty()) {
-        return make_error(H2O_ERR_UNSUPPORTED,
-                          "discarding needs a cache whose cells all have the same slots and no retention spans (no kv_layer_slope, "
-                          "kv_head_share or sliding-window layers)");
+        return make_error(H2O_ERR_UNSUPPORTED, std::string(what) +
+                                                   " needs a cache whose cells all have the same slots and no retention spans (no "
+                                                   "kv_layer_slope, kv_head_share or sliding-window layers)");
     }
-    if (n == 0) return Status::Ok();
-    if (Status st = backend_->kv_store().discard_kv(n, keep); !st.ok()) {
+    return Status::Ok();
+}
+
+Status Session::evicted_outside(Status st, int64_t n) {
+    if (!st.ok()) {
         // Refused before anything changed: the cache is as it was.
         if (st.code == H2O_ERR_INVALID_ARGUMENT || st.code == H2O_ERR_UNSUPPORTED) return st;
         return backend_failed(st);
     }
     n_cached_ -= n;
+    return Status::Ok();
+}
+
+Status Session::discard_oldest(int64_t keep, int64_t n) {
+    H2O_TRY(check_uniform_cells("discarding"));
+    if (settings_.policy.policy == KvPolicy::Full) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "a full cache (kv_policy H2O_KV_FULL) keeps every token: nothing may be discarded");
+    }
+    if (n == 0) return Status::Ok();
+    return evicted_outside(backend_->kv_store().discard_kv(n, keep), n);
+}
+
+Status Session::evict_tokens(const int64_t *stream_index) {
+    H2O_TRY(check_uniform_cells("evicting chosen tokens"));
+    if (settings_.policy.policy == KvPolicy::Full) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "a full cache (kv_policy H2O_KV_FULL) keeps every token: nothing may be evicted");
+    }
+    return evicted_outside(backend_->kv_store().evict_kv_tokens(stream_index), 1);
+}
+
+Status Session::kv_attention(int64_t *stream_index, float *attention) {
+    H2O_TRY(check_uniform_cells("reading the cache's attention"));
+    if (attention && !kv_policy_uses_statistics(settings_.policy.policy)) {
+        return make_error(H2O_ERR_INVALID_ARGUMENT, "the attention is gathered only by a policy that reads it (h2o, scissorhands, tova, "
+                                                    "roco, mean_h2o)");
+    }
+    if (Status st = backend_->kv_store().download_kv_stream_indices(stream_index); !st.ok()) return backend_failed(st);
+    if (!attention) return Status::Ok();
+    std::vector<SlotStats> stats(static_cast<size_t>(kv_.total_slots()));
+    if (Status st = backend_->kv_store().download_kv_statistics(stats.data()); !st.ok()) return backend_failed(st);
+    for (size_t s = 0; s < stats.size(); ++s) attention[s] = stream_index[s] >= 0 ? stats[s].last : 0.0f;
     return Status::Ok();
 }
 

@@ -112,6 +112,12 @@ public:
     // Evicts the n oldest unpinned tokens at or after stream index `keep` from every (layer, kv
     // head) at once (h2o_experimental_session_discard: llama.cpp's context shift).
     Status discard_oldest(int64_t keep, int64_t n);
+    // Evicts from each (layer, kv head) the unpinned token of stream index stream_index[cell]
+    // (h2o_experimental_session_evict).
+    Status evict_tokens(const int64_t *stream_index);
+    // Every slot's stream index (-1: free) and, unless attention is null, the weight the latest
+    // query gave it, [layer][kv head][slot] (h2o_experimental_session_kv_attention).
+    Status kv_attention(int64_t *stream_index, float *attention);
     // Receives H2O_EVENT_KV_FULL once per conversation (h2o_session_set_event_callback).
     void set_event_callback(h2o_session_event_callback callback, void *user_data) {
         event_callback_ = callback;
@@ -172,6 +178,11 @@ private:
     // Records a failed backend operation: the cache may be half updated, so the session refuses
     // further work until reset. Returns the error.
     Status backend_failed(Status error);
+    // Why the cache cannot be evicted from or read outside its policy (discard_oldest,
+    // evict_tokens, kv_attention), or Ok.
+    Status check_uniform_cells(const char *what) const;
+    // The backend's answer to an eviction from outside the policy of n tokens a cell.
+    Status evicted_outside(Status st, int64_t n);
     // Ends the generation in progress with `reason`, moving all text still held back to *piece.
     void finish_generation(h2o_stop_reason reason, std::string *piece);
     // The first batch that evicts says so: the log, at info level, and the event callback.

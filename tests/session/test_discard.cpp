@@ -1,6 +1,7 @@
-// h2o_experimental_session_discard, llama.cpp's context shift that the evaluation compares the
-// policies with: what it evicts and how the kept keys roll (the same as the cache's own
-// oldest-first eviction), what the session counts afterwards, and what it refuses.
+// Eviction from outside the policy, for the evaluation's baselines: h2o_experimental_session_discard
+// (llama.cpp's context shift): what it evicts and how the kept keys roll (the same as the cache's
+// own oldest-first eviction), what the session counts afterwards, and what it refuses; and the
+// oracle's h2o_experimental_session_kv_attention and h2o_experimental_session_evict.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -199,4 +200,89 @@ TEST_CASE("discard: refused for a full cache, cells of different sizes, spans an
         CHECK(h2o_experimental_session_discard(m.session, 1, 1) == H2O_ERR_UNSUPPORTED);
         CHECK(usage_of(m.session).n_held == 4);
     }
+}
+
+TEST_CASE("oracle hooks: the last query's attention per slot, and victims chosen per (layer, kv head)") {
+    H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
+    h2o_session_params p = window_params(32);
+    p.kv_policy = H2O_KV_TOVA;
+    h2o_test::ApiSession m, shifted;
+    REQUIRE_MESSAGE(m.open(path, p), h2o_last_error());
+    REQUIRE_MESSAGE(shifted.open(path, p), h2o_last_error());
+    h2o_model_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(h2o_model_get_info(m.model, &info) == H2O_OK);
+    const size_t cells = size_t{info.n_layer} * info.n_head_kv, slots = cells * 32;
+    const float group = static_cast<float>(info.n_head) / static_cast<float>(info.n_head_kv);
+    std::vector<int64_t> index(slots);
+    std::vector<float> attention(slots);
+    for (int32_t t = 0; t < 20; ++t) {
+        const int32_t token = t == 0 ? 1 : 5 + (t * 37) % 400;
+        REQUIRE(h2o_session_decode(m.session, &token, 1) == H2O_OK);
+        REQUIRE(h2o_session_decode(shifted.session, &token, 1) == H2O_OK);
+        REQUIRE(h2o_experimental_session_kv_attention(m.session, index.data(), attention.data(), slots) == H2O_OK);
+        // Every cell holds tokens 0..t, and each of its query heads gives them a softmax's 1.
+        for (size_t c = 0; c < cells; ++c) {
+            float total = 0.0f;
+            int held = 0;
+            for (size_t s = c * 32; s < (c + 1) * 32; ++s) {
+                CHECK(attention[s] >= 0.0f);
+                if (index[s] < 0) CHECK(attention[s] == 0.0f);
+                held += index[s] >= 0 && index[s] <= t;
+                total += attention[s];
+            }
+            CHECK(held == t + 1);
+            CHECK(total == doctest::Approx(group).epsilon(1e-4));
+        }
+    }
+
+    // Evicting stream index 1 from every cell is the shift that discards one token after BOS.
+    std::vector<int64_t> victims(cells, 1);
+    REQUIRE(h2o_experimental_session_evict(m.session, victims.data(), cells) == H2O_OK);
+    REQUIRE(h2o_experimental_session_discard(shifted.session, 1, 1) == H2O_OK);
+    const std::vector<float> evicted = logits_after(m.session, 77, info.n_vocab), discarded = logits_after(shifted.session, 77, info.n_vocab);
+    CHECK(std::memcmp(evicted.data(), discarded.data(), evicted.size() * sizeof(float)) == 0);
+    CHECK(usage_of(m.session).n_evicted == 1);
+
+    // Each cell its own victim; the others keep theirs.
+    for (size_t c = 0; c < cells; ++c) victims[c] = 2 + static_cast<int64_t>(c % 5);
+    REQUIRE(h2o_experimental_session_evict(m.session, victims.data(), cells) == H2O_OK);
+    REQUIRE(h2o_experimental_session_kv_attention(m.session, index.data(), nullptr, slots) == H2O_OK);
+    for (size_t c = 0; c < cells; ++c) {
+        int held = 0;
+        for (size_t s = c * 32; s < (c + 1) * 32; ++s) {
+            CHECK(index[s] != victims[c]);
+            held += index[s] >= 0;
+        }
+        CHECK(held == 21 - 2);
+    }
+    h2o_kv_usage usage = usage_of(m.session);
+    CHECK(usage.n_held == 19);
+    CHECK(usage.n_evicted == 2);
+
+    // A token a cell no longer holds: refused, naming the cell, nothing changed.
+    for (size_t c = 0; c < cells; ++c) victims[c] = 10;
+    victims[cells - 1] = 1;
+    CHECK(h2o_experimental_session_evict(m.session, victims.data(), cells) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_session_last_error(m.session)).find("holds no unpinned token of stream index 1") != std::string::npos);
+    CHECK(usage_of(m.session).n_held == 19);
+    CHECK(h2o_experimental_session_evict(m.session, victims.data(), cells - 1) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_experimental_session_kv_attention(m.session, index.data(), attention.data(), slots + 1) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_experimental_session_kv_attention(nullptr, index.data(), nullptr, slots) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_experimental_session_evict(m.session, nullptr, cells) == H2O_ERR_INVALID_ARGUMENT);
+
+    // A window gathers no attention (its stream indices it has), and a full cache keeps every token.
+    h2o_test::ApiSession window, full;
+    REQUIRE_MESSAGE(window.open(path, window_params(32)), h2o_last_error());
+    const int32_t bos = 1;
+    REQUIRE(h2o_session_decode(window.session, &bos, 1) == H2O_OK);
+    CHECK(h2o_experimental_session_kv_attention(window.session, index.data(), attention.data(), slots) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(h2o_experimental_session_kv_attention(window.session, index.data(), nullptr, slots) == H2O_OK);
+    h2o_session_params f = window_params(32);
+    f.kv_policy = H2O_KV_FULL;
+    f.kv_budget = 0;
+    REQUIRE_MESSAGE(full.open(path, f), h2o_last_error());
+    REQUIRE(h2o_session_decode(full.session, &bos, 1) == H2O_OK);
+    for (size_t c = 0; c < cells; ++c) victims[c] = 0;
+    CHECK(h2o_experimental_session_evict(full.session, victims.data(), cells) == H2O_ERR_INVALID_ARGUMENT);
 }
