@@ -28,12 +28,15 @@
 // Retention mode (--retention LIST): see eval_retention.h.
 //
 // Besides the library's policies, `shift` is llama.cpp's context shift (eval_shift.h): the
-// strategy most runtimes use at a full context, as a baseline.
+// strategy most runtimes use at a full context, as a baseline; and `oracle` evicts by the
+// attention still to come (eval_oracle.h), the best eviction there is to compare with: beside a
+// window at the same budget it says what share of the window's loss each policy wins back.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -41,6 +44,7 @@
 
 #include "common.h"
 #include "eval_retention.h"
+#include "eval_oracle.h"
 #include "eval_shift.h"
 #include "options.h"
 #include "session_options.h"
@@ -60,7 +64,8 @@ std::string usage() {
                   "  -f, --file FILE        UTF-8 text to score\n"
                   "  --policies LIST        comma-separated policies (default full,h2o,window,sink_window):\n"
                   "                         %s\n"
-                  "                         (shift: llama.cpp's context shift, BOS kept, always rolling)\n"
+                  "                         (shift: llama.cpp's context shift, BOS kept, always rolling;\n"
+                  "                         oracle: eviction by the attention still to come, chunk mode)\n"
                   "  --budgets LIST         KV slots per (layer, kv head), comma-separated (default 32,64,128);\n"
                   "                         'full' ignores them\n"
                   "  --chunk N              chunk length with BOS (default 512)\n"
@@ -231,6 +236,10 @@ Options parse_options(int argc, char **argv) {
     if (!o.retention.empty() && o.stream > 0) usage_error("give --stream or --retention, not both");
     if (!o.min_shares.empty() && o.retention.empty()) usage_error("--min-shares is for --retention mode");
     if (o.prompt > 0 && (o.stream > 0 || !o.retention.empty())) usage_error("--prompt is for chunk mode");
+    if (std::find(o.policies.begin(), o.policies.end(), h2o_tools::kOraclePolicy) != o.policies.end() &&
+        (o.stream > 0 || !o.retention.empty() || o.prompt > 0)) {
+        usage_error("the oracle runs in chunk mode, token by token (no --stream, --retention or --prompt): it records a chunk's square");
+    }
     if (o.across_layers && o.head_share == 0.0f) usage_error("--across-layers moves the --head-share's slots: give a head share");
     if (cl.given("--rebalance-interval") && o.head_share == 0.0f)
         usage_error("--rebalance-interval times the --head-share's moves: give a head share");
@@ -316,6 +325,7 @@ h2o_session_params session_params(const Options &o, const Config &c) {
     // n_ctx positions, as it always did, rather than rolling as a default session does.
     if (!o.rolling) p.kv_overflow = H2O_KV_OVERFLOW_ERROR;
     if (c.policy == h2o_tools::kShiftPolicy) h2o_tools::make_shift_params(&p, c.budget);
+    if (c.policy == h2o_tools::kOraclePolicy) h2o_tools::make_oracle_params(&p, c.budget);
     return p;
 }
 
@@ -469,6 +479,8 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
     run.layout.struct_size = sizeof(run.layout);
     h2o_session_get_kv_layout(session, &run.layout);
     h2o_session_get_experimental(session, H2O_EXP_KV_LAYER_SLOPE, &run.layer_slope);
+    std::unique_ptr<h2o_tools::Oracle> oracle;
+    if (config.policy == h2o_tools::kOraclePolicy) oracle = std::make_unique<h2o_tools::Oracle>(model, session_params(o, Config{H2O_KV_FULL, o.n_ctx}));
 
     std::vector<float> logits(n_vocab);
     size_t total = 0;
@@ -479,6 +491,7 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
     for (size_t s = 0; s < sequences.size() && run.error.empty(); ++s) {
         const std::vector<int32_t> &seq = sequences[s];
         st = h2o_session_reset(session);
+        if (oracle && st == H2O_OK) st = oracle->record(seq);
         size_t first = 0;  // the first token fed alone
         if (o.prompt > 0 && st == H2O_OK) {
             st = h2o_tools::decode_as(config.policy, session, seq.data(), o.prompt);
@@ -492,7 +505,8 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
                 run.argmax.push_back(argmax);
             }
             if (i + 1 == seq.size()) break;  // the last token predicts nothing we score
-            st = h2o_tools::decode_as(config.policy, session, &seq[i], 1);
+            if (oracle) st = oracle->make_room(session, i);
+            if (st == H2O_OK) st = h2o_tools::decode_as(config.policy, session, &seq[i], 1);
             if (st == H2O_OK) st = h2o_session_get_logits(session, logits.data(), logits.size());
             if (ticker.due()) {
                 char buf[160];
@@ -501,7 +515,9 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
                 progress.note(buf);
             }
         }
-        if (st != H2O_OK) {
+        if (st != H2O_OK && oracle && !oracle->error().empty()) {
+            run.error = "sequence " + std::to_string(s) + ": " + oracle->error();
+        } else if (st != H2O_OK) {
             run.error = "decoding sequence " + std::to_string(s) + " failed: " + h2o_session_last_error(session) + " (" +
                         h2o_status_string(st) + ")";
         }
@@ -521,7 +537,24 @@ struct Summary {
     std::vector<double> segment_ppl;
     // Stream mode with a reference: the tail's perplexity and greedy agreement with the reference.
     double tail_ppl = NAN, tail_agreement = NAN;
+    // With a window and the oracle at the same budget: the share of the window's excess
+    // perplexity over the oracle's that this configuration removes (window 0, oracle 1).
+    double gap_closed = NAN;
 };
+
+// Summary::gap_closed of every row that has both references.
+void measure_gap_closed(std::vector<Summary> *rows) {
+    auto ppl_of = [&](uint32_t policy, uint32_t budget) {
+        for (const Summary &r : *rows) {
+            if (r.config.policy == policy && r.config.budget == budget) return r.ppl;
+        }
+        return double{NAN};
+    };
+    for (Summary &r : *rows) {
+        const double window = ppl_of(H2O_KV_WINDOW, r.config.budget), oracle = ppl_of(h2o_tools::kOraclePolicy, r.config.budget);
+        if (std::isfinite(window) && std::isfinite(oracle) && window > oracle) r.gap_closed = (window - r.ppl) / (window - oracle);
+    }
+}
 
 double mean_of(const std::vector<double> &values, size_t first, size_t end) {
     double total = 0;
@@ -532,6 +565,7 @@ double mean_of(const std::vector<double> &values, size_t first, size_t end) {
 Summary summarize(const Options &o, const Config &config, const Run &run, const Run *baseline, const InContext *reference) {
     Summary s{config, budget_split(run.layout), &run, 0, 0, NAN, {}};
     if (config.policy == h2o_tools::kShiftPolicy) s.split.text = "BOS + newest half to all, shifted";
+    if (config.policy == h2o_tools::kOraclePolicy) s.split.text = "by the attention to come";
     s.mean_nll = sum(run.nll) / static_cast<double>(run.nll.size());
     s.ppl = std::exp(s.mean_nll);
     if (baseline) {
@@ -575,6 +609,7 @@ void print_json(const Options &o, const std::vector<Summary> &rows, const Summar
         line += ",\"mean_nll\":" + json_number(r.mean_nll) + ",\"ppl\":" + json_number(r.ppl);
         line += ",\"ppl_vs_full_pct\":" + json_number(full ? 100 * (r.ppl / full->ppl - 1) : NAN, "%.3f");
         line += ",\"greedy_agreement\":" + json_number(r.agreement);
+        line += ",\"oracle_gap_closed_pct\":" + json_number(100 * r.gap_closed, "%.2f");
         line += ",\"kv_bytes\":" + std::to_string(r.run->kv_bytes) + ",\"seconds\":" + json_number(r.run->seconds, "%.2f");
         if (o.stream) {
             line += ",\"segment_tokens\":" + std::to_string(o.segment) + ",\"segment_ppl\":[";
@@ -603,6 +638,12 @@ void print_table(const Options &o, const std::vector<Summary> &rows, const Summa
         if (std::isfinite(r.agreement)) std::snprintf(agree, sizeof(agree), "%.4f", r.agreement);
         std::printf("%-13s %7u  %-31s %9.1f %7zu %9.4f %9.4f %8s %7s\n", eval_policy_name(r.config.policy), r.config.budget,
                     r.split.text.c_str(), r.run->kv_bytes / 1024.0, r.run->nll.size(), r.mean_nll, r.ppl, vs_full, agree);
+    }
+    if (std::any_of(rows.begin(), rows.end(), [](const Summary &r) { return std::isfinite(r.gap_closed); })) {
+        std::printf("\nof the perplexity a window loses against the oracle at its budget, the share each removes\n");
+        for (const Summary &r : rows) {
+            if (std::isfinite(r.gap_closed)) std::printf("  %-22s %+7.1f%%\n", config_label(r.config).c_str(), 100 * r.gap_closed);
+        }
     }
     if (!o.stream) return;
     if (reference) {
@@ -898,6 +939,7 @@ int main(int argc, char **argv) {
     const InContext *tail_reference = have_reference ? &reference : nullptr;
     std::vector<Summary> rows;
     for (size_t i = 0; i < configs.size(); ++i) rows.push_back(summarize(o, configs[i], run_of(i), baseline, tail_reference));
+    measure_gap_closed(&rows);
     const Summary full_summary = have_full ? summarize(o, full_config, full_run, baseline, tail_reference) : Summary{};
     const Summary *full = have_full ? &full_summary : nullptr;
 

@@ -1,9 +1,7 @@
 #include "eval_shift.h"
 
 #include <algorithm>
-#include <string>
 
-#include "common.h"
 #include "h2o/h2o_experimental.h"
 
 namespace h2o_tools {
@@ -12,18 +10,6 @@ namespace {
 // Stream tokens a shift keeps in front: BOS.
 constexpr uint64_t kKeep = 1;
 }  // namespace
-
-const char *eval_policy_name(uint32_t policy) { return policy == kShiftPolicy ? "shift" : policy_name(policy); }
-
-bool parse_eval_policy(const std::string &name, uint32_t *out) {
-    if (name == "shift") {
-        *out = kShiftPolicy;
-        return true;
-    }
-    return parse_policy(name, out);
-}
-
-std::string eval_policy_names() { return kv_policy_names() + ", shift"; }
 
 void make_shift_params(h2o_session_params *p, uint32_t budget) {
     p->kv_policy = H2O_KV_WINDOW;

@@ -8,20 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
+#include "eval_policies.h"
 #include "h2o/h2o.h"
 
 namespace h2o_tools {
-
-// The id h2o-eval gives `shift` among the library's policy ids (h2o_kv_policy), which it is not.
-constexpr uint32_t kShiftPolicy = 0x10000u;
-
-// A policy's name, `shift` included; and back (false for an unknown name).
-const char *eval_policy_name(uint32_t policy);
-bool parse_eval_policy(const std::string &name, uint32_t *out);
-// The library's policies and `shift`, for help texts.
-std::string eval_policy_names();
 
 // A session for `shift` over `budget` slots: a window with rolling positions, which
 // decode_shifting keeps from ever evicting by itself. Call after the tool's other settings.

@@ -128,6 +128,26 @@ if(NOT policy STREQUAL "shift" OR NOT tokens EQUAL 300 OR NOT shift_first STREQU
   message(FATAL_ERROR "h2o-eval shift: expected the window's first segment and a plausible, different last one: ${lines}")
 endif()
 
+# The oracle evicts by the attention each token will still receive in a full-cache pass: at the
+# same budget it must beat the window by far, and the report measures each policy against the two.
+run_eval(--oracle -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies oracle,window,h2o --json --quiet -t 1)
+set(seen "")
+foreach(line IN LISTS lines)
+  read_json("${line}" oracle policy ppl oracle_gap_closed_pct)
+  set(${policy}_ppl ${ppl})
+  set(${policy}_gap ${oracle_gap_closed_pct})
+  list(APPEND seen "${policy}")
+endforeach()
+if(NOT (oracle_ppl GREATER 1 AND window_ppl GREATER oracle_ppl) OR NOT seen STREQUAL "oracle;window;h2o" OR NOT oracle_gap EQUAL 100
+   OR NOT window_gap EQUAL 0)
+  message(FATAL_ERROR "h2o-eval oracle: expected it below the window, and the gap shares 100 and 0: ${lines}")
+endif()
+execute_process(COMMAND ${EVAL} -m ${MODEL} -f ${TEXT} --stream 100 --policies oracle --quiet -t 1
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "the oracle runs in chunk mode")
+  message(FATAL_ERROR "h2o-eval --stream with the oracle: expected exit 2 and why, got ${rc}: ${err}")
+endif()
+
 # The prompt protocol: each chunk's first 64 tokens read as one prompt, ranked by a proxy of 16
 # queries while evicting; the other 64 scored.
 run_eval(--prompt -m ${MODEL} -f ${TEXT} --chunks 1 --chunk 128 --budgets 32 --policies full,h2o --prompt 64
