@@ -211,7 +211,8 @@ int main(int argc, char **argv) {
         "  -n N                   tokens decoded one at a time, 0 to skip (default 128)\n"
         "  -r N                   repetitions; the median, min and max are printed (default 5)\n"
         "  --depth D              tokens already cached before the -n decodes (default 0)\n"
-        "  -c, --ctx N            session context (default and at least: what -p, -n and --depth need)\n"
+        "  -c, --ctx N            session context (default and at least: what -p, -n and --depth need;\n"
+        "                         an endless session, the default, takes N as given and runs past it)\n"
         "  --backend LIST         comma-separated backends, each measured: " +
         h2o_tools::backend_names() +
         " (default cpu)\n"
@@ -326,7 +327,9 @@ int main(int argc, char **argv) {
         // The prompt in one batch; the depth, like a prompt, in batches of the library's default
         // size (it was once fed a token at a time, which made --depth runs slow to start).
         sp.n_batch = static_cast<uint32_t>(std::max({n_prompt, std::min(depth, 256), 1}));
-        sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, std::max(n_prompt, depth + n_gen) + 1));
+        // An endless session (the default) runs past its context: -c is then its size, as given.
+        const int needed = endless ? n_prompt + 1 : std::max(n_prompt, depth + n_gen) + 1;
+        sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, needed));
         sp.backend = backend;
         h2o_session *session = nullptr;
         st = h2o_session_create(model, &sp, &session);
@@ -334,6 +337,14 @@ int main(int argc, char **argv) {
         h2o_device_traffic created, before, after;
         created.struct_size = before.struct_size = after.struct_size = sizeof(h2o_device_traffic);
         h2o_session_get_device_traffic(session, &created);
+
+        h2o_kv_layout layout;
+        layout.struct_size = sizeof(layout);
+        h2o_session_get_kv_layout(session, &layout);
+        // Resident memory just after the first eviction and after the last token (of the last
+        // run): an endless session's must not grow in between. Decode index of the first eviction:
+        const int first_eviction = evicts && layout.budget > 0 ? static_cast<int>(layout.budget) - depth : -1;
+        uint64_t rss_filled = 0, rss_end = 0;
 
         std::vector<double> pp, tg;
         for (int r = 0; r < reps; ++r) {
@@ -355,8 +366,10 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < n_gen; ++i) {
                     st = h2o_session_decode(session, &tokens[depth + i], 1);
                     if (st != H2O_OK) die("decode failed", st, h2o_session_last_error(session));
+                    if (i == first_eviction) rss_filled = h2o_tools::current_rss_bytes();
                 }
                 tg.push_back(n_gen / (h2o_tools::now_seconds() - t0));
+                if (rss_filled > 0) rss_end = h2o_tools::current_rss_bytes();
                 h2o_session_get_device_traffic(session, &after);
             }
         }
@@ -368,9 +381,6 @@ int main(int argc, char **argv) {
         h2o_session_get_kv_usage(session, &kv_usage);
         // What one decoded token read on average: the weights, and the KV rows of the tokens it
         // attended to (the cached ones, at most the budget when the cache evicts).
-        h2o_kv_layout layout;
-        layout.struct_size = sizeof(layout);
-        h2o_session_get_kv_layout(session, &layout);
         const double cap = evicts && layout.budget > 0 ? layout.budget : static_cast<double>(sp.n_ctx);
         double attended = 0.0;
         for (int i = 0; i < n_gen; ++i) attended += std::min(cap, static_cast<double>(depth + i + 1));
@@ -410,6 +420,7 @@ int main(int argc, char **argv) {
                         ",\"read_bytes_per_second\":" + std::to_string(static_cast<uint64_t>(read_rate));
                 if (share > 0) reads += ",\"bandwidth_share\":" + std::to_string(share);
             }
+            if (rss_end > 0) reads += ",\"rss_after_fill_bytes\":" + std::to_string(rss_filled) + ",\"rss_end_bytes\":" + std::to_string(rss_end);
             if (!tg.empty()) line("tg", n_gen, depth, tg, reads);
             h2o_session_free(session);
             continue;
@@ -426,6 +437,10 @@ int main(int argc, char **argv) {
         if (kv_usage.n_evicted > 0)
             std::printf("the cache filled after %llu tokens: the last run evicted %llu\n",
                         static_cast<unsigned long long>(kv_usage.evicting_since), static_cast<unsigned long long>(kv_usage.n_evicted));
+        if (rss_end > 0) {
+            std::printf("resident memory just after the first eviction %.2f MiB, after the last token %.2f MiB (%+.2f%%)\n",
+                        rss_filled / 1048576.0, rss_end / 1048576.0, 100.0 * (double(rss_end) / double(rss_filled) - 1.0));
+        }
         if (!tg.empty() && bytes_per_token > 0) {
             std::printf("  reads %.1f MB per token (weights %.1f MB, KV %.1f MB): %.1f GB/s", bytes_per_token / 1e6,
                         weights_per_token / 1e6, (bytes_per_token - static_cast<double>(weights_per_token)) / 1e6, read_rate / 1e9);
