@@ -420,7 +420,8 @@ int main(int argc, char **argv) {
                         ",\"read_bytes_per_second\":" + std::to_string(static_cast<uint64_t>(read_rate));
                 if (share > 0) reads += ",\"bandwidth_share\":" + std::to_string(share);
             }
-            if (rss_end > 0) reads += ",\"rss_after_fill_bytes\":" + std::to_string(rss_filled) + ",\"rss_end_bytes\":" + std::to_string(rss_end);
+            if (rss_end > 0)
+                reads += ",\"rss_after_fill_bytes\":" + std::to_string(rss_filled) + ",\"rss_end_bytes\":" + std::to_string(rss_end);
             if (!tg.empty()) line("tg", n_gen, depth, tg, reads);
             h2o_session_free(session);
             continue;

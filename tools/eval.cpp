@@ -163,7 +163,8 @@ Options parse_options(int argc, char **argv) {
         o.policies.clear();
         for (const std::string &name : h2o_tools::split(list, ',')) {
             uint32_t p;
-            if (!h2o_tools::parse_eval_policy(name, &p)) cl.fail("unknown policy '" + name + "' (known: " + h2o_tools::eval_policy_names() + ")");
+            if (!h2o_tools::parse_eval_policy(name, &p))
+                cl.fail("unknown policy '" + name + "' (known: " + h2o_tools::eval_policy_names() + ")");
             if (std::find(o.policies.begin(), o.policies.end(), p) == o.policies.end()) o.policies.push_back(p);
         }
     });
@@ -480,7 +481,8 @@ Run evaluate(h2o_model *model, size_t n_vocab, const Options &o, const Config &c
     h2o_session_get_kv_layout(session, &run.layout);
     h2o_session_get_experimental(session, H2O_EXP_KV_LAYER_SLOPE, &run.layer_slope);
     std::unique_ptr<h2o_tools::Oracle> oracle;
-    if (config.policy == h2o_tools::kOraclePolicy) oracle = std::make_unique<h2o_tools::Oracle>(model, session_params(o, Config{H2O_KV_FULL, o.n_ctx}));
+    if (config.policy == h2o_tools::kOraclePolicy)
+        oracle = std::make_unique<h2o_tools::Oracle>(model, session_params(o, Config{H2O_KV_FULL, o.n_ctx}));
 
     std::vector<float> logits(n_vocab);
     size_t total = 0;

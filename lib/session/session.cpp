@@ -495,8 +495,8 @@ Status Session::evict_tokens(const int64_t *stream_index) {
 Status Session::kv_attention(int64_t *stream_index, float *attention) {
     H2O_TRY(check_uniform_cells("reading the cache's attention"));
     if (attention && !kv_policy_uses_statistics(settings_.policy.policy)) {
-        return make_error(H2O_ERR_INVALID_ARGUMENT, "the attention is gathered only by a policy that reads it (h2o, scissorhands, tova, "
-                                                    "roco, mean_h2o)");
+        return make_error(H2O_ERR_INVALID_ARGUMENT,
+                          "the attention is gathered only by a policy that reads it (h2o, scissorhands, tova, roco, mean_h2o)");
     }
     if (Status st = backend_->kv_store().download_kv_stream_indices(stream_index); !st.ok()) return backend_failed(st);
     if (!attention) return Status::Ok();

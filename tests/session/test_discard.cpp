@@ -240,7 +240,8 @@ TEST_CASE("oracle hooks: the last query's attention per slot, and victims chosen
     std::vector<int64_t> victims(cells, 1);
     REQUIRE(h2o_experimental_session_evict(m.session, victims.data(), cells) == H2O_OK);
     REQUIRE(h2o_experimental_session_discard(shifted.session, 1, 1) == H2O_OK);
-    const std::vector<float> evicted = logits_after(m.session, 77, info.n_vocab), discarded = logits_after(shifted.session, 77, info.n_vocab);
+    const std::vector<float> evicted = logits_after(m.session, 77, info.n_vocab),
+                             discarded = logits_after(shifted.session, 77, info.n_vocab);
     CHECK(std::memcmp(evicted.data(), discarded.data(), evicted.size() * sizeof(float)) == 0);
     CHECK(usage_of(m.session).n_evicted == 1);
 
