@@ -6,16 +6,7 @@
 
 namespace h2o_tools {
 
-void make_oracle_params(h2o_session_params *p, uint32_t budget) {
-    p->kv_policy = H2O_KV_WINDOW;
-    p->kv_budget = budget;
-    p->kv_sinks = 0;
-    p->kv_recent = 0;
-    p->kv_recent_ratio = 0.0f;
-    // Every cell the same slots: h2o_experimental_session_evict needs it.
-    h2o_session_params_set_experimental(p, H2O_EXP_KV_LAYER_SLOPE, 0.0);
-    h2o_session_params_set_experimental(p, H2O_EXP_KV_HEAD_SHARE, 0.0);
-}
+void make_oracle_params(h2o_session_params *p, uint32_t budget) { make_caller_evicted_window(p, budget); }
 
 Oracle::Oracle(h2o_model *model, const h2o_session_params &recording) : model_(model), params_(recording) {
     // A cache of n_ctx slots, which a sequence never fills: what a full cache computes (a default

@@ -1,6 +1,7 @@
 #include "eval_policies.h"
 
 #include "common.h"
+#include "h2o/h2o_experimental.h"
 
 namespace h2o_tools {
 
@@ -19,5 +20,15 @@ bool parse_eval_policy(const std::string &name, uint32_t *out) {
 }
 
 std::string eval_policy_names() { return kv_policy_names() + ", shift, oracle"; }
+
+void make_caller_evicted_window(h2o_session_params *p, uint32_t budget) {
+    p->kv_policy = H2O_KV_WINDOW;
+    p->kv_budget = budget;
+    p->kv_sinks = 0;
+    p->kv_recent = 0;
+    p->kv_recent_ratio = 0.0f;
+    h2o_session_params_set_experimental(p, H2O_EXP_KV_LAYER_SLOPE, 0.0);
+    h2o_session_params_set_experimental(p, H2O_EXP_KV_HEAD_SHARE, 0.0);
+}
 
 }  // namespace h2o_tools

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "h2o/h2o.h"
+
 namespace h2o_tools {
 
 // Their ids, outside the library's.
@@ -17,5 +19,9 @@ const char *eval_policy_name(uint32_t policy);
 bool parse_eval_policy(const std::string &name, uint32_t *out);
 // Every name, for help texts.
 std::string eval_policy_names();
+
+// The session both run on: a window of `budget` slots, the same in every (layer, kv head), which
+// they evict from themselves (h2o_experimental_session_discard and _evict need equal cells).
+void make_caller_evicted_window(h2o_session_params *p, uint32_t budget);
 
 }  // namespace h2o_tools

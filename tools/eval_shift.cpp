@@ -12,11 +12,7 @@ constexpr uint64_t kKeep = 1;
 }  // namespace
 
 void make_shift_params(h2o_session_params *p, uint32_t budget) {
-    p->kv_policy = H2O_KV_WINDOW;
-    p->kv_budget = budget;
-    p->kv_sinks = 0;
-    p->kv_recent = 0;
-    p->kv_recent_ratio = 0.0f;
+    make_caller_evicted_window(p, budget);
     p->position_rolling = 1;
     p->kv_overflow = H2O_KV_OVERFLOW_EVICT;
 }
