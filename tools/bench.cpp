@@ -327,8 +327,10 @@ int main(int argc, char **argv) {
         // The prompt in one batch; the depth, like a prompt, in batches of the library's default
         // size (it was once fed a token at a time, which made --depth runs slow to start).
         sp.n_batch = static_cast<uint32_t>(std::max({n_prompt, std::min(depth, 256), 1}));
-        // An endless session (the default) runs past its context: -c is then its size, as given.
-        const int needed = endless ? n_prompt + 1 : std::max(n_prompt, depth + n_gen) + 1;
+        // Without -c, a context for the whole run; an endless session (the default) runs past its
+        // context, so a -c given is its size as given (room for the prompt at least).
+        const int whole_run = std::max(n_prompt, depth + n_gen) + 1;
+        const int needed = endless && n_ctx > 0 ? n_prompt + 1 : whole_run;
         sp.n_ctx = static_cast<uint32_t>(std::max(n_ctx, needed));
         sp.backend = backend;
         h2o_session *session = nullptr;
