@@ -377,6 +377,36 @@ private:
         return AttentionScratch{weights, weights + kTileQueries * n_slots, slots, slots + n_slots, slots + 2 * n_slots, partial};
     }
 
+    // ---- attention (one layer)
+    // What every tile of one layer's attention reads (attention()).
+    struct LayerAttention {
+        const Tensor *out, *q;
+        int layer, n;
+        int hd = 0, n_kv = 0, group = 0;
+        int n_slots = 0;      // kv_.max_cell_slots(): the stride of the per-thread partials and weights
+        int tile_tokens = 0;  // tokens of one unit
+        int64_t first_index = 0;
+        int64_t window = 0;  // a local layer's queries see only the window's latest tokens (0: no limit)
+        float scale = 0.0f, cap = 0.0f, decay = 0.0f, old_persistence_weight = 0.0f;
+        uint32_t proxy = 0;
+        KvRowFormat key_format = KvRowFormat::F32, value_format = KvRowFormat::F32;
+        size_t key_row = 0, value_row = 0;
+        bool gather_statistics = false, fold_in_place = false;
+    };
+    // Which slots the tokens [t0, t1) of a tile see (find_visible).
+    struct TileVisibility {
+        int t0 = 0, t1 = 0, used = 0, n_unseen = 0;
+        int visible[kTileQueries];  // per token: how many slots it sees
+        int end[kTileQueries];      // per token: the slots from there on are all unseen by it
+    };
+    void store_batch(const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch, const ModelShape &shape);
+    void attend_tile(const LayerAttention &a, AttentionScratch &scratch, int t0, int h);
+    TileVisibility find_visible(const LayerAttention &a, const KvCache::CellView &view, int used, int t0, AttentionScratch &scratch);
+    void attend_rows(const LayerAttention &a, const KvCache::CellView &view, int h, const TileVisibility &vis, AttentionScratch &scratch);
+    void add_tile_statistics(const LayerAttention &a, const KvCache::CellView &view, int h, const TileVisibility &vis,
+                             AttentionScratch &scratch);
+    void fold_partials(const LayerAttention &a, int threads_used);
+
     ThreadPool pool_;
     int max_batch_;
     std::vector<std::unique_ptr<void, AlignedFree>> buffers_;
@@ -400,19 +430,79 @@ private:
     std::vector<float> partial_stats_;  // AttentionScratch::partial, per thread
 };
 
+// A slot of `view` is seen by the query of stream index `query` when it holds a token not after
+// it and, in a local layer (window > 0), less than `window` before it.
+inline bool slot_seen(const KvCache::CellView &view, int s, int64_t query, int64_t window) {
+    const int64_t stream = view.stream_index[s];
+    return stream >= 0 && stream <= query && (window == 0 || stream > query - window);
+}
+
 Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
                              const ModelShape &shape) {
     H2O_TRY(injected_fault());
+    store_batch(q, k, v, layer, batch, shape);
+    const KvPolicyConfig &policy = kv_.config().policy;  // what attention reads of it is the same in every layer
+    LayerAttention a{&out, &q, layer, batch.n_tokens};
+    a.hd = shape.head_dim;
+    a.n_kv = shape.n_head_kv;
+    a.group = shape.n_head / a.n_kv;
+    a.n_slots = kv_.max_cell_slots();
+    // A unit is a tile of consecutive tokens of one kv head: its query heads and tokens read the
+    // head's keys and values together (cpu::dot_kv_rows and weighted_kv_row_sum load each row once for
+    // up to kTileQueries queries), which gives every query the bits it has alone.
+    a.tile_tokens = std::max(1, kTileQueries / a.group);
+    a.first_index = batch.first_index;
+    a.window = shape.is_local(layer) ? shape.sliding_window : 0;
+    a.scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(a.hd));
+    a.cap = shape.attention_softcap;
+    a.decay = policy.persistence_decay;
+    a.old_persistence_weight = kv_power(a.decay, a.n);
+    a.proxy = static_cast<uint32_t>(kv_proxy_queries(policy));
+    a.key_format = kv_key_format(kv_.config().type);
+    a.value_format = kv_value_format(kv_.config().type);
+    a.key_row = kv_.key_row_bytes();
+    a.value_row = kv_.value_row_bytes();
+    a.gather_statistics = kv_policy_uses_statistics(policy.policy);
+    // With one token, each kv head is one unit, handled by one thread: it folds its slots'
+    // statistics in place. Several tokens of a head may be on several threads, which sum
+    // per-thread partials that are folded afterwards. Both give the same bits (a partial of one
+    // query plus zeros is that query's).
+    a.fold_in_place = a.n == 1;
+    const int n_tiles = (a.n + a.tile_tokens - 1) / a.tile_tokens;
+    const int64_t units = static_cast<int64_t>(n_tiles) * a.n_kv;
+    const int64_t work =
+        static_cast<int64_t>(a.n) * a.n_kv * a.group * kv_.used(layer, 0) * 2 * a.hd;  // q·k and the weighted sum of values
+    int threads_used = 1;                                                              // small batches run on the calling thread alone
+    pool_.run(
+        [&](int index, int threads) {
+            if (index == 0) threads_used = threads;
+            AttentionScratch scratch = attention_scratch(index);
+            if (a.gather_statistics && !a.fold_in_place) {
+                std::fill(scratch.partial, scratch.partial + static_cast<size_t>(kStatFields) * a.n_kv * a.n_slots, 0.0f);
+            }
+            // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
+            // tokens see more keys, and contiguous runs gave the last thread most of the work.
+            for (int64_t u = index; u < units; u += threads) {
+                const int t0 = static_cast<int>(u / a.n_kv) * a.tile_tokens, h = static_cast<int>(u % a.n_kv);
+                attend_tile(a, scratch, t0, h);
+            }
+        },
+        work);
+    if (a.gather_statistics && !a.fold_in_place) fold_partials(a, threads_used);
+    return Status::Ok();
+}
+
+// Makes room (evicting by the policy when the cache is full), then stores the batch's keys and
+// values in their slots. The kv heads are independent (but for the random policy's one
+// generator), and with rolling an eviction re-rotates up to a budget of keys per head: the
+// threads share the heads.
+void CpuBackend::store_batch(const Tensor &q, const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch,
+                             const ModelShape &shape) {
     const int n = batch.n_tokens, hd = shape.head_dim, n_kv = shape.n_head_kv;
     const int group = shape.n_head / n_kv;
     const int32_t *pos = host<const int32_t>(batch.positions);
-    const KvPolicyConfig &policy = kv_.config().policy;  // what attention reads of it is the same in every layer
     const KvRowFormat key_format = kv_key_format(kv_.config().type), value_format = kv_value_format(kv_.config().type);
     const size_t key_row = kv_.key_row_bytes(), value_row = kv_.value_row_bytes();
-    // Make room (evicting by the policy when the cache is full), then store the batch's keys and
-    // values in their slots. The kv heads are independent (but for the random policy's one
-    // generator), and with rolling an eviction re-rotates up to a budget of keys per head: the
-    // threads share the heads.
     // F16 rows (the default format) are converted by the kernels' F16C conversion, which rounds
     // as kv_store_row does; the other formats by kv_store_row.
     auto store_row = [hd](KvRowFormat format, const float *src, uint8_t *dst) {
@@ -433,207 +523,198 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
         }
     };
     const bool evicting = kv_.free_slots(layer, 0) < n;
-    if (policy.policy == KvPolicy::Random || !evicting) {
+    if (kv_.config().policy.policy == KvPolicy::Random || !evicting) {
         for (int h = 0; h < n_kv; ++h) make_room_and_store(h, 0);
-    } else {
-        // Rough size: choosing victims and (rolling) rotating the kept keys, per kv head.
-        const int64_t eviction_work = static_cast<int64_t>(n_kv) * kv_.config().slots_in(layer) * (kv_.config().rolling ? 4 * hd : 8);
-        pool_.run(
-            [&](int index, int threads) {
-                for (int h = index; h < n_kv; h += threads) make_room_and_store(h, index);
-            },
-            eviction_work);
+        return;
     }
-
-    // Statistics (kv_policy_spec.h) are summed into per-thread partials and folded in afterwards,
-    // so no two threads write one slot.
-    const int n_slots = kv_.max_cell_slots();  // the stride of the per-thread partials and weights
-    const float scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
-    const float cap = shape.attention_softcap;
-    // A local layer's queries see only the window's latest tokens (0: no limit).
-    const int64_t window = shape.is_local(layer) ? shape.sliding_window : 0;
-    const float decay = policy.persistence_decay;
-    const auto proxy = static_cast<uint32_t>(kv_proxy_queries(policy));
-    // A unit is a tile of consecutive tokens of one kv head: its query heads and tokens read the
-    // head's keys and values together (cpu::dot_kv_rows and weighted_kv_row_sum load each row once for
-    // up to kTileQueries queries), which gives every query the bits it has alone.
-    const int tile_tokens = std::max(1, kTileQueries / group);
-    const int n_tiles = (n + tile_tokens - 1) / tile_tokens;
-    const int64_t units = static_cast<int64_t>(n_tiles) * n_kv;
-    const bool gather_statistics = kv_policy_uses_statistics(policy.policy);
-    const int64_t work = static_cast<int64_t>(n) * n_kv * group * kv_.used(layer, 0) * 2 * hd;  // q·k and the weighted sum of values
-    // With one token, each kv head is one unit, handled by one thread: it folds its slots'
-    // statistics in place. Several tokens of a head may be on several threads, which sum
-    // per-thread partials that are folded afterwards. Both give the same bits (a partial of one
-    // query plus zeros is that query's).
-    const bool fold_in_place = n == 1;
-    const float old_persistence_weight = kv_power(decay, n);
-    int threads_used = 1;  // small batches run on the calling thread alone
+    // Rough size: choosing victims and (rolling) rotating the kept keys, per kv head.
+    const int64_t eviction_work = static_cast<int64_t>(n_kv) * kv_.config().slots_in(layer) * (kv_.config().rolling ? 4 * hd : 8);
     pool_.run(
         [&](int index, int threads) {
-            if (index == 0) threads_used = threads;
-            AttentionScratch scratch = attention_scratch(index);
-            if (gather_statistics && !fold_in_place) {
-                std::fill(scratch.partial, scratch.partial + static_cast<size_t>(kStatFields) * n_kv * n_slots, 0.0f);
-            }
-            // Units are dealt out in turn rather than in contiguous runs: a causal prompt's later
-            // tokens see more keys, and contiguous runs gave the last thread most of the work.
-            for (int64_t u = index; u < units; u += threads) {
-                const int t0 = static_cast<int>(u / n_kv) * tile_tokens, h = static_cast<int>(u % n_kv);
-                const int t1 = std::min(n, t0 + tile_tokens);
-                const int used = kv_.used(layer, h);
-                const KvCache::CellView view = kv_.cell(layer, h);
-                auto seen = [&](int s, int t) {
-                    const int64_t stream = view.stream_index[s], query = batch.first_index + t;
-                    return stream >= 0 && stream <= query && (window == 0 || stream > query - window);
-                };
-                // Per token: how many slots it sees, and `end`: slots from there on are all unseen by
-                // it (in a prompt, usually the batch's later tokens), so every loop below stops there,
-                // which changes no result. One pass over the slots finds them for the whole tile: a
-                // slot holding stream index first + d (d > 0; first is the tile's first query) is seen
-                // by the tile's tokens from d on, one holding first or less by all of them. The others,
-                // free or seen by only some tokens, are listed in slot order in scratch.unseen.
-                const int64_t first = batch.first_index + t0;
-                int seen_by_all = 0, seen_by_all_end = 0, n_unseen = 0;
-                int seen_from[kTileQueries] = {}, seen_from_end[kTileQueries] = {};
-                // In a local layer, a slot the window hides from the tile's last query is listed
-                // with the others: each query then decides by seen().
-                const int64_t seen_by_all_after = window == 0 ? -1 : first + (t1 - t0 - 1) - window;
-                for (int s = 0; s < used; ++s) {
-                    const int64_t stream = view.stream_index[s];
-                    if (stream >= 0 && stream <= first && stream > seen_by_all_after) {
-                        ++seen_by_all;
-                        seen_by_all_end = s + 1;
-                        continue;
-                    }
-                    scratch.unseen[n_unseen++] = s;
-                    if (stream > first && stream < first + (t1 - t0)) {
-                        ++seen_from[stream - first];
-                        seen_from_end[stream - first] = s + 1;
-                    }
-                }
-                if (gather_statistics && !fold_in_place) {
-                    // The tile's tokens that see each slot, as seen() decides: stream index j is
-                    // seen by the tile's token tt when first + tt >= j and, in a local layer,
-                    // first + tt < j + window.
-                    constexpr int64_t kNone = kTileQueries;
-                    for (int s = 0; s < used; ++s) {
-                        const int64_t j = view.stream_index[s];
-                        const int64_t from = j < 0 ? kNone : std::max<int64_t>(0, j - first);
-                        const int64_t to = j < 0 || window == 0 ? kNone : j + window - 1 - first;
-                        scratch.first_seer[s] = static_cast<int32_t>(std::min(from, kNone));
-                        scratch.last_seer[s] = static_cast<int32_t>(std::clamp<int64_t>(to, -1, kNone));
-                    }
-                }
-                int visible[kTileQueries], end[kTileQueries];
-                for (int tt = 0; tt < t1 - t0; ++tt) {
-                    visible[tt] = (tt == 0 ? seen_by_all : visible[tt - 1]) + seen_from[tt];
-                    end[tt] = std::max(tt == 0 ? seen_by_all_end : end[tt - 1], seen_from_end[tt]);
-                    if (window != 0) {
-                        // Listed slots come and go with the window: counted query by query.
-                        visible[tt] = seen_by_all;
-                        end[tt] = seen_by_all_end;
-                        for (int i = 0; i < n_unseen; ++i) {
-                            if (!seen(scratch.unseen[i], t0 + tt)) continue;
-                            ++visible[tt];
-                            end[tt] = std::max(end[tt], scratch.unseen[i] + 1);
-                        }
-                    }
-                    if (!gather_statistics || group == 1) continue;  // group weights feed the statistics alone
-                    float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * n_slots;
-                    std::fill(group_weight, group_weight + used, 0.0f);
-                }
-                // The tile's (token, query head) rows, token-major, in chunks of kTileQueries.
-                const int rows = (t1 - t0) * group;
-                for (int r0 = 0; r0 < rows; r0 += kTileQueries) {
-                    const int m = std::min(kTileQueries, rows - r0);
-                    const float *queries[kTileQueries];
-                    float *outs[kTileQueries];
-                    for (int j = 0; j < m; ++j) {
-                        const int t = t0 + (r0 + j) / group, head = h * group + (r0 + j) % group;
-                        queries[j] = host<const float>(q) + t * q.cols + head * hd;
-                        outs[j] = host<float>(out) + t * out.cols + head * hd;
-                        std::fill(outs[j], outs[j] + hd, 0.0f);
-                    }
-                    // The chunk's last token sees the most (in a local layer, any of its tokens may).
-                    int scored = end[(r0 + m - 1) / group];
-                    for (int j = 0; window != 0 && j < m; j += group) scored = std::max(scored, end[(r0 + j) / group]);
-                    // Every slot before `scored` is scored for every query, then each query's unseen
-                    // ones are masked. The rows are read in their stored form (kv_row_format.h).
-                    cpu::dot_kv_rows(key_format, queries, m, view.keys, key_row, scored, hd, scratch.weight, n_slots);
-                    for (int j = 0; j < m; ++j) {
-                        const int t = t0 + (r0 + j) / group, query_end = end[t - t0];
-                        float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
-                        for (int s = 0; s < query_end; ++s) weight[s] *= scale;
-                        if (cap != 0.0f) {
-                            for (int s = 0; s < query_end; ++s) weight[s] = soft_cap(weight[s], cap);
-                        }
-                        for (int i = 0; i < n_unseen && scratch.unseen[i] < query_end; ++i) {
-                            if (!seen(scratch.unseen[i], t)) weight[scratch.unseen[i]] = -INFINITY;
-                        }
-                        cpu::softmax(weight, query_end);
-                        std::fill(weight + query_end, weight + scored, 0.0f);  // the weighted sum passes over them
-                    }
-                    cpu::weighted_kv_row_sum(value_format, outs, m, scratch.weight, n_slots, view.values, value_row, scored, hd);
-                    // Each token's weights summed over its query heads, in head order (for the statistics).
-                    // (A group of one query head: its weights are the group's, the rows of the one chunk.)
-                    for (int j = 0; gather_statistics && group > 1 && j < m; ++j) {
-                        const int t = t0 + (r0 + j) / group;
-                        const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
-                        float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
-                        for (int s = 0; s < end[t - t0]; ++s) group_weight[s] += weight[s];
-                    }
-                }
-                if (!gather_statistics) continue;
-                // Bookkeeping for the eviction policies, token by token.
-                for (int t = t0; t < t1; ++t) {
-                    const float *group_weight =
-                        (group == 1 ? scratch.weight : scratch.group_weight) + static_cast<size_t>(t - t0) * n_slots;
-                    const float threshold = kv_importance_threshold(group, visible[t - t0]);
-                    const float persistence_weight = kv_persistence_weight(decay, n, t);
-                    if (fold_in_place) {
-                        // kv_stats_fold of one query's kv_stats_add_query, written out: the same
-                        // operations (a zero query adds nothing but the persistence's decay), in a
-                        // loop of locals that a default session runs over every slot of a full
-                        // context at each token (as kv_stats_* it cost a fifth of decoding there).
-                        const int64_t query = batch.first_index + t, oldest = window == 0 ? INT64_MIN : query - window;
-                        const int64_t *stream = view.stream_index;
-                        SlotStats *stats = view.stats;
-                        // Selects, not branches (whether a weight passes the threshold is a coin
-                        // toss to the branch predictor); an unseen slot's weight is 0, which adds
-                        // nothing. s < used lies within the weights' row, whatever it holds there.
-                        for (int s = 0; s < used; ++s) {
-                            SlotStats st = stats[s];
-                            const int64_t j = stream[s];
-                            const bool sees = (j >= 0) & (j <= query) & (j > oldest);
-                            const float w = sees ? group_weight[s] : 0.0f;
-                            st.accumulated += w;
-                            st.squared += w * w;
-                            st.steps += sees ? 1.0f : 0.0f;
-                            st.last = sees ? w : st.last;
-                            st.persistence = st.persistence * old_persistence_weight + (w > threshold ? persistence_weight : 0.0f);
-                            stats[s] = st;
-                        }
-                        continue;
-                    }
-                    // kv_stats_add_query for the slots the token sees, field by field (the kernels
-                    // run it on vectors).
-                    const size_t cell = static_cast<size_t>(h) * n_slots, field = static_cast<size_t>(n_kv) * n_slots;
-                    float *partial = scratch.partial + cell;
-                    const cpu::QueryStats fields{partial + kAccumulated * field, partial + kSquared * field, partial + kSteps * field,
-                                                 partial + kLast * field, partial + kPersistence * field};
-                    cpu::add_query_stats(fields, group_weight, scratch.first_seer, scratch.last_seer, end[t - t0], t - t0, threshold,
-                                         persistence_weight, kv_is_proxy_query(n, t, proxy));
-                }
-            }
+            for (int h = index; h < n_kv; h += threads) make_room_and_store(h, index);
         },
-        work);
-    if (!gather_statistics || fold_in_place) return Status::Ok();
-    for (int h = 0; h < n_kv; ++h) {
-        const KvCache::CellView view = kv_.cell(layer, h);
-        const int used = kv_.used(layer, h);
+        eviction_work);
+}
+
+// One unit: the tokens [t0, t0 + tile_tokens) of kv head h.
+void CpuBackend::attend_tile(const LayerAttention &a, AttentionScratch &scratch, int t0, int h) {
+    const KvCache::CellView view = kv_.cell(a.layer, h);
+    const TileVisibility vis = find_visible(a, view, kv_.used(a.layer, h), t0, scratch);
+    attend_rows(a, view, h, vis, scratch);
+    if (a.gather_statistics) add_tile_statistics(a, view, h, vis, scratch);
+}
+
+// Per token of the tile: how many slots it sees, and `end`: slots from there on are all unseen by
+// it (in a prompt, usually the batch's later tokens), so every loop over them stops there, which
+// changes no result. One pass over the slots finds them for the whole tile: a slot holding
+// stream index first + d (d > 0; first is the tile's first query) is seen by the tile's tokens
+// from d on, one holding first or less by all of them. The others, free or seen by only some
+// tokens, are listed in slot order in scratch.unseen.
+CpuBackend::TileVisibility CpuBackend::find_visible(const LayerAttention &a, const KvCache::CellView &view, int used, int t0,
+                                                    AttentionScratch &scratch) {
+    TileVisibility vis;
+    vis.t0 = t0;
+    vis.t1 = std::min(a.n, t0 + a.tile_tokens);
+    vis.used = used;
+    const int64_t first = a.first_index + t0, window = a.window;
+    const int tokens = vis.t1 - t0;
+    int seen_by_all = 0, seen_by_all_end = 0, n_unseen = 0;
+    int seen_from[kTileQueries] = {}, seen_from_end[kTileQueries] = {};
+    // In a local layer, a slot the window hides from the tile's last query is listed with the
+    // others: each query then decides by slot_seen().
+    const int64_t seen_by_all_after = window == 0 ? -1 : first + (tokens - 1) - window;
+    for (int s = 0; s < used; ++s) {
+        const int64_t stream = view.stream_index[s];
+        if (stream >= 0 && stream <= first && stream > seen_by_all_after) {
+            ++seen_by_all;
+            seen_by_all_end = s + 1;
+            continue;
+        }
+        scratch.unseen[n_unseen++] = s;
+        if (stream > first && stream < first + tokens) {
+            ++seen_from[stream - first];
+            seen_from_end[stream - first] = s + 1;
+        }
+    }
+    vis.n_unseen = n_unseen;
+    if (a.gather_statistics && !a.fold_in_place) {
+        // The tile's tokens that see each slot, as slot_seen() decides: stream index j is seen by
+        // the tile's token tt when first + tt >= j and, in a local layer, first + tt < j + window.
+        constexpr int64_t kNone = kTileQueries;
+        for (int s = 0; s < used; ++s) {
+            const int64_t j = view.stream_index[s];
+            const int64_t from = j < 0 ? kNone : std::max<int64_t>(0, j - first);
+            const int64_t to = j < 0 || window == 0 ? kNone : j + window - 1 - first;
+            scratch.first_seer[s] = static_cast<int32_t>(std::min(from, kNone));
+            scratch.last_seer[s] = static_cast<int32_t>(std::clamp<int64_t>(to, -1, kNone));
+        }
+    }
+    for (int tt = 0; tt < tokens; ++tt) {
+        vis.visible[tt] = (tt == 0 ? seen_by_all : vis.visible[tt - 1]) + seen_from[tt];
+        vis.end[tt] = std::max(tt == 0 ? seen_by_all_end : vis.end[tt - 1], seen_from_end[tt]);
+        if (window != 0) {
+            // Listed slots come and go with the window: counted query by query.
+            vis.visible[tt] = seen_by_all;
+            vis.end[tt] = seen_by_all_end;
+            for (int i = 0; i < n_unseen; ++i) {
+                if (!slot_seen(view, scratch.unseen[i], a.first_index + t0 + tt, window)) continue;
+                ++vis.visible[tt];
+                vis.end[tt] = std::max(vis.end[tt], scratch.unseen[i] + 1);
+            }
+        }
+        if (!a.gather_statistics || a.group == 1) continue;  // group weights feed the statistics alone
+        float *group_weight = scratch.group_weight + static_cast<size_t>(tt) * a.n_slots;
+        std::fill(group_weight, group_weight + used, 0.0f);
+    }
+    return vis;
+}
+
+// The tile's (token, query head) rows, token-major, in chunks of kTileQueries: their outputs, and
+// each token's weights summed over its query heads (for the statistics).
+void CpuBackend::attend_rows(const LayerAttention &a, const KvCache::CellView &view, int h, const TileVisibility &vis,
+                             AttentionScratch &scratch) {
+    const int group = a.group, hd = a.hd, n_slots = a.n_slots, t0 = vis.t0;
+    // Locals, not a's members: the weights written below are floats too, which the compiler
+    // would otherwise have to assume they alias, and reload them in every loop.
+    const float scale = a.scale, cap = a.cap;
+    const Tensor &q = *a.q, &out = *a.out;
+    const int rows = (vis.t1 - t0) * group;
+    for (int r0 = 0; r0 < rows; r0 += kTileQueries) {
+        const int m = std::min(kTileQueries, rows - r0);
+        const float *queries[kTileQueries];
+        float *outs[kTileQueries];
+        for (int j = 0; j < m; ++j) {
+            const int t = t0 + (r0 + j) / group, head = h * group + (r0 + j) % group;
+            queries[j] = host<const float>(q) + t * q.cols + head * hd;
+            outs[j] = host<float>(out) + t * out.cols + head * hd;
+            std::fill(outs[j], outs[j] + hd, 0.0f);
+        }
+        // The chunk's last token sees the most (in a local layer, any of its tokens may).
+        int scored = vis.end[(r0 + m - 1) / group];
+        for (int j = 0; a.window != 0 && j < m; j += group) scored = std::max(scored, vis.end[(r0 + j) / group]);
+        // Every slot before `scored` is scored for every query, then each query's unseen ones are
+        // masked. The rows are read in their stored form (kv_row_format.h).
+        cpu::dot_kv_rows(a.key_format, queries, m, view.keys, a.key_row, scored, hd, scratch.weight, n_slots);
+        for (int j = 0; j < m; ++j) {
+            const int t = t0 + (r0 + j) / group, query_end = vis.end[t - t0];
+            float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
+            for (int s = 0; s < query_end; ++s) weight[s] *= scale;
+            if (cap != 0.0f) {
+                for (int s = 0; s < query_end; ++s) weight[s] = soft_cap(weight[s], cap);
+            }
+            for (int i = 0; i < vis.n_unseen && scratch.unseen[i] < query_end; ++i) {
+                if (!slot_seen(view, scratch.unseen[i], a.first_index + t, a.window)) weight[scratch.unseen[i]] = -INFINITY;
+            }
+            cpu::softmax(weight, query_end);
+            std::fill(weight + query_end, weight + scored, 0.0f);  // the weighted sum passes over them
+        }
+        cpu::weighted_kv_row_sum(a.value_format, outs, m, scratch.weight, n_slots, view.values, a.value_row, scored, hd);
+        // Each token's weights summed over its query heads, in head order (for the statistics).
+        // (A group of one query head: its weights are the group's, the rows of the one chunk.)
+        for (int j = 0; a.gather_statistics && group > 1 && j < m; ++j) {
+            const int t = t0 + (r0 + j) / group;
+            const float *weight = scratch.weight + static_cast<size_t>(j) * n_slots;
+            float *group_weight = scratch.group_weight + static_cast<size_t>(t - t0) * n_slots;
+            for (int s = 0; s < vis.end[t - t0]; ++s) group_weight[s] += weight[s];
+        }
+    }
+}
+
+// Bookkeeping for the eviction policies, token by token: folded into the slots' statistics in
+// place (one token), or added to the thread's partials (fold_partials folds them afterwards), so
+// that no two threads write one slot.
+void CpuBackend::add_tile_statistics(const LayerAttention &a, const KvCache::CellView &view, int h, const TileVisibility &vis,
+                                     AttentionScratch &scratch) {
+    const int t0 = vis.t0, n_slots = a.n_slots;
+    for (int t = t0; t < vis.t1; ++t) {
+        const float *group_weight = (a.group == 1 ? scratch.weight : scratch.group_weight) + static_cast<size_t>(t - t0) * n_slots;
+        const float threshold = kv_importance_threshold(a.group, vis.visible[t - t0]);
+        const float persistence_weight = kv_persistence_weight(a.decay, a.n, t);
+        if (a.fold_in_place) {
+            // kv_stats_fold of one query's kv_stats_add_query, written out: the same operations (a
+            // zero query adds nothing but the persistence's decay), in a loop of locals that a
+            // default session runs over every slot of a full context at each token (as kv_stats_*
+            // it cost a fifth of decoding there).
+            const int64_t query = a.first_index + t, oldest = a.window == 0 ? INT64_MIN : query - a.window;
+            const int64_t *stream = view.stream_index;
+            SlotStats *stats = view.stats;
+            const float old_persistence_weight = a.old_persistence_weight;
+            // Selects, not branches (whether a weight passes the threshold is a coin toss to the
+            // branch predictor); an unseen slot's weight is 0, which adds nothing. s < used lies
+            // within the weights' row, whatever it holds there.
+            for (int s = 0; s < vis.used; ++s) {
+                SlotStats st = stats[s];
+                const int64_t j = stream[s];
+                const bool sees = (j >= 0) & (j <= query) & (j > oldest);
+                const float w = sees ? group_weight[s] : 0.0f;
+                st.accumulated += w;
+                st.squared += w * w;
+                st.steps += sees ? 1.0f : 0.0f;
+                st.last = sees ? w : st.last;
+                st.persistence = st.persistence * old_persistence_weight + (w > threshold ? persistence_weight : 0.0f);
+                stats[s] = st;
+            }
+            continue;
+        }
+        // kv_stats_add_query for the slots the token sees, field by field (the kernels run it on
+        // vectors).
+        const size_t cell = static_cast<size_t>(h) * n_slots, field = static_cast<size_t>(a.n_kv) * n_slots;
+        float *partial = scratch.partial + cell;
+        const cpu::QueryStats fields{partial + kAccumulated * field, partial + kSquared * field, partial + kSteps * field,
+                                     partial + kLast * field, partial + kPersistence * field};
+        cpu::add_query_stats(fields, group_weight, scratch.first_seer, scratch.last_seer, vis.end[t - t0], t - t0, threshold,
+                             persistence_weight, kv_is_proxy_query(a.n, t, a.proxy));
+    }
+}
+
+// Sums every thread's partial statistics of the batch, slot by slot, and folds them into the slots'.
+void CpuBackend::fold_partials(const LayerAttention &a, int threads_used) {
+    const int n_slots = a.n_slots;
+    for (int h = 0; h < a.n_kv; ++h) {
+        const KvCache::CellView view = kv_.cell(a.layer, h);
+        const int used = kv_.used(a.layer, h);
         // Thread th's partial field f of slot s is partial[th * per_thread + f * field + s].
-        const size_t field = static_cast<size_t>(n_slots) * n_kv, per_thread = kStatFields * field;
+        const size_t field = static_cast<size_t>(n_slots) * a.n_kv, per_thread = kStatFields * field;
         const float *partial = partial_stats_.data() + static_cast<size_t>(h) * n_slots;
         auto partial_of = [&](int th, int s) {
             const float *p = partial + th * per_thread + s;
@@ -642,10 +723,9 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
         for (int s = 0; s < used; ++s) {
             SlotStats batch_stats = partial_of(0, s);
             for (int th = 1; th < threads_used; ++th) batch_stats = kv_stats_add(batch_stats, partial_of(th, s));
-            view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, old_persistence_weight, true);
+            view.stats[s] = kv_stats_fold(view.stats[s], batch_stats, a.old_persistence_weight, true);
         }
     }
-    return Status::Ok();
 }
 
 }  // namespace
