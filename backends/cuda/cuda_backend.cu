@@ -1282,6 +1282,14 @@ public:
                      const ModelShape &shape) override;
 
 private:
+    // ---- attention's steps (attention())
+    Status ensure_attention_scratch(const ModelShape &shape);
+    ClaimArgs claim_args(const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch, const ModelShape &shape,
+                         const KvPolicyConfig &policy, int stride) const;
+    Status expect_queries(const ClaimArgs &c, const Tensor &q, const ModelShape &shape);
+    Status attend_chunk(const Tensor &out, const Tensor &q, int layer, const AttentionBatch &batch, const ModelShape &shape,
+                        const ClaimArgs &c, int t0, int count);
+
     // One array of the cache on the device and in a host image (save_kv, load_kv).
     struct ImageArray {
         void *device;
@@ -1550,24 +1558,71 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     if (shape.n_head_kv != kv_config_.n_head_kv || shape.head_dim != kv_config_.head_dim || shape.n_head % shape.n_head_kv != 0) {
         return make_error(H2O_ERR_INTERNAL, "cuda backend: the model's heads do not match the KV cache");
     }
-    if (scratch_heads_ < shape.n_head) {
-        // Weights of a chunk of queries, and their visible-slot counts: as many tokens as the budget allows.
-        const size_t per_token = sizeof(float) * static_cast<size_t>(shape.n_head) * kv_config_.max_cell_slots() +
-                                 sizeof(int32_t) * static_cast<size_t>(shape.n_head_kv);
-        chunk_ = static_cast<int>(std::clamp<size_t>(kAttentionScratchBudget / per_token, 1, static_cast<size_t>(max_batch_)));
-        H2O_TRY(device_array(per_token / sizeof(float) * chunk_, &kv_.scores));
-        H2O_TRY(device_array(static_cast<size_t>(shape.n_head_kv) * chunk_, &kv_.visible));
-        // Split attention's parts: at most about kAttentionSplitBlocks ranges beyond one per
-        // (query, head) (attention_splits).
-        const size_t parts = static_cast<size_t>(chunk_) * shape.n_head + 2 * kAttentionSplitBlocks;
-        H2O_TRY(device_array(parts, &split_state_));
-        H2O_TRY(device_array(parts, &split_visible_));
-        H2O_TRY(device_array(parts * static_cast<size_t>(shape.head_dim), &partial_out_));
-        scratch_heads_ = shape.n_head;
-    }
+    H2O_TRY(ensure_attention_scratch(shape));
     const KvPolicyConfig policy = kv_config_.policy_in(layer);
-    const bool random = policy.policy == KvPolicy::Random;
+    const ClaimArgs c = claim_args(k, v, layer, batch, shape, policy, stride);
+    if (policy.policy == KvPolicy::ExpectedAttention) H2O_TRY(expect_queries(c, q, shape));
+    kv_claim_kernel<<<c.random ? 1 : shape.n_head_kv, kBlock, 0, stream_>>>(c);
+    H2O_TRY(launched("kv_claim"));
 
+    const bool statistics = kv_.stats != nullptr;
+    if (statistics) {
+        H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * stride, stream_),
+                      "cudaMemsetAsync"));
+    }
+    const dim3 slot_blocks(static_cast<unsigned>(shape.n_head_kv), static_cast<unsigned>((stride + kBlock - 1) / kBlock));
+    for (int t0 = 0; t0 < n; t0 += chunk_) {
+        const int count = std::min(chunk_, n - t0);
+        H2O_TRY(attend_chunk(out, q, layer, batch, shape, c, t0, count));
+        if (!statistics) continue;
+        StatsArgs s;
+        s.kv = kv_;
+        s.layer = layer;
+        s.n_kv = shape.n_head_kv;
+        s.n_head = shape.n_head;
+        s.stride = stride;
+        s.n = n;
+        s.t0 = t0;
+        s.count = count;
+        s.first_index = batch.first_index;
+        s.decay = policy.persistence_decay;
+        s.proxy = kv_proxy_queries(policy);
+        s.window = shape.is_local(layer) ? shape.sliding_window : 0;
+        attention_stats_kernel<<<slot_blocks, kBlock, 0, stream_>>>(s);
+        H2O_TRY(launched("attention_stats"));
+    }
+    if (statistics) {
+        attention_fold_kernel<<<slot_blocks, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, stride,
+                                                                   kv_power(policy.persistence_decay, static_cast<KV_UINT>(n)));
+        H2O_TRY(launched("attention_fold"));
+    }
+    return Status::Ok();
+}
+
+// The attention scratch, sized at the first attention call (when the number of query heads is
+// known): the weights of a chunk of queries and their visible-slot counts, as many tokens as the
+// budget allows, and split attention's parts.
+Status CudaBackend::ensure_attention_scratch(const ModelShape &shape) {
+    if (scratch_heads_ >= shape.n_head) return Status::Ok();
+    const size_t per_token = sizeof(float) * static_cast<size_t>(shape.n_head) * kv_config_.max_cell_slots() +
+                             sizeof(int32_t) * static_cast<size_t>(shape.n_head_kv);
+    chunk_ = static_cast<int>(std::clamp<size_t>(kAttentionScratchBudget / per_token, 1, static_cast<size_t>(max_batch_)));
+    H2O_TRY(device_array(per_token / sizeof(float) * chunk_, &kv_.scores));
+    H2O_TRY(device_array(static_cast<size_t>(shape.n_head_kv) * chunk_, &kv_.visible));
+    // Split attention's parts: at most about kAttentionSplitBlocks ranges beyond one per
+    // (query, head) (attention_splits).
+    const size_t parts = static_cast<size_t>(chunk_) * shape.n_head + 2 * kAttentionSplitBlocks;
+    H2O_TRY(device_array(parts, &split_state_));
+    H2O_TRY(device_array(parts, &split_visible_));
+    H2O_TRY(device_array(parts * static_cast<size_t>(shape.head_dim), &partial_out_));
+    scratch_heads_ = shape.n_head;
+    return Status::Ok();
+}
+
+// What kv_claim_kernel needs to make room in a layer's cells and store the batch's keys and values.
+ClaimArgs CudaBackend::claim_args(const Tensor &k, const Tensor &v, int layer, const AttentionBatch &batch, const ModelShape &shape,
+                                  const KvPolicyConfig &policy, int stride) const {
+    const int n = batch.n_tokens;
     ClaimArgs c;
     c.kv = kv_;
     if (kv_config_.is_window_layer(layer)) c.kv.inv_freq = local_inv_freq_;  // rolled keys turn back by the local rotation
@@ -1590,7 +1645,7 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     c.tag = batch.tag;
     std::copy(span_min_, span_min_ + KV_MAX_SPANS, c.span_min);
     c.rolling = kv_config_.rolling;
-    c.random = random;
+    c.random = policy.policy == KvPolicy::Random;
     c.by_proxy = kv_ranks_by_proxy(policy, n);
     c.prompt_share = policy.prompt_random_share;
     c.prompt_seed = kv_prompt_seed(policy);
@@ -1600,97 +1655,73 @@ Status CudaBackend::attention(const Tensor &out, const Tensor &q, const Tensor &
     c.v_cols = v.cols;
     c.positions = device_ptr<const int32_t>(batch.positions);
     c.positions_per_kv_head = batch.positions_per_kv_head;
-    if (policy.policy == KvPolicy::ExpectedAttention) {
-        ExpectArgs e;
-        e.kv = kv_;
-        e.layer = layer;
-        e.n_kv = shape.n_head_kv;
-        e.group = kv_config_.query_group;
-        e.head_dim = shape.head_dim;
-        e.n = n;
-        e.pairs = kv_config_.rope.pairs();
-        e.stride = stride;
-        e.pairing = kv_config_.rope.pairing;
-        e.key_format = c.key_format;
-        e.value_format = c.value_format;
-        e.key_row = key_row_;
-        e.value_row = value_row_;
-        e.scale = kv_config_.attention_scale;
-        e.q = device_ptr<const float>(q);
-        e.q_cols = q.cols;
-        e.positions = c.positions;
-        e.positions_per_kv_head = batch.positions_per_kv_head;
-        kv_expect_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(e);
-        H2O_TRY(launched("kv_expect"));
-    }
-    kv_claim_kernel<<<random ? 1 : shape.n_head_kv, kBlock, 0, stream_>>>(c);
-    H2O_TRY(launched("kv_claim"));
+    return c;
+}
 
-    const bool statistics = kv_.stats != nullptr;
-    if (statistics) {
-        H2O_TRY(check(cudaMemsetAsync(kv_.partial, 0, sizeof(SlotStats) * static_cast<size_t>(shape.n_head_kv) * stride, stream_),
-                      "cudaMemsetAsync"));
-    }
-    const dim3 slot_blocks(static_cast<unsigned>(shape.n_head_kv), static_cast<unsigned>((stride + kBlock - 1) / kBlock));
-    for (int t0 = 0; t0 < n; t0 += chunk_) {
-        const int count = std::min(chunk_, n - t0);
-        AttentionArgs a;
-        a.kv = kv_;
-        a.layer = layer;
-        a.n_kv = shape.n_head_kv;
-        a.n_head = shape.n_head;
-        a.stride = stride;
-        a.head_dim = shape.head_dim;
-        a.n = n;
-        a.t0 = t0;
-        a.key_format = c.key_format;
-        a.value_format = c.value_format;
-        a.key_row = key_row_;
-        a.value_row = value_row_;
-        a.first_index = batch.first_index;
-        a.scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-        a.softcap = shape.attention_softcap;
-        a.window = shape.is_local(layer) ? shape.sliding_window : 0;
-        a.q = device_ptr<const float>(q);
-        a.q_cols = q.cols;
-        a.out = device_ptr<float>(out);
-        a.out_cols = out.cols;
-        a.n_split = attention_splits(count * shape.n_head, stride);
-        a.split_len = (stride + a.n_split - 1) / a.n_split;
-        a.split_state = split_state_;
-        a.split_visible = split_visible_;
-        a.partial_out = partial_out_;
-        const dim3 blocks(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head), static_cast<unsigned>(a.n_split));
-        attention_scores_kernel<<<blocks, kBlock, 0, stream_>>>(a);
-        H2O_TRY(launched("attention_scores"));
-        attention_values_kernel<<<blocks, kBlock, 0, stream_>>>(a);
-        H2O_TRY(launched("attention_values"));
-        if (a.n_split > 1) {
-            attention_reduce_kernel<<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head)), 128, 0, stream_>>>(a);
-            H2O_TRY(launched("attention_reduce"));
-        }
-        if (statistics) {
-            StatsArgs s;
-            s.kv = kv_;
-            s.layer = layer;
-            s.n_kv = shape.n_head_kv;
-            s.n_head = shape.n_head;
-            s.stride = stride;
-            s.n = n;
-            s.t0 = t0;
-            s.count = count;
-            s.first_index = batch.first_index;
-            s.decay = policy.persistence_decay;
-            s.proxy = kv_proxy_queries(policy);
-            s.window = a.window;
-            attention_stats_kernel<<<slot_blocks, kBlock, 0, stream_>>>(s);
-            H2O_TRY(launched("attention_stats"));
-        }
-    }
-    if (statistics) {
-        attention_fold_kernel<<<slot_blocks, kBlock, 0, stream_>>>(kv_, layer, shape.n_head_kv, stride,
-                                                                   kv_power(policy.persistence_decay, static_cast<KV_UINT>(n)));
-        H2O_TRY(launched("attention_fold"));
+// Expected Attention: the batch's queries into the cells' statistics, then every held slot's
+// score (kv_expect_kernel), which the claim ranks by.
+Status CudaBackend::expect_queries(const ClaimArgs &c, const Tensor &q, const ModelShape &shape) {
+    ExpectArgs e;
+    e.kv = kv_;
+    e.layer = c.layer;
+    e.n_kv = shape.n_head_kv;
+    e.group = kv_config_.query_group;
+    e.head_dim = shape.head_dim;
+    e.n = c.n;
+    e.pairs = kv_config_.rope.pairs();
+    e.stride = c.stride;
+    e.pairing = kv_config_.rope.pairing;
+    e.key_format = c.key_format;
+    e.value_format = c.value_format;
+    e.key_row = key_row_;
+    e.value_row = value_row_;
+    e.scale = kv_config_.attention_scale;
+    e.q = device_ptr<const float>(q);
+    e.q_cols = q.cols;
+    e.positions = c.positions;
+    e.positions_per_kv_head = c.positions_per_kv_head;
+    kv_expect_kernel<<<shape.n_head_kv, kBlock, 0, stream_>>>(e);
+    return launched("kv_expect");
+}
+
+// Attention of the batch's queries [t0, t0 + count) over the layer's cells, each (query, head)
+// reading its slots in one range or, when few, in several that attention_reduce_kernel joins.
+Status CudaBackend::attend_chunk(const Tensor &out, const Tensor &q, int layer, const AttentionBatch &batch, const ModelShape &shape,
+                                 const ClaimArgs &c, int t0, int count) {
+    AttentionArgs a;
+    a.kv = kv_;
+    a.layer = layer;
+    a.n_kv = shape.n_head_kv;
+    a.n_head = shape.n_head;
+    a.stride = c.stride;
+    a.head_dim = shape.head_dim;
+    a.n = c.n;
+    a.t0 = t0;
+    a.key_format = c.key_format;
+    a.value_format = c.value_format;
+    a.key_row = key_row_;
+    a.value_row = value_row_;
+    a.first_index = batch.first_index;
+    a.scale = shape.attention_scale != 0.0f ? shape.attention_scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+    a.softcap = shape.attention_softcap;
+    a.window = shape.is_local(layer) ? shape.sliding_window : 0;
+    a.q = device_ptr<const float>(q);
+    a.q_cols = q.cols;
+    a.out = device_ptr<float>(out);
+    a.out_cols = out.cols;
+    a.n_split = attention_splits(count * shape.n_head, c.stride);
+    a.split_len = (c.stride + a.n_split - 1) / a.n_split;
+    a.split_state = split_state_;
+    a.split_visible = split_visible_;
+    a.partial_out = partial_out_;
+    const dim3 blocks(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head), static_cast<unsigned>(a.n_split));
+    attention_scores_kernel<<<blocks, kBlock, 0, stream_>>>(a);
+    H2O_TRY(launched("attention_scores"));
+    attention_values_kernel<<<blocks, kBlock, 0, stream_>>>(a);
+    H2O_TRY(launched("attention_values"));
+    if (a.n_split > 1) {
+        attention_reduce_kernel<<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(shape.n_head)), 128, 0, stream_>>>(a);
+        H2O_TRY(launched("attention_reduce"));
     }
     return Status::Ok();
 }
