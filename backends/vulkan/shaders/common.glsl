@@ -1,7 +1,7 @@
 // Shared by every kernel. Included right after "#version 450" and the include extension, so the
 // #extension lines below still come before any other token.
 //
-// Conventions (see vulkan_backend.cpp): every tensor is bound as a storage buffer window and
+// Conventions (see vk_backend.h): every tensor is bound as a storage buffer window and
 // addressed by a 32-bit word offset from push constants; floats are stored as raw words.
 // USE_SUBGROUPS is defined for the variant compiled against Vulkan 1.1 subgroup arithmetic; the
 // other variant reduces through shared memory only.

@@ -1,5 +1,5 @@
 // Word offsets of the regions of the Vulkan backend's KV bookkeeping buffer ("meta"), written once
-// in the subset of C++ and GLSL that kv_policy_spec.h keeps to: the host code (vulkan_backend.cpp)
+// in the subset of C++ and GLSL that kv_policy_spec.h keeps to: the host code (vk_kv.cpp, vk_attention.cpp)
 // and the shaders (through kv_layout.glsl) include this same file. `slots` is every cell's slots
 // together, a cell being one (layer, kv head): the cells of layer l share the layer's
 // n_kv * KvConfig::slots_in(l) slots from KvConfig::first_slot_of(l), each a region of them in kv

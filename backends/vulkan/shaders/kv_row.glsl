@@ -5,7 +5,7 @@
 //   Q8   one word: the float scale; then ceil(head_dim / 4) words of int8, element j in byte j % 4
 //   Q4   one word: fp16 scale (low half), fp16 min (high half); then ceil(head_dim / 8) words of
 //        nibbles, element j in bits 4 * (j % 8) (element 2i in the low nibble of byte i)
-// Mirrored by kv_row_words() in vulkan_backend.cpp.
+// Mirrored by kv_row_words() in vk_kv.cpp.
 //
 // Encoding reproduces kv_store_row() bit for bit, so the GPU stores exactly the CPU's values: the
 // divisions and the float -> half conversion are done with integer arithmetic, since Vulkan only
