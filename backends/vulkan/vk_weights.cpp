@@ -8,6 +8,7 @@ namespace {
 
 constexpr int kMatvecMaxTokens = 8;         // fewer tokens: matvec.comp; more: the tiled matmul.comp
 constexpr uint32_t kMatvecMaxRows = 65535;  // workgroup count limit of one dimension
+constexpr uint32_t kMatvecRowsPerGroup = 8;  // ROWS in matvec.comp, with subgroups (else one row per workgroup)
 constexpr uint32_t kMatmulTileRows = 64, kMatmulTileTokens = 32;
 
 // The weight types the kernels run: vulkan.cmake builds get_rows, matmul and matvec for each, and
@@ -194,7 +195,7 @@ Status VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tens
     const VkDeviceSize row_out = 4 * static_cast<VkDeviceSize>(weight_row_words(weight.type, weight.cols));
     const bool few_tokens = n < kMatvecMaxTokens;
     int64_t window = rows_per_binding(weight, row_out);
-    if (few_tokens) window = std::min<int64_t>(window, kMatvecMaxRows);  // one workgroup per row
+    if (few_tokens) window = std::min<int64_t>(window, kMatvecMaxRows);  // at most one workgroup per row
     const Bound x = bind(in, false);
     const Bound y = bind(out, true);
     for (int64_t r0 = 0; r0 < weight.rows; r0 += window) {
@@ -210,8 +211,9 @@ Status VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tens
                               static_cast<uint32_t>(n)};
         const std::string type = type_suffix(weight.type);
         if (few_tokens) {
-            dispatch(reduction_kernel("matvec_" + type), {w, x, y}, &push, sizeof push, static_cast<uint32_t>(count),
-                     static_cast<uint32_t>(n));
+            const int64_t rows_per_group = subgroups_ ? kMatvecRowsPerGroup : 1;
+            dispatch(reduction_kernel("matvec_" + type), {w, x, y}, &push, sizeof push,
+                     static_cast<uint32_t>((count + rows_per_group - 1) / rows_per_group), static_cast<uint32_t>(n));
         } else {
             dispatch("matmul_" + type, {w, x, y}, &push, sizeof push,
                      static_cast<uint32_t>((count + kMatmulTileRows - 1) / kMatmulTileRows),

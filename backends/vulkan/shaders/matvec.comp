@@ -2,13 +2,23 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
-// y[t][row] = W[row] . x[t] for a few tokens: one workgroup per (row, token). The invocations
-// walk the row's words in order (adjacent invocations read adjacent words), unpack the 1, 2, 4
-// or 8 elements of each word, and the partial dot products are summed over the workgroup.
-// K-quant rows are walked in runs of 32 elements instead (weights.glsl), one run per invocation.
-// Rows are those of a window [row_first, row_first + rows) of W; output column row_first + row.
+// y[t][row] = W[row] . x[t] for a few tokens. The invocations that share a row walk its words in
+// order (adjacent invocations read adjacent words), unpack the 1, 2, 4 or 8 elements of each
+// word, and their partial dot products are summed. K-quant rows are walked in runs of 32
+// elements instead (weights.glsl), one run per invocation. Rows are those of a window
+// [row_first, row_first + rows) of W; output column row_first + row.
+//
+// With subgroup arithmetic, a workgroup takes ROWS rows of a token and each subgroup whole rows
+// (the subgroups' count and size are the device's), summed by subgroupAdd: no barrier, and no
+// workgroup for a row too short to repay one (a CPU device's workgroups are costly, and so are
+// its barriers). Without it, one workgroup per (row, token), summed over the workgroup.
 
 #define WG 64
+#ifdef USE_SUBGROUPS
+#define ROWS 8  // kMatvecRowsPerGroup in vk_weights.cpp
+#else
+#define ROWS 1
+#endif
 layout(local_size_x = WG) in;
 
 layout(binding = 0) readonly buffer Weights { uint weights[]; };
@@ -80,22 +90,37 @@ float dot_run(uint row, uint r, uint xb) {
 }
 #endif
 
-void main() {
-    const uint row_index = gl_WorkGroupID.x;
-    const uint t = gl_WorkGroupID.y;
+// The partial dot product of `lane` of `lanes` invocations with row `row_index` of the window.
+float row_partial(uint row_index, uint xb, uint lane, uint lanes) {
     const uint row = p.w_off + row_index * weight_row_words(p.cols);
-    const uint xb = p.x_off + t * p.cols;
-#if defined(TYPE_F32) || defined(TYPE_F16)
-    const uint data_words = weight_row_words(p.cols);
-#elif !defined(K_QUANT)
-    const uint data_words = (p.cols / 32u) * QUANT_WORDS_PER_BLOCK;
-#endif
     float sum = 0.0;
 #if defined(K_QUANT)
-    for (uint r = gl_LocalInvocationIndex; r < p.cols / 32u; r += WG) sum += dot_run(row, r, xb);
+    for (uint r = lane; r < p.cols / 32u; r += lanes) sum += dot_run(row, r, xb);
 #else
-    for (uint w = gl_LocalInvocationIndex; w < data_words; w += WG) sum += dot_word(row, w, xb);
+#if defined(TYPE_F32) || defined(TYPE_F16)
+    const uint data_words = weight_row_words(p.cols);
+#else
+    const uint data_words = (p.cols / 32u) * QUANT_WORDS_PER_BLOCK;
 #endif
-    sum = workgroup_sum(sum);
+    for (uint w = lane; w < data_words; w += lanes) sum += dot_word(row, w, xb);
+#endif
+    return sum;
+}
+
+void main() {
+    const uint t = gl_WorkGroupID.y;
+    const uint xb = p.x_off + t * p.cols;
+#ifdef USE_SUBGROUPS
+    // A row's index is the same across its subgroup: each subgroup adds in uniform control flow.
+    for (uint r = gl_SubgroupID; r < ROWS; r += gl_NumSubgroups) {
+        const uint row_index = gl_WorkGroupID.x * ROWS + r;
+        if (row_index >= p.rows) break;
+        const float sum = subgroupAdd(row_partial(row_index, xb, gl_SubgroupInvocationID, gl_SubgroupSize));
+        if (subgroupElect()) y[p.y_off + t * p.y_stride + p.row_first + row_index] = sum;
+    }
+#else
+    const uint row_index = gl_WorkGroupID.x;
+    const float sum = workgroup_sum(row_partial(row_index, xb, gl_LocalInvocationIndex, WG));
     if (gl_LocalInvocationIndex == 0u) y[p.y_off + t * p.y_stride + p.row_first + row_index] = sum;
+#endif
 }
