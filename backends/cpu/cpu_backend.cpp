@@ -470,9 +470,9 @@ Status CpuBackend::attention(const Tensor &out, const Tensor &q, const Tensor &k
     a.fold_in_place = a.n == 1;
     const int n_tiles = (a.n + a.tile_tokens - 1) / a.tile_tokens;
     const int64_t units = static_cast<int64_t>(n_tiles) * a.n_kv;
-    const int64_t work =
-        static_cast<int64_t>(a.n) * a.n_kv * a.group * kv_.used(layer, 0) * 2 * a.hd;  // q·k and the weighted sum of values
-    int threads_used = 1;                                                              // small batches run on the calling thread alone
+    // q·k and the weighted sum of values.
+    const int64_t work = static_cast<int64_t>(a.n) * a.n_kv * a.group * kv_.used(layer, 0) * 2 * a.hd;
+    int threads_used = 1;  // small batches run on the calling thread alone
     pool_.run(
         [&](int index, int threads) {
             if (index == 0) threads_used = threads;

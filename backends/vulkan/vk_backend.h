@@ -27,6 +27,7 @@
 //
 // Weights are repacked at upload so every row starts on a 4-byte boundary (weights.glsl); so are
 // the rows of the KV cache, in every KvType (kv_row.glsl), which the kernels encode exactly as the
+// CPU does and read in place.
 #pragma once
 
 #include <algorithm>
