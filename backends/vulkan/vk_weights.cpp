@@ -6,8 +6,8 @@ namespace h2o {
 
 namespace {
 
-constexpr int kMatvecMaxTokens = 8;         // fewer tokens: matvec.comp; more: the tiled matmul.comp
-constexpr uint32_t kMatvecMaxRows = 65535;  // workgroup count limit of one dimension
+constexpr int kMatvecMaxTokens = 8;          // fewer tokens: matvec.comp; more: the tiled matmul.comp
+constexpr uint32_t kMatvecMaxRows = 65535;   // workgroup count limit of one dimension
 constexpr uint32_t kMatvecRowsPerGroup = 8;  // ROWS in matvec.comp, with subgroups (else one row per workgroup)
 constexpr uint32_t kMatmulTileRows = 64, kMatmulTileTokens = 32;
 
