@@ -28,6 +28,11 @@ Status VulkanBackend::init() {
         binding_limit_ = std::clamp<VkDeviceSize>(std::strtoull(limit, nullptr, 10), 4096, binding_limit_);
     }
     subgroups_ = ctx_.subgroup_arithmetic() && !vk::env_is("H2O_VULKAN_SUBGROUPS", "0");
+    // Whole matvec rows per subgroup (matvec.comp's SUBGROUP_ROWS): measured and tested on CPU
+    // devices only, so GPUs keep a workgroup per row unless H2O_VULKAN_MATVEC_ROWS=1 asks (for
+    // the parity suite on a GPU; =0 turns it off everywhere).
+    const bool cpu_device = ctx_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    subgroup_rows_ = subgroups_ && !vk::env_is("H2O_VULKAN_MATVEC_ROWS", "0") && (cpu_device || vk::env_is("H2O_VULKAN_MATVEC_ROWS", "1"));
 
     H2O_TRY(device_->create_buffer(kHostBufferBytes, true, &host_));
     void *mapped = nullptr;

@@ -238,6 +238,7 @@ private:
     const vk::DeviceFunctions &vk_;
     int max_batch_;
     bool subgroups_ = false;  // subgroup-arithmetic kernels in use
+    bool subgroup_rows_ = false;  // matvec by whole rows per subgroup (init)
     Status error_;            // the first error (see fail)
     bool fail_next_submission_ = false;
 

@@ -8,7 +8,7 @@ namespace {
 
 constexpr int kMatvecMaxTokens = 8;          // fewer tokens: matvec.comp; more: the tiled matmul.comp
 constexpr uint32_t kMatvecMaxRows = 65535;   // workgroup count limit of one dimension
-constexpr uint32_t kMatvecRowsPerGroup = 8;  // ROWS in matvec.comp, with subgroups (else one row per workgroup)
+constexpr uint32_t kMatvecRowsPerGroup = 8;  // ROWS in matvec.comp (matvec_rows_*; else one row per workgroup)
 constexpr uint32_t kMatmulTileRows = 64, kMatmulTileTokens = 32;
 
 // The weight types the kernels run: vulkan.cmake builds get_rows, matmul and matvec for each, and
@@ -211,8 +211,8 @@ Status VulkanBackend::matmul(const Tensor &out, const Tensor &weight, const Tens
                               static_cast<uint32_t>(n)};
         const std::string type = type_suffix(weight.type);
         if (few_tokens) {
-            const int64_t rows_per_group = subgroups_ ? kMatvecRowsPerGroup : 1;
-            dispatch(reduction_kernel("matvec_" + type), {w, x, y}, &push, sizeof push,
+            const int64_t rows_per_group = subgroup_rows_ ? kMatvecRowsPerGroup : 1;
+            dispatch(subgroup_rows_ ? "matvec_rows_" + type : reduction_kernel("matvec_" + type), {w, x, y}, &push, sizeof push,
                      static_cast<uint32_t>((count + rows_per_group - 1) / rows_per_group), static_cast<uint32_t>(n));
         } else {
             dispatch("matmul_" + type, {w, x, y}, &push, sizeof push,

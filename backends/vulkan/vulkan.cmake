@@ -55,6 +55,8 @@ if(H2O_VULKAN)
     h2o_vk_shader(matmul_${type} matmul.comp vulkan1.0 -DTYPE_${TYPE})
     h2o_vk_shader(matvec_${type} matvec.comp vulkan1.1 -DTYPE_${TYPE} -DUSE_SUBGROUPS)
     h2o_vk_shader(matvec_${type}_shared matvec.comp vulkan1.0 -DTYPE_${TYPE})
+    # Whole rows per subgroup: on CPU devices until a GPU has run the parity suite on it.
+    h2o_vk_shader(matvec_rows_${type} matvec.comp vulkan1.1 -DTYPE_${TYPE} -DUSE_SUBGROUPS -DSUBGROUP_ROWS)
   endforeach()
   h2o_vk_shader(rms_norm rms_norm.comp vulkan1.1 -DUSE_SUBGROUPS)
   h2o_vk_shader(rms_norm_shared rms_norm.comp vulkan1.0)

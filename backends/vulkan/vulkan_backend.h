@@ -9,6 +9,8 @@
 //                            backends with and without it are on separate Vulkan devices.
 //   H2O_VULKAN_SUBGROUPS=0   use the shared-memory reductions even where subgroup arithmetic is
 //                            supported (for testing both paths).
+//   H2O_VULKAN_MATVEC_ROWS=1 matvec by whole rows per subgroup on a GPU too (the default on CPU
+//                            devices only, where it was measured; =0 turns it off everywhere).
 //   H2O_VULKAN_BINDING_LIMIT=<bytes>  pretend storage buffer bindings cover at most this much (for
 //                            testing how weights larger than one binding are split).
 #pragma once

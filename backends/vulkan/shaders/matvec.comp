@@ -8,16 +8,15 @@
 // elements instead (weights.glsl), one run per invocation. Rows are those of a window
 // [row_first, row_first + rows) of W; output column row_first + row.
 //
-// With subgroup arithmetic, a workgroup takes ROWS rows of a token and each subgroup whole rows
-// (the subgroups' count and size are the device's), summed by subgroupAdd: no barrier, and no
-// workgroup for a row too short to repay one (a CPU device's workgroups are costly, and so are
-// its barriers). Without it, one workgroup per (row, token), summed over the workgroup.
+// With SUBGROUP_ROWS (subgroup arithmetic), a workgroup takes ROWS rows of a token and each
+// subgroup whole rows (the subgroups' count and size are the device's), summed by subgroupAdd:
+// no barrier, and no workgroup for a row too short to repay one (a CPU device's workgroups are
+// costly, and so are its barriers). Otherwise one workgroup per (row, token), summed over the
+// workgroup (reduce.glsl, with or without subgroups).
 
 #define WG 64
-#ifdef USE_SUBGROUPS
+#ifdef SUBGROUP_ROWS
 #define ROWS 8  // kMatvecRowsPerGroup in vk_weights.cpp
-#else
-#define ROWS 1
 #endif
 layout(local_size_x = WG) in;
 
@@ -110,7 +109,7 @@ float row_partial(uint row_index, uint xb, uint lane, uint lanes) {
 void main() {
     const uint t = gl_WorkGroupID.y;
     const uint xb = p.x_off + t * p.cols;
-#ifdef USE_SUBGROUPS
+#ifdef SUBGROUP_ROWS
     // A row's index is the same across its subgroup: each subgroup adds in uniform control flow.
     for (uint r = gl_SubgroupID; r < ROWS; r += gl_NumSubgroups) {
         const uint row_index = gl_WorkGroupID.x * ROWS + r;
