@@ -44,12 +44,17 @@ endif()
 # of docs/PERFORMANCE.md measures a million tokens). Under AddressSanitizer freed memory is held
 # back (its quarantine), so resident memory grows whatever the program does: only the count is
 # checked there.
-execute_process(COMMAND ${BENCH} -m ${MODEL} -p 0 -n 2000 -c 64 -r 1 -t 1 --json
-  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-string(REGEX MATCH "{\"test\":\"tg2000\"[^\n]*" tg "${out}")
-if(NOT rc EQUAL 0 OR tg STREQUAL "")
-  message(FATAL_ERROR "h2o-bench -n 2000 -c 64 failed (${rc}): ${err}${out}")
-endif()
+# Runs h2o-bench --json with the arguments after `test` and sets `line` to its JSON line of that
+# test (tg2000, ...), failing when the run fails or prints none.
+function(bench_line test line)
+  execute_process(COMMAND ${BENCH} -m ${MODEL} ${ARGN} --json OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  string(REGEX MATCH "{\"test\":\"${test}\"[^\n]*" found "${out}")
+  if(NOT rc EQUAL 0 OR found STREQUAL "")
+    message(FATAL_ERROR "h2o-bench ${ARGN} failed (${rc}): ${err}${out}")
+  endif()
+  set(${line} "${found}" PARENT_SCOPE)
+endfunction()
+bench_line(tg2000 tg -p 0 -n 2000 -c 64 -r 1 -t 1)
 string(JSON evicted GET "${tg}" evicted_tokens)
 string(JSON rss_filled GET "${tg}" rss_after_fill_bytes)
 string(JSON rss_end GET "${tg}" rss_end_bytes)
@@ -63,12 +68,7 @@ endif()
 
 # Without -c, an endless session's context holds the whole run: decoding at a depth with no
 # prompt evicts nothing.
-execute_process(COMMAND ${BENCH} -m ${MODEL} -p 0 -n 8 --depth 16 -r 1 -t 1 --json
-  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-string(REGEX MATCH "{\"test\":\"tg8\"[^\n]*" tg "${out}")
-if(NOT rc EQUAL 0 OR tg STREQUAL "")
-  message(FATAL_ERROR "h2o-bench -p 0 -n 8 --depth 16 failed (${rc}): ${err}${out}")
-endif()
+bench_line(tg8 tg -p 0 -n 8 --depth 16 -r 1 -t 1)
 string(JSON evicted GET "${tg}" evicted_tokens)
 if(NOT evicted EQUAL 0)
   message(FATAL_ERROR "a run without -c evicted tokens: ${tg}")
