@@ -157,6 +157,19 @@ typedef struct h2o_model h2o_model;
  * the load (h2o_model_load then returns H2O_ERR_CANCELLED and keeps nothing). */
 typedef int (*h2o_progress_callback)(float fraction, void *user_data);
 
+/** Which entries a bounded cache gives up first when it is full (h2o_model_params.
+ * prefix_cache_policy; since 0.8). */
+typedef enum h2o_cache_policy {
+    /** The default: the lowest expected saving first. Each entry's probability of being used
+     * again is estimated from how often entries used as often as it was were used again, and
+     * after how long (learned as the cache runs), and from how long it has been idle; ties go
+     * least recently used first. A prompt many sessions begin with outlasts a stream of prompts
+     * used once, which plain LRU lets push it out. */
+    H2O_CACHE_POLICY_REUSE = 0,
+    /** The least recently used first. */
+    H2O_CACHE_POLICY_LRU = 1,
+} h2o_cache_policy;
+
 /** How h2o_model_load loads a model (h2o_model_params_init writes the defaults). */
 typedef struct h2o_model_params {
     uint32_t struct_size; /**< sizeof(h2o_model_params) of the caller (see the conventions above) */
@@ -173,10 +186,13 @@ typedef struct h2o_model_params {
      * h2o_session_decode; pinned or not) begins with tokens another session of this model already
      * processed as its first text, with the same cache-shaping settings (those a snapshot
      * stores), the session starts from that state instead of processing them again. Prompts of at
-     * least 16 tokens are kept, least recently used first out. The numbers equal those of a
+     * least 16 tokens are kept; which go when it is full is prefix_cache_policy. The numbers equal those of a
      * session that processed the same calls; only batching a prompt differently changes them in
      * the last bits, as it always does. CPU backend only (others process every prompt). */
     uint64_t prefix_cache_bytes;
+    /** Which prompts the prefix cache gives up first when it is full (h2o_cache_policy; since
+     * 0.8). Default H2O_CACHE_POLICY_REUSE. */
+    uint32_t prefix_cache_policy;
 } h2o_model_params;
 
 /** Writes the defaults into the first struct_size bytes of *params (struct_size = sizeof *params

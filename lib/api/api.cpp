@@ -294,9 +294,15 @@ H2O_API h2o_status h2o_model_load(const char *path, const h2o_model_params *para
         if (!out_model) return invalid("h2o_model_load: out_model is NULL");
         h2o_model_params p = default_model_params();
         if (Status s = read_params(params, "h2o_model_params", &p); !s.ok()) return fail(s);
+        if (p.prefix_cache_policy != H2O_CACHE_POLICY_REUSE && p.prefix_cache_policy != H2O_CACHE_POLICY_LRU) {
+            return invalid("h2o_model_params.prefix_cache_policy is " + std::to_string(p.prefix_cache_policy) +
+                           ": not an h2o_cache_policy (H2O_CACHE_POLICY_REUSE or H2O_CACHE_POLICY_LRU)");
+        }
+        const h2o::CachePolicy policy = p.prefix_cache_policy == H2O_CACHE_POLICY_LRU ? h2o::CachePolicy::kLru : h2o::CachePolicy::kReuse;
         h2o::LoadProgress progress{p.progress, p.progress_user_data};
         std::unique_ptr<h2o::Model> loaded;
-        if (Status s = h2o::Model::load(path, p.tokenizer_path ? p.tokenizer_path : "", &loaded, progress, p.prefix_cache_bytes); !s.ok()) {
+        if (Status s = h2o::Model::load(path, p.tokenizer_path ? p.tokenizer_path : "", &loaded, progress, p.prefix_cache_bytes, policy);
+            !s.ok()) {
             return fail(s);
         }
         auto model = std::make_unique<h2o_model>();

@@ -35,9 +35,9 @@ Status unsupported(const std::string &what) { return make_error(H2O_ERR_UNSUPPOR
 }  // namespace
 
 Status Model::load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out, const LoadProgress &progress,
-                   uint64_t prefix_cache_bytes) {
+                   uint64_t prefix_cache_bytes, CachePolicy prefix_cache_policy) {
     std::unique_ptr<Model> model(new Model());
-    model->prefix_cache_ = std::make_unique<PrefixCache>(prefix_cache_bytes);
+    model->prefix_cache_ = std::make_unique<PrefixCache>(prefix_cache_bytes, prefix_cache_policy);
     if (!progress.report(0.0f)) return load_cancelled();
     H2O_TRY(GgufFile::open(path, &model->file_));  // its messages name the file
     Status st = model->read_hyper_parameters();

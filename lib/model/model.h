@@ -62,9 +62,11 @@ public:
     // progress by bytes). tokenizer_path: optional sentencepiece .model file that replaces the
     // embedded vocabulary (it must have the model's vocabulary size). Every error message names
     // the file.
-    // prefix_cache_bytes: capacity of the model's prefix cache (0: none).
+    // prefix_cache_bytes: capacity of the model's prefix cache (0: none); prefix_cache_policy:
+    // which of its entries go first when it is full.
     static Status load(const std::string &path, const std::string &tokenizer_path, std::unique_ptr<Model> *out,
-                       const LoadProgress &progress = {}, uint64_t prefix_cache_bytes = 0);
+                       const LoadProgress &progress = {}, uint64_t prefix_cache_bytes = 0,
+                       CachePolicy prefix_cache_policy = CachePolicy::kReuse);
 
     const ModelShape &shape() const { return shape_; }
     const ArchitectureSpec &architecture() const { return *architecture_; }

@@ -22,8 +22,9 @@ namespace {
 // here breaks every binding that declares these structs: append fields, never move them.
 TEST_CASE("abi: public struct layouts are pinned") {
     static_assert(sizeof(void *) == 8, "the pinned layouts are those of 64-bit platforms");
-    CHECK(sizeof(h2o_model_params) == 40);
+    CHECK(sizeof(h2o_model_params) == 48);  // ABI 1: 40 bytes, prefix_cache_policy appended in 0.8
     CHECK(offsetof(h2o_model_params, prefix_cache_bytes) == 32);
+    CHECK(offsetof(h2o_model_params, prefix_cache_policy) == 40);
     CHECK(sizeof(h2o_prefix_cache_stats) == 32);
     CHECK(offsetof(h2o_model_params, tokenizer_path) == 8);
     CHECK(offsetof(h2o_model_params, progress) == 16);

@@ -78,6 +78,13 @@ TEST_CASE("model loading rejects bad arguments and paths with clear errors") {
     h2o_model_params_init(&newer.params, sizeof newer);
     newer.newer_field = 1;
     CHECK(h2o_model_load("x.gguf", &newer.params, &model) == H2O_ERR_INVALID_ARGUMENT);
+    // A cache policy that is none, refused by name before the file is opened.
+    h2o_model_params_init(&mp, sizeof mp);
+    CHECK(mp.prefix_cache_policy == H2O_CACHE_POLICY_REUSE);
+    mp.prefix_cache_policy = 7;
+    CHECK(h2o_model_load("x.gguf", &mp, &model) == H2O_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(h2o_last_error()).find("prefix_cache_policy is 7") != std::string::npos);
+    CHECK(model == nullptr);
 }
 
 TEST_CASE("calls with NULL handles fail with H2O_ERR_INVALID_ARGUMENT") {

@@ -1,6 +1,7 @@
 // Session snapshots (save, load, fork): exact resumption for every policy, and a malformed-snapshot
 // sweep in the style of the GGUF reader's tests.
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -553,50 +554,61 @@ namespace {
 
 TEST_CASE("session state: the model's prefix cache starts new sessions from a processed system prompt") {
     H2O_SHARED_FILE_OR_SKIP(path, "models/stories260K.gguf");
-    h2o_model_params mp;
-    h2o_model_params_init(&mp, sizeof mp);
-    mp.prefix_cache_bytes = 64u << 20;
-    h2o_model *cached = nullptr, *plain = nullptr;
-    REQUIRE(h2o_model_load(path.c_str(), &mp, &cached) == H2O_OK);
-    REQUIRE(h2o_model_load(path.c_str(), nullptr, &plain) == H2O_OK);
-    const h2o_session_params sp = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32);
-    const std::string system = "Once upon a time, there was a little girl named Lily. She loved to play outside with her dog.";
+    // Under either policy, and from a caller of ABI 1 (whose struct ends before the policy: the
+    // default's).
+    const uint32_t abi1_size = offsetof(h2o_model_params, prefix_cache_policy);
+    for (const uint32_t policy : {uint32_t{H2O_CACHE_POLICY_REUSE}, uint32_t{H2O_CACHE_POLICY_LRU}, uint32_t{99}}) {
+        CAPTURE(policy);
+        h2o_model_params mp;
+        h2o_model_params_init(&mp, sizeof mp);
+        mp.prefix_cache_bytes = 64u << 20;
+        if (policy == 99) {
+            mp.struct_size = abi1_size;
+        } else {
+            mp.prefix_cache_policy = policy;
+        }
+        h2o_model *cached = nullptr, *plain = nullptr;
+        REQUIRE(h2o_model_load(path.c_str(), &mp, &cached) == H2O_OK);
+        REQUIRE(h2o_model_load(path.c_str(), nullptr, &plain) == H2O_OK);
+        const h2o_session_params sp = small_session(H2O_KV_SCISSORHANDS, 1, H2O_KV_TYPE_F32);
+        const std::string system = "Once upon a time, there was a little girl named Lily. She loved to play outside with her dog.";
 
-    auto conversation = [&](h2o_model *model) {
+        auto conversation = [&](h2o_model *model) {
+            h2o_session *session = nullptr;
+            REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+            REQUIRE(h2o_session_add_text(session, system.data(), system.size(), H2O_TEXT_PIN) == H2O_OK);
+            const std::string text = generate(session, " One day", 40, 0.8f);
+            h2o_session_free(session);
+            return text;
+        };
+        const std::string reference = conversation(plain);
+        CHECK(conversation(cached) == reference);  // a miss: processes the prompt and keeps its state
+        CHECK(conversation(cached) == reference);  // a hit: starts from that state
+        CHECK(conversation(cached) == reference);
+        h2o_prefix_cache_stats stats;
+        stats.struct_size = sizeof(stats);
+        REQUIRE(h2o_model_get_prefix_cache_stats(cached, &stats) == H2O_OK);
+        CHECK(stats.hits == 2);
+        CHECK(stats.misses == 1);
+        CHECK(stats.entries == 1);
+        CHECK(stats.bytes > 0);
+        CHECK(stats.bytes <= mp.prefix_cache_bytes);
+        REQUIRE(h2o_model_get_prefix_cache_stats(plain, &stats) == H2O_OK);
+        CHECK(stats.entries == 0);
+
+        // Other cache-shaping settings never share a state.
+        h2o_session_params other = sp;
+        other.kv_budget = 48;
         h2o_session *session = nullptr;
-        REQUIRE(h2o_session_create(model, &sp, &session) == H2O_OK);
+        REQUIRE(h2o_session_create(cached, &other, &session) == H2O_OK);
         REQUIRE(h2o_session_add_text(session, system.data(), system.size(), H2O_TEXT_PIN) == H2O_OK);
-        const std::string text = generate(session, " One day", 40, 0.8f);
         h2o_session_free(session);
-        return text;
-    };
-    const std::string reference = conversation(plain);
-    CHECK(conversation(cached) == reference);  // a miss: processes the prompt and keeps its state
-    CHECK(conversation(cached) == reference);  // a hit: starts from that state
-    CHECK(conversation(cached) == reference);
-    h2o_prefix_cache_stats stats;
-    stats.struct_size = sizeof(stats);
-    REQUIRE(h2o_model_get_prefix_cache_stats(cached, &stats) == H2O_OK);
-    CHECK(stats.hits == 2);
-    CHECK(stats.misses == 1);
-    CHECK(stats.entries == 1);
-    CHECK(stats.bytes > 0);
-    CHECK(stats.bytes <= mp.prefix_cache_bytes);
-    REQUIRE(h2o_model_get_prefix_cache_stats(plain, &stats) == H2O_OK);
-    CHECK(stats.entries == 0);
-
-    // Other cache-shaping settings never share a state.
-    h2o_session_params other = sp;
-    other.kv_budget = 48;
-    h2o_session *session = nullptr;
-    REQUIRE(h2o_session_create(cached, &other, &session) == H2O_OK);
-    REQUIRE(h2o_session_add_text(session, system.data(), system.size(), H2O_TEXT_PIN) == H2O_OK);
-    h2o_session_free(session);
-    REQUIRE(h2o_model_get_prefix_cache_stats(cached, &stats) == H2O_OK);
-    CHECK(stats.hits == 2);
-    CHECK(stats.entries == 2);
-    h2o_model_free(cached);
-    h2o_model_free(plain);
+        REQUIRE(h2o_model_get_prefix_cache_stats(cached, &stats) == H2O_OK);
+        CHECK(stats.hits == 2);
+        CHECK(stats.entries == 2);
+        h2o_model_free(cached);
+        h2o_model_free(plain);
+    }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // h2o-cache-replay: replays a trace of chat requests against h2o-server's caches, simulated, under
-// both cache policies (tools/server/reuse_policy.h: the very code the server runs), and prints
-// the hit ratios and the time to first token.
+// both cache policies (lib/util/cache_policy.h and the library's prefix cache: the very code the
+// server and the library run), and prints the hit ratios and the time to first token.
 //
 //   h2o-cache-replay TRACE.jsonl... [--sessions 2,4,8] [--prefix-cache-mib 4,16,64]
 //                    [--prefill-rate 240] [--kv-bytes-per-token 22528] [--kv-budget 512]
@@ -13,8 +13,8 @@
 // The model of the server: `sessions` live sessions, each holding one conversation (at most
 // kv_budget tokens); a request whose conversation is live processes only its new tokens, any
 // other processes the whole history the client sends (no state directory), its system prompt
-// taken from the prefix cache when held there (the library's cache, least recently used under
-// both policies: prefix_cache_mib of kv_bytes_per_token per token). The time to first token is
+// taken from the prefix cache when held there (the library's cache, run under the same policy:
+// prefix_cache_mib of kv_bytes_per_token per token). The time to first token is
 // the tokens processed at prefill_rate; requests do not wait for each other (a desktop's
 // requests rarely overlap), and decoding is not counted. Defaults: the TinyLlama 1.1B shape in
 // Q4_0 on two cores (240 prompt tokens per second, docs/PERFORMANCE.md; 22 layers x 4 kv heads
@@ -23,13 +23,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <list>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "../options.h"
 #include "cache_trace.h"
+#include "prefix_cache.h"
 #include "reuse_policy.h"
 
 namespace {
@@ -76,33 +76,36 @@ bool read_trace(const std::string &path, std::vector<Request> *out, std::string 
     return true;
 }
 
-// The library's prefix cache of system prompts: least recently used, by bytes.
-class PrefixCache {
+// The library's prefix cache itself (lib/model/prefix_cache.h), under the policy replayed, on
+// the trace's clock. A system prompt is a token sequence of its length that begins with a number
+// of its own, so that no prompt is a prefix of another; its saved state is kept at kStateBytes a
+// token and the capacity scaled to match, so that the cache holds what kv_bytes_per_token would
+// let it hold without the replayer allocating it.
+class SystemPrompts {
 public:
-    explicit PrefixCache(uint64_t capacity) : capacity_(capacity) {}
-    // Whether the prompt was held; it is held afterwards when it fits.
-    bool use(const std::string &id, uint64_t bytes) {
-        auto it = where_.find(id);
-        if (it != where_.end()) {
-            order_.splice(order_.begin(), order_, it->second);
-            return true;
-        }
-        if (bytes > capacity_) return false;
-        while (used_ + bytes > capacity_) {
-            used_ -= order_.back().second;
-            where_.erase(order_.back().first);
-            order_.pop_back();
-        }
-        order_.emplace_front(id, bytes);
-        where_[id] = order_.begin();
-        used_ += bytes;
+    static constexpr uint64_t kStateBytes = 64;
+    SystemPrompts(uint64_t capacity, uint64_t kv_bytes_per_token, h2o::CachePolicy policy, const double *now)
+        : cache_(scaled(capacity, kv_bytes_per_token), policy, [now] { return *now; }) {}
+    // Whether the prompt was held; it is kept afterwards as the policy chooses.
+    bool use(const std::string &id, uint64_t n_tokens) {
+        auto [it, added] = numbers_.try_emplace(id, static_cast<int32_t>(numbers_.size()));
+        std::vector<int32_t> tokens(n_tokens);
+        tokens[0] = it->second;
+        for (size_t i = 1; i < tokens.size(); ++i) tokens[i] = -static_cast<int32_t>(i);
+        size_t matched = 0;
+        if (cache_.find(0, true, tokens.data(), tokens.size(), &matched)) return true;
+        cache_.insert(0, true, tokens.data(), tokens.size(), std::vector<uint8_t>(n_tokens * kStateBytes));
         return false;
     }
 
 private:
-    uint64_t capacity_, used_ = 0;
-    std::list<std::pair<std::string, uint64_t>> order_;
-    std::map<std::string, std::list<std::pair<std::string, uint64_t>>::iterator> where_;
+    // What the cache counts a token at (its state and the token itself) over what it stands for.
+    static uint64_t scaled(uint64_t capacity, uint64_t kv_bytes_per_token) {
+        const double per_token = static_cast<double>(kStateBytes + sizeof(int32_t));
+        return static_cast<uint64_t>(static_cast<double>(capacity) * per_token / static_cast<double>(kv_bytes_per_token));
+    }
+    h2o::PrefixCache cache_;
+    std::map<std::string, int32_t> numbers_;
 };
 
 struct Conversation {
@@ -116,7 +119,8 @@ struct Conversation {
 
 Result replay(const std::vector<Request> &trace, CachePolicy policy, const Setup &setup) {
     h2o_server::ReuseEstimator estimator;
-    PrefixCache prefix(setup.prefix_cache_bytes);
+    double now = 0;
+    SystemPrompts prefix(setup.prefix_cache_bytes, setup.kv_bytes_per_token, policy, &now);
     std::map<std::string, Conversation> conversations;
     uint32_t live = 0;
     uint64_t clock = 0;
@@ -124,6 +128,7 @@ Result replay(const std::vector<Request> &trace, CachePolicy policy, const Setup
     std::vector<double> ttft;
     ttft.reserve(trace.size());
     for (const Request &r : trace) {
+        now = r.t;
         // What the server learns as time passes: conversations idle past the horizon are gone.
         for (auto &[id, c] : conversations) {
             const size_t category = h2o_server::reuse_category(c.named, c.turns);
@@ -160,7 +165,7 @@ Result replay(const std::vector<Request> &trace, CachePolicy policy, const Setup
             processed += r.history_tokens + r.system_tokens;
             if (!r.system.empty() && r.system_tokens > 0) {
                 ++result.prefix_lookups;
-                if (prefix.use(r.system, r.system_tokens * setup.kv_bytes_per_token)) {
+                if (prefix.use(r.system, r.system_tokens)) {
                     ++result.prefix_hits;
                     processed -= r.system_tokens;
                 }

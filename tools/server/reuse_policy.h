@@ -1,22 +1,20 @@
-// Which idle conversation gives up its session (or, past the state directory's bounds, its file)
-// when the server needs room: the least recently used (LRU), or, after "KVCache Cache in the Wild"
-// (Wang et al., USENIX ATC '25), the one whose expected saving is lowest: the probability that it
-// is used again, estimated per category from the server's own history, times the prefill its
-// reuse saves (the tokens its session holds).
+// The server's side of the cache policy (lib/util/cache_policy.h): which idle conversation gives
+// up its session (or, past the state directory's bounds, its file) when the server needs room,
+// by the categories a server tells conversations apart by.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <string>
-#include <vector>
+
+#include "cache_policy.h"
 
 namespace h2o_server {
 
-enum class CachePolicy { kLru, kReuse };
-// "lru" or "reuse"; false for another name.
-bool parse_cache_policy(const std::string &name, CachePolicy *out);
-const char *cache_policy_name(CachePolicy policy);
+using h2o::cache_policy_name;
+using h2o::CacheCandidate;
+using h2o::CachePolicy;
+using h2o::give_up_order;
+using h2o::parse_cache_policy;
 
 // What an idle conversation's reuse depends on, as the server sees it: whether its client names
 // it (the conversation_id extension: a client that files conversations comes back to them, a
@@ -25,45 +23,10 @@ constexpr size_t kReuseCategories = 6;
 size_t reuse_category(bool named, uint32_t turns);
 const char *reuse_category_name(size_t category);
 
-// Learns online, per category, how often an idle conversation is used again and after how long.
-// The paper finds reuse times exponential within a category, so an entry idle for t seconds is
-// used again with probability
-//   p(t) = q e^(-t/m) / (q e^(-t/m) + 1 - q),
-// q the share of idle periods that ended in a reuse and m their mean length. Counts fade (each
-// observation weighs 1/1000 less than the one after it), so the estimate follows a changing
-// workload; before any observation q = 1/2 and m = 10 minutes.
-class ReuseEstimator {
+// The estimate of conversations' reuse, over those categories.
+class ReuseEstimator : public h2o::ReuseEstimator {
 public:
-    // A conversation of this category was used again after idle_seconds.
-    void reused(size_t category, double idle_seconds);
-    // One went without reuse: deleted, or idle past horizon_seconds.
-    void ended(size_t category);
-    double probability(size_t category, double idle_seconds) const;
-    // How long an idle conversation waits before it counts as gone without reuse: ten mean reuse
-    // times, and at least an hour.
-    double horizon_seconds(size_t category) const;
-    double mean_reuse_seconds(size_t category) const;
-    double reuse_share(size_t category) const;
-
-private:
-    struct Counts {
-        double reuses = 0, ended = 0, reuse_seconds = 0;
-    };
-    void fade(Counts &counts);
-    std::array<Counts, kReuseCategories> counts_{};
+    ReuseEstimator() : h2o::ReuseEstimator(kReuseCategories) {}
 };
-
-// An idle entry that may give up its place.
-struct CacheCandidate {
-    uint64_t last_used = 0;   // a clock that orders releases (LRU's key)
-    double idle_seconds = 0;  // since its last turn
-    size_t category = 0;
-    uint64_t tokens = 0;  // the prefill its reuse saves
-    uint64_t bytes = 1;   // what giving it up frees
-};
-
-// Orders candidates from the first to give up to the last: by last_used (LRU), or by expected
-// saving per byte freed (reuse), ties by last_used.
-std::vector<size_t> give_up_order(CachePolicy policy, const ReuseEstimator &estimator, const std::vector<CacheCandidate> &candidates);
 
 }  // namespace h2o_server

@@ -52,14 +52,15 @@ std::string usage(const h2o_session_params &sp) {
            "                         idle one gives its session up, chosen by --cache-policy\n"
            "  --state-dir DIR        save every conversation there after each turn and restore it\n"
            "                         when it continues, also after a restart (default: none)\n"
-           "  --state-max-bytes BYTES  keep the state directory's files within BYTES: past it the least\n"
-           "                         recently used conversations that hold no session and serve no\n"
-           "                         request are removed, at startup and after each turn (default: none)\n"
+           "  --state-max-bytes BYTES  keep the state directory's files within BYTES: past it\n"
+           "                         conversations that hold no session and serve no request are removed,\n"
+           "                         chosen by --cache-policy, at startup and after each turn (default: none)\n"
            "  --state-max-age SECONDS  remove conversations not used for that long, likewise (default: none)\n"
            "  --cache-policy NAME    which idle conversation gives up its session first, or its file past\n"
-           "                         --state-max-bytes: reuse (the lowest expected saving: its chance of\n"
-           "                         coming back, learned per kind of conversation, times the tokens it\n"
-           "                         holds) or lru (the least recently used) (default reuse)\n"
+           "                         --state-max-bytes, and which system prompt leaves the prefix cache:\n"
+           "                         reuse (the lowest expected saving: its chance of coming back, learned\n"
+           "                         per kind of conversation or prompt, times the tokens it holds) or lru\n"
+           "                         (the least recently used) (default reuse)\n"
            "  --max-memory BYTES     refuse to start when weights, sessions, prefix cache and the\n"
            "                         snapshot buffer could need more (default: no limit)\n"
            "  --session-wait SECONDS how long a request waits for a session when all are busy before\n"
@@ -167,6 +168,9 @@ int main(int argc, char **argv) {
     h2o_model_params mp;
     h2o_model_params_init(&mp, sizeof mp);
     mp.prefix_cache_bytes = opt.prefix_cache;
+    h2o_server::CachePolicy cache_policy = h2o_server::CachePolicy::kReuse;  // checked by parse_options
+    h2o_server::parse_cache_policy(opt.cache_policy, &cache_policy);
+    mp.prefix_cache_policy = cache_policy == h2o_server::CachePolicy::kLru ? H2O_CACHE_POLICY_LRU : H2O_CACHE_POLICY_REUSE;
     h2o_model *model = nullptr;
     if (h2o_model_load(opt.model_path.c_str(), &mp, &model) != H2O_OK) {
         std::fprintf(stderr, "h2o-server: cannot load model: %s\n", h2o_last_error());
@@ -214,7 +218,7 @@ int main(int argc, char **argv) {
     store_settings.session_wait = std::chrono::seconds(opt.session_wait);
     store_settings.state_max_bytes = opt.state_max_bytes;
     store_settings.state_max_age = std::chrono::seconds(opt.state_max_age);
-    h2o_server::parse_cache_policy(opt.cache_policy, &store_settings.cache_policy);
+    store_settings.cache_policy = cache_policy;
     h2o_server::ConversationStore store(store_settings);
     if (!store.open_state_dir(&error)) {
         std::fprintf(stderr, "h2o-server: %s\n", error.c_str());

@@ -66,6 +66,7 @@ namespace H2o
             var p = new NativeModelParams { struct_size = (uint)Marshal.SizeOf<NativeModelParams>() };
             Check.Status(Native.h2o_model_params_init(ref p, (UIntPtr)p.struct_size));
             p.prefix_cache_bytes = parameters.PrefixCacheBytes;
+            p.prefix_cache_policy = (uint)parameters.PrefixCachePolicy;
             byte[] pathBytes = Utf8.CString("path", path);
             IntPtr tokenizer = IntPtr.Zero;
             var guard = new CallbackGuard();

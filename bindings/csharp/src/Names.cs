@@ -25,6 +25,14 @@ namespace H2o
         Error = 1,
     }
 
+    /// <summary>Which prompts a model's prefix cache gives up first when it is full (h2o_cache_policy).</summary>
+    public enum CachePolicy : uint {
+        /// <summary>The lowest expected saving first: reuse learned from the cache's own history (the default).</summary>
+        Reuse = 0,
+        /// <summary>The least recently used first.</summary>
+        Lru = 1,
+    }
+
     /// <summary>Events a session reports (h2o_session_event).</summary>
     public enum SessionEvent : uint
     {

@@ -23,6 +23,7 @@ namespace H2o
         public IntPtr progress;
         public IntPtr progress_user_data;
         public ulong prefix_cache_bytes;
+        public uint prefix_cache_policy;
     }
 
     [StructLayout(LayoutKind.Sequential)]

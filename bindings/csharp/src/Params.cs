@@ -13,6 +13,8 @@ namespace H2o
         /// <summary>Bytes the model may keep of processed prompt prefixes, so that a fresh session
         /// whose first text begins like another's starts from that state (0: no cache; CPU only).</summary>
         public ulong PrefixCacheBytes { get; set; }
+        /// <summary>Which prompts the prefix cache gives up first when it is full (CachePolicy.Reuse, the default).</summary>
+        public CachePolicy PrefixCachePolicy { get; set; } = CachePolicy.Reuse;
     }
 
     /// <summary>How a session is created (h2o_session_params). Starts from the library's

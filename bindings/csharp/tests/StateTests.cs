@@ -140,23 +140,22 @@ namespace H2o.Tests
             const ulong cap = 16 << 20;
             var p = new GenerateParams { MaxTokens = 24, Temperature = 0 };
             var texts = new string[2];
-            using (var model = Model.Load(Runner.ModelPath(), new ModelParams { PrefixCacheBytes = cap }))
-            {
-                Assert.True(model.Tokenize(System, true).Length >= 16, "the prompt is long enough to be cached");
-                for (int i = 0; i < 2; i++)
-                {
-                    using (var session = new Session(model))
-                    {
-                        session.AddText(System, pin: true);
-                        texts[i] = Collect(session, Prompt, p);
+            foreach (var policy in new[] { CachePolicy.Reuse, CachePolicy.Lru }) {
+                using (var model = Model.Load(Runner.ModelPath(), new ModelParams { PrefixCacheBytes = cap, PrefixCachePolicy = policy })) {
+                    Assert.True(model.Tokenize(System, true).Length >= 16, "the prompt is long enough to be cached");
+                    for (int i = 0; i < 2; i++) {
+                        using (var session = new Session(model)) {
+                            session.AddText(System, pin: true);
+                            texts[i] = Collect(session, Prompt, p);
+                        }
                     }
+                    var stats = model.PrefixCacheStats;
+                    Assert.Equal(1ul, stats.Hits, "hits under " + policy);
+                    Assert.Equal(1ul, stats.Misses, "misses");
+                    Assert.Equal(1u, stats.Entries, "entries");
+                    Assert.True(stats.Bytes > 0 && stats.Bytes <= cap, "bytes held: " + stats.Bytes);
+                    Assert.Equal(texts[0], texts[1], "the second session's text");
                 }
-                var stats = model.PrefixCacheStats;
-                Assert.Equal(1ul, stats.Hits, "hits");
-                Assert.Equal(1ul, stats.Misses, "misses");
-                Assert.Equal(1u, stats.Entries, "entries");
-                Assert.True(stats.Bytes > 0 && stats.Bytes <= cap, "bytes held: " + stats.Bytes);
-                Assert.Equal(texts[0], texts[1], "the second session's text");
             }
             // The same text as a model without a cache, whose statistics stay empty.
             using (var plain = Model.Load(Runner.ModelPath()))

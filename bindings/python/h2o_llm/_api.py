@@ -174,6 +174,7 @@ def _kv_usage(usage: "_native.KvUsage") -> KvUsage:
 
 _EVENTS = {1: "kv_full"}
 _OVERFLOWS = {"evict": 0, "error": 1}
+_CACHE_POLICIES = {"reuse": 0, "lru": 1}  # h2o_cache_policy
 
 
 @dataclass(frozen=True)
@@ -259,15 +260,21 @@ class Model(_Native):
         *,
         tokenizer_path: Optional[PathLike] = None,
         prefix_cache_bytes: int = 0,
+        prefix_cache_policy: str = "reuse",
         progress: Optional[Callable[[float], Optional[bool]]] = None,
     ):
         """Loads the model. progress(fraction) is called as the weights are read; returning False
-        cancels the load (Cancelled is raised); an exception it raises cancels and is re-raised."""
+        cancels the load (Cancelled is raised); an exception it raises cancels and is re-raised.
+        prefix_cache_policy: which prompts the prefix cache gives up first when it is full,
+        "reuse" (the lowest expected saving, the default) or "lru"."""
+        if prefix_cache_policy not in _CACHE_POLICIES:
+            raise ValueError(f"prefix_cache_policy must be 'reuse' or 'lru', not {prefix_cache_policy!r}")
         params = _native.ModelParams()
         check(lib.h2o_model_params_init(byref(params), ctypes.sizeof(params)))
         if tokenizer_path is not None:
             params.tokenizer_path = _path(tokenizer_path)
         params.prefix_cache_bytes = prefix_cache_bytes
+        params.prefix_cache_policy = _CACHE_POLICIES[prefix_cache_policy]
         raised: List[BaseException] = []
         if progress is not None:
             report_to = progress

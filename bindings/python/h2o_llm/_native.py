@@ -77,6 +77,7 @@ class ModelParams(Structure):
         ("progress", c_void_p),
         ("progress_user_data", c_void_p),
         ("prefix_cache_bytes", c_uint64),
+        ("prefix_cache_policy", c_uint32),
     ]
 
 

@@ -139,6 +139,21 @@ class ModelTest(unittest.TestCase):
             self.assertEqual(s.memory.weight_bytes, self.model.info.weight_bytes)
             self.assertEqual(s.backend.kind, "cpu")
 
+    def test_the_prefix_cache_serves_a_second_session_under_either_policy(self) -> None:
+        system = "Once upon a time, there was a little girl named Lily. She loved to play outside with her dog."
+        texts = []
+        for policy in ("reuse", "lru"):
+            with h2o.Model(MODEL, prefix_cache_bytes=16 << 20, prefix_cache_policy=policy) as model:
+                for _ in range(2):
+                    with session(model) as s:
+                        s.add_text(system, pin=True)
+                        texts.append(s.generate(" One day", max_tokens=24, temperature=0))
+                stats = model.prefix_cache_stats
+                self.assertEqual((stats["hits"], stats["misses"], stats["entries"]), (1, 1, 1), (policy, stats))
+        self.assertEqual(set(texts), {texts[0]})
+        with self.assertRaises(ValueError):
+            h2o.Model(MODEL, prefix_cache_policy="fifo")
+
     def test_bad_input_raises_and_changes_nothing(self) -> None:
         with self.assertRaises(h2o.H2oError) as e:
             h2o.Model(SHARED / "no-such-model.gguf")

@@ -76,7 +76,13 @@ pub struct h2o_model_params {
     pub progress: h2o_progress_callback,
     pub progress_user_data: *mut c_void,
     pub prefix_cache_bytes: u64,
+    /// Which prompts the prefix cache gives up first (an h2o_cache_policy; since 0.8).
+    pub prefix_cache_policy: u32,
 }
+
+/// h2o_cache_policy.
+pub const H2O_CACHE_POLICY_REUSE: u32 = 0;
+pub const H2O_CACHE_POLICY_LRU: u32 = 1;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -45,7 +45,7 @@ macro_rules! layout {
 
 fn rust_layouts() -> Vec<Layout> {
     vec![
-        layout!(h2o_model_params { struct_size, tokenizer_path, progress, progress_user_data, prefix_cache_bytes }),
+        layout!(h2o_model_params { struct_size, tokenizer_path, progress, progress_user_data, prefix_cache_bytes, prefix_cache_policy }),
         layout!(h2o_model_info {
             struct_size,
             n_vocab,

@@ -19,7 +19,7 @@ mod session;
 
 pub use error::{Error, Result, Status};
 pub use model::{Model, ModelInfo, ModelLoader, PrefixCacheStats};
-pub use names::{Backend, KvOverflow, KvPolicy, KvPolicyInfo, KvType, SessionEvent, StopReason};
+pub use names::{Backend, CachePolicy, KvOverflow, KvPolicy, KvPolicyInfo, KvType, SessionEvent, StopReason};
 pub use params::{experimental_bounds, experimental_names, json_schema_to_grammar, GenerateParams, SessionParams};
 pub use session::{BackendInfo, CancelHandle, GenerateStats, KvLayout, KvUsage, MemoryReport, Session, SpanInfo, Stream};
 

@@ -1,5 +1,6 @@
 use crate::callback::Guarded;
 use crate::error::{c_string, check, Error, Result, Status};
+use crate::names::CachePolicy;
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -63,12 +64,19 @@ pub struct ModelLoader<'a> {
     tokenizer: Option<PathBuf>,
     progress: Option<Box<dyn FnMut(f32) -> bool + 'a>>,
     prefix_cache_bytes: u64,
+    prefix_cache_policy: CachePolicy,
 }
 
 impl<'a> ModelLoader<'a> {
     /// Loads the GGUF file at `path`, with the defaults until the other methods change them.
     pub fn new(path: impl AsRef<Path>) -> Self {
-        ModelLoader { path: path.as_ref().to_owned(), tokenizer: None, progress: None, prefix_cache_bytes: 0 }
+        ModelLoader {
+            path: path.as_ref().to_owned(),
+            tokenizer: None,
+            progress: None,
+            prefix_cache_bytes: 0,
+            prefix_cache_policy: CachePolicy::Reuse,
+        }
     }
 
     /// A sentencepiece .model file to use instead of the vocabulary inside the GGUF file.
@@ -85,9 +93,14 @@ impl<'a> ModelLoader<'a> {
 
     /// Bytes the model may keep of processed prompt prefixes, so that a fresh session whose first
     /// text begins like another's starts from that state (0, the default: no cache; CPU only).
-    /// Bytes the model may keep of processed prompt prefixes (0, the default: no prefix cache).
     pub fn prefix_cache_bytes(mut self, bytes: u64) -> Self {
         self.prefix_cache_bytes = bytes;
+        self
+    }
+
+    /// Which prompts the prefix cache gives up first when it is full (default `CachePolicy::Reuse`).
+    pub fn prefix_cache_policy(mut self, policy: CachePolicy) -> Self {
+        self.prefix_cache_policy = policy;
         self
     }
 
@@ -100,6 +113,7 @@ impl<'a> ModelLoader<'a> {
         check(unsafe { h2o_sys::h2o_model_params_init(&mut params, std::mem::size_of_val(&params)) })?;
         params.tokenizer_path = tokenizer.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
         params.prefix_cache_bytes = self.prefix_cache_bytes;
+        params.prefix_cache_policy = self.prefix_cache_policy.to_raw();
 
         type Progress<'b> = Guarded<Box<dyn FnMut(f32) -> bool + 'b>>;
         unsafe extern "C" fn on_progress(fraction: f32, user: *mut c_void) -> c_int {

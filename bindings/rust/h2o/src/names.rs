@@ -215,6 +215,26 @@ impl KvOverflow {
     }
 }
 
+/// Which prompts a model's prefix cache gives up first when it is full (h2o_cache_policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// The lowest expected saving first: reuse learned from the cache's own history (the default).
+    #[default]
+    Reuse = 0,
+    /// The least recently used first.
+    Lru = 1,
+}
+
+impl CachePolicy {
+    /// The C enumeration's number.
+    pub fn to_raw(self) -> u32 {
+        match self {
+            CachePolicy::Reuse => h2o_sys::H2O_CACHE_POLICY_REUSE,
+            CachePolicy::Lru => h2o_sys::H2O_CACHE_POLICY_LRU,
+        }
+    }
+}
+
 /// Events a session reports (h2o_session_event).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionEvent {

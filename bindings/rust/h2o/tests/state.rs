@@ -131,19 +131,21 @@ fn the_prefix_cache_serves_the_second_session_the_same_text() {
         None => return,
     };
     let cap = 16 << 20;
-    let model = ModelLoader::new(&path).prefix_cache_bytes(cap).load().unwrap();
-    assert!(model.tokenize(SYSTEM, true).unwrap().len() >= 16);
     let params = GenerateParams::new().greedy().max_tokens(24);
     let mut texts = Vec::new();
-    for _ in 0..2 {
-        let mut session = Session::new(&model, &SessionParams::new()).unwrap();
-        session.add_text(SYSTEM, true).unwrap();
-        texts.push(text_of(&mut session, PROMPT, &params));
+    for policy in [h2o::CachePolicy::Reuse, h2o::CachePolicy::Lru] {
+        let model = ModelLoader::new(&path).prefix_cache_bytes(cap).prefix_cache_policy(policy).load().unwrap();
+        assert!(model.tokenize(SYSTEM, true).unwrap().len() >= 16);
+        for _ in 0..2 {
+            let mut session = Session::new(&model, &SessionParams::new()).unwrap();
+            session.add_text(SYSTEM, true).unwrap();
+            texts.push(text_of(&mut session, PROMPT, &params));
+        }
+        let stats = model.prefix_cache_stats();
+        assert_eq!((stats.hits, stats.misses, stats.entries), (1, 1, 1), "{policy:?} {stats:?}");
+        assert!(stats.bytes > 0 && stats.bytes <= cap, "{stats:?}");
     }
-    let stats = model.prefix_cache_stats();
-    assert_eq!((stats.hits, stats.misses, stats.entries), (1, 1, 1), "{stats:?}");
-    assert!(stats.bytes > 0 && stats.bytes <= cap, "{stats:?}");
-    assert_eq!(texts[0], texts[1]);
+    assert!(texts.iter().all(|t| *t == texts[0]), "{texts:?}");
 
     // The same text as a model without a cache, whose statistics stay empty.
     let plain = Model::load(&path).unwrap();
