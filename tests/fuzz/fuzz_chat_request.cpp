@@ -81,6 +81,13 @@ void check_trace_line(const std::string &line) {
     h2o_fuzz::check(request.t >= 0 && request.system_tokens <= UINT32_MAX && request.history_tokens <= UINT32_MAX &&
                         request.new_tokens <= UINT32_MAX && request.reply_tokens <= UINT32_MAX,
                     "a trace line read out of range");
+    TraceRequest again;
+    h2o_fuzz::check(parse_trace_request(trace_line(request), &again, &error), "a trace line written again does not read");
+    h2o_fuzz::check(again.t == request.t && again.conversation == request.conversation && again.named == request.named &&
+                        again.system == request.system && again.system_tokens == request.system_tokens &&
+                        again.history_tokens == request.history_tokens && again.new_tokens == request.new_tokens &&
+                        again.reply_tokens == request.reply_tokens,
+                    "a trace line reads back otherwise");
 }
 
 }  // namespace

@@ -435,6 +435,34 @@ def lru_eviction_to_disk_and_back():
 
 
 @test
+def a_recorded_trace_replays():
+    """--record-trace: a line per request, no text of the conversation in it, and h2o-cache-replay reads it."""
+    path = os.path.join(WORK, "trace.jsonl")
+    srv = server("--record-trace", path)
+    try:
+        _, named = talk(srv, TURNS[:2], conversation_id="story-1")
+        status, one_shot = srv.chat([SYSTEM, {"role": "user", "content": "Hello there."}])
+        check(status == 200, one_shot)
+    finally:
+        srv.stop()
+    with open(path) as f:
+        text = f.read()
+    lines = [json.loads(line) for line in text.splitlines()]
+    check(len(lines) == 3, lines)
+    check("cat" not in text and "short stories" not in text and "story-1" not in text, text)
+    check(lines[0]["conversation"] == lines[1]["conversation"] != lines[2]["conversation"], lines)
+    check(lines[0]["named"] and lines[1]["named"] and not lines[2]["named"], lines)
+    check(lines[0]["system"] == lines[2]["system"] and lines[0]["system_tokens"] > 0, lines)
+    check(lines[0]["history_tokens"] == 0 < lines[1]["history_tokens"], lines)
+    check(lines[1]["reply_tokens"] == named["usage"]["completion_tokens"], (lines, named["usage"]))
+    check(lines[0]["t"] <= lines[1]["t"] <= lines[2]["t"], lines)
+    replay = os.path.join(os.path.dirname(SERVER), "h2o-cache-replay")
+    if os.path.exists(replay):
+        result = subprocess.run([replay, path, "--sessions", "2"], capture_output=True, text=True)
+        check(result.returncode == 0 and "| trace.jsonl | 2 |" in result.stdout, result.stdout + result.stderr)
+
+
+@test
 def conversations_are_listed_shown_and_deleted():
     state = os.path.join(WORK, "manage")
     srv = server("--state-dir", state)

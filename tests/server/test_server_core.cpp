@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "cache_trace.h"
 #include "chat_request.h"
 #include "chat_turn.h"
 #include "conversation_file.h"
@@ -323,6 +325,110 @@ TEST_CASE("server: conversations continue, give their session up, come back from
     }
     CHECK(replies == expected);
     std::filesystem::remove_all(dir);
+}
+
+// The lines of a trace file, read back.
+std::vector<TraceRequest> read_trace_file(const std::string &path) {
+    std::vector<TraceRequest> out;
+    std::ifstream in(path);
+    std::string line, error;
+    while (std::getline(in, line)) {
+        TraceRequest r;
+        REQUIRE_MESSAGE(parse_trace_request(line, &r, &error), std::string(line + ": " + error));
+        out.push_back(r);
+    }
+    return out;
+}
+
+TEST_CASE("server: a request trace's lines read back, its names hide the text, and the recorder appends in time order") {
+    TraceRequest r;
+    r.t = 1764770000.125;
+    r.conversation = trace_name("my-chat");
+    r.named = true;
+    r.system = trace_name("You tell stories.");
+    r.system_tokens = 12;
+    r.history_tokens = 300;
+    r.new_tokens = 9;
+    r.reply_tokens = 40;
+    TraceRequest back;
+    std::string error;
+    REQUIRE(parse_trace_request(trace_line(r), &back, &error));
+    CHECK(back.t == r.t);
+    CHECK(back.conversation == r.conversation);
+    CHECK(back.named);
+    CHECK(back.system == r.system);
+    CHECK(back.system_tokens + back.history_tokens + back.new_tokens + back.reply_tokens == 361);
+    CHECK(trace_line(r).find('\n') == std::string::npos);
+    CHECK(r.conversation.size() == 16);
+    CHECK(r.conversation != trace_name("my-chat2"));
+    CHECK(trace_line(r).find("stories") == std::string::npos);
+
+    const std::string path = h2o_test::temp_path("trace.jsonl");
+    std::filesystem::remove(path);
+    {
+        std::unique_ptr<TraceRecorder> recorder;
+        REQUIRE(TraceRecorder::open(path, &recorder, &error));
+        recorder->record(r);
+        r.t -= 5;  // the clock stepped back: the line keeps the order
+        recorder->record(r);
+    }
+    {
+        std::unique_ptr<TraceRecorder> again;  // a restart appends
+        REQUIRE(TraceRecorder::open(path, &again, &error));
+        r.t += 10;
+        again->record(r);
+    }
+    const std::vector<TraceRequest> lines = read_trace_file(path);
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[0].t == lines[1].t);
+    CHECK(lines[2].t == r.t);
+    std::filesystem::remove(path);
+    std::unique_ptr<TraceRecorder> none;
+    CHECK_FALSE(TraceRecorder::open("/nonexistent-dir/trace.jsonl", &none, &error));
+    CHECK(error.find("/nonexistent-dir/trace.jsonl") != std::string::npos);
+    CHECK(none == nullptr);
+}
+
+TEST_CASE("server: turns recorded in the request trace count the system message, the history, the new message and the reply") {
+    H2O_SHARED_FILE_OR_SKIP(model_path, "models/stories260K.gguf");
+    const std::string path = h2o_test::temp_path("turns-trace.jsonl");
+    std::filesystem::remove(path);
+    std::unique_ptr<TraceRecorder> recorder;
+    std::string error;
+    REQUIRE(TraceRecorder::open(path, &recorder, &error));
+    std::vector<Usage> usages;
+    {
+        Server server(model_path, 2, "");
+        server.context().trace = recorder.get();
+        std::vector<Message> named{{"system", "You tell stories."}}, one_shot{{"system", "You tell stories."}};
+        usages.push_back(server.turn(named, "Tom had a dog.", "tom").second);
+        usages.push_back(server.turn(named, "Where did it go?", "tom").second);
+        usages.push_back(server.turn(one_shot, "Sue saw a bird.").second);
+    }
+    const std::vector<TraceRequest> lines = read_trace_file(path);
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[0].conversation == lines[1].conversation);
+    CHECK(lines[0].conversation == trace_name("tom"));
+    CHECK(lines[2].conversation != lines[0].conversation);
+    CHECK(lines[0].named);
+    CHECK_FALSE(lines[2].named);
+    CHECK(lines[0].system == lines[2].system);
+    CHECK(lines[0].system_tokens > 0);
+    CHECK(lines[0].system_tokens == lines[1].system_tokens);
+    CHECK(lines[0].history_tokens == 0);
+    // The second turn's history is the first turn's conversation: its messages and its reply.
+    CHECK(lines[1].history_tokens >= lines[0].new_tokens + lines[0].reply_tokens);
+    for (size_t i = 0; i < lines.size(); ++i) {
+        CAPTURE(i);
+        CHECK(lines[i].new_tokens > 0);
+        CHECK(lines[i].reply_tokens == usages[i].completion_tokens);
+        // The whole prompt as the session counted it, within what tokenizing the parts apart changes.
+        const double counted = static_cast<double>(lines[i].system_tokens + lines[i].history_tokens + lines[i].new_tokens);
+        CHECK(counted == doctest::Approx(static_cast<double>(usages[i].prompt_tokens)).epsilon(0.1));
+    }
+    CHECK(lines[0].t <= lines[1].t);
+    CHECK(lines[1].t <= lines[2].t);
+    std::filesystem::remove(path);
 }
 
 TEST_CASE("server: the reuse estimator starts even, learns each category's share and reuse time, and follows a change") {

@@ -1,8 +1,17 @@
 #include "cache_trace.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
+
+#include "history_digest.h"
 
 namespace h2o_server {
 
@@ -49,6 +58,44 @@ bool parse_trace_request(std::string_view line, TraceRequest *out, std::string *
     }
     *out = r;
     return true;
+}
+
+std::string trace_line(const TraceRequest &r) {
+    const nlohmann::json j = {{"t", r.t},
+                              {"conversation", r.conversation},
+                              {"named", r.named},
+                              {"system", r.system},
+                              {"system_tokens", r.system_tokens},
+                              {"history_tokens", r.history_tokens},
+                              {"new_tokens", r.new_tokens},
+                              {"reply_tokens", r.reply_tokens}};
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string trace_name(std::string_view text) { return to_hex(sha256(text)).substr(0, 16); }
+
+bool TraceRecorder::open(const std::string &path, std::unique_ptr<TraceRecorder> *out, std::string *error) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        *error = "cannot open " + path + " to append the request trace: " + std::strerror(errno);
+        return false;
+    }
+    out->reset(new TraceRecorder(fd));
+    return true;
+}
+
+TraceRecorder::~TraceRecorder() { ::close(fd_); }
+
+void TraceRecorder::record(TraceRequest request) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    request.t = std::max(request.t, last_t_);
+    last_t_ = request.t;
+    const std::string line = trace_line(request) + "\n";
+    const ssize_t written = ::write(fd_, line.data(), line.size());
+    if (written != static_cast<ssize_t>(line.size()) && !said_failed_) {
+        said_failed_ = true;
+        std::fprintf(stderr, "h2o-server: the request trace is not written: %s\n", written < 0 ? std::strerror(errno) : "a short write");
+    }
 }
 
 }  // namespace h2o_server

@@ -1,5 +1,6 @@
 #include "chat_turn.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -100,6 +101,8 @@ std::optional<ApiError> ChatTurn::start(const TurnContext &context, const ChatRe
     std::unique_ptr<Lease> lease;
     if (auto error = context.store->acquire(request.conversation_id, prefixes, &lease)) return error;
     std::unique_ptr<ChatTurn> turn(new ChatTurn(context, std::move(lease)));
+    turn->arrival_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    turn->named_ = !request.conversation_id.empty();
     turn->messages_ = request.messages;
     turn->tools_ = request.tools;
     turn->tool_choice_ = request.tool_choice;
@@ -319,7 +322,33 @@ TurnOutcome ChatTurn::generate(const PieceSink &client_sink) {
     if (auto error = context_.store->commit(*lease_, record, transcript_json(transcript))) {
         std::fprintf(stderr, "h2o-server: conversation %s is not saved: %s\n", conversation_id().c_str(), error->message.c_str());
     }
+    if (context_.trace) record_trace();
     return outcome;
+}
+
+void ChatTurn::record_trace() {
+    const auto tokens = [this](const std::string &text) {
+        size_t n = 0;
+        h2o_tokenize(context_.model, text.data(), text.size(), H2O_TOKENIZE_SPECIAL, nullptr, 0, &n);
+        return static_cast<uint64_t>(n);
+    };
+    // The counts as the replayer takes them: the system message, the messages before the last,
+    // and the last (with the reply's opening), each from the conversation as formatted (which
+    // succeeded for the whole conversation already, so its parts format too).
+    std::string system_text, before_text;
+    if (messages_.front().role == "system") format_conversation(context_, messages_, 1, false, tools_, &system_text);
+    if (messages_.size() > 1) format_conversation(context_, messages_, messages_.size() - 1, false, tools_, &before_text);
+    const uint64_t system = tokens(system_text), before = std::max(system, tokens(before_text));
+    TraceRequest r;
+    r.t = arrival_;
+    r.conversation = trace_name(conversation_id());
+    r.named = named_;
+    r.system = system_text.empty() ? "" : trace_name(system_text);
+    r.system_tokens = system;
+    r.history_tokens = before - system;
+    r.new_tokens = std::max(before, tokens(formatted_)) - before;
+    r.reply_tokens = usage_.completion_tokens;
+    context_.trace->record(r);
 }
 
 void ChatTurn::describe(const h2o_session *session, HistoryRecord *record) const {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "cache_trace.h"
 #include "chat_request.h"
 #include "compute_gate.h"
 #include "conversation_store.h"
@@ -30,6 +31,7 @@ struct TurnContext {
         std::atomic<uint64_t> tokens{0};                // tokens evicted by every turn
     };
     Evictions *evictions = nullptr;
+    TraceRecorder *trace = nullptr;  // --record-trace: each turn is appended (nullptr: none)
 };
 
 struct TurnOutcome {
@@ -67,6 +69,8 @@ private:
     void read_tool_calls(TurnOutcome *outcome) const;
     // What the conversations' listing shows of the turn just closed: title, turns, tokens held.
     void describe(const h2o_session *session, HistoryRecord *record) const;
+    // The turn as a line of the request trace (context_.trace).
+    void record_trace();
 
     const TurnContext &context_;
     std::unique_ptr<Lease> lease_;
@@ -78,6 +82,8 @@ private:
     uint32_t held_messages_ = 0;  // of messages_, those the session held before this turn,
     size_t held_bytes_ = 0;       // and the bytes of formatted_ they take
     Usage usage_;
+    double arrival_ = 0;           // seconds since the Unix epoch when the request came (the trace's t)
+    bool named_ = false;           // the request named its conversation (conversation_id)
     uint64_t evicted_before_ = 0;  // the session's evicted tokens when the turn began
     bool touched_ = false;         // the session was changed: until committed, its record is unknown
     bool generated_ = false;       // generate() ran: the record is committed

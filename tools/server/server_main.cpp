@@ -26,7 +26,7 @@
 namespace {
 
 struct ServerOptions {
-    std::string model_path, host = "127.0.0.1", state_dir, chat_format, cors;
+    std::string model_path, host = "127.0.0.1", state_dir, chat_format, cors, record_trace;
     std::vector<std::string> aliases;
     uint32_t port = 8080, sessions = 4, parallel = 1, queue = 32, max_tokens_default = 256;
     uint32_t session_wait = 30;
@@ -61,6 +61,9 @@ std::string usage(const h2o_session_params &sp) {
            "                         reuse (the lowest expected saving: its chance of coming back, learned\n"
            "                         per kind of conversation or prompt, times the tokens it holds) or lru\n"
            "                         (the least recently used) (default reuse)\n"
+           "  --record-trace FILE    append a line for each request to FILE, for h2o-cache-replay: its time,\n"
+           "                         conversation and system prompt (by digests, no text) and its token\n"
+           "                         counts (default: none)\n"
            "  --max-memory BYTES     refuse to start when weights, sessions, prefix cache and the\n"
            "                         snapshot buffer could need more (default: no limit)\n"
            "  --session-wait SECONDS how long a request waits for a session when all are busy before\n"
@@ -116,6 +119,7 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     cl.text("--chat-format", &opt.chat_format);
     cl.count("--sessions", 1, 4096, &opt.sessions);
     cl.text("--state-dir", &opt.state_dir);
+    cl.text("--record-trace", &opt.record_trace);
     cl.count("--state-max-bytes", 1, UINT64_MAX, &opt.state_max_bytes);
     cl.count("--state-max-age", 1, UINT64_MAX / 2, &opt.state_max_age);
     cl.text("--cache-policy", &opt.cache_policy);
@@ -227,6 +231,14 @@ int main(int argc, char **argv) {
     h2o_server::ComputeGate gate(opt.parallel);
     context.store = &store;
     context.gate = &gate;
+    std::unique_ptr<h2o_server::TraceRecorder> trace;
+    if (!opt.record_trace.empty()) {
+        if (!h2o_server::TraceRecorder::open(opt.record_trace, &trace, &error)) {
+            std::fprintf(stderr, "h2o-server: %s\n", error.c_str());
+            return 1;
+        }
+        context.trace = trace.get();
+    }
 
     httplib::Server server;
     const uint32_t http_threads = opt.queue + 4;  // every admitted request has a thread
