@@ -498,7 +498,8 @@ typedef enum h2o_kv_type {
     H2O_KV_TYPE_Q8 = 2,  /**< symmetric 8-bit with a float scale */
     H2O_KV_TYPE_Q4 = 3,  /**< 4-bit with a half-precision scale and minimum: lossy for keys */
     /** Keys 8-bit, values 4-bit: the recommended small cache. Keys carry outlier channels that a
-     * 4-bit grid destroys (stories260K: +32% perplexity with 4-bit keys, +0.04% with 4-bit values). */
+     * 4-bit grid destroys; values average out in the attention-weighted sum (docs/SESSIONS.md
+     * and docs/EVALUATION.md give the figures). */
     H2O_KV_TYPE_K8V4 = 4
 } h2o_kv_type;
 
@@ -574,10 +575,9 @@ typedef struct h2o_session_params {
      * for the best one (discrete GPU, then integrated, then virtual, then CPU implementations). */
     int32_t device_index;
     /** Element format of the KV cache (h2o_kv_type). Default H2O_KV_TYPE_F16: half the memory
-     * of F32 at the same perplexity (stories260K, every budget: within 0.01%) and no slower
-     * (the SIMD kernels read halves directly). Q8 is smaller and, read by the same kernels,
-     * faster at depth (a 134M model at depth 1536: about 1.2x), but not as accurate (+0.1%
-     * perplexity at budget 64, less greedy agreement), so it is not the default. */
+     * of F32 at the same perplexity and no slower (the SIMD kernels read halves directly). Q8 is
+     * smaller and, read by the same kernels, faster at depth, but not as accurate, so it is not
+     * the default (docs/SESSIONS.md gives the figures). */
     uint32_t kv_type;
     /** The most memory the session may allocate for its KV cache, activations and scratch (the
      * kv_bytes + scratch_bytes of h2o_session_memory), in bytes; 0 (the default): no cap. A

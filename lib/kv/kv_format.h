@@ -13,8 +13,8 @@ namespace h2o {
 const char *kv_row_format_name(KvRowFormat type);
 
 // The cache's format. K8V4 keeps keys at 8 bits and values at 4: keys carry outlier channels that
-// a 4-bit grid with one scale per head row destroys (stories260K: +32% perplexity with 4-bit
-// keys, +0.04% with 4-bit values), while values average out in the attention-weighted sum.
+// a 4-bit grid with one scale per head row destroys, while values average out in the
+// attention-weighted sum (docs/EVALUATION.md compares the formats).
 enum class KvType : uint32_t {
     F32 = 0,
     F16 = 1,

@@ -34,7 +34,7 @@
 // raised to its minimum may have fewer free slots than n); so do the batches between
 // rebalancings, which keep the regions: a cell then holds min(what it held + n, its slots). The
 // interval trades how fast regions follow the statistics for the cost of ranking the pool and
-// moving its slots, which before every generated token made decoding 0.74-0.82x as fast as with
+// moving its slots, which before every generated token made decoding markedly slower than with
 // fixed budgets (docs/EVALUATION.md measures both). A head whose attention is spread over
 // many tokens keeps more of them than one that attends to few: the tokens the latter does not
 // attend to rank lowest in the pool. Needs a policy that gathers statistics. Across layers the

@@ -2,9 +2,9 @@
 // of a KvConfig (kv_config.h) that every backend lays its cache out by.
 //
 // Layer l of L gets budget * (1 + slope * (2l / (L - 1) - 1)) slots, rounded so that the layers
-// together hold exactly L * budget: the memory of a uniform cache. On stories260K (chunk-512
-// protocol, docs/EVALUATION.md) giving upper layers more slots than lower ones halved and more the
-// perplexity cost of budgets 64 and 32 at the same memory; PyramidKV's shape (more below) lost.
+// together hold exactly L * budget: the memory of a uniform cache. Giving upper layers more slots
+// than lower ones costs less perplexity at the same memory, where PyramidKV's shape (more below)
+// costs more (docs/EVALUATION.md, "Budgets across layers").
 // On a model with sliding-window layers, l and L count its global layers (the session gives a
 // local layer its window).
 #pragma once

@@ -76,8 +76,9 @@ struct KvPolicyConfig {
     // limit. Over a long stream, attention statistics keep tokens of text the stream has long
     // moved past (a story's names, a paragraph's topic), and the model, whose positions rolling
     // has moved next to the recent window, reads them as current: Scissorhands' perplexity rose
-    // 8.5% over 20 000 tokens until its heavy hitters were limited to 1.5 budgets back. The
-    // random policy draws its victims uniformly and does not use it.
+    // over a long stream until its heavy hitters were limited to 1.5 budgets back
+    // (docs/EVALUATION.md, "Long streams"). The random policy draws its victims uniformly and
+    // does not use it.
     int horizon = 0;
     // One-shot prompt eviction (NACL, bounded to the cache's slots): 0, the default, ranks a
     // prompt's victims by the policy's own statistics gathered over every query read so far;
