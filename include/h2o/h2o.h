@@ -186,9 +186,10 @@ typedef struct h2o_model_params {
      * h2o_session_decode; pinned or not) begins with tokens another session of this model already
      * processed as its first text, with the same cache-shaping settings (those a snapshot
      * stores), the session starts from that state instead of processing them again. Prompts of at
-     * least 16 tokens are kept; which go when it is full is prefix_cache_policy. The numbers equal those of a
-     * session that processed the same calls; only batching a prompt differently changes them in
-     * the last bits, as it always does. CPU backend only (others process every prompt). */
+     * least 16 tokens are kept; prefix_cache_policy chooses which go when it is full. The numbers
+     * equal those of a session that processed the same calls; only batching a prompt differently
+     * changes them in the last bits, as it always does. CPU backend only (others process every
+     * prompt). */
     uint64_t prefix_cache_bytes;
     /** Which prompts the prefix cache gives up first when it is full (h2o_cache_policy; since
      * 0.8). Default H2O_CACHE_POLICY_REUSE. */

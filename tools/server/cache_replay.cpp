@@ -88,9 +88,9 @@ public:
         : cache_(scaled(capacity, kv_bytes_per_token), policy, [now] { return *now; }) {}
     // Whether the prompt was held; it is kept afterwards as the policy chooses.
     bool use(const std::string &id, uint64_t n_tokens) {
-        auto [it, added] = numbers_.try_emplace(id, static_cast<int32_t>(numbers_.size()));
+        const int32_t number = numbers_.try_emplace(id, static_cast<int32_t>(numbers_.size())).first->second;
         std::vector<int32_t> tokens(n_tokens);
-        tokens[0] = it->second;
+        tokens[0] = number;
         for (size_t i = 1; i < tokens.size(); ++i) tokens[i] = -static_cast<int32_t>(i);
         size_t matched = 0;
         if (cache_.find(0, true, tokens.data(), tokens.size(), &matched)) return true;
