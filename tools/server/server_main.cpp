@@ -32,7 +32,8 @@ struct ServerOptions {
     uint32_t session_wait = 30;
     uint64_t max_memory = 0, prefix_cache = 16u << 20, max_body = 8u << 20;
     uint64_t state_max_bytes = 0, state_max_age = 0;
-    std::string cache_policy = "reuse";
+    std::string cache_policy_name = "reuse";
+    h2o_server::CachePolicy cache_policy = h2o_server::CachePolicy::kReuse;  // read from the name
     bool no_rolling = false;
 };
 
@@ -122,7 +123,7 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     cl.text("--record-trace", &opt.record_trace);
     cl.count("--state-max-bytes", 1, UINT64_MAX, &opt.state_max_bytes);
     cl.count("--state-max-age", 1, UINT64_MAX / 2, &opt.state_max_age);
-    cl.text("--cache-policy", &opt.cache_policy);
+    cl.text("--cache-policy", &opt.cache_policy_name);
     cl.count("--max-memory", 1, UINT64_MAX, &opt.max_memory);
     cl.count("--session-wait", 0, 3600, &opt.session_wait);
     cl.count("--parallel", 1, 256, &opt.parallel);
@@ -142,8 +143,7 @@ ServerOptions parse_options(int argc, char **argv, h2o_session_params *sp, h2o_g
     opt.model_path = h2o_tools::resolve_model_path(opt.model_path);
     if (opt.model_path.empty()) cl.fail("no model given: pass -m MODEL or set H2O_MODEL");
     if (!opt.state_dir.empty() && opt.state_dir.back() == '/') opt.state_dir.pop_back();
-    h2o_server::CachePolicy policy;
-    if (!h2o_server::parse_cache_policy(opt.cache_policy, &policy)) cl.fail("--cache-policy must be reuse or lru");
+    if (!h2o_server::parse_cache_policy(opt.cache_policy_name, &opt.cache_policy)) cl.fail("--cache-policy must be reuse or lru");
     if (opt.state_dir.empty() && (opt.state_max_bytes || opt.state_max_age))
         cl.fail("--state-max-bytes and --state-max-age bound the state directory: give --state-dir too");
     gen->max_tokens = opt.max_tokens_default;
@@ -172,9 +172,7 @@ int main(int argc, char **argv) {
     h2o_model_params mp;
     h2o_model_params_init(&mp, sizeof mp);
     mp.prefix_cache_bytes = opt.prefix_cache;
-    h2o_server::CachePolicy cache_policy = h2o_server::CachePolicy::kReuse;  // checked by parse_options
-    h2o_server::parse_cache_policy(opt.cache_policy, &cache_policy);
-    mp.prefix_cache_policy = cache_policy == h2o_server::CachePolicy::kLru ? H2O_CACHE_POLICY_LRU : H2O_CACHE_POLICY_REUSE;
+    mp.prefix_cache_policy = opt.cache_policy == h2o_server::CachePolicy::kLru ? H2O_CACHE_POLICY_LRU : H2O_CACHE_POLICY_REUSE;
     h2o_model *model = nullptr;
     if (h2o_model_load(opt.model_path.c_str(), &mp, &model) != H2O_OK) {
         std::fprintf(stderr, "h2o-server: cannot load model: %s\n", h2o_last_error());
@@ -222,7 +220,7 @@ int main(int argc, char **argv) {
     store_settings.session_wait = std::chrono::seconds(opt.session_wait);
     store_settings.state_max_bytes = opt.state_max_bytes;
     store_settings.state_max_age = std::chrono::seconds(opt.state_max_age);
-    store_settings.cache_policy = cache_policy;
+    store_settings.cache_policy = opt.cache_policy;
     h2o_server::ConversationStore store(store_settings);
     if (!store.open_state_dir(&error)) {
         std::fprintf(stderr, "h2o-server: %s\n", error.c_str());
